@@ -1,0 +1,21 @@
+//! mcp-k8s-ephemeral-job: an MCP server that runs a command in a throwaway
+//! Kubernetes pod and returns its exit code, stdout, stderr, files and, when
+//! something goes wrong, the reason.
+//!
+//! Data flows one way, and imports point the same way:
+//! `transport` (bytes in, bytes out) → `protocol` (JSON-RPC and the MCP
+//! lifecycle) → `tools` (schemas, arguments → `RunSpec`, outcomes → results)
+//! → `engine` (runs, background jobs, manifests) → `kube` (the REST client).
+//! `runner` is the in-pod half: the same binary, started as the job's
+//! entrypoint, knows nothing of MCP or of the API server.
+//! `config` turns the environment and flags into a checked `Config`; `log`
+//! writes metadata-only JSON lines to stderr.
+
+pub mod config;
+pub mod engine;
+pub mod kube;
+pub mod log;
+pub mod protocol;
+pub mod runner;
+pub mod tools;
+pub mod transport;

@@ -1,0 +1,1 @@
+//! The MCP tools: names, schemas, argument checking and result shapes.

@@ -2,3 +2,343 @@
 //! caller's argv, captures stdout and stderr apart, enforces the command
 //! timeout and writes a framed result to its own stdout. Knows nothing of
 //! MCP or of the API server.
+//!
+//! Two subcommands, both hidden from `--help` (the engine writes their
+//! arguments into the pod spec; people do not type them):
+//! - `runner init --copy-to FILE [--inputs DIR --workdir DIR]` in the init
+//!   container: copy this binary into the shared volume, write input files;
+//! - `runner exec [options] -- ARGV...` as the main container's command.
+
+pub mod artifacts;
+pub mod capture;
+pub mod frame;
+pub mod init;
+pub mod process;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::runner::capture::{FrameSink, HeadTail};
+use crate::runner::frame::{Frame, RunResult, Started, Stream};
+
+/// Where the kubelet picks up the termination message by default.
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// Options of `runner exec`, as the engine writes them into the pod spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecOptions {
+    pub workdir: PathBuf,
+    pub timeout: Duration,
+    pub kill_grace: Duration,
+    pub max_output_bytes: usize,
+    pub max_artifact_bytes: u64,
+    pub artifact_patterns: Vec<String>,
+    pub termination_log: PathBuf,
+    pub argv: Vec<String>,
+}
+
+/// Runs the runner with the arguments after `runner`; returns the process
+/// exit code.
+pub fn main(args: Vec<OsString>) -> i32 {
+    let mut args = args.into_iter();
+    let subcommand = args.next().map(|arg| arg.to_string_lossy().into_owned());
+    let rest: Vec<OsString> = args.collect();
+    let outcome = match subcommand.as_deref() {
+        Some("init") => parse_init(rest).and_then(|options| run_init(&options)),
+        Some("exec") => parse_exec(rest).map(|options| run_exec(&options)),
+        other => Err(format!("unknown runner subcommand `{}`; expected `init` or `exec`", other.unwrap_or(""))),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("mcp-k8s-ephemeral-job runner: {message}");
+            write_termination_message(&PathBuf::from(TERMINATION_LOG), &message);
+            2
+        }
+    }
+}
+
+/// Builds the argument list of `runner exec` for a pod spec; the inverse of
+/// `parse_exec`, so both sides of the contract live in one file.
+pub fn exec_args(options: &ExecOptions) -> Vec<String> {
+    let mut args = vec![
+        "runner".to_string(),
+        "exec".to_string(),
+        "--workdir".to_string(),
+        options.workdir.to_string_lossy().into_owned(),
+        "--timeout-ms".to_string(),
+        options.timeout.as_millis().to_string(),
+        "--kill-grace-ms".to_string(),
+        options.kill_grace.as_millis().to_string(),
+        "--max-output-bytes".to_string(),
+        options.max_output_bytes.to_string(),
+        "--max-artifact-bytes".to_string(),
+        options.max_artifact_bytes.to_string(),
+        "--termination-log".to_string(),
+        options.termination_log.to_string_lossy().into_owned(),
+    ];
+    for pattern in &options.artifact_patterns {
+        args.push("--artifact".to_string());
+        args.push(pattern.clone());
+    }
+    args.push("--".to_string());
+    args.extend(options.argv.iter().cloned());
+    args
+}
+
+struct InitOptions {
+    copy_to: PathBuf,
+    inputs: Option<PathBuf>,
+    workdir: Option<PathBuf>,
+}
+
+fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let (mut copy_to, mut inputs, mut workdir) = (None, None, None);
+    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
+        match arg {
+            Long("copy-to") => copy_to = Some(PathBuf::from(value(&mut parser)?)),
+            Long("inputs") => inputs = Some(PathBuf::from(value(&mut parser)?)),
+            Long("workdir") => workdir = Some(PathBuf::from(value(&mut parser)?)),
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    let copy_to = copy_to.ok_or("runner init needs --copy-to")?;
+    if inputs.is_some() != workdir.is_some() {
+        return Err("runner init needs --inputs and --workdir together".into());
+    }
+    Ok(InitOptions { copy_to, inputs, workdir })
+}
+
+fn run_init(options: &InitOptions) -> Result<i32, String> {
+    init::copy_self(&options.copy_to)
+        .map_err(|error| format!("cannot copy the runner to `{}`: {error}", options.copy_to.display()))?;
+    if let (Some(inputs), Some(workdir)) = (&options.inputs, &options.workdir) {
+        init::write_inputs(inputs, workdir)?;
+    }
+    Ok(0)
+}
+
+pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut options = ExecOptions {
+        workdir: PathBuf::from("/work"),
+        timeout: Duration::from_secs(60),
+        kill_grace: Duration::from_secs(2),
+        max_output_bytes: 1 << 20,
+        max_artifact_bytes: 10 << 20,
+        artifact_patterns: Vec::new(),
+        termination_log: PathBuf::from(TERMINATION_LOG),
+        argv: Vec::new(),
+    };
+    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
+        match arg {
+            Long("workdir") => options.workdir = PathBuf::from(value(&mut parser)?),
+            Long("timeout-ms") => options.timeout = Duration::from_millis(number(&mut parser, "--timeout-ms")?),
+            Long("kill-grace-ms") => options.kill_grace = Duration::from_millis(number(&mut parser, "--kill-grace-ms")?),
+            Long("max-output-bytes") => options.max_output_bytes = number(&mut parser, "--max-output-bytes")? as usize,
+            Long("max-artifact-bytes") => options.max_artifact_bytes = number(&mut parser, "--max-artifact-bytes")?,
+            Long("artifact") => options.artifact_patterns.push(value(&mut parser)?),
+            Long("termination-log") => options.termination_log = PathBuf::from(value(&mut parser)?),
+            Value(first) => {
+                options.argv.push(first.to_string_lossy().into_owned());
+                for raw in parser.raw_args().map_err(|error| error.to_string())? {
+                    options.argv.push(raw.to_string_lossy().into_owned());
+                }
+            }
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    if options.argv.is_empty() {
+        return Err("runner exec needs a command after `--`".into());
+    }
+    Ok(options)
+}
+
+fn value(parser: &mut lexopt::Parser) -> Result<String, String> {
+    parser
+        .value()
+        .map_err(|error| error.to_string())
+        .map(|value| value.to_string_lossy().into_owned())
+}
+
+fn number(parser: &mut lexopt::Parser, name: &str) -> Result<u64, String> {
+    let text = value(parser)?;
+    text.parse().map_err(|_| format!("{name} takes a whole number, not `{text}`"))
+}
+
+/// Runs the command and writes every frame; returns the runner's exit code.
+pub fn run_exec(options: &ExecOptions) -> i32 {
+    let sink: FrameSink = Arc::new(Mutex::new(Box::new(std::io::stdout())));
+    run_exec_to(options, &sink)
+}
+
+/// `run_exec` with the frames going to `sink`, so tests can read them.
+pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        // A failure to register leaves the default action (die at once),
+        // which loses the result but nothing else: worth a note, not a stop.
+        if signal_hook::flag::register(signal, stop.clone()).is_err() {
+            eprintln!("mcp-k8s-ephemeral-job runner: cannot handle signal {signal}");
+        }
+    }
+    let oom_kills_before = read_oom_kill_count();
+    let before = artifacts::snapshot(&options.workdir);
+    let started_at_ms = now_ms();
+    capture::write_frame(sink, &Frame::Started(Started { started_at_ms }));
+
+    let mut result = RunResult {
+        exit_code: None,
+        signal: None,
+        timed_out: false,
+        terminated_by_request: false,
+        oom_killed: false,
+        start_error: None,
+        started_at_ms,
+        finished_at_ms: 0,
+        stdout_b64: String::new(),
+        stderr_b64: String::new(),
+        stdout_total_bytes: 0,
+        stderr_total_bytes: 0,
+        stdout_truncated: false,
+        stderr_truncated: false,
+        artifact_count: 0,
+        artifacts_truncated: false,
+        notes: Vec::new(),
+    };
+    if before.incomplete {
+        result.notes.push(format!(
+            "the workdir holds more than {} files; files past that were not considered as artifacts",
+            artifacts::MAX_WALKED_FILES
+        ));
+    }
+
+    let exit_code = match process::spawn(&options.argv, &options.workdir) {
+        Err(error) => {
+            result.start_error = Some(format!("cannot start `{}`: {error}", options.argv[0]));
+            if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }
+        }
+        Ok(mut child) => {
+            let outputs = start_pumps(&mut child, options, sink);
+            let ending = process::wait(&mut child, options.timeout, options.kill_grace, &stop);
+            process::kill_group_leftovers(&child);
+            let (stdout, stderr) = finish_pumps(outputs, &mut result.notes);
+            fill_output(&mut result, &stdout, &stderr);
+            match ending {
+                Ok(ending) => {
+                    result.timed_out = matches!(ending, process::Ending::TimedOut(_));
+                    result.terminated_by_request = matches!(ending, process::Ending::StopRequested(_));
+                    let (code, signal) = process::code_and_signal(ending.status());
+                    result.exit_code = code;
+                    result.signal = signal;
+                    process::shell_style_code(ending.status())
+                }
+                Err(error) => {
+                    result.notes.push(format!("waiting for the command failed: {error}"));
+                    125
+                }
+            }
+        }
+    };
+    result.finished_at_ms = now_ms();
+    result.oom_killed = read_oom_kill_count() > oom_kills_before;
+
+    let after = artifacts::snapshot(&options.workdir);
+    let chosen = artifacts::select(&before, &after, &options.artifact_patterns);
+    let sent = artifacts::send(&options.workdir, &chosen, options.max_artifact_bytes, sink);
+    result.artifact_count = sent.count;
+    result.artifacts_truncated = sent.truncated;
+    result.notes.extend(sent.notes);
+
+    let summary = serde_json::json!({
+        "v": frame::VERSION, "exit_code": result.exit_code, "signal": result.signal,
+        "timed_out": result.timed_out, "oom_killed": result.oom_killed,
+    });
+    capture::write_frame(sink, &Frame::Result(result));
+    write_termination_message(&options.termination_log, &summary.to_string());
+    exit_code
+}
+
+type Pump = std::thread::JoinHandle<HeadTail>;
+
+fn start_pumps(child: &mut std::process::Child, options: &ExecOptions, sink: &FrameSink) -> (Option<Pump>, Option<Pump>) {
+    let cap = options.max_output_bytes;
+    let stdout = child.stdout.take().map(|pipe| {
+        let sink = sink.clone();
+        std::thread::spawn(move || capture::pump(pipe, Stream::Stdout, cap, cap, &sink))
+    });
+    let stderr = child.stderr.take().map(|pipe| {
+        let sink = sink.clone();
+        std::thread::spawn(move || capture::pump(pipe, Stream::Stderr, cap, cap, &sink))
+    });
+    (stdout, stderr)
+}
+
+/// Joins the stream readers. Their pipes close once every process in the
+/// group is gone, which `kill_group_leftovers` has just ensured; a process
+/// that left the group (setsid) could still hold a pipe open, so the join is
+/// bounded and such a stream is reported as cut short.
+fn finish_pumps(pumps: (Option<Pump>, Option<Pump>), notes: &mut Vec<String>) -> (HeadTail, HeadTail) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut join = |pump: Option<Pump>, name: &str| -> HeadTail {
+        let Some(pump) = pump else { return HeadTail::new(0) };
+        while !pump.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if !pump.is_finished() {
+            notes.push(format!(
+                "{name} was still open 5 s after the command ended (a process left its group); its output is missing"
+            ));
+            return HeadTail::new(0);
+        }
+        pump.join().unwrap_or_else(|_| HeadTail::new(0))
+    };
+    let stdout = join(pumps.0, "stdout");
+    let stderr = join(pumps.1, "stderr");
+    (stdout, stderr)
+}
+
+fn fill_output(result: &mut RunResult, stdout: &HeadTail, stderr: &HeadTail) {
+    result.stdout_b64 = frame::to_base64(&stdout.contents());
+    result.stderr_b64 = frame::to_base64(&stderr.contents());
+    result.stdout_total_bytes = stdout.total_bytes();
+    result.stderr_total_bytes = stderr.total_bytes();
+    result.stdout_truncated = stdout.truncated();
+    result.stderr_truncated = stderr.truncated();
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// How many times the OOM killer fired in this container's memory cgroup
+/// (cgroup v2 `memory.events`, or v1 `memory.oom_control`); 0 when neither
+/// file can be read, which only means OOM is not detected here.
+fn read_oom_kill_count() -> u64 {
+    for path in ["/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"] {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            for line in text.lines() {
+                if let Some(count) = line.strip_prefix("oom_kill ") {
+                    return count.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+    }
+    0
+}
+
+/// The kubelet keeps up to 4096 bytes of this file in the container status,
+/// so the exit code survives even if the log is lost.
+fn write_termination_message(path: &PathBuf, message: &str) {
+    let message = &message.as_bytes()[..message.len().min(4000)];
+    if let Ok(mut file) = std::fs::OpenOptions::new().write(true).truncate(true).open(path) {
+        let _ = file.write_all(message);
+    }
+}

@@ -1,0 +1,277 @@
+//! Which files go back to the caller, and how: a snapshot of the workdir
+//! before the command runs, glob matching, and streaming the chosen files
+//! as frames under the artifact cap with their SHA-256.
+//!
+//! Default selection (no patterns): regular files the command created or
+//! changed under the workdir, so the inputs and a cloned repository come back
+//! only if the command touched them. `.git` directories are never walked.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use crate::runner::capture::{write_frame, FrameSink};
+use crate::runner::frame::{self, ArtifactChunk, ArtifactHeader, Frame};
+
+/// Upper bound on files considered, so a workdir with millions of files
+/// cannot exhaust the runner's memory.
+pub const MAX_WALKED_FILES: usize = 100_000;
+/// Upper bound on artifacts reported (with or without content).
+pub const MAX_ARTIFACT_FILES: usize = 1_000;
+
+/// What identifies a file's version: if any of these differ after the
+/// command ran, the command changed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileStamp {
+    pub size: u64,
+    pub modified_ns: i128,
+    pub inode: u64,
+}
+
+/// Relative path (with `/`) → stamp of every regular file under a folder.
+pub struct Snapshot {
+    pub files: BTreeMap<String, FileStamp>,
+    /// True when the walk stopped at `MAX_WALKED_FILES`.
+    pub incomplete: bool,
+}
+
+pub fn snapshot(workdir: &Path) -> Snapshot {
+    let mut files = BTreeMap::new();
+    let mut incomplete = false;
+    let mut pending = vec![(workdir.to_path_buf(), String::new())];
+    while let Some((dir, prefix)) = pending.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // symlink_metadata: links are neither followed nor returned, so a
+            // link cannot pull files from outside the workdir.
+            let Ok(metadata) = entry.path().symlink_metadata() else { continue };
+            let relative = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
+            if metadata.is_dir() {
+                if name != ".git" {
+                    pending.push((entry.path(), relative));
+                }
+            } else if metadata.is_file() {
+                if files.len() >= MAX_WALKED_FILES {
+                    incomplete = true;
+                    continue;
+                }
+                files.insert(relative, stamp(&metadata));
+            }
+        }
+    }
+    Snapshot { files, incomplete }
+}
+
+/// Chooses the artifacts: files matching one of `patterns`, or with no
+/// patterns, files new or changed since `before`.
+pub fn select(before: &Snapshot, after: &Snapshot, patterns: &[String]) -> Vec<String> {
+    after
+        .files
+        .iter()
+        .filter(|(path, stamp)| {
+            if patterns.is_empty() {
+                before.files.get(*path) != Some(stamp)
+            } else {
+                patterns.iter().any(|pattern| glob_matches(pattern, path))
+            }
+        })
+        .map(|(path, _)| path.clone())
+        .collect()
+}
+
+/// Summary of what `send` wrote.
+pub struct Sent {
+    pub count: u32,
+    pub truncated: bool,
+    pub notes: Vec<String>,
+}
+
+/// Writes an `Artifact` frame (and its chunks) for each path, in order,
+/// while the content fits under `cap` bytes in total. Files past the cap are
+/// still listed, without content; past `MAX_ARTIFACT_FILES`, not at all.
+pub fn send(workdir: &Path, paths: &[String], cap: u64, sink: &FrameSink) -> Sent {
+    let mut sent = Sent { count: 0, truncated: false, notes: Vec::new() };
+    let mut remaining = cap;
+    for (index, relative) in paths.iter().enumerate() {
+        if index >= MAX_ARTIFACT_FILES {
+            sent.truncated = true;
+            sent.notes.push(format!(
+                "{} more matching files were not listed (limit {MAX_ARTIFACT_FILES}); narrow `artifacts`",
+                paths.len() - index
+            ));
+            break;
+        }
+        let full_path = workdir.join(relative);
+        match read_artifact(&full_path, remaining) {
+            Ok((header_info, content)) => {
+                let content_included = content.is_some();
+                if !content_included {
+                    sent.truncated = true;
+                }
+                write_frame(
+                    sink,
+                    &Frame::Artifact(ArtifactHeader {
+                        path: relative.clone(),
+                        size: header_info.size,
+                        mode: header_info.mode,
+                        sha256: header_info.sha256,
+                        content_included,
+                    }),
+                );
+                if let Some(content) = content {
+                    remaining -= content.len() as u64;
+                    for chunk in content.chunks(frame::CHUNK_BYTES) {
+                        write_frame(sink, &Frame::ArtifactChunk(ArtifactChunk { data_b64: frame::to_base64(chunk) }));
+                    }
+                }
+                sent.count += 1;
+            }
+            Err(error) => {
+                sent.truncated = true;
+                sent.notes.push(format!("artifact `{relative}` could not be read: {error}"));
+            }
+        }
+    }
+    sent
+}
+
+/// Matches a relative path against a glob: `*` and `?` within one path
+/// segment, `**` for any number of segments (never entering `.git`), and a
+/// trailing `/` for everything under a folder.
+pub fn glob_matches(pattern: &str, path: &str) -> bool {
+    let pattern = pattern.trim_start_matches("./");
+    let pattern_owned;
+    let pattern = if let Some(folder) = pattern.strip_suffix('/') {
+        pattern_owned = format!("{folder}/**");
+        pattern_owned.as_str()
+    } else {
+        pattern
+    };
+    let pattern_segments: Vec<&str> = pattern.split('/').filter(|s| !s.is_empty()).collect();
+    let path_segments: Vec<&str> = path.split('/').collect();
+    segments_match(&pattern_segments, &path_segments)
+}
+
+struct ArtifactInfo {
+    size: u64,
+    mode: u32,
+    sha256: String,
+}
+
+fn stamp(metadata: &fs::Metadata) -> FileStamp {
+    FileStamp {
+        size: metadata.len(),
+        modified_ns: i128::from(metadata.mtime()) * 1_000_000_000 + i128::from(metadata.mtime_nsec()),
+        inode: metadata.ino(),
+    }
+}
+
+/// Reads a file once, hashing all of it and keeping its bytes only if it
+/// fits in `room`. The size reported is what was read, which is the truth
+/// even if the file changed after it was listed.
+fn read_artifact(path: &Path, room: u64) -> std::io::Result<(ArtifactInfo, Option<Vec<u8>>)> {
+    let metadata = path.symlink_metadata()?;
+    let mode = metadata.permissions().mode() & 0o7777;
+    let mut keep = metadata.len() <= room;
+    let mut file = fs::File::open(path)?;
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut content = Vec::new();
+    let mut size = 0u64;
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            break;
+        }
+        size += read as u64;
+        context.update(&buffer[..read]);
+        if keep {
+            content.extend_from_slice(&buffer[..read]);
+            if size > room {
+                // The file grew while being read: send it without content
+                // rather than overrun the cap.
+                keep = false;
+                content = Vec::new();
+            }
+        }
+    }
+    let info = ArtifactInfo { size, mode, sha256: hex(context.finish().as_ref()) };
+    Ok((info, keep.then_some(content)))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn segments_match(pattern: &[&str], path: &[&str]) -> bool {
+    match pattern.split_first() {
+        None => path.is_empty(),
+        Some((&"**", rest)) => {
+            (0..=path.len()).any(|skip| {
+                !path[..skip].contains(&".git") && segments_match(rest, &path[skip..])
+            })
+        }
+        Some((first, rest)) => match path.split_first() {
+            Some((segment, path_rest)) => segment_matches(first.as_bytes(), segment.as_bytes()) && segments_match(rest, path_rest),
+            None => false,
+        },
+    }
+}
+
+fn segment_matches(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|skip| segment_matches(rest, &text[skip..])),
+        Some((b'?', rest)) => !text.is_empty() && segment_matches(rest, &text[1..]),
+        Some((byte, rest)) => text.first() == Some(byte) && segment_matches(rest, &text[1..]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_cases() {
+        let cases = [
+            ("out.txt", "out.txt", true),
+            ("out.txt", "dir/out.txt", false),
+            ("*.png", "plot.png", true),
+            ("*.png", "dir/plot.png", false),
+            ("**/*.png", "dir/sub/plot.png", true),
+            ("**/*.png", "plot.png", true),
+            ("dist/", "dist/a/b.js", true),
+            ("dist/", "distx/a.js", false),
+            ("dist/**", "dist/a.js", true),
+            ("./report-?.txt", "report-1.txt", true),
+            ("report-?.txt", "report-12.txt", false),
+            ("**", ".git/config", false),
+            ("**/*", "a/.git/HEAD", false),
+            ("*", ".env", true),
+        ];
+        for (pattern, path, expected) in cases {
+            assert_eq!(glob_matches(pattern, path), expected, "{pattern} vs {path}");
+        }
+    }
+
+    #[test]
+    fn default_selection_is_new_or_changed_files() {
+        let dir = std::env::temp_dir().join(format!("runner-artifacts-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join(".git")).unwrap();
+        fs::write(dir.join("input.txt"), "in").unwrap();
+        fs::write(dir.join("kept.txt"), "same").unwrap();
+        let before = snapshot(&dir);
+        fs::write(dir.join("input.txt"), "changed!").unwrap();
+        fs::create_dir_all(dir.join("out")).unwrap();
+        fs::write(dir.join("out/new.bin"), [0u8, 1]).unwrap();
+        fs::write(dir.join(".git/index"), "x").unwrap();
+        let after = snapshot(&dir);
+        assert_eq!(select(&before, &after, &[]), vec!["input.txt".to_string(), "out/new.bin".to_string()]);
+        assert_eq!(select(&before, &after, &["*.txt".to_string()]), vec!["input.txt".to_string(), "kept.txt".to_string()]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,182 @@
+//! Bounded capture of one output stream: keeps the head and the tail within
+//! a byte cap (the end of a log usually holds the error), counts what was
+//! dropped, and forwards a capped live copy as frames while the command runs.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+
+use crate::runner::frame::{self, Frame, Output, Stream};
+
+/// Head and tail of a byte stream under a total cap.
+///
+/// The first half of the cap is kept as the head; after that the most recent
+/// bytes are kept in a ring as the tail. While the total stays within the cap
+/// nothing is dropped and `contents` returns the stream exactly.
+pub struct HeadTail {
+    cap: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+}
+
+impl HeadTail {
+    pub fn new(cap: usize) -> HeadTail {
+        HeadTail { cap, head: Vec::new(), tail: VecDeque::new(), total: 0 }
+    }
+
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let head_cap = self.cap / 2;
+        if self.head.len() < head_cap {
+            let taken = bytes.len().min(head_cap - self.head.len());
+            self.head.extend_from_slice(&bytes[..taken]);
+            bytes = &bytes[taken..];
+        }
+        let tail_cap = self.cap - head_cap;
+        if bytes.len() >= tail_cap {
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - tail_cap..]);
+            return;
+        }
+        let overflow = (self.tail.len() + bytes.len()).saturating_sub(tail_cap);
+        self.tail.drain(..overflow);
+        self.tail.extend(bytes);
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.total
+    }
+
+    pub fn truncated(&self) -> bool {
+        self.total > (self.head.len() + self.tail.len()) as u64
+    }
+
+    /// The kept bytes; when something was dropped, a marker line saying how
+    /// much stands between head and tail.
+    pub fn contents(&self) -> Vec<u8> {
+        let mut out = self.head.clone();
+        if self.truncated() {
+            let dropped = self.total - (self.head.len() + self.tail.len()) as u64;
+            out.extend_from_slice(
+                format!("\n[mcp-k8s-ephemeral-job: {dropped} bytes omitted]\n").as_bytes(),
+            );
+        }
+        out.extend(self.tail.iter());
+        out
+    }
+}
+
+/// Where frames go: the runner's stdout, shared by both stream readers and
+/// the main thread. A write error (the log pipe closed) is remembered, since
+/// there is nobody to report it to until the result is written.
+pub type FrameSink = Arc<Mutex<Box<dyn Write + Send>>>;
+
+pub fn write_frame(sink: &FrameSink, frame: &Frame) {
+    let line = frame::encode(frame);
+    if let Ok(mut out) = sink.lock() {
+        let _ = out.write_all(line.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+/// Reads `source` to its end, keeping a `HeadTail` of it and forwarding the
+/// first `live_cap` bytes as `Output` frames as they arrive.
+pub fn pump(mut source: impl Read, stream: Stream, cap: usize, live_cap: usize, sink: &FrameSink) -> HeadTail {
+    let mut kept = HeadTail::new(cap);
+    let mut live_sent = 0usize;
+    let mut buffer = vec![0u8; frame::CHUNK_BYTES];
+    loop {
+        let read = match source.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let chunk = &buffer[..read];
+        kept.push(chunk);
+        if live_sent < live_cap {
+            let live = &chunk[..chunk.len().min(live_cap - live_sent)];
+            live_sent += live.len();
+            write_frame(sink, &Frame::Output(Output { stream, data_b64: frame::to_base64(live) }));
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn captured(cap: usize, pushes: &[&[u8]]) -> (Vec<u8>, bool, u64) {
+        let mut kept = HeadTail::new(cap);
+        for bytes in pushes {
+            kept.push(bytes);
+        }
+        (kept.contents(), kept.truncated(), kept.total_bytes())
+    }
+
+    #[test]
+    fn within_the_cap_nothing_is_lost() {
+        // (cap, pushes, expected contents)
+        type Case<'a> = (usize, &'a [&'a [u8]], &'a [u8]);
+        let cases: &[Case] = &[
+            (10, &[b"abc"], b"abc"),
+            (10, &[b"abcde", b"fghij"], b"abcdefghij"),
+            (10, &[b"a", b"b", b"cdefghij"], b"abcdefghij"),
+            (10, &[], b""),
+        ];
+        for (cap, pushes, expected) in cases {
+            let (contents, truncated, _) = captured(*cap, pushes);
+            assert_eq!(contents, *expected, "pushes {pushes:?}");
+            assert!(!truncated);
+        }
+    }
+
+    #[test]
+    fn over_the_cap_head_and_tail_survive_with_a_marker() {
+        let cases: &[(&[&[u8]], &str)] = &[
+            (&[b"0123456789ABCDEF"], "01234\n[mcp-k8s-ephemeral-job: 6 bytes omitted]\nBCDEF"),
+            (&[b"0123456789", b"ABCDEF"], "01234\n[mcp-k8s-ephemeral-job: 6 bytes omitted]\nBCDEF"),
+            (&[b"0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8", b"9", b"A"], "01234\n[mcp-k8s-ephemeral-job: 1 bytes omitted]\n6789A"),
+        ];
+        for (pushes, expected) in cases {
+            let (contents, truncated, total) = captured(10, pushes);
+            assert_eq!(String::from_utf8(contents).unwrap(), *expected);
+            assert!(truncated);
+            assert_eq!(total, pushes.iter().map(|p| p.len() as u64).sum::<u64>());
+        }
+    }
+
+    #[test]
+    fn zero_cap_keeps_nothing_but_counts() {
+        let (contents, truncated, total) = captured(0, &[b"abc"]);
+        assert_eq!(contents, b"\n[mcp-k8s-ephemeral-job: 3 bytes omitted]\n");
+        assert!(truncated);
+        assert_eq!(total, 3);
+    }
+
+    #[test]
+    fn pump_forwards_live_output_up_to_its_cap() {
+        let sink_buffer = Arc::new(Mutex::new(Vec::<u8>::new()));
+        struct Shared(Arc<Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink: FrameSink = Arc::new(Mutex::new(Box::new(Shared(sink_buffer.clone()))));
+        let kept = pump(&b"hello world"[..], Stream::Stdout, 100, 5, &sink);
+        assert_eq!(kept.contents(), b"hello world");
+        let text = String::from_utf8(sink_buffer.lock().unwrap().clone()).unwrap();
+        let frames: Vec<_> = text.lines().map(|line| frame::decode(line).unwrap().unwrap()).collect();
+        assert_eq!(
+            frames,
+            vec![Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hello") })]
+        );
+    }
+}

@@ -1,0 +1,209 @@
+//! The wire format between the in-pod runner and the server: framed,
+//! versioned lines on the runner's stdout, which the server reads back from
+//! the container log (followed while the command runs).
+//!
+//! Every frame is one line `MCPK8S/1 <kind> <json>` so that it survives the
+//! kubelet's log handling (CRI splits long lines into partial records and
+//! joins them again when serving the log) and can be parsed one line at a
+//! time with bounded memory. Payload bytes travel as base64 inside the JSON,
+//! in chunks of at most `CHUNK_BYTES`, so no line grows past ~90 KiB.
+//! Lines that do not start with the prefix are not ours (for example a
+//! message from the container runtime) and are ignored by the reader.
+//!
+//! Both halves live here: the runner encodes, the engine decodes. A change
+//! to the format bumps `VERSION`; the engine rejects versions it does not know.
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+/// The format version written in every line's prefix.
+pub const VERSION: u32 = 1;
+/// Prefix of every frame line, including the version.
+pub const PREFIX: &str = "MCPK8S/1 ";
+/// Largest payload carried by one `Output` or `ArtifactChunk` frame.
+pub const CHUNK_BYTES: usize = 48 * 1024;
+
+/// Which of the command's streams a chunk of output came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// One frame. The order on the wire is: `Started`, any number of `Output`
+/// (live output, capped), then after the command ends the `Artifact` headers
+/// each followed by their `ArtifactChunk`s, and `Result` last. A log that
+/// ends without `Result` means the runner was killed before it could finish.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Frame {
+    Started(Started),
+    Output(Output),
+    Artifact(ArtifactHeader),
+    ArtifactChunk(ArtifactChunk),
+    Result(RunResult),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Started {
+    /// Milliseconds since the Unix epoch when the command was started.
+    pub started_at_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Output {
+    pub stream: Stream,
+    pub data_b64: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactHeader {
+    /// Path relative to the workdir, with `/` separators.
+    pub path: String,
+    pub size: u64,
+    pub mode: u32,
+    pub sha256: String,
+    /// False when the file did not fit under the artifact cap: its metadata
+    /// is reported, its content is not, and no chunks follow.
+    pub content_included: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactChunk {
+    pub data_b64: String,
+}
+
+/// How the command ended, as the runner saw it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// The exit code, or `None` when the command was killed by a signal or
+    /// never started.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the command, if one did.
+    pub signal: Option<i32>,
+    /// True when the runner stopped the command because `timeout_s` passed.
+    pub timed_out: bool,
+    /// True when the runner stopped the command because it was told to stop
+    /// (SIGTERM to the container, as on pod deletion).
+    pub terminated_by_request: bool,
+    /// True when the kernel's OOM killer fired in this container's cgroup.
+    pub oom_killed: bool,
+    /// Set when the command could not be started at all (not found, not
+    /// executable, bad workdir): the operating system's message.
+    pub start_error: Option<String>,
+    pub started_at_ms: u64,
+    pub finished_at_ms: u64,
+    /// Head and tail of each stream, at most the cap; a marker line stands
+    /// between head and tail when bytes were dropped.
+    pub stdout_b64: String,
+    pub stderr_b64: String,
+    pub stdout_total_bytes: u64,
+    pub stderr_total_bytes: u64,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    /// How many `Artifact` frames were written before this one.
+    pub artifact_count: u32,
+    /// True when some matching files were left out or sent without content.
+    pub artifacts_truncated: bool,
+    /// Problems that did not stop the run but lost something (an unreadable
+    /// file, a workdir scan error), so the caller is told, not just a log.
+    pub notes: Vec<String>,
+}
+
+/// Encodes one frame as a full line, newline included.
+pub fn encode(frame: &Frame) -> String {
+    // Serialising these plain structs cannot fail: every key is a string and
+    // there are no maps with non-string keys or floats.
+    let json = serde_json::to_string(frame).unwrap_or_else(|_| String::from("{}"));
+    format!("{PREFIX}{json}\n")
+}
+
+/// Why a line could not be decoded.
+#[derive(Debug, PartialEq)]
+pub enum DecodeError {
+    /// The line carries our marker with a version this build does not know.
+    UnknownVersion(String),
+    /// The line has our prefix but its JSON is not a frame.
+    Malformed(String),
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::UnknownVersion(prefix) => write!(
+                formatter,
+                "runner frame version `{prefix}` is not supported; use the runner image built with this server (MCP_K8S_RUNNER_IMAGE)"
+            ),
+            DecodeError::Malformed(message) => write!(formatter, "malformed runner frame: {message}"),
+        }
+    }
+}
+
+/// Decodes one log line. `Ok(None)` means the line is not a frame at all.
+pub fn decode(line: &str) -> Result<Option<Frame>, DecodeError> {
+    let line = line.trim_end_matches(['\n', '\r']);
+    if let Some(json) = line.strip_prefix(PREFIX) {
+        return serde_json::from_str(json)
+            .map(Some)
+            .map_err(|error| DecodeError::Malformed(error.to_string()));
+    }
+    if let Some(rest) = line.strip_prefix("MCPK8S/") {
+        let version = rest.split(' ').next().unwrap_or_default();
+        return Err(DecodeError::UnknownVersion(format!("MCPK8S/{version}")));
+    }
+    Ok(None)
+}
+
+pub fn to_base64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub fn from_base64(text: &str) -> Result<Vec<u8>, DecodeError> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|error| DecodeError::Malformed(format!("bad base64 in frame: {error}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_round_trips_as_one_line() {
+        let frames = [
+            Frame::Started(Started { started_at_ms: 5 }),
+            Frame::Output(Output { stream: Stream::Stderr, data_b64: to_base64(b"a\nb") }),
+            Frame::Artifact(ArtifactHeader {
+                path: "out/x.png".into(),
+                size: 3,
+                mode: 0o644,
+                sha256: "ab".into(),
+                content_included: true,
+            }),
+            Frame::ArtifactChunk(ArtifactChunk { data_b64: to_base64(&[0, 255, 10]) }),
+        ];
+        for frame in frames {
+            let line = encode(&frame);
+            assert!(line.starts_with(PREFIX));
+            assert_eq!(line.matches('\n').count(), 1, "{line}");
+            assert_eq!(decode(&line), Ok(Some(frame)));
+        }
+    }
+
+    #[test]
+    fn foreign_lines_are_not_frames() {
+        for line in ["", "hello", "MCPK8S", "mcpk8s/1 result {}"] {
+            assert_eq!(decode(line), Ok(None), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_version_and_bad_json_are_errors() {
+        assert_eq!(
+            decode("MCPK8S/9 {\"kind\":\"started\"}"),
+            Err(DecodeError::UnknownVersion("MCPK8S/9".into()))
+        );
+        assert!(matches!(decode("MCPK8S/1 {not json"), Err(DecodeError::Malformed(_))));
+    }
+}

@@ -1,0 +1,144 @@
+//! Starting the caller's argv in its own process group and stopping it:
+//! the timeout on the command itself, SIGTERM then SIGKILL to the whole
+//! group, and the exit code or signal exactly as the kernel reported it.
+
+use std::io;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How the wait for the command ended.
+#[derive(Debug, PartialEq)]
+pub enum Ending {
+    /// The command exited (or was killed by a signal nobody here sent).
+    Exited(ExitStatus),
+    /// `timeout` passed; the group was stopped.
+    TimedOut(ExitStatus),
+    /// The runner was asked to stop (SIGTERM/SIGINT); the group was stopped.
+    StopRequested(ExitStatus),
+}
+
+impl Ending {
+    pub fn status(&self) -> ExitStatus {
+        match self {
+            Ending::Exited(status) | Ending::TimedOut(status) | Ending::StopRequested(status) => *status,
+        }
+    }
+}
+
+/// Starts `argv` in `workdir` as the leader of a new process group, with
+/// stdin closed and stdout/stderr piped.
+pub fn spawn(argv: &[String], workdir: &Path) -> io::Result<Child> {
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
+    Command::new(program)
+        .args(args)
+        .current_dir(workdir)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+}
+
+/// Waits for `child`, stopping its group when `timeout` passes or `stop`
+/// becomes true. `kill_grace` is how long SIGTERM is given before SIGKILL.
+pub fn wait(child: &mut Child, timeout: Duration, kill_grace: Duration, stop: &Arc<AtomicBool>) -> io::Result<Ending> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Ending::Exited(status));
+        }
+        if Instant::now() >= deadline {
+            return Ok(Ending::TimedOut(stop_group(child, kill_grace)?));
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(Ending::StopRequested(stop_group(child, kill_grace)?));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends SIGKILL to every process left in the group. Called after the
+/// leader ended, so that a background process it started cannot keep
+/// running (or keep the output pipes open) after the result is written.
+pub fn kill_group_leftovers(child: &Child) {
+    signal_group(child, libc::SIGKILL);
+}
+
+/// The exit code and signal of a finished command.
+pub fn code_and_signal(status: ExitStatus) -> (Option<i32>, Option<i32>) {
+    (status.code(), status.signal())
+}
+
+/// The runner's own exit code: the command's, or 128 + signal as shells do.
+pub fn shell_style_code(status: ExitStatus) -> i32 {
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+fn stop_group(child: &mut Child, kill_grace: Duration) -> io::Result<ExitStatus> {
+    signal_group(child, libc::SIGTERM);
+    let grace_deadline = Instant::now() + kill_grace;
+    while Instant::now() < grace_deadline {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal_group(child, libc::SIGKILL);
+    child.wait()
+}
+
+fn signal_group(child: &Child, signal: libc::c_int) {
+    let Ok(group) = libc::pid_t::try_from(child.id()) else { return };
+    // SAFETY: kill(2) with a negative pid signals the process group whose id
+    // is the child's pid (it is the group leader, see `spawn`); it touches no
+    // memory. ESRCH (group already gone) is the expected, harmless failure.
+    unsafe {
+        libc::kill(-group, signal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(argv: &[&str], timeout_ms: u64) -> Ending {
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let mut child = spawn(&argv, Path::new("/")).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        wait(&mut child, Duration::from_millis(timeout_ms), Duration::from_millis(200), &stop).unwrap()
+    }
+
+    #[test]
+    fn exit_codes_and_signals_are_reported_exactly() {
+        let cases: &[(&[&str], Option<i32>, Option<i32>)] = &[
+            (&["true"], Some(0), None),
+            (&["sh", "-c", "exit 3"], Some(3), None),
+            (&["sh", "-c", "kill -USR1 $$"], None, Some(libc::SIGUSR1)),
+        ];
+        for (argv, code, signal) in cases {
+            let ending = run(argv, 10_000);
+            assert!(matches!(ending, Ending::Exited(_)), "{argv:?}: {ending:?}");
+            assert_eq!(code_and_signal(ending.status()), (*code, *signal), "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn timeout_stops_the_whole_group_even_when_sigterm_is_ignored() {
+        let started = Instant::now();
+        let ending = run(&["sh", "-c", "trap '' TERM; sleep 30 & wait"], 300);
+        assert!(matches!(ending, Ending::TimedOut(_)), "{ending:?}");
+        assert!(started.elapsed() < Duration::from_secs(20), "the group was not killed");
+    }
+
+    #[test]
+    fn missing_program_is_a_spawn_error() {
+        let error = spawn(&["/definitely/not/here".to_string()], Path::new("/")).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::NotFound);
+    }
+}

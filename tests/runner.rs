@@ -1,0 +1,207 @@
+//! The in-pod runner as a specification: each case runs a real command
+//! through `runner::run_exec_to` on this machine and checks the frames it
+//! writes, the same frames the engine later reads from the container log.
+
+use std::fs;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mcp_k8s_ephemeral_job::runner::capture::FrameSink;
+use mcp_k8s_ephemeral_job::runner::frame::{self, ArtifactHeader, Frame, RunResult, Stream};
+use mcp_k8s_ephemeral_job::runner::{self, ExecOptions};
+
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+struct Run {
+    exit_code: i32,
+    frames: Vec<Frame>,
+    workdir: PathBuf,
+}
+
+impl Run {
+    fn result(&self) -> &RunResult {
+        match self.frames.last() {
+            Some(Frame::Result(result)) => result,
+            other => panic!("the last frame is not the result: {other:?}"),
+        }
+    }
+    fn stdout(&self) -> Vec<u8> {
+        frame::from_base64(&self.result().stdout_b64).unwrap()
+    }
+    fn stderr(&self) -> Vec<u8> {
+        frame::from_base64(&self.result().stderr_b64).unwrap()
+    }
+    fn live(&self, stream: Stream) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for frame in &self.frames {
+            if let Frame::Output(output) = frame
+                && output.stream == stream
+            {
+                bytes.extend(frame::from_base64(&output.data_b64).unwrap());
+            }
+        }
+        bytes
+    }
+    fn artifacts(&self) -> Vec<(ArtifactHeader, Vec<u8>)> {
+        let mut artifacts: Vec<(ArtifactHeader, Vec<u8>)> = Vec::new();
+        for frame in &self.frames {
+            match frame {
+                Frame::Artifact(header) => artifacts.push((header.clone(), Vec::new())),
+                Frame::ArtifactChunk(chunk) => {
+                    artifacts.last_mut().unwrap().1.extend(frame::from_base64(&chunk.data_b64).unwrap())
+                }
+                _ => {}
+            }
+        }
+        artifacts
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.workdir);
+    }
+}
+
+fn options(name: &str, argv: &[&str]) -> ExecOptions {
+    let workdir = std::env::temp_dir().join(format!("runner-spec-{}-{name}", std::process::id()));
+    let _ = fs::remove_dir_all(&workdir);
+    fs::create_dir_all(&workdir).unwrap();
+    ExecOptions {
+        workdir: workdir.clone(),
+        timeout: Duration::from_secs(30),
+        kill_grace: Duration::from_millis(500),
+        max_output_bytes: 1 << 20,
+        max_artifact_bytes: 1 << 20,
+        artifact_patterns: Vec::new(),
+        termination_log: workdir.join(".termination-log-unused"),
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn run(options: &ExecOptions) -> Run {
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    let sink: FrameSink = Arc::new(Mutex::new(Box::new(Shared(buffer.clone()))));
+    let exit_code = runner::run_exec_to(options, &sink);
+    let text = String::from_utf8(buffer.lock().unwrap().clone()).expect("frames are UTF-8");
+    let frames = text
+        .lines()
+        .map(|line| frame::decode(line).expect("valid frame").expect("only frames on the runner's stdout"))
+        .collect();
+    // The termination log is not an artifact candidate of interest here.
+    let _ = fs::remove_file(options.workdir.join(".termination-log-unused"));
+    Run { exit_code, frames, workdir: options.workdir.clone() }
+}
+
+#[test]
+fn stdout_and_stderr_come_back_apart_with_the_exit_code() {
+    let run = run(&options("streams", &["sh", "-c", "echo out; echo err >&2; exit 7"]));
+    assert!(matches!(run.frames.first(), Some(Frame::Started(_))));
+    assert_eq!(run.stdout(), b"out\n");
+    assert_eq!(run.stderr(), b"err\n");
+    assert_eq!(run.live(Stream::Stdout), b"out\n");
+    assert_eq!(run.live(Stream::Stderr), b"err\n");
+    assert_eq!(run.result().exit_code, Some(7));
+    assert_eq!(run.exit_code, 7);
+    assert!(!run.result().timed_out);
+}
+
+#[test]
+fn binary_output_is_kept_byte_for_byte() {
+    let run = run(&options("binary", &["sh", "-c", "printf '\\000\\377\\001'"]));
+    assert_eq!(run.stdout(), [0u8, 255, 1]);
+}
+
+#[test]
+fn output_over_the_cap_keeps_head_and_tail_and_says_so() {
+    let mut opts = options("cap", &["sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line$i; i=$((i+1)); done"]);
+    opts.max_output_bytes = 100;
+    let run = run(&opts);
+    let stdout = String::from_utf8(run.stdout()).unwrap();
+    assert!(run.result().stdout_truncated);
+    assert!(stdout.starts_with("line0\nline1\n"), "{stdout}");
+    assert!(stdout.ends_with("line1999\n"), "{stdout}");
+    assert!(stdout.contains("bytes omitted]"), "{stdout}");
+    assert!(run.result().stdout_total_bytes > 10_000);
+    assert_eq!(run.live(Stream::Stdout).len(), 100, "live output stops at the cap");
+}
+
+#[test]
+fn timeout_stops_the_command_and_keeps_partial_output() {
+    let mut opts = options("timeout", &["sh", "-c", "echo before; sleep 30; echo after"]);
+    opts.timeout = Duration::from_millis(500);
+    let run = run(&opts);
+    assert!(run.result().timed_out);
+    assert_eq!(run.stdout(), b"before\n");
+    assert_eq!(run.result().exit_code, None);
+    assert_eq!(run.result().signal, Some(libc::SIGTERM));
+}
+
+#[test]
+fn a_command_that_cannot_start_says_why() {
+    let run = run(&options("missing", &["/no/such/program", "arg"]));
+    let message = run.result().start_error.clone().expect("start error");
+    assert!(message.contains("/no/such/program"), "{message}");
+    assert_eq!(run.exit_code, 127);
+}
+
+#[test]
+fn a_background_process_does_not_outlive_the_command() {
+    let run = run(&options("leftover", &["sh", "-c", "sleep 60 & echo started"]));
+    assert_eq!(run.stdout(), b"started\n");
+    assert!(run.result().notes.is_empty(), "{:?}", run.result().notes);
+}
+
+#[test]
+fn new_and_changed_files_come_back_as_artifacts_inputs_do_not() {
+    let opts = options("artifacts", &["sh", "-c", "mkdir -p out && printf abc > out/result.txt && echo more >> changed.txt"]);
+    fs::write(opts.workdir.join("input.txt"), "untouched").unwrap();
+    fs::write(opts.workdir.join("changed.txt"), "first\n").unwrap();
+    let run = run(&opts);
+    let artifacts = run.artifacts();
+    let paths: Vec<&str> = artifacts.iter().map(|(header, _)| header.path.as_str()).collect();
+    assert_eq!(paths, ["changed.txt", "out/result.txt"]);
+    let (header, content) = &artifacts[1];
+    assert_eq!(content, b"abc");
+    assert_eq!(header.size, 3);
+    assert_eq!(header.sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_eq!(run.result().artifact_count, 2);
+    assert!(!run.result().artifacts_truncated);
+}
+
+#[test]
+fn artifact_patterns_select_files_and_the_cap_leaves_content_out() {
+    let mut opts = options("patterns", &["sh", "-c", "printf 1234567890 > big.log; printf xy > small.log; printf z > other.txt"]);
+    opts.artifact_patterns = vec!["*.log".into()];
+    opts.max_artifact_bytes = 5;
+    let run = run(&opts);
+    let artifacts = run.artifacts();
+    let summary: Vec<(&str, bool, usize)> =
+        artifacts.iter().map(|(h, c)| (h.path.as_str(), h.content_included, c.len())).collect();
+    assert_eq!(summary, [("big.log", false, 0), ("small.log", true, 2)]);
+    assert_eq!(artifacts[0].0.size, 10);
+    assert!(run.result().artifacts_truncated);
+}
+
+#[test]
+fn exec_args_round_trip_through_the_runner_parser() {
+    let mut opts = options("args", &["python3", "-c", "print('$(HOME)')", "--", "-x"]);
+    opts.artifact_patterns = vec!["out/".into()];
+    let args = runner::exec_args(&opts);
+    assert_eq!(&args[..2], ["runner", "exec"]);
+    let parsed = runner::parse_exec(args[2..].iter().map(std::ffi::OsString::from).collect()).unwrap();
+    assert_eq!(parsed, opts);
+    fs::remove_dir_all(&opts.workdir).unwrap();
+}

@@ -16,6 +16,7 @@ pub mod engine;
 pub mod kube;
 pub mod log;
 pub mod protocol;
+pub mod quantity;
 pub mod runner;
 pub mod tools;
 pub mod transport;

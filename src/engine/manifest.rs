@@ -1,0 +1,261 @@
+//! The Job and the inputs Secret for one run, built in code from a checked
+//! `RunSpec` and the operator's `Policy`. Pure and deterministic (sorted env,
+//! fixed names), so tests compare JSON text. Never built from caller YAML.
+//!
+//! Pod shape: an init container `prepare` from the runner image copies this
+//! binary into a shared volume and writes the input files; the `main`
+//! container runs the caller's image with the runner as its command (no
+//! shell or exec needed). Every container passes the restricted Pod Security
+//! Standard and has resources; the pod gets no ServiceAccount token.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::engine::spec::{Policy, RunSpec};
+use crate::runner;
+use crate::runner::init::{InputFile as ManifestEntry, MANIFEST_KEY};
+
+/// Label on every object we create, so the reaper and `list_jobs` find them.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "mcp-k8s-ephemeral-job";
+/// Label carrying the run id, on the Job, its pod and its Secret.
+pub const LABEL_RUN_ID: &str = "mcp-k8s-ephemeral-job/run-id";
+/// Names of the containers, used when reading statuses and logs.
+pub const MAIN_CONTAINER: &str = "main";
+pub const PREPARE_CONTAINER: &str = "prepare";
+/// Where the runner binary is copied to and run from in the pod.
+pub const BIN_DIR: &str = "/mcp/bin";
+pub const INPUTS_DIR: &str = "/mcp/inputs";
+/// Time the runner gives the command between SIGTERM and SIGKILL.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+/// Slack on the pod deadline for collecting artifacts after the command.
+const COLLECT_SLACK: Duration = Duration::from_secs(30);
+
+/// Name of the Job (and of its Secret) for a run id.
+pub fn job_name(run_id: &str) -> String {
+    format!("mcpk8s-{run_id}")
+}
+
+/// The Job for one run.
+pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
+    let name = job_name(run_id);
+    let pod_deadline = pod_deadline(spec, policy);
+    let mut volumes = vec![
+        json!({"name": "work", "emptyDir": {"sizeLimit": policy.workdir_size_limit.as_str()}}),
+        json!({"name": "bin", "emptyDir": {"sizeLimit": "64Mi"}}),
+    ];
+    if !spec.files.is_empty() {
+        volumes.push(json!({
+            "name": "inputs",
+            "secret": {"secretName": name, "defaultMode": 0o444},
+        }));
+    }
+    if let Some(cache) = &policy.cache {
+        volumes.push(json!({"name": "cache", "persistentVolumeClaim": {"claimName": cache.claim_name}}));
+    }
+    let mut pod_spec = json!({
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": pod_deadline.as_secs(),
+        "automountServiceAccountToken": false,
+        "enableServiceLinks": false,
+        "terminationGracePeriodSeconds": 5,
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": policy.run_as_user,
+            "runAsGroup": policy.run_as_user,
+            "fsGroup": policy.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "initContainers": [prepare_container(spec, policy)],
+        "containers": [main_container(spec, policy)],
+        "volumes": volumes,
+    });
+    if let Some(runtime_class) = &policy.runtime_class {
+        pod_spec["runtimeClassName"] = json!(runtime_class);
+    }
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": policy.namespace, "labels": labels(run_id)},
+        "spec": {
+            "backoffLimit": 0,
+            "completions": 1,
+            "parallelism": 1,
+            // A backstop only: the pod's own deadline ends the run with its
+            // logs intact, while a Job-level deadline deletes the pod.
+            "activeDeadlineSeconds": pod_deadline.as_secs() + 60,
+            "ttlSecondsAfterFinished": policy.finished_ttl.as_secs(),
+            "template": {
+                "metadata": {"labels": labels(run_id)},
+                "spec": pod_spec,
+            },
+        },
+    })
+}
+
+/// The Secret holding the input files, owned by the Job so that deleting
+/// the Job (or the garbage collector) removes it. `None` without files.
+pub fn inputs_secret(spec: &RunSpec, policy: &Policy, run_id: &str, job_uid: &str) -> Option<Value> {
+    if spec.files.is_empty() {
+        return None;
+    }
+    let mut data = serde_json::Map::new();
+    let mut entries = Vec::new();
+    for (index, file) in spec.files.iter().enumerate() {
+        let key = format!("f{index}");
+        data.insert(key.clone(), json!(runner::frame::to_base64(&file.content)));
+        entries.push(ManifestEntry { key, path: file.path.clone(), mode: file.mode });
+    }
+    let manifest = serde_json::to_vec(&entries).unwrap_or_default();
+    data.insert(MANIFEST_KEY.to_string(), json!(runner::frame::to_base64(&manifest)));
+    let name = job_name(run_id);
+    Some(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": name,
+            "namespace": policy.namespace,
+            "labels": labels(run_id),
+            "ownerReferences": [{
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name,
+                "uid": job_uid,
+                "controller": false,
+                "blockOwnerDeletion": false,
+            }],
+        },
+        "data": data,
+    }))
+}
+
+/// The pod's own deadline: start budget + command timeout + kill grace +
+/// time to collect artifacts. The runner enforces `timeout_s` itself; this
+/// only catches a pod that never gets that far.
+pub fn pod_deadline(spec: &RunSpec, policy: &Policy) -> Duration {
+    policy.start_timeout + spec.timeout + KILL_GRACE + COLLECT_SLACK
+}
+
+/// Kubernetes expands `$(VAR)` in `command`, `args` and env values; `$$`
+/// is its escape for a literal `$`. Doubling every `$` therefore reaches
+/// the process exactly as the caller wrote it.
+pub fn escape_dollars(text: &str) -> String {
+    text.replace('$', "$$")
+}
+
+fn labels(run_id: &str) -> Value {
+    json!({LABEL_MANAGED_BY: MANAGED_BY, LABEL_RUN_ID: run_id})
+}
+
+fn runner_path() -> String {
+    format!("{BIN_DIR}/mcp-k8s-ephemeral-job")
+}
+
+fn container_security(read_only_root: bool, policy: &Policy) -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": false,
+        "readOnlyRootFilesystem": read_only_root,
+        "runAsNonRoot": true,
+        "runAsUser": policy.run_as_user,
+        "runAsGroup": policy.run_as_user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    })
+}
+
+fn prepare_container(spec: &RunSpec, policy: &Policy) -> Value {
+    let mut command = vec![
+        policy.runner_binary_path.clone(),
+        "runner".to_string(),
+        "init".to_string(),
+        "--copy-to".to_string(),
+        runner_path(),
+    ];
+    let mut mounts = vec![
+        json!({"name": "bin", "mountPath": BIN_DIR}),
+        json!({"name": "work", "mountPath": spec.workdir}),
+    ];
+    if !spec.files.is_empty() {
+        command.extend(["--inputs".to_string(), INPUTS_DIR.to_string(), "--workdir".to_string(), spec.workdir.clone()]);
+        mounts.push(json!({"name": "inputs", "mountPath": INPUTS_DIR, "readOnly": true}));
+    }
+    json!({
+        "name": PREPARE_CONTAINER,
+        "image": policy.runner_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command.iter().map(|arg| escape_dollars(arg)).collect::<Vec<_>>(),
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "32Mi"},
+            "limits": {"cpu": "500m", "memory": "128Mi"},
+        },
+        "securityContext": container_security(true, policy),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": mounts,
+    })
+}
+
+fn main_container(spec: &RunSpec, policy: &Policy) -> Value {
+    let exec_options = runner::ExecOptions {
+        workdir: spec.workdir.clone().into(),
+        timeout: spec.timeout,
+        kill_grace: KILL_GRACE,
+        max_output_bytes: policy.max_output_bytes as usize,
+        max_artifact_bytes: policy.max_artifact_bytes,
+        artifact_patterns: spec.artifacts.clone(),
+        termination_log: runner::TERMINATION_LOG.into(),
+        argv: spec.command.clone(),
+    };
+    let mut command = vec![runner_path()];
+    command.extend(runner::exec_args(&exec_options));
+    // Operator-wide variables first, the caller's on top: the caller wins.
+    let mut env = policy.extra_env.clone();
+    env.extend(spec.env.clone());
+    let env: Vec<Value> =
+        env.iter().map(|(name, value)| json!({"name": name, "value": escape_dollars(value)})).collect();
+    let mut mounts = vec![
+        json!({"name": "bin", "mountPath": BIN_DIR, "readOnly": true}),
+        json!({"name": "work", "mountPath": spec.workdir}),
+    ];
+    if let Some(cache) = &policy.cache {
+        mounts.push(json!({"name": "cache", "mountPath": cache.mount_path}));
+    }
+    json!({
+        "name": MAIN_CONTAINER,
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command.iter().map(|arg| escape_dollars(arg)).collect::<Vec<_>>(),
+        "workingDir": spec.workdir,
+        "env": env,
+        "resources": main_resources(spec, policy),
+        "securityContext": container_security(false, policy),
+        "volumeMounts": mounts,
+    })
+}
+
+/// The original's rules: the defaults are requests; limits only when the
+/// caller asks; a memory limit raises the memory request to match, and a
+/// CPU limit below the default request lowers the request (a request above
+/// its limit is invalid).
+fn main_resources(spec: &RunSpec, policy: &Policy) -> Value {
+    let mut cpu_request = policy.default_cpu.clone();
+    let mut memory_request = policy.default_memory.clone();
+    let mut limits = serde_json::Map::new();
+    if let Some(cpu) = &spec.cpu_limit {
+        if *cpu < cpu_request {
+            cpu_request = cpu.clone();
+        }
+        limits.insert("cpu".into(), json!(cpu.as_str()));
+    }
+    if let Some(memory) = &spec.memory_limit {
+        memory_request = memory.clone();
+        limits.insert("memory".into(), json!(memory.as_str()));
+    }
+    let mut resources = json!({"requests": {"cpu": cpu_request.as_str(), "memory": memory_request.as_str()}});
+    if !limits.is_empty() {
+        resources["limits"] = Value::Object(limits);
+    }
+    resources
+}

@@ -1,0 +1,190 @@
+//! The engine's plain types: what to run (`RunSpec`, checked before it gets
+//! here), the operator's fixed choices (`Policy`), and what happened
+//! (`RunOutcome`). No serde: `tools` converts these to and from the wire by
+//! hand, so the MCP contract can change without touching the engine.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use crate::quantity::Quantity;
+
+/// One run, fully checked by `tools`: the image is allowed, paths are
+/// relative and inside the workdir, contents are decoded, the timeout is
+/// within bounds. The engine never checks these again.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    pub image: String,
+    pub command: Vec<String>,
+    pub files: Vec<InputFile>,
+    pub env: BTreeMap<String, String>,
+    pub cpu_limit: Option<Quantity>,
+    pub memory_limit: Option<Quantity>,
+    pub timeout: Duration,
+    pub workdir: String,
+    /// Glob patterns selecting artifacts; empty means "what the command
+    /// created or changed".
+    pub artifacts: Vec<String>,
+    pub clone: Option<CloneSpec>,
+}
+
+#[derive(Clone, Debug)]
+pub struct InputFile {
+    /// Relative to the workdir, `/`-separated, no `..`.
+    pub path: String,
+    pub content: Vec<u8>,
+    pub mode: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct CloneSpec {
+    pub repo_url: String,
+    pub git_ref: String,
+    pub subdir: String,
+}
+
+/// What the operator configured, the same for every run.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    pub namespace: String,
+    /// Image holding this binary; its init container copies the runner.
+    pub runner_image: String,
+    /// Path of this binary inside `runner_image`.
+    pub runner_binary_path: String,
+    pub run_as_user: u32,
+    pub default_cpu: Quantity,
+    pub default_memory: Quantity,
+    pub max_output_bytes: u64,
+    pub max_artifact_bytes: u64,
+    /// Budget for scheduling, image pull and container start, separate from
+    /// the command's own `timeout_s`.
+    pub start_timeout: Duration,
+    pub workdir_size_limit: Quantity,
+    pub extra_env: BTreeMap<String, String>,
+    pub cache: Option<CacheVolume>,
+    /// How long a finished Job may stay before the TTL controller deletes
+    /// it, should the server not delete it itself (crash, lost connection).
+    pub finished_ttl: Duration,
+    /// Optional RuntimeClass (gVisor, Kata) for stronger isolation.
+    pub runtime_class: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct CacheVolume {
+    pub claim_name: String,
+    pub mount_path: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStatus {
+    Succeeded,
+    Failed,
+    TimedOut,
+    Error,
+    Cancelled,
+}
+
+/// Why a run did not simply succeed or fail on its own; the wire names are
+/// produced in `tools`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunReason {
+    /// The command exited non-zero.
+    NonZeroExit,
+    /// The command was killed by a signal it did not get from us.
+    Signaled,
+    OomKilled,
+    ImagePullFailed,
+    Unschedulable,
+    QuotaExceeded,
+    /// Admission (Pod Security, LimitRange, validation) refused the pod.
+    Rejected,
+    /// `timeout_s` passed while the command ran.
+    DeadlineExceeded,
+    /// The pod did not start within the start timeout.
+    StartTimeout,
+    Evicted,
+    /// The command could not be started (not found, not executable).
+    StartFailed,
+    /// The container could not be created (bad config, missing volume).
+    ContainerFailed,
+    /// The init container that writes inputs failed.
+    InputFailed,
+    CloneFailed,
+    /// The pod ended without the runner's result frame.
+    ResultLost,
+    Cancelled,
+    /// The API server refused or failed a call the run needed.
+    ApiError,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Truncation {
+    pub stdout: bool,
+    pub stderr: bool,
+    pub artifacts: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Artifact {
+    pub path: String,
+    pub size: u64,
+    pub mode: u32,
+    pub sha256: String,
+    /// `None` when the file did not fit under the artifact cap.
+    pub content: Option<Vec<u8>>,
+}
+
+/// Wall-clock instants of the run's phases, as far as they happened.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PhaseTimes {
+    pub created: Option<SystemTime>,
+    pub scheduled: Option<SystemTime>,
+    pub started: Option<SystemTime>,
+    pub finished: Option<SystemTime>,
+}
+
+/// Everything a run produced. A non-zero exit, a timeout, an OOM kill or a
+/// pod that never started are all outcomes, not errors.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub reason: Option<RunReason>,
+    /// What happened and, when something went wrong, what to do about it.
+    pub message: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub stdout_total_bytes: u64,
+    pub stderr_total_bytes: u64,
+    pub truncated: Truncation,
+    pub artifacts: Vec<Artifact>,
+    /// How long the command itself ran (zero if it never started).
+    pub duration: Duration,
+    pub times: PhaseTimes,
+    /// Things that were lost or odd but did not decide the status.
+    pub notes: Vec<String>,
+}
+
+impl RunOutcome {
+    /// An outcome for a run whose command never produced a result.
+    pub fn without_result(run_id: &str, status: RunStatus, reason: RunReason, message: String) -> RunOutcome {
+        RunOutcome {
+            run_id: run_id.to_string(),
+            status,
+            reason: Some(reason),
+            message,
+            exit_code: None,
+            signal: None,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            stdout_total_bytes: 0,
+            stderr_total_bytes: 0,
+            truncated: Truncation::default(),
+            artifacts: Vec::new(),
+            duration: Duration::ZERO,
+            times: PhaseTimes::default(),
+            notes: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! The Job and Secret the engine builds, compared as JSON text with files
+//! under `fixtures/manifests/`. Set `UPDATE_FIXTURES=1` to rewrite them after
+//! an intended change, then review the diff.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mcp_k8s_ephemeral_job::engine::manifest;
+use mcp_k8s_ephemeral_job::engine::spec::{CacheVolume, InputFile, Policy, RunSpec};
+use mcp_k8s_ephemeral_job::quantity::Quantity;
+
+fn policy() -> Policy {
+    Policy {
+        namespace: "mcp-ephemeral".into(),
+        runner_image: "mcp-k8s-test.local/mcp-k8s-ephemeral-job:dev".into(),
+        runner_binary_path: "/mcp-k8s-ephemeral-job".into(),
+        run_as_user: 65532,
+        default_cpu: Quantity::parse("1").unwrap(),
+        default_memory: Quantity::parse("512Mi").unwrap(),
+        max_output_bytes: 1 << 20,
+        max_artifact_bytes: 10 << 20,
+        start_timeout: Duration::from_secs(120),
+        workdir_size_limit: Quantity::parse("1Gi").unwrap(),
+        extra_env: BTreeMap::from([("CI".into(), "true".into()), ("SHARED".into(), "operator".into())]),
+        cache: None,
+        finished_ttl: Duration::from_secs(300),
+        runtime_class: None,
+    }
+}
+
+fn spec() -> RunSpec {
+    RunSpec {
+        image: "docker.io/library/python:3.12-slim".into(),
+        command: vec!["python3".into(), "-c".into(), "print('$(HOME)')".into()],
+        files: Vec::new(),
+        env: BTreeMap::from([("SHARED".into(), "caller".into()), ("A".into(), "$(B)".into())]),
+        cpu_limit: None,
+        memory_limit: None,
+        timeout: Duration::from_secs(60),
+        workdir: "/work".into(),
+        artifacts: Vec::new(),
+        clone: None,
+    }
+}
+
+fn check(name: &str, actual: &serde_json::Value) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/manifests").join(name);
+    let actual_text = serde_json::to_string_pretty(actual).unwrap() + "\n";
+    if std::env::var_os("UPDATE_FIXTURES").is_some() {
+        std::fs::write(&path, &actual_text).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}; run with UPDATE_FIXTURES=1 to create it", path.display()));
+    assert_eq!(actual_text, expected, "{name} differs; rerun with UPDATE_FIXTURES=1 and review the diff");
+}
+
+#[test]
+fn plain_run() {
+    check("plain-run.json", &manifest::job(&spec(), &policy(), "0123abcd"));
+}
+
+#[test]
+fn run_with_files_limits_and_cache() {
+    let mut spec = spec();
+    spec.files = vec![
+        InputFile { path: "main.py".into(), content: b"print(1)".to_vec(), mode: 0o644 },
+        InputFile { path: "bin/run".into(), content: vec![0, 1, 2], mode: 0o755 },
+    ];
+    spec.cpu_limit = Some(Quantity::parse("250m").unwrap());
+    spec.memory_limit = Some(Quantity::parse("1Gi").unwrap());
+    spec.artifacts = vec!["out/**".into()];
+    let mut policy = policy();
+    policy.cache = Some(CacheVolume { claim_name: "deps".into(), mount_path: "/cache".into() });
+    policy.runtime_class = Some("gvisor".into());
+    check("files-limits-cache.json", &manifest::job(&spec, &policy, "0123abcd"));
+    let secret = manifest::inputs_secret(&spec, &policy, "0123abcd", "uid-1").expect("a secret for files");
+    check("files-secret.json", &secret);
+}
+
+#[test]
+fn no_files_no_secret() {
+    assert!(manifest::inputs_secret(&spec(), &policy(), "x", "uid").is_none());
+}
+
+#[test]
+fn dollar_signs_reach_the_process_literally() {
+    let cases = [("$(HOME)", "$$(HOME)"), ("$$", "$$$$"), ("a$b", "a$$b"), ("plain", "plain")];
+    for (raw, escaped) in cases {
+        assert_eq!(manifest::escape_dollars(raw), escaped);
+    }
+}

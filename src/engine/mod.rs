@@ -1,5 +1,7 @@
 //! The job engine: turns a checked `RunSpec` into a Job, follows it and
 //! returns a `RunOutcome`. Knows Kubernetes through `kube`, nothing of MCP.
 
+pub mod classify;
+pub mod collect;
 pub mod manifest;
 pub mod spec;

@@ -1,0 +1,302 @@
+//! Reading a pod's status (and the Job's events) into what the run loop
+//! needs to decide: keep waiting, start reading the log, stop early with a
+//! reason, or finish. Pure functions over the API's JSON, so each case is a
+//! fixture-driven test.
+
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use crate::engine::manifest::{MAIN_CONTAINER, PREPARE_CONTAINER};
+use crate::engine::spec::RunReason;
+
+/// What a pod's status says about the run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PodState {
+    /// Not decisive yet (scheduling, pulling, creating, prepare running).
+    Pending { waiting_reason: Option<String>, message: Option<String> },
+    /// The scheduler cannot place the pod (yet); the run loop applies a
+    /// grace period before giving up.
+    Unschedulable { message: String },
+    /// The main container is running: its log can be followed.
+    Running,
+    /// Something that will not fix itself within the run.
+    FailFast { reason: RunReason, message: String },
+    /// The main container (or the pod) has ended.
+    Finished(Finished),
+}
+
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Finished {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The container's terminated reason (`Completed`, `Error`, `OOMKilled`).
+    pub container_reason: Option<String>,
+    /// The pod's status reason (`Evicted`, `DeadlineExceeded`).
+    pub pod_reason: Option<String>,
+    pub pod_message: Option<String>,
+}
+
+/// Waiting reasons that mean the image will not be pulled in this run.
+const IMAGE_PULL_FAILURES: &[&str] =
+    &["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "ImageInspectError"];
+/// Waiting reasons that mean the container cannot be created as specified.
+const CONTAINER_FAILURES: &[&str] = &["CreateContainerConfigError", "CreateContainerError", "RunContainerError"];
+
+pub fn pod_state(pod: &Value) -> PodState {
+    let status = &pod["status"];
+    let phase = status["phase"].as_str().unwrap_or("");
+    if let Some(prepare) = container_status(status, "initContainerStatuses", PREPARE_CONTAINER) {
+        if let Some(state) = fail_fast_from_waiting(prepare, "the runner image") {
+            return state;
+        }
+        let terminated = &prepare["state"]["terminated"];
+        if terminated.is_object() && terminated["exitCode"].as_i64() != Some(0) {
+            let detail = terminated["message"].as_str().unwrap_or("").trim();
+            return PodState::FailFast {
+                reason: RunReason::InputFailed,
+                message: format!(
+                    "preparing the pod failed (exit code {}): {}; check the input files and MCP_K8S_RUNNER_IMAGE",
+                    terminated["exitCode"],
+                    if detail.is_empty() { "no message" } else { detail }
+                ),
+            };
+        }
+    }
+    let main = container_status(status, "containerStatuses", MAIN_CONTAINER);
+    if let Some(main) = main {
+        let terminated = &main["state"]["terminated"];
+        if terminated.is_object() {
+            return PodState::Finished(finished(status, Some(terminated)));
+        }
+        if main["state"]["running"].is_object() {
+            return PodState::Running;
+        }
+        if let Some(state) = fail_fast_from_waiting(main, "the image") {
+            return state;
+        }
+    }
+    if phase == "Failed" || phase == "Succeeded" {
+        return PodState::Finished(finished(status, None));
+    }
+    if let Some(message) = unschedulable_message(status) {
+        return PodState::Unschedulable { message };
+    }
+    let waiting = main.map(|main| &main["state"]["waiting"]);
+    PodState::Pending {
+        waiting_reason: waiting.and_then(|w| w["reason"].as_str()).map(str::to_string),
+        message: waiting.and_then(|w| w["message"].as_str()).map(str::to_string),
+    }
+}
+
+/// A Job's `FailedCreate` event means the pod was refused at creation:
+/// quota, LimitRange, Pod Security or validation. Returns the reason and
+/// the API's message.
+pub fn failed_create(events: &[Value]) -> Option<(RunReason, String)> {
+    let event = events.iter().rev().find(|event| event["reason"] == "FailedCreate")?;
+    let message = event["message"].as_str().unwrap_or("the pod could not be created").to_string();
+    let reason = if message.contains("exceeded quota") {
+        RunReason::QuotaExceeded
+    } else {
+        RunReason::Rejected
+    };
+    Some((reason, message))
+}
+
+/// Instants of the phases, read from the pod's status.
+pub fn scheduled_at(pod: &Value) -> Option<SystemTime> {
+    let conditions = pod["status"]["conditions"].as_array()?;
+    let scheduled = conditions.iter().find(|c| c["type"] == "PodScheduled" && c["status"] == "True")?;
+    parse_time(scheduled["lastTransitionTime"].as_str()?)
+}
+
+pub fn main_started_at(pod: &Value) -> Option<SystemTime> {
+    let main = container_status(&pod["status"], "containerStatuses", MAIN_CONTAINER)?;
+    let state = &main["state"];
+    let started = state["running"]["startedAt"].as_str().or_else(|| state["terminated"]["startedAt"].as_str())?;
+    parse_time(started)
+}
+
+pub fn main_finished_at(pod: &Value) -> Option<SystemTime> {
+    let main = container_status(&pod["status"], "containerStatuses", MAIN_CONTAINER)?;
+    parse_time(main["state"]["terminated"]["finishedAt"].as_str()?)
+}
+
+/// Parses the API's RFC 3339 timestamps (`2026-11-29T20:14:53Z`, with or
+/// without fractional seconds) in UTC.
+pub fn parse_time(text: &str) -> Option<SystemTime> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut date_parts = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (date_parts.next()??, date_parts.next()??, date_parts.next()??);
+    let (time, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut time_parts = time.splitn(3, ':').map(|p| p.parse::<u64>().ok());
+    let (hour, minute, second) = (time_parts.next()??, time_parts.next()??, time_parts.next()??);
+    let nanos: u32 = if fraction.is_empty() {
+        0
+    } else {
+        let digits: String = fraction.chars().take(9).collect();
+        format!("{digits:0<9}").parse().ok()?
+    };
+    let days = days_from_civil(year, month, day)?;
+    let seconds = u64::try_from(days).ok()? * 86_400 + hour * 3600 + minute * 60 + second;
+    Some(SystemTime::UNIX_EPOCH + std::time::Duration::new(seconds, nanos))
+}
+
+fn days_from_civil(year: i64, month: i64, day: i64) -> Option<i64> {
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_index = (month + 9) % 12;
+    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    Some(era * 146_097 + day_of_era - 719_468)
+}
+
+fn container_status<'a>(status: &'a Value, list: &str, name: &str) -> Option<&'a Value> {
+    status[list].as_array()?.iter().find(|c| c["name"] == name)
+}
+
+fn fail_fast_from_waiting(container: &Value, what: &str) -> Option<PodState> {
+    let waiting = &container["state"]["waiting"];
+    let reason = waiting["reason"].as_str()?;
+    let message = waiting["message"].as_str().unwrap_or("").trim();
+    let image = container["image"].as_str().unwrap_or("?");
+    if IMAGE_PULL_FAILURES.contains(&reason) {
+        return Some(PodState::FailFast {
+            reason: RunReason::ImagePullFailed,
+            message: format!(
+                "{what} `{image}` could not be pulled ({reason}): {message}; check the name and tag, and that the cluster can reach its registry"
+            ),
+        });
+    }
+    if CONTAINER_FAILURES.contains(&reason) {
+        return Some(PodState::FailFast {
+            reason: RunReason::ContainerFailed,
+            message: format!("the container could not be created ({reason}): {message}"),
+        });
+    }
+    None
+}
+
+fn unschedulable_message(status: &Value) -> Option<String> {
+    let conditions = status["conditions"].as_array()?;
+    let condition = conditions
+        .iter()
+        .find(|c| c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable")?;
+    Some(condition["message"].as_str().unwrap_or("no node can run the pod").to_string())
+}
+
+fn finished(status: &Value, terminated: Option<&Value>) -> Finished {
+    let exit_code = terminated.and_then(|t| t["exitCode"].as_i64()).map(|code| code as i32);
+    Finished {
+        exit_code,
+        signal: terminated.and_then(|t| t["signal"].as_i64()).map(|signal| signal as i32),
+        container_reason: terminated.and_then(|t| t["reason"].as_str()).map(str::to_string),
+        pod_reason: status["reason"].as_str().map(str::to_string),
+        pod_message: status["message"].as_str().map(str::to_string),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(status: Value) -> Value {
+        json!({"status": status})
+    }
+
+    #[test]
+    fn pod_states() {
+        let cases = vec![
+            ("empty status", pod(json!({"phase": "Pending"})), "Pending"),
+            (
+                "unschedulable",
+                pod(json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available: 1 Insufficient cpu."}]})),
+                "Unschedulable",
+            ),
+            (
+                "image pull back-off",
+                pod(json!({"phase": "Pending", "containerStatuses": [{"name": "main", "image": "nope:1", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]})),
+                "FailFast(ImagePullFailed)",
+            ),
+            (
+                "bad runner image",
+                pod(json!({"phase": "Pending", "initContainerStatuses": [{"name": "prepare", "image": "r:1", "state": {"waiting": {"reason": "ErrImagePull"}}}]})),
+                "FailFast(ImagePullFailed)",
+            ),
+            (
+                "config error",
+                pod(json!({"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "secret not found"}}}]})),
+                "FailFast(ContainerFailed)",
+            ),
+            (
+                "prepare failed",
+                pod(json!({"phase": "Failed", "initContainerStatuses": [{"name": "prepare", "state": {"terminated": {"exitCode": 2, "message": "input path bad"}}}]})),
+                "FailFast(InputFailed)",
+            ),
+            (
+                "creating",
+                pod(json!({"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}]})),
+                "Pending",
+            ),
+            (
+                "running",
+                pod(json!({"phase": "Running", "containerStatuses": [{"name": "main", "state": {"running": {"startedAt": "2026-11-29T20:00:00Z"}}}]})),
+                "Running",
+            ),
+            (
+                "oom",
+                pod(json!({"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]})),
+                "Finished",
+            ),
+            ("evicted", pod(json!({"phase": "Failed", "reason": "Evicted", "message": "ephemeral storage"})), "Finished"),
+        ];
+        for (name, pod, expected) in cases {
+            let state = pod_state(&pod);
+            let label = match &state {
+                PodState::Pending { .. } => "Pending".to_string(),
+                PodState::Unschedulable { .. } => "Unschedulable".to_string(),
+                PodState::Running => "Running".to_string(),
+                PodState::FailFast { reason, .. } => format!("FailFast({reason:?})"),
+                PodState::Finished(_) => "Finished".to_string(),
+            };
+            assert_eq!(label, expected, "{name}: {state:?}");
+        }
+    }
+
+    #[test]
+    fn image_pull_message_names_the_image_and_the_fix() {
+        let pod = pod(json!({"containerStatuses": [{"name": "main", "image": "nope:1", "state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}]}));
+        let PodState::FailFast { message, .. } = pod_state(&pod) else { panic!() };
+        assert!(message.contains("`nope:1`") && message.contains("not found") && message.contains("check the name"), "{message}");
+    }
+
+    #[test]
+    fn failed_create_events() {
+        let quota = json!({"reason": "FailedCreate", "message": "Error creating: pods \"x\" is forbidden: exceeded quota: q, requested: cpu=64"});
+        let security = json!({"reason": "FailedCreate", "message": "pods \"x\" is forbidden: violates PodSecurity"});
+        let other = json!({"reason": "SuccessfulCreate", "message": "Created pod"});
+        assert_eq!(failed_create(std::slice::from_ref(&other)), None);
+        assert_eq!(failed_create(&[other.clone(), quota]).map(|r| r.0), Some(RunReason::QuotaExceeded));
+        assert_eq!(failed_create(&[security]).map(|r| r.0), Some(RunReason::Rejected));
+    }
+
+    #[test]
+    fn api_timestamps() {
+        let cases = [
+            ("1970-01-01T00:00:00Z", 0, 0),
+            ("2026-11-29T20:14:53Z", 1_795_983_293, 0),
+            ("2026-11-29T20:14:53.25Z", 1_795_983_293, 250_000_000),
+        ];
+        for (text, seconds, nanos) in cases {
+            let time = parse_time(text).unwrap();
+            assert_eq!(time, SystemTime::UNIX_EPOCH + std::time::Duration::new(seconds, nanos), "{text}");
+        }
+        assert_eq!(parse_time("yesterday"), None);
+    }
+}

@@ -1,0 +1,233 @@
+//! Reassembles the runner's frames, read line by line from the followed
+//! container log, into live output and a final result, with memory bounded
+//! by the configured caps whatever the log contains.
+
+use std::io::BufRead;
+
+use crate::engine::spec::Artifact;
+use crate::runner::frame::{self, Frame, RunResult, Stream};
+
+/// Longest log line kept; the runner's own frames stay far below this, so
+/// a longer line is something else (a process writing to the container's
+/// stdout directly) and is skipped.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// New live output from one frame, for progress notifications.
+#[derive(Debug, PartialEq)]
+pub struct LiveChunk {
+    pub stream: Stream,
+    pub bytes: Vec<u8>,
+}
+
+/// What has been read so far.
+pub struct Collector {
+    max_output_bytes: usize,
+    max_artifact_bytes: u64,
+    pub started_at_ms: Option<u64>,
+    pub live_stdout: Vec<u8>,
+    pub live_stderr: Vec<u8>,
+    pub artifacts: Vec<Artifact>,
+    artifact_bytes: u64,
+    pub result: Option<RunResult>,
+    /// Problems with the log itself (bad frames, overlong lines).
+    pub problems: Vec<String>,
+}
+
+impl Collector {
+    pub fn new(max_output_bytes: u64, max_artifact_bytes: u64) -> Collector {
+        Collector {
+            max_output_bytes: max_output_bytes as usize,
+            max_artifact_bytes,
+            started_at_ms: None,
+            live_stdout: Vec::new(),
+            live_stderr: Vec::new(),
+            artifacts: Vec::new(),
+            artifact_bytes: 0,
+            result: None,
+            problems: Vec::new(),
+        }
+    }
+
+    /// Takes one log line; returns live output it carried, if any.
+    pub fn push_line(&mut self, line: &str) -> Option<LiveChunk> {
+        let frame = match frame::decode(line) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return None,
+            Err(error) => {
+                self.note_problem(error.to_string());
+                return None;
+            }
+        };
+        match frame {
+            Frame::Started(started) => self.started_at_ms = Some(started.started_at_ms),
+            Frame::Output(output) => return self.push_output(output.stream, &output.data_b64),
+            Frame::Artifact(header) => self.artifacts.push(Artifact {
+                path: header.path,
+                size: header.size,
+                mode: header.mode,
+                sha256: header.sha256,
+                content: header.content_included.then(Vec::new),
+            }),
+            Frame::ArtifactChunk(chunk) => self.push_artifact_chunk(&chunk.data_b64),
+            Frame::Result(result) => self.result = Some(result),
+        }
+        None
+    }
+
+    /// Reads `reader` to its end (or until `stop` says so), feeding lines.
+    /// `on_live` gets each live chunk as it arrives.
+    pub fn read_all(
+        &mut self,
+        reader: &mut dyn BufRead,
+        on_live: &mut dyn FnMut(LiveChunk),
+    ) -> std::io::Result<()> {
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let (read, complete) = read_line_bounded(reader, &mut line, MAX_LINE_BYTES)?;
+            if read == 0 {
+                return Ok(());
+            }
+            if !complete {
+                self.note_problem(format!("skipped a log line longer than {MAX_LINE_BYTES} bytes"));
+                continue;
+            }
+            let text = String::from_utf8_lossy(&line);
+            if let Some(chunk) = self.push_line(&text) {
+                on_live(chunk);
+            }
+        }
+    }
+
+    fn push_output(&mut self, stream: Stream, data_b64: &str) -> Option<LiveChunk> {
+        let bytes = match frame::from_base64(data_b64) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                self.note_problem(error.to_string());
+                return None;
+            }
+        };
+        let kept = match stream {
+            Stream::Stdout => &mut self.live_stdout,
+            Stream::Stderr => &mut self.live_stderr,
+        };
+        let room = self.max_output_bytes.saturating_sub(kept.len());
+        let bytes = bytes[..bytes.len().min(room)].to_vec();
+        if bytes.is_empty() {
+            return None;
+        }
+        kept.extend_from_slice(&bytes);
+        Some(LiveChunk { stream, bytes })
+    }
+
+    fn push_artifact_chunk(&mut self, data_b64: &str) {
+        let bytes = match frame::from_base64(data_b64) {
+            Ok(bytes) => bytes,
+            Err(error) => return self.note_problem(error.to_string()),
+        };
+        let Some(Some(content)) = self.artifacts.last_mut().map(|artifact| artifact.content.as_mut()) else {
+            return self.note_problem("artifact data without an artifact header".into());
+        };
+        if self.artifact_bytes + bytes.len() as u64 > self.max_artifact_bytes {
+            // The runner enforces the cap; this guards the server's memory
+            // against a log that claims otherwise.
+            if let Some(artifact) = self.artifacts.last_mut() {
+                artifact.content = None;
+            }
+            return self.note_problem("artifact data beyond the cap was dropped".into());
+        }
+        self.artifact_bytes += bytes.len() as u64;
+        content.extend_from_slice(&bytes);
+    }
+
+    fn note_problem(&mut self, problem: String) {
+        // A flood of bad lines must not grow memory without bound.
+        if self.problems.len() < 20 && !self.problems.contains(&problem) {
+            self.problems.push(problem);
+        }
+    }
+}
+
+/// Reads one line of at most `max` bytes into `line` (newline excluded).
+/// Returns the bytes consumed and whether the line fit; the rest of an
+/// overlong line is consumed and dropped.
+pub fn read_line_bounded(reader: &mut dyn BufRead, line: &mut Vec<u8>, max: usize) -> std::io::Result<(usize, bool)> {
+    let mut consumed = 0;
+    let mut fits = true;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        if available.is_empty() {
+            return Ok((consumed, fits));
+        }
+        let (piece, found_newline) = match available.iter().position(|&byte| byte == b'\n') {
+            Some(index) => (&available[..index], true),
+            None => (available, false),
+        };
+        if fits && line.len() + piece.len() <= max {
+            line.extend_from_slice(piece);
+        } else {
+            fits = false;
+            line.clear();
+        }
+        let used = piece.len() + usize::from(found_newline);
+        reader.consume(used);
+        consumed += used;
+        if found_newline {
+            return Ok((consumed, fits));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::frame::{ArtifactChunk, ArtifactHeader, Output};
+
+    fn line(frame: Frame) -> String {
+        frame::encode(&frame)
+    }
+
+    #[test]
+    fn frames_become_live_output_and_artifacts() {
+        let mut collector = Collector::new(4, 100);
+        let log = [
+            "some runtime message\n".to_string(),
+            line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"abc") })),
+            line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"def") })),
+            line(Frame::Artifact(ArtifactHeader { path: "a".into(), size: 2, mode: 0o644, sha256: "x".into(), content_included: true })),
+            line(Frame::ArtifactChunk(ArtifactChunk { data_b64: frame::to_base64(b"hi") })),
+        ]
+        .concat();
+        let mut live = Vec::new();
+        collector.read_all(&mut log.as_bytes(), &mut |chunk| live.push(chunk)).unwrap();
+        assert_eq!(collector.live_stdout, b"abcd", "live output is capped");
+        assert_eq!(live.len(), 2);
+        assert_eq!(collector.artifacts[0].content.as_deref(), Some(&b"hi"[..]));
+        assert!(collector.problems.is_empty(), "{:?}", collector.problems);
+        assert!(collector.result.is_none());
+    }
+
+    #[test]
+    fn artifact_bytes_past_the_cap_are_dropped_and_noted() {
+        let mut collector = Collector::new(10, 3);
+        collector.push_line(&line(Frame::Artifact(ArtifactHeader { path: "a".into(), size: 5, mode: 0, sha256: "x".into(), content_included: true })));
+        collector.push_line(&line(Frame::ArtifactChunk(ArtifactChunk { data_b64: frame::to_base64(b"12345") })));
+        assert_eq!(collector.artifacts[0].content, None);
+        assert_eq!(collector.problems.len(), 1);
+    }
+
+    #[test]
+    fn overlong_lines_are_skipped_whole() {
+        let text = format!("{}\nnext\n", "x".repeat(50));
+        let mut reader = text.as_bytes();
+        let mut line = Vec::new();
+        assert_eq!(read_line_bounded(&mut reader, &mut line, 10).unwrap(), (51, false));
+        line.clear();
+        assert_eq!(read_line_bounded(&mut reader, &mut line, 10).unwrap(), (5, true));
+        assert_eq!(line, b"next");
+    }
+}

@@ -4,4 +4,5 @@
 pub mod classify;
 pub mod collect;
 pub mod manifest;
+pub mod outcome;
 pub mod spec;

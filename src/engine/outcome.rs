@@ -1,0 +1,215 @@
+//! Deciding a run's status, reason and message from what the runner
+//! reported (its result frame) and what the kubelet reported (the container
+//! and pod status). Pure, so every combination is a test case.
+
+use std::time::Duration;
+
+use crate::engine::classify::Finished;
+use crate::engine::collect::Collector;
+use crate::engine::spec::{RunOutcome, RunReason, RunStatus, Truncation};
+use crate::runner::frame;
+
+/// The facts a finished run is judged on, besides the collected log.
+pub struct Judged<'a> {
+    pub run_id: &'a str,
+    pub timeout: Duration,
+    pub memory_limit: Option<&'a str>,
+    pub finished: Option<&'a Finished>,
+}
+
+/// Builds the outcome of a run whose main container ran. `collector` holds
+/// what was read from the log; `finished` the kubelet's view, if known.
+pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
+    let mut outcome = RunOutcome::without_result(facts.run_id, RunStatus::Error, RunReason::ResultLost, String::new());
+    outcome.notes.extend(collector.problems.iter().cloned());
+    outcome.artifacts = collector.artifacts;
+    let oom_by_kubelet = facts.finished.and_then(|f| f.container_reason.as_deref()) == Some("OOMKilled");
+    let Some(result) = collector.result else {
+        // No result frame: the runner itself was killed or the log was lost.
+        // Keep what the live frames carried, and say so.
+        outcome.stdout = collector.live_stdout;
+        outcome.stderr = collector.live_stderr;
+        outcome.truncated = Truncation { stdout: true, stderr: true, artifacts: true };
+        outcome.exit_code = facts.finished.and_then(|f| f.exit_code);
+        return judge_without_result(facts, oom_by_kubelet, outcome);
+    };
+    outcome.exit_code = result.exit_code;
+    outcome.signal = result.signal;
+    outcome.stdout = decode_or_note(&result.stdout_b64, "stdout", &mut outcome.notes);
+    outcome.stderr = decode_or_note(&result.stderr_b64, "stderr", &mut outcome.notes);
+    outcome.stdout_total_bytes = result.stdout_total_bytes;
+    outcome.stderr_total_bytes = result.stderr_total_bytes;
+    outcome.truncated = Truncation {
+        stdout: result.stdout_truncated,
+        stderr: result.stderr_truncated,
+        artifacts: result.artifacts_truncated || outcome.artifacts.len() < result.artifact_count as usize,
+    };
+    outcome.duration = Duration::from_millis(result.finished_at_ms.saturating_sub(result.started_at_ms));
+    outcome.notes.extend(result.notes.iter().cloned());
+    if outcome.artifacts.len() < result.artifact_count as usize {
+        outcome.notes.push(format!(
+            "the runner sent {} artifacts but {} arrived; the log was cut",
+            result.artifact_count,
+            outcome.artifacts.len()
+        ));
+    }
+    let (status, reason, message) = if let Some(start_error) = &result.start_error {
+        (
+            RunStatus::Error,
+            Some(RunReason::StartFailed),
+            format!("{start_error}; check that the program exists in the image and is executable, or give its absolute path"),
+        )
+    } else if result.timed_out {
+        (
+            RunStatus::TimedOut,
+            Some(RunReason::DeadlineExceeded),
+            format!(
+                "the command ran longer than timeout_s={} and was stopped; the output so far and the artifacts are included; raise timeout_s or use submit_job for long work",
+                facts.timeout.as_secs()
+            ),
+        )
+    } else if result.terminated_by_request {
+        (RunStatus::Cancelled, Some(RunReason::Cancelled), "the run was cancelled; the output so far is included".to_string())
+    } else if result.oom_killed || oom_by_kubelet {
+        (RunStatus::Failed, Some(RunReason::OomKilled), oom_message(facts))
+    } else if result.exit_code == Some(0) {
+        (RunStatus::Succeeded, None, "the command exited with code 0".to_string())
+    } else if let Some(code) = result.exit_code {
+        (RunStatus::Failed, Some(RunReason::NonZeroExit), format!("the command exited with code {code}; see stderr"))
+    } else {
+        let signal = result.signal.unwrap_or(0);
+        (RunStatus::Failed, Some(RunReason::Signaled), format!("the command was killed by signal {signal}"))
+    };
+    outcome.status = status;
+    outcome.reason = reason;
+    outcome.message = message;
+    outcome
+}
+
+fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOutcome) -> RunOutcome {
+    let pod_reason = facts.finished.and_then(|f| f.pod_reason.as_deref());
+    let pod_message = facts.finished.and_then(|f| f.pod_message.clone()).unwrap_or_default();
+    let (status, reason, message) = if oom_by_kubelet {
+        (RunStatus::Failed, RunReason::OomKilled, oom_message(facts))
+    } else if pod_reason == Some("Evicted") {
+        (
+            RunStatus::Error,
+            RunReason::Evicted,
+            format!("the pod was evicted: {pod_message}; the workdir may have outgrown its size limit, or the node ran short of resources"),
+        )
+    } else if pod_reason == Some("DeadlineExceeded") {
+        (
+            RunStatus::TimedOut,
+            RunReason::DeadlineExceeded,
+            "the pod's deadline passed before the runner could report; the output so far is included".to_string(),
+        )
+    } else {
+        (
+            RunStatus::Error,
+            RunReason::ResultLost,
+            "the pod ended without the runner's result (the container was killed or its log was lost); the live output so far is included".to_string(),
+        )
+    };
+    outcome.status = status;
+    outcome.reason = Some(reason);
+    outcome.message = message;
+    outcome
+}
+
+fn oom_message(facts: &Judged) -> String {
+    match facts.memory_limit {
+        Some(limit) => format!("the command ran out of memory (limits.memory={limit}) and was killed; raise limits.memory"),
+        None => "the command ran out of memory and was killed (the namespace's default memory limit applied); set limits.memory higher".to_string(),
+    }
+}
+
+fn decode_or_note(text: &str, name: &str, notes: &mut Vec<String>) -> Vec<u8> {
+    frame::from_base64(text).unwrap_or_else(|error| {
+        notes.push(format!("{name}: {error}"));
+        Vec::new()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::frame::{Frame, RunResult};
+
+    fn result() -> RunResult {
+        RunResult {
+            exit_code: Some(0),
+            signal: None,
+            timed_out: false,
+            terminated_by_request: false,
+            oom_killed: false,
+            start_error: None,
+            started_at_ms: 1_000,
+            finished_at_ms: 1_250,
+            stdout_b64: frame::to_base64(b"out"),
+            stderr_b64: frame::to_base64(b"err"),
+            stdout_total_bytes: 3,
+            stderr_total_bytes: 3,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            artifact_count: 0,
+            artifacts_truncated: false,
+            notes: Vec::new(),
+        }
+    }
+
+    fn judged(result: Option<RunResult>, finished: Option<Finished>) -> RunOutcome {
+        let mut collector = Collector::new(100, 100);
+        if let Some(result) = result {
+            collector.push_line(&frame::encode(&Frame::Result(result)));
+        }
+        let facts = Judged { run_id: "r", timeout: Duration::from_secs(5), memory_limit: Some("64Mi"), finished: finished.as_ref() };
+        judge(&facts, collector)
+    }
+
+    #[test]
+    fn statuses_and_reasons() {
+        let with = |change: fn(&mut RunResult)| {
+            let mut r = result();
+            change(&mut r);
+            Some(r)
+        };
+        let oom_container = Finished { container_reason: Some("OOMKilled".into()), exit_code: Some(137), ..Finished::default() };
+        let evicted = Finished { pod_reason: Some("Evicted".into()), pod_message: Some("disk".into()), ..Finished::default() };
+        // (name, runner result, kubelet view, expected status, expected reason)
+        type Case = (&'static str, Option<RunResult>, Option<Finished>, RunStatus, Option<RunReason>);
+        let cases: Vec<Case> = vec![
+            ("exit 0", with(|_| {}), None, RunStatus::Succeeded, None),
+            ("exit 3", with(|r| r.exit_code = Some(3)), None, RunStatus::Failed, Some(RunReason::NonZeroExit)),
+            ("signal", with(|r| { r.exit_code = None; r.signal = Some(9) }), None, RunStatus::Failed, Some(RunReason::Signaled)),
+            ("timeout", with(|r| { r.timed_out = true; r.exit_code = None }), None, RunStatus::TimedOut, Some(RunReason::DeadlineExceeded)),
+            ("oom seen by runner", with(|r| { r.oom_killed = true; r.exit_code = None; r.signal = Some(9) }), None, RunStatus::Failed, Some(RunReason::OomKilled)),
+            ("start error", with(|r| { r.start_error = Some("cannot start `x`".into()); r.exit_code = None }), None, RunStatus::Error, Some(RunReason::StartFailed)),
+            ("cancelled", with(|r| r.terminated_by_request = true), None, RunStatus::Cancelled, Some(RunReason::Cancelled)),
+            ("runner oom-killed", None, Some(oom_container), RunStatus::Failed, Some(RunReason::OomKilled)),
+            ("evicted", None, Some(evicted), RunStatus::Error, Some(RunReason::Evicted)),
+            ("lost", None, None, RunStatus::Error, Some(RunReason::ResultLost)),
+        ];
+        for (name, result, finished, status, reason) in cases {
+            let outcome = judged(result, finished);
+            assert_eq!((outcome.status, outcome.reason), (status, reason), "{name}: {}", outcome.message);
+            assert!(!outcome.message.is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn outputs_and_duration_come_from_the_result() {
+        let outcome = judged(Some(result()), None);
+        assert_eq!((outcome.stdout.as_slice(), outcome.stderr.as_slice()), (&b"out"[..], &b"err"[..]));
+        assert_eq!(outcome.duration, Duration::from_millis(250));
+        assert_eq!(outcome.truncated, Truncation::default());
+    }
+
+    #[test]
+    fn missing_artifacts_are_flagged_truncated() {
+        let mut r = result();
+        r.artifact_count = 2;
+        let outcome = judged(Some(r), None);
+        assert!(outcome.truncated.artifacts);
+        assert!(outcome.notes.iter().any(|n| n.contains("2 artifacts")), "{:?}", outcome.notes);
+    }
+}

@@ -1,8 +1,10 @@
 //! The job engine: turns a checked `RunSpec` into a Job, follows it and
 //! returns a `RunOutcome`. Knows Kubernetes through `kube`, nothing of MCP.
 
+pub mod cancel;
 pub mod classify;
 pub mod collect;
 pub mod manifest;
 pub mod outcome;
+pub mod slots;
 pub mod spec;

@@ -1,0 +1,164 @@
+//! `MCP_K8S_MAX_CONCURRENT` as a real limit: at most that many runs hold a
+//! slot at once; up to `queue_len` more wait in arrival order; beyond that a
+//! run is refused at once with a clear error instead of piling up.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::engine::cancel::CancelToken;
+
+#[derive(Clone)]
+pub struct Slots {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+    max_running: usize,
+    max_queued: usize,
+}
+
+struct State {
+    running: usize,
+    /// Tickets of waiting runs, oldest first; only the front may take a slot.
+    queue: VecDeque<u64>,
+    next_ticket: u64,
+}
+
+/// Held while a run uses a slot; dropping it frees the slot.
+pub struct Permit {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum SlotError {
+    QueueFull { running: usize, queued: usize },
+    Cancelled,
+}
+
+impl std::fmt::Display for SlotError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlotError::QueueFull { running, queued } => write!(
+                formatter,
+                "the server is at its limit: {running} runs in progress and {queued} waiting (MCP_K8S_MAX_CONCURRENT, MCP_K8S_MAX_QUEUED); retry later or use submit_job"
+            ),
+            SlotError::Cancelled => write!(formatter, "cancelled while waiting for a free slot"),
+        }
+    }
+}
+
+/// Counts for metrics and `describe` output.
+#[derive(Debug, PartialEq)]
+pub struct SlotCounts {
+    pub running: usize,
+    pub queued: usize,
+}
+
+impl Slots {
+    pub fn new(max_running: usize, max_queued: usize) -> Slots {
+        Slots {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State { running: 0, queue: VecDeque::new(), next_ticket: 0 }),
+                changed: Condvar::new(),
+                max_running: max_running.max(1),
+                max_queued,
+            }),
+        }
+    }
+
+    /// Waits for a slot in arrival order; gives up when `cancel` fires.
+    pub fn acquire(&self, cancel: &CancelToken) -> Result<Permit, SlotError> {
+        let shared = &self.shared;
+        let mut state = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if state.running < shared.max_running && state.queue.is_empty() {
+            state.running += 1;
+            return Ok(Permit { shared: shared.clone() });
+        }
+        if state.queue.len() >= shared.max_queued {
+            return Err(SlotError::QueueFull { running: state.running, queued: state.queue.len() });
+        }
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        state.queue.push_back(ticket);
+        loop {
+            if cancel.is_cancelled() {
+                state.queue.retain(|waiting| *waiting != ticket);
+                shared.changed.notify_all();
+                return Err(SlotError::Cancelled);
+            }
+            if state.running < shared.max_running && state.queue.front() == Some(&ticket) {
+                state.queue.pop_front();
+                state.running += 1;
+                shared.changed.notify_all();
+                return Ok(Permit { shared: shared.clone() });
+            }
+            // Wake periodically to notice cancellation, which does not
+            // signal this condition variable.
+            let (next, _) = shared
+                .changed
+                .wait_timeout(state, Duration::from_millis(100))
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            state = next;
+        }
+    }
+
+    pub fn counts(&self) -> SlotCounts {
+        let state = self.shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        SlotCounts { running: state.running, queued: state.queue.len() }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut state = self.shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        state.running = state.running.saturating_sub(1);
+        self.shared.changed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn limit_queue_and_refusal() {
+        let slots = Slots::new(1, 1);
+        let cancel = CancelToken::new();
+        let first = slots.acquire(&cancel).unwrap();
+        let (sender, receiver) = mpsc::channel();
+        let waiter_slots = slots.clone();
+        let waiter = std::thread::spawn(move || {
+            let permit = waiter_slots.acquire(&CancelToken::new());
+            sender.send(()).unwrap();
+            permit.is_ok()
+        });
+        while slots.counts().queued == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(slots.acquire(&cancel).err(), Some(SlotError::QueueFull { running: 1, queued: 1 }));
+        assert!(receiver.try_recv().is_err(), "the waiter must wait while the slot is held");
+        drop(first);
+        assert!(waiter.join().unwrap());
+        assert_eq!(slots.counts(), SlotCounts { running: 0, queued: 0 });
+    }
+
+    #[test]
+    fn a_cancelled_waiter_leaves_the_queue() {
+        let slots = Slots::new(1, 4);
+        let _held = slots.acquire(&CancelToken::new()).unwrap();
+        let cancel = CancelToken::new();
+        let waiter_slots = slots.clone();
+        let waiter_cancel = cancel.clone();
+        let waiter = std::thread::spawn(move || waiter_slots.acquire(&waiter_cancel).err());
+        while slots.counts().queued == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        cancel.cancel();
+        assert_eq!(waiter.join().unwrap(), Some(SlotError::Cancelled));
+        assert_eq!(slots.counts().queued, 0);
+    }
+}

@@ -1,1 +1,3 @@
 //! The MCP tools: names, schemas, argument checking and result shapes.
+
+pub mod images;

@@ -1,0 +1,401 @@
+//! `run_job` / `submit_job` arguments → a checked `RunSpec`, in one place:
+//! every field is validated here, once, with a message that names the field
+//! and says what would be accepted. The engine never checks them again.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{Map, Value};
+
+use crate::engine::spec::{CloneSpec, InputFile, RunSpec};
+use crate::quantity::Quantity;
+use crate::tools::images::Allowlist;
+
+/// Default working directory, as in the original.
+pub const DEFAULT_WORKDIR: &str = "/work";
+/// Input files travel in one Secret (limit 1 MiB of data); this leaves room
+/// for the manifest and metadata.
+pub const MAX_INPUT_BYTES: usize = 768 * 1024;
+pub const MAX_INPUT_FILES: usize = 256;
+/// Linux refuses a single argv string over 128 KiB (MAX_ARG_STRLEN).
+pub const MAX_ARG_BYTES: usize = 128 * 1024;
+pub const MAX_ARTIFACT_PATTERNS: usize = 32;
+
+/// The server-side bounds the arguments are checked against.
+pub struct ArgBounds<'a> {
+    pub allowlist: &'a Allowlist,
+    pub default_timeout: Duration,
+    pub max_timeout: Duration,
+    /// True when MCP_K8S_CLONE_IMAGE and MCP_K8S_CLONE_SECRET are set.
+    pub clone_enabled: bool,
+}
+
+/// An argument the caller must fix; the text says which and how.
+#[derive(Debug, PartialEq)]
+pub struct ArgError(pub String);
+
+impl std::fmt::Display for ArgError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.0)
+    }
+}
+
+const FIELDS: &[&str] = &["image", "command", "files", "env", "limits", "timeout_s", "workdir", "clone", "artifacts"];
+
+pub fn parse_run_args(args: &Value, bounds: &ArgBounds) -> Result<RunSpec, ArgError> {
+    let object = args.as_object().ok_or_else(|| fail("arguments must be an object"))?;
+    reject_unknown(object, FIELDS, "")?;
+    let image = object.get("image").and_then(Value::as_str).ok_or_else(|| fail("`image` is required and must be a string"))?;
+    if image.trim().is_empty() {
+        return Err(fail("`image` must not be empty"));
+    }
+    let image = bounds.allowlist.check(image).map_err(ArgError)?.to_string();
+    let workdir = parse_workdir(object.get("workdir"))?;
+    Ok(RunSpec {
+        image,
+        command: parse_command(object.get("command"))?,
+        files: parse_files(object.get("files"))?,
+        env: parse_env(object.get("env"))?,
+        cpu_limit: parse_limit(object.get("limits"), "cpu")?,
+        memory_limit: parse_limit(object.get("limits"), "memory")?,
+        timeout: parse_timeout(object.get("timeout_s"), bounds)?,
+        artifacts: parse_artifacts(object.get("artifacts"))?,
+        clone: parse_clone(object.get("clone"), bounds.clone_enabled)?,
+        workdir,
+    })
+}
+
+fn fail(message: impl Into<String>) -> ArgError {
+    ArgError(message.into())
+}
+
+fn reject_unknown(object: &Map<String, Value>, known: &[&str], context: &str) -> Result<(), ArgError> {
+    if let Some(unknown) = object.keys().find(|key| !known.contains(&key.as_str())) {
+        return Err(fail(format!("unknown field `{context}{unknown}`; accepted: {}", known.join(", "))));
+    }
+    Ok(())
+}
+
+fn parse_command(value: Option<&Value>) -> Result<Vec<String>, ArgError> {
+    let items = value
+        .and_then(Value::as_array)
+        .ok_or_else(|| fail("`command` is required: an array of strings (argv), e.g. [\"python3\", \"-c\", \"print(1)\"]"))?;
+    if items.is_empty() {
+        return Err(fail("`command` must not be empty"));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let text = item.as_str().ok_or_else(|| fail(format!("`command[{index}]` must be a string")))?;
+            if index == 0 && text.is_empty() {
+                return Err(fail("`command[0]` (the program) must not be empty"));
+            }
+            if text.contains('\0') {
+                return Err(fail(format!("`command[{index}]` contains a NUL byte")));
+            }
+            if text.len() > MAX_ARG_BYTES {
+                return Err(fail(format!(
+                    "`command[{index}]` is {} bytes; Linux allows at most {MAX_ARG_BYTES} per argument: pass long scripts as `files`",
+                    text.len()
+                )));
+            }
+            Ok(text.to_string())
+        })
+        .collect()
+}
+
+fn parse_files(value: Option<&Value>) -> Result<Vec<InputFile>, ArgError> {
+    let Some(value) = value.filter(|v| !v.is_null()) else { return Ok(Vec::new()) };
+    let items = value.as_array().ok_or_else(|| fail("`files` must be an array of {path, content_b64, mode?}"))?;
+    if items.len() > MAX_INPUT_FILES {
+        return Err(fail(format!("`files` has {} entries; at most {MAX_INPUT_FILES}", items.len())));
+    }
+    let mut files: Vec<InputFile> = Vec::new();
+    let mut total = 0usize;
+    for (index, item) in items.iter().enumerate() {
+        let object = item.as_object().ok_or_else(|| fail(format!("`files[{index}]` must be an object")))?;
+        reject_unknown(object, &["path", "content_b64", "mode"], &format!("files[{index}]."))?;
+        let path = object
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or_else(|| fail(format!("`files[{index}].path` is required and must be a string")))?;
+        let path = check_relative_path(path).map_err(|why| fail(format!("`files[{index}].path` `{path}` {why}")))?;
+        if files.iter().any(|file| file.path == path) {
+            return Err(fail(format!("`files[{index}].path` `{path}` is given twice")));
+        }
+        let encoded = object
+            .get("content_b64")
+            .and_then(Value::as_str)
+            .ok_or_else(|| fail(format!("`files[{index}].content_b64` is required and must be a base64 string")))?;
+        let content = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .map_err(|error| fail(format!("`files[{index}].content_b64` is not valid base64: {error}")))?;
+        total += content.len();
+        if total > MAX_INPUT_BYTES {
+            return Err(fail(format!(
+                "`files` hold more than {MAX_INPUT_BYTES} bytes, the most one run can carry (a Kubernetes Secret); put large inputs in the image, a `clone`, or the cache volume"
+            )));
+        }
+        let mode = parse_mode(object.get("mode")).map_err(|why| fail(format!("`files[{index}].mode` {why}")))?;
+        files.push(InputFile { path, content, mode });
+    }
+    Ok(files)
+}
+
+/// Accepts `"0755"`, `"755"` (octal strings, as in the original) or 493.
+fn parse_mode(value: Option<&Value>) -> Result<u32, String> {
+    let mode = match value {
+        None | Some(Value::Null) => return Ok(0o644),
+        Some(Value::String(text)) => {
+            u32::from_str_radix(text.trim_start_matches("0o"), 8).map_err(|_| format!("`{text}` is not an octal mode like \"0644\""))?
+        }
+        Some(Value::Number(number)) => number
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| format!("`{number}` is not a file mode"))?,
+        Some(other) => return Err(format!("must be an octal string like \"0755\", not {other}")),
+    };
+    if mode > 0o777 {
+        return Err(format!("`{mode:o}` is out of range; use 0000 to 0777 (no setuid, setgid or sticky bits)"));
+    }
+    Ok(mode)
+}
+
+/// A path relative to the workdir: no `..`, not absolute, no empty parts.
+/// Returns it normalised (without `./`).
+pub fn check_relative_path(path: &str) -> Result<String, String> {
+    if path.is_empty() || path.len() > 4096 {
+        return Err("must be 1 to 4096 characters".into());
+    }
+    if path.starts_with('/') {
+        return Err("must be relative to the workdir".into());
+    }
+    if path.contains('\0') || path.contains('\\') {
+        return Err("must not contain NUL or backslash".into());
+    }
+    let parts: Vec<&str> = path.split('/').filter(|part| *part != "." && !part.is_empty()).collect();
+    if parts.is_empty() || parts.contains(&"..") {
+        return Err("must name a file inside the workdir (no `..`)".into());
+    }
+    if parts.first() == Some(&".git") {
+        return Err("must not write into `.git`".into());
+    }
+    Ok(parts.join("/"))
+}
+
+fn parse_env(value: Option<&Value>) -> Result<BTreeMap<String, String>, ArgError> {
+    let Some(value) = value.filter(|v| !v.is_null()) else { return Ok(BTreeMap::new()) };
+    let object = value.as_object().ok_or_else(|| fail("`env` must be an object of string values"))?;
+    let mut env = BTreeMap::new();
+    for (name, value) in object {
+        let valid_name = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_name {
+            return Err(fail(format!("`env` name `{name}` must match ^[A-Za-z_][A-Za-z0-9_]*$")));
+        }
+        let text = value.as_str().ok_or_else(|| fail(format!("`env.{name}` must be a string")))?;
+        env.insert(name.clone(), text.to_string());
+    }
+    Ok(env)
+}
+
+fn parse_limit(limits: Option<&Value>, name: &str) -> Result<Option<Quantity>, ArgError> {
+    let Some(limits) = limits.filter(|v| !v.is_null()) else { return Ok(None) };
+    let object = limits.as_object().ok_or_else(|| fail("`limits` must be an object {cpu?, memory?}"))?;
+    reject_unknown(object, &["cpu", "memory"], "limits.")?;
+    let Some(value) = object.get(name).filter(|v| !v.is_null()) else { return Ok(None) };
+    let text = match value {
+        Value::String(text) => text.clone(),
+        Value::Number(number) => number.to_string(),
+        _ => return Err(fail(format!("`limits.{name}` must be a string like \"500m\" or \"512Mi\""))),
+    };
+    let quantity = Quantity::parse(&text).map_err(|error| fail(format!("`limits.{name}`: {error}")))?;
+    if quantity.is_zero() {
+        return Err(fail(format!("`limits.{name}` must be more than zero")));
+    }
+    Ok(Some(quantity))
+}
+
+fn parse_timeout(value: Option<&Value>, bounds: &ArgBounds) -> Result<Duration, ArgError> {
+    let max = bounds.max_timeout.as_secs();
+    let seconds = match value {
+        None | Some(Value::Null) => return Ok(bounds.default_timeout),
+        Some(Value::Number(number)) => number
+            .as_i64()
+            .ok_or_else(|| fail(format!("`timeout_s` must be a whole number of seconds from 1 to {max}")))?,
+        Some(_) => return Err(fail("`timeout_s` must be a number")),
+    };
+    if seconds < 0 {
+        return Err(fail(format!("`timeout_s` must not be negative; use 1 to {max}, or 0 for the default")));
+    }
+    if seconds == 0 {
+        return Ok(bounds.default_timeout);
+    }
+    if seconds as u64 > max {
+        return Err(fail(format!(
+            "`timeout_s` {seconds} is over the server's maximum of {max} (MCP_K8S_MAX_TIMEOUT_S); use submit_job for long work only within that bound"
+        )));
+    }
+    Ok(Duration::from_secs(seconds as u64))
+}
+
+/// The workdir is mounted as a volume, so it must be an absolute, plain
+/// path that does not cover system folders or the runner's own.
+fn parse_workdir(value: Option<&Value>) -> Result<String, ArgError> {
+    let Some(value) = value.filter(|v| !v.is_null()) else { return Ok(DEFAULT_WORKDIR.to_string()) };
+    let text = value.as_str().ok_or_else(|| fail("`workdir` must be a string"))?;
+    let valid_chars = text.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-".contains(&b));
+    let parts: Vec<&str> = text.split('/').filter(|part| !part.is_empty()).collect();
+    if !text.starts_with('/') || !valid_chars || parts.is_empty() || parts.iter().any(|p| *p == "." || *p == "..") || text.len() > 256 {
+        return Err(fail(format!(
+            "`workdir` `{text}` must be an absolute path of letters, digits, `.`, `_`, `-` and `/`, without `..`, e.g. \"/work\""
+        )));
+    }
+    // Mounting over these folders would hide the image's own files; nothing
+    // may be mounted anywhere under the kernel's or the runner's folders.
+    const RESERVED_FOLDERS: &[&str] = &["bin", "etc", "lib", "lib64", "sbin", "usr", "var"];
+    const RESERVED_TREES: &[&str] = &["dev", "proc", "sys", "mcp"];
+    let covers_system = (parts.len() == 1 && RESERVED_FOLDERS.contains(&parts[0])) || RESERVED_TREES.contains(&parts[0]);
+    if covers_system {
+        return Err(fail(format!("`workdir` `{text}` would cover a system folder; use a path such as \"/work\" or \"/home/runner/src\"")));
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+fn parse_artifacts(value: Option<&Value>) -> Result<Vec<String>, ArgError> {
+    let Some(value) = value.filter(|v| !v.is_null()) else { return Ok(Vec::new()) };
+    let items = value.as_array().ok_or_else(|| fail("`artifacts` must be an array of glob patterns, e.g. [\"out/**\", \"*.png\"]"))?;
+    if items.len() > MAX_ARTIFACT_PATTERNS {
+        return Err(fail(format!("`artifacts` has {} patterns; at most {MAX_ARTIFACT_PATTERNS}", items.len())));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let pattern = item.as_str().ok_or_else(|| fail(format!("`artifacts[{index}]` must be a string")))?;
+            if pattern.is_empty() || pattern.starts_with('/') || pattern.split('/').any(|part| part == "..") {
+                return Err(fail(format!("`artifacts[{index}]` `{pattern}` must be a glob relative to the workdir, without `..`")));
+            }
+            Ok(pattern.to_string())
+        })
+        .collect()
+}
+
+fn parse_clone(value: Option<&Value>, enabled: bool) -> Result<Option<CloneSpec>, ArgError> {
+    let Some(value) = value.filter(|v| !v.is_null()) else { return Ok(None) };
+    if !enabled {
+        return Err(fail(
+            "`clone` is not available on this server: the operator must set MCP_K8S_CLONE_IMAGE and MCP_K8S_CLONE_SECRET; pass sources as `files` instead",
+        ));
+    }
+    let object = value.as_object().ok_or_else(|| fail("`clone` must be an object {repo_url, ref, subdir?}"))?;
+    reject_unknown(object, &["repo_url", "ref", "subdir"], "clone.")?;
+    let text = |name: &str| object.get(name).and_then(Value::as_str).map(str::to_string);
+    let repo_url = text("repo_url").ok_or_else(|| fail("`clone.repo_url` is required"))?;
+    let git_ref = text("ref").ok_or_else(|| fail("`clone.ref` is required: a branch, tag or commit SHA"))?;
+    let subdir = text("subdir").unwrap_or_else(|| "repo".to_string());
+    Ok(Some(CloneSpec { repo_url, git_ref, subdir }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn bounds_with(allowlist: &Allowlist) -> ArgBounds<'_> {
+        ArgBounds {
+            allowlist,
+            default_timeout: Duration::from_secs(60),
+            max_timeout: Duration::from_secs(600),
+            clone_enabled: false,
+        }
+    }
+
+    fn parse(args: Value) -> Result<RunSpec, ArgError> {
+        let allowlist = Allowlist::parse("busybox:1.36,python:3.12-slim").unwrap();
+        parse_run_args(&args, &bounds_with(&allowlist))
+    }
+
+    #[test]
+    fn a_full_valid_call() {
+        let spec = parse(json!({
+            "image": "busybox:1.36",
+            "command": ["sh", "-c", "echo $(HOME)"],
+            "files": [{"path": "./dir/a.txt", "content_b64": "aGk=", "mode": "0755"}],
+            "env": {"A_1": "x"},
+            "limits": {"cpu": "500m", "memory": "64Mi"},
+            "timeout_s": 30,
+            "workdir": "/home/runner/src/",
+            "artifacts": ["out/**"],
+        }))
+        .unwrap();
+        assert_eq!(spec.image, "docker.io/library/busybox:1.36");
+        assert_eq!(spec.files[0].path, "dir/a.txt");
+        assert_eq!(spec.files[0].content, b"hi");
+        assert_eq!(spec.files[0].mode, 0o755);
+        assert_eq!(spec.timeout, Duration::from_secs(30));
+        assert_eq!(spec.workdir, "/home/runner/src");
+        assert_eq!(spec.memory_limit.unwrap().as_str(), "64Mi");
+    }
+
+    #[test]
+    fn defaults() {
+        let spec = parse(json!({"image": "busybox:1.36", "command": ["true"], "timeout_s": 0})).unwrap();
+        assert_eq!(spec.timeout, Duration::from_secs(60));
+        assert_eq!(spec.workdir, "/work");
+        assert!(spec.files.is_empty() && spec.env.is_empty() && spec.artifacts.is_empty());
+    }
+
+    #[test]
+    fn every_bad_argument_names_its_field() {
+        let base = json!({"image": "busybox:1.36", "command": ["true"]});
+        let with = |key: &str, value: Value| {
+            let mut args = base.clone();
+            args[key] = value;
+            args
+        };
+        let cases = vec![
+            (json!({"command": ["true"]}), "`image` is required"),
+            (with("image", json!("")), "`image` must not be empty"),
+            (with("image", json!("evil:1")), "image `evil:1` is not allowed; allowed: busybox:1.36"),
+            (with("command", json!([])), "`command` must not be empty"),
+            (with("command", json!("echo hi")), "`command` is required: an array"),
+            (with("command", json!(["echo", 1])), "`command[1]` must be a string"),
+            (with("files", json!([{"path": "../x", "content_b64": ""}])), "`files[0].path` `../x`"),
+            (with("files", json!([{"path": "/etc/passwd", "content_b64": ""}])), "must be relative"),
+            (with("files", json!([{"path": "a", "content_b64": "!!"}])), "`files[0].content_b64` is not valid base64"),
+            (with("files", json!([{"path": "a", "content_b64": "", "mode": "999"}])), "`files[0].mode`"),
+            (with("files", json!([{"path": "a", "content_b64": "", "mode": "4755"}])), "no setuid"),
+            (with("files", json!([{"path": "a", "content_b64": ""}, {"path": "./a", "content_b64": ""}])), "given twice"),
+            (with("files", json!([{"path": "a", "content_b64": "", "owner": "root"}])), "unknown field `files[0].owner`"),
+            (with("env", json!({"1BAD": "x"})), "`env` name `1BAD`"),
+            (with("env", json!({"A": 1})), "`env.A` must be a string"),
+            (with("limits", json!({"memory": "lots"})), "`limits.memory`: `lots` is not a Kubernetes quantity"),
+            (with("limits", json!({"cpu": "0"})), "`limits.cpu` must be more than zero"),
+            (with("limits", json!({"gpu": "1"})), "unknown field `limits.gpu`"),
+            (with("timeout_s", json!(-1)), "`timeout_s` must not be negative"),
+            (with("timeout_s", json!(601)), "over the server's maximum of 600"),
+            (with("timeout_s", json!(1.5)), "whole number"),
+            (with("workdir", json!("relative")), "`workdir` `relative` must be an absolute path"),
+            (with("workdir", json!("/work/$(id)")), "must be an absolute path"),
+            (with("workdir", json!("/etc")), "would cover a system folder"),
+            (with("workdir", json!("/proc/self")), "would cover a system folder"),
+            (with("artifacts", json!(["/abs"])), "`artifacts[0]` `/abs`"),
+            (with("clone", json!({"repo_url": "https://x", "ref": "main"})), "`clone` is not available on this server"),
+            (with("surprise", json!(true)), "unknown field `surprise`"),
+        ];
+        for (args, expected) in cases {
+            let error = parse(args.clone()).expect_err(&args.to_string());
+            assert!(error.0.contains(expected), "for {args}: got `{}`, expected it to contain `{expected}`", error.0);
+        }
+    }
+
+    #[test]
+    fn input_size_is_bounded() {
+        let big = base64::engine::general_purpose::STANDARD.encode(vec![0u8; MAX_INPUT_BYTES + 1]);
+        let error = parse(json!({"image": "busybox:1.36", "command": ["true"], "files": [{"path": "a", "content_b64": big}]})).unwrap_err();
+        assert!(error.0.contains("Kubernetes Secret"), "{}", error.0);
+    }
+}

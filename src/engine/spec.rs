@@ -114,6 +114,8 @@ pub enum RunReason {
     Cancelled,
     /// The API server refused or failed a call the run needed.
     ApiError,
+    /// The server was at MCP_K8S_MAX_CONCURRENT with a full queue.
+    QueueFull,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

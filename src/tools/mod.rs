@@ -2,3 +2,4 @@
 
 pub mod images;
 pub mod job_args;
+pub mod job_result;

@@ -1,0 +1,467 @@
+//! One run, start to finish: take a slot, create the Job (and its inputs
+//! Secret), watch the pod, fail fast with a reason when it cannot start,
+//! follow the main container's log while the command runs, judge the
+//! outcome, and delete everything it created, whatever happened.
+//!
+//! Threads are scoped to the run: one follows the pod watch, one the log;
+//! the run's own thread decides. Cancellation (an MCP cancel, a shutdown)
+//! deletes the Job at once and returns what was read so far.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::Value;
+
+use crate::engine::cancel::CancelToken;
+use crate::engine::classify::{self, PodState};
+use crate::engine::collect::{Collector, LiveChunk};
+use crate::engine::manifest;
+use crate::engine::outcome::{self, Judged};
+use crate::engine::slots::{SlotError, Slots};
+use crate::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus};
+use crate::kube;
+use crate::log;
+
+/// Everything a run needs from the server: shared by all runs.
+#[derive(Clone)]
+pub struct Ctx {
+    pub client: kube::Client,
+    pub policy: Policy,
+    pub slots: Slots,
+}
+
+/// What a caller may want to know while a run is in flight.
+#[derive(Debug, PartialEq)]
+pub enum Progress {
+    Queued,
+    Created { job_name: String },
+    Started,
+    Output(LiveChunk),
+}
+
+/// How long an unschedulable pod is given before the run gives up: long
+/// enough for a finishing pod to free its resources, short enough that a
+/// request no node can ever satisfy fails fast.
+pub const UNSCHEDULABLE_GRACE: Duration = Duration::from_secs(20);
+/// How long the log may take to end after the container has.
+const LOG_DRAIN: Duration = Duration::from_secs(30);
+/// How often Job events are checked while no pod exists.
+const EVENT_POLL: Duration = Duration::from_secs(2);
+
+/// A fresh run id: 128 random bits as 32 hex digits, unguessable, so it can
+/// double as a job token.
+pub fn new_run_id() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 16];
+    // SystemRandom reads the kernel's getrandom; failing means the system
+    // has no entropy source at all, and no safe token can be made.
+    ring::rand::SystemRandom::new().fill(&mut bytes).expect("the kernel random source is unavailable");
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Runs `spec` to its end. Always returns an outcome: API refusals and
+/// cancellation are outcomes with `status: error` or `cancelled`.
+pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_progress: &(dyn Fn(Progress) + Sync)) -> RunOutcome {
+    if ctx.slots.counts().running > 0 {
+        on_progress(Progress::Queued);
+    }
+    let _permit = match ctx.slots.acquire(cancel) {
+        Ok(permit) => permit,
+        Err(SlotError::Cancelled) => {
+            return RunOutcome::without_result(run_id, RunStatus::Cancelled, RunReason::Cancelled, "cancelled before it started".into());
+        }
+        Err(error @ SlotError::QueueFull { .. }) => {
+            return RunOutcome::without_result(run_id, RunStatus::Error, RunReason::QueueFull, error.to_string());
+        }
+    };
+    let started = Instant::now();
+    let namespace = ctx.policy.namespace.clone();
+    let job_name = manifest::job_name(run_id);
+    let mut cleanup = Cleanup { client: &ctx.client, namespace: &namespace, job_name: &job_name, job: false, secret: false };
+    let job = match ctx.client.create(kube::Resource::JOBS, &namespace, &manifest::job(spec, &ctx.policy, run_id)) {
+        Ok(job) => job,
+        Err(error) => return api_refusal(run_id, "create the Job", &error),
+    };
+    cleanup.job = true;
+    log::info("job created", &[("run_id", run_id.into()), ("job", job_name.as_str().into())]);
+    on_progress(Progress::Created { job_name: job_name.clone() });
+    let job_uid = job["metadata"]["uid"].as_str().unwrap_or_default();
+    if let Some(secret) = manifest::inputs_secret(spec, &ctx.policy, run_id, job_uid) {
+        if let Err(error) = ctx.client.create(kube::Resource::SECRETS, &namespace, &secret) {
+            return api_refusal(run_id, "create the inputs Secret", &error);
+        }
+        cleanup.secret = true;
+    }
+    let mut outcome = follow(ctx, spec, run_id, cancel, on_progress);
+    outcome.times.created = classify_time(&job["metadata"]["creationTimestamp"]);
+    log::info(
+        "run finished",
+        &[
+            ("run_id", run_id.into()),
+            ("status", format!("{:?}", outcome.status).into()),
+            ("reason", format!("{:?}", outcome.reason).into()),
+            ("stdout_bytes", outcome.stdout_total_bytes.into()),
+            ("stderr_bytes", outcome.stderr_total_bytes.into()),
+            ("artifacts", outcome.artifacts.len().into()),
+            ("elapsed_ms", (started.elapsed().as_millis() as u64).into()),
+        ],
+    );
+    outcome
+}
+
+/// Deletes what the run created when it goes out of scope: on success,
+/// failure, timeout, cancellation or a panic in between.
+struct Cleanup<'a> {
+    client: &'a kube::Client,
+    namespace: &'a str,
+    job_name: &'a str,
+    job: bool,
+    secret: bool,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        // Background propagation: the Job goes at once and the garbage
+        // collector removes the pod; nothing here waits for it.
+        if self.job
+            && let Err(error) = self.client.delete(kube::Resource::JOBS, self.namespace, self.job_name)
+        {
+            log::warn("job not deleted; ttlSecondsAfterFinished and the reaper will remove it", &[("job", self.job_name.into()), ("error", error.to_string().into())]);
+        }
+        if self.secret
+            && let Err(error) = self.client.delete(kube::Resource::SECRETS, self.namespace, self.job_name)
+        {
+            log::warn("inputs secret not deleted; the garbage collector will remove it with its Job", &[("secret", self.job_name.into()), ("error", error.to_string().into())]);
+        }
+    }
+}
+
+enum Watched {
+    Pod(Value),
+    Failed(String),
+}
+
+/// Follows the pod from creation to the end of the command.
+fn follow(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_progress: &(dyn Fn(Progress) + Sync)) -> RunOutcome {
+    let namespace = &ctx.policy.namespace;
+    let selector = format!("{}={run_id}", manifest::LABEL_RUN_ID);
+    let params = kube::WatchParams {
+        list: kube::ListParams { label_selector: Some(selector), field_selector: None },
+        ..kube::WatchParams::default()
+    };
+    let mut watcher = ctx.client.watch(kube::Resource::PODS, namespace, params);
+    let watch_abort = watcher.abort_handle();
+    let (sender, receiver) = mpsc::channel::<Watched>();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            loop {
+                let sent = match watcher.next() {
+                    Ok(kube::WatchEvent::Listed(pods)) => pods.into_iter().all(|pod| sender.send(Watched::Pod(pod)).is_ok()),
+                    Ok(kube::WatchEvent::Added(pod) | kube::WatchEvent::Modified(pod)) => sender.send(Watched::Pod(pod)).is_ok(),
+                    Ok(kube::WatchEvent::Deleted(_)) => true,
+                    Err(error) => {
+                        let _ = sender.send(Watched::Failed(error.to_string()));
+                        false
+                    }
+                };
+                if !sent {
+                    return;
+                }
+            }
+        });
+        let outcome = decide(ctx, spec, run_id, cancel, on_progress, &receiver, scope);
+        watch_abort.abort();
+        outcome
+    })
+}
+
+/// The run's decision loop; see the module doc.
+fn decide<'scope>(
+    ctx: &'scope Ctx,
+    spec: &'scope RunSpec,
+    run_id: &str,
+    cancel: &CancelToken,
+    on_progress: &'scope (dyn Fn(Progress) + Sync),
+    pods: &mpsc::Receiver<Watched>,
+    scope: &'scope std::thread::Scope<'scope, '_>,
+) -> RunOutcome {
+    let namespace = &ctx.policy.namespace;
+    let job_name = manifest::job_name(run_id);
+    let start_deadline = Instant::now() + ctx.policy.start_timeout;
+    // The pod's own deadline plus slack: only reached if the runner and the
+    // kubelet both failed to end the run.
+    let hard_deadline = Instant::now() + manifest::pod_deadline(spec, &ctx.policy) + Duration::from_secs(30);
+    let mut last_pod: Option<Value> = None;
+    let mut unschedulable_since: Option<Instant> = None;
+    let mut last_waiting = String::from("the pod was not created yet");
+    let mut next_event_poll = Instant::now() + EVENT_POLL;
+    let mut log_follower: Option<Follower<'scope>> = None;
+    let mut started_reported = false;
+
+    loop {
+        if cancel.is_cancelled() {
+            let collector = stop_follower(log_follower.take());
+            return cancelled(run_id, collector);
+        }
+        let now = Instant::now();
+        if log_follower.is_none() && now >= start_deadline {
+            return RunOutcome::without_result(
+                run_id,
+                RunStatus::Error,
+                RunReason::StartTimeout,
+                format!(
+                    "the pod did not start within {} s (MCP_K8S_START_TIMEOUT_S): {last_waiting}",
+                    ctx.policy.start_timeout.as_secs()
+                ),
+            );
+        }
+        if now >= hard_deadline {
+            let collector = stop_follower(log_follower.take());
+            let facts = Judged { run_id, timeout: spec.timeout, memory_limit: None, finished: None };
+            let mut outcome = outcome::judge(&facts, collector);
+            outcome.status = RunStatus::TimedOut;
+            outcome.reason = Some(RunReason::DeadlineExceeded);
+            outcome.message = "the run passed its hard deadline without the runner reporting; output so far is included".into();
+            return outcome;
+        }
+        if last_pod.is_none() && now >= next_event_poll {
+            next_event_poll = now + EVENT_POLL;
+            if let Some((reason, message)) = job_failed_create(ctx, namespace, &job_name) {
+                return RunOutcome::without_result(run_id, RunStatus::Error, reason, refusal_message(reason, &message));
+            }
+        }
+        match pods.recv_timeout(Duration::from_millis(200)) {
+            Ok(Watched::Pod(pod)) => last_pod = Some(pod),
+            Ok(Watched::Failed(message)) => {
+                let collector = stop_follower(log_follower.take());
+                let mut outcome = RunOutcome::without_result(
+                    run_id,
+                    RunStatus::Error,
+                    RunReason::ApiError,
+                    format!("watching the pod failed: {message}; the run was stopped"),
+                );
+                outcome.stdout = collector.live_stdout;
+                outcome.stderr = collector.live_stderr;
+                return outcome;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+        }
+        let Some(pod) = &last_pod else { continue };
+        let state = classify::pod_state(pod);
+        if !matches!(state, PodState::Unschedulable { .. }) {
+            unschedulable_since = None;
+        }
+        match state {
+            PodState::Pending { waiting_reason, message } => {
+                last_waiting = match (waiting_reason, message) {
+                    (Some(reason), Some(message)) => format!("{reason}: {message}"),
+                    (Some(reason), None) => reason,
+                    _ => "the pod is pending".to_string(),
+                };
+            }
+            PodState::Unschedulable { message } => {
+                let since = *unschedulable_since.get_or_insert(now);
+                last_waiting = format!("unschedulable: {message}");
+                if now.duration_since(since) >= UNSCHEDULABLE_GRACE {
+                    return RunOutcome::without_result(
+                        run_id,
+                        RunStatus::Error,
+                        RunReason::Unschedulable,
+                        format!("no node can run the pod: {message}; lower limits.cpu / limits.memory or ask the operator for capacity"),
+                    );
+                }
+            }
+            PodState::FailFast { reason, message } => {
+                return RunOutcome::without_result(run_id, RunStatus::Error, reason, message);
+            }
+            PodState::Running => {
+                if !started_reported {
+                    started_reported = true;
+                    on_progress(Progress::Started);
+                }
+                if log_follower.is_none() {
+                    log_follower = Some(start_follower(ctx, pod, on_progress, scope));
+                }
+            }
+            PodState::Finished(finished) => {
+                let follower = match log_follower.take() {
+                    Some(follower) => follower,
+                    None => start_follower(ctx, pod, on_progress, scope),
+                };
+                let collector = join_follower(follower, cancel);
+                let memory_limit = spec.memory_limit.as_ref().map(|q| q.as_str());
+                let facts = Judged { run_id, timeout: spec.timeout, memory_limit, finished: Some(&finished) };
+                let mut outcome = outcome::judge(&facts, collector);
+                outcome.times.scheduled = classify::scheduled_at(pod);
+                outcome.times.started = classify::main_started_at(pod);
+                outcome.times.finished = classify::main_finished_at(pod);
+                return outcome;
+            }
+        }
+    }
+}
+
+type Follower<'scope> = (std::thread::ScopedJoinHandle<'scope, Collector>, StreamStop);
+
+/// Stops the log follower from the decision thread: closes the stream that
+/// is open now and keeps any later one from opening.
+#[derive(Clone, Default)]
+struct StreamStop {
+    stopped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    current: std::sync::Arc<std::sync::Mutex<Option<kube::Abort>>>,
+}
+
+impl StreamStop {
+    fn stop(&self) {
+        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(abort) = self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
+            abort.abort();
+        }
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Registers the stream now open; closes it at once if already stopped.
+    fn set(&self, abort: kube::Abort) {
+        let mut current = self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if self.is_stopped() {
+            abort.abort();
+        } else {
+            *current = Some(abort);
+        }
+    }
+}
+
+/// Starts following the main container's log on its own thread.
+fn start_follower<'scope>(
+    ctx: &'scope Ctx,
+    pod: &Value,
+    on_progress: &'scope (dyn Fn(Progress) + Sync),
+    scope: &'scope std::thread::Scope<'scope, '_>,
+) -> Follower<'scope> {
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let stop = StreamStop::default();
+    let follower_stop = stop.clone();
+    let handle = scope.spawn(move || follow_log(ctx, &pod_name, &follower_stop, on_progress));
+    (handle, stop)
+}
+
+/// Reads the followed log into a collector. A stream that breaks before the
+/// result arrived is opened again from the start (the collector restarts,
+/// so nothing is counted twice); a container that is not ready yet (400) is
+/// waited for.
+fn follow_log(ctx: &Ctx, pod_name: &str, stop: &StreamStop, on_progress: &(dyn Fn(Progress) + Sync)) -> Collector {
+    let policy = &ctx.policy;
+    let params = kube::LogParams { container: Some(manifest::MAIN_CONTAINER.to_string()), ..kube::LogParams::default() };
+    let mut collector = Collector::new(policy.max_output_bytes, policy.max_artifact_bytes);
+    for attempt in 0..20 {
+        if stop.is_stopped() {
+            break;
+        }
+        let mut stream = match ctx.client.follow_pod_logs(&policy.namespace, pod_name, &params) {
+            Ok(stream) => stream,
+            Err(error) => {
+                if attempt == 19 {
+                    collector.problems.push(format!("the log could not be read: {error}"));
+                }
+                std::thread::sleep(Duration::from_millis(300));
+                continue;
+            }
+        };
+        stop.set(stream.abort_handle());
+        let mut fresh = Collector::new(policy.max_output_bytes, policy.max_artifact_bytes);
+        // Live output already reported before a reconnect is not reported again.
+        let already_live = collector.live_stdout.len() + collector.live_stderr.len();
+        let mut seen = 0usize;
+        let read = fresh.read_all(&mut stream, &mut |chunk| {
+            seen += chunk.bytes.len();
+            if seen > already_live {
+                on_progress(Progress::Output(chunk));
+            }
+        });
+        collector = fresh;
+        if read.is_ok() || collector.result.is_some() || stop.is_stopped() {
+            break;
+        }
+    }
+    collector
+}
+
+fn join_follower(follower: Follower, cancel: &CancelToken) -> Collector {
+    let (handle, stop) = follower;
+    let deadline = Instant::now() + LOG_DRAIN;
+    while !handle.is_finished() && Instant::now() < deadline && !cancel.is_cancelled() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !handle.is_finished() {
+        stop.stop();
+    }
+    handle.join().unwrap_or_else(|_| Collector::new(0, 0))
+}
+
+fn stop_follower(follower: Option<Follower>) -> Collector {
+    match follower {
+        Some((handle, stop)) => {
+            stop.stop();
+            handle.join().unwrap_or_else(|_| Collector::new(0, 0))
+        }
+        None => Collector::new(0, 0),
+    }
+}
+
+fn cancelled(run_id: &str, collector: Collector) -> RunOutcome {
+    let mut outcome = RunOutcome::without_result(
+        run_id,
+        RunStatus::Cancelled,
+        RunReason::Cancelled,
+        "the run was cancelled and its pod deleted; the output read so far is included".into(),
+    );
+    outcome.stdout = collector.live_stdout;
+    outcome.stderr = collector.live_stderr;
+    outcome.truncated.stdout = true;
+    outcome.truncated.stderr = true;
+    outcome
+}
+
+fn job_failed_create(ctx: &Ctx, namespace: &str, job_name: &str) -> Option<(RunReason, String)> {
+    let params = kube::ListParams {
+        label_selector: None,
+        field_selector: Some(format!("involvedObject.kind=Job,involvedObject.name={job_name}")),
+    };
+    let events = ctx.client.list(kube::Resource::EVENTS, namespace, &params).ok()?;
+    classify::failed_create(&events.items)
+}
+
+fn refusal_message(reason: RunReason, api_message: &str) -> String {
+    match reason {
+        RunReason::QuotaExceeded => format!(
+            "the namespace's ResourceQuota has no room for this pod: {api_message}; wait for other runs to finish, lower limits, or ask the operator to raise the quota"
+        ),
+        _ => format!("the cluster refused the pod: {api_message}"),
+    }
+}
+
+fn api_refusal(run_id: &str, what: &str, error: &kube::Error) -> RunOutcome {
+    let reason = if error.is_quota_exceeded() {
+        RunReason::QuotaExceeded
+    } else if error.is_forbidden() || error.is_invalid() {
+        RunReason::Rejected
+    } else {
+        RunReason::ApiError
+    };
+    let message = match reason {
+        RunReason::QuotaExceeded | RunReason::Rejected => refusal_message(reason, &error.to_string()),
+        _ => format!("could not {what}: {error}; the run did not start"),
+    };
+    RunOutcome::without_result(run_id, RunStatus::Error, reason, message)
+}
+
+fn classify_time(value: &Value) -> Option<SystemTime> {
+    classify::parse_time(value.as_str()?)
+}

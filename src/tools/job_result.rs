@@ -1,0 +1,204 @@
+//! `RunOutcome` → the `run_job` result: the JSON in `structuredContent`
+//! (and repeated as text), plus MCP `image` blocks for PNG/JPEG/GIF/WebP
+//! artifacts so a model can see them. Wire names are decided here only.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::{json, Value};
+
+use crate::engine::spec::{Artifact, PhaseTimes, RunOutcome, RunReason, RunStatus};
+use crate::runner::frame;
+
+pub fn status_name(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Succeeded => "succeeded",
+        RunStatus::Failed => "failed",
+        RunStatus::TimedOut => "timeout",
+        RunStatus::Error => "error",
+        RunStatus::Cancelled => "cancelled",
+    }
+}
+
+pub fn reason_name(reason: RunReason) -> &'static str {
+    match reason {
+        RunReason::NonZeroExit => "NonZeroExit",
+        RunReason::Signaled => "Signaled",
+        RunReason::OomKilled => "OOMKilled",
+        RunReason::ImagePullFailed => "ImagePullFailed",
+        RunReason::Unschedulable => "Unschedulable",
+        RunReason::QuotaExceeded => "QuotaExceeded",
+        RunReason::Rejected => "Rejected",
+        RunReason::DeadlineExceeded => "DeadlineExceeded",
+        RunReason::StartTimeout => "StartTimeout",
+        RunReason::Evicted => "Evicted",
+        RunReason::StartFailed => "StartFailed",
+        RunReason::ContainerFailed => "ContainerFailed",
+        RunReason::InputFailed => "InputFailed",
+        RunReason::CloneFailed => "CloneFailed",
+        RunReason::ResultLost => "ResultLost",
+        RunReason::Cancelled => "Cancelled",
+        RunReason::ApiError => "ApiError",
+        RunReason::QueueFull => "QueueFull",
+    }
+}
+
+/// The structured result. Output that is not valid UTF-8 is also given as
+/// base64 (`stdout_b64`), so binary output is never silently mangled.
+pub fn outcome_json(outcome: &RunOutcome) -> Value {
+    let mut result = json!({
+        "run_id": outcome.run_id,
+        "status": status_name(outcome.status),
+        "reason": outcome.reason.map(reason_name),
+        "message": outcome.message,
+        "exit_code": outcome.exit_code.unwrap_or(-1),
+        "signal": outcome.signal,
+        "duration_ms": outcome.duration.as_millis() as u64,
+        "stdout": String::from_utf8_lossy(&outcome.stdout),
+        "stderr": String::from_utf8_lossy(&outcome.stderr),
+        "stdout_total_bytes": outcome.stdout_total_bytes,
+        "stderr_total_bytes": outcome.stderr_total_bytes,
+        "artifacts": outcome.artifacts.iter().map(artifact_json).collect::<Vec<_>>(),
+        "truncated": {
+            "stdout": outcome.truncated.stdout,
+            "stderr": outcome.truncated.stderr,
+            "artifacts": outcome.truncated.artifacts,
+        },
+        "timings": timings_json(&outcome.times),
+        "notes": outcome.notes,
+    });
+    for (name, bytes) in [("stdout_b64", &outcome.stdout), ("stderr_b64", &outcome.stderr)] {
+        if std::str::from_utf8(bytes).is_err() {
+            result[name] = json!(frame::to_base64(bytes));
+        }
+    }
+    result
+}
+
+/// `image` content blocks for artifacts that are pictures.
+pub fn image_blocks(outcome: &RunOutcome) -> Vec<Value> {
+    outcome
+        .artifacts
+        .iter()
+        .filter_map(|artifact| {
+            let content = artifact.content.as_ref()?;
+            let mime_type = image_mime_type(content)?;
+            Some(json!({"type": "image", "data": frame::to_base64(content), "mimeType": mime_type}))
+        })
+        .collect()
+}
+
+/// Recognises pictures by their magic bytes, not their names.
+pub fn image_mime_type(content: &[u8]) -> Option<&'static str> {
+    if content.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if content.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if content.starts_with(b"GIF87a") || content.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if content.len() >= 12 && &content[..4] == b"RIFF" && &content[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+fn artifact_json(artifact: &Artifact) -> Value {
+    json!({
+        "path": artifact.path,
+        "size": artifact.size,
+        "mode": format!("{:04o}", artifact.mode),
+        "sha256": artifact.sha256,
+        "content_b64": artifact.content.as_ref().map(|content| frame::to_base64(content)),
+    })
+}
+
+fn timings_json(times: &PhaseTimes) -> Value {
+    let stamp = |time: Option<SystemTime>| time.map(crate::log::rfc3339_utc);
+    let between = |from: Option<SystemTime>, to: Option<SystemTime>| -> Option<u64> {
+        Some(to?.duration_since(from?).unwrap_or(Duration::ZERO).as_millis() as u64)
+    };
+    json!({
+        "created_at": stamp(times.created),
+        "scheduled_at": stamp(times.scheduled),
+        "started_at": stamp(times.started),
+        "finished_at": stamp(times.finished),
+        "queued_ms": between(times.created, times.scheduled),
+        "starting_ms": between(times.scheduled, times.started),
+    })
+}
+
+/// The `outputSchema` of `run_job` (and of a finished `fetch_job`).
+pub fn output_schema() -> Value {
+    let string_or_null = json!({"type": ["string", "null"]});
+    json!({
+        "type": "object",
+        "required": ["status", "exit_code", "stdout", "stderr", "duration_ms", "artifacts", "truncated", "message"],
+        "properties": {
+            "run_id": {"type": "string"},
+            "status": {"type": "string", "enum": ["succeeded", "failed", "timeout", "error", "cancelled"]},
+            "reason": {"type": ["string", "null"], "description": "Why, when not plainly succeeded: NonZeroExit, OOMKilled, ImagePullFailed, Unschedulable, QuotaExceeded, Rejected, DeadlineExceeded, StartTimeout, Evicted, StartFailed, ContainerFailed, InputFailed, CloneFailed, ResultLost, Cancelled, ApiError, QueueFull"},
+            "message": {"type": "string", "description": "What happened and what to do about it"},
+            "exit_code": {"type": "integer", "description": "-1 when the command did not exit by itself"},
+            "signal": {"type": ["integer", "null"]},
+            "duration_ms": {"type": "integer"},
+            "stdout": {"type": "string"},
+            "stderr": {"type": "string"},
+            "stdout_b64": {"type": "string", "description": "Present when stdout is not valid UTF-8"},
+            "stderr_b64": {"type": "string", "description": "Present when stderr is not valid UTF-8"},
+            "stdout_total_bytes": {"type": "integer"},
+            "stderr_total_bytes": {"type": "integer"},
+            "artifacts": {"type": "array", "items": {
+                "type": "object",
+                "required": ["path", "size", "mode", "sha256"],
+                "properties": {
+                    "path": {"type": "string"},
+                    "size": {"type": "integer"},
+                    "mode": {"type": "string"},
+                    "sha256": {"type": "string"},
+                    "content_b64": {"type": ["string", "null"], "description": "null when the file did not fit under the artifact cap"},
+                },
+            }},
+            "truncated": {"type": "object", "required": ["stdout", "stderr", "artifacts"], "properties": {
+                "stdout": {"type": "boolean"}, "stderr": {"type": "boolean"}, "artifacts": {"type": "boolean"},
+            }},
+            "timings": {"type": "object", "properties": {
+                "created_at": string_or_null, "scheduled_at": string_or_null,
+                "started_at": string_or_null, "finished_at": string_or_null,
+                "queued_ms": {"type": ["integer", "null"]}, "starting_ms": {"type": ["integer", "null"]},
+            }},
+            "notes": {"type": "array", "items": {"type": "string"}},
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::spec::RunOutcome;
+
+    #[test]
+    fn binary_output_also_travels_as_base64() {
+        let mut outcome = RunOutcome::without_result("r", RunStatus::Succeeded, RunReason::NonZeroExit, "m".into());
+        outcome.stdout = vec![0xff, 0x00];
+        outcome.stderr = b"plain".to_vec();
+        let json = outcome_json(&outcome);
+        assert_eq!(json["stdout_b64"], "/wA=");
+        assert!(json.get("stderr_b64").is_none());
+        assert_eq!(json["exit_code"], -1);
+        assert_eq!(json["reason"], "NonZeroExit");
+    }
+
+    #[test]
+    fn pictures_are_recognised_by_content() {
+        let cases: [(&[u8], Option<&str>); 5] = [
+            (b"\x89PNG\r\n\x1a\nrest", Some("image/png")),
+            (&[0xff, 0xd8, 0xff, 0xe0], Some("image/jpeg")),
+            (b"GIF89a..", Some("image/gif")),
+            (b"RIFF\0\0\0\0WEBPVP8 ", Some("image/webp")),
+            (b"hello.png", None),
+        ];
+        for (content, expected) in cases {
+            assert_eq!(image_mime_type(content), expected);
+        }
+    }
+}

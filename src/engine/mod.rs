@@ -1,2 +1,4 @@
 //! The job engine: turns a checked `RunSpec` into a Job, follows it and
 //! returns a `RunOutcome`. Knows Kubernetes through `kube`, nothing of MCP.
+
+pub mod cancel;

@@ -532,3 +532,6 @@ fn send_notification(outbox: &Outbox, notification: &Notification) {
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests;

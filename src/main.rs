@@ -117,6 +117,9 @@ fn parse_command_line(mut parser: lexopt::Parser) -> Result<Command, String> {
                 subcommand_seen = true;
                 match value.to_str() {
                     Some("serve") => {}
+                    // Other subcommands go here and hand the rest of the
+                    // parser to their own parsing, e.g.
+                    // `Some("runner") => return parse_runner(parser)`.
                     _ => return Err(format!("unknown command `{}`; commands: serve", value.to_string_lossy())),
                 }
             }

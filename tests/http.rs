@@ -3,13 +3,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{HttpServer, INITIALIZE, send_signal, wait_exit};
-use serde_json::{Value, json};
+use common::{HttpServer, INITIALIZE, LegacyStream, send_signal, wait_exit};
+use serde_json::json;
 
 const PING: &str = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
 
@@ -227,36 +225,15 @@ fn sessions_expire_after_the_idle_ttl() {
 #[test]
 fn legacy_sse_transport() {
     let server = HttpServer::start(&[]);
-    let mut stream = TcpStream::connect(&server.addr).unwrap();
-    write!(stream, "GET /sse HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n", server.addr).unwrap();
-    let (sender, lines) = mpsc::channel();
-    let reader = stream.try_clone().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(reader).lines() {
-            let Ok(line) = line else { return };
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let next_data = || loop {
-        let line = lines.recv_timeout(Duration::from_secs(10)).expect("an SSE line");
-        if let Some(data) = line.strip_prefix("data: ") {
-            return data.to_string();
-        }
-    };
-    let endpoint = next_data();
-    assert!(endpoint.starts_with("/messages?sessionId="), "{endpoint}");
-    let post = |body: &str| server.request("POST", &endpoint, &[("Content-Type", "application/json")], body);
-    let accepted = post(INITIALIZE);
-    assert_eq!(accepted.status, 202);
-    let initialized: Value = serde_json::from_str(&next_data()).unwrap();
-    assert_eq!(initialized["result"]["protocolVersion"], "2025-11-25");
-    assert_eq!(post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).status, 202);
-    post(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":0.1},"_meta":{"progressToken":1}}}"#);
+    let stream = LegacyStream::open(&server);
+    assert!(stream.endpoint.starts_with("/messages?sessionId="), "{}", stream.endpoint);
+    assert_eq!(stream.post(&server, INITIALIZE).status, 202);
+    assert_eq!(stream.next_message()["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(stream.post(&server, r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).status, 202);
+    stream.post(&server, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":0.1},"_meta":{"progressToken":1}}}"#);
     let mut methods = Vec::new();
     loop {
-        let message: Value = serde_json::from_str(&next_data()).unwrap();
+        let message = stream.next_message();
         methods.push(message["method"].as_str().unwrap_or("response").to_string());
         if message["id"] == 2 {
             break;
@@ -264,9 +241,21 @@ fn legacy_sse_transport() {
     }
     assert_eq!(methods, ["notifications/message", "notifications/progress", "response"]);
     // Parse errors travel on the stream as well.
-    assert_eq!(post("{bad").status, 202);
-    let error: Value = serde_json::from_str(&next_data()).unwrap();
-    assert_eq!(error["error"]["code"], -32700);
+    assert_eq!(stream.post(&server, "{bad").status, 202);
+    assert_eq!(stream.next_message()["error"]["code"], -32700);
+}
+
+#[test]
+fn sigterm_lets_a_legacy_sse_call_answer_on_its_stream() {
+    let mut server = HttpServer::start(&[]);
+    let stream = LegacyStream::open(&server);
+    stream.post(&server, INITIALIZE);
+    stream.next_message();
+    stream.post(&server, r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":1}}}"#);
+    assert_eq!(stream.next_message()["method"], "notifications/message");
+    send_signal(&server.child, libc::SIGTERM);
+    assert_eq!(stream.next_message()["result"]["structuredContent"], json!({ "slept_ms": 1000 }));
+    assert!(wait_exit(&mut server.child, Duration::from_secs(10)).unwrap().success());
 }
 
 #[test]

@@ -415,7 +415,7 @@ fn legacy_stream(state: &Arc<HttpState>, request: Request, cors: &Cors) {
     };
     log::info("legacy SSE stream opened", &[]);
     if writer.event(Some("endpoint"), &format!("/messages?sessionId={id}")).is_ok() {
-        pump_legacy_stream(state, &mut writer, &outgoing);
+        pump_legacy_stream(&mut writer, &outgoing);
     }
     let _ = writer.finish();
     state.sessions.remove(&id);
@@ -423,7 +423,11 @@ fn legacy_stream(state: &Arc<HttpState>, request: Request, cors: &Cors) {
     log::info("legacy SSE stream closed", &[]);
 }
 
-fn pump_legacy_stream(state: &HttpState, writer: &mut SseWriter, outgoing: &Receiver<Outgoing>) {
+/// Forwards the session's messages until the client goes away or every
+/// sender is gone: at shutdown `Sessions::end_all` drops the session's
+/// outbox, and the calls still running drop theirs once they have answered,
+/// so their answers still reach the client.
+fn pump_legacy_stream(writer: &mut SseWriter, outgoing: &Receiver<Outgoing>) {
     // A comment every 15 s keeps proxies from closing an idle stream and
     // is how a vanished client is noticed.
     let keepalive = Duration::from_secs(15);
@@ -431,7 +435,6 @@ fn pump_legacy_stream(state: &HttpState, writer: &mut SseWriter, outgoing: &Rece
     loop {
         let text = match outgoing.recv_timeout(Duration::from_millis(500)) {
             Ok(Outgoing::Notification(text) | Outgoing::Response { text, .. }) => text,
-            Err(RecvTimeoutError::Timeout) if state.stop.is_cancelled() => return,
             Err(RecvTimeoutError::Timeout) if last_write.elapsed() >= keepalive => {
                 if writer.comment("keepalive").is_err() {
                     return;

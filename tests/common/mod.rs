@@ -216,6 +216,41 @@ impl Drop for HttpServer {
     }
 }
 
+/// A legacy `GET /sse` stream, read line by line on a thread.
+pub struct LegacyStream {
+    lines: Receiver<String>,
+    pub endpoint: String,
+}
+
+impl LegacyStream {
+    pub fn open(server: &HttpServer) -> LegacyStream {
+        let mut stream = TcpStream::connect(&server.addr).unwrap();
+        write!(stream, "GET /sse HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n", server.addr).unwrap();
+        let mut legacy = LegacyStream { lines: line_channel(stream), endpoint: String::new() };
+        legacy.endpoint = legacy.next_data();
+        legacy
+    }
+
+    /// The next `data:` payload (chunk-size lines and other fields skipped).
+    pub fn next_data(&self) -> String {
+        loop {
+            let line = self.lines.recv_timeout(Duration::from_secs(10)).expect("an SSE line");
+            if let Some(data) = line.strip_prefix("data: ") {
+                return data.to_string();
+            }
+        }
+    }
+
+    pub fn next_message(&self) -> Value {
+        serde_json::from_str(&self.next_data()).unwrap()
+    }
+
+    /// POSTs one message to the session's endpoint; answers come on the stream.
+    pub fn post(&self, server: &HttpServer, body: &str) -> HttpResponse {
+        server.request("POST", &self.endpoint, &[("Content-Type", "application/json")], body)
+    }
+}
+
 #[derive(Debug)]
 pub struct HttpResponse {
     pub status: u16,

@@ -2,3 +2,642 @@
 //! the command line said; `Config::from_raw` applies defaults, cross-checks
 //! fields and names the variable in every error. Nothing else reads the
 //! environment for settings.
+//!
+//! CPU and memory quantities stay validated strings here; turning them into
+//! numbers belongs to whoever builds the pod spec.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use crate::log::{Level, Redacted};
+
+/// One setting: its environment variable, its flag (if it may be given on
+/// the command line), its default as text and a line of help. The table
+/// drives environment reading, flag parsing and `--help`.
+pub struct Setting {
+    pub env: &'static str,
+    /// Flag name without the leading `--`; `None` for secrets, which must not
+    /// appear in a process listing.
+    pub flag: Option<&'static str>,
+    pub default: &'static str,
+    pub help: &'static str,
+    field: fn(&mut RawConfig) -> &mut Option<String>,
+}
+
+impl Setting {
+    /// Where this setting's raw value lives.
+    pub fn slot<'a>(&self, raw: &'a mut RawConfig) -> &'a mut Option<String> {
+        (self.field)(raw)
+    }
+}
+
+/// Every setting the server reads, in `--help` order.
+// One setting per line reads as a table; rustfmt would spread each over six.
+#[rustfmt::skip]
+pub const SETTINGS: &[Setting] = &[
+    setting("MCP_K8S_TRANSPORT", Some("transport"), "stdio", "stdio, http or sse (sse is the same server as http)", |r| &mut r.transport),
+    setting("MCP_K8S_ADDR", Some("addr"), ":8080", "HTTP listen address, host:port; an empty host means all interfaces", |r| &mut r.addr),
+    setting("MCP_K8S_AUTH_TOKEN", None, "", "token HTTP clients must send as X-MCP-AUTH or Authorization: Bearer (environment only)", |r| &mut r.auth_token),
+    setting("MCP_K8S_NAMESPACE", Some("namespace"), "mcp-ephemeral", "namespace the Jobs run in", |r| &mut r.namespace),
+    setting("MCP_K8S_KUBECONFIG", Some("kubeconfig"), "", "kubeconfig path; empty means in-cluster", |r| &mut r.kubeconfig),
+    setting("MCP_K8S_DEFAULT_TIMEOUT_S", Some("default-timeout-s"), "60", "timeout_s when a call gives none", |r| &mut r.default_timeout_s),
+    setting("MCP_K8S_MAX_TIMEOUT_S", Some("max-timeout-s"), "600", "largest timeout_s a call may ask for", |r| &mut r.max_timeout_s),
+    setting("MCP_K8S_MAX_OUTPUT_BYTES", Some("max-output-bytes"), "1048576", "cap on captured stdout and stderr", |r| &mut r.max_output_bytes),
+    setting("MCP_K8S_MAX_ARTIFACT_BYTES", Some("max-artifact-bytes"), "10485760", "cap on returned files", |r| &mut r.max_artifact_bytes),
+    setting("MCP_K8S_DEFAULT_CPU", Some("default-cpu"), "1", "CPU request when a call gives none (Kubernetes quantity)", |r| &mut r.default_cpu),
+    setting("MCP_K8S_DEFAULT_MEMORY", Some("default-memory"), "512Mi", "memory request when a call gives none (Kubernetes quantity)", |r| &mut r.default_memory),
+    setting("MCP_K8S_MAX_CONCURRENT", Some("max-concurrent"), "10", "jobs running at once", |r| &mut r.max_concurrent),
+    setting("MCP_K8S_ALLOWED_IMAGES", Some("allowed-images"), "", "comma-separated images calls may use; empty allows none", |r| &mut r.allowed_images),
+    setting("MCP_K8S_SIDECAR_IMAGE", Some("sidecar-image"), "busybox:1.36", "image of the helper container", |r| &mut r.sidecar_image),
+    setting("MCP_K8S_CLONE_IMAGE", Some("clone-image"), "", "image that clones repositories (with MCP_K8S_CLONE_SECRET)", |r| &mut r.clone_image),
+    setting("MCP_K8S_CLONE_SECRET", Some("clone-secret"), "", "Secret with git credentials (with MCP_K8S_CLONE_IMAGE)", |r| &mut r.clone_secret),
+    setting("MCP_K8S_CACHE_PVC", Some("cache-pvc"), "", "PersistentVolumeClaim mounted as a cache (with MCP_K8S_CACHE_MOUNT_PATH)", |r| &mut r.cache_pvc),
+    setting("MCP_K8S_CACHE_MOUNT_PATH", Some("cache-mount-path"), "", "where the cache is mounted (with MCP_K8S_CACHE_PVC)", |r| &mut r.cache_mount_path),
+    setting("MCP_K8S_JOB_EXTRA_ENV", None, "", "JSON object of environment variables every job gets (environment only)", |r| &mut r.job_extra_env),
+    setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "16777216", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
+    setting("MCP_K8S_SESSION_TTL_S", Some("session-ttl-s"), "3600", "idle time after which an HTTP session ends", |r| &mut r.session_ttl_s),
+    setting("MCP_K8S_ALLOWED_ORIGINS", Some("allowed-origins"), "", "comma-separated browser origins allowed besides localhost", |r| &mut r.allowed_origins),
+    setting("MCP_K8S_SHUTDOWN_GRACE_S", Some("shutdown-grace-s"), "30", "how long in-flight calls may finish after SIGTERM before they are cancelled", |r| &mut r.shutdown_grace_s),
+    setting("MCP_K8S_LOG_LEVEL", Some("log-level"), "info", "lowest level written to stderr: debug, info, notice, warning, error", |r| &mut r.log_level),
+    setting("MCP_K8S_TEST_TOOLS", None, "", "1 registers diagnostic tools for tests (environment only)", |r| &mut r.test_tools),
+];
+
+/// What the environment and the command line said, unchecked. An empty
+/// environment value counts as unset, as in the original server.
+#[derive(Clone, Debug, Default)]
+pub struct RawConfig {
+    pub transport: Option<String>,
+    pub addr: Option<String>,
+    pub auth_token: Option<String>,
+    pub namespace: Option<String>,
+    pub kubeconfig: Option<String>,
+    pub default_timeout_s: Option<String>,
+    pub max_timeout_s: Option<String>,
+    pub max_output_bytes: Option<String>,
+    pub max_artifact_bytes: Option<String>,
+    pub default_cpu: Option<String>,
+    pub default_memory: Option<String>,
+    pub max_concurrent: Option<String>,
+    pub allowed_images: Option<String>,
+    pub sidecar_image: Option<String>,
+    pub clone_image: Option<String>,
+    pub clone_secret: Option<String>,
+    pub cache_pvc: Option<String>,
+    pub cache_mount_path: Option<String>,
+    pub job_extra_env: Option<String>,
+    pub max_message_bytes: Option<String>,
+    pub session_ttl_s: Option<String>,
+    pub allowed_origins: Option<String>,
+    pub shutdown_grace_s: Option<String>,
+    pub log_level: Option<String>,
+    pub test_tools: Option<String>,
+}
+
+impl RawConfig {
+    /// Reads every `MCP_K8S_*` setting from `lookup` (the process
+    /// environment in `main`, a table in tests).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> RawConfig {
+        let mut raw = RawConfig::default();
+        for setting in SETTINGS {
+            *setting.slot(&mut raw) = lookup(setting.env).filter(|value| !value.is_empty());
+        }
+        raw
+    }
+
+    pub fn from_env() -> RawConfig {
+        RawConfig::from_lookup(|name| std::env::var(name).ok())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Stdio,
+    /// Streamable HTTP at `/mcp` and legacy HTTP+SSE at `/sse` on one
+    /// listener. `MCP_K8S_TRANSPORT=sse` selects the same server: one
+    /// deployment then serves old and new clients alike.
+    Http,
+}
+
+/// Both-or-neither pair: the clone init container needs its image and the
+/// Secret with credentials.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CloneConfig {
+    pub image: String,
+    pub secret: String,
+}
+
+/// Both-or-neither pair: a PVC is useless without a mount path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheConfig {
+    pub pvc: String,
+    pub mount_path: String,
+}
+
+/// Checked configuration with defaults applied. Passed as `&Config`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub transport: Transport,
+    pub addr: SocketAddr,
+    pub auth_token: Option<Redacted<String>>,
+    pub namespace: String,
+    pub kubeconfig: Option<PathBuf>,
+    pub default_timeout_s: u64,
+    pub max_timeout_s: u64,
+    pub max_output_bytes: u64,
+    pub max_artifact_bytes: u64,
+    /// Kubernetes quantity, syntax-checked only.
+    pub default_cpu: String,
+    /// Kubernetes quantity, syntax-checked only.
+    pub default_memory: String,
+    pub max_concurrent: u32,
+    /// Empty means every image is refused, as in the original.
+    pub allowed_images: Vec<String>,
+    pub sidecar_image: String,
+    pub clone: Option<CloneConfig>,
+    pub cache: Option<CacheConfig>,
+    /// Sorted so manifests built from it are deterministic.
+    pub job_extra_env: BTreeMap<String, String>,
+    pub max_message_bytes: usize,
+    pub session_ttl_s: u64,
+    /// Exact origins (`scheme://host[:port]`) allowed besides loopback ones.
+    pub allowed_origins: Vec<String>,
+    pub shutdown_grace_s: u64,
+    pub log_level: Level,
+    pub test_tools: bool,
+}
+
+/// A setting that could not be accepted. Every variant names the variable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The value does not parse; `expected` lists what would.
+    Invalid { variable: &'static str, value: String, expected: String },
+    /// The value parses but is outside `min..=max`.
+    OutOfRange { variable: &'static str, value: u64, min: u64, max: u64 },
+    /// Default above maximum, e.g. the default timeout.
+    DefaultAboveMax { default_variable: &'static str, default: u64, max_variable: &'static str, max: u64 },
+    /// One of a both-or-neither pair is set without the other.
+    Unpaired { set: &'static str, missing: &'static str },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Invalid { variable, value, expected } => {
+                write!(formatter, "{variable}: `{value}` is not accepted; expected {expected}")
+            }
+            Error::OutOfRange { variable, value, min, max } => {
+                write!(formatter, "{variable}: `{value}` is out of range; accepted: {min} to {max}")
+            }
+            Error::DefaultAboveMax { default_variable, default, max_variable, max } => write!(
+                formatter,
+                "{default_variable}: `{default}` is above {max_variable} ({max}); lower it or raise {max_variable}"
+            ),
+            Error::Unpaired { set, missing } => {
+                write!(formatter, "{set} is set but {missing} is not; set both or neither")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl Config {
+    pub fn from_raw(raw: &RawConfig) -> Result<Config, Error> {
+        let default_timeout_s = number(&raw.default_timeout_s, "MCP_K8S_DEFAULT_TIMEOUT_S", 60, 1, 86_400)?;
+        let max_timeout_s = number(&raw.max_timeout_s, "MCP_K8S_MAX_TIMEOUT_S", 600, 1, 86_400)?;
+        if default_timeout_s > max_timeout_s {
+            return Err(Error::DefaultAboveMax {
+                default_variable: "MCP_K8S_DEFAULT_TIMEOUT_S",
+                default: default_timeout_s,
+                max_variable: "MCP_K8S_MAX_TIMEOUT_S",
+                max: max_timeout_s,
+            });
+        }
+        Ok(Config {
+            transport: parse_transport(raw.transport.as_deref())?,
+            addr: parse_addr(raw.addr.as_deref().unwrap_or(":8080"))?,
+            auth_token: raw.auth_token.clone().map(Redacted),
+            namespace: parse_namespace(raw.namespace.as_deref().unwrap_or("mcp-ephemeral"))?,
+            kubeconfig: raw.kubeconfig.as_ref().map(PathBuf::from),
+            default_timeout_s,
+            max_timeout_s,
+            max_output_bytes: number(&raw.max_output_bytes, "MCP_K8S_MAX_OUTPUT_BYTES", 1 << 20, 1024, 1 << 30)?,
+            max_artifact_bytes: number(&raw.max_artifact_bytes, "MCP_K8S_MAX_ARTIFACT_BYTES", 10 << 20, 0, 1 << 30)?,
+            default_cpu: quantity(&raw.default_cpu, "MCP_K8S_DEFAULT_CPU", "1")?,
+            default_memory: quantity(&raw.default_memory, "MCP_K8S_DEFAULT_MEMORY", "512Mi")?,
+            max_concurrent: number(&raw.max_concurrent, "MCP_K8S_MAX_CONCURRENT", 10, 1, 1000)? as u32,
+            allowed_images: image_list(raw.allowed_images.as_deref())?,
+            sidecar_image: image(raw.sidecar_image.as_deref().unwrap_or("busybox:1.36"), "MCP_K8S_SIDECAR_IMAGE")?,
+            clone: parse_clone(raw)?,
+            cache: parse_cache(raw)?,
+            job_extra_env: parse_extra_env(raw.job_extra_env.as_deref())?,
+            max_message_bytes: number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 16 << 20, 4096, 1 << 30)?
+                as usize,
+            session_ttl_s: number(&raw.session_ttl_s, "MCP_K8S_SESSION_TTL_S", 3600, 1, 7 * 86_400)?,
+            allowed_origins: parse_origins(raw.allowed_origins.as_deref())?,
+            shutdown_grace_s: number(&raw.shutdown_grace_s, "MCP_K8S_SHUTDOWN_GRACE_S", 30, 0, 3600)?,
+            log_level: parse_log_level(raw.log_level.as_deref())?,
+            test_tools: parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?,
+        })
+    }
+
+    /// True when the HTTP listener is reachable only from this machine.
+    pub fn binds_loopback(&self) -> bool {
+        self.addr.ip().is_loopback()
+    }
+}
+
+/// Kubernetes env var names (`C_IDENTIFIER` in the API), also used for
+/// caller-supplied env later.
+pub fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+const fn setting(
+    env: &'static str,
+    flag: Option<&'static str>,
+    default: &'static str,
+    help: &'static str,
+    field: fn(&mut RawConfig) -> &mut Option<String>,
+) -> Setting {
+    Setting { env, flag, default, help, field }
+}
+
+fn invalid(variable: &'static str, value: &str, expected: &str) -> Error {
+    Error::Invalid { variable, value: value.to_string(), expected: expected.to_string() }
+}
+
+fn number(value: &Option<String>, variable: &'static str, default: u64, min: u64, max: u64) -> Result<u64, Error> {
+    let Some(text) = value else {
+        return Ok(default);
+    };
+    let parsed: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| invalid(variable, text, &format!("a whole number from {min} to {max}")))?;
+    if parsed < min || parsed > max {
+        return Err(Error::OutOfRange { variable, value: parsed, min, max });
+    }
+    Ok(parsed)
+}
+
+fn parse_transport(value: Option<&str>) -> Result<Transport, Error> {
+    match value.unwrap_or("stdio") {
+        "stdio" => Ok(Transport::Stdio),
+        "http" | "sse" => Ok(Transport::Http),
+        other => Err(invalid("MCP_K8S_TRANSPORT", other, "one of stdio, http, sse")),
+    }
+}
+
+/// `host:port` where an empty host means all interfaces (`:8080`, as in the
+/// original), `localhost` means 127.0.0.1 and IPv6 hosts are bracketed.
+/// Names other than localhost are refused rather than resolved, so the
+/// address is known before anything listens.
+fn parse_addr(text: &str) -> Result<SocketAddr, Error> {
+    let expected = "host:port such as :8080, 127.0.0.1:8080 or [::1]:8080";
+    let (host, port) = text.rsplit_once(':').ok_or_else(|| invalid("MCP_K8S_ADDR", text, expected))?;
+    let port: u16 = port.parse().map_err(|_| invalid("MCP_K8S_ADDR", text, expected))?;
+    let ip = match host {
+        "" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        bracketed if bracketed.starts_with('[') && bracketed.ends_with(']') => bracketed[1..bracketed.len() - 1]
+            .parse()
+            .map_err(|_| invalid("MCP_K8S_ADDR", text, expected))?,
+        plain => plain.parse().map_err(|_| invalid("MCP_K8S_ADDR", text, expected))?,
+    };
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// RFC 1123 label, what Kubernetes accepts as a namespace name.
+fn parse_namespace(text: &str) -> Result<String, Error> {
+    let valid_chars = text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    let valid_ends = !text.starts_with('-') && !text.ends_with('-');
+    if text.is_empty() || text.len() > 63 || !valid_chars || !valid_ends {
+        return Err(invalid(
+            "MCP_K8S_NAMESPACE",
+            text,
+            "a namespace name: 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit",
+        ));
+    }
+    Ok(text.to_string())
+}
+
+/// Syntax check of a Kubernetes quantity: a decimal number with an optional
+/// binary (Ki..Ei), decimal (n, u, m, k, M..E) or exponent suffix.
+fn quantity(value: &Option<String>, variable: &'static str, default: &str) -> Result<String, Error> {
+    let text = value.as_deref().unwrap_or(default);
+    if !is_quantity(text) {
+        return Err(invalid(variable, text, "a Kubernetes quantity such as 500m, 1, 2.5, 512Mi or 1G"));
+    }
+    Ok(text.to_string())
+}
+
+fn is_quantity(text: &str) -> bool {
+    let number_end = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, suffix) = text.split_at(number_end);
+    let number_ok = !number.is_empty()
+        && number.matches('.').count() <= 1
+        && number.chars().any(|c| c.is_ascii_digit());
+    let suffix_ok = matches!(
+        suffix,
+        "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" | "n" | "u" | "m" | "k" | "M" | "G" | "T" | "P" | "E"
+    ) || is_exponent(suffix);
+    number_ok && suffix_ok
+}
+
+fn is_exponent(suffix: &str) -> bool {
+    let Some(digits) = suffix.strip_prefix(['e', 'E']) else {
+        return false;
+    };
+    let digits = digits.strip_prefix(['+', '-']).unwrap_or(digits);
+    !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
+}
+
+/// An image reference as far as we can judge without a registry: non-empty,
+/// no whitespace or control characters.
+fn image(text: &str, variable: &'static str) -> Result<String, Error> {
+    if text.is_empty() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(variable, text, "an image reference such as busybox:1.36, without spaces"));
+    }
+    Ok(text.to_string())
+}
+
+fn image_list(value: Option<&str>) -> Result<Vec<String>, Error> {
+    csv(value)
+        .into_iter()
+        .map(|item| image(&item, "MCP_K8S_ALLOWED_IMAGES"))
+        .collect()
+}
+
+fn csv(value: Option<&str>) -> Vec<String> {
+    value
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn parse_clone(raw: &RawConfig) -> Result<Option<CloneConfig>, Error> {
+    match (&raw.clone_image, &raw.clone_secret) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(Error::Unpaired { set: "MCP_K8S_CLONE_IMAGE", missing: "MCP_K8S_CLONE_SECRET" }),
+        (None, Some(_)) => Err(Error::Unpaired { set: "MCP_K8S_CLONE_SECRET", missing: "MCP_K8S_CLONE_IMAGE" }),
+        (Some(image_text), Some(secret)) => Ok(Some(CloneConfig {
+            image: image(image_text, "MCP_K8S_CLONE_IMAGE")?,
+            secret: object_name(secret, "MCP_K8S_CLONE_SECRET")?,
+        })),
+    }
+}
+
+fn parse_cache(raw: &RawConfig) -> Result<Option<CacheConfig>, Error> {
+    match (&raw.cache_pvc, &raw.cache_mount_path) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(Error::Unpaired { set: "MCP_K8S_CACHE_PVC", missing: "MCP_K8S_CACHE_MOUNT_PATH" }),
+        (None, Some(_)) => Err(Error::Unpaired { set: "MCP_K8S_CACHE_MOUNT_PATH", missing: "MCP_K8S_CACHE_PVC" }),
+        (Some(pvc), Some(mount_path)) => {
+            if !mount_path.starts_with('/') || mount_path.split('/').any(|part| part == "..") {
+                return Err(invalid("MCP_K8S_CACHE_MOUNT_PATH", mount_path, "an absolute path without `..`"));
+            }
+            Ok(Some(CacheConfig { pvc: object_name(pvc, "MCP_K8S_CACHE_PVC")?, mount_path: mount_path.clone() }))
+        }
+    }
+}
+
+/// RFC 1123 subdomain, the rule for Secret and PVC names.
+fn object_name(text: &str, variable: &'static str) -> Result<String, Error> {
+    let valid_chars = text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+    let valid_ends = text.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && text.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if text.len() > 253 || !valid_chars || !valid_ends {
+        return Err(invalid(variable, text, "a Kubernetes object name: lowercase letters, digits, '-' or '.'"));
+    }
+    Ok(text.to_string())
+}
+
+fn parse_extra_env(value: Option<&str>) -> Result<BTreeMap<String, String>, Error> {
+    const EXPECTED: &str = "a JSON object of string values, such as {\"HTTP_PROXY\":\"http://proxy:3128\"}";
+    let Some(text) = value else {
+        return Ok(BTreeMap::new());
+    };
+    // The value may hold credentials, so errors never echo it.
+    let hidden = "<JSON not shown>";
+    let parsed: serde_json::Value =
+        serde_json::from_str(text).map_err(|_| invalid("MCP_K8S_JOB_EXTRA_ENV", hidden, EXPECTED))?;
+    let serde_json::Value::Object(object) = parsed else {
+        return Err(invalid("MCP_K8S_JOB_EXTRA_ENV", hidden, EXPECTED));
+    };
+    let mut env = BTreeMap::new();
+    for (name, value) in object {
+        if !is_env_name(&name) {
+            return Err(invalid("MCP_K8S_JOB_EXTRA_ENV", &name, "variable names of letters, digits and '_', not starting with a digit"));
+        }
+        let serde_json::Value::String(value) = value else {
+            return Err(invalid("MCP_K8S_JOB_EXTRA_ENV", &name, "a string value for every variable"));
+        };
+        env.insert(name, value);
+    }
+    Ok(env)
+}
+
+/// Browser origins: `scheme://host[:port]`, compared exactly later.
+fn parse_origins(value: Option<&str>) -> Result<Vec<String>, Error> {
+    csv(value)
+        .into_iter()
+        .map(|origin| {
+            let well_formed = (origin.starts_with("http://") || origin.starts_with("https://"))
+                && !origin.ends_with('/')
+                && origin.split("://").nth(1).is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
+            if well_formed {
+                Ok(origin)
+            } else {
+                Err(invalid("MCP_K8S_ALLOWED_ORIGINS", &origin, "origins such as https://app.example.com, comma-separated"))
+            }
+        })
+        .collect()
+}
+
+fn parse_log_level(value: Option<&str>) -> Result<Level, Error> {
+    let text = value.unwrap_or("info");
+    Level::parse(text).ok_or_else(|| {
+        invalid("MCP_K8S_LOG_LEVEL", text, "one of debug, info, notice, warning, error, critical, alert, emergency")
+    })
+}
+
+fn parse_flag(value: Option<&str>, variable: &'static str) -> Result<bool, Error> {
+    match value {
+        None | Some("0") | Some("false") => Ok(false),
+        Some("1") | Some("true") => Ok(true),
+        Some(other) => Err(invalid(variable, other, "1 or 0")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(pairs: &[(&str, &str)]) -> RawConfig {
+        let table: BTreeMap<String, String> =
+            pairs.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect();
+        RawConfig::from_lookup(|name| table.get(name).cloned())
+    }
+
+    fn error_of(pairs: &[(&str, &str)]) -> String {
+        match Config::from_raw(&raw(pairs)) {
+            Ok(_) => panic!("{pairs:?} was accepted"),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[test]
+    fn defaults_match_the_original() {
+        let config = Config::from_raw(&RawConfig::default()).unwrap();
+        assert_eq!(config.transport, Transport::Stdio);
+        assert_eq!(config.addr, "0.0.0.0:8080".parse().unwrap());
+        assert!(config.auth_token.is_none());
+        assert_eq!(config.namespace, "mcp-ephemeral");
+        assert_eq!(config.kubeconfig, None);
+        assert_eq!((config.default_timeout_s, config.max_timeout_s), (60, 600));
+        assert_eq!((config.max_output_bytes, config.max_artifact_bytes), (1_048_576, 10_485_760));
+        assert_eq!((config.default_cpu.as_str(), config.default_memory.as_str()), ("1", "512Mi"));
+        assert_eq!(config.max_concurrent, 10);
+        assert!(config.allowed_images.is_empty());
+        assert_eq!(config.sidecar_image, "busybox:1.36");
+        assert_eq!((config.clone, config.cache), (None, None));
+        assert!(config.job_extra_env.is_empty());
+        assert_eq!(config.log_level, Level::Info);
+        assert!(!config.test_tools);
+    }
+
+    #[test]
+    fn every_setting_default_in_the_table_is_accepted_and_matches() {
+        let pairs: Vec<(&str, &str)> = SETTINGS
+            .iter()
+            .filter(|setting| !setting.default.is_empty())
+            .map(|setting| (setting.env, setting.default))
+            .collect();
+        let from_table = Config::from_raw(&raw(&pairs)).unwrap();
+        let from_nothing = Config::from_raw(&RawConfig::default()).unwrap();
+        assert_eq!(format!("{from_table:?}"), format!("{from_nothing:?}"));
+    }
+
+    #[test]
+    fn good_settings() {
+        let config = Config::from_raw(&raw(&[
+            ("MCP_K8S_TRANSPORT", "sse"),
+            ("MCP_K8S_ADDR", "[::1]:0"),
+            ("MCP_K8S_AUTH_TOKEN", "s3cret"),
+            ("MCP_K8S_ALLOWED_IMAGES", " python:3.12 , golang ,,"),
+            ("MCP_K8S_DEFAULT_TIMEOUT_S", "600"),
+            ("MCP_K8S_DEFAULT_CPU", "250m"),
+            ("MCP_K8S_DEFAULT_MEMORY", "1.5Gi"),
+            ("MCP_K8S_CLONE_IMAGE", "alpine/git:2.45"),
+            ("MCP_K8S_CLONE_SECRET", "git-creds"),
+            ("MCP_K8S_CACHE_PVC", "build-cache"),
+            ("MCP_K8S_CACHE_MOUNT_PATH", "/cache"),
+            ("MCP_K8S_JOB_EXTRA_ENV", r#"{"B":"2","A_1":"1"}"#),
+            ("MCP_K8S_ALLOWED_ORIGINS", "https://app.example.com,http://10.0.0.1:3000"),
+            ("MCP_K8S_LOG_LEVEL", "debug"),
+            ("MCP_K8S_TEST_TOOLS", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(config.transport, Transport::Http);
+        assert_eq!(config.addr, "[::1]:0".parse().unwrap());
+        assert!(config.binds_loopback());
+        assert_eq!(config.auth_token.as_ref().map(|token| token.0.as_str()), Some("s3cret"));
+        assert_eq!(config.allowed_images, ["python:3.12", "golang"]);
+        assert_eq!(config.clone.unwrap().secret, "git-creds");
+        assert_eq!(config.cache.unwrap().mount_path, "/cache");
+        assert_eq!(config.job_extra_env.keys().collect::<Vec<_>>(), ["A_1", "B"]);
+        assert_eq!(config.allowed_origins.len(), 2);
+        assert!(config.test_tools);
+    }
+
+    #[test]
+    fn addresses() {
+        let cases = [
+            (":8080", "0.0.0.0:8080"),
+            ("localhost:9000", "127.0.0.1:9000"),
+            ("127.0.0.1:0", "127.0.0.1:0"),
+            ("[::]:80", "[::]:80"),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse_addr(text), Ok(expected.parse().unwrap()), "{text}");
+        }
+    }
+
+    #[test]
+    fn bad_settings_name_the_variable_and_the_accepted_values() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[("MCP_K8S_TRANSPORT", "grpc")], "MCP_K8S_TRANSPORT: `grpc` is not accepted; expected one of stdio, http, sse"),
+            (&[("MCP_K8S_ADDR", "8080")], "MCP_K8S_ADDR: `8080` is not accepted; expected host:port"),
+            (&[("MCP_K8S_ADDR", "example.com:80")], "MCP_K8S_ADDR: `example.com:80` is not accepted"),
+            (&[("MCP_K8S_ADDR", ":99999")], "MCP_K8S_ADDR: `:99999` is not accepted"),
+            (&[("MCP_K8S_NAMESPACE", "Prod")], "MCP_K8S_NAMESPACE: `Prod` is not accepted; expected a namespace name"),
+            (&[("MCP_K8S_NAMESPACE", "-x")], "MCP_K8S_NAMESPACE: `-x`"),
+            (&[("MCP_K8S_DEFAULT_TIMEOUT_S", "ten")], "MCP_K8S_DEFAULT_TIMEOUT_S: `ten` is not accepted; expected a whole number from 1 to 86400"),
+            (&[("MCP_K8S_DEFAULT_TIMEOUT_S", "-1")], "MCP_K8S_DEFAULT_TIMEOUT_S: `-1` is not accepted"),
+            (&[("MCP_K8S_DEFAULT_TIMEOUT_S", "0")], "MCP_K8S_DEFAULT_TIMEOUT_S: `0` is out of range; accepted: 1 to 86400"),
+            (&[("MCP_K8S_MAX_TIMEOUT_S", "100000")], "MCP_K8S_MAX_TIMEOUT_S: `100000` is out of range"),
+            (&[("MCP_K8S_DEFAULT_TIMEOUT_S", "700")], "MCP_K8S_DEFAULT_TIMEOUT_S: `700` is above MCP_K8S_MAX_TIMEOUT_S (600); lower it or raise MCP_K8S_MAX_TIMEOUT_S"),
+            (&[("MCP_K8S_MAX_OUTPUT_BYTES", "12")], "MCP_K8S_MAX_OUTPUT_BYTES: `12` is out of range; accepted: 1024 to"),
+            (&[("MCP_K8S_MAX_ARTIFACT_BYTES", "1e6")], "MCP_K8S_MAX_ARTIFACT_BYTES: `1e6` is not accepted"),
+            (&[("MCP_K8S_DEFAULT_CPU", "one")], "MCP_K8S_DEFAULT_CPU: `one` is not accepted; expected a Kubernetes quantity"),
+            (&[("MCP_K8S_DEFAULT_CPU", "1..5")], "MCP_K8S_DEFAULT_CPU: `1..5`"),
+            (&[("MCP_K8S_DEFAULT_MEMORY", "512MB")], "MCP_K8S_DEFAULT_MEMORY: `512MB` is not accepted"),
+            (&[("MCP_K8S_MAX_CONCURRENT", "0")], "MCP_K8S_MAX_CONCURRENT: `0` is out of range; accepted: 1 to 1000"),
+            (&[("MCP_K8S_ALLOWED_IMAGES", "python:3, bad image")], "MCP_K8S_ALLOWED_IMAGES: `bad image` is not accepted"),
+            (&[("MCP_K8S_SIDECAR_IMAGE", "busy box")], "MCP_K8S_SIDECAR_IMAGE: `busy box`"),
+            (&[("MCP_K8S_CLONE_IMAGE", "alpine/git")], "MCP_K8S_CLONE_IMAGE is set but MCP_K8S_CLONE_SECRET is not; set both or neither"),
+            (&[("MCP_K8S_CLONE_SECRET", "creds")], "MCP_K8S_CLONE_SECRET is set but MCP_K8S_CLONE_IMAGE is not"),
+            (&[("MCP_K8S_CLONE_IMAGE", "git"), ("MCP_K8S_CLONE_SECRET", "Creds!")], "MCP_K8S_CLONE_SECRET: `Creds!` is not accepted"),
+            (&[("MCP_K8S_CACHE_PVC", "cache")], "MCP_K8S_CACHE_PVC is set but MCP_K8S_CACHE_MOUNT_PATH is not"),
+            (&[("MCP_K8S_CACHE_MOUNT_PATH", "/cache")], "MCP_K8S_CACHE_MOUNT_PATH is set but MCP_K8S_CACHE_PVC is not"),
+            (&[("MCP_K8S_CACHE_PVC", "c"), ("MCP_K8S_CACHE_MOUNT_PATH", "cache")], "MCP_K8S_CACHE_MOUNT_PATH: `cache` is not accepted; expected an absolute path"),
+            (&[("MCP_K8S_CACHE_PVC", "c"), ("MCP_K8S_CACHE_MOUNT_PATH", "/a/../b")], "MCP_K8S_CACHE_MOUNT_PATH: `/a/../b`"),
+            (&[("MCP_K8S_JOB_EXTRA_ENV", "{not json")], "MCP_K8S_JOB_EXTRA_ENV: `<JSON not shown>` is not accepted; expected a JSON object"),
+            (&[("MCP_K8S_JOB_EXTRA_ENV", "[1]")], "MCP_K8S_JOB_EXTRA_ENV: `<JSON not shown>`"),
+            (&[("MCP_K8S_JOB_EXTRA_ENV", r#"{"1X":"a"}"#)], "MCP_K8S_JOB_EXTRA_ENV: `1X` is not accepted; expected variable names"),
+            (&[("MCP_K8S_JOB_EXTRA_ENV", r#"{"X":1}"#)], "MCP_K8S_JOB_EXTRA_ENV: `X` is not accepted; expected a string value"),
+            (&[("MCP_K8S_MAX_MESSAGE_BYTES", "100")], "MCP_K8S_MAX_MESSAGE_BYTES: `100` is out of range"),
+            (&[("MCP_K8S_SESSION_TTL_S", "0")], "MCP_K8S_SESSION_TTL_S: `0` is out of range"),
+            (&[("MCP_K8S_ALLOWED_ORIGINS", "example.com")], "MCP_K8S_ALLOWED_ORIGINS: `example.com` is not accepted; expected origins"),
+            (&[("MCP_K8S_ALLOWED_ORIGINS", "https://a.example/")], "MCP_K8S_ALLOWED_ORIGINS: `https://a.example/`"),
+            (&[("MCP_K8S_SHUTDOWN_GRACE_S", "soon")], "MCP_K8S_SHUTDOWN_GRACE_S: `soon`"),
+            (&[("MCP_K8S_LOG_LEVEL", "verbose")], "MCP_K8S_LOG_LEVEL: `verbose` is not accepted; expected one of debug, info"),
+            (&[("MCP_K8S_TEST_TOOLS", "yes")], "MCP_K8S_TEST_TOOLS: `yes` is not accepted; expected 1 or 0"),
+        ];
+        for (pairs, expected) in cases {
+            let message = error_of(pairs);
+            assert!(message.starts_with(expected), "{pairs:?}\n got: {message}\nwant: {expected}");
+        }
+    }
+
+    #[test]
+    fn empty_values_count_as_unset() {
+        let config = Config::from_raw(&raw(&[("MCP_K8S_TRANSPORT", ""), ("MCP_K8S_AUTH_TOKEN", "")])).unwrap();
+        assert_eq!(config.transport, Transport::Stdio);
+        assert!(config.auth_token.is_none());
+    }
+
+    #[test]
+    fn quantities() {
+        for good in ["1", "0.5", "250m", "512Mi", "1Gi", "2G", "1e3", "1.5E+2", "100k"] {
+            assert!(is_quantity(good), "{good}");
+        }
+        for bad in ["", "m", "1..2", "1MB", "1 Gi", "-1", "1e", "Gi1", "."] {
+            assert!(!is_quantity(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_auth_token_never_shows_in_debug_output() {
+        let config = Config::from_raw(&raw(&[("MCP_K8S_AUTH_TOKEN", "hunter2")])).unwrap();
+        assert!(!format!("{config:?}").contains("hunter2"));
+    }
+}

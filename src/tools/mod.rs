@@ -1,5 +1,500 @@
-//! The MCP tools: names, schemas, argument checking and result shapes.
+//! The MCP tools: names, schemas, argument checking and result shapes, and
+//! the plug-in point every tool uses.
+//!
+//! A tool is a `Tool` value: metadata (name, title, description, schemas,
+//! annotations) plus a plain `Handler` function. The handler gets the
+//! server-wide `Ctx` and a `Call` (arguments, a `CancelToken`, and
+//! `CallEvents` for progress and log messages) and returns a `ToolOutcome`.
+//! The protocol layer runs each call on its own thread, turns the outcome
+//! into a `tools/call` result and owns everything JSON-RPC; tools never see
+//! request ids, sessions or transports. Long-running work in `engine` gets
+//! the `CancelToken` and a progress callback from the handler, so the engine
+//! stays ignorant of MCP too.
 
 pub mod images;
 pub mod job_args;
 pub mod job_result;
+
+use std::fmt;
+
+use serde_json::{Map, Value, json};
+
+use crate::config::Config;
+use crate::engine::cancel::CancelToken;
+use crate::log::Level;
+
+/// Everything a tool handler may use besides its call. The engine's context
+/// (Kubernetes client, job store) joins `config` here when the job tools
+/// arrive.
+pub struct Ctx {
+    pub config: Config,
+}
+
+/// One tool call as a handler sees it.
+pub struct Call<'a> {
+    /// The `arguments` object of `tools/call` (`{}` when absent).
+    pub arguments: &'a Map<String, Value>,
+    /// Cancelled when the client sends `notifications/cancelled`, its
+    /// session ends, or the server shuts down; stop promptly and return.
+    pub cancel: &'a CancelToken,
+    /// Progress and log messages back to the client while the call runs.
+    pub events: &'a dyn CallEvents,
+}
+
+/// How a running tool talks to its client. The protocol layer implements it
+/// and drops what the client did not ask for (progress without a
+/// `progressToken`, logs below the level set by `logging/setLevel`).
+pub trait CallEvents: Send + Sync {
+    /// `progress` must increase from one report to the next (MCP requires
+    /// it; reports that do not are dropped). `total` is optional.
+    fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>);
+    /// A `notifications/message` for this call's client.
+    fn log(&self, level: Level, message: &str);
+}
+
+/// What a handler returns.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolOutcome {
+    /// The structured result; it must match the tool's `output_schema`.
+    Success(Value),
+    /// A tool error the model should read (bad arguments, could not run):
+    /// becomes `isError: true` with this text and no `structuredContent`.
+    Failure(String),
+}
+
+pub type Handler = fn(&Ctx, &Call<'_>) -> ToolOutcome;
+
+/// MCP tool annotations (hints to clients, all four always written so no
+/// client has to guess the spec's defaults).
+#[derive(Clone, Copy, Debug)]
+pub struct Annotations {
+    pub read_only: bool,
+    pub destructive: bool,
+    pub idempotent: bool,
+    pub open_world: bool,
+}
+
+pub struct Tool {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: String,
+    pub input_schema: Value,
+    pub output_schema: Value,
+    pub annotations: Annotations,
+    pub handler: Handler,
+}
+
+/// The tools this server offers, in `tools/list` order.
+pub struct Registry {
+    tools: Vec<Tool>,
+}
+
+impl Registry {
+    /// The production tools, plus the diagnostic ones when
+    /// `MCP_K8S_TEST_TOOLS=1`.
+    pub fn new(config: &Config) -> Registry {
+        let mut tools = vec![describe_environment_tool()];
+        if config.test_tools {
+            tools.push(test_sleep_tool());
+            tools.push(test_panic_tool());
+        }
+        Registry { tools }
+    }
+
+    pub fn find(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|tool| tool.name == name)
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tools.iter().map(|tool| tool.name).collect()
+    }
+
+    /// The `tools/list` result. There is one page: the list is short.
+    pub fn list_json(&self) -> Value {
+        let tools: Vec<Value> = self.tools.iter().map(Tool::to_json).collect();
+        json!({ "tools": tools })
+    }
+}
+
+impl Tool {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "outputSchema": self.output_schema,
+            "annotations": {
+                "title": self.title,
+                "readOnlyHint": self.annotations.read_only,
+                "destructiveHint": self.annotations.destructive,
+                "idempotentHint": self.annotations.idempotent,
+                "openWorldHint": self.annotations.open_world,
+            },
+        })
+    }
+}
+
+/// The `tools/call` result for an outcome: structured content repeated as a
+/// text block (revision 2025-06-18 says SHOULD, and clients that ignore
+/// `structuredContent` still get the data), or an `isError` text.
+pub fn result_json(outcome: &ToolOutcome) -> Value {
+    match outcome {
+        ToolOutcome::Success(structured) => json!({
+            "content": [{ "type": "text", "text": structured.to_string() }],
+            "structuredContent": structured,
+            "isError": false,
+        }),
+        ToolOutcome::Failure(text) => json!({
+            "content": [{ "type": "text", "text": text }],
+            "isError": true,
+        }),
+    }
+}
+
+/// A bad argument, worded for the model that sent it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ArgError {
+    Unknown { name: String, accepted: &'static [&'static str] },
+    Missing { name: &'static str },
+    WrongType { name: &'static str, expected: &'static str, found: &'static str },
+    OutOfRange { name: &'static str, value: f64, min: f64, max: f64 },
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgError::Unknown { name, accepted: [] } => {
+                write!(formatter, "unknown argument `{name}`; this tool takes no arguments")
+            }
+            ArgError::Unknown { name, accepted } => {
+                write!(formatter, "unknown argument `{name}`; accepted: {}", accepted.join(", "))
+            }
+            ArgError::Missing { name } => write!(formatter, "missing required argument `{name}`"),
+            ArgError::WrongType { name, expected, found } => {
+                write!(formatter, "argument `{name}` must be {expected}, not {found}")
+            }
+            ArgError::OutOfRange { name, value, min, max } => {
+                write!(formatter, "argument `{name}` is `{value}`; accepted: {min} to {max}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ArgError {}
+
+/// Refuses arguments outside `accepted` (the schemas say
+/// `additionalProperties: false`; a misspelt optional argument would
+/// otherwise be silently ignored).
+pub fn check_known_arguments(arguments: &Map<String, Value>, accepted: &'static [&'static str]) -> Result<(), ArgError> {
+    match arguments.keys().find(|name| !accepted.contains(&name.as_str())) {
+        Some(name) => Err(ArgError::Unknown { name: name.clone(), accepted }),
+        None => Ok(()),
+    }
+}
+
+/// A number argument within `min..=max`; `None` when absent or null.
+pub fn optional_number(arguments: &Map<String, Value>, name: &'static str, min: f64, max: f64) -> Result<Option<f64>, ArgError> {
+    let Some(value) = arguments.get(name).filter(|value| !value.is_null()) else {
+        return Ok(None);
+    };
+    let Some(number) = value.as_f64() else {
+        return Err(ArgError::WrongType { name, expected: "a number", found: json_kind(value) });
+    };
+    if !(min..=max).contains(&number) {
+        return Err(ArgError::OutOfRange { name, value: number, min, max });
+    }
+    Ok(Some(number))
+}
+
+/// Like `optional_number`, for whole numbers.
+pub fn optional_integer(arguments: &Map<String, Value>, name: &'static str, min: u64, max: u64) -> Result<Option<u64>, ArgError> {
+    let Some(value) = arguments.get(name).filter(|value| !value.is_null()) else {
+        return Ok(None);
+    };
+    let Some(number) = value.as_u64() else {
+        let found = if value.is_number() { "a fraction or a negative number" } else { json_kind(value) };
+        return Err(ArgError::WrongType { name, expected: "a whole number", found });
+    };
+    if !(min..=max).contains(&number) {
+        return Err(ArgError::OutOfRange { name, value: number as f64, min: min as f64, max: max as f64 });
+    }
+    Ok(Some(number))
+}
+
+/// A JSON value's type for error messages ("must be a number, not a string").
+pub fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(number) if number.is_i64() || number.is_u64() => "an integer",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+// ---------------------------------------------------------------------------
+// describe_environment: what an agent may run here, from Config.
+
+fn describe_environment_tool() -> Tool {
+    Tool {
+        name: "describe_environment",
+        title: "Describe the job environment",
+        description: "Tells what a job may use on this server: allowed images, default and maximum \
+                      timeout_s, output and artifact size caps, default CPU and memory, the namespace, \
+                      and whether repository cloning and a cache volume are available. Call it before \
+                      choosing an image or a timeout. Reads configuration only; starts nothing."
+            .to_string(),
+        input_schema: json!({ "type": "object", "properties": {}, "additionalProperties": false }),
+        output_schema: json!({
+            "type": "object",
+            "properties": {
+                "namespace": { "type": "string", "description": "Kubernetes namespace jobs run in" },
+                "allowed_images": {
+                    "type": "array", "items": { "type": "string" },
+                    "description": "images a job may use; empty means none is allowed yet"
+                },
+                "timeout_s": {
+                    "type": "object",
+                    "properties": { "default": { "type": "integer" }, "max": { "type": "integer" } },
+                    "required": ["default", "max"]
+                },
+                "max_output_bytes": { "type": "integer", "description": "cap on captured stdout and stderr" },
+                "max_artifact_bytes": { "type": "integer", "description": "cap on returned files" },
+                "default_cpu": { "type": "string", "description": "Kubernetes CPU quantity" },
+                "default_memory": { "type": "string", "description": "Kubernetes memory quantity" },
+                "max_concurrent": { "type": "integer", "description": "jobs that run at once; more wait" },
+                "clone_available": { "type": "boolean", "description": "whether jobs can clone a git repository" },
+                "cache_mount_path": {
+                    "type": ["string", "null"],
+                    "description": "where a shared cache volume is mounted, or null"
+                },
+                "extra_env_names": {
+                    "type": "array", "items": { "type": "string" },
+                    "description": "environment variables every job gets from the server"
+                }
+            },
+            "required": [
+                "namespace", "allowed_images", "timeout_s", "max_output_bytes", "max_artifact_bytes",
+                "default_cpu", "default_memory", "max_concurrent", "clone_available",
+                "cache_mount_path", "extra_env_names"
+            ],
+            "additionalProperties": false
+        }),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
+        handler: describe_environment,
+    }
+}
+
+fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
+    if let Err(error) = check_known_arguments(call.arguments, &[]) {
+        return ToolOutcome::Failure(error.to_string());
+    }
+    let config = &ctx.config;
+    // Values of the extra env may be credentials, so only names are shown.
+    let extra_env_names: Vec<&String> = config.job_extra_env.keys().collect();
+    ToolOutcome::Success(json!({
+        "namespace": config.namespace,
+        "allowed_images": config.allowed_images,
+        "timeout_s": { "default": config.default_timeout_s, "max": config.max_timeout_s },
+        "max_output_bytes": config.max_output_bytes,
+        "max_artifact_bytes": config.max_artifact_bytes,
+        "default_cpu": config.default_cpu,
+        "default_memory": config.default_memory,
+        "max_concurrent": config.max_concurrent,
+        "clone_available": config.clone.is_some(),
+        "cache_mount_path": config.cache.as_ref().map(|cache| cache.mount_path.as_str()),
+        "extra_env_names": extra_env_names,
+    }))
+}
+
+// ---------------------------------------------------------------------------
+// Test hooks, registered only with MCP_K8S_TEST_TOOLS=1: they let the client
+// tests exercise progress, cancellation and panics without a cluster.
+
+fn test_sleep_tool() -> Tool {
+    Tool {
+        name: "test_sleep",
+        title: "Sleep (test hook)",
+        description: "Test hook: sleeps `seconds`, reporting progress every `progress_every_ms` and \
+                      stopping early when cancelled."
+            .to_string(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "seconds": { "type": "number", "minimum": 0, "maximum": 600 },
+                "progress_every_ms": { "type": "integer", "minimum": 10, "maximum": 60000 }
+            },
+            "required": ["seconds"],
+            "additionalProperties": false
+        }),
+        output_schema: json!({
+            "type": "object",
+            "properties": { "slept_ms": { "type": "integer" } },
+            "required": ["slept_ms"],
+            "additionalProperties": false
+        }),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
+        handler: test_sleep,
+    }
+}
+
+struct SleepArgs {
+    total_ms: u64,
+    step_ms: u64,
+}
+
+fn parse_sleep_args(arguments: &Map<String, Value>) -> Result<SleepArgs, ArgError> {
+    check_known_arguments(arguments, &["seconds", "progress_every_ms"])?;
+    let seconds = optional_number(arguments, "seconds", 0.0, 600.0)?.ok_or(ArgError::Missing { name: "seconds" })?;
+    let step_ms = optional_integer(arguments, "progress_every_ms", 10, 60_000)?.unwrap_or(100);
+    Ok(SleepArgs { total_ms: (seconds * 1000.0).round() as u64, step_ms })
+}
+
+fn test_sleep(_ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
+    let args = match parse_sleep_args(call.arguments) {
+        Ok(args) => args,
+        Err(error) => return ToolOutcome::Failure(error.to_string()),
+    };
+    call.events.log(Level::Info, &format!("sleeping {} ms", args.total_ms));
+    let mut slept_ms = 0;
+    while slept_ms < args.total_ms {
+        let step_ms = args.step_ms.min(args.total_ms - slept_ms);
+        if call.cancel.wait_timeout(std::time::Duration::from_millis(step_ms)) {
+            return ToolOutcome::Failure(format!("cancelled after {slept_ms} ms"));
+        }
+        slept_ms += step_ms;
+        let message = format!("slept {slept_ms} of {} ms", args.total_ms);
+        call.events.progress(slept_ms as f64, Some(args.total_ms as f64), Some(&message));
+    }
+    ToolOutcome::Success(json!({ "slept_ms": slept_ms }))
+}
+
+fn test_panic_tool() -> Tool {
+    Tool {
+        name: "test_panic",
+        title: "Panic (test hook)",
+        description: "Test hook: panics, to show a failing tool answers -32603 and the server lives on."
+            .to_string(),
+        input_schema: json!({ "type": "object", "additionalProperties": false }),
+        output_schema: json!({ "type": "object" }),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
+        handler: test_panic,
+    }
+}
+
+fn test_panic(_ctx: &Ctx, _call: &Call<'_>) -> ToolOutcome {
+    panic!("test_panic was called");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RawConfig;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Recorder {
+        progress: Mutex<Vec<(f64, Option<f64>)>>,
+        logs: Mutex<Vec<String>>,
+    }
+
+    impl CallEvents for Recorder {
+        fn progress(&self, progress: f64, total: Option<f64>, _message: Option<&str>) {
+            self.progress.lock().unwrap().push((progress, total));
+        }
+        fn log(&self, _level: Level, message: &str) {
+            self.logs.lock().unwrap().push(message.to_string());
+        }
+    }
+
+    fn ctx() -> Ctx {
+        let raw = RawConfig::from_lookup(|name| match name {
+            "MCP_K8S_ALLOWED_IMAGES" => Some("python:3.12,busybox".into()),
+            "MCP_K8S_JOB_EXTRA_ENV" => Some(r#"{"TOKEN":"secret-value"}"#.into()),
+            "MCP_K8S_TEST_TOOLS" => Some("1".into()),
+            _ => None,
+        });
+        Ctx { config: Config::from_raw(&raw).unwrap() }
+    }
+
+    fn run(tool: &str, arguments: Value) -> (ToolOutcome, Recorder) {
+        let ctx = ctx();
+        let registry = Registry::new(&ctx.config);
+        let Value::Object(arguments) = arguments else { panic!("arguments must be an object") };
+        let recorder = Recorder::default();
+        let cancel = CancelToken::new();
+        let call = Call { arguments: &arguments, cancel: &cancel, events: &recorder };
+        let outcome = (registry.find(tool).unwrap().handler)(&ctx, &call);
+        (outcome, recorder)
+    }
+
+    #[test]
+    fn every_tool_has_the_metadata_clients_check() {
+        let ctx = ctx();
+        for tool in Registry::new(&ctx.config).list_json()["tools"].as_array().unwrap() {
+            let name = tool["name"].as_str().unwrap();
+            assert!(name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{name}");
+            assert!(!tool["description"].as_str().unwrap().is_empty(), "{name}");
+            assert_eq!(tool["inputSchema"]["type"], "object", "{name}");
+            assert_eq!(tool["outputSchema"]["type"], "object", "{name}");
+            assert!(tool["annotations"]["readOnlyHint"].is_boolean(), "{name}");
+        }
+    }
+
+    #[test]
+    fn test_tools_are_registered_only_on_request() {
+        let config = Config::from_raw(&RawConfig::default()).unwrap();
+        assert_eq!(Registry::new(&config).names(), ["describe_environment"]);
+        assert_eq!(Registry::new(&ctx().config).names(), ["describe_environment", "test_sleep", "test_panic"]);
+    }
+
+    #[test]
+    fn describe_environment_reports_config_but_no_env_values() {
+        let (outcome, _) = run("describe_environment", json!({}));
+        let ToolOutcome::Success(result) = outcome else { panic!("{outcome:?}") };
+        assert_eq!(result["allowed_images"], json!(["python:3.12", "busybox"]));
+        assert_eq!(result["timeout_s"], json!({ "default": 60, "max": 600 }));
+        assert_eq!(result["namespace"], "mcp-ephemeral");
+        assert_eq!(result["cache_mount_path"], Value::Null);
+        assert_eq!(result["extra_env_names"], json!(["TOKEN"]));
+        assert!(!result.to_string().contains("secret-value"));
+    }
+
+    #[test]
+    fn bad_arguments_are_tool_errors_that_say_what_is_wrong() {
+        let cases = [
+            ("describe_environment", json!({ "x": 1 }), "unknown argument `x`; this tool takes no arguments"),
+            ("test_sleep", json!({}), "missing required argument `seconds`"),
+            ("test_sleep", json!({ "seconds": "1" }), "argument `seconds` must be a number, not a string"),
+            ("test_sleep", json!({ "seconds": 601 }), "argument `seconds` is `601`; accepted: 0 to 600"),
+            ("test_sleep", json!({ "seconds": 1, "progress_every_ms": 1.5 }), "argument `progress_every_ms` must be a whole number, not a fraction or a negative number"),
+            ("test_sleep", json!({ "seconds": 1, "progress_every_ms": 5 }), "argument `progress_every_ms` is `5`; accepted: 10 to 60000"),
+            ("test_sleep", json!({ "secs": 1 }), "unknown argument `secs`; accepted: seconds, progress_every_ms"),
+        ];
+        for (tool, arguments, expected) in cases {
+            let (outcome, _) = run(tool, arguments.clone());
+            assert_eq!(outcome, ToolOutcome::Failure(expected.to_string()), "{tool} {arguments}");
+        }
+    }
+
+    #[test]
+    fn test_sleep_reports_increasing_progress() {
+        let (outcome, recorder) = run("test_sleep", json!({ "seconds": 0.05, "progress_every_ms": 20 }));
+        assert_eq!(outcome, ToolOutcome::Success(json!({ "slept_ms": 50 })));
+        assert_eq!(*recorder.progress.lock().unwrap(), [(20.0, Some(50.0)), (40.0, Some(50.0)), (50.0, Some(50.0))]);
+        assert_eq!(*recorder.logs.lock().unwrap(), ["sleeping 50 ms"]);
+    }
+
+    #[test]
+    fn results_repeat_structured_content_as_text_and_errors_carry_none() {
+        let success = result_json(&ToolOutcome::Success(json!({ "a": 1 })));
+        assert_eq!(success["content"][0]["text"], r#"{"a":1}"#);
+        assert_eq!(success["structuredContent"], json!({ "a": 1 }));
+        assert_eq!(success["isError"], false);
+        let failure = result_json(&ToolOutcome::Failure("nope".into()));
+        assert_eq!(failure, json!({ "content": [{ "type": "text", "text": "nope" }], "isError": true }));
+    }
+}

@@ -1,1 +1,0 @@
-//! JSON-RPC 2.0 and the MCP lifecycle, independent of any transport.

@@ -1,0 +1,537 @@
+//! The MCP lifecycle and method dispatch, independent of any transport.
+//!
+//! Transports hand each incoming message (one stdio line, one HTTP body) to
+//! `Server::handle` together with the `Session` it belongs to and an
+//! `Outbox` for what goes back. Quick methods answer before `handle`
+//! returns; `tools/call` runs on its own thread (so a long call never blocks
+//! `ping`, `notifications/cancelled` or another call) and sends its
+//! notifications and response through the outbox later. `jsonrpc` holds the
+//! message model; this file knows the MCP methods and nothing about bytes,
+//! sockets or HTTP.
+//!
+//! Only the `initialize` era (revisions 2024-11-05 to 2025-11-25) is served.
+//! Revision 2026-07-28 judges each request alone by its `_meta`; it will
+//! branch off in `Server::on_request` before the session checks.
+
+pub mod jsonrpc;
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+
+use crate::engine::cancel::CancelToken;
+use crate::log::{self, Level};
+use crate::tools::{self, CallEvents, ToolOutcome};
+use jsonrpc::{ErrorCode, Message, Notification, Request, RequestId, Response, ResponseError};
+
+/// Revisions this server speaks, newest first.
+pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The revision answered to a client that asks for one we do not know.
+pub const LATEST_VERSION: &str = SUPPORTED_VERSIONS[0];
+
+pub const SERVER_NAME: &str = "mcp-k8s-ephemeral-job";
+
+/// A message for the client, already serialized.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outgoing {
+    Notification(String),
+    /// The answer to a request; `is_error` lets HTTP pick a status code for
+    /// requests made outside a session.
+    Response { text: String, is_error: bool },
+}
+
+/// Where a session's messages go: a stdio writer thread, an HTTP request
+/// waiting for its answer, or a legacy SSE stream.
+pub type Outbox = Sender<Outgoing>;
+
+/// What `Server::handle` tells the transport to expect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dispatch {
+    /// A notification or a response: nothing will be sent back.
+    Accepted,
+    /// A request: its response arrives through the outbox (possibly after
+    /// notifications), or never if the client cancels it, in which case
+    /// every sender of the outbox is dropped once the work stops.
+    Reply,
+}
+
+/// One MCP session: the negotiated revision, the client's log level and the
+/// calls in flight. stdio has one per process; HTTP one per
+/// `Mcp-Session-Id` or legacy SSE stream.
+pub struct Session {
+    state: Mutex<SessionState>,
+    calls: Mutex<HashMap<RequestId, CallHandle>>,
+}
+
+/// Tool calls can run in parallel up to this many per server; beyond it
+/// the call is refused rather than spawning threads without bound.
+pub const MAX_CALLS_IN_FLIGHT: usize = 256;
+
+/// The dispatcher shared by all transports and sessions.
+pub struct Server {
+    ctx: Arc<tools::Ctx>,
+    registry: tools::Registry,
+    calls: Calls,
+}
+
+impl Session {
+    pub fn new() -> Session {
+        Session {
+            state: Mutex::new(SessionState { protocol_version: None, log_level: Level::Info }),
+            calls: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The revision agreed in `initialize`, or `None` before it.
+    pub fn protocol_version(&self) -> Option<&'static str> {
+        lock(&self.state).protocol_version
+    }
+
+    pub fn calls_in_flight(&self) -> usize {
+        lock(&self.calls).len()
+    }
+
+    /// Cancels every call of this session (it ended: DELETE, closed stream).
+    /// Their responses, if any, go nowhere.
+    pub fn cancel_all(&self) {
+        for handle in lock(&self.calls).values() {
+            handle.cancel.cancel();
+        }
+    }
+}
+
+impl Default for Session {
+    fn default() -> Session {
+        Session::new()
+    }
+}
+
+impl Server {
+    pub fn new(ctx: tools::Ctx) -> Server {
+        let registry = tools::Registry::new(&ctx.config);
+        Server { ctx: Arc::new(ctx), registry, calls: Calls::default() }
+    }
+
+    /// The one entry point of every transport: handles one incoming
+    /// message (a complete JSON text).
+    pub fn handle(self: &Arc<Self>, session: &Arc<Session>, text: &str, outbox: Outbox) -> Dispatch {
+        match jsonrpc::parse(text) {
+            Err(response) => {
+                log::debug("invalid message", &[("error", json!(error_message(&response)))]);
+                send_response(&outbox, &response);
+                Dispatch::Reply
+            }
+            Ok(Message::Request(request)) => {
+                self.on_request(session, request, outbox);
+                Dispatch::Reply
+            }
+            Ok(Message::Notification(notification)) => {
+                self.on_notification(session, &notification);
+                Dispatch::Accepted
+            }
+            // The server sends no requests, so client responses answer
+            // nothing; they are accepted and dropped.
+            Ok(Message::Response(_)) => Dispatch::Accepted,
+        }
+    }
+
+    /// Stops accepting new tool calls, waits up to `grace` for the running
+    /// ones, then cancels the rest and waits up to `after_cancel` for them
+    /// to wind down. Returns the number still running at the end.
+    pub fn shut_down(&self, grace: Duration, after_cancel: Duration) -> usize {
+        self.calls.stop_accepting();
+        let running = self.calls.wait_idle(grace);
+        if running == 0 {
+            return 0;
+        }
+        log::info("cancelling calls still running", &[("calls", json!(running))]);
+        self.calls.cancel_all();
+        self.calls.wait_idle(after_cancel)
+    }
+
+    /// Cancels every running call at once (a second signal).
+    pub fn cancel_all(&self) {
+        self.calls.cancel_all();
+    }
+
+    pub fn is_accepting(&self) -> bool {
+        lock(&self.calls.state).accepting
+    }
+
+    fn on_request(self: &Arc<Self>, session: &Arc<Session>, request: Request, outbox: Outbox) {
+        let id = request.id.clone();
+        let result = match request.method.as_str() {
+            "initialize" => self.initialize(session, &request.params),
+            "ping" => Ok(json!({})),
+            method if !is_known_method(method) => {
+                // Includes `server/discover` (revision 2026-07-28): an
+                // immediate -32601 lets Python 2.x clients fall back to
+                // `initialize` without waiting out their probe. -32022
+                // would tell them we serve 2026-07-28, which we do not.
+                Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`")))
+            }
+            method if session.protocol_version().is_none() => Err(ResponseError::new(
+                ErrorCode::InvalidRequest,
+                format!("`{method}` before `initialize`; initialize the session first"),
+            )),
+            "tools/list" => list_tools(&self.registry, &request.params),
+            "logging/setLevel" => set_log_level(session, &request.params),
+            "tools/call" => match self.start_call(session, &request, outbox.clone()) {
+                // The call's thread owns the response now.
+                Ok(()) => return,
+                Err(error) => Err(error),
+            },
+            method => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`"))),
+        };
+        send_response(&outbox, &Response { id: Some(id), result });
+    }
+
+    fn on_notification(&self, session: &Session, notification: &Notification) {
+        match notification.method.as_str() {
+            "notifications/cancelled" => {
+                // Unknown or finished ids are ignored, as the spec says:
+                // the response may already be on its way.
+                let Some(request_id) = notification.params.get("requestId").and_then(RequestId::from_json) else {
+                    return;
+                };
+                if let Some(handle) = lock(&session.calls).get(&request_id) {
+                    handle.answer.store(false, Ordering::SeqCst);
+                    handle.cancel.cancel();
+                    log::info("call cancelled by client", &[("request_id", json!(request_id.to_string()))]);
+                }
+            }
+            // Nothing to do: requests are served from the initialize
+            // response on, which every client tolerates.
+            "notifications/initialized" => {}
+            other => log::debug("ignored notification", &[("method", json!(other))]),
+        }
+    }
+
+    fn initialize(&self, session: &Session, params: &Map<String, Value>) -> Result<Value, ResponseError> {
+        let requested = match params.get("protocolVersion") {
+            Some(Value::String(version)) => version.as_str(),
+            Some(other) => return Err(invalid_params(format!("`protocolVersion` must be a string, not {}", tools::json_kind(other)))),
+            None => return Err(invalid_params("missing `protocolVersion`")),
+        };
+        // Echo a revision we speak; otherwise answer our newest and let the
+        // client decide (lifecycle: "MUST respond with another version").
+        let version = SUPPORTED_VERSIONS.into_iter().find(|supported| *supported == requested).unwrap_or(LATEST_VERSION);
+        {
+            let mut state = lock(&session.state);
+            if state.protocol_version.is_some() {
+                return Err(ResponseError::new(ErrorCode::InvalidRequest, "session is already initialized"));
+            }
+            state.protocol_version = Some(version);
+        }
+        log::info("session initialized", &[("protocol_version", json!(version)), ("requested", json!(requested))]);
+        Ok(json!({
+            "protocolVersion": version,
+            // Only what is implemented: clients gate features on these.
+            "capabilities": { "tools": {}, "logging": {} },
+            "serverInfo": {
+                "name": SERVER_NAME,
+                "title": "Ephemeral Kubernetes jobs",
+                "version": env!("CARGO_PKG_VERSION"),
+            },
+            "instructions": "Runs commands in throwaway Kubernetes pods. Call describe_environment first \
+                             to learn the allowed images, timeouts and size limits.",
+        }))
+    }
+
+    /// Starts a `tools/call` on its own thread. Errors here are the
+    /// protocol-level ones (-32602 unknown tool, bad params shape).
+    fn start_call(self: &Arc<Self>, session: &Arc<Session>, request: &Request, outbox: Outbox) -> Result<(), ResponseError> {
+        let params = &request.params;
+        let name = match params.get("name") {
+            Some(Value::String(name)) => name.as_str(),
+            Some(other) => return Err(invalid_params(format!("`name` must be a string, not {}", tools::json_kind(other)))),
+            None => return Err(invalid_params("missing `name`")),
+        };
+        let Some(tool) = self.registry.find(name) else {
+            let available = self.registry.names().join(", ");
+            return Err(invalid_params(format!("unknown tool: `{name}`; available: {available}")));
+        };
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(arguments)) => arguments.clone(),
+            Some(other) => return Err(invalid_params(format!("`arguments` must be an object, not {}", tools::json_kind(other)))),
+        };
+        let progress_token = params.get("_meta").and_then(|meta| meta.get("progressToken")).and_then(RequestId::from_json);
+
+        let handle = CallHandle { cancel: CancelToken::new(), answer: Arc::new(AtomicBool::new(true)) };
+        {
+            let mut calls = lock(&session.calls);
+            if calls.contains_key(&request.id) {
+                return Err(ResponseError::new(ErrorCode::InvalidRequest, format!("request id {} is already in use", request.id)));
+            }
+            let call_number = self.calls.register(&handle.cancel)?;
+            calls.insert(request.id.clone(), handle.clone());
+            let running = RunningCall {
+                server: Arc::clone(self),
+                session: Arc::clone(session),
+                request_id: request.id.clone(),
+                call_number,
+                tool_name: tool.name,
+                handler: tool.handler,
+                arguments,
+                handle,
+                events: Notifier { session: Arc::clone(session), outbox, progress_token, last_progress: Mutex::new(None), logger: tool.name },
+            };
+            let spawned = std::thread::Builder::new().name(format!("call-{}", tool.name)).spawn(move || running.run());
+            if let Err(error) = spawned {
+                calls.remove(&request.id);
+                self.calls.unregister(call_number);
+                return Err(ResponseError::new(ErrorCode::InternalError, format!("could not start a thread: {error}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the dispatcher knows per call: the token to cancel it and whether
+/// its response is still wanted (false after `notifications/cancelled`).
+#[derive(Clone)]
+struct CallHandle {
+    cancel: CancelToken,
+    answer: Arc<AtomicBool>,
+}
+
+struct SessionState {
+    protocol_version: Option<&'static str>,
+    /// Lowest level sent as `notifications/message`; `logging/setLevel`
+    /// changes it.
+    log_level: Level,
+}
+
+/// Every call in flight on the server, for shutdown.
+struct Calls {
+    state: Mutex<CallsState>,
+    idle: Condvar,
+}
+
+struct CallsState {
+    accepting: bool,
+    next_number: u64,
+    running: HashMap<u64, CancelToken>,
+}
+
+impl Default for Calls {
+    fn default() -> Calls {
+        Calls {
+            state: Mutex::new(CallsState { accepting: true, next_number: 0, running: HashMap::new() }),
+            idle: Condvar::new(),
+        }
+    }
+}
+
+impl Calls {
+    fn register(&self, cancel: &CancelToken) -> Result<u64, ResponseError> {
+        let mut state = lock(&self.state);
+        if !state.accepting {
+            return Err(ResponseError::new(ErrorCode::InternalError, "server is shutting down; no new calls are accepted"));
+        }
+        if state.running.len() >= MAX_CALLS_IN_FLIGHT {
+            return Err(ResponseError::new(
+                ErrorCode::InternalError,
+                format!("too many calls in flight ({MAX_CALLS_IN_FLIGHT}); retry when some have finished"),
+            ));
+        }
+        state.next_number += 1;
+        let number = state.next_number;
+        state.running.insert(number, cancel.clone());
+        Ok(number)
+    }
+
+    fn unregister(&self, number: u64) {
+        let mut state = lock(&self.state);
+        state.running.remove(&number);
+        if state.running.is_empty() {
+            self.idle.notify_all();
+        }
+    }
+
+    fn stop_accepting(&self) {
+        lock(&self.state).accepting = false;
+    }
+
+    fn cancel_all(&self) {
+        for cancel in lock(&self.state).running.values() {
+            cancel.cancel();
+        }
+    }
+
+    /// Waits until no call runs or `timeout` passes; returns how many run.
+    fn wait_idle(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        let mut state = lock(&self.state);
+        while !state.running.is_empty() {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            state = self.idle.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        state.running.len()
+    }
+}
+
+/// Everything a call's thread owns.
+struct RunningCall {
+    server: Arc<Server>,
+    session: Arc<Session>,
+    request_id: RequestId,
+    call_number: u64,
+    tool_name: &'static str,
+    handler: tools::Handler,
+    arguments: Map<String, Value>,
+    handle: CallHandle,
+    events: Notifier,
+}
+
+impl RunningCall {
+    fn run(self) {
+        let started = Instant::now();
+        let call = tools::Call { arguments: &self.arguments, cancel: &self.handle.cancel, events: &self.events };
+        // A panicking tool must not take the server down: it becomes -32603
+        // for this call only. Needs `panic = "unwind"` (Cargo.toml).
+        let outcome = catch_unwind(AssertUnwindSafe(|| (self.handler)(&self.server.ctx, &call)));
+        let (result, status) = match &outcome {
+            Ok(outcome @ ToolOutcome::Success(_)) => (Ok(tools::result_json(outcome)), "success"),
+            Ok(outcome @ ToolOutcome::Failure(_)) => (Ok(tools::result_json(outcome)), "tool_error"),
+            Err(_) => (
+                Err(ResponseError::new(
+                    ErrorCode::InternalError,
+                    format!("internal error: tool `{}` failed unexpectedly; see the server log", self.tool_name),
+                )),
+                "panic",
+            ),
+        };
+        let answered = self.handle.answer.load(Ordering::SeqCst);
+        log::info(
+            "tool call finished",
+            &[
+                ("tool", json!(self.tool_name)),
+                ("status", json!(if answered { status } else { "cancelled" })),
+                ("duration_ms", json!(started.elapsed().as_millis() as u64)),
+            ],
+        );
+        // A call the client cancelled gets no response (cancellation
+        // utility: "SHOULD NOT send a response").
+        if answered {
+            send_response(&self.events.outbox, &Response { id: Some(self.request_id.clone()), result });
+        }
+        // Unregister only after the response is queued, so a shutdown that
+        // sees no calls left knows every answer is already in an outbox.
+        lock(&self.session.calls).remove(&self.request_id);
+        self.server.calls.unregister(self.call_number);
+    }
+}
+
+/// `CallEvents` for one call: progress goes out only when the request
+/// carried a `progressToken`; logs only at or above the session's level.
+struct Notifier {
+    session: Arc<Session>,
+    outbox: Outbox,
+    progress_token: Option<RequestId>,
+    last_progress: Mutex<Option<f64>>,
+    logger: &'static str,
+}
+
+impl CallEvents for Notifier {
+    fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(token) = &self.progress_token else {
+            return;
+        };
+        {
+            let mut last = lock(&self.last_progress);
+            if last.is_some_and(|last| progress <= last) || !progress.is_finite() {
+                return;
+            }
+            *last = Some(progress);
+        }
+        let mut params = json!({ "progressToken": token.to_json(), "progress": number_json(progress) });
+        if let Some(total) = total {
+            params["total"] = number_json(total);
+        }
+        if let Some(message) = message {
+            params["message"] = json!(message);
+        }
+        send_notification(&self.outbox, &Notification::new("notifications/progress", params));
+    }
+
+    fn log(&self, level: Level, message: &str) {
+        if level < lock(&self.session.state).log_level {
+            return;
+        }
+        let params = json!({ "level": level.as_str(), "logger": self.logger, "data": message });
+        send_notification(&self.outbox, &Notification::new("notifications/message", params));
+    }
+}
+
+/// Whole numbers are written without `.0`, which reads better in clients
+/// that show progress as text.
+fn number_json(number: f64) -> Value {
+    if number.fract() == 0.0 && number.abs() < 9.0e15 { json!(number as i64) } else { json!(number) }
+}
+
+fn is_known_method(method: &str) -> bool {
+    matches!(method, "tools/list" | "tools/call" | "logging/setLevel")
+}
+
+fn list_tools(registry: &tools::Registry, params: &Map<String, Value>) -> Result<Value, ResponseError> {
+    // All tools fit on one page, so no cursor was ever handed out.
+    match params.get("cursor") {
+        None | Some(Value::Null) => Ok(registry.list_json()),
+        Some(cursor) => Err(invalid_params(format!("unknown cursor {cursor}; tools/list has a single page"))),
+    }
+}
+
+fn set_log_level(session: &Session, params: &Map<String, Value>) -> Result<Value, ResponseError> {
+    let accepted = "debug, info, notice, warning, error, critical, alert, emergency";
+    let level = match params.get("level") {
+        Some(Value::String(text)) => {
+            Level::parse(text).ok_or_else(|| invalid_params(format!("unknown log level `{text}`; accepted: {accepted}")))?
+        }
+        Some(other) => return Err(invalid_params(format!("`level` must be a string, not {}", tools::json_kind(other)))),
+        None => return Err(invalid_params(format!("missing `level`; accepted: {accepted}"))),
+    };
+    lock(&session.state).log_level = level;
+    Ok(json!({}))
+}
+
+fn invalid_params(message: impl Into<String>) -> ResponseError {
+    ResponseError::new(ErrorCode::InvalidParams, message)
+}
+
+fn error_message(response: &Response) -> &str {
+    match &response.result {
+        Ok(_) => "",
+        Err(error) => &error.message,
+    }
+}
+
+/// A send fails only when the receiver is gone (HTTP client disconnected,
+/// stdio writer stopped); there is nobody left to tell.
+fn send_response(outbox: &Outbox, response: &Response) {
+    let is_error = response.result.is_err();
+    let _ = outbox.send(Outgoing::Response { text: response.to_json().to_string(), is_error });
+}
+
+fn send_notification(outbox: &Outbox, notification: &Notification) {
+    let _ = outbox.send(Outgoing::Notification(notification.to_json().to_string()));
+}
+
+/// Locks, ignoring poison: a panicking tool thread never holds these locks
+/// across the handler, and the data stays consistent.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests;

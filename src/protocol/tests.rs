@@ -1,0 +1,243 @@
+//! Dispatcher specifications: one JSON-RPC message in, the exact messages
+//! out, with no transport in between.
+
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{Dispatch, Outgoing, Server, Session};
+use crate::config::{Config, RawConfig};
+use crate::tools;
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+fn server() -> Arc<Server> {
+    // The dispatcher logs every call; keep test output readable.
+    crate::log::set_stderr_level(crate::log::Level::Emergency);
+    let raw = RawConfig::from_lookup(|name| (name == "MCP_K8S_TEST_TOOLS").then(|| "1".to_string()));
+    Arc::new(Server::new(tools::Ctx { config: Config::from_raw(&raw).unwrap() }))
+}
+
+/// Sends `input` and returns what came back within a short wait, as JSON.
+fn exchange(server: &Arc<Server>, session: &Arc<Session>, input: &str) -> (Dispatch, Vec<Value>) {
+    let (outbox, replies) = mpsc::channel();
+    let dispatch = server.handle(session, input, outbox);
+    (dispatch, collect(&replies, Duration::from_secs(5)))
+}
+
+/// Everything sent until every sender is dropped (or the wait ends).
+fn collect(replies: &Receiver<Outgoing>, wait: Duration) -> Vec<Value> {
+    let mut messages = Vec::new();
+    while let Ok(message) = replies.recv_timeout(wait) {
+        let text = match message {
+            Outgoing::Notification(text) | Outgoing::Response { text, .. } => text,
+        };
+        messages.push(serde_json::from_str(&text).unwrap());
+    }
+    messages
+}
+
+fn initialized_session(server: &Arc<Server>) -> Arc<Session> {
+    let session = Arc::new(Session::new());
+    exchange(server, &session, INITIALIZE);
+    session
+}
+
+/// One request on an initialized session; exactly one message expected.
+fn check(input: &str, expected: Value) {
+    let server = server();
+    let session = initialized_session(&server);
+    let (dispatch, messages) = exchange(&server, &session, input);
+    assert_eq!(dispatch, Dispatch::Reply, "{input}");
+    assert_eq!(messages, [expected], "{input}");
+}
+
+fn error(id: Value, code: i64, message: &str) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } })
+}
+
+#[test]
+fn initialize_echoes_a_supported_version_and_answers_the_newest_otherwise() {
+    let cases = [
+        ("2025-11-25", "2025-11-25"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-03-26", "2025-03-26"),
+        ("2024-11-05", "2024-11-05"),
+        ("2024-10-07", "2025-11-25"),
+        ("2026-07-28", "2025-11-25"),
+        ("banana", "2025-11-25"),
+    ];
+    for (requested, answered) in cases {
+        let server = server();
+        let session = Arc::new(Session::new());
+        let input = INITIALIZE.replace("2025-11-25", requested);
+        let (_, messages) = exchange(&server, &session, &input);
+        assert_eq!(messages[0]["result"]["protocolVersion"], answered, "{requested}");
+        assert_eq!(session.protocol_version(), Some(answered));
+    }
+}
+
+#[test]
+fn initialize_declares_only_implemented_capabilities() {
+    let server = server();
+    let (_, messages) = exchange(&server, &Arc::new(Session::new()), INITIALIZE);
+    let result = &messages[0]["result"];
+    assert_eq!(result["capabilities"], json!({ "tools": {}, "logging": {} }));
+    assert_eq!(result["serverInfo"]["name"], "mcp-k8s-ephemeral-job");
+}
+
+#[test]
+fn before_initialize_only_ping_and_initialize_are_served() {
+    let server = server();
+    let session = Arc::new(Session::new());
+    let cases = [
+        (r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, json!({ "jsonrpc": "2.0", "id": 1, "result": {} })),
+        (r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#, error(json!(2), -32600, "`tools/list` before `initialize`; initialize the session first")),
+        // Python 2.x probes with server/discover first: it must get an
+        // immediate -32601 (never -32022) to fall back to initialize.
+        (r#"{"jsonrpc":"2.0","id":3,"method":"server/discover","params":{"_meta":{}}}"#, error(json!(3), -32601, "method not found: `server/discover`")),
+    ];
+    for (input, expected) in cases {
+        assert_eq!(exchange(&server, &session, input).1, [expected], "{input}");
+    }
+}
+
+#[test]
+fn a_second_initialize_is_refused() {
+    check(INITIALIZE, error(json!(0), -32600, "session is already initialized"));
+}
+
+#[test]
+fn errors() {
+    let cases = [
+        (r#"{"jsonrpc":"2.0","id":7,"method":"nope"}"#, error(json!(7), -32601, "method not found: `nope`")),
+        (r#"{"jsonrpc":"2.0","id":"7","method":"resources/list"}"#, error(json!("7"), -32601, "method not found: `resources/list`")),
+        ("{not json", error(Value::Null, -32700, "parse error: key must be a string at line 1 column 2")),
+        (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, error(Value::Null, -32600, "`id` must be a string or an integer, not null")),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5}}"#, error(json!(1), -32602, "`protocolVersion` must be a string, not an integer")),
+        (r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"nope"}}"#, error(json!(8), -32602, "unknown tool: `nope`; available: describe_environment, test_sleep, test_panic")),
+        (r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{}}"#, error(json!(9), -32602, "missing `name`")),
+        (r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":1}}"#, error(json!(10), -32602, "`name` must be a string, not an integer")),
+        (r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"describe_environment","arguments":[]}}"#, error(json!(11), -32602, "`arguments` must be an object, not an array")),
+        (r#"{"jsonrpc":"2.0","id":12,"method":"tools/list","params":{"cursor":"abc"}}"#, error(json!(12), -32602, r#"unknown cursor "abc"; tools/list has a single page"#)),
+        (r#"{"jsonrpc":"2.0","id":13,"method":"logging/setLevel","params":{"level":"loud"}}"#, error(json!(13), -32602, "unknown log level `loud`; accepted: debug, info, notice, warning, error, critical, alert, emergency")),
+        (r#"{"jsonrpc":"2.0","id":14,"method":"logging/setLevel","params":{}}"#, error(json!(14), -32602, "missing `level`; accepted: debug, info, notice, warning, error, critical, alert, emergency")),
+        (r#"{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"test_panic"}}"#, error(json!(15), -32603, "internal error: tool `test_panic` failed unexpectedly; see the server log")),
+    ];
+    for (input, expected) in cases {
+        check(input, expected);
+    }
+}
+
+#[test]
+fn bad_tool_arguments_are_tool_results_with_is_error() {
+    check(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":"x"}}}"#,
+        json!({ "jsonrpc": "2.0", "id": 1, "result": {
+            "content": [{ "type": "text", "text": "argument `seconds` must be a number, not a string" }],
+            "isError": true,
+        }}),
+    );
+}
+
+#[test]
+fn describe_environment_returns_structured_content_and_the_same_json_as_text() {
+    let server = server();
+    let session = initialized_session(&server);
+    let (_, messages) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"describe_environment"}}"#);
+    let result = &messages[0]["result"];
+    assert_eq!(result["isError"], false);
+    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text, result["structuredContent"]);
+    assert_eq!(text["namespace"], "mcp-ephemeral");
+}
+
+#[test]
+fn notifications_and_client_responses_are_accepted_silently() {
+    let server = server();
+    let session = initialized_session(&server);
+    for input in [
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":999}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/whatever"}"#,
+        r#"{"jsonrpc":"2.0","id":5,"result":{}}"#,
+    ] {
+        assert_eq!(exchange(&server, &session, input), (Dispatch::Accepted, vec![]), "{input}");
+    }
+}
+
+#[test]
+fn progress_is_sent_only_with_a_progress_token() {
+    let server = server();
+    let session = initialized_session(&server);
+    let with_token = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":0.05,"progress_every_ms":20},"_meta":{"progressToken":"tok"}}}"#;
+    let (_, messages) = exchange(&server, &session, with_token);
+    let methods: Vec<&str> = messages.iter().map(|message| message["method"].as_str().unwrap_or("response")).collect();
+    assert_eq!(methods, ["notifications/message", "notifications/progress", "notifications/progress", "notifications/progress", "response"]);
+    assert_eq!(messages[1]["params"], json!({ "progressToken": "tok", "progress": 20, "total": 50, "message": "slept 20 of 50 ms" }));
+
+    let without_token = with_token.replace(r#","_meta":{"progressToken":"tok"}"#, "");
+    let (_, messages) = exchange(&server, &session, &without_token);
+    let methods: Vec<&str> = messages.iter().map(|message| message["method"].as_str().unwrap_or("response")).collect();
+    assert_eq!(methods, ["notifications/message", "response"]);
+}
+
+#[test]
+fn log_notifications_follow_the_level_set_by_the_client() {
+    let server = server();
+    let session = initialized_session(&server);
+    let (_, messages) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"warning"}}"#);
+    assert_eq!(messages, [json!({ "jsonrpc": "2.0", "id": 1, "result": {} })]);
+    let (_, messages) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":0}}}"#);
+    assert_eq!(messages.len(), 1, "the info log is below warning: {messages:?}");
+}
+
+#[test]
+fn a_cancelled_call_stops_and_sends_no_response() {
+    let server = server();
+    let session = initialized_session(&server);
+    let (outbox, replies) = mpsc::channel();
+    let call = r#"{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":60}}}"#;
+    assert_eq!(server.handle(&session, call, outbox), Dispatch::Reply);
+    // Other requests are served while the call runs.
+    let (_, pong) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#);
+    assert_eq!(pong, [json!({ "jsonrpc": "2.0", "id": "p", "result": {} })]);
+    assert_eq!(session.calls_in_flight(), 1);
+    let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long","reason":"test"}}"#;
+    let started = std::time::Instant::now();
+    assert_eq!(exchange(&server, &session, cancel).0, Dispatch::Accepted);
+    // The outbox closes without a response once the call has stopped.
+    let messages = collect(&replies, Duration::from_secs(10));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(messages.iter().all(|message| message.get("id").is_none()), "{messages:?}");
+    assert_eq!(session.calls_in_flight(), 0);
+}
+
+#[test]
+fn a_request_id_in_flight_cannot_be_reused() {
+    let server = server();
+    let session = initialized_session(&server);
+    let (outbox, _replies) = mpsc::channel();
+    let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":60}}}"#;
+    server.handle(&session, call, outbox);
+    let (_, messages) = exchange(&server, &session, call);
+    assert_eq!(messages, [error(json!(5), -32600, "request id 5 is already in use")]);
+    session.cancel_all();
+}
+
+#[test]
+fn shutdown_waits_for_calls_then_cancels_them_and_refuses_new_ones() {
+    let server = server();
+    let session = initialized_session(&server);
+    let (outbox, replies) = mpsc::channel();
+    server.handle(&session, r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":60}}}"#, outbox);
+    let still_running = server.shut_down(Duration::from_millis(100), Duration::from_secs(5));
+    assert_eq!(still_running, 0);
+    // A call cancelled by shutdown (not by its client) still answers.
+    let messages = collect(&replies, Duration::from_secs(5));
+    assert_eq!(messages.last().unwrap()["result"]["isError"], true);
+    let (_, messages) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"describe_environment"}}"#);
+    assert_eq!(messages, [error(json!(2), -32603, "server is shutting down; no new calls are accepted")]);
+}

@@ -1,0 +1,73 @@
+"""Fixtures: the server binary under test, and an HTTP server process.
+
+The binary comes from $MCP_K8S_BIN, else target/debug of this repository;
+nothing is built here.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+
+
+def binary() -> str:
+    path = os.environ.get("MCP_K8S_BIN") or str(REPO / "target" / "debug" / "mcp-k8s-ephemeral-job")
+    if not os.access(path, os.X_OK):
+        pytest.exit(f"server binary not found at {path}; build it or set MCP_K8S_BIN", returncode=2)
+    return path
+
+
+class HttpServer:
+    """The binary serving HTTP on an ephemeral loopback port; its JSON logs
+    go to a file the tests can read."""
+
+    def __init__(self, extra_env: dict[str, str]):
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "MCP_K8S_TRANSPORT": "http",
+            "MCP_K8S_ADDR": "127.0.0.1:0",
+            "MCP_K8S_TEST_TOOLS": "1",
+            **extra_env,
+        }
+        self.process = subprocess.Popen([binary()], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)
+        self.addr = self._wait_for_listening()
+        self.base = f"http://{self.addr}"
+
+    def _wait_for_listening(self) -> str:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for entry in self.logs():
+                if entry.get("msg") == "listening":
+                    return entry["addr"]
+            time.sleep(0.05)
+        raise RuntimeError("the server did not log `listening` within 10 s")
+
+    def logs(self) -> list[dict]:
+        with open(self.log.name) as file:
+            return [json.loads(line) for line in file if line.strip()]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=15)
+        os.unlink(self.log.name)
+
+
+@pytest.fixture(scope="module")
+def http_server():
+    server = HttpServer({})
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def http_server_with_token():
+    server = HttpServer({"MCP_K8S_AUTH_TOKEN": "pytest-token"})
+    yield server
+    server.stop()

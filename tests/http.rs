@@ -1,0 +1,289 @@
+//! The built binary over HTTP: Streamable HTTP at /mcp, legacy SSE, health
+//! endpoints, and every refusal (auth, Origin, Host, sessions, sizes).
+
+mod common;
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{HttpServer, INITIALIZE, LegacyStream, send_signal, wait_exit};
+use serde_json::json;
+
+const PING: &str = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+
+#[test]
+fn session_lifecycle() {
+    let server = HttpServer::start(&[]);
+    let initialized = server.post(None, INITIALIZE);
+    assert_eq!(initialized.status, 200);
+    assert_eq!(initialized.header("content-type"), Some("application/json"));
+    assert_eq!(initialized.json()["result"]["protocolVersion"], "2025-11-25");
+    let session = initialized.header("mcp-session-id").unwrap().to_string();
+    assert!(session.len() >= 32 && session.bytes().all(|byte| (0x21..=0x7e).contains(&byte)));
+
+    let notification = server.post(Some(&session), r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    assert_eq!((notification.status, notification.body.as_str()), (202, ""));
+    let client_response = server.post(Some(&session), r#"{"jsonrpc":"2.0","id":99,"result":{}}"#);
+    assert_eq!((client_response.status, client_response.body.as_str()), (202, ""));
+
+    let tools = server.post(Some(&session), r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    assert_eq!(tools.status, 200);
+    assert_eq!(tools.json()["result"]["tools"][0]["name"], "describe_environment");
+
+    let deleted = server.request("DELETE", "/mcp", &[("Mcp-Session-Id", &session)], "");
+    assert_eq!(deleted.status, 204);
+    let after = server.post(Some(&session), PING);
+    assert_eq!(after.status, 404);
+    assert_eq!(after.json()["error"]["message"], "unknown or expired session; initialize a new one");
+    assert_eq!(server.request("DELETE", "/mcp", &[("Mcp-Session-Id", &session)], "").status, 404);
+}
+
+#[test]
+fn refusals() {
+    let server = HttpServer::start(&[("MCP_K8S_MAX_MESSAGE_BYTES", "4096")]);
+    let session = server.initialize();
+    let json = ("Content-Type", "application/json");
+    let with_session = ("Mcp-Session-Id", session.as_str());
+    let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(5000));
+    // (method, path, headers, body, status, part of the error message)
+    type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, u16, &'a str);
+    let cases: Vec<Case> = vec![
+        ("GET", "/mcp", vec![], "", 405, "GET is not supported on /mcp; POST messages instead"),
+        ("PUT", "/mcp", vec![], "", 405, "GET is not supported on /mcp; POST messages instead"),
+        ("GET", "/nope", vec![], "", 404, "not found; the MCP endpoint is /mcp (or /sse for legacy clients)"),
+        ("POST", "/mcp", vec![json, ("Mcp-Session-Id", "no-such-session")], PING, 404, "unknown or expired session; initialize a new one"),
+        ("POST", "/mcp", vec![json], r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, 400, "missing Mcp-Session-Id header; initialize a session first"),
+        ("POST", "/mcp", vec![json], r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, 400, "`tools/list` before `initialize`; initialize the session first"),
+        ("POST", "/mcp", vec![json, with_session, ("MCP-Protocol-Version", "2099-01-01")], PING, 400, "unsupported MCP-Protocol-Version `2099-01-01`; supported: 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05"),
+        ("POST", "/mcp", vec![("Content-Type", "text/plain"), with_session], PING, 415, "Content-Type must be application/json, not `text/plain`"),
+        ("POST", "/mcp", vec![json, with_session], &big, 413, "message exceeds 4096 bytes; raise MCP_K8S_MAX_MESSAGE_BYTES"),
+        ("POST", "/mcp", vec![json, with_session], "{oops", 200, "parse error: key must be a string at line 1 column 2"),
+        ("POST", "/mcp", vec![json], "{oops", 400, "parse error"),
+        ("DELETE", "/mcp", vec![], "", 400, "missing Mcp-Session-Id header"),
+        ("POST", "/messages?sessionId=nope", vec![json], PING, 404, "unknown session; open GET /sse first"),
+        ("POST", "/messages", vec![json], PING, 400, "missing sessionId query parameter"),
+    ];
+    for (method, path, headers, body, status, message) in cases {
+        let response = server.request(method, path, &headers, body);
+        assert_eq!(response.status, status, "{method} {path} {headers:?}: {}", response.body);
+        let error = response.json();
+        let text = error["error"]["message"].as_str().unwrap_or_default();
+        assert!(text.contains(message), "{method} {path}: {text}");
+    }
+    // Unsupported MCP-Protocol-Version is fine when the version is known
+    // or absent (then 2025-03-26 is assumed).
+    for headers in [vec![json, with_session], vec![json, with_session, ("MCP-Protocol-Version", "2025-03-26")]] {
+        assert_eq!(server.request("POST", "/mcp", &headers, PING).status, 200);
+    }
+}
+
+#[test]
+fn python_probe_server_discover_gets_a_4xx_json_rpc_error_at_once() {
+    let server = HttpServer::start(&[]);
+    let started = Instant::now();
+    let response = server.post(None, r#"{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(response.status, 400);
+    assert_eq!(response.json()["error"]["code"], -32601);
+}
+
+#[test]
+fn origin_and_host_checks() {
+    let server = HttpServer::start(&[("MCP_K8S_ALLOWED_ORIGINS", "https://app.example.com")]);
+    let json = ("Content-Type", "application/json");
+    let cases: &[(&[(&str, &str)], u16)] = &[
+        (&[json], 200),
+        (&[json, ("Origin", "http://localhost:6274")], 200),
+        (&[json, ("Origin", "http://127.0.0.1")], 200),
+        (&[json, ("Origin", "http://[::1]:3000")], 200),
+        (&[json, ("Origin", "https://app.example.com")], 200),
+        (&[json, ("Origin", "http://evil.example.com")], 403),
+        (&[json, ("Origin", "null")], 403),
+        (&[json, ("Host", "localhost:1234")], 200),
+        (&[json, ("Host", "evil.example.com")], 421),
+        (&[json, ("Host", "evil.example.com"), ("Origin", "http://evil.example.com")], 421),
+    ];
+    for (headers, status) in cases {
+        let response = server.request("POST", "/mcp", headers, INITIALIZE);
+        assert_eq!(response.status, *status, "{headers:?}: {}", response.body);
+    }
+    let allowed = server.request("POST", "/mcp", &[json, ("Origin", "http://localhost:6274")], INITIALIZE);
+    assert_eq!(allowed.header("access-control-allow-origin"), Some("http://localhost:6274"));
+    assert_eq!(allowed.header("access-control-expose-headers"), Some("Mcp-Session-Id"));
+    let preflight = server.request("OPTIONS", "/mcp", &[("Origin", "http://localhost:6274")], "");
+    assert_eq!(preflight.status, 204);
+    assert!(preflight.header("access-control-allow-headers").unwrap().contains("mcp-session-id"));
+}
+
+#[test]
+fn auth_token() {
+    let token = "correct horse battery staple";
+    let server = HttpServer::start(&[("MCP_K8S_AUTH_TOKEN", token)]);
+    let json = ("Content-Type", "application/json");
+    let bearer = format!("Bearer {token}");
+    let lowercase_bearer = format!("bearer {token}");
+    // (headers, status, WWW-Authenticate)
+    type Case<'a> = (Vec<(&'a str, &'a str)>, u16, Option<&'a str>);
+    let cases: Vec<Case> = vec![
+        (vec![json], 401, Some("Bearer")),
+        (vec![json, ("X-MCP-AUTH", "wrong")], 401, Some(r#"Bearer error="invalid_token""#)),
+        (vec![json, ("Authorization", "Bearer wrong")], 401, Some(r#"Bearer error="invalid_token""#)),
+        (vec![json, ("Authorization", "Basic Zm9vOmJhcg==")], 401, Some("Bearer")),
+        (vec![json, ("X-MCP-AUTH", token)], 200, None),
+        (vec![json, ("Authorization", &bearer)], 200, None),
+        (vec![json, ("Authorization", &lowercase_bearer)], 200, None),
+    ];
+    for (headers, status, challenge) in cases {
+        let response = server.request("POST", "/mcp", &headers, INITIALIZE);
+        assert_eq!(response.status, status, "{headers:?}");
+        assert_eq!(response.header("www-authenticate"), challenge, "{headers:?}");
+    }
+    // Every method and endpoint is guarded, except the health probes.
+    assert_eq!(server.request("GET", "/mcp", &[], "").status, 401);
+    assert_eq!(server.request("DELETE", "/mcp", &[("Mcp-Session-Id", "x")], "").status, 401);
+    assert_eq!(server.request("GET", "/sse", &[], "").status, 401);
+    assert_eq!(server.request("POST", "/messages?sessionId=x", &[json], PING).status, 401);
+    assert_eq!(server.request("GET", "/healthz", &[], "").status, 200);
+    assert_eq!(server.request("GET", "/readyz", &[], "").status, 200);
+    // The token never reaches the logs.
+    send_signal(&server.child, libc::SIGTERM);
+    let mut logs = String::new();
+    while let Ok(line) = server.stderr.recv_timeout(Duration::from_secs(5)) {
+        logs.push_str(&line);
+    }
+    assert!(logs.contains("authentication"));
+    assert!(!logs.contains("horse"), "token leaked into logs");
+}
+
+#[test]
+fn progress_streams_as_server_sent_events_while_the_call_runs() {
+    let server = HttpServer::start(&[]);
+    let session = server.initialize();
+    let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":1,"progress_every_ms":250},"_meta":{"progressToken":"p"}}}"#;
+    let response = server.post(Some(&session), call);
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("content-type"), Some("text/event-stream"));
+    let events = response.sse_data();
+    let methods: Vec<&str> = events.iter().map(|event| event["method"].as_str().unwrap_or("response")).collect();
+    assert_eq!(methods, ["notifications/message", "notifications/progress", "notifications/progress", "notifications/progress", "notifications/progress", "response"]);
+    assert_eq!(events[5]["id"], 5);
+    // The first event arrived long before the last: nothing sat in a buffer.
+    let first = response.chunk_times[0];
+    let last = *response.chunk_times.last().unwrap();
+    assert!(last - first >= Duration::from_millis(700), "events arrived in one burst: {:?}", response.chunk_times);
+}
+
+#[test]
+fn a_result_without_notifications_is_plain_json_even_when_sse_is_accepted() {
+    let server = HttpServer::start(&[]);
+    let session = server.initialize();
+    server.post(Some(&session), r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"error"}}"#);
+    let response = server.post(Some(&session), r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":0.1}}}"#);
+    assert_eq!(response.header("content-type"), Some("application/json"));
+    assert_eq!(response.json()["result"]["structuredContent"], json!({ "slept_ms": 100 }));
+}
+
+#[test]
+fn a_long_call_does_not_block_other_requests_on_the_same_session() {
+    let server = HttpServer::start(&[]);
+    let session = server.initialize();
+    let long_call = server.post_in_background(&session, r#"{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":2}}}"#);
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    assert_eq!(server.post(Some(&session), PING).json()["result"], json!({}));
+    let environment = server.post(Some(&session), r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"describe_environment"}}"#);
+    assert_eq!(environment.json()["result"]["isError"], false);
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(long_call.join().unwrap().0.json()["result"]["structuredContent"], json!({ "slept_ms": 2000 }));
+}
+
+#[test]
+fn cancelling_a_call_ends_its_request_without_a_response() {
+    let server = HttpServer::start(&[]);
+    let session = server.initialize();
+    let long_call = server.post_in_background(&session, r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":30}}}"#);
+    std::thread::sleep(Duration::from_millis(300));
+    let cancel = server.post(Some(&session), r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}"#);
+    assert_eq!(cancel.status, 202);
+    let (response, elapsed) = long_call.join().unwrap();
+    assert!(elapsed < Duration::from_secs(5));
+    // The stream had started (with the tool's log message) and simply ends.
+    assert_eq!(response.status, 200);
+    let events = response.sse_data();
+    assert!(events.iter().all(|event| event.get("id").is_none()), "{events:?}");
+}
+
+#[test]
+fn sessions_expire_after_the_idle_ttl() {
+    let server = HttpServer::start(&[("MCP_K8S_SESSION_TTL_S", "1")]);
+    let session = server.initialize();
+    assert_eq!(server.post(Some(&session), PING).status, 200);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(server.post(Some(&session), PING).status, 404);
+}
+
+#[test]
+fn legacy_sse_transport() {
+    let server = HttpServer::start(&[]);
+    let stream = LegacyStream::open(&server);
+    assert!(stream.endpoint.starts_with("/messages?sessionId="), "{}", stream.endpoint);
+    assert_eq!(stream.post(&server, INITIALIZE).status, 202);
+    assert_eq!(stream.next_message()["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!(stream.post(&server, r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).status, 202);
+    stream.post(&server, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":0.1},"_meta":{"progressToken":1}}}"#);
+    let mut methods = Vec::new();
+    loop {
+        let message = stream.next_message();
+        methods.push(message["method"].as_str().unwrap_or("response").to_string());
+        if message["id"] == 2 {
+            break;
+        }
+    }
+    assert_eq!(methods, ["notifications/message", "notifications/progress", "response"]);
+    // Parse errors travel on the stream as well.
+    assert_eq!(stream.post(&server, "{bad").status, 202);
+    assert_eq!(stream.next_message()["error"]["code"], -32700);
+}
+
+#[test]
+fn sigterm_lets_a_legacy_sse_call_answer_on_its_stream() {
+    let mut server = HttpServer::start(&[]);
+    let stream = LegacyStream::open(&server);
+    stream.post(&server, INITIALIZE);
+    stream.next_message();
+    stream.post(&server, r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":1}}}"#);
+    assert_eq!(stream.next_message()["method"], "notifications/message");
+    send_signal(&server.child, libc::SIGTERM);
+    assert_eq!(stream.next_message()["result"]["structuredContent"], json!({ "slept_ms": 1000 }));
+    assert!(wait_exit(&mut server.child, Duration::from_secs(10)).unwrap().success());
+}
+
+#[test]
+fn health_endpoints() {
+    let server = HttpServer::start(&[]);
+    let healthz = server.request("GET", "/healthz", &[], "");
+    assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok\n"));
+    let readyz = server.request("GET", "/readyz", &[], "");
+    assert_eq!((readyz.status, readyz.body.as_str()), (200, "ready\n"));
+}
+
+#[test]
+fn sigterm_stops_accepting_and_lets_the_running_call_answer() {
+    let mut server = HttpServer::start(&[]);
+    let session = server.initialize();
+    let call = server.post_in_background(&session, r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":1}}}"#);
+    std::thread::sleep(Duration::from_millis(300));
+    send_signal(&server.child, libc::SIGTERM);
+    let (response, _) = call.join().unwrap();
+    assert_eq!(response.json()["result"]["structuredContent"], json!({ "slept_ms": 1000 }));
+    assert!(wait_exit(&mut server.child, Duration::from_secs(10)).unwrap().success());
+    assert!(TcpStream::connect(&server.addr).is_err(), "the listener is closed");
+}
+
+#[test]
+fn a_port_in_use_fails_with_exit_code_1() {
+    let server = HttpServer::start(&[]);
+    let output = common::command(&[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_ADDR", &server.addr)]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("serving failed"));
+}

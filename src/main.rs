@@ -21,14 +21,22 @@ const NAME: &str = "mcp-k8s-ephemeral-job";
 /// What the command line asked for.
 enum Command {
     Serve(Box<RawConfig>),
-    // `runner` (hidden, the in-pod entrypoint) and `doctor` (checks the
-    // cluster setup) are added here by their issues, each with its own
-    // argument parsing after the subcommand name.
+    // `doctor` (checks the cluster setup) is added here by its issue. The
+    // hidden `runner` (the in-pod entrypoint) is dispatched in `main` before
+    // any of this.
     Help,
     Version,
 }
 
 fn main() -> ExitCode {
+    // The in-pod runner is dispatched before anything else: it must not read
+    // the server's configuration from an environment that belongs to the
+    // caller's command, and its arguments are the engine's, not a person's.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_some_and(|first| first == "runner") {
+        let code = mcp_k8s_ephemeral_job::runner::main(args.collect());
+        return ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1));
+    }
     install_panic_hook();
     let command = match parse_command_line(lexopt::Parser::from_env()) {
         Ok(command) => command,

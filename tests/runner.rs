@@ -205,3 +205,44 @@ fn exec_args_round_trip_through_the_runner_parser() {
     assert_eq!(parsed, opts);
     fs::remove_dir_all(&opts.workdir).unwrap();
 }
+
+#[test]
+fn sigterm_to_the_runner_stops_the_command_and_still_reports() {
+    let workdir = std::env::temp_dir().join(format!("runner-spec-{}-sigterm", std::process::id()));
+    fs::create_dir_all(&workdir).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-k8s-ephemeral-job"))
+        .args(["runner", "exec", "--workdir"])
+        .arg(&workdir)
+        .args(["--termination-log", "/dev/null", "--", "sh", "-c", "echo started; sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    // Wait until the command has printed, so the signal lands mid-run.
+    loop {
+        let mut line = String::new();
+        assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0, "runner ended early");
+        let is_output = matches!(frame::decode(&line), Ok(Some(Frame::Output(_))));
+        lines.push(line);
+        if is_output {
+            break;
+        }
+    }
+    // SAFETY: plain kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    child.wait().unwrap();
+    let result = rest
+        .lines()
+        .filter_map(|line| frame::decode(line).ok().flatten())
+        .find_map(|frame| match frame {
+            Frame::Result(result) => Some(result),
+            _ => None,
+        })
+        .expect("a result frame after SIGTERM");
+    assert!(result.terminated_by_request);
+    assert_eq!(frame::from_base64(&result.stdout_b64).unwrap(), b"started\n");
+    fs::remove_dir_all(&workdir).unwrap();
+}

@@ -90,6 +90,8 @@ pub struct Impersonation {
 pub struct Kubeconfig {
     /// The files that were read, in order, for the description.
     pub files: Vec<PathBuf>,
+    /// Every path looked at, found or not, for errors.
+    pub searched: Vec<PathBuf>,
     pub current_context: Option<String>,
     clusters: Vec<Named<RawCluster>>,
     contexts: Vec<Named<RawContext>>,
@@ -100,7 +102,7 @@ impl Kubeconfig {
     /// Loads `paths` like kubectl. `explicit` (a `--kubeconfig`-style path)
     /// must exist; files from `KUBECONFIG` that are missing are skipped.
     pub fn load(paths: &[PathBuf], explicit: bool) -> Result<Kubeconfig, Error> {
-        let mut merged = Kubeconfig::default();
+        let mut merged = Kubeconfig { searched: paths.to_vec(), ..Kubeconfig::default() };
         let mut seen: Vec<&PathBuf> = Vec::new();
         for path in paths {
             // KUBECONFIG is de-duplicated, keeping the first occurrence.
@@ -202,7 +204,11 @@ impl Kubeconfig {
 
     fn files_text(&self) -> String {
         if self.files.is_empty() {
-            return "(no file)".to_string();
+            if self.searched.is_empty() {
+                return "(no path: neither KUBECONFIG nor HOME is set)".to_string();
+            }
+            let names: Vec<String> = self.searched.iter().map(|path| format!("`{}`", path.display())).collect();
+            return format!("{} (not found)", names.join(", "));
         }
         let names: Vec<String> = self.files.iter().map(|path| format!("`{}`", path.display())).collect();
         names.join(", ")

@@ -1,0 +1,394 @@
+//! Credentials at request time: static tokens and basic auth, token files
+//! that rotate (kubeconfig `tokenFile`, the in-cluster ServiceAccount token),
+//! and exec credential plugins with their cache.
+//!
+//! `Auth::credential` gives what to send now; `Auth::refresh_after_unauthorized`
+//! is called once after a 401 and says whether a retry can help. The request
+//! loop in `mod.rs` owns the retry; this module only owns credentials and
+//! never logs them.
+//!
+//! Semantics follow client-go: a token file is re-read at least every
+//! minute (`NewCachedFileTokenSource`), here also as soon as its mtime or size
+//! changes and after a 401; an exec plugin's answer is cached until its
+//! `expirationTimestamp` and re-run once on a 401 unless another request has
+//! already refreshed it (`maybeRefreshCreds`).
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use ureq::tls::ClientCert;
+
+use crate::kube::Error;
+use crate::kube::kubeconfig::{CredentialsConfig, ExecConfig, InteractiveMode};
+use crate::log::Redacted;
+
+/// client-go re-reads token files this often even when nothing changed.
+pub const TOKEN_FILE_REREAD: Duration = Duration::from_secs(60);
+
+/// What one request authenticates with.
+#[derive(Clone, Debug, Default)]
+pub struct Credential {
+    /// The `Authorization` header value.
+    pub authorization: Option<Redacted<String>>,
+    /// A client certificate from an exec plugin (replaces the kubeconfig's).
+    pub client_cert: Option<ClientCert>,
+    /// Bumped on every exec plugin run, so a 401 can tell whether someone
+    /// else already refreshed.
+    pub generation: u64,
+}
+
+/// The credential source of one client.
+#[derive(Debug)]
+pub enum Auth {
+    /// Nothing to send, or a fixed header (token, basic auth, oidc id-token).
+    Fixed(Option<Redacted<String>>),
+    TokenFile(TokenFile),
+    Exec(ExecPlugin),
+}
+
+impl Auth {
+    pub fn new(config: &CredentialsConfig) -> Auth {
+        match config {
+            CredentialsConfig::None => Auth::Fixed(None),
+            CredentialsConfig::Token(token) | CredentialsConfig::OidcIdToken(token) => {
+                Auth::Fixed(Some(Redacted(format!("Bearer {}", token.0))))
+            }
+            CredentialsConfig::Basic { username, password } => {
+                let pair = format!("{username}:{}", password.0);
+                let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+                Auth::Fixed(Some(Redacted(format!("Basic {encoded}"))))
+            }
+            CredentialsConfig::TokenFile { path, initial } => Auth::TokenFile(TokenFile {
+                path: path.clone(),
+                state: Mutex::new(TokenFileState {
+                    token: initial.as_ref().map(|token| token.0.clone()),
+                    read_at: None,
+                    stamp: None,
+                }),
+            }),
+            CredentialsConfig::Exec(exec) => {
+                Auth::Exec(ExecPlugin { config: exec.clone(), state: Mutex::new(ExecState::default()) })
+            }
+        }
+    }
+
+    /// The credential for the next request.
+    pub fn credential(&self) -> Result<Credential, Error> {
+        match self {
+            Auth::Fixed(header) => Ok(Credential { authorization: header.clone(), ..Credential::default() }),
+            Auth::TokenFile(token_file) => token_file.credential(false),
+            Auth::Exec(plugin) => plugin.credential(),
+        }
+    }
+
+    /// After a 401 answered to `used`: refreshes the credential and says
+    /// whether retrying the request once can help.
+    pub fn refresh_after_unauthorized(&self, used: &Credential) -> Result<bool, Error> {
+        match self {
+            Auth::Fixed(_) => Ok(false),
+            Auth::TokenFile(token_file) => {
+                let fresh = token_file.credential(true)?;
+                Ok(fresh.authorization != used.authorization)
+            }
+            Auth::Exec(plugin) => plugin.refresh(used),
+        }
+    }
+}
+
+/// A token kept in a file that something else rotates.
+#[derive(Debug)]
+pub struct TokenFile {
+    path: PathBuf,
+    state: Mutex<TokenFileState>,
+}
+
+#[derive(Debug)]
+struct TokenFileState {
+    token: Option<String>,
+    read_at: Option<Instant>,
+    /// mtime and length at the last read.
+    stamp: Option<(SystemTime, u64)>,
+}
+
+impl TokenFile {
+    fn credential(&self, force: bool) -> Result<Credential, Error> {
+        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let stamp = std::fs::metadata(&self.path)
+            .ok()
+            .map(|metadata| (metadata.modified().unwrap_or(UNIX_EPOCH), metadata.len()));
+        let stale = state.read_at.is_none_or(|read_at| read_at.elapsed() >= TOKEN_FILE_REREAD);
+        if force || stale || stamp != state.stamp || state.token.is_none() {
+            match read_token(&self.path) {
+                Ok(token) => {
+                    state.token = Some(token);
+                    state.stamp = stamp;
+                    state.read_at = Some(Instant::now());
+                }
+                // client-go keeps using the last good token when a re-read fails.
+                Err(error) if state.token.is_some() => {
+                    crate::log::warn(
+                        "token file unreadable, keeping the previous token",
+                        &[("path", self.path.display().to_string().into()), ("error", error.to_string().into())],
+                    );
+                    state.read_at = Some(Instant::now());
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let token = state.token.clone().unwrap_or_default();
+        Ok(Credential { authorization: Some(Redacted(format!("Bearer {token}"))), ..Credential::default() })
+    }
+}
+
+fn read_token(path: &PathBuf) -> Result<String, Error> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| Error::Credentials(format!("failed to read token file `{}`: {error}", path.display())))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(Error::Credentials(format!("token file `{}` is empty", path.display())));
+    }
+    Ok(token.to_string())
+}
+
+/// A credential plugin and its cached answer.
+#[derive(Debug)]
+pub struct ExecPlugin {
+    config: ExecConfig,
+    state: Mutex<ExecState>,
+}
+
+#[derive(Debug, Default)]
+struct ExecState {
+    cached: Option<Credential>,
+    expires: Option<SystemTime>,
+    generation: u64,
+}
+
+impl ExecPlugin {
+    fn credential(&self) -> Result<Credential, Error> {
+        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let expired = state.expires.is_some_and(|expires| SystemTime::now() >= expires);
+        if let Some(cached) = &state.cached
+            && !expired
+        {
+            return Ok(cached.clone());
+        }
+        self.run_locked(&mut state)
+    }
+
+    fn refresh(&self, used: &Credential) -> Result<bool, Error> {
+        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if state.generation != used.generation && state.cached.is_some() {
+            // Another request already re-ran the plugin after its own 401.
+            return Ok(true);
+        }
+        self.run_locked(&mut state)?;
+        Ok(true)
+    }
+
+    /// Runs the plugin with the lock held, so concurrent requests wait for
+    /// one run instead of starting several.
+    fn run_locked(&self, state: &mut ExecState) -> Result<Credential, Error> {
+        let output = run_plugin(&self.config)?;
+        let decoded = decode_exec_output(&self.config, &output)?;
+        state.generation += 1;
+        let credential = Credential {
+            authorization: decoded.token.map(|token| Redacted(format!("Bearer {token}"))),
+            client_cert: decoded.client_cert,
+            generation: state.generation,
+        };
+        state.cached = Some(credential.clone());
+        state.expires = decoded.expires;
+        crate::log::debug(
+            "exec credential plugin ran",
+            &[
+                ("command", self.config.command.clone().into()),
+                ("expires", decoded.expires.map(crate::log::rfc3339_utc).into()),
+            ],
+        );
+        Ok(credential)
+    }
+}
+
+/// The plugin's decoded answer.
+struct ExecOutput {
+    token: Option<String>,
+    client_cert: Option<ClientCert>,
+    expires: Option<SystemTime>,
+}
+
+/// The `KUBERNETES_EXEC_INFO` value. A server has no terminal, so
+/// `interactive` is always false (client-go: "standard input is not a
+/// terminal" for `Always`).
+pub fn exec_info(config: &ExecConfig) -> serde_json::Value {
+    let mut spec = serde_json::json!({ "interactive": false });
+    if let Some(cluster) = &config.cluster_info {
+        spec["cluster"] = cluster.clone();
+    }
+    serde_json::json!({ "apiVersion": config.api_version, "kind": "ExecCredential", "spec": spec })
+}
+
+fn run_plugin(config: &ExecConfig) -> Result<Vec<u8>, Error> {
+    if config.interactive_mode == InteractiveMode::Always {
+        return Err(Error::Credentials(
+            "exec plugin cannot support interactive mode: standard input is not a terminal; this server runs plugins without a terminal, use interactiveMode IfAvailable or Never"
+                .to_string(),
+        ));
+    }
+    let mut command = Command::new(&config.command);
+    command
+        .args(&config.args)
+        .env("KUBERNETES_EXEC_INFO", exec_info(config).to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        // stderr is captured: ours carries JSON log lines only.
+        .stderr(Stdio::piped());
+    for (name, value) in &config.env {
+        command.env(name, &value.0);
+    }
+    let mut child = command.spawn().map_err(|error| {
+        if error.kind() == std::io::ErrorKind::NotFound {
+            let hint = config.install_hint.clone().unwrap_or_else(|| {
+                "it looks like you are trying to use a client-go credential plugin that is not installed".to_string()
+            });
+            Error::Credentials(format!("exec: executable {} not found; {}", config.command, hint.trim()))
+        } else {
+            Error::Credentials(format!("exec: executable {} could not be started: {error}", config.command))
+        }
+    })?;
+    // Read stderr on its own thread so a chatty plugin cannot block on a full pipe.
+    let stderr_reader = child.stderr.take().map(|mut stderr| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            let _ = stderr.read_to_end(&mut text);
+            text
+        })
+    });
+    let mut stdout = Vec::new();
+    if let Some(mut pipe) = child.stdout.take() {
+        let _ = pipe.read_to_end(&mut stdout);
+    }
+    let status = child
+        .wait()
+        .map_err(|error| Error::Credentials(format!("exec: executable {}: {error}", config.command)))?;
+    let stderr = stderr_reader.and_then(|reader| reader.join().ok()).unwrap_or_default();
+    if !status.success() {
+        let stderr_text = String::from_utf8_lossy(&stderr);
+        let tail: String = stderr_text.trim().chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect();
+        let code = status.code().map_or("a signal".to_string(), |code| format!("exit code {code}"));
+        let mut message = format!("exec: executable {} failed with {code}", config.command);
+        if !tail.is_empty() {
+            message.push_str(&format!(": {tail}"));
+        }
+        return Err(Error::Credentials(message));
+    }
+    Ok(stdout)
+}
+
+fn decode_exec_output(config: &ExecConfig, stdout: &[u8]) -> Result<ExecOutput, Error> {
+    let value: serde_json::Value = serde_json::from_slice(stdout).map_err(|error| {
+        Error::Credentials(format!("exec plugin `{}` printed no ExecCredential JSON: {error}", config.command))
+    })?;
+    let returned_version = value.get("apiVersion").and_then(|version| version.as_str()).unwrap_or_default();
+    if returned_version != config.api_version {
+        return Err(Error::Credentials(format!(
+            "exec plugin is configured to use API version {}, plugin returned version {returned_version}",
+            config.api_version
+        )));
+    }
+    let status = value.get("status").cloned().unwrap_or_default();
+    let text = |key: &str| status.get(key).and_then(|field| field.as_str()).filter(|text| !text.is_empty());
+    let token = text("token").map(str::to_string);
+    let client_cert = match (text("clientCertificateData"), text("clientKeyData")) {
+        (Some(certificate), Some(key)) => Some(crate::kube::tls::client_cert(
+            certificate.as_bytes(),
+            key.as_bytes(),
+            &format!("exec plugin `{}`", config.command),
+        )?),
+        (None, None) => None,
+        _ => {
+            return Err(Error::Credentials(
+                "exec plugin returned only certificate or key, not both".to_string(),
+            ));
+        }
+    };
+    if token.is_none() && client_cert.is_none() {
+        return Err(Error::Credentials("exec plugin didn't return a token or cert/key pair".to_string()));
+    }
+    let expires = match text("expirationTimestamp") {
+        Some(timestamp) => Some(parse_rfc3339(timestamp).ok_or_else(|| {
+            Error::Credentials(format!("exec plugin returned an unreadable expirationTimestamp `{timestamp}`"))
+        })?),
+        None => None,
+    };
+    Ok(ExecOutput { token, client_cert, expires })
+}
+
+/// Parses `2006-01-02T15:04:05[.frac](Z|±hh:mm)`; enough for exec plugins.
+pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    let bytes = text.as_bytes();
+    if bytes.len() < 20 || bytes[4] != b'-' || bytes[7] != b'-' || !matches!(bytes[10], b'T' | b't') {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| text.get(range)?.parse::<i64>().ok();
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    let mut rest = &text[19..];
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let digits = fraction.chars().take_while(char::is_ascii_digit).count();
+        rest = &fraction[digits..];
+    }
+    let offset_seconds = match rest {
+        "Z" | "z" => 0,
+        _ if rest.len() == 6 && matches!(&rest[..1], "+" | "-") => {
+            let hours: i64 = rest[1..3].parse().ok()?;
+            let minutes: i64 = rest[4..6].parse().ok()?;
+            let sign = if rest.starts_with('-') { -1 } else { 1 };
+            sign * (hours * 3600 + minutes * 60)
+        }
+        _ => return None,
+    };
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
+    let seconds = u64::try_from(seconds).ok()?;
+    Some(UNIX_EPOCH + Duration::from_secs(seconds))
+}
+
+/// Days since 1970-01-01 (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year.rem_euclid(400);
+    let month_index = (month + 9) % 12;
+    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_forms() {
+        let cases = [
+            ("1970-01-01T00:00:00Z", Some(0)),
+            ("2000-02-29T00:00:00Z", Some(951_782_400)),
+            ("2000-02-29T01:00:00+01:00", Some(951_782_400)),
+            ("2026-12-29T23:59:59.123456Z", Some(1_798_588_799)),
+            ("2026-12-29", None),
+            ("2026-13-01T00:00:00Z", None),
+            ("2026-12-29T23:59:59", None),
+        ];
+        for (text, expected) in cases {
+            let parsed = parse_rfc3339(text).map(|time| time.duration_since(UNIX_EPOCH).unwrap().as_secs());
+            assert_eq!(parsed, expected, "{text}");
+        }
+    }
+}

@@ -6,5 +6,6 @@ pub mod classify;
 pub mod collect;
 pub mod manifest;
 pub mod outcome;
+pub mod run;
 pub mod slots;
 pub mod spec;

@@ -145,9 +145,9 @@ enum Watched {
 fn follow(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_progress: &(dyn Fn(Progress) + Sync)) -> RunOutcome {
     let namespace = &ctx.policy.namespace;
     let selector = format!("{}={run_id}", manifest::LABEL_RUN_ID);
-    let params = kube::WatchParams {
+    let params = kube::watch::WatchParams {
         list: kube::ListParams { label_selector: Some(selector), field_selector: None },
-        ..kube::WatchParams::default()
+        ..kube::watch::WatchParams::default()
     };
     let mut watcher = ctx.client.watch(kube::Resource::PODS, namespace, params);
     let watch_abort = watcher.abort_handle();
@@ -156,9 +156,9 @@ fn follow(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_prog
         scope.spawn(move || {
             loop {
                 let sent = match watcher.next() {
-                    Ok(kube::WatchEvent::Listed(pods)) => pods.into_iter().all(|pod| sender.send(Watched::Pod(pod)).is_ok()),
-                    Ok(kube::WatchEvent::Added(pod) | kube::WatchEvent::Modified(pod)) => sender.send(Watched::Pod(pod)).is_ok(),
-                    Ok(kube::WatchEvent::Deleted(_)) => true,
+                    Ok(kube::watch::WatchEvent::Listed(pods)) => pods.into_iter().all(|pod| sender.send(Watched::Pod(pod)).is_ok()),
+                    Ok(kube::watch::WatchEvent::Added(pod) | kube::watch::WatchEvent::Modified(pod)) => sender.send(Watched::Pod(pod)).is_ok(),
+                    Ok(kube::watch::WatchEvent::Deleted(_)) => true,
                     Err(error) => {
                         let _ = sender.send(Watched::Failed(error.to_string()));
                         false
@@ -312,7 +312,7 @@ type Follower<'scope> = (std::thread::ScopedJoinHandle<'scope, Collector>, Strea
 #[derive(Clone, Default)]
 struct StreamStop {
     stopped: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    current: std::sync::Arc<std::sync::Mutex<Option<kube::Abort>>>,
+    current: std::sync::Arc<std::sync::Mutex<Option<kube::watch::Abort>>>,
 }
 
 impl StreamStop {
@@ -328,7 +328,7 @@ impl StreamStop {
     }
 
     /// Registers the stream now open; closes it at once if already stopped.
-    fn set(&self, abort: kube::Abort) {
+    fn set(&self, abort: kube::watch::Abort) {
         let mut current = self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if self.is_stopped() {
             abort.abort();

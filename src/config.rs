@@ -11,7 +11,13 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
+use crate::images::Allowlist;
 use crate::log::{Level, Redacted};
+use crate::quantity::Quantity;
+
+/// The runner image when MCP_K8S_RUNNER_IMAGE is unset: this release's
+/// image under its plain name, which operators mirror and usually override.
+pub const DEFAULT_RUNNER_IMAGE: &str = concat!("mcp-k8s-ephemeral-job:", env!("CARGO_PKG_VERSION"));
 
 /// One setting: its environment variable, its flag (if it may be given on
 /// the command line), its default as text and a line of help. The table
@@ -56,6 +62,14 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_CACHE_PVC", Some("cache-pvc"), "", "PersistentVolumeClaim mounted as a cache (with MCP_K8S_CACHE_MOUNT_PATH)", |r| &mut r.cache_pvc),
     setting("MCP_K8S_CACHE_MOUNT_PATH", Some("cache-mount-path"), "", "where the cache is mounted (with MCP_K8S_CACHE_PVC)", |r| &mut r.cache_mount_path),
     setting("MCP_K8S_JOB_EXTRA_ENV", None, "", "JSON object of environment variables every job gets (environment only)", |r| &mut r.job_extra_env),
+    setting("MCP_K8S_RUNNER_IMAGE", Some("runner-image"), "mcp-k8s-ephemeral-job:0.1.0", "image holding this binary; its init container copies the in-pod runner (set it to your mirror)", |r| &mut r.runner_image),
+    setting("MCP_K8S_RUNNER_BINARY_PATH", Some("runner-binary-path"), "/mcp-k8s-ephemeral-job", "path of this binary inside MCP_K8S_RUNNER_IMAGE", |r| &mut r.runner_binary_path),
+    setting("MCP_K8S_RUN_AS_USER", Some("run-as-user"), "65532", "numeric UID (and GID) job containers run as; never 0", |r| &mut r.run_as_user),
+    setting("MCP_K8S_START_TIMEOUT_S", Some("start-timeout-s"), "120", "time a pod may take to be scheduled, pull its image and start, apart from timeout_s", |r| &mut r.start_timeout_s),
+    setting("MCP_K8S_MAX_QUEUED", Some("max-queued"), "100", "jobs that may wait for a free slot when MCP_K8S_MAX_CONCURRENT are running; more are refused", |r| &mut r.max_queued),
+    setting("MCP_K8S_RESULT_TTL_S", Some("result-ttl-s"), "3600", "how long background job results are kept for fetch_job", |r| &mut r.result_ttl_s),
+    setting("MCP_K8S_WORKDIR_SIZE", Some("workdir-size"), "1Gi", "size limit of the job's workdir volume (Kubernetes quantity)", |r| &mut r.workdir_size),
+    setting("MCP_K8S_RUNTIME_CLASS", Some("runtime-class"), "", "RuntimeClass for job pods (e.g. gvisor); empty uses the cluster default", |r| &mut r.runtime_class),
     setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "16777216", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
     setting("MCP_K8S_SESSION_TTL_S", Some("session-ttl-s"), "3600", "idle time after which an HTTP session ends", |r| &mut r.session_ttl_s),
     setting("MCP_K8S_ALLOWED_ORIGINS", Some("allowed-origins"), "", "comma-separated browser origins allowed besides localhost", |r| &mut r.allowed_origins),
@@ -87,6 +101,14 @@ pub struct RawConfig {
     pub cache_pvc: Option<String>,
     pub cache_mount_path: Option<String>,
     pub job_extra_env: Option<String>,
+    pub runner_image: Option<String>,
+    pub runner_binary_path: Option<String>,
+    pub run_as_user: Option<String>,
+    pub start_timeout_s: Option<String>,
+    pub max_queued: Option<String>,
+    pub result_ttl_s: Option<String>,
+    pub workdir_size: Option<String>,
+    pub runtime_class: Option<String>,
     pub max_message_bytes: Option<String>,
     pub session_ttl_s: Option<String>,
     pub allowed_origins: Option<String>,
@@ -147,18 +169,24 @@ pub struct Config {
     pub max_timeout_s: u64,
     pub max_output_bytes: u64,
     pub max_artifact_bytes: u64,
-    /// Kubernetes quantity, syntax-checked only.
-    pub default_cpu: String,
-    /// Kubernetes quantity, syntax-checked only.
-    pub default_memory: String,
+    pub default_cpu: Quantity,
+    pub default_memory: Quantity,
     pub max_concurrent: u32,
     /// Empty means every image is refused, as in the original.
-    pub allowed_images: Vec<String>,
+    pub allowed_images: Allowlist,
     pub sidecar_image: String,
     pub clone: Option<CloneConfig>,
     pub cache: Option<CacheConfig>,
     /// Sorted so manifests built from it are deterministic.
     pub job_extra_env: BTreeMap<String, String>,
+    pub runner_image: String,
+    pub runner_binary_path: String,
+    pub run_as_user: u32,
+    pub start_timeout_s: u64,
+    pub max_queued: u32,
+    pub result_ttl_s: u64,
+    pub workdir_size: Quantity,
+    pub runtime_class: Option<String>,
     pub max_message_bytes: usize,
     pub session_ttl_s: u64,
     /// Exact origins (`scheme://host[:port]`) allowed besides loopback ones.
@@ -233,6 +261,14 @@ impl Config {
             clone: parse_clone(raw)?,
             cache: parse_cache(raw)?,
             job_extra_env: parse_extra_env(raw.job_extra_env.as_deref())?,
+            runner_image: image(raw.runner_image.as_deref().unwrap_or(DEFAULT_RUNNER_IMAGE), "MCP_K8S_RUNNER_IMAGE")?,
+            runner_binary_path: absolute_path(raw.runner_binary_path.as_deref().unwrap_or("/mcp-k8s-ephemeral-job"), "MCP_K8S_RUNNER_BINARY_PATH")?,
+            run_as_user: number(&raw.run_as_user, "MCP_K8S_RUN_AS_USER", 65532, 1, u64::from(u32::MAX))? as u32,
+            start_timeout_s: number(&raw.start_timeout_s, "MCP_K8S_START_TIMEOUT_S", 120, 5, 3600)?,
+            max_queued: number(&raw.max_queued, "MCP_K8S_MAX_QUEUED", 100, 0, 100_000)? as u32,
+            result_ttl_s: number(&raw.result_ttl_s, "MCP_K8S_RESULT_TTL_S", 3600, 60, 7 * 86_400)?,
+            workdir_size: quantity(&raw.workdir_size, "MCP_K8S_WORKDIR_SIZE", "1Gi")?,
+            runtime_class: raw.runtime_class.clone(),
             max_message_bytes: number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 16 << 20, 4096, 1 << 30)?
                 as usize,
             session_ttl_s: number(&raw.session_ttl_s, "MCP_K8S_SESSION_TTL_S", 3600, 1, 7 * 86_400)?,
@@ -328,37 +364,21 @@ fn parse_namespace(text: &str) -> Result<String, Error> {
 
 /// Syntax check of a Kubernetes quantity: a decimal number with an optional
 /// binary (Ki..Ei), decimal (n, u, m, k, M..E) or exponent suffix.
-fn quantity(value: &Option<String>, variable: &'static str, default: &str) -> Result<String, Error> {
+fn quantity(value: &Option<String>, variable: &'static str, default: &str) -> Result<Quantity, Error> {
     let text = value.as_deref().unwrap_or(default);
-    if !is_quantity(text) {
-        return Err(invalid(variable, text, "a Kubernetes quantity such as 500m, 1, 2.5, 512Mi or 1G"));
+    match Quantity::parse(text) {
+        Ok(quantity) if !quantity.is_zero() => Ok(quantity),
+        _ => Err(invalid(variable, text, "a Kubernetes quantity above zero such as 500m, 1, 2.5, 512Mi or 1G")),
+    }
+}
+
+fn absolute_path(text: &str, variable: &'static str) -> Result<String, Error> {
+    if !text.starts_with('/') || text.contains(char::is_whitespace) {
+        return Err(invalid(variable, text, "an absolute path without spaces"));
     }
     Ok(text.to_string())
 }
 
-fn is_quantity(text: &str) -> bool {
-    let number_end = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, suffix) = text.split_at(number_end);
-    let number_ok = !number.is_empty()
-        && number.matches('.').count() <= 1
-        && number.chars().any(|c| c.is_ascii_digit());
-    let suffix_ok = matches!(
-        suffix,
-        "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" | "n" | "u" | "m" | "k" | "M" | "G" | "T" | "P" | "E"
-    ) || is_exponent(suffix);
-    number_ok && suffix_ok
-}
-
-fn is_exponent(suffix: &str) -> bool {
-    let Some(digits) = suffix.strip_prefix(['e', 'E']) else {
-        return false;
-    };
-    let digits = digits.strip_prefix(['+', '-']).unwrap_or(digits);
-    !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
-}
-
-/// An image reference as far as we can judge without a registry: non-empty,
-/// no whitespace or control characters.
 fn image(text: &str, variable: &'static str) -> Result<String, Error> {
     if text.is_empty() || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(invalid(variable, text, "an image reference such as busybox:1.36, without spaces"));
@@ -366,11 +386,10 @@ fn image(text: &str, variable: &'static str) -> Result<String, Error> {
     Ok(text.to_string())
 }
 
-fn image_list(value: Option<&str>) -> Result<Vec<String>, Error> {
-    csv(value)
-        .into_iter()
-        .map(|item| image(&item, "MCP_K8S_ALLOWED_IMAGES"))
-        .collect()
+fn image_list(value: Option<&str>) -> Result<Allowlist, Error> {
+    Allowlist::parse(value.unwrap_or("")).map_err(|(entry, why)| {
+        invalid("MCP_K8S_ALLOWED_IMAGES", &entry, &format!("comma-separated image references, each like python:3.12-slim, ghcr.io/org/* or golang:* ({why})"))
+    })
 }
 
 fn csv(value: Option<&str>) -> Vec<String> {
@@ -550,7 +569,7 @@ mod tests {
         assert_eq!(config.addr, "[::1]:0".parse().unwrap());
         assert!(config.binds_loopback());
         assert_eq!(config.auth_token.as_ref().map(|token| token.0.as_str()), Some("s3cret"));
-        assert_eq!(config.allowed_images, ["python:3.12", "golang"]);
+        assert_eq!(config.allowed_images.as_written, ["python:3.12", "golang"]);
         assert_eq!(config.clone.unwrap().secret, "git-creds");
         assert_eq!(config.cache.unwrap().mount_path, "/cache");
         assert_eq!(config.job_extra_env.keys().collect::<Vec<_>>(), ["A_1", "B"]);
@@ -628,10 +647,12 @@ mod tests {
     #[test]
     fn quantities() {
         for good in ["1", "0.5", "250m", "512Mi", "1Gi", "2G", "1e3", "1.5E+2", "100k"] {
-            assert!(is_quantity(good), "{good}");
+            let config = Config::from_raw(&raw(&[("MCP_K8S_DEFAULT_CPU", good)])).unwrap();
+            assert_eq!(config.default_cpu.as_str(), good);
         }
-        for bad in ["", "m", "1..2", "1MB", "1 Gi", "-1", "1e", "Gi1", "."] {
-            assert!(!is_quantity(bad), "{bad}");
+        for bad in ["m", "1..2", "1MB", "1 Gi", "-1", "1e", "Gi1", ".", "0"] {
+            let error = Config::from_raw(&raw(&[("MCP_K8S_WORKDIR_SIZE", bad)])).unwrap_err();
+            assert!(error.to_string().starts_with("MCP_K8S_WORKDIR_SIZE: "), "{bad}: {error}");
         }
     }
 

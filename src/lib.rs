@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod images;
 pub mod kube;
 pub mod log;
 pub mod protocol;

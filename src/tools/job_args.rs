@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::engine::spec::{CloneSpec, InputFile, RunSpec};
 use crate::quantity::Quantity;
-use crate::tools::images::Allowlist;
+use crate::images::Allowlist;
 
 /// Default working directory, as in the original.
 pub const DEFAULT_WORKDIR: &str = "/work";

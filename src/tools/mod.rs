@@ -11,7 +11,6 @@
 //! the `CancelToken` and a progress callback from the handler, so the engine
 //! stays ignorant of MCP too.
 
-pub mod images;
 pub mod job_args;
 pub mod job_result;
 
@@ -297,12 +296,12 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     let extra_env_names: Vec<&String> = config.job_extra_env.keys().collect();
     ToolOutcome::Success(json!({
         "namespace": config.namespace,
-        "allowed_images": config.allowed_images,
+        "allowed_images": config.allowed_images.as_written,
         "timeout_s": { "default": config.default_timeout_s, "max": config.max_timeout_s },
         "max_output_bytes": config.max_output_bytes,
         "max_artifact_bytes": config.max_artifact_bytes,
-        "default_cpu": config.default_cpu,
-        "default_memory": config.default_memory,
+        "default_cpu": config.default_cpu.as_str(),
+        "default_memory": config.default_memory.as_str(),
         "max_concurrent": config.max_concurrent,
         "clone_available": config.clone.is_some(),
         "cache_mount_path": config.cache.as_ref().map(|cache| cache.mount_path.as_str()),

@@ -45,18 +45,19 @@ pub struct Allowlist {
 
 impl Allowlist {
     /// Parses the comma-separated list; an entry that is not a valid
-    /// reference is an error naming it.
-    pub fn parse(csv: &str) -> Result<Allowlist, String> {
+    /// reference is an error: (the entry, why).
+    pub fn parse(csv: &str) -> Result<Allowlist, (String, String)> {
         let mut entries = Vec::new();
         let mut as_written = Vec::new();
         for raw in csv.split(',').map(str::trim).filter(|raw| !raw.is_empty()) {
             let entry = if let Some(prefix) = raw.strip_suffix("/*") {
-                Entry::AnyUnder { prefix: normalise_repository(prefix)? }
+                normalise_repository(prefix).map(|prefix| Entry::AnyUnder { prefix })
             } else if let Some(repository) = raw.strip_suffix(":*") {
-                Entry::AnyTag { repository: normalise_repository(repository)? }
+                normalise_repository(repository).map(|repository| Entry::AnyTag { repository })
             } else {
-                Entry::Exact(normalise(raw)?)
-            };
+                normalise(raw).map(Entry::Exact)
+            }
+            .map_err(|why| (raw.to_string(), why))?;
             entries.push(entry);
             as_written.push(raw.to_string());
         }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use mcp_k8s_ephemeral_job::config::{self, Config, RawConfig, Transport};
 use mcp_k8s_ephemeral_job::engine::cancel::CancelToken;
 use mcp_k8s_ephemeral_job::protocol::Server;
-use mcp_k8s_ephemeral_job::{log, tools, transport};
+use mcp_k8s_ephemeral_job::{engine, kube, log, tools, transport};
 use serde_json::json;
 
 const NAME: &str = "mcp-k8s-ephemeral-job";
@@ -71,7 +71,8 @@ fn serve(raw: &RawConfig) -> ExitCode {
         log::warn("MCP_K8S_ALLOWED_IMAGES is empty: every job will be refused", &[]);
     }
     let stop = CancelToken::new();
-    let server = Arc::new(Server::new(tools::Ctx { config: config.clone() }));
+    let engine = connect_engine(&config);
+    let server = Arc::new(Server::new(tools::Ctx { config: config.clone(), engine }));
     if let Err(error) = watch_signals(&stop, &server) {
         log::error("could not install signal handlers", &[("error", json!(error.to_string()))]);
         return ExitCode::from(1);
@@ -112,6 +113,54 @@ fn watch_signals(stop: &CancelToken, server: &Arc<Server>) -> std::io::Result<()
     })?;
     Ok(())
 }
+
+/// Loads the cluster credentials and builds the engine. A server without
+/// usable credentials still starts (clients can connect and are told why
+/// jobs cannot run) but says so loudly.
+fn connect_engine(config: &Config) -> Result<engine::run::Ctx, String> {
+    let source = kube::Source::select(config.kubeconfig.as_deref(), None);
+    let client = match kube::Client::new(&source) {
+        Ok(client) => client,
+        Err(error) => {
+            let message = format!("{error}; set MCP_K8S_KUBECONFIG, KUBECONFIG or run in a pod with a ServiceAccount");
+            log::error("no usable Kubernetes credentials; job tools will refuse calls", &[("error", json!(message))]);
+            return Err(message);
+        }
+    };
+    log::info("kubernetes credentials", &[("source", json!(client.description())), ("namespace", json!(config.namespace))]);
+    Ok(engine::run::Ctx {
+        client,
+        policy: engine_policy(config),
+        slots: engine::slots::Slots::new(config.max_concurrent as usize, config.max_queued as usize),
+    })
+}
+
+/// The operator's choices as the engine sees them.
+fn engine_policy(config: &Config) -> engine::spec::Policy {
+    engine::spec::Policy {
+        namespace: config.namespace.clone(),
+        runner_image: config.runner_image.clone(),
+        runner_binary_path: config.runner_binary_path.clone(),
+        run_as_user: config.run_as_user,
+        default_cpu: config.default_cpu.clone(),
+        default_memory: config.default_memory.clone(),
+        max_output_bytes: config.max_output_bytes,
+        max_artifact_bytes: config.max_artifact_bytes,
+        start_timeout: Duration::from_secs(config.start_timeout_s),
+        workdir_size_limit: config.workdir_size.clone(),
+        extra_env: config.job_extra_env.clone(),
+        cache: config.cache.as_ref().map(|cache| engine::spec::CacheVolume {
+            claim_name: cache.pvc.clone(),
+            mount_path: cache.mount_path.clone(),
+        }),
+        finished_ttl: Duration::from_secs(FINISHED_JOB_TTL_S),
+        runtime_class: config.runtime_class.clone(),
+    }
+}
+
+/// Backstop TTL of a finished run's Job, for when the server could not
+/// delete it itself (crash, lost connection).
+const FINISHED_JOB_TTL_S: u64 = 300;
 
 fn parse_command_line(mut parser: lexopt::Parser) -> Result<Command, String> {
     use lexopt::Arg::{Long, Short, Value};

@@ -402,7 +402,9 @@ impl RunningCall {
         // for this call only. Needs `panic = "unwind"` (Cargo.toml).
         let outcome = catch_unwind(AssertUnwindSafe(|| (self.handler)(&self.server.ctx, &call)));
         let (result, status) = match &outcome {
-            Ok(outcome @ ToolOutcome::Success(_)) => (Ok(tools::result_json(outcome)), "success"),
+            Ok(outcome @ (ToolOutcome::Success(_) | ToolOutcome::SuccessWithContent { .. })) => {
+                (Ok(tools::result_json(outcome)), "success")
+            }
             Ok(outcome @ ToolOutcome::Failure(_)) => (Ok(tools::result_json(outcome)), "tool_error"),
             Err(_) => (
                 Err(ResponseError::new(

@@ -17,7 +17,7 @@ fn server() -> Arc<Server> {
     // The dispatcher logs every call; keep test output readable.
     crate::log::set_stderr_level(crate::log::Level::Emergency);
     let raw = RawConfig::from_lookup(|name| (name == "MCP_K8S_TEST_TOOLS").then(|| "1".to_string()));
-    Arc::new(Server::new(tools::Ctx { config: Config::from_raw(&raw).unwrap() }))
+    Arc::new(Server::new(tools::Ctx { config: Config::from_raw(&raw).unwrap(), engine: Err("no cluster in protocol tests".into()) }))
 }
 
 /// Sends `input` and returns what came back within a short wait, as JSON.
@@ -117,7 +117,7 @@ fn errors() {
         ("{not json", error(Value::Null, -32700, "parse error: key must be a string at line 1 column 2")),
         (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, error(Value::Null, -32600, "`id` must be a string or an integer, not null")),
         (r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5}}"#, error(json!(1), -32602, "`protocolVersion` must be a string, not an integer")),
-        (r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"nope"}}"#, error(json!(8), -32602, "unknown tool: `nope`; available: describe_environment, test_sleep, test_panic")),
+        (r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"nope"}}"#, error(json!(8), -32602, "unknown tool: `nope`; available: describe_environment, run_job, test_sleep, test_panic")),
         (r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{}}"#, error(json!(9), -32602, "missing `name`")),
         (r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":1}}"#, error(json!(10), -32602, "`name` must be a string, not an integer")),
         (r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"describe_environment","arguments":[]}}"#, error(json!(11), -32602, "`arguments` must be an object, not an array")),

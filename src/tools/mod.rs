@@ -13,6 +13,7 @@
 
 pub mod job_args;
 pub mod job_result;
+pub mod run_job;
 
 use std::fmt;
 
@@ -27,6 +28,9 @@ use crate::log::Level;
 /// arrive.
 pub struct Ctx {
     pub config: Config,
+    /// The job engine, or why there is none (no usable cluster
+    /// credentials): job tools then answer with that reason.
+    pub engine: Result<crate::engine::run::Ctx, String>,
 }
 
 /// One tool call as a handler sees it.
@@ -56,6 +60,9 @@ pub trait CallEvents: Send + Sync {
 pub enum ToolOutcome {
     /// The structured result; it must match the tool's `output_schema`.
     Success(Value),
+    /// A structured result plus content blocks after its text (pictures a
+    /// job produced, as `image` blocks a model can look at).
+    SuccessWithContent { structured: Value, extra_content: Vec<Value> },
     /// A tool error the model should read (bad arguments, could not run):
     /// becomes `isError: true` with this text and no `structuredContent`.
     Failure(String),
@@ -92,7 +99,7 @@ impl Registry {
     /// The production tools, plus the diagnostic ones when
     /// `MCP_K8S_TEST_TOOLS=1`.
     pub fn new(config: &Config) -> Registry {
-        let mut tools = vec![describe_environment_tool()];
+        let mut tools = vec![describe_environment_tool(), run_job::run_job_tool(config)];
         if config.test_tools {
             tools.push(test_sleep_tool());
             tools.push(test_panic_tool());
@@ -144,6 +151,11 @@ pub fn result_json(outcome: &ToolOutcome) -> Value {
             "structuredContent": structured,
             "isError": false,
         }),
+        ToolOutcome::SuccessWithContent { structured, extra_content } => {
+            let mut content = vec![json!({ "type": "text", "text": structured.to_string() })];
+            content.extend(extra_content.iter().cloned());
+            json!({ "content": content, "structuredContent": structured, "isError": false })
+        }
         ToolOutcome::Failure(text) => json!({
             "content": [{ "type": "text", "text": text }],
             "isError": true,
@@ -416,7 +428,7 @@ mod tests {
             "MCP_K8S_TEST_TOOLS" => Some("1".into()),
             _ => None,
         });
-        Ctx { config: Config::from_raw(&raw).unwrap() }
+        Ctx { config: Config::from_raw(&raw).unwrap(), engine: Err("no cluster in tool tests".into()) }
     }
 
     fn run(tool: &str, arguments: Value) -> (ToolOutcome, Recorder) {
@@ -446,8 +458,8 @@ mod tests {
     #[test]
     fn test_tools_are_registered_only_on_request() {
         let config = Config::from_raw(&RawConfig::default()).unwrap();
-        assert_eq!(Registry::new(&config).names(), ["describe_environment"]);
-        assert_eq!(Registry::new(&ctx().config).names(), ["describe_environment", "test_sleep", "test_panic"]);
+        assert_eq!(Registry::new(&config).names(), ["describe_environment", "run_job"]);
+        assert_eq!(Registry::new(&ctx().config).names(), ["describe_environment", "run_job", "test_sleep", "test_panic"]);
     }
 
     #[test]

@@ -1,0 +1,135 @@
+//! `run_job`: run one command in a throwaway pod and wait for its result.
+//! Arguments are checked by `job_args`, the run is the engine's, and the
+//! result shape is `job_result`'s; this file ties them to the MCP tool and
+//! turns engine progress into MCP progress notifications.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Value, json};
+
+use crate::config::Config;
+use crate::engine;
+use crate::engine::run::Progress;
+use crate::runner::frame::Stream;
+use crate::tools::job_args::{self, ArgBounds};
+use crate::tools::job_result;
+use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome};
+
+/// Longest piece of live output carried by one progress message.
+const PROGRESS_TEXT_BYTES: usize = 4096;
+
+pub fn run_job_tool(config: &Config) -> Tool {
+    Tool {
+        name: "run_job",
+        title: "Run a command in a throwaway Kubernetes pod",
+        description: format!(
+            "Runs `command` (an argv array, no shell unless you call one) in a fresh pod from `image` and waits \
+             for it. Returns exit_code, stdout and stderr (separately), duration_ms, status \
+             (succeeded|failed|timeout|error|cancelled), a `reason` and `message` saying why when it did not \
+             simply succeed (OOMKilled, ImagePullFailed, Unschedulable, QuotaExceeded, DeadlineExceeded, ...), \
+             and the files the command created or changed under `workdir` (or those matching `artifacts` globs). \
+             Input `files` are written into `workdir` first. The pod has no Kubernetes credentials and no \
+             network policy exceptions. timeout_s defaults to {} and may be at most {}; for longer work use \
+             submit_job. Allowed images: {}.",
+            config.default_timeout_s,
+            config.max_timeout_s,
+            allowed_images_text(config)
+        ),
+        input_schema: input_schema(config),
+        output_schema: job_result::output_schema(),
+        annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
+        handler: run_job,
+    }
+}
+
+/// The input schema shared by `run_job` and `submit_job`.
+pub fn input_schema(config: &Config) -> Value {
+    json!({
+        "type": "object",
+        "required": ["image", "command"],
+        "additionalProperties": false,
+        "properties": {
+            "image": {"type": "string", "description": format!("container image; allowed: {}", allowed_images_text(config))},
+            "command": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "argv, e.g. [\"python3\", \"main.py\"]; `$(VAR)` is passed literally"},
+            "files": {"type": "array", "description": "files written into workdir before the command runs", "items": {
+                "type": "object",
+                "required": ["path", "content_b64"],
+                "additionalProperties": false,
+                "properties": {
+                    "path": {"type": "string", "description": "relative to workdir"},
+                    "content_b64": {"type": "string", "description": "file content, base64"},
+                    "mode": {"type": "string", "description": "octal permissions, default \"0644\""},
+                },
+            }},
+            "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "environment variables for the command"},
+            "limits": {"type": "object", "additionalProperties": false, "properties": {
+                "cpu": {"type": "string", "description": "CPU limit, e.g. \"500m\" or \"2\""},
+                "memory": {"type": "string", "description": "memory limit, e.g. \"512Mi\"; also raises the memory request"},
+            }},
+            "timeout_s": {"type": "integer", "minimum": 0, "maximum": config.max_timeout_s, "description": format!("seconds the command may run (not counting pod start); 0 or absent means {}", config.default_timeout_s)},
+            "workdir": {"type": "string", "description": "absolute working directory, default /work"},
+            "artifacts": {"type": "array", "items": {"type": "string"}, "description": "globs (relative to workdir) of files to return, e.g. [\"out/**\", \"*.png\"]; default: files the command created or changed"},
+            "clone": {"type": "object", "description": "git repository to check out into workdir/subdir first (only when the server enables it)", "properties": {
+                "repo_url": {"type": "string"}, "ref": {"type": "string"}, "subdir": {"type": "string"},
+            }},
+        },
+    })
+}
+
+fn allowed_images_text(config: &Config) -> String {
+    if config.allowed_images.is_empty() {
+        "none (the operator has not set MCP_K8S_ALLOWED_IMAGES)".to_string()
+    } else {
+        config.allowed_images.as_written.join(", ")
+    }
+}
+
+/// The bounds `job_args` checks a call against, from the configuration.
+pub fn arg_bounds(config: &Config) -> ArgBounds<'_> {
+    ArgBounds {
+        allowlist: &config.allowed_images,
+        default_timeout: std::time::Duration::from_secs(config.default_timeout_s),
+        max_timeout: std::time::Duration::from_secs(config.max_timeout_s),
+        clone_enabled: config.clone.is_some(),
+    }
+}
+
+fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
+    let arguments = Value::Object(call.arguments.clone());
+    let spec = match job_args::parse_run_args(&arguments, &arg_bounds(&ctx.config)) {
+        Ok(spec) => spec,
+        Err(error) => return ToolOutcome::Failure(error.to_string()),
+    };
+    let engine = match &ctx.engine {
+        Ok(engine) => engine,
+        Err(why) => return ToolOutcome::Failure(format!("this server cannot reach a Kubernetes cluster: {why}")),
+    };
+    let run_id = engine::run::new_run_id();
+    let steps = AtomicU64::new(0);
+    let on_progress = |progress: Progress| {
+        let step = steps.fetch_add(1, Ordering::Relaxed) + 1;
+        call.events.progress(step as f64, None, Some(&progress_message(&progress)));
+    };
+    let outcome = engine::run::run(engine, &spec, &run_id, call.cancel, &on_progress);
+    ToolOutcome::SuccessWithContent {
+        structured: job_result::outcome_json(&outcome),
+        extra_content: job_result::image_blocks(&outcome),
+    }
+}
+
+/// Progress text: phases in words, live output prefixed with its stream.
+pub fn progress_message(progress: &Progress) -> String {
+    match progress {
+        Progress::Queued => "waiting for a free slot (MCP_K8S_MAX_CONCURRENT)".to_string(),
+        Progress::Created { job_name } => format!("created Job {job_name}"),
+        Progress::Started => "the command started".to_string(),
+        Progress::Output(chunk) => {
+            let stream = match chunk.stream {
+                Stream::Stdout => "stdout",
+                Stream::Stderr => "stderr",
+            };
+            let text = String::from_utf8_lossy(&chunk.bytes[..chunk.bytes.len().min(PROGRESS_TEXT_BYTES)]);
+            format!("[{stream}] {text}")
+        }
+    }
+}

@@ -10,6 +10,9 @@ PKI="$STATE/pki"
 RUN="$STATE/run"
 LOGS="$STATE/logs"
 CONTAINERD_SOCK="$RUN/containerd.sock"
+# containerd's content store and snapshots live in the cache dir, so imported
+# images survive down/up (down removes every container and sandbox first).
+CONTAINERD_ROOT="$CACHE/containerd-root"
 
 # Network layout (all on this machine; nothing is routed off it).
 NODE_NAME="mcp-k8s-test-node"

@@ -43,7 +43,7 @@ pid_of() { # component -> pid if running
 
 healthy() { # component -> 0 when its health endpoint answers
   case "$1" in
-    etcd) curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"' ;;
+    etcd) [[ "$(curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null)" == *'"health":"true"'* ]] ;;
     kube-apiserver) curl -fsS --max-time 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
                       "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1 ;;
     kube-controller-manager) curl -fsSk --max-time 2 https://127.0.0.1:10257/healthz >/dev/null 2>&1 ;;

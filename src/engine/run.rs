@@ -244,11 +244,10 @@ fn decide<'scope>(
                 outcome.stderr = collector.live_stderr;
                 return outcome;
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                std::thread::sleep(Duration::from_millis(200));
-                continue;
-            }
+            // No news: the pod's state is judged again anyway, because
+            // some decisions (the unschedulable grace) depend on time alone.
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(200)),
         }
         let Some(pod) = &last_pod else { continue };
         let state = classify::pod_state(pod);

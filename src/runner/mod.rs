@@ -223,7 +223,10 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
     let exit_code = match process::spawn(&options.argv, &options.workdir) {
         Err(error) => {
             result.start_error = Some(format!("cannot start `{}`: {error}", options.argv[0]));
-            if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }
+            // The codes a shell gives for "not found" and "not executable".
+            let code = if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            result.exit_code = Some(code);
+            code
         }
         Ok(mut child) => {
             let outputs = start_pumps(&mut child, options, sink);

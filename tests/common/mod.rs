@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod cluster;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-k8s-ephemeral-job");
 
 pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}"#;
@@ -98,7 +100,12 @@ impl StdioServer {
 
     /// The next stdout line as JSON; every stdout line must be JSON.
     pub fn recv(&self) -> Value {
-        let line = self.stdout.recv_timeout(Duration::from_secs(10)).expect("a message within 10 s");
+        self.recv_within(Duration::from_secs(10))
+    }
+
+    /// `recv` with a longer or shorter wait, for calls that run real pods.
+    pub fn recv_within(&self, wait: Duration) -> Value {
+        let line = self.stdout.recv_timeout(wait).unwrap_or_else(|_| panic!("no message within {wait:?}"));
         serde_json::from_str(&line).unwrap_or_else(|_| panic!("stdout carried a non-JSON line: {line}"))
     }
 

@@ -5,7 +5,8 @@
 //! client's shared pool), registered with the stream's `Abort`. `abort()`
 //! calls `Agent::shutdown`, which closes that agent's sockets, so a read
 //! blocked in another thread returns an error at once; the stream then
-//! reports `Error::Aborted` (watch) or an `io::Error` of kind `Interrupted`
+//! reports `Error::Aborted` (watch) or an `io::Error` of kind `ConnectionAborted`
+//! (not `Interrupted`: std's `read_line` retries those and would spin)
 //! (log stream). Aborting before a connection exists is remembered, and the
 //! next attempt fails immediately.
 //!
@@ -98,7 +99,7 @@ impl LogStream {
 
     fn map_error(&self, error: std::io::Error) -> std::io::Error {
         if self.abort.is_aborted() {
-            return std::io::Error::new(std::io::ErrorKind::Interrupted, format!("GET {}: aborted", self.path));
+            return std::io::Error::new(std::io::ErrorKind::ConnectionAborted, format!("GET {}: aborted", self.path));
         }
         error
     }
@@ -123,7 +124,7 @@ impl BufRead for LogStream {
         let path = &self.path;
         self.reader.fill_buf().map_err(|error| {
             if aborted.is_aborted() {
-                std::io::Error::new(std::io::ErrorKind::Interrupted, format!("GET {path}: aborted"))
+                std::io::Error::new(std::io::ErrorKind::ConnectionAborted, format!("GET {path}: aborted"))
             } else {
                 error
             }

@@ -9,23 +9,14 @@ use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use mcp_k8s_ephemeral_job::kube::watch::{WatchEvent, WatchParams};
-use mcp_k8s_ephemeral_job::kube::{AccessCheck, Client, ListParams, LogParams, Resource, Source};
+use mcp_k8s_ephemeral_job::kube::{AccessCheck, ListParams, LogParams, Resource};
 use serde_json::json;
 use support::fake_api::FakeApi;
-use support::{TempDir, fast_options, render_fixture};
+use support::connect;
 
 const JOBS: &str = "/apis/batch/v1/namespaces/live-ns/jobs";
 const PODS: &str = "/api/v1/namespaces/live-ns/pods";
 
-/// A client for `fake` through the plain token fixture.
-pub fn connect(fake: &FakeApi) -> (Client, TempDir) {
-    let temp = TempDir::new("calls");
-    let ca_data = support::base64(&fake.pki.ca_pem);
-    let text = render_fixture("live/token.yaml", &[("SERVER", &fake.url), ("CA_DATA", &ca_data)]);
-    let path = temp.write("kubeconfig", &text);
-    let client = Client::with_options(&Source::KubeconfigFile { path, context: None }, fast_options()).unwrap();
-    (client, temp)
-}
 
 fn job(name: &str, labels: serde_json::Value) -> serde_json::Value {
     json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": name, "labels": labels }, "spec": {} })

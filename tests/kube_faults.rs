@@ -12,18 +12,10 @@ use mcp_k8s_ephemeral_job::kube::watch::{WatchEvent, WatchParams, Watcher};
 use mcp_k8s_ephemeral_job::kube::{Client, Error, ListParams, Resource, Source};
 use serde_json::json;
 use support::fake_api::{FakeApi, Fault};
-use support::{TempDir, fast_options, render_fixture};
+use support::{TempDir, connect, fast_options, render_fixture};
 
 const PODS: &str = "/api/v1/namespaces/live-ns/pods";
 
-fn connect(fake: &FakeApi) -> (Client, TempDir) {
-    let temp = TempDir::new("faults");
-    let ca_data = support::base64(&fake.pki.ca_pem);
-    let text = render_fixture("live/token.yaml", &[("SERVER", &fake.url), ("CA_DATA", &ca_data)]);
-    let path = temp.write("kubeconfig", &text);
-    let client = Client::with_options(&Source::KubeconfigFile { path, context: None }, fast_options()).unwrap();
-    (client, temp)
-}
 
 fn pod(name: &str) -> serde_json::Value {
     json!({ "metadata": { "name": name, "labels": { "app": "mcp" } } })

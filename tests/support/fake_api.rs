@@ -554,7 +554,12 @@ fn resource(shared: &Shared, request: &Request, route: &Route, fault: Option<Fau
             }
             if name.is_empty() {
                 drop(state);
-                let kind = format!("{}.{}", kind_of(&route.plural), if route.group.is_empty() { "core" } else { &route.group });
+                // The apiserver writes `Secret` for the core group and `Job.batch` otherwise.
+                let kind = if route.group.is_empty() {
+                    kind_of(&route.plural).to_string()
+                } else {
+                    format!("{}.{}", kind_of(&route.plural), route.group)
+                };
                 let mut details = details("");
                 details["causes"] = json!([{
                     "reason": "FieldValueRequired",

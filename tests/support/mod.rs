@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod fake_api;
+pub mod cluster;
 pub mod pki;
 
 use std::path::{Path, PathBuf};

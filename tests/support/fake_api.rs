@@ -560,7 +560,11 @@ fn resource(shared: &Shared, request: &Request, route: &Route, fault: Option<Fau
                 } else {
                     format!("{}.{}", kind_of(&route.plural), route.group)
                 };
-                let mut details = details("");
+                // Invalid names the Kind, not the resource, and no name.
+                let mut details = json!({ "kind": kind_of(&route.plural) });
+                if !route.group.is_empty() {
+                    details["group"] = route.group.clone().into();
+                }
                 details["causes"] = json!([{
                     "reason": "FieldValueRequired",
                     "message": "Required value: name or generateName is required",

@@ -64,7 +64,7 @@ fn watch_sequence(client: &Client, name: &str) -> Vec<String> {
         "metadata": { "name": name },
         "spec": {
             "suspend": true,
-            "template": { "spec": cluster::restricted_pod_spec("mcp-k8s-test.local/busybox:1.35", "true") },
+            "template": { "spec": cluster::restricted_pod_spec(&cluster::busybox_image(), "true") },
         },
     });
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -5,9 +5,9 @@
 //! client's shared pool), registered with the stream's `Abort`. `abort()`
 //! calls `Agent::shutdown`, which closes that agent's sockets, so a read
 //! blocked in another thread returns an error at once; the stream then
-//! reports `Error::Aborted` (watch) or an `io::Error` of kind `ConnectionAborted`
-//! (not `Interrupted`: std's `read_line` retries those and would spin)
-//! (log stream). Aborting before a connection exists is remembered, and the
+//! reports `Error::Aborted` (watch) or an `io::Error` of kind
+//! `ConnectionAborted` (log stream; not `Interrupted`, which std's
+//! `read_line` retries forever). Aborting before a connection exists is remembered, and the
 //! next attempt fails immediately.
 //!
 //! Watch semantics (api-concepts "Efficient detection of changes"): list,
@@ -339,7 +339,8 @@ impl Watcher {
             }
             WatchLine::Error(status) => {
                 self.stream = None;
-                return Err(Error::Api { verb: "GET", path: "watch".to_string(), status: Box::new(status) });
+                let path = crate::kube::collection_path(self.resource, &self.namespace).unwrap_or_default();
+                return Err(Error::Api { verb: "GET", path: format!("{path}?watch=1"), status: Box::new(status) });
             }
         }
         Ok(())

@@ -29,6 +29,10 @@ use crate::log::Redacted;
 /// client-go re-reads token files this often even when nothing changed.
 pub const TOKEN_FILE_REREAD: Duration = Duration::from_secs(60);
 
+/// A credential plugin that takes longer is killed (client-go waits forever;
+/// a server must not hang every request on a stuck plugin).
+pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// What one request authenticates with.
 #[derive(Clone, Debug, Default)]
 pub struct Credential {
@@ -260,22 +264,30 @@ fn run_plugin(config: &ExecConfig) -> Result<Vec<u8>, Error> {
             Error::Credentials(format!("exec: executable {} could not be started: {error}", config.command))
         }
     })?;
-    // Read stderr on its own thread so a chatty plugin cannot block on a full pipe.
-    let stderr_reader = child.stderr.take().map(|mut stderr| {
-        std::thread::spawn(move || {
-            let mut text = Vec::new();
-            let _ = stderr.read_to_end(&mut text);
-            text
-        })
-    });
-    let mut stdout = Vec::new();
-    if let Some(mut pipe) = child.stdout.take() {
-        let _ = pipe.read_to_end(&mut stdout);
-    }
-    let status = child
-        .wait()
-        .map_err(|error| Error::Credentials(format!("exec: executable {}: {error}", config.command)))?;
-    let stderr = stderr_reader.and_then(|reader| reader.join().ok()).unwrap_or_default();
+    // Both pipes are drained on their own threads so a chatty plugin cannot
+    // block on a full pipe, and so a hung plugin can be killed: every API
+    // call waits for it, with the credential lock held.
+    let stdout_reader = spawn_reader(child.stdout.take());
+    let stderr_reader = spawn_reader(child.stderr.take());
+    let deadline = std::time::Instant::now() + EXEC_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::Credentials(format!(
+                    "exec: executable {} did not finish within {} s",
+                    config.command,
+                    EXEC_TIMEOUT.as_secs()
+                )));
+            }
+            Err(error) => return Err(Error::Credentials(format!("exec: executable {}: {error}", config.command))),
+        }
+    };
+    let stdout = stdout_reader.join().unwrap_or_default();
+    let stderr = stderr_reader.join().unwrap_or_default();
     if !status.success() {
         let stderr_text = String::from_utf8_lossy(&stderr);
         let tail: String = stderr_text.trim().chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect();
@@ -287,6 +299,17 @@ fn run_plugin(config: &ExecConfig) -> Result<Vec<u8>, Error> {
         return Err(Error::Credentials(message));
     }
     Ok(stdout)
+}
+
+/// Reads a child's pipe to the end on a thread of its own.
+fn spawn_reader(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        bytes
+    })
 }
 
 fn decode_exec_output(config: &ExecConfig, stdout: &[u8]) -> Result<ExecOutput, Error> {

@@ -5,8 +5,9 @@
 //! client's shared pool), registered with the stream's `Abort`. `abort()`
 //! calls `Agent::shutdown`, which closes that agent's sockets, so a read
 //! blocked in another thread returns an error at once; the stream then
-//! reports `Error::Aborted` (watch) or an `io::Error` of kind `Interrupted`
-//! (log stream). Aborting before a connection exists is remembered, and the
+//! reports `Error::Aborted` (watch) or an `io::Error` of kind
+//! `ConnectionAborted` (log stream; not `Interrupted`, which std's
+//! `read_line` retries forever). Aborting before a connection exists is remembered, and the
 //! next attempt fails immediately.
 //!
 //! Watch semantics (api-concepts "Efficient detection of changes"): list,
@@ -98,7 +99,7 @@ impl LogStream {
 
     fn map_error(&self, error: std::io::Error) -> std::io::Error {
         if self.abort.is_aborted() {
-            return std::io::Error::new(std::io::ErrorKind::Interrupted, format!("GET {}: aborted", self.path));
+            return std::io::Error::new(std::io::ErrorKind::ConnectionAborted, format!("GET {}: aborted", self.path));
         }
         error
     }
@@ -123,7 +124,7 @@ impl BufRead for LogStream {
         let path = &self.path;
         self.reader.fill_buf().map_err(|error| {
             if aborted.is_aborted() {
-                std::io::Error::new(std::io::ErrorKind::Interrupted, format!("GET {path}: aborted"))
+                std::io::Error::new(std::io::ErrorKind::ConnectionAborted, format!("GET {path}: aborted"))
             } else {
                 error
             }
@@ -338,7 +339,8 @@ impl Watcher {
             }
             WatchLine::Error(status) => {
                 self.stream = None;
-                return Err(Error::Api { verb: "GET", path: "watch".to_string(), status: Box::new(status) });
+                let path = crate::kube::collection_path(self.resource, &self.namespace).unwrap_or_default();
+                return Err(Error::Api { verb: "GET", path: format!("{path}?watch=1"), status: Box::new(status) });
             }
         }
         Ok(())

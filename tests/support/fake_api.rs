@@ -554,8 +554,17 @@ fn resource(shared: &Shared, request: &Request, route: &Route, fault: Option<Fau
             }
             if name.is_empty() {
                 drop(state);
-                let kind = format!("{}.{}", kind_of(&route.plural), if route.group.is_empty() { "core" } else { &route.group });
-                let mut details = details("");
+                // The apiserver writes `Secret` for the core group and `Job.batch` otherwise.
+                let kind = if route.group.is_empty() {
+                    kind_of(&route.plural).to_string()
+                } else {
+                    format!("{}.{}", kind_of(&route.plural), route.group)
+                };
+                // Invalid names the Kind, not the resource, and no name.
+                let mut details = json!({ "kind": kind_of(&route.plural) });
+                if !route.group.is_empty() {
+                    details["group"] = route.group.clone().into();
+                }
                 details["causes"] = json!([{
                     "reason": "FieldValueRequired",
                     "message": "Required value: name or generateName is required",

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod fake_api;
+pub mod cluster;
 pub mod pki;
 
 use std::path::{Path, PathBuf};
@@ -83,4 +84,15 @@ pub fn fast_options() -> mcp_k8s_ephemeral_job::kube::Options {
         backoff_base: Duration::from_millis(20),
         backoff_max: Duration::from_millis(200),
     }
+}
+
+/// A client for `fake` through the plain token fixture (namespace `live-ns`).
+pub fn connect(fake: &fake_api::FakeApi) -> (mcp_k8s_ephemeral_job::kube::Client, TempDir) {
+    let temp = TempDir::new("client");
+    let ca_data = base64(&fake.pki.ca_pem);
+    let text = render_fixture("live/token.yaml", &[("SERVER", &fake.url), ("CA_DATA", &ca_data)]);
+    let path = temp.write("kubeconfig", &text);
+    let source = mcp_k8s_ephemeral_job::kube::Source::KubeconfigFile { path, context: None };
+    let client = mcp_k8s_ephemeral_job::kube::Client::with_options(&source, fast_options()).expect("client for the fake API");
+    (client, temp)
 }

@@ -102,8 +102,8 @@ fn result_frame(stdout: &[u8]) -> Frame {
         start_error: None,
         started_at_ms: 1,
         finished_at_ms: 2,
-        stdout_b64: frame::to_base64(stdout),
-        stderr_b64: String::new(),
+        stdout_captured_bytes: stdout.len() as u64,
+        stderr_captured_bytes: 0,
         stdout_total_bytes: stdout.len() as u64,
         stderr_total_bytes: 0,
         stdout_truncated: false,
@@ -123,6 +123,7 @@ fn play_successful_pod(fake: &FakeApi, run_id: &str) {
     fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
     fake.append_log(NAMESPACE, &name, &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
     thread::sleep(Duration::from_millis(300));
+    fake.append_log(NAMESPACE, &name, &frame_line(Frame::Captured(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
     fake.append_log(NAMESPACE, &name, &frame_line(result_frame(b"hi\n")));
     fake.finish_log(NAMESPACE, &name);
     fake.update(PODS, &name, |pod| {

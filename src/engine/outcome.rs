@@ -7,7 +7,6 @@ use std::time::Duration;
 use crate::engine::classify::Finished;
 use crate::engine::collect::Collector;
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus, Truncation};
-use crate::runner::frame;
 
 /// The facts a finished run is judged on, besides the collected log.
 pub struct Judged<'a> {
@@ -131,7 +130,7 @@ fn oom_message(facts: &Judged) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::frame::{Frame, Output, RunResult, Stream};
+    use crate::runner::frame::{self, Frame, Output, RunResult, Stream};
 
     fn result() -> RunResult {
         RunResult {

@@ -82,8 +82,10 @@ impl Collector {
         None
     }
 
-    /// Reads `reader` to its end (or until `stop` says so), feeding lines.
-    /// `on_live` gets each live chunk as it arrives.
+    /// Reads `reader` until the result frame (always the runner's last) or
+    /// the end, feeding lines. `on_live` gets each live chunk as it arrives.
+    /// Stopping at the result instead of waiting for the stream to end saves
+    /// the kubelet's delay in noticing that the container exited.
     pub fn read_all(
         &mut self,
         reader: &mut dyn BufRead,
@@ -103,6 +105,9 @@ impl Collector {
             let text = String::from_utf8_lossy(&line);
             if let Some(chunk) = self.push_line(&text) {
                 on_live(chunk);
+            }
+            if self.result.is_some() {
+                return Ok(());
             }
         }
     }

@@ -49,6 +49,9 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
         artifacts: result.artifacts_truncated || outcome.artifacts.len() < result.artifact_count as usize,
     };
     outcome.duration = Duration::from_millis(result.finished_at_ms.saturating_sub(result.started_at_ms));
+    // The runner's clock has milliseconds; the API's timestamps only seconds.
+    outcome.times.started = Some(std::time::UNIX_EPOCH + Duration::from_millis(result.started_at_ms));
+    outcome.times.finished = Some(std::time::UNIX_EPOCH + Duration::from_millis(result.finished_at_ms));
     outcome.notes.extend(result.notes.iter().cloned());
     if outcome.artifacts.len() < result.artifact_count as usize {
         outcome.notes.push(format!(

@@ -268,7 +268,7 @@ impl Config {
             max_queued: number(&raw.max_queued, "MCP_K8S_MAX_QUEUED", 100, 0, 100_000)? as u32,
             result_ttl_s: number(&raw.result_ttl_s, "MCP_K8S_RESULT_TTL_S", 3600, 60, 7 * 86_400)?,
             workdir_size: quantity(&raw.workdir_size, "MCP_K8S_WORKDIR_SIZE", "1Gi")?,
-            runtime_class: raw.runtime_class.clone(),
+            runtime_class: raw.runtime_class.as_deref().map(|name| object_name(name, "MCP_K8S_RUNTIME_CLASS")).transpose()?,
             max_message_bytes: number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 16 << 20, 4096, 1 << 30)?
                 as usize,
             session_ttl_s: number(&raw.session_ttl_s, "MCP_K8S_SESSION_TTL_S", 3600, 1, 7 * 86_400)?,
@@ -630,6 +630,14 @@ mod tests {
             (&[("MCP_K8S_SHUTDOWN_GRACE_S", "soon")], "MCP_K8S_SHUTDOWN_GRACE_S: `soon`"),
             (&[("MCP_K8S_LOG_LEVEL", "verbose")], "MCP_K8S_LOG_LEVEL: `verbose` is not accepted; expected one of debug, info"),
             (&[("MCP_K8S_TEST_TOOLS", "yes")], "MCP_K8S_TEST_TOOLS: `yes` is not accepted; expected 1 or 0"),
+            (&[("MCP_K8S_RUNTIME_CLASS", "gVisor")], "MCP_K8S_RUNTIME_CLASS: `gVisor` is not accepted; expected a Kubernetes object name"),
+            (&[("MCP_K8S_RUN_AS_USER", "0")], "MCP_K8S_RUN_AS_USER: `0` is out of range"),
+            (&[("MCP_K8S_RUNNER_IMAGE", "a b")], "MCP_K8S_RUNNER_IMAGE: `a b`"),
+            (&[("MCP_K8S_RUNNER_BINARY_PATH", "bin/x")], "MCP_K8S_RUNNER_BINARY_PATH: `bin/x` is not accepted; expected an absolute path"),
+            (&[("MCP_K8S_START_TIMEOUT_S", "1")], "MCP_K8S_START_TIMEOUT_S: `1` is out of range"),
+            (&[("MCP_K8S_MAX_QUEUED", "x")], "MCP_K8S_MAX_QUEUED: `x`"),
+            (&[("MCP_K8S_RESULT_TTL_S", "5")], "MCP_K8S_RESULT_TTL_S: `5` is out of range"),
+            (&[("MCP_K8S_WORKDIR_SIZE", "lots")], "MCP_K8S_WORKDIR_SIZE: `lots`"),
         ];
         for (pairs, expected) in cases {
             let message = error_of(pairs);

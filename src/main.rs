@@ -110,6 +110,12 @@ fn serve(raw: &RawConfig) -> ExitCode {
     }
     let stop = CancelToken::new();
     let engine = connect_engine(&config);
+    if let (Err(message), Some(_)) = (&engine, &config.kubeconfig) {
+        // A kubeconfig named explicitly is a setting like any other: wrong,
+        // it stops the server instead of failing every call.
+        eprintln!("{NAME}: MCP_K8S_KUBECONFIG: {message}");
+        return ExitCode::from(2);
+    }
     if let Ok(engine) = &engine
         && let Err(message) = mcp_k8s_ephemeral_job::doctor::check_at_start(&config, &engine.client)
     {

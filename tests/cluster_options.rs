@@ -203,26 +203,27 @@ fn doctor_fails_naming_the_permission_a_role_lacks() {
 // ---------------------------------------------------------------------------
 // Helpers: servers and runs
 
-/// The server binary with the cluster settings, the git image allowed too,
-/// and `settings` on top.
+/// The server binary with `environment(settings)`.
 fn binary(settings: &[(&str, &str)]) -> Command {
-    let mut env = cluster::server_env();
-    let allowed = env.iter().find(|(name, _)| name == "MCP_K8S_ALLOWED_IMAGES").map(|(_, value)| value.clone()).unwrap_or_default();
-    env.push(("MCP_K8S_ALLOWED_IMAGES".into(), format!("{allowed},{GIT}")));
-    env.extend(settings.iter().map(|(name, value)| (name.to_string(), value.to_string())));
-    let env_refs: Vec<(&str, &str)> = env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
-    common::command(&env_refs)
+    let env = environment(settings);
+    common::command(&env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect::<Vec<_>>())
 }
 
 fn server_with(settings: &[(&str, &str)]) -> StdioServer {
+    let env = environment(settings);
+    let mut server = StdioServer::start(&env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect::<Vec<_>>());
+    server.initialize();
+    server
+}
+
+/// `cluster::server_env()` with the git image allowed too, and `settings`
+/// on top (later entries win).
+fn environment(settings: &[(&str, &str)]) -> Vec<(String, String)> {
     let mut env = cluster::server_env();
     let allowed = env.iter().find(|(name, _)| name == "MCP_K8S_ALLOWED_IMAGES").map(|(_, value)| value.clone()).unwrap_or_default();
     env.push(("MCP_K8S_ALLOWED_IMAGES".into(), format!("{allowed},{GIT}")));
     env.extend(settings.iter().map(|(name, value)| (name.to_string(), value.to_string())));
-    let env_refs: Vec<(&str, &str)> = env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
-    let mut server = StdioServer::start(&env_refs);
-    server.initialize();
-    server
+    env
 }
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(100);
@@ -502,11 +503,7 @@ impl DoctorNamespace {
         let rules: Vec<Value> = REQUIRED
             .iter()
             .map(|permission| {
-                let resource = if permission.subresource.is_empty() {
-                    permission.resource.to_string()
-                } else {
-                    format!("{}/{}", permission.resource, permission.subresource)
-                };
+                let resource = permission.role_resource();
                 let verbs: Vec<&str> =
                     permission.verbs.iter().copied().filter(|verb| !(resource == resource_without_verb && *verb == missing_verb)).collect();
                 json!({"apiGroups": [permission.group], "resources": [resource], "verbs": verbs})

@@ -34,11 +34,7 @@ fn granted_by_the_role() -> BTreeSet<Grant> {
 fn required() -> BTreeSet<Grant> {
     let mut grants = BTreeSet::new();
     for permission in REQUIRED {
-        let resource = if permission.subresource.is_empty() {
-            permission.resource.to_string()
-        } else {
-            format!("{}/{}", permission.resource, permission.subresource)
-        };
+        let resource = permission.role_resource();
         for verb in permission.verbs {
             grants.insert((permission.group.to_string(), resource.clone(), verb.to_string()));
         }

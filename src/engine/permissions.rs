@@ -18,13 +18,18 @@ pub struct Permission {
 }
 
 impl Permission {
-    /// `jobs.batch`, `pods/log`: the names RBAC messages use.
-    pub fn resource_name(&self) -> String {
-        let resource = if self.subresource.is_empty() {
+    /// `jobs`, `pods/log`: how a Role's `resources` names it.
+    pub fn role_resource(&self) -> String {
+        if self.subresource.is_empty() {
             self.resource.to_string()
         } else {
             format!("{}/{}", self.resource, self.subresource)
-        };
+        }
+    }
+
+    /// `jobs.batch`, `pods/log`: the names RBAC messages use.
+    pub fn resource_name(&self) -> String {
+        let resource = self.role_resource();
         if self.group.is_empty() { resource } else { format!("{resource}.{}", self.group) }
     }
 }

@@ -56,9 +56,9 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_DEFAULT_MEMORY", Some("default-memory"), "512Mi", "memory request when a call gives none (Kubernetes quantity)", |r| &mut r.default_memory),
     setting("MCP_K8S_MAX_CONCURRENT", Some("max-concurrent"), "10", "jobs running at once", |r| &mut r.max_concurrent),
     setting("MCP_K8S_ALLOWED_IMAGES", Some("allowed-images"), "", "comma-separated images calls may use; empty allows none", |r| &mut r.allowed_images),
-    setting("MCP_K8S_SIDECAR_IMAGE", Some("sidecar-image"), "busybox:1.36", "image of the helper container", |r| &mut r.sidecar_image),
+    setting("MCP_K8S_SIDECAR_IMAGE", Some("sidecar-image"), "busybox:1.36", "accepted for compatibility with the original and unused: the in-pod runner replaced the sidecar", |r| &mut r.sidecar_image),
     setting("MCP_K8S_CLONE_IMAGE", Some("clone-image"), "", "image that clones repositories (with MCP_K8S_CLONE_SECRET)", |r| &mut r.clone_image),
-    setting("MCP_K8S_CLONE_SECRET", Some("clone-secret"), "", "Secret with git credentials (with MCP_K8S_CLONE_IMAGE)", |r| &mut r.clone_secret),
+    setting("MCP_K8S_CLONE_SECRET", Some("clone-secret"), "", "Secret with one git token per host, key `host` or `host_port` (with MCP_K8S_CLONE_IMAGE)", |r| &mut r.clone_secret),
     setting("MCP_K8S_CACHE_PVC", Some("cache-pvc"), "", "PersistentVolumeClaim mounted as a cache (with MCP_K8S_CACHE_MOUNT_PATH)", |r| &mut r.cache_pvc),
     setting("MCP_K8S_CACHE_MOUNT_PATH", Some("cache-mount-path"), "", "where the cache is mounted (with MCP_K8S_CACHE_PVC)", |r| &mut r.cache_mount_path),
     setting("MCP_K8S_JOB_EXTRA_ENV", None, "", "JSON object of environment variables every job gets (environment only)", |r| &mut r.job_extra_env),
@@ -268,7 +268,7 @@ impl Config {
             max_queued: number(&raw.max_queued, "MCP_K8S_MAX_QUEUED", 100, 0, 100_000)? as u32,
             result_ttl_s: number(&raw.result_ttl_s, "MCP_K8S_RESULT_TTL_S", 3600, 60, 7 * 86_400)?,
             workdir_size: quantity(&raw.workdir_size, "MCP_K8S_WORKDIR_SIZE", "1Gi")?,
-            runtime_class: raw.runtime_class.clone(),
+            runtime_class: raw.runtime_class.as_deref().map(|name| object_name(name, "MCP_K8S_RUNTIME_CLASS")).transpose()?,
             max_message_bytes: number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 16 << 20, 4096, 1 << 30)?
                 as usize,
             session_ttl_s: number(&raw.session_ttl_s, "MCP_K8S_SESSION_TTL_S", 3600, 1, 7 * 86_400)?,
@@ -630,6 +630,14 @@ mod tests {
             (&[("MCP_K8S_SHUTDOWN_GRACE_S", "soon")], "MCP_K8S_SHUTDOWN_GRACE_S: `soon`"),
             (&[("MCP_K8S_LOG_LEVEL", "verbose")], "MCP_K8S_LOG_LEVEL: `verbose` is not accepted; expected one of debug, info"),
             (&[("MCP_K8S_TEST_TOOLS", "yes")], "MCP_K8S_TEST_TOOLS: `yes` is not accepted; expected 1 or 0"),
+            (&[("MCP_K8S_RUNTIME_CLASS", "gVisor")], "MCP_K8S_RUNTIME_CLASS: `gVisor` is not accepted; expected a Kubernetes object name"),
+            (&[("MCP_K8S_RUN_AS_USER", "0")], "MCP_K8S_RUN_AS_USER: `0` is out of range"),
+            (&[("MCP_K8S_RUNNER_IMAGE", "a b")], "MCP_K8S_RUNNER_IMAGE: `a b`"),
+            (&[("MCP_K8S_RUNNER_BINARY_PATH", "bin/x")], "MCP_K8S_RUNNER_BINARY_PATH: `bin/x` is not accepted; expected an absolute path"),
+            (&[("MCP_K8S_START_TIMEOUT_S", "1")], "MCP_K8S_START_TIMEOUT_S: `1` is out of range"),
+            (&[("MCP_K8S_MAX_QUEUED", "x")], "MCP_K8S_MAX_QUEUED: `x`"),
+            (&[("MCP_K8S_RESULT_TTL_S", "5")], "MCP_K8S_RESULT_TTL_S: `5` is out of range"),
+            (&[("MCP_K8S_WORKDIR_SIZE", "lots")], "MCP_K8S_WORKDIR_SIZE: `lots`"),
         ];
         for (pairs, expected) in cases {
             let message = error_of(pairs);

@@ -185,6 +185,11 @@ mod tests {
             ("ghcr.io/org/tool", "ghcr.io/org/tool:latest"),
             ("localhost:5000/x:1", "localhost:5000/x:1"),
             ("mcp-k8s-test.local/busybox:1.36", "mcp-k8s-test.local/busybox:1.36"),
+            ("docker.io/python:3.12-slim", "docker.io/library/python:3.12-slim"),
+            ("library/python:3.12-slim", "docker.io/library/python:3.12-slim"),
+            ("index.docker.io/bitnami/git", "docker.io/bitnami/git:latest"),
+            ("registry.example.com:5000/team/app:v1.2", "registry.example.com:5000/team/app:v1.2"),
+            ("localhost/app", "localhost/app:latest"),
         ];
         for (raw, expected) in cases {
             assert_eq!(normalise(raw).unwrap().to_string(), expected, "{raw}");
@@ -223,6 +228,14 @@ mod tests {
             ("busybox:latest", true),
             ("busybox:1.36", false),
             (&format!("busybox:latest@{DIGEST}"), true),
+            ("docker.io/python:3.12-slim", true),
+            ("library/python:3.12-slim", true),
+            ("python:3.12-slim-bookworm", false),
+            (&format!("golang@{DIGEST}"), true),
+            (&format!("ghcr.io/acme/builder@{DIGEST}"), true),
+            (&format!("alpine@{}", DIGEST.to_ascii_uppercase().replace("SHA256", "sha256")), true),
+            ("alpine@sha256:1111111111111111111111111111111111111111111111111111111111111111", false),
+            ("index.docker.io/library/busybox", true),
         ];
         for (image, allowed) in cases {
             assert_eq!(list.check(image).is_ok(), allowed, "{image}");

@@ -9,9 +9,11 @@
 //! `runner` is the in-pod half: the same binary, started as the job's
 //! entrypoint, knows nothing of MCP or of the API server.
 //! `config` turns the environment and flags into a checked `Config`; `log`
-//! writes metadata-only JSON lines to stderr.
+//! writes metadata-only JSON lines to stderr; `doctor` checks the cluster
+//! set-up against the configuration.
 
 pub mod config;
+pub mod doctor;
 pub mod engine;
 pub mod images;
 pub mod kube;

@@ -1,10 +1,11 @@
 //! Entry point: wiring only. Parses the command line, then hands over to the
 //! chosen mode (the MCP server, or the hidden in-pod runner).
 //!
-//! `mcp-k8s-ephemeral-job [serve] [--flag value]...`: the environment
-//! (`MCP_K8S_*`) is read first and flags override it. Exit codes: 0 after a
-//! clean shutdown, 1 when serving fails (e.g. the port is taken), 2 for bad
-//! usage or configuration.
+//! `mcp-k8s-ephemeral-job [serve|doctor] [--flag value]...`: the
+//! environment (`MCP_K8S_*`) is read first and flags override it. Exit
+//! codes: 0 after a clean shutdown, 1 when serving fails (e.g. the port is
+//! taken) or a doctor check fails, 2 for bad usage or configuration
+//! (including a cache PVC or clone Secret that does not exist).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -21,9 +22,10 @@ const NAME: &str = "mcp-k8s-ephemeral-job";
 /// What the command line asked for.
 enum Command {
     Serve(Box<RawConfig>),
-    // `doctor` (checks the cluster setup) is added here by its issue. The
-    // hidden `runner` (the in-pod entrypoint) is dispatched in `main` before
-    // any of this.
+    /// Checks the cluster set-up against the configuration. The hidden
+    /// `runner` (the in-pod entrypoint) is dispatched in `main` before any
+    /// of this.
+    Doctor(Box<RawConfig>),
     Help,
     Version,
 }
@@ -55,23 +57,71 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Serve(raw) => serve(&raw),
+        Command::Doctor(raw) => doctor(&raw),
+    }
+}
+
+/// The checked configuration, or exit code 2 after saying which setting is
+/// wrong.
+fn checked_config(raw: &RawConfig) -> Result<Config, ExitCode> {
+    Config::from_raw(raw).map_err(|error| {
+        eprintln!("{NAME}: {error}");
+        ExitCode::from(2)
+    })
+}
+
+/// One line per check on stdout; exit 1 when any fails.
+fn doctor(raw: &RawConfig) -> ExitCode {
+    let config = match checked_config(raw) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    log::set_stderr_level(log::Level::Warning);
+    let engine = match connect_engine(&config) {
+        Ok(engine) => engine,
+        Err(message) => {
+            println!("FAIL  Kubernetes credentials: {message}");
+            return ExitCode::from(1);
+        }
+    };
+    let passed = mcp_k8s_ephemeral_job::doctor::run(&config, &engine, &mut |check| println!("{}", check.line()));
+    if passed {
+        println!("all checks passed");
+        ExitCode::SUCCESS
+    } else {
+        println!("some checks failed");
+        ExitCode::from(1)
     }
 }
 
 fn serve(raw: &RawConfig) -> ExitCode {
-    let config = match Config::from_raw(raw) {
+    let config = match checked_config(raw) {
         Ok(config) => config,
-        Err(error) => {
-            eprintln!("{NAME}: {error}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     log::set_stderr_level(config.log_level);
     if config.allowed_images.is_empty() {
         log::warn("MCP_K8S_ALLOWED_IMAGES is empty: every job will be refused", &[]);
     }
+    if raw.sidecar_image.is_some() {
+        // Accepted so the original's deployments keep starting; the runner
+        // inside the job pod replaced the sidecar.
+        log::info("MCP_K8S_SIDECAR_IMAGE is set but unused: the in-pod runner replaced the sidecar", &[]);
+    }
     let stop = CancelToken::new();
     let engine = connect_engine(&config);
+    if let (Err(message), Some(_)) = (&engine, &config.kubeconfig) {
+        // A kubeconfig named explicitly is a setting like any other: wrong,
+        // it stops the server instead of failing every call.
+        eprintln!("{NAME}: MCP_K8S_KUBECONFIG: {message}");
+        return ExitCode::from(2);
+    }
+    if let Ok(engine) = &engine
+        && let Err(message) = mcp_k8s_ephemeral_job::doctor::check_at_start(&config, &engine.client)
+    {
+        eprintln!("{NAME}: {message}");
+        return ExitCode::from(2);
+    }
     let server = Arc::new(Server::new(tools::Ctx { config: config.clone(), engine }));
     if let Err(error) = watch_signals(&stop, &server) {
         log::error("could not install signal handlers", &[("error", json!(error.to_string()))]);
@@ -153,6 +203,10 @@ fn engine_policy(config: &Config) -> engine::spec::Policy {
             claim_name: cache.pvc.clone(),
             mount_path: cache.mount_path.clone(),
         }),
+        clone: config.clone.as_ref().map(|clone| engine::spec::CloneStep {
+            image: clone.image.clone(),
+            secret_name: clone.secret.clone(),
+        }),
         finished_ttl: Duration::from_secs(FINISHED_JOB_TTL_S),
         runtime_class: config.runtime_class.clone(),
     }
@@ -166,6 +220,7 @@ fn parse_command_line(mut parser: lexopt::Parser) -> Result<Command, String> {
     use lexopt::Arg::{Long, Short, Value};
     let mut raw = RawConfig::from_env();
     let mut subcommand_seen = false;
+    let mut doctor = false;
     while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
         match arg {
             Short('h') | Long("help") => return Ok(Command::Help),
@@ -174,10 +229,10 @@ fn parse_command_line(mut parser: lexopt::Parser) -> Result<Command, String> {
                 subcommand_seen = true;
                 match value.to_str() {
                     Some("serve") => {}
-                    // Other subcommands go here and hand the rest of the
-                    // parser to their own parsing, e.g.
-                    // `Some("runner") => return parse_runner(parser)`.
-                    _ => return Err(format!("unknown command `{}`; commands: serve", value.to_string_lossy())),
+                    // Same settings and flags as serve: it checks what
+                    // serve would use.
+                    Some("doctor") => doctor = true,
+                    _ => return Err(format!("unknown command `{}`; commands: serve, doctor", value.to_string_lossy())),
                 }
             }
             Long(flag) => {
@@ -192,13 +247,17 @@ fn parse_command_line(mut parser: lexopt::Parser) -> Result<Command, String> {
             other => return Err(other.unexpected().to_string()),
         }
     }
+    if doctor {
+        return Ok(Command::Doctor(Box::new(raw)));
+    }
     Ok(Command::Serve(Box::new(raw)))
 }
 
 fn help_text() -> String {
     let mut text = format!(
         "{NAME} {}: an MCP server that runs commands in throwaway Kubernetes pods\n\n\
-         Usage: {NAME} [serve] [OPTIONS]\n\n\
+         Usage: {NAME} [serve] [OPTIONS]\n\
+         \x20      {NAME} doctor [OPTIONS]   check the cluster set-up, one line per check\n\n\
          Every option can also be set through its environment variable; options win.\n\n\
          Options:\n",
         env!("CARGO_PKG_VERSION")

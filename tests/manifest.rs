@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mcp_k8s_ephemeral_job::engine::manifest;
-use mcp_k8s_ephemeral_job::engine::spec::{CacheVolume, InputFile, Policy, RunSpec};
+use mcp_k8s_ephemeral_job::engine::spec::{CacheVolume, CloneSpec, CloneStep, InputFile, Policy, RunSpec};
 use mcp_k8s_ephemeral_job::quantity::Quantity;
 
 fn policy() -> Policy {
@@ -24,6 +24,7 @@ fn policy() -> Policy {
         workdir_size_limit: Quantity::parse("1Gi").unwrap(),
         extra_env: BTreeMap::from([("CI".into(), "true".into()), ("SHARED".into(), "operator".into())]),
         cache: None,
+        clone: None,
         finished_ttl: Duration::from_secs(300),
         runtime_class: None,
     }
@@ -76,6 +77,32 @@ fn run_with_files_limits_and_cache() {
     check("files-limits-cache.json", &manifest::job(&spec, &policy, "0123abcd"));
     let secret = manifest::inputs_secret(&spec, &policy, "0123abcd", "uid-1").expect("a secret for files");
     check("files-secret.json", &secret);
+}
+
+#[test]
+fn run_with_clone() {
+    let mut spec = spec();
+    spec.clone = Some(CloneSpec {
+        repo_url: "https://git.example.com:8443/org/$(repo).git".into(),
+        git_ref: "v1.2.0".into(),
+        subdir: "src/repo".into(),
+    });
+    let mut policy = policy();
+    policy.clone = Some(CloneStep { image: "mcp-k8s-test.local/git:2.39".into(), secret_name: "git-tokens".into() });
+    let job = manifest::job(&spec, &policy, "0123abcd");
+    check("clone.json", &job);
+    // Only the clone init container sees the Secret.
+    let pod = &job["spec"]["template"]["spec"];
+    let mounts_creds = |container: &serde_json::Value| container["volumeMounts"].to_string().contains("git-creds");
+    assert!(mounts_creds(&pod["initContainers"][1]));
+    assert!(!mounts_creds(&pod["initContainers"][0]) && !mounts_creds(&pod["containers"][0]));
+}
+
+#[test]
+fn clone_arguments_without_a_clone_step_add_nothing() {
+    let mut spec = spec();
+    spec.clone = Some(CloneSpec { repo_url: "https://h/r".into(), git_ref: "main".into(), subdir: String::new() });
+    assert_eq!(manifest::job(&spec, &policy(), "0123abcd"), manifest::job(&self::spec(), &policy(), "0123abcd"));
 }
 
 #[test]

@@ -148,7 +148,7 @@ fn command_line() {
         (&["--version"], &[], 0, concat!("mcp-k8s-ephemeral-job ", env!("CARGO_PKG_VERSION"))),
         (&["--help"], &[], 0, "Usage: mcp-k8s-ephemeral-job [serve] [OPTIONS]"),
         (&["--bogus"], &[], 2, "unknown option `--bogus`"),
-        (&["frobnicate"], &[], 2, "unknown command `frobnicate`; commands: serve"),
+        (&["frobnicate"], &[], 2, "unknown command `frobnicate`; commands: serve, doctor"),
         (&["serve", "--transport"], &[], 2, "missing argument for option '--transport'"),
         (&["serve"], &[("MCP_K8S_TRANSPORT", "grpc")], 2, "MCP_K8S_TRANSPORT: `grpc` is not accepted; expected one of stdio, http, sse"),
         (&["--transport", "carrier-pigeon"], &[], 2, "MCP_K8S_TRANSPORT: `carrier-pigeon` is not accepted"),

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use crate::engine::manifest::{MAIN_CONTAINER, PREPARE_CONTAINER};
+use crate::engine::manifest::{CLONE_CONTAINER, MAIN_CONTAINER, PREPARE_CONTAINER};
 use crate::engine::spec::RunReason;
 
 /// What a pod's status says about the run.
@@ -46,21 +46,13 @@ const CONTAINER_FAILURES: &[&str] = &["CreateContainerConfigError", "CreateConta
 pub fn pod_state(pod: &Value) -> PodState {
     let status = &pod["status"];
     let phase = status["phase"].as_str().unwrap_or("");
-    if let Some(prepare) = container_status(status, "initContainerStatuses", PREPARE_CONTAINER) {
-        if let Some(state) = fail_fast_from_waiting(prepare, "the runner image") {
+    let init_steps = [
+        (PREPARE_CONTAINER, "the runner image", RunReason::InputFailed),
+        (CLONE_CONTAINER, "the clone image (MCP_K8S_CLONE_IMAGE)", RunReason::CloneFailed),
+    ];
+    for (name, image, reason) in init_steps {
+        if let Some(state) = init_container_state(status, name, image, reason) {
             return state;
-        }
-        let terminated = &prepare["state"]["terminated"];
-        if terminated.is_object() && terminated["exitCode"].as_i64() != Some(0) {
-            let detail = terminated["message"].as_str().unwrap_or("").trim();
-            return PodState::FailFast {
-                reason: RunReason::InputFailed,
-                message: format!(
-                    "preparing the pod failed (exit code {}): {}; check the input files and MCP_K8S_RUNNER_IMAGE",
-                    terminated["exitCode"],
-                    if detail.is_empty() { "no message" } else { detail }
-                ),
-            };
         }
     }
     let main = container_status(status, "containerStatuses", MAIN_CONTAINER);
@@ -182,6 +174,33 @@ fn fail_fast_from_waiting(container: &Value, what: &str) -> Option<PodState> {
     None
 }
 
+/// A failed init container ends the run at once: it could not be pulled
+/// or created, or it exited non-zero. The runner writes its error (for the
+/// clone: git's output tail, token masked) as the termination message; with
+/// FallbackToLogsOnError the kubelet uses the log tail when the runner died
+/// before writing it.
+fn init_container_state(status: &Value, name: &str, image: &str, reason: RunReason) -> Option<PodState> {
+    let container = container_status(status, "initContainerStatuses", name)?;
+    if let Some(state) = fail_fast_from_waiting(container, image) {
+        return Some(state);
+    }
+    let terminated = &container["state"]["terminated"];
+    if !terminated.is_object() || terminated["exitCode"].as_i64() == Some(0) {
+        return None;
+    }
+    let detail = terminated["message"].as_str().unwrap_or("").trim();
+    let detail = detail.strip_prefix("mcp-k8s-ephemeral-job runner: ").unwrap_or(detail);
+    let detail = if detail.is_empty() { "no message" } else { detail };
+    let exit_code = &terminated["exitCode"];
+    let message = match reason {
+        RunReason::CloneFailed => format!("cloning the repository failed (exit code {exit_code}): {detail}"),
+        _ => format!(
+            "preparing the pod failed (exit code {exit_code}): {detail}; check the input files and MCP_K8S_RUNNER_IMAGE"
+        ),
+    };
+    Some(PodState::FailFast { reason, message })
+}
+
 fn unschedulable_message(status: &Value) -> Option<String> {
     let conditions = status["conditions"].as_array()?;
     let condition = conditions
@@ -238,6 +257,29 @@ mod tests {
                 "prepare failed",
                 pod(json!({"phase": "Failed", "initContainerStatuses": [{"name": "prepare", "state": {"terminated": {"exitCode": 2, "message": "input path bad"}}}]})),
                 "FailFast(InputFailed)",
+            ),
+            (
+                "clone failed",
+                pod(json!({"phase": "Failed", "initContainerStatuses": [
+                    {"name": "prepare", "state": {"terminated": {"exitCode": 0}}},
+                    {"name": "clone", "state": {"terminated": {"exitCode": 2, "message": "`git fetch` failed"}}},
+                ]})),
+                "FailFast(CloneFailed)",
+            ),
+            (
+                "clone image missing",
+                pod(json!({"phase": "Pending", "initContainerStatuses": [{"name": "clone", "image": "git:x", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]})),
+                "FailFast(ImagePullFailed)",
+            ),
+            (
+                "clone secret missing",
+                pod(json!({"phase": "Pending", "initContainerStatuses": [{"name": "clone", "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "secret \"git\" not found"}}}]})),
+                "FailFast(ContainerFailed)",
+            ),
+            (
+                "cloning",
+                pod(json!({"phase": "Pending", "initContainerStatuses": [{"name": "clone", "state": {"running": {}}}]})),
+                "Pending",
             ),
             (
                 "creating",

@@ -5,14 +5,16 @@
 //! Pod shape: an init container `prepare` from the runner image copies this
 //! binary into a shared volume and writes the input files; the `main`
 //! container runs the caller's image with the runner as its command (no
-//! shell or exec needed). Every container passes the restricted Pod Security
-//! Standard and has resources; the pod gets no ServiceAccount token.
+//! shell or exec needed). With `clone`, a second init container `clone`
+//! from the operator's git image runs the copied runner's `runner clone`,
+//! and only it mounts the clone Secret. Every container passes the
+//! restricted Pod Security Standard and has resources; the pod gets no ServiceAccount token.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::engine::spec::{Policy, RunSpec};
+use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec};
 use crate::runner;
 use crate::runner::init::{InputFile as ManifestEntry, MANIFEST_KEY};
 
@@ -24,6 +26,7 @@ pub const LABEL_RUN_ID: &str = "mcp-k8s-ephemeral-job/run-id";
 /// Names of the containers, used when reading statuses and logs.
 pub const MAIN_CONTAINER: &str = "main";
 pub const PREPARE_CONTAINER: &str = "prepare";
+pub const CLONE_CONTAINER: &str = "clone";
 /// Where the runner binary is copied to and run from in the pod.
 pub const BIN_DIR: &str = "/mcp/bin";
 pub const INPUTS_DIR: &str = "/mcp/inputs";
@@ -54,6 +57,12 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
     if let Some(cache) = &policy.cache {
         volumes.push(json!({"name": "cache", "persistentVolumeClaim": {"claimName": cache.claim_name}}));
     }
+    let mut init_containers = vec![prepare_container(spec, policy)];
+    if let (Some(clone_spec), Some(clone_step)) = (&spec.clone, &policy.clone) {
+        volumes.push(json!({"name": "git-creds", "secret": {"secretName": clone_step.secret_name, "defaultMode": 0o440}}));
+        volumes.push(json!({"name": "clone-tmp", "emptyDir": {"sizeLimit": "64Mi"}}));
+        init_containers.push(clone_container(spec, clone_spec, clone_step, policy));
+    }
     let mut pod_spec = json!({
         "restartPolicy": "Never",
         "activeDeadlineSeconds": pod_deadline.as_secs(),
@@ -67,7 +76,7 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
             "fsGroup": policy.run_as_user,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "initContainers": [prepare_container(spec, policy)],
+        "initContainers": init_containers,
         "containers": [main_container(spec, policy)],
         "volumes": volumes,
     });
@@ -194,6 +203,51 @@ fn prepare_container(spec: &RunSpec, policy: &Policy) -> Value {
         "securityContext": container_security(true, policy),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": mounts,
+    })
+}
+
+/// Checks the repository out into the workdir. Runs the runner copied by
+/// `prepare` in the operator's git image, so the image needs only git (and
+/// the `sh` git uses to start its credential helper). The operator's extra
+/// env reaches it too, for proxy settings.
+fn clone_container(spec: &RunSpec, clone_spec: &CloneSpec, clone_step: &CloneStep, policy: &Policy) -> Value {
+    let dest = if clone_spec.subdir.is_empty() {
+        spec.workdir.clone()
+    } else {
+        format!("{}/{}", spec.workdir, clone_spec.subdir)
+    };
+    let options = runner::clone::CloneOptions {
+        repo_url: clone_spec.repo_url.clone(),
+        git_ref: clone_spec.git_ref.clone(),
+        dest: dest.into(),
+        creds_dir: runner::clone::CREDS_DIR.into(),
+    };
+    let mut command = vec![runner_path()];
+    command.extend(runner::clone::clone_args(&options));
+    let mut env = policy.extra_env.clone();
+    env.insert("HOME".to_string(), "/tmp".to_string());
+    let env: Vec<Value> =
+        env.iter().map(|(name, value)| json!({"name": name, "value": escape_dollars(value)})).collect();
+    json!({
+        "name": CLONE_CONTAINER,
+        "image": clone_step.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command.iter().map(|arg| escape_dollars(arg)).collect::<Vec<_>>(),
+        "env": env,
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "64Mi"},
+            "limits": {"cpu": "1", "memory": "512Mi"},
+        },
+        "securityContext": container_security(true, policy),
+        // The runner writes git's masked output tail to the termination
+        // log; the classifier turns it into the CloneFailed message.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [
+            {"name": "bin", "mountPath": BIN_DIR, "readOnly": true},
+            {"name": "work", "mountPath": spec.workdir},
+            {"name": "git-creds", "mountPath": runner::clone::CREDS_DIR, "readOnly": true},
+            {"name": "clone-tmp", "mountPath": "/tmp"},
+        ],
     })
 }
 

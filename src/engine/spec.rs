@@ -37,8 +37,11 @@ pub struct InputFile {
 
 #[derive(Clone, Debug)]
 pub struct CloneSpec {
+    /// `https://host[:port]/path`, without credentials.
     pub repo_url: String,
+    /// A branch, a tag or a full commit SHA.
     pub git_ref: String,
+    /// Relative to the workdir, normalised; `""` is the workdir itself.
     pub subdir: String,
 }
 
@@ -61,6 +64,9 @@ pub struct Policy {
     pub workdir_size_limit: Quantity,
     pub extra_env: BTreeMap<String, String>,
     pub cache: Option<CacheVolume>,
+    /// The clone step, when MCP_K8S_CLONE_IMAGE and MCP_K8S_CLONE_SECRET
+    /// are set; `tools` refuses `clone` arguments without it.
+    pub clone: Option<CloneStep>,
     /// How long a finished Job may stay before the TTL controller deletes
     /// it, should the server not delete it itself (crash, lost connection).
     pub finished_ttl: Duration,
@@ -72,6 +78,14 @@ pub struct Policy {
 pub struct CacheVolume {
     pub claim_name: String,
     pub mount_path: String,
+}
+
+/// The image that runs `runner clone` and the Secret with one token per
+/// git host (layout: `runner::clone`).
+#[derive(Clone, Debug)]
+pub struct CloneStep {
+    pub image: String,
+    pub secret_name: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,14 +3,17 @@
 //! timeout and writes a framed result to its own stdout. Knows nothing of
 //! MCP or of the API server.
 //!
-//! Two subcommands, both hidden from `--help` (the engine writes their
+//! Subcommands, all hidden from `--help` (the engine writes their
 //! arguments into the pod spec; people do not type them):
 //! - `runner init --copy-to FILE [--inputs DIR --workdir DIR]` in the init
 //!   container: copy this binary into the shared volume, write input files;
+//! - `runner clone ...` in the `clone` init container, and `runner
+//!   credential ...`, git's credential helper there (see `clone`);
 //! - `runner exec [options] -- ARGV...` as the main container's command.
 
 pub mod artifacts;
 pub mod capture;
+pub mod clone;
 pub mod frame;
 pub mod init;
 pub mod process;
@@ -50,7 +53,12 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let outcome = match subcommand.as_deref() {
         Some("init") => parse_init(rest).and_then(|options| run_init(&options)),
         Some("exec") => parse_exec(rest).map(|options| run_exec(&options)),
-        other => Err(format!("unknown runner subcommand `{}`; expected `init` or `exec`", other.unwrap_or(""))),
+        Some("clone") => clone::parse_clone(rest).and_then(|options| clone::run_clone(&options)),
+        Some("credential") => clone::run_credential(rest),
+        other => Err(format!(
+            "unknown runner subcommand `{}`; expected `init`, `clone`, `credential` or `exec`",
+            other.unwrap_or("")
+        )),
     };
     match outcome {
         Ok(code) => code,

@@ -292,11 +292,110 @@ fn parse_clone(value: Option<&Value>, enabled: bool) -> Result<Option<CloneSpec>
     }
     let object = value.as_object().ok_or_else(|| fail("`clone` must be an object {repo_url, ref, subdir?}"))?;
     reject_unknown(object, &["repo_url", "ref", "subdir"], "clone.")?;
-    let text = |name: &str| object.get(name).and_then(Value::as_str).map(str::to_string);
-    let repo_url = text("repo_url").ok_or_else(|| fail("`clone.repo_url` is required"))?;
-    let git_ref = text("ref").ok_or_else(|| fail("`clone.ref` is required: a branch, tag or commit SHA"))?;
-    let subdir = text("subdir").unwrap_or_else(|| "repo".to_string());
-    Ok(Some(CloneSpec { repo_url, git_ref, subdir }))
+    let text = |name: &str| -> Result<Option<&str>, ArgError> {
+        match object.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(text)) => Ok(Some(text)),
+            Some(_) => Err(fail(format!("`clone.{name}` must be a string"))),
+        }
+    };
+    let repo_url = text("repo_url")?.ok_or_else(|| fail("`clone.repo_url` is required, e.g. \"https://github.com/org/repo.git\""))?;
+    let git_ref = text("ref")?.ok_or_else(|| fail("`clone.ref` is required: a branch, tag or full commit SHA"))?;
+    let subdir = match text("subdir")? {
+        None => DEFAULT_CLONE_SUBDIR.to_string(),
+        Some(subdir) => check_clone_subdir(subdir).map_err(|why| fail(format!("`clone.subdir` `{subdir}` {why}")))?,
+    };
+    check_repo_url(repo_url).map_err(|why| fail(format!("`clone.repo_url` `{repo_url}` {why}")))?;
+    check_git_ref(git_ref).map_err(|why| fail(format!("`clone.ref` `{git_ref}` {why}")))?;
+    Ok(Some(CloneSpec { repo_url: repo_url.to_string(), git_ref: git_ref.to_string(), subdir }))
+}
+
+/// Where a clone goes when the caller names no folder, as in the original.
+pub const DEFAULT_CLONE_SUBDIR: &str = "repo";
+
+/// `https://host[:port]/path`: https only (tokens must not cross the network
+/// in clear), no user or password (the token comes from the clone Secret,
+/// never from a caller), a host that maps to a Secret key (no IPv6
+/// literals: `[` and `:` cannot be in a key), and nothing git could read as
+/// an option or a local path.
+pub fn check_repo_url(url: &str) -> Result<(), String> {
+    if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("must be at most 2048 characters without spaces or control characters".into());
+    }
+    let Some(rest) = url.strip_prefix("https://") else {
+        return Err("must start with https://; other protocols are not supported".into());
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return Err("must not carry a user or token; the server supplies credentials from its clone Secret".into());
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (authority, None),
+    };
+    let valid_host = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    if !valid_host {
+        return Err("must name a host: letters, digits, `-` and `.` (IPv6 addresses are not supported)".into());
+    }
+    if port.is_some_and(|port| port.parse::<u16>().is_err()) {
+        return Err("has a port that is not a number from 0 to 65535".into());
+    }
+    let path = &rest[authority.len()..];
+    if path.trim_matches('/').is_empty() {
+        return Err("must name a repository path, e.g. https://github.com/org/repo.git".into());
+    }
+    if path.starts_with(['?', '#']) || path.contains('#') {
+        return Err("must not have a fragment or start its path with a query".into());
+    }
+    Ok(())
+}
+
+/// A branch or tag name as `git check-ref-format` accepts it, or a full
+/// 40 (SHA-1) or 64 (SHA-256) hex commit id. Abbreviated ids cannot be
+/// fetched from a server, so they only work if they happen to be a branch.
+pub fn check_git_ref(git_ref: &str) -> Result<(), String> {
+    let is_full_sha = (git_ref.len() == 40 || git_ref.len() == 64) && git_ref.bytes().all(|b| b.is_ascii_hexdigit());
+    if is_full_sha {
+        return Ok(());
+    }
+    const HINT: &str = "is not a branch, tag or full commit SHA";
+    const FORBIDDEN: &[char] = &[' ', '~', '^', ':', '?', '*', '[', '\\'];
+    let bad = git_ref.is_empty()
+        || git_ref.len() > 255
+        || git_ref.starts_with(['-', '/', '.'])
+        || git_ref.ends_with(['/', '.'])
+        || git_ref.ends_with(".lock")
+        || git_ref == "@"
+        || git_ref.contains("..")
+        || git_ref.contains("//")
+        || git_ref.contains("@{")
+        || git_ref.contains("/.")
+        || git_ref.chars().any(|c| c.is_control() || FORBIDDEN.contains(&c));
+    if bad {
+        return Err(format!(
+            "{HINT} (git's ref rules: no spaces, `..`, `~^:?*[\\`, leading `-` or `.`); use e.g. \"main\", \"v1.2.0\" or a 40-hex SHA"
+        ));
+    }
+    Ok(())
+}
+
+/// The clone's folder under the workdir: relative, without `..`; `.` (or an
+/// empty string) means the workdir itself. Returns it normalised.
+fn check_clone_subdir(subdir: &str) -> Result<String, String> {
+    if subdir.is_empty() || subdir.split('/').all(|part| part.is_empty() || part == ".") {
+        if subdir.starts_with('/') {
+            return Err("must be relative to the workdir".into());
+        }
+        return Ok(String::new());
+    }
+    check_relative_path(subdir)
 }
 
 #[cfg(test)]
@@ -383,12 +482,79 @@ mod tests {
             (with("workdir", json!("/etc")), "would cover a system folder"),
             (with("workdir", json!("/proc/self")), "would cover a system folder"),
             (with("artifacts", json!(["/abs"])), "`artifacts[0]` `/abs`"),
-            (with("clone", json!({"repo_url": "https://x", "ref": "main"})), "`clone` is not available on this server"),
+            (with("clone", json!({"repo_url": "https://x/r", "ref": "main"})), "`clone` is not available on this server"),
             (with("surprise", json!(true)), "unknown field `surprise`"),
         ];
         for (args, expected) in cases {
             let error = parse(args.clone()).expect_err(&args.to_string());
             assert!(error.0.contains(expected), "for {args}: got `{}`, expected it to contain `{expected}`", error.0);
+        }
+    }
+
+    fn parse_with_clone(clone: Value) -> Result<RunSpec, ArgError> {
+        let allowlist = Allowlist::parse("busybox:1.36").unwrap();
+        let bounds = ArgBounds { clone_enabled: true, ..bounds_with(&allowlist) };
+        parse_run_args(&json!({"image": "busybox:1.36", "command": ["true"], "clone": clone}), &bounds)
+    }
+
+    #[test]
+    fn good_clones() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let cases = [
+            (json!({"repo_url": "https://github.com/org/repo.git", "ref": "main"}), "main", "repo"),
+            (json!({"repo_url": "https://git.example.com:8443/a/b", "ref": "v1.2.0", "subdir": "./src/x/"}), "v1.2.0", "src/x"),
+            (json!({"repo_url": "https://10.0.0.1/r", "ref": sha, "subdir": "."}), sha, ""),
+            (json!({"repo_url": "https://h/r", "ref": "feature/a-b_c", "subdir": null}), "feature/a-b_c", "repo"),
+            (json!({"repo_url": "https://h/r", "ref": "refs/tags/v1"}), "refs/tags/v1", "repo"),
+        ];
+        for (clone, git_ref, subdir) in cases {
+            let spec = parse_with_clone(clone.clone()).unwrap_or_else(|error| panic!("{clone}: {error}"));
+            let clone_spec = spec.clone.unwrap();
+            assert_eq!((clone_spec.git_ref.as_str(), clone_spec.subdir.as_str()), (git_ref, subdir), "{clone}");
+        }
+    }
+
+    #[test]
+    fn bad_clones_name_the_field_and_the_rule() {
+        let url = |repo_url: &str| json!({"repo_url": repo_url, "ref": "main"});
+        let git_ref = |git_ref: &str| json!({"repo_url": "https://h/r", "ref": git_ref});
+        let subdir = |subdir: &str| json!({"repo_url": "https://h/r", "ref": "main", "subdir": subdir});
+        let cases = vec![
+            (json!("https://h/r"), "`clone` must be an object"),
+            (json!({"ref": "main"}), "`clone.repo_url` is required"),
+            (json!({"repo_url": "https://h/r"}), "`clone.ref` is required"),
+            (json!({"repo_url": "https://h/r", "ref": 1}), "`clone.ref` must be a string"),
+            (json!({"repo_url": "https://h/r", "ref": "main", "depth": 1}), "unknown field `clone.depth`"),
+            (url("http://h/r"), "`clone.repo_url` `http://h/r` must start with https://"),
+            (url("git@github.com:org/r.git"), "must start with https://"),
+            (url("ssh://h/r"), "must start with https://"),
+            (url("file:///etc"), "must start with https://"),
+            (url("https://user:tok@h/r"), "must not carry a user or token"),
+            (url("https://tok@h/r"), "must not carry a user or token"),
+            (url("https://h"), "must name a repository path"),
+            (url("https://h/"), "must name a repository path"),
+            (url("https://[::1]/r"), "IPv6"),
+            (url("https://-h/r"), "must name a host"),
+            (url("https://h:99999/r"), "port"),
+            (url("https://h/r x"), "without spaces"),
+            (url("https://h/r#frag"), "fragment"),
+            (git_ref(""), "`clone.ref` `` is not a branch, tag or full commit SHA"),
+            (git_ref("-b"), "is not a branch"),
+            (git_ref("--upload-pack=evil"), "is not a branch"),
+            (git_ref("a..b"), "is not a branch"),
+            (git_ref("a b"), "is not a branch"),
+            (git_ref("main^"), "is not a branch"),
+            (git_ref("x.lock"), "is not a branch"),
+            (git_ref("@{-1}"), "is not a branch"),
+            (git_ref("a//b"), "is not a branch"),
+            (subdir("../up"), "`clone.subdir` `../up`"),
+            (subdir("/abs"), "must be relative"),
+            (subdir(".git"), "must not write into `.git`"),
+            (subdir("a/../../b"), "no `..`"),
+        ];
+        for (clone, expected) in cases {
+            let error = parse_with_clone(clone.clone()).expect_err(&clone.to_string());
+            assert!(error.0.contains(expected), "for {clone}: got `{}`, expected it to contain `{expected}`", error.0);
         }
     }
 

@@ -70,7 +70,9 @@ pub fn input_schema(config: &Config) -> Value {
             "workdir": {"type": "string", "description": "absolute working directory, default /work"},
             "artifacts": {"type": "array", "items": {"type": "string"}, "description": "globs (relative to workdir) of files to return, e.g. [\"out/**\", \"*.png\"]; default: files the command created or changed"},
             "clone": {"type": "object", "description": "git repository to check out into workdir/subdir first (only when the server enables it)", "properties": {
-                "repo_url": {"type": "string"}, "ref": {"type": "string"}, "subdir": {"type": "string"},
+                "repo_url": {"type": "string", "description": "https URL without credentials; the server supplies the token"},
+                "ref": {"type": "string", "description": "branch, tag or full 40-hex commit SHA; the clone is shallow"},
+                "subdir": {"type": "string", "description": "folder under workdir, default \"repo\"; \".\" is workdir itself"},
             }},
         },
     })

@@ -47,10 +47,17 @@ pub fn server_env() -> Vec<(String, String)> {
     vec![
         ("MCP_K8S_KUBECONFIG".into(), server_kubeconfig().display().to_string()),
         ("MCP_K8S_ALLOWED_IMAGES".into(), format!("{BUSYBOX},{PYTHON},{PROJECT_IMAGE},{NONEXISTENT_IMAGE}")),
-        ("MCP_K8S_RUNNER_IMAGE".into(), PROJECT_IMAGE.into()),
+        ("MCP_K8S_RUNNER_IMAGE".into(), runner_image()),
         ("MCP_K8S_DEFAULT_CPU".into(), "50m".into()),
         ("MCP_K8S_DEFAULT_MEMORY".into(), "64Mi".into()),
     ]
+}
+
+/// The runner image: `PROJECT_IMAGE`, unless `MCP_K8S_TEST_RUNNER_IMAGE`
+/// names another build (a branch's runner loaded under its own tag, so
+/// parallel work does not overwrite the shared one).
+pub fn runner_image() -> String {
+    std::env::var("MCP_K8S_TEST_RUNNER_IMAGE").unwrap_or_else(|_| PROJECT_IMAGE.to_string())
 }
 
 /// Waits until nothing labelled with `run_id` is left: no Job, pod or

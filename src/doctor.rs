@@ -1,0 +1,237 @@
+//! Checks of the cluster set-up against the configuration: `doctor` (every
+//! check, one line each, for an operator) and `check_at_start` (the ones
+//! `serve` stops on: a cache PVC or clone Secret that does not exist would
+//! otherwise fail every run, or hang it until the start timeout).
+//!
+//! Knows `Config`, the engine (to run a tiny job) and `kube`; nothing of MCP.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::engine;
+use crate::engine::cancel::CancelToken;
+use crate::engine::permissions::{self, Permission};
+use crate::engine::spec::{RunSpec, RunStatus};
+use crate::kube;
+
+/// The result of one check: a line for the operator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    pub passed: bool,
+    pub text: String,
+}
+
+impl Check {
+    fn pass(text: impl Into<String>) -> Check {
+        Check { passed: true, text: text.into() }
+    }
+
+    fn fail(text: impl Into<String>) -> Check {
+        Check { passed: false, text: text.into() }
+    }
+
+    /// `ok    ...` or `FAIL  ...`, as doctor prints it.
+    pub fn line(&self) -> String {
+        format!("{}  {}", if self.passed { "ok  " } else { "FAIL" }, self.text)
+    }
+}
+
+/// Runs every check, handing each to `report` as soon as it is done (the
+/// last one starts a pod and takes a few seconds). Returns true when all
+/// passed.
+pub fn run(config: &Config, ctx: &engine::run::Ctx, report: &mut dyn FnMut(&Check)) -> bool {
+    let mut all_passed = true;
+    let mut emit = |check: Check| {
+        all_passed &= check.passed;
+        report(&check);
+    };
+    let client = &ctx.client;
+    emit(check_api(client));
+    emit(check_namespace(client, &config.namespace));
+    for permission in permissions::REQUIRED {
+        emit(check_permission(client, &config.namespace, permission));
+    }
+    if let Some(cache) = &config.cache {
+        emit(check_cache_pvc(client, &config.namespace, &cache.pvc));
+    }
+    if let Some(clone) = &config.clone {
+        emit(check_clone_secret(client, &config.namespace, &clone.secret));
+    }
+    emit(check_allowlist(config));
+    emit(check_image_runs(ctx, "runner image (MCP_K8S_RUNNER_IMAGE)", &config.runner_image, &[&config.runner_binary_path, "--version"]));
+    if let Some(clone) = &config.clone {
+        emit(check_image_runs(ctx, "clone image (MCP_K8S_CLONE_IMAGE)", &clone.image, &["git", "--version"]));
+    }
+    all_passed
+}
+
+/// What `serve` refuses to start without: the cache PVC and the clone
+/// Secret, when configured. The message names the variable.
+pub fn check_at_start(config: &Config, client: &kube::Client) -> Result<(), String> {
+    let mut checks = Vec::new();
+    if let Some(cache) = &config.cache {
+        checks.push(check_cache_pvc(client, &config.namespace, &cache.pvc));
+    }
+    if let Some(clone) = &config.clone {
+        checks.push(check_clone_secret(client, &config.namespace, &clone.secret));
+    }
+    match checks.into_iter().find(|check| !check.passed) {
+        Some(failed) => Err(failed.text),
+        None => Ok(()),
+    }
+}
+
+fn check_api(client: &kube::Client) -> Check {
+    match client.version() {
+        Ok(version) => Check::pass(format!(
+            "Kubernetes API answers: {} ({})",
+            version["gitVersion"].as_str().unwrap_or("unknown version"),
+            client.description()
+        )),
+        Err(error) => Check::fail(format!("Kubernetes API: {error} ({})", client.description())),
+    }
+}
+
+/// The server's Role is namespaced, so reading the Namespace object itself
+/// is usually forbidden; then listing Jobs in it stands in, since a Role
+/// (and so that permission) cannot exist in a namespace that does not.
+fn check_namespace(client: &kube::Client, namespace: &str) -> Check {
+    match client.get(kube::Resource::NAMESPACES, "", namespace) {
+        Ok(_) => Check::pass(format!("namespace `{namespace}` exists")),
+        Err(error) if error.is_not_found() => {
+            Check::fail(format!("namespace `{namespace}` does not exist; create it (deploy/namespace.yaml) or set MCP_K8S_NAMESPACE"))
+        }
+        Err(error) if error.is_forbidden() => match client.list(kube::Resource::JOBS, namespace, &kube::ListParams::default()) {
+            Ok(_) => Check::pass(format!("namespace `{namespace}` is usable (Jobs can be listed in it)")),
+            Err(error) => Check::fail(format!(
+                "namespace `{namespace}`: cannot list Jobs in it: {error}; check MCP_K8S_NAMESPACE and the RoleBinding"
+            )),
+        },
+        Err(error) => Check::fail(format!("namespace `{namespace}`: {error}")),
+    }
+}
+
+fn check_permission(client: &kube::Client, namespace: &str, permission: &Permission) -> Check {
+    let resource = permission.resource_name();
+    let mut missing = Vec::new();
+    for verb in permission.verbs {
+        let access_check = kube::AccessCheck {
+            namespace: namespace.to_string(),
+            verb: verb.to_string(),
+            group: permission.group.to_string(),
+            resource: permission.resource.to_string(),
+            subresource: permission.subresource.to_string(),
+            name: String::new(),
+        };
+        match client.access_review(&access_check) {
+            Ok(decision) if decision.allowed => {}
+            Ok(_) => missing.push(format!("`{verb}`")),
+            Err(error) => return Check::fail(format!("permission on `{resource}`: the access review failed: {error}")),
+        }
+    }
+    let verbs = permission.verbs.join(", ");
+    if missing.is_empty() {
+        Check::pass(format!("permission: {verbs} on `{resource}` in `{namespace}` ({})", permission.used_for))
+    } else {
+        Check::fail(format!(
+            "permission: {} on `{resource}` in `{namespace}` not granted (needed for {}); add it to the Role, as in deploy/role.yaml",
+            missing.join(", "),
+            permission.used_for
+        ))
+    }
+}
+
+fn check_cache_pvc(client: &kube::Client, namespace: &str, pvc: &str) -> Check {
+    match client.get_if_exists(kube::Resource::PERSISTENT_VOLUME_CLAIMS, namespace, pvc) {
+        Ok(Some(claim)) => {
+            let phase = claim["status"]["phase"].as_str().unwrap_or("unknown");
+            Check::pass(format!("MCP_K8S_CACHE_PVC: PersistentVolumeClaim `{pvc}` exists (phase {phase})"))
+        }
+        Ok(None) => Check::fail(format!(
+            "MCP_K8S_CACHE_PVC: PersistentVolumeClaim `{pvc}` does not exist in namespace `{namespace}`; create it, or unset MCP_K8S_CACHE_PVC and MCP_K8S_CACHE_MOUNT_PATH"
+        )),
+        Err(error) => Check::fail(format!("MCP_K8S_CACHE_PVC: cannot read PersistentVolumeClaim `{pvc}`: {error}")),
+    }
+}
+
+/// Lists the Secret's keys (git hosts, never values) so an operator sees
+/// which hosts have a token.
+fn check_clone_secret(client: &kube::Client, namespace: &str, secret: &str) -> Check {
+    match client.get_if_exists(kube::Resource::SECRETS, namespace, secret) {
+        Ok(Some(object)) => {
+            let keys: Vec<&String> =
+                object["data"].as_object().map(|data| data.keys().collect()).unwrap_or_default();
+            let keys: Vec<String> = keys.iter().map(|key| format!("`{key}`")).collect();
+            if keys.is_empty() {
+                Check::fail(format!("MCP_K8S_CLONE_SECRET: Secret `{secret}` has no keys; add one token per git host (key: the host, `host_port` with a port)"))
+            } else {
+                Check::pass(format!("MCP_K8S_CLONE_SECRET: Secret `{secret}` exists with keys {}", keys.join(", ")))
+            }
+        }
+        Ok(None) => Check::fail(format!(
+            "MCP_K8S_CLONE_SECRET: Secret `{secret}` does not exist in namespace `{namespace}`; create it with one token per git host, or unset MCP_K8S_CLONE_IMAGE and MCP_K8S_CLONE_SECRET"
+        )),
+        Err(error) => Check::fail(format!("MCP_K8S_CLONE_SECRET: cannot read Secret `{secret}`: {error}")),
+    }
+}
+
+fn check_allowlist(config: &Config) -> Check {
+    if config.allowed_images.is_empty() {
+        Check::fail("MCP_K8S_ALLOWED_IMAGES is empty: every job will be refused; list the images jobs may use")
+    } else {
+        Check::pass(format!("MCP_K8S_ALLOWED_IMAGES allows {}", config.allowed_images.as_written.join(", ")))
+    }
+}
+
+/// Runs `command` in `image` through the engine, exactly as a job would run
+/// (same pod shape, runner, security context), and expects exit code 0.
+fn check_image_runs(ctx: &engine::run::Ctx, what: &str, image: &str, command: &[&str]) -> Check {
+    let spec = RunSpec {
+        image: image.to_string(),
+        command: command.iter().map(|arg| arg.to_string()).collect(),
+        files: Vec::new(),
+        env: BTreeMap::new(),
+        cpu_limit: None,
+        memory_limit: None,
+        timeout: Duration::from_secs(30),
+        workdir: "/work".to_string(),
+        artifacts: Vec::new(),
+        clone: None,
+    };
+    let run_id = engine::run::new_run_id();
+    let outcome = engine::run::run(ctx, &spec, &run_id, &CancelToken::new(), &|_| {});
+    if outcome.status == RunStatus::Succeeded {
+        let first_line = String::from_utf8_lossy(&outcome.stdout).lines().next().unwrap_or("").to_string();
+        return Check::pass(format!("{what} `{image}` runs a job: `{}` printed `{first_line}`", command.join(" ")));
+    }
+    let stderr = String::from_utf8_lossy(&outcome.stderr);
+    let reason = outcome.reason.map(|reason| format!("{reason:?}: ")).unwrap_or_default();
+    Check::fail(format!(
+        "{what} `{image}`: `{}` did not succeed: {reason}{}{}",
+        command.join(" "),
+        outcome.message,
+        if stderr.trim().is_empty() { String::new() } else { format!("; stderr: {}", stderr.trim()) }
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RawConfig;
+
+    #[test]
+    fn lines_start_with_the_verdict() {
+        assert_eq!(Check::pass("a").line(), "ok    a");
+        assert_eq!(Check::fail("b").line(), "FAIL  b");
+    }
+
+    #[test]
+    fn an_empty_allowlist_fails() {
+        let config = Config::from_raw(&RawConfig::default()).unwrap();
+        assert!(!check_allowlist(&config).passed);
+        let raw = RawConfig { allowed_images: Some("busybox".into()), ..RawConfig::default() };
+        let config = Config::from_raw(&raw).unwrap();
+        assert_eq!(check_allowlist(&config), Check::pass("MCP_K8S_ALLOWED_IMAGES allows busybox"));
+    }
+}

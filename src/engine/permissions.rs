@@ -1,0 +1,75 @@
+//! The API permissions the server needs in its namespace, defined once:
+//! `doctor` asks the API about each (SelfSubjectAccessReview), and a test
+//! checks that `deploy/role.yaml` grants exactly these. Adding an API call
+//! to the engine means adding its verb here, and the test then says which
+//! Role line is missing.
+
+/// Verbs on one resource (optionally a subresource) of one API group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Permission {
+    /// `""` for the core group.
+    pub group: &'static str,
+    pub resource: &'static str,
+    /// `""`, or e.g. `log` for `pods/log`.
+    pub subresource: &'static str,
+    pub verbs: &'static [&'static str],
+    /// What the server does with it, for doctor's messages.
+    pub used_for: &'static str,
+}
+
+impl Permission {
+    /// `jobs`, `pods/log`: how a Role's `resources` names it.
+    pub fn role_resource(&self) -> String {
+        if self.subresource.is_empty() {
+            self.resource.to_string()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        }
+    }
+
+    /// `jobs.batch`, `pods/log`: the names RBAC messages use.
+    pub fn resource_name(&self) -> String {
+        let resource = self.role_resource();
+        if self.group.is_empty() { resource } else { format!("{resource}.{}", self.group) }
+    }
+}
+
+/// Everything the server may call in its namespace, nothing more.
+pub const REQUIRED: &[Permission] = &[
+    Permission {
+        group: "batch",
+        resource: "jobs",
+        subresource: "",
+        verbs: &["create", "get", "list", "watch", "delete"],
+        used_for: "one Job per run, deleted when it ends",
+    },
+    Permission {
+        group: "",
+        resource: "pods",
+        subresource: "",
+        verbs: &["get", "list", "watch", "delete"],
+        used_for: "following each run's pod",
+    },
+    Permission { group: "", resource: "pods", subresource: "log", verbs: &["get"], used_for: "reading the runner's output" },
+    Permission {
+        group: "",
+        resource: "secrets",
+        subresource: "",
+        verbs: &["create", "get", "list", "delete"],
+        used_for: "input files, and checking the clone Secret exists",
+    },
+    Permission {
+        group: "",
+        resource: "events",
+        subresource: "",
+        verbs: &["get", "list", "watch"],
+        used_for: "telling why a pod was not created",
+    },
+    Permission {
+        group: "",
+        resource: "persistentvolumeclaims",
+        subresource: "",
+        verbs: &["get"],
+        used_for: "checking the cache volume exists",
+    },
+];

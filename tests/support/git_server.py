@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""A token-protected git server over HTTPS for the clone tests: `git
+http-backend` (smart HTTP, protocol v2, fetch by SHA allowed by the
+repositories' own config) behind a small HTTP server that answers 401 unless
+the Basic password equals the token.
+
+Usage: git_server.py --bind IP --root DIR --token-file FILE --cert FILE --key FILE
+Prints one line `listening PORT` on stdout once it accepts connections; logs
+one line per request on stderr (method, path, status; never the
+Authorization header).
+"""
+import argparse, base64, http.server, os, ssl, subprocess, sys
+
+
+def parse_args():
+    parser = argparse.ArgumentParser()
+    for name in ("--bind", "--root", "--token-file", "--cert", "--key"):
+        parser.add_argument(name, required=True)
+    return parser.parse_args()
+
+
+ARGS = parse_args()
+with open(ARGS.token_file) as token_file:
+    TOKEN = token_file.read().strip()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        self.serve()
+
+    def do_POST(self):
+        self.serve()
+
+    def authorized(self):
+        header = self.headers.get("Authorization", "")
+        if not header.startswith("Basic "):
+            return False
+        try:
+            _, _, password = base64.b64decode(header[6:]).decode().partition(":")
+        except Exception:
+            return False
+        return password == TOKEN
+
+    def read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size = int(self.rfile.readline().strip().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return body
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+
+    def serve(self):
+        body = self.read_body()
+        if not self.authorized():
+            self.reply(401, {"WWW-Authenticate": 'Basic realm="git"', "Content-Type": "text/plain"}, b"token required\n")
+            return
+        path, _, query = self.path.partition("?")
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "GIT_PROJECT_ROOT": ARGS.root,
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "REQUEST_METHOD": self.command,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            "REMOTE_USER": "test",
+            "REMOTE_ADDR": self.client_address[0],
+            "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
+            "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+        }
+        result = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True)
+        head, _, payload = result.stdout.partition(b"\r\n\r\n")
+        if not _:
+            head, _, payload = result.stdout.partition(b"\n\n")
+        status, headers = 200, {}
+        for line in head.decode(errors="replace").splitlines():
+            name, _, value = line.partition(":")
+            if name.lower() == "status":
+                status = int(value.strip().split()[0])
+            elif name:
+                headers[name.strip()] = value.strip()
+        if result.returncode != 0 and status == 200:
+            status, payload = 500, result.stderr
+        self.reply(status, headers, payload)
+
+    def reply(self, status, headers, payload):
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format, *args):
+        sys.stderr.write("git-server: %s\n" % (format % args))
+
+
+server = http.server.ThreadingHTTPServer((ARGS.bind, 0), Handler)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(ARGS.cert, ARGS.key)
+server.socket = context.wrap_socket(server.socket, server_side=True)
+print("listening %d" % server.server_address[1], flush=True)
+server.serve_forever()

@@ -39,6 +39,7 @@ fn policy() -> Policy {
         cache: None,
         finished_ttl: Duration::from_secs(300),
         runtime_class: None,
+        clone: None,
     }
 }
 

@@ -473,6 +473,17 @@ impl CacheVolume {
             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume, "resources": {"requests": {"storage": "64Mi"}}},
         });
         client.create(kube::Resource::PERSISTENT_VOLUME_CLAIMS, NAMESPACE, &pvc).expect("create the claim");
+        // A pod on an unbound claim is unschedulable; under load the binder
+        // can take seconds, so the test waits for it rather than race it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let claim_object = client.get(kube::Resource::PERSISTENT_VOLUME_CLAIMS, NAMESPACE, &claim).expect("read the claim");
+            if claim_object["status"]["phase"] == "Bound" {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the claim `{claim}` was not bound within 60 s");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
         CacheVolume { volume, claim, dir }
     }
 }

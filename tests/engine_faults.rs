@@ -96,22 +96,10 @@ fn frame_line(frame: Frame) -> String {
 fn result_frame(stdout: &[u8]) -> Frame {
     Frame::Result(RunResult {
         exit_code: Some(0),
-        signal: None,
-        timed_out: false,
-        terminated_by_request: false,
-        oom_killed: false,
-        start_error: None,
-        started_at_ms: 1,
         finished_at_ms: 2,
         stdout_captured_bytes: stdout.len() as u64,
-        stderr_captured_bytes: 0,
         stdout_total_bytes: stdout.len() as u64,
-        stderr_total_bytes: 0,
-        stdout_truncated: false,
-        stderr_truncated: false,
-        artifact_count: 0,
-        artifacts_truncated: false,
-        notes: Vec::new(),
+        ..RunResult::started(1)
     })
 }
 

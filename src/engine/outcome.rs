@@ -138,22 +138,12 @@ mod tests {
     fn result() -> RunResult {
         RunResult {
             exit_code: Some(0),
-            signal: None,
-            timed_out: false,
-            terminated_by_request: false,
-            oom_killed: false,
-            start_error: None,
-            started_at_ms: 1_000,
             finished_at_ms: 1_250,
             stdout_captured_bytes: 3,
             stderr_captured_bytes: 3,
             stdout_total_bytes: 3,
             stderr_total_bytes: 3,
-            stdout_truncated: false,
-            stderr_truncated: false,
-            artifact_count: 0,
-            artifacts_truncated: false,
-            notes: Vec::new(),
+            ..RunResult::started(1_000)
         }
     }
 

@@ -118,6 +118,32 @@ pub struct RunResult {
     pub notes: Vec<String>,
 }
 
+impl RunResult {
+    /// A result for a command started at `started_at_ms` about which
+    /// nothing else is known yet; the runner fills it in as the run ends.
+    pub fn started(started_at_ms: u64) -> RunResult {
+        RunResult {
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            terminated_by_request: false,
+            oom_killed: false,
+            start_error: None,
+            started_at_ms,
+            finished_at_ms: 0,
+            stdout_captured_bytes: 0,
+            stderr_captured_bytes: 0,
+            stdout_total_bytes: 0,
+            stderr_total_bytes: 0,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            artifact_count: 0,
+            artifacts_truncated: false,
+            notes: Vec::new(),
+        }
+    }
+}
+
 /// Encodes one frame as a full line, newline included.
 pub fn encode(frame: &Frame) -> String {
     // Serialising these plain structs cannot fail: every key is a string and

@@ -202,25 +202,7 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
     let started_at_ms = now_ms();
     capture::write_frame(sink, &Frame::Started(Started { started_at_ms }));
 
-    let mut result = RunResult {
-        exit_code: None,
-        signal: None,
-        timed_out: false,
-        terminated_by_request: false,
-        oom_killed: false,
-        start_error: None,
-        started_at_ms,
-        finished_at_ms: 0,
-        stdout_captured_bytes: 0,
-        stderr_captured_bytes: 0,
-        stdout_total_bytes: 0,
-        stderr_total_bytes: 0,
-        stdout_truncated: false,
-        stderr_truncated: false,
-        artifact_count: 0,
-        artifacts_truncated: false,
-        notes: Vec::new(),
-    };
+    let mut result = RunResult::started(started_at_ms);
     if before.incomplete {
         result.notes.push(format!(
             "the workdir holds more than {} files; files past that were not considered as artifacts",

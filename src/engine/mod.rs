@@ -4,6 +4,7 @@
 pub mod cancel;
 pub mod classify;
 pub mod collect;
+pub mod jobs;
 pub mod manifest;
 pub mod outcome;
 pub mod run;

@@ -37,6 +37,16 @@ pub struct Limits {
     pub result_ttl: Duration,
 }
 
+impl Limits {
+    /// The production bounds around the operator's two settings. 256 MiB
+    /// holds about twenty results at the default caps (1 MiB per stream,
+    /// 10 MiB of artifacts) and many more small ones; beyond it results are
+    /// re-read from the cluster.
+    pub fn new(result_ttl: Duration, max_running: usize) -> Limits {
+        Limits { max_entries: 1000, max_bytes: 256 << 20, max_running, live_output_bytes: 64 << 10, result_ttl }
+    }
+}
+
 /// Where a background run is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {

@@ -28,6 +28,8 @@ pub struct Ctx {
     pub client: kube::Client,
     pub policy: Policy,
     pub slots: Slots,
+    /// Background runs known to this process (`engine::background`).
+    pub jobs: crate::engine::jobs::Jobs,
 }
 
 /// What a caller may want to know while a run is in flight.
@@ -87,7 +89,7 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
     let followed = Followed::from_spec(spec, &ctx.policy);
     let created = match create(ctx, spec, run_id, &retention) {
         Ok(created) => created,
-        Err(outcome) => return outcome,
+        Err(outcome) => return *outcome,
     };
     let _cleanup = Cleanup { client: &ctx.client, namespace: &namespace, job_name: &job_name, job: true, secret: created.has_secret };
     on_progress(Progress::Created { job_name: job_name.clone() });
@@ -105,14 +107,18 @@ pub struct Created {
 }
 
 /// Creates the Job and its inputs Secret, marked with `retention`. Leaves
-/// nothing behind when it fails: the refusal comes back as an outcome.
-pub fn create(ctx: &Ctx, spec: &RunSpec, run_id: &str, retention: &manifest::Retention) -> Result<Created, RunOutcome> {
+/// nothing behind when it fails: the refusal comes back as an outcome
+/// (boxed: it is large, and the happy path should not carry it).
+pub fn create(ctx: &Ctx, spec: &RunSpec, run_id: &str, retention: &manifest::Retention) -> Result<Created, Box<RunOutcome>> {
     let namespace = &ctx.policy.namespace;
     let job_name = manifest::job_name(run_id);
     let mut cleanup = Cleanup { client: &ctx.client, namespace, job_name: &job_name, job: false, secret: false };
     let mut job_manifest = manifest::job(spec, &ctx.policy, run_id);
     manifest::apply_retention(&mut job_manifest, retention);
-    let job = ctx.client.create(kube::Resource::JOBS, namespace, &job_manifest).map_err(|error| api_refusal(run_id, "create the Job", &error))?;
+    let job = ctx
+        .client
+        .create(kube::Resource::JOBS, namespace, &job_manifest)
+        .map_err(|error| Box::new(api_refusal(run_id, "create the Job", &error)))?;
     cleanup.job = true;
     log::info("job created", &[("run_id", run_id.into()), ("job", job_name.as_str().into())]);
     let job_uid = job["metadata"]["uid"].as_str().unwrap_or_default();
@@ -121,7 +127,7 @@ pub fn create(ctx: &Ctx, spec: &RunSpec, run_id: &str, retention: &manifest::Ret
         manifest::apply_retention(&mut secret, retention);
         ctx.client
             .create(kube::Resource::SECRETS, namespace, &secret)
-            .map_err(|error| api_refusal(run_id, "create the inputs Secret", &error))?;
+            .map_err(|error| Box::new(api_refusal(run_id, "create the inputs Secret", &error)))?;
         has_secret = true;
     }
     // Everything exists: from here on the caller owns it.

@@ -21,17 +21,22 @@ fn server(extra: &[(&str, &str)]) -> StdioServer {
     server
 }
 
+/// Request ids must not repeat within a session (MCP), so each call takes
+/// a fresh one.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
+
 /// Calls run_job and returns (the tools/call result, progress messages).
 fn call(server: &mut StdioServer, arguments: Value) -> (Value, Vec<String>) {
+    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let request = json!({
-        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": "run_job", "arguments": arguments, "_meta": {"progressToken": "t"}},
     });
     server.send(&request.to_string());
     let mut progress = Vec::new();
     loop {
         let message = server.recv_within(Duration::from_secs(120));
-        if message["id"] == 7 {
+        if message["id"] == id {
             return (message["result"].clone(), progress);
         }
         if message["method"] == "notifications/progress" {
@@ -271,4 +276,63 @@ fn invalid_arguments_are_tool_errors_and_create_nothing() {
         let text = result["content"][0]["text"].as_str().unwrap();
         assert!(text.contains(expected), "{arguments}: {text}");
     }
+}
+
+#[test]
+fn results_at_the_caps_survive_log_rotation() {
+    // With an 8 MiB output cap the log carries ~11 MiB of live output frames
+    // while the command runs for ~20 s, then ~11 MiB of final capture and a
+    // 6 MiB artifact: well past the kubelet's 10 MiB rotation size, which it
+    // checks every 10 s on running containers. The result must arrive whole,
+    // or say what it lost.
+    let mut server = server(&[("MCP_K8S_MAX_OUTPUT_BYTES", "8388608")]);
+    let script = "i=0; while [ $i -lt 20 ]; do head -c 600000 /dev/urandom | base64 -w 100; i=$((i+1)); sleep 1; done; \
+                  echo END-OF-STDOUT; head -c 6291456 /dev/urandom > blob.bin; sha256sum blob.bin >&2";
+    let out = run(&mut server, json!({"image": BUSYBOX, "command": ["sh", "-c", script], "timeout_s": 180, "artifacts": ["blob.bin"]}));
+    assert_eq!(out["status"], "succeeded", "{}: {}", out["message"], out["notes"]);
+    assert_eq!(out["truncated"]["stdout"], true, "over the cap is flagged");
+    assert!(out["stdout"].as_str().unwrap().ends_with("END-OF-STDOUT\n"), "the tail survived");
+    assert!(out["stdout_total_bytes"].as_u64().unwrap() > 16_000_000);
+    let blob = &out["artifacts"][0];
+    let sha256 = blob["sha256"].as_str().unwrap();
+    assert!(out["stderr"].as_str().unwrap().contains(sha256), "the runner's checksum matches the command's: {sha256}");
+    match blob["content_b64"].as_str() {
+        Some(content) => {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(content).unwrap();
+            let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+            let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(hex, sha256, "the artifact arrived whole");
+        }
+        None => assert_eq!(out["truncated"]["artifacts"], true, "{out}"),
+    }
+}
+
+#[test]
+fn max_concurrent_is_a_real_limit_and_a_full_queue_is_refused() {
+    let mut server = server(&[("MCP_K8S_MAX_CONCURRENT", "1"), ("MCP_K8S_MAX_QUEUED", "0")]);
+    let long = json!({"jsonrpc": "2.0", "id": 20, "method": "tools/call",
+        "params": {"name": "run_job", "arguments": {"image": BUSYBOX, "command": ["sh", "-c", "echo running; sleep 5"]}, "_meta": {"progressToken": "a"}}});
+    server.send(&long.to_string());
+    // Wait until the first run holds the only slot.
+    loop {
+        let message = server.recv_within(Duration::from_secs(120));
+        if message["params"]["message"].as_str().is_some_and(|m| m.starts_with("created Job")) {
+            break;
+        }
+    }
+    let second = json!({"jsonrpc": "2.0", "id": 21, "method": "tools/call",
+        "params": {"name": "run_job", "arguments": {"image": BUSYBOX, "command": ["true"]}}});
+    server.send(&second.to_string());
+    let mut results = std::collections::HashMap::new();
+    while results.len() < 2 {
+        let message = server.recv_within(Duration::from_secs(120));
+        if let Some(id) = message["id"].as_i64() {
+            results.insert(id, message["result"]["structuredContent"].clone());
+        }
+    }
+    assert_eq!(results[&21]["status"], "error", "{}", results[&21]);
+    assert_eq!(results[&21]["reason"], "QueueFull");
+    assert!(results[&21]["message"].as_str().unwrap().contains("MCP_K8S_MAX_CONCURRENT"));
+    assert_eq!(results[&20]["status"], "succeeded", "{}", results[&20]);
+    cluster::assert_nothing_left(results[&20]["run_id"].as_str().unwrap());
 }

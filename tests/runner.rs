@@ -38,10 +38,27 @@ impl Run {
         }
     }
     fn stdout(&self) -> Vec<u8> {
-        frame::from_base64(&self.result().stdout_b64).unwrap()
+        self.captured(Stream::Stdout)
     }
     fn stderr(&self) -> Vec<u8> {
-        frame::from_base64(&self.result().stderr_b64).unwrap()
+        self.captured(Stream::Stderr)
+    }
+    /// The final capture of a stream, reassembled from `Captured` chunks.
+    fn captured(&self, stream: Stream) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for frame in &self.frames {
+            if let Frame::Captured(output) = frame
+                && output.stream == stream
+            {
+                bytes.extend(frame::from_base64(&output.data_b64).unwrap());
+            }
+        }
+        let expected = match stream {
+            Stream::Stdout => self.result().stdout_captured_bytes,
+            Stream::Stderr => self.result().stderr_captured_bytes,
+        };
+        assert_eq!(bytes.len() as u64, expected, "the result counts the captured bytes");
+        bytes
     }
     fn live(&self, stream: Stream) -> Vec<u8> {
         let mut bytes = Vec::new();
@@ -234,15 +251,23 @@ fn sigterm_to_the_runner_stops_the_command_and_still_reports() {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
     child.wait().unwrap();
-    let result = rest
-        .lines()
-        .filter_map(|line| frame::decode(line).ok().flatten())
+    let frames: Vec<Frame> = rest.lines().filter_map(|line| frame::decode(line).ok().flatten()).collect();
+    let result = frames
+        .iter()
         .find_map(|frame| match frame {
             Frame::Result(result) => Some(result),
             _ => None,
         })
         .expect("a result frame after SIGTERM");
     assert!(result.terminated_by_request);
-    assert_eq!(frame::from_base64(&result.stdout_b64).unwrap(), b"started\n");
+    let captured: Vec<u8> = frames
+        .iter()
+        .filter_map(|frame| match frame {
+            Frame::Captured(output) if output.stream == Stream::Stdout => Some(frame::from_base64(&output.data_b64).unwrap()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(captured, b"started\n");
     fs::remove_dir_all(&workdir).unwrap();
 }

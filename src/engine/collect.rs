@@ -11,6 +11,8 @@ use crate::runner::frame::{self, Frame, RunResult, Stream};
 /// a longer line is something else (a process writing to the container's
 /// stdout directly) and is skipped.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// Room for the runner's "bytes omitted" marker on top of the output cap.
+const CAPTURE_MARKER_SLACK: usize = 256;
 
 /// New live output from one frame, for progress notifications.
 #[derive(Debug, PartialEq)]
@@ -26,6 +28,9 @@ pub struct Collector {
     pub started_at_ms: Option<u64>,
     pub live_stdout: Vec<u8>,
     pub live_stderr: Vec<u8>,
+    /// The final head-and-tail capture of each stream, from `Captured`.
+    pub captured_stdout: Vec<u8>,
+    pub captured_stderr: Vec<u8>,
     pub artifacts: Vec<Artifact>,
     artifact_bytes: u64,
     pub result: Option<RunResult>,
@@ -41,6 +46,8 @@ impl Collector {
             started_at_ms: None,
             live_stdout: Vec::new(),
             live_stderr: Vec::new(),
+            captured_stdout: Vec::new(),
+            captured_stderr: Vec::new(),
             artifacts: Vec::new(),
             artifact_bytes: 0,
             result: None,
@@ -61,6 +68,7 @@ impl Collector {
         match frame {
             Frame::Started(started) => self.started_at_ms = Some(started.started_at_ms),
             Frame::Output(output) => return self.push_output(output.stream, &output.data_b64),
+            Frame::Captured(output) => self.push_captured(output.stream, &output.data_b64),
             Frame::Artifact(header) => self.artifacts.push(Artifact {
                 path: header.path,
                 size: header.size,
@@ -74,8 +82,10 @@ impl Collector {
         None
     }
 
-    /// Reads `reader` to its end (or until `stop` says so), feeding lines.
-    /// `on_live` gets each live chunk as it arrives.
+    /// Reads `reader` until the result frame (always the runner's last) or
+    /// the end, feeding lines. `on_live` gets each live chunk as it arrives.
+    /// Stopping at the result instead of waiting for the stream to end saves
+    /// the kubelet's delay in noticing that the container exited.
     pub fn read_all(
         &mut self,
         reader: &mut dyn BufRead,
@@ -95,6 +105,9 @@ impl Collector {
             let text = String::from_utf8_lossy(&line);
             if let Some(chunk) = self.push_line(&text) {
                 on_live(chunk);
+            }
+            if self.result.is_some() {
+                return Ok(());
             }
         }
     }
@@ -118,6 +131,23 @@ impl Collector {
         }
         kept.extend_from_slice(&bytes);
         Some(LiveChunk { stream, bytes })
+    }
+
+    fn push_captured(&mut self, stream: Stream, data_b64: &str) {
+        let bytes = match frame::from_base64(data_b64) {
+            Ok(bytes) => bytes,
+            Err(error) => return self.note_problem(error.to_string()),
+        };
+        let kept = match stream {
+            Stream::Stdout => &mut self.captured_stdout,
+            Stream::Stderr => &mut self.captured_stderr,
+        };
+        // The capture is the cap plus the runner's one-line marker.
+        let room = (self.max_output_bytes + CAPTURE_MARKER_SLACK).saturating_sub(kept.len());
+        if bytes.len() > room {
+            return self.note_problem("captured output beyond the cap was dropped".into());
+        }
+        kept.extend_from_slice(&bytes);
     }
 
     fn push_artifact_chunk(&mut self, data_b64: &str) {

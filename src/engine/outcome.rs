@@ -7,7 +7,6 @@ use std::time::Duration;
 use crate::engine::classify::Finished;
 use crate::engine::collect::Collector;
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus, Truncation};
-use crate::runner::frame;
 
 /// The facts a finished run is judged on, besides the collected log.
 pub struct Judged<'a> {
@@ -35,16 +34,24 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
     };
     outcome.exit_code = result.exit_code;
     outcome.signal = result.signal;
-    outcome.stdout = decode_or_note(&result.stdout_b64, "stdout", &mut outcome.notes);
-    outcome.stderr = decode_or_note(&result.stderr_b64, "stderr", &mut outcome.notes);
+    let stdout_whole = collector.captured_stdout.len() as u64 == result.stdout_captured_bytes;
+    let stderr_whole = collector.captured_stderr.len() as u64 == result.stderr_captured_bytes;
+    if !stdout_whole || !stderr_whole {
+        outcome.notes.push("part of the captured output did not arrive; the log was cut".to_string());
+    }
+    outcome.stdout = collector.captured_stdout;
+    outcome.stderr = collector.captured_stderr;
     outcome.stdout_total_bytes = result.stdout_total_bytes;
     outcome.stderr_total_bytes = result.stderr_total_bytes;
     outcome.truncated = Truncation {
-        stdout: result.stdout_truncated,
-        stderr: result.stderr_truncated,
+        stdout: result.stdout_truncated || !stdout_whole,
+        stderr: result.stderr_truncated || !stderr_whole,
         artifacts: result.artifacts_truncated || outcome.artifacts.len() < result.artifact_count as usize,
     };
     outcome.duration = Duration::from_millis(result.finished_at_ms.saturating_sub(result.started_at_ms));
+    // The runner's clock has milliseconds; the API's timestamps only seconds.
+    outcome.times.started = Some(std::time::UNIX_EPOCH + Duration::from_millis(result.started_at_ms));
+    outcome.times.finished = Some(std::time::UNIX_EPOCH + Duration::from_millis(result.finished_at_ms));
     outcome.notes.extend(result.notes.iter().cloned());
     if outcome.artifacts.len() < result.artifact_count as usize {
         outcome.notes.push(format!(
@@ -123,17 +130,10 @@ fn oom_message(facts: &Judged) -> String {
     }
 }
 
-fn decode_or_note(text: &str, name: &str, notes: &mut Vec<String>) -> Vec<u8> {
-    frame::from_base64(text).unwrap_or_else(|error| {
-        notes.push(format!("{name}: {error}"));
-        Vec::new()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::frame::{Frame, RunResult};
+    use crate::runner::frame::{self, Frame, Output, RunResult, Stream};
 
     fn result() -> RunResult {
         RunResult {
@@ -145,8 +145,8 @@ mod tests {
             start_error: None,
             started_at_ms: 1_000,
             finished_at_ms: 1_250,
-            stdout_b64: frame::to_base64(b"out"),
-            stderr_b64: frame::to_base64(b"err"),
+            stdout_captured_bytes: 3,
+            stderr_captured_bytes: 3,
             stdout_total_bytes: 3,
             stderr_total_bytes: 3,
             stdout_truncated: false,
@@ -159,6 +159,9 @@ mod tests {
 
     fn judged(result: Option<RunResult>, finished: Option<Finished>) -> RunOutcome {
         let mut collector = Collector::new(100, 100);
+        for (stream, bytes) in [(Stream::Stdout, b"out"), (Stream::Stderr, b"err")] {
+            collector.push_line(&frame::encode(&Frame::Captured(Output { stream, data_b64: frame::to_base64(bytes) })));
+        }
         if let Some(result) = result {
             collector.push_line(&frame::encode(&Frame::Result(result)));
         }

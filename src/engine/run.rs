@@ -283,6 +283,8 @@ fn decide<'scope>(
     let mut next_event_poll = Instant::now() + EVENT_POLL;
     let mut log_follower: Option<Follower<'scope>> = None;
     let mut started_reported = false;
+    // A log that ended without the result, kept until the pod says why.
+    let mut pending_collector: Option<Collector> = None;
 
     loop {
         if cancel.is_cancelled() {
@@ -335,6 +337,18 @@ fn decide<'scope>(
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(200)),
         }
+        // The runner's result is its last word: once the follower has it,
+        // the run is over even if the pod's status has not caught up.
+        if log_follower.as_ref().is_some_and(|(handle, _)| handle.is_finished()) {
+            let collector = join_follower(log_follower.take().expect("checked above"), cancel);
+            if collector.result.is_some() {
+                return judged_with_pod(run_id, followed, collector, last_pod.as_ref());
+            }
+            // The log ended without a result: wait for the pod's final
+            // status to say why, reading the log once more then.
+            log_follower = None;
+            pending_collector = Some(collector);
+        }
         let Some(pod) = &last_pod else { continue };
         let state = classify::pod_state(pod);
         if !matches!(state, PodState::Unschedulable { .. }) {
@@ -368,26 +382,37 @@ fn decide<'scope>(
                     started_reported = true;
                     on_progress(Progress::Started);
                 }
-                if log_follower.is_none() {
+                if log_follower.is_none() && pending_collector.is_none() {
                     log_follower = Some(start_follower(ctx, pod, on_progress, scope));
                 }
             }
-            PodState::Finished(finished) => {
-                let follower = match log_follower.take() {
-                    Some(follower) => follower,
-                    None => start_follower(ctx, pod, on_progress, scope),
+            PodState::Finished(_) => {
+                let collector = match (log_follower.take(), pending_collector.take()) {
+                    (Some(follower), _) => join_follower(follower, cancel),
+                    (None, Some(collector)) => collector,
+                    (None, None) => join_follower(start_follower(ctx, pod, on_progress, scope), cancel),
                 };
-                let collector = join_follower(follower, cancel);
-                let memory_limit = followed.memory_limit.as_deref();
-                let facts = Judged { run_id, timeout: followed.timeout, memory_limit, finished: Some(&finished) };
-                let mut outcome = outcome::judge(&facts, collector);
-                outcome.times.scheduled = classify::scheduled_at(pod);
-                outcome.times.started = classify::main_started_at(pod);
-                outcome.times.finished = classify::main_finished_at(pod);
-                return outcome;
+                return judged_with_pod(run_id, followed, collector, Some(pod));
             }
         }
     }
+}
+
+/// Judges a run from its collected log and the pod's last known status.
+fn judged_with_pod(run_id: &str, followed: &Followed, collector: Collector, pod: Option<&Value>) -> RunOutcome {
+    let finished = match pod.map(classify::pod_state) {
+        Some(PodState::Finished(finished)) => Some(finished),
+        _ => None,
+    };
+    let memory_limit = followed.memory_limit.as_deref();
+    let facts = Judged { run_id, timeout: followed.timeout, memory_limit, finished: finished.as_ref() };
+    let mut outcome = outcome::judge(&facts, collector);
+    if let Some(pod) = pod {
+        outcome.times.scheduled = classify::scheduled_at(pod);
+        outcome.times.started = outcome.times.started.or_else(|| classify::main_started_at(pod));
+        outcome.times.finished = outcome.times.finished.or_else(|| classify::main_finished_at(pod));
+    }
+    outcome
 }
 
 type Follower<'scope> = (std::thread::ScopedJoinHandle<'scope, Collector>, StreamStop);

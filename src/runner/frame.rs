@@ -6,7 +6,11 @@
 //! kubelet's log handling (CRI splits long lines into partial records and
 //! joins them again when serving the log) and can be parsed one line at a
 //! time with bounded memory. Payload bytes travel as base64 inside the JSON,
-//! in chunks of at most `CHUNK_BYTES`, so no line grows past ~90 KiB.
+//! in chunks of at most `CHUNK_BYTES`, so no line grows past ~90 KiB: the
+//! final output and every artifact are sent as chunk frames, never inside
+//! the result frame. (A first version put the captured output into the
+//! result frame; at the 1 MiB default cap that line passed 2.7 MiB and the
+//! reader's line bound dropped the whole result.)
 //! Lines that do not start with the prefix are not ours (for example a
 //! message from the container runtime) and are ignored by the reader.
 //!
@@ -32,14 +36,17 @@ pub enum Stream {
 }
 
 /// One frame. The order on the wire is: `Started`, any number of `Output`
-/// (live output, capped), then after the command ends the `Artifact` headers
-/// each followed by their `ArtifactChunk`s, and `Result` last. A log that
+/// (live output, capped), then after the command ends the `Captured` chunks
+/// (head and tail of stdout, then of stderr), the `Artifact` headers each
+/// followed by their `ArtifactChunk`s, and `Result` last. A log that
 /// ends without `Result` means the runner was killed before it could finish.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Frame {
     Started(Started),
     Output(Output),
+    /// A chunk of the final, capped capture of a stream (head and tail).
+    Captured(Output),
     Artifact(ArtifactHeader),
     ArtifactChunk(ArtifactChunk),
     Result(RunResult),
@@ -94,10 +101,10 @@ pub struct RunResult {
     pub start_error: Option<String>,
     pub started_at_ms: u64,
     pub finished_at_ms: u64,
-    /// Head and tail of each stream, at most the cap; a marker line stands
-    /// between head and tail when bytes were dropped.
-    pub stdout_b64: String,
-    pub stderr_b64: String,
+    /// Bytes of each stream's final capture sent in `Captured` frames, so
+    /// the reader can tell whether all of them arrived.
+    pub stdout_captured_bytes: u64,
+    pub stderr_captured_bytes: u64,
     pub stdout_total_bytes: u64,
     pub stderr_total_bytes: u64,
     pub stdout_truncated: bool,

@@ -203,8 +203,8 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
         start_error: None,
         started_at_ms,
         finished_at_ms: 0,
-        stdout_b64: String::new(),
-        stderr_b64: String::new(),
+        stdout_captured_bytes: 0,
+        stderr_captured_bytes: 0,
         stdout_total_bytes: 0,
         stderr_total_bytes: 0,
         stdout_truncated: false,
@@ -233,7 +233,7 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
             let ending = process::wait(&mut child, options.timeout, options.kill_grace, &stop);
             process::kill_group_leftovers(&child);
             let (stdout, stderr) = finish_pumps(outputs, &mut result.notes);
-            fill_output(&mut result, &stdout, &stderr);
+            send_captured(&mut result, &stdout, &stderr, sink);
             match ending {
                 Ok(ending) => {
                     result.timed_out = matches!(ending, process::Ending::TimedOut(_));
@@ -308,9 +308,19 @@ fn finish_pumps(pumps: (Option<Pump>, Option<Pump>), notes: &mut Vec<String>) ->
     (stdout, stderr)
 }
 
-fn fill_output(result: &mut RunResult, stdout: &HeadTail, stderr: &HeadTail) {
-    result.stdout_b64 = frame::to_base64(&stdout.contents());
-    result.stderr_b64 = frame::to_base64(&stderr.contents());
+/// Writes the final capture of both streams as `Captured` chunks and
+/// records their sizes and totals in the result.
+fn send_captured(result: &mut RunResult, stdout: &HeadTail, stderr: &HeadTail, sink: &FrameSink) {
+    for (stream, kept) in [(Stream::Stdout, stdout), (Stream::Stderr, stderr)] {
+        let contents = kept.contents();
+        for chunk in contents.chunks(frame::CHUNK_BYTES) {
+            capture::write_frame(sink, &Frame::Captured(frame::Output { stream, data_b64: frame::to_base64(chunk) }));
+        }
+        match stream {
+            Stream::Stdout => result.stdout_captured_bytes = contents.len() as u64,
+            Stream::Stderr => result.stderr_captured_bytes = contents.len() as u64,
+        }
+    }
     result.stdout_total_bytes = stdout.total_bytes();
     result.stderr_total_bytes = stderr.total_bytes();
     result.stdout_truncated = stdout.truncated();

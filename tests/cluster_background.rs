@@ -16,13 +16,9 @@ use serde_json::{Value, json};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(100);
 
+/// A server connected to the test cluster, with extra settings on top.
 fn server(extra: &[(&str, &str)]) -> StdioServer {
-    let mut env = cluster::server_env();
-    env.extend(extra.iter().map(|(name, value)| (name.to_string(), value.to_string())));
-    let env_refs: Vec<(&str, &str)> = env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-    let mut server = StdioServer::start(&env_refs);
-    server.initialize();
-    server
+    cluster::server(extra)
 }
 
 /// One request; returns (its response, progress messages before it).

@@ -90,4 +90,22 @@ mod tests {
         assert!(!is_expired(&object(json!("not a time")), now));
         assert!(!is_expired(&json!({"metadata": {}}), now), "objects without the annotation are left alone");
     }
+
+    #[test]
+    fn the_reaper_reads_the_expiry_every_job_and_secret_is_given() {
+        let retention = manifest::Retention {
+            expires_at: "2026-01-01T12:00:00Z".into(),
+            finished_ttl: Duration::from_secs(300),
+            background: None,
+        };
+        let mut job = json!({"kind": "Job", "metadata": {"labels": {}}, "spec": {}});
+        let mut secret = json!({"kind": "Secret", "metadata": {"labels": {}}});
+        manifest::apply_retention(&mut job, &retention);
+        manifest::apply_retention(&mut secret, &retention);
+        let after = classify::parse_time("2026-01-01T12:00:01Z").unwrap();
+        assert!(is_expired(&job, after) && is_expired(&secret, after));
+        assert_eq!(job["spec"]["ttlSecondsAfterFinished"], 300);
+        assert!(secret.get("spec").is_none(), "only Jobs have a TTL");
+        assert!(job["metadata"]["labels"].get(manifest::LABEL_MODE).is_none(), "sync runs are not listed");
+    }
 }

@@ -307,8 +307,10 @@ fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
         return Ok(());
     }
     log::info("re-attaching to a background job", &[("run_id", run_id.into())]);
-    if job_finished_at(&job).is_some() && !pod_exists(ctx, run_id)? {
-        ctx.jobs.finish(run_id, outcome_without_pod(run_id, &job, created));
+    if let Some(ended) = job_finished_at(&job)
+        && !pod_exists(ctx, run_id)?
+    {
+        ctx.jobs.finish(run_id, outcome_without_pod(run_id, &job, created), ended);
         return Ok(());
     }
     start_follower(ctx, run_id, followed_from_job(ctx, &job), created, cancel);
@@ -341,13 +343,18 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
     };
     let mut outcome = run::follow(ctx, followed, run_id, cancel, &on_progress);
     outcome.times.created = created;
+    // The Job as it is now: whether another process cancelled it, and when
+    // it ended if that was before this process re-read it.
+    let job = ctx.client.get_if_exists(kube::Resource::JOBS, &ctx.policy.namespace, &manifest::job_name(run_id));
+    let job = job.ok().flatten().unwrap_or_default();
     let cancel_requested = matches!(ctx.jobs.lookup(run_id), Lookup::Found(view) if view.cancel_requested);
-    if cancel_requested || job_marked_cancelled(ctx, run_id) {
+    if cancel_requested || annotation(&job, ANNOTATION_CANCELLED_AT).is_some() {
         mark_cancelled(&mut outcome);
     }
     run::delete_inputs_secret(ctx, run_id);
     run::log_finished(run_id, &outcome, started);
-    ctx.jobs.finish(run_id, outcome);
+    let ended = job_finished_at(&job).unwrap_or_else(SystemTime::now);
+    ctx.jobs.finish(run_id, outcome, ended);
 }
 
 /// A cancelled run whose runner could not report in time ends as
@@ -360,11 +367,6 @@ fn mark_cancelled(outcome: &mut RunOutcome) {
     outcome.status = RunStatus::Cancelled;
     outcome.reason = Some(RunReason::Cancelled);
     outcome.message = "the job was cancelled (cancel_job) and its pod deleted; the output read so far is included".into();
-}
-
-fn job_marked_cancelled(ctx: &Ctx, run_id: &str) -> bool {
-    let job = ctx.client.get_if_exists(kube::Resource::JOBS, &ctx.policy.namespace, &manifest::job_name(run_id));
-    matches!(job, Ok(Some(job)) if annotation(&job, ANNOTATION_CANCELLED_AT).is_some())
 }
 
 /// The outcome of a finished Job whose pod (and so its log) is gone.

@@ -164,14 +164,16 @@ impl Jobs {
         });
     }
 
-    /// Records the outcome, wakes every waiter, and applies the bounds.
-    pub fn finish(&self, run_id: &str, outcome: RunOutcome) {
+    /// Records the outcome of a run that ended at `ended` (the retention
+    /// counts from then, also for a result re-read long after), wakes
+    /// every waiter, and applies the bounds.
+    pub fn finish(&self, run_id: &str, outcome: RunOutcome, ended: SystemTime) {
         let mut table = self.lock();
         let order = table.next_finish_order;
         table.next_finish_order += 1;
         if let Some(entry) = table.entries.get_mut(run_id) {
             entry.phase = Phase::Finished;
-            entry.finished = Some((Instant::now(), order));
+            entry.finished = Some((ended, order));
             entry.updated = SystemTime::now();
             entry.outcome = Some(Arc::new(outcome));
             // The outcome carries the output now; the live tail is spare.
@@ -321,8 +323,8 @@ struct Entry {
     stdout: LiveTail,
     stderr: LiveTail,
     outcome: Option<Arc<RunOutcome>>,
-    /// When it finished (for expiry) and its place in the eviction order.
-    finished: Option<(Instant, u64)>,
+    /// When it ended (for expiry) and its place in the eviction order.
+    finished: Option<(SystemTime, u64)>,
     cancel: CancelToken,
     cancel_requested: bool,
 }
@@ -360,7 +362,7 @@ impl Entry {
     }
 
     fn is_expired(&self, result_ttl: Duration) -> bool {
-        self.finished.is_some_and(|(at, _)| at.elapsed() >= result_ttl)
+        self.finished.is_some_and(|(ended, _)| ended + result_ttl <= SystemTime::now())
     }
 
     /// Roughly what the entry holds in memory.
@@ -425,7 +427,7 @@ mod tests {
         jobs.insert_new("a", "ta", CancelToken::new()).unwrap();
         jobs.insert_new("b", "tb", CancelToken::new()).unwrap();
         assert_eq!(jobs.insert_new("c", "tc", CancelToken::new()), Err(Full { running: 2 }));
-        jobs.finish("a", outcome("a", 1));
+        jobs.finish("a", outcome("a", 1), SystemTime::now());
         jobs.insert_new("c", "tc", CancelToken::new()).unwrap();
     }
 
@@ -435,10 +437,10 @@ mod tests {
         for run_id in ["a", "b", "c"] {
             jobs.insert_found(run_id, run_id, SystemTime::now(), CancelToken::new());
         }
-        jobs.finish("b", outcome("b", 1));
-        jobs.finish("a", outcome("a", 1));
+        jobs.finish("b", outcome("b", 1), SystemTime::now());
+        jobs.finish("a", outcome("a", 1), SystemTime::now());
         jobs.insert_found("d", "d", SystemTime::now(), CancelToken::new());
-        jobs.finish("c", outcome("c", 1));
+        jobs.finish("c", outcome("c", 1), SystemTime::now());
         assert!(matches!(jobs.lookup("b"), Lookup::Missing), "b finished first");
         for run_id in ["a", "c", "d"] {
             assert!(matches!(jobs.lookup(run_id), Lookup::Found(_)), "{run_id}");
@@ -451,14 +453,14 @@ mod tests {
         for run_id in ["a", "b", "c"] {
             jobs.insert_found(run_id, run_id, SystemTime::now(), CancelToken::new());
         }
-        jobs.finish("a", outcome("a", 6_000));
-        jobs.finish("b", outcome("b", 6_000));
+        jobs.finish("a", outcome("a", 6_000), SystemTime::now());
+        jobs.finish("b", outcome("b", 6_000), SystemTime::now());
         assert!(matches!(jobs.lookup("a"), Lookup::Missing));
         assert_eq!(found(jobs.lookup("b")).phase, Phase::Finished);
         assert_eq!(found(jobs.lookup("c")).phase, Phase::Pending);
         // One result larger than the whole budget is dropped at once; the
         // cluster still has it.
-        jobs.finish("c", outcome("c", 20_000));
+        jobs.finish("c", outcome("c", 20_000), SystemTime::now());
         assert!(matches!(jobs.lookup("c"), Lookup::Missing));
     }
 
@@ -466,11 +468,20 @@ mod tests {
     fn a_result_older_than_the_ttl_is_expired() {
         let jobs = Jobs::new(Limits { result_ttl: Duration::from_millis(30), ..limits() });
         jobs.insert_found("a", "a", SystemTime::now(), CancelToken::new());
-        jobs.finish("a", outcome("a", 1));
+        jobs.finish("a", outcome("a", 1), SystemTime::now());
         assert!(matches!(jobs.lookup("a"), Lookup::Found(_)));
         std::thread::sleep(Duration::from_millis(40));
         assert!(matches!(jobs.lookup("a"), Lookup::Expired));
         assert!(matches!(jobs.lookup("a"), Lookup::Missing), "expired entries are removed");
+    }
+
+    #[test]
+    fn the_retention_counts_from_when_the_run_ended() {
+        let jobs = Jobs::new(limits());
+        jobs.insert_found("a", "a", SystemTime::now(), CancelToken::new());
+        jobs.finish("a", outcome("a", 1), SystemTime::now() - Duration::from_secs(61));
+        // Dropped at once; the caller then finds the Job expired too.
+        assert!(matches!(jobs.lookup("a"), Lookup::Missing), "re-read after its retention: not kept");
     }
 
     #[test]
@@ -491,7 +502,7 @@ mod tests {
             let jobs = jobs.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(100));
-                jobs.finish("a", outcome("a", 1));
+                jobs.finish("a", outcome("a", 1), SystemTime::now());
             })
         };
         let started = Instant::now();

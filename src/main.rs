@@ -122,6 +122,12 @@ fn serve(raw: &RawConfig) -> ExitCode {
         eprintln!("{NAME}: {message}");
         return ExitCode::from(2);
     }
+    if let Ok(engine) = &engine
+        && let Err(error) = engine::reaper::start(engine.clone(), engine::reaper::REAP_EVERY)
+    {
+        log::error("could not start the reaper", &[("error", json!(error.to_string()))]);
+        return ExitCode::from(1);
+    }
     let server = Arc::new(Server::new(tools::Ctx { config: config.clone(), engine }));
     if let Err(error) = watch_signals(&stop, &server) {
         log::error("could not install signal handlers", &[("error", json!(error.to_string()))]);
@@ -182,6 +188,12 @@ fn connect_engine(config: &Config) -> Result<engine::run::Ctx, String> {
         client,
         policy: engine_policy(config),
         slots: engine::slots::Slots::new(config.max_concurrent as usize, config.max_queued as usize),
+        // Background runs in flight are capped like sync runs plus their
+        // queue; see engine::background for why they take no slot.
+        jobs: engine::jobs::Jobs::new(engine::jobs::Limits::new(
+            Duration::from_secs(config.result_ttl_s),
+            (config.max_concurrent + config.max_queued) as usize,
+        )),
     })
 }
 

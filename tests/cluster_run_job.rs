@@ -13,12 +13,7 @@ use serde_json::{Value, json};
 
 /// A server connected to the test cluster, with extra settings on top.
 fn server(extra: &[(&str, &str)]) -> StdioServer {
-    let mut env = cluster::server_env();
-    env.extend(extra.iter().map(|(name, value)| (name.to_string(), value.to_string())));
-    let env_refs: Vec<(&str, &str)> = env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-    let mut server = StdioServer::start(&env_refs);
-    server.initialize();
-    server
+    cluster::server(extra)
 }
 
 /// Request ids must not repeat within a session (MCP), so each call takes

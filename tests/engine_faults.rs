@@ -11,6 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use mcp_k8s_ephemeral_job::engine::cancel::CancelToken;
+use mcp_k8s_ephemeral_job::engine::jobs::{Jobs, Limits};
 use mcp_k8s_ephemeral_job::engine::run::{self, Ctx};
 use mcp_k8s_ephemeral_job::engine::slots::Slots;
 use mcp_k8s_ephemeral_job::engine::spec::{Policy, RunOutcome, RunSpec, RunStatus};
@@ -61,7 +62,8 @@ fn spec() -> RunSpec {
 /// Starts a run on its own thread; returns its run id and the handle.
 fn start_run(fake: &FakeApi) -> (String, thread::JoinHandle<RunOutcome>, support::TempDir) {
     let (client, temp) = support::connect(fake);
-    let ctx = Ctx { client, policy: policy(), slots: Slots::new(4, 4) };
+    let jobs = Jobs::new(Limits::new(Duration::from_secs(60), 4));
+    let ctx = Ctx { client, policy: policy(), slots: Slots::new(4, 4), jobs };
     let run_id = run::new_run_id();
     let thread_run_id = run_id.clone();
     let handle = thread::spawn(move || run::run(&ctx, &spec(), &thread_run_id, &CancelToken::new(), &|_| {}));

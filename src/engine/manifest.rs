@@ -23,6 +23,12 @@ pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "mcp-k8s-ephemeral-job";
 /// Label carrying the run id, on the Job, its pod and its Secret.
 pub const LABEL_RUN_ID: &str = "mcp-k8s-ephemeral-job/run-id";
+/// Label on background Jobs only, so `list_jobs` selects them in one call.
+pub const LABEL_MODE: &str = "mcp-k8s-ephemeral-job/mode";
+pub const MODE_BACKGROUND: &str = "background";
+/// Annotation (RFC 3339, UTC) after which the reaper deletes the object,
+/// whoever created it: see `engine::reaper`.
+pub const ANNOTATION_EXPIRES_AT: &str = "mcp-k8s-ephemeral-job/expires-at";
 /// Names of the containers, used when reading statuses and logs.
 pub const MAIN_CONTAINER: &str = "main";
 pub const PREPARE_CONTAINER: &str = "prepare";
@@ -93,7 +99,7 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
             "parallelism": 1,
             // A backstop only: the pod's own deadline ends the run with its
             // logs intact, while a Job-level deadline deletes the pod.
-            "activeDeadlineSeconds": pod_deadline.as_secs() + 60,
+            "activeDeadlineSeconds": (pod_deadline + JOB_DEADLINE_SLACK).as_secs(),
             "ttlSecondsAfterFinished": policy.finished_ttl.as_secs(),
             "template": {
                 "metadata": {"labels": labels(run_id)},
@@ -146,6 +152,37 @@ pub fn inputs_secret(spec: &RunSpec, policy: &Policy, run_id: &str, job_uid: &st
 pub fn pod_deadline(spec: &RunSpec, policy: &Policy) -> Duration {
     policy.start_timeout + spec.timeout + KILL_GRACE + COLLECT_SLACK
 }
+
+/// How long an object of this run may outlive its creation before the
+/// reaper deletes it, and how long the TTL controller keeps its finished
+/// Job. Sync runs keep theirs briefly (the server deletes them itself);
+/// background runs keep theirs for the result retention.
+pub struct Retention {
+    /// RFC 3339 UTC, written to `ANNOTATION_EXPIRES_AT`.
+    pub expires_at: String,
+    pub finished_ttl: Duration,
+    /// Background runs: extra annotations (`engine::background` owns
+    /// their names) and the mode label.
+    pub background: Option<serde_json::Map<String, Value>>,
+}
+
+/// Applies `retention` to a Job (or Secret) built above: pure, so the
+/// manifest stays deterministic for a given `Retention`.
+pub fn apply_retention(object: &mut Value, retention: &Retention) {
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(ANNOTATION_EXPIRES_AT.to_string(), json!(retention.expires_at));
+    if let Some(extra) = &retention.background {
+        annotations.extend(extra.clone());
+        object["metadata"]["labels"][LABEL_MODE] = json!(MODE_BACKGROUND);
+    }
+    object["metadata"]["annotations"] = Value::Object(annotations);
+    if object["kind"] == "Job" {
+        object["spec"]["ttlSecondsAfterFinished"] = json!(retention.finished_ttl.as_secs());
+    }
+}
+
+/// The Job-level deadline's margin over the pod's (see `job`).
+pub const JOB_DEADLINE_SLACK: Duration = Duration::from_secs(60);
 
 /// Kubernetes expands `$(VAR)` in `command`, `args` and env values; `$$`
 /// is its escape for a literal `$`. Doubling every `$` therefore reaches

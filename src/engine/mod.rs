@@ -1,12 +1,15 @@
 //! The job engine: turns a checked `RunSpec` into a Job, follows it and
 //! returns a `RunOutcome`. Knows Kubernetes through `kube`, nothing of MCP.
 
+pub mod background;
 pub mod cancel;
 pub mod classify;
 pub mod collect;
+pub mod jobs;
 pub mod manifest;
 pub mod outcome;
 pub mod permissions;
+pub mod reaper;
 pub mod run;
 pub mod slots;
 pub mod spec;

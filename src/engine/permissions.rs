@@ -40,8 +40,8 @@ pub const REQUIRED: &[Permission] = &[
         group: "batch",
         resource: "jobs",
         subresource: "",
-        verbs: &["create", "get", "list", "watch", "delete"],
-        used_for: "one Job per run, deleted when it ends",
+        verbs: &["create", "get", "list", "watch", "delete", "patch"],
+        used_for: "one Job per run, deleted when it ends; background Jobs are found by label and marked when cancelled",
     },
     Permission {
         group: "",

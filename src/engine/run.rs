@@ -28,6 +28,8 @@ pub struct Ctx {
     pub client: kube::Client,
     pub policy: Policy,
     pub slots: Slots,
+    /// Background runs known to this process (`engine::background`).
+    pub jobs: crate::engine::jobs::Jobs,
 }
 
 /// What a caller may want to know while a run is in flight.
@@ -77,23 +79,104 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
     let started = Instant::now();
     let namespace = ctx.policy.namespace.clone();
     let job_name = manifest::job_name(run_id);
-    let mut cleanup = Cleanup { client: &ctx.client, namespace: &namespace, job_name: &job_name, job: false, secret: false };
-    let job = match ctx.client.create(kube::Resource::JOBS, &namespace, &manifest::job(spec, &ctx.policy, run_id)) {
-        Ok(job) => job,
-        Err(error) => return api_refusal(run_id, "create the Job", &error),
+    // The server deletes the Job itself; the annotation and the short TTL
+    // only matter when it could not (crash, lost connection).
+    let retention = manifest::Retention {
+        expires_at: rfc3339_after(manifest::pod_deadline(spec, &ctx.policy) + manifest::JOB_DEADLINE_SLACK),
+        finished_ttl: ctx.policy.finished_ttl,
+        background: None,
     };
+    let followed = Followed::from_spec(spec, &ctx.policy);
+    let created = match create(ctx, spec, run_id, &retention) {
+        Ok(created) => created,
+        Err(outcome) => return *outcome,
+    };
+    let _cleanup = Cleanup { client: &ctx.client, namespace: &namespace, job_name: &job_name, job: true, secret: created.has_secret };
+    on_progress(Progress::Created { job_name: job_name.clone() });
+    let mut outcome = follow(ctx, &followed, run_id, cancel, on_progress);
+    outcome.times.created = classify_time(&created.job["metadata"]["creationTimestamp"]);
+    log_finished(run_id, &outcome, started);
+    outcome
+}
+
+/// What `create` made.
+pub struct Created {
+    /// The Job as stored by the API server.
+    pub job: Value,
+    pub has_secret: bool,
+}
+
+/// Creates the Job and its inputs Secret, marked with `retention`. Leaves
+/// nothing behind when it fails: the refusal comes back as an outcome
+/// (boxed: it is large, and the happy path should not carry it).
+pub fn create(ctx: &Ctx, spec: &RunSpec, run_id: &str, retention: &manifest::Retention) -> Result<Created, Box<RunOutcome>> {
+    let namespace = &ctx.policy.namespace;
+    let job_name = manifest::job_name(run_id);
+    let mut cleanup = Cleanup { client: &ctx.client, namespace, job_name: &job_name, job: false, secret: false };
+    let mut job_manifest = manifest::job(spec, &ctx.policy, run_id);
+    manifest::apply_retention(&mut job_manifest, retention);
+    let job = ctx
+        .client
+        .create(kube::Resource::JOBS, namespace, &job_manifest)
+        .map_err(|error| Box::new(api_refusal(run_id, "create the Job", &error)))?;
     cleanup.job = true;
     log::info("job created", &[("run_id", run_id.into()), ("job", job_name.as_str().into())]);
-    on_progress(Progress::Created { job_name: job_name.clone() });
     let job_uid = job["metadata"]["uid"].as_str().unwrap_or_default();
-    if let Some(secret) = manifest::inputs_secret(spec, &ctx.policy, run_id, job_uid) {
-        if let Err(error) = ctx.client.create(kube::Resource::SECRETS, &namespace, &secret) {
-            return api_refusal(run_id, "create the inputs Secret", &error);
-        }
-        cleanup.secret = true;
+    let mut has_secret = false;
+    if let Some(mut secret) = manifest::inputs_secret(spec, &ctx.policy, run_id, job_uid) {
+        manifest::apply_retention(&mut secret, retention);
+        ctx.client
+            .create(kube::Resource::SECRETS, namespace, &secret)
+            .map_err(|error| Box::new(api_refusal(run_id, "create the inputs Secret", &error)))?;
+        has_secret = true;
     }
-    let mut outcome = follow(ctx, spec, run_id, cancel, on_progress);
-    outcome.times.created = classify_time(&job["metadata"]["creationTimestamp"]);
+    // Everything exists: from here on the caller owns it.
+    cleanup.job = false;
+    Ok(Created { job, has_secret })
+}
+
+/// What following a run needs besides its id: the deadlines it is held to
+/// and the facts it is judged on. Built from the `RunSpec` for a run this
+/// process creates, or from the Job for one it re-attaches to.
+#[derive(Clone, Debug)]
+pub struct Followed {
+    pub timeout: Duration,
+    pub memory_limit: Option<String>,
+    /// When a pod that has not started is given up on.
+    pub start_deadline: Instant,
+    /// The pod's own deadline plus slack: only reached if the runner and
+    /// the kubelet both failed to end the run.
+    pub hard_deadline: Instant,
+}
+
+impl Followed {
+    /// For a run about to be created now.
+    pub fn from_spec(spec: &RunSpec, policy: &Policy) -> Followed {
+        let now = Instant::now();
+        Followed {
+            timeout: spec.timeout,
+            memory_limit: spec.memory_limit.as_ref().map(|quantity| quantity.as_str().to_string()),
+            start_deadline: now + policy.start_timeout,
+            hard_deadline: now + manifest::pod_deadline(spec, policy) + HARD_DEADLINE_SLACK,
+        }
+    }
+}
+
+/// Margin of `Followed::hard_deadline` over the pod's deadline.
+pub const HARD_DEADLINE_SLACK: Duration = Duration::from_secs(30);
+
+/// Deletes `run_id`'s inputs Secret; a background run calls it once its pod
+/// is done with the inputs. Failures are logged: the Secret is owned by the
+/// Job, so the garbage collector removes it with the Job anyway.
+pub fn delete_inputs_secret(ctx: &Ctx, run_id: &str) {
+    let name = manifest::job_name(run_id);
+    if let Err(error) = ctx.client.delete(kube::Resource::SECRETS, &ctx.policy.namespace, &name) {
+        log::warn("inputs secret not deleted; the garbage collector will remove it with its Job", &[("secret", name.as_str().into()), ("error", error.to_string().into())]);
+    }
+}
+
+/// The metadata-only log line every run ends with.
+pub fn log_finished(run_id: &str, outcome: &RunOutcome, started: Instant) {
     log::info(
         "run finished",
         &[
@@ -106,7 +189,11 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
             ("elapsed_ms", (started.elapsed().as_millis() as u64).into()),
         ],
     );
-    outcome
+}
+
+/// `now + after` as RFC 3339 UTC, for expiry annotations.
+pub fn rfc3339_after(after: Duration) -> String {
+    log::rfc3339_utc(SystemTime::now() + after)
 }
 
 /// Deletes what the run created when it goes out of scope: on success,
@@ -141,8 +228,10 @@ enum Watched {
     Failed(String),
 }
 
-/// Follows the pod from creation to the end of the command.
-fn follow(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_progress: &(dyn Fn(Progress) + Sync)) -> RunOutcome {
+/// Follows the pod from creation to the end of the command, and judges
+/// it. Works the same for a pod that already finished: its log is read from
+/// the start.
+pub fn follow(ctx: &Ctx, followed: &Followed, run_id: &str, cancel: &CancelToken, on_progress: &(dyn Fn(Progress) + Sync)) -> RunOutcome {
     let namespace = &ctx.policy.namespace;
     let selector = format!("{}={run_id}", manifest::LABEL_RUN_ID);
     let params = kube::watch::WatchParams {
@@ -169,7 +258,7 @@ fn follow(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_prog
                 }
             }
         });
-        let outcome = decide(ctx, spec, run_id, cancel, on_progress, &receiver, scope);
+        let outcome = decide(ctx, followed, run_id, cancel, on_progress, &receiver, scope);
         watch_abort.abort();
         outcome
     })
@@ -178,7 +267,7 @@ fn follow(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_prog
 /// The run's decision loop; see the module doc.
 fn decide<'scope>(
     ctx: &'scope Ctx,
-    spec: &'scope RunSpec,
+    followed: &Followed,
     run_id: &str,
     cancel: &CancelToken,
     on_progress: &'scope (dyn Fn(Progress) + Sync),
@@ -187,10 +276,7 @@ fn decide<'scope>(
 ) -> RunOutcome {
     let namespace = &ctx.policy.namespace;
     let job_name = manifest::job_name(run_id);
-    let start_deadline = Instant::now() + ctx.policy.start_timeout;
-    // The pod's own deadline plus slack: only reached if the runner and the
-    // kubelet both failed to end the run.
-    let hard_deadline = Instant::now() + manifest::pod_deadline(spec, &ctx.policy) + Duration::from_secs(30);
+    let (start_deadline, hard_deadline) = (followed.start_deadline, followed.hard_deadline);
     let mut last_pod: Option<Value> = None;
     let mut unschedulable_since: Option<Instant> = None;
     let mut last_waiting = String::from("the pod was not created yet");
@@ -219,7 +305,7 @@ fn decide<'scope>(
         }
         if now >= hard_deadline {
             let collector = stop_follower(log_follower.take());
-            let facts = Judged { run_id, timeout: spec.timeout, memory_limit: None, finished: None };
+            let facts = Judged { run_id, timeout: followed.timeout, memory_limit: None, finished: None };
             let mut outcome = outcome::judge(&facts, collector);
             outcome.status = RunStatus::TimedOut;
             outcome.reason = Some(RunReason::DeadlineExceeded);
@@ -256,7 +342,7 @@ fn decide<'scope>(
         if log_follower.as_ref().is_some_and(|(handle, _)| handle.is_finished()) {
             let collector = join_follower(log_follower.take().expect("checked above"), cancel);
             if collector.result.is_some() {
-                return judged_with_pod(run_id, spec, collector, last_pod.as_ref());
+                return judged_with_pod(run_id, followed, collector, last_pod.as_ref());
             }
             // The log ended without a result: wait for the pod's final
             // status to say why, reading the log once more then.
@@ -306,20 +392,20 @@ fn decide<'scope>(
                     (None, Some(collector)) => collector,
                     (None, None) => join_follower(start_follower(ctx, pod, on_progress, scope), cancel),
                 };
-                return judged_with_pod(run_id, spec, collector, Some(pod));
+                return judged_with_pod(run_id, followed, collector, Some(pod));
             }
         }
     }
 }
 
 /// Judges a run from its collected log and the pod's last known status.
-fn judged_with_pod(run_id: &str, spec: &RunSpec, collector: Collector, pod: Option<&Value>) -> RunOutcome {
+fn judged_with_pod(run_id: &str, followed: &Followed, collector: Collector, pod: Option<&Value>) -> RunOutcome {
     let finished = match pod.map(classify::pod_state) {
         Some(PodState::Finished(finished)) => Some(finished),
         _ => None,
     };
-    let memory_limit = spec.memory_limit.as_ref().map(|q| q.as_str());
-    let facts = Judged { run_id, timeout: spec.timeout, memory_limit, finished: finished.as_ref() };
+    let memory_limit = followed.memory_limit.as_deref();
+    let facts = Judged { run_id, timeout: followed.timeout, memory_limit, finished: finished.as_ref() };
     let mut outcome = outcome::judge(&facts, collector);
     if let Some(pod) = pod {
         outcome.times.scheduled = classify::scheduled_at(pod);

@@ -228,6 +228,8 @@ pub(crate) struct ApiRequest {
     /// Path and query, e.g. `/api/v1/namespaces/ci/pods?labelSelector=a%3Db`.
     pub path: String,
     pub body: Option<Vec<u8>>,
+    /// `Content-Type` of `body`: JSON, or a merge patch for PATCH.
+    pub content_type: &'static str,
     /// Per-read timeout instead of `Options::read_timeout` (watches, logs).
     pub read_timeout: Option<Option<Duration>>,
 }
@@ -354,6 +356,14 @@ impl Client {
         }
     }
 
+    /// `PATCH` with a JSON merge patch (RFC 7386): only the fields in
+    /// `patch` change, so concurrent writers of other fields do not clash.
+    pub fn merge_patch(&self, resource: Resource, namespace: &str, name: &str, patch: &serde_json::Value) -> Result<serde_json::Value, Error> {
+        let path = object_path(resource, namespace, name)?;
+        let body = patch.to_string().into_bytes();
+        self.json(ApiRequest { body: Some(body), content_type: "application/merge-patch+json", ..ApiRequest::new("PATCH", path) })
+    }
+
     /// A pod's log, read once (not followed).
     pub fn pod_logs(&self, namespace: &str, pod: &str, params: &LogParams) -> Result<Vec<u8>, Error> {
         let request = ApiRequest::new("GET", log_path(namespace, pod, params, false)?);
@@ -470,7 +480,7 @@ impl Client {
             builder = builder.header(name, value);
         }
         if request.body.is_some() {
-            builder = builder.header("Content-Type", "application/json");
+            builder = builder.header("Content-Type", request.content_type);
         }
         let mut http_request = builder.body(request.body.clone().unwrap_or_default()).map_err(ureq::Error::from)?;
         if let Some(read_timeout) = request.read_timeout {
@@ -506,7 +516,7 @@ impl Client {
 
 impl ApiRequest {
     pub(crate) fn new(verb: &'static str, path: String) -> ApiRequest {
-        ApiRequest { verb, path, body: None, read_timeout: None }
+        ApiRequest { verb, path, body: None, content_type: "application/json", read_timeout: None }
     }
 }
 

@@ -14,6 +14,7 @@
 //! branch off in `Server::on_request` before the session checks.
 
 pub mod jsonrpc;
+pub mod tasks;
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -187,6 +188,14 @@ impl Server {
                 Ok(()) => return,
                 Err(error) => Err(error),
             },
+            // Task methods may wait on the cluster: they get a call thread.
+            method if let Some((name, handler)) = tasks::handler(method) => {
+                let work = Work::Raw(handler);
+                match self.spawn_call(session, &request.id, name, work, request.params.clone(), outbox.clone(), None) {
+                    Ok(()) => return,
+                    Err(error) => Err(error),
+                }
+            }
             method => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`"))),
         };
         send_response(&outbox, &Response { id: Some(id), result });
@@ -233,7 +242,7 @@ impl Server {
         Ok(json!({
             "protocolVersion": version,
             // Only what is implemented: clients gate features on these.
-            "capabilities": { "tools": {}, "logging": {} },
+            "capabilities": { "tools": {}, "logging": {}, "tasks": tasks::capability() },
             "serverInfo": {
                 "name": SERVER_NAME,
                 "title": "Ephemeral Kubernetes jobs",
@@ -263,29 +272,56 @@ impl Server {
             Some(other) => return Err(invalid_params(format!("`arguments` must be an object, not {}", tools::json_kind(other)))),
         };
         let progress_token = params.get("_meta").and_then(|meta| meta.get("progressToken")).and_then(RequestId::from_json);
+        // A task-augmented call (tasks utility): the run starts and the
+        // task comes back at once. Tools without `taskSupport` forbid it.
+        let work = match params.get("task") {
+            None | Some(Value::Null) => Work::Tool(tool.handler),
+            Some(_) if !tools::background::TASK_TOOLS.contains(&tool.name) => {
+                return Err(ResponseError::new(
+                    ErrorCode::MethodNotFound,
+                    format!("tool `{name}` does not support tasks; call it without `task`"),
+                ));
+            }
+            Some(_) => return self.spawn_call(session, &request.id, tool.name, Work::Raw(tasks::create), params.clone(), outbox, None),
+        };
+        self.spawn_call(session, &request.id, tool.name, work, arguments, outbox, progress_token)
+    }
 
+    /// Registers a call and runs it on its own thread, which sends the
+    /// response.
+    #[allow(clippy::too_many_arguments)] // One call's facts; a struct would only be built here.
+    fn spawn_call(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        request_id: &RequestId,
+        name: &'static str,
+        work: Work,
+        arguments: Map<String, Value>,
+        outbox: Outbox,
+        progress_token: Option<RequestId>,
+    ) -> Result<(), ResponseError> {
         let handle = CallHandle { cancel: CancelToken::new(), answer: Arc::new(AtomicBool::new(true)) };
         {
             let mut calls = lock(&session.calls);
-            if calls.contains_key(&request.id) {
-                return Err(ResponseError::new(ErrorCode::InvalidRequest, format!("request id {} is already in use", request.id)));
+            if calls.contains_key(request_id) {
+                return Err(ResponseError::new(ErrorCode::InvalidRequest, format!("request id {request_id} is already in use")));
             }
             let call_number = self.calls.register(&handle.cancel)?;
-            calls.insert(request.id.clone(), handle.clone());
+            calls.insert(request_id.clone(), handle.clone());
             let running = RunningCall {
                 server: Arc::clone(self),
                 session: Arc::clone(session),
-                request_id: request.id.clone(),
+                request_id: request_id.clone(),
                 call_number,
-                tool_name: tool.name,
-                handler: tool.handler,
+                tool_name: name,
+                work,
                 arguments,
                 handle,
-                events: Notifier { session: Arc::clone(session), outbox, progress_token, last_progress: Mutex::new(None), logger: tool.name },
+                events: Notifier { session: Arc::clone(session), outbox, progress_token, last_progress: Mutex::new(None), logger: name },
             };
-            let spawned = std::thread::Builder::new().name(format!("call-{}", tool.name)).spawn(move || running.run());
+            let spawned = std::thread::Builder::new().name(format!("call-{name}")).spawn(move || running.run());
             if let Err(error) = spawned {
-                calls.remove(&request.id);
+                calls.remove(request_id);
                 self.calls.unregister(call_number);
                 return Err(ResponseError::new(ErrorCode::InternalError, format!("could not start a thread: {error}")));
             }
@@ -381,14 +417,23 @@ impl Calls {
     }
 }
 
+/// What a call thread runs.
+enum Work {
+    /// A tool: its outcome becomes a `tools/call` result.
+    Tool(tools::Handler),
+    /// A task method (or a task-augmented `tools/call`): a plain result.
+    Raw(tasks::RawHandler),
+}
+
 /// Everything a call's thread owns.
 struct RunningCall {
     server: Arc<Server>,
     session: Arc<Session>,
     request_id: RequestId,
     call_number: u64,
+    /// The tool's name, or the task method's.
     tool_name: &'static str,
-    handler: tools::Handler,
+    work: Work,
     arguments: Map<String, Value>,
     handle: CallHandle,
     events: Notifier,
@@ -400,12 +445,17 @@ impl RunningCall {
         let call = tools::Call { arguments: &self.arguments, cancel: &self.handle.cancel, events: &self.events };
         // A panicking tool must not take the server down: it becomes -32603
         // for this call only. Needs `panic = "unwind"` (Cargo.toml).
-        let outcome = catch_unwind(AssertUnwindSafe(|| (self.handler)(&self.server.ctx, &call)));
-        let (result, status) = match &outcome {
-            Ok(outcome @ (ToolOutcome::Success(_) | ToolOutcome::SuccessWithContent { .. })) => {
-                (Ok(tools::result_json(outcome)), "success")
+        let outcome = match self.work {
+            Work::Tool(handler) => catch_unwind(AssertUnwindSafe(|| handler(&self.server.ctx, &call))).map(Ok),
+            Work::Raw(handler) => catch_unwind(AssertUnwindSafe(|| handler(&self.server.ctx, &call))).map(Err),
+        };
+        let (result, status) = match outcome {
+            Ok(Ok(outcome @ (ToolOutcome::Success(_) | ToolOutcome::SuccessWithContent { .. }))) => {
+                (Ok(tools::result_json(&outcome)), "success")
             }
-            Ok(outcome @ ToolOutcome::Failure(_)) => (Ok(tools::result_json(outcome)), "tool_error"),
+            Ok(Ok(outcome @ ToolOutcome::Failure(_))) => (Ok(tools::result_json(&outcome)), "tool_error"),
+            Ok(Err(Ok(value))) => (Ok(value), "success"),
+            Ok(Err(Err(error))) => (Err(error), "error"),
             Err(_) => (
                 Err(ResponseError::new(
                     ErrorCode::InternalError,
@@ -483,7 +533,7 @@ fn number_json(number: f64) -> Value {
 }
 
 fn is_known_method(method: &str) -> bool {
-    matches!(method, "tools/list" | "tools/call" | "logging/setLevel")
+    matches!(method, "tools/list" | "tools/call" | "logging/setLevel") || tasks::METHODS.contains(&method)
 }
 
 fn list_tools(registry: &tools::Registry, params: &Map<String, Value>) -> Result<Value, ResponseError> {

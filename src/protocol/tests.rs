@@ -84,7 +84,8 @@ fn initialize_declares_only_implemented_capabilities() {
     let server = server();
     let (_, messages) = exchange(&server, &Arc::new(Session::new()), INITIALIZE);
     let result = &messages[0]["result"];
-    assert_eq!(result["capabilities"], json!({ "tools": {}, "logging": {} }));
+    let tasks = json!({ "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } });
+    assert_eq!(result["capabilities"], json!({ "tools": {}, "logging": {}, "tasks": tasks }));
     assert_eq!(result["serverInfo"]["name"], "mcp-k8s-ephemeral-job");
 }
 
@@ -117,7 +118,7 @@ fn errors() {
         ("{not json", error(Value::Null, -32700, "parse error: key must be a string at line 1 column 2")),
         (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, error(Value::Null, -32600, "`id` must be a string or an integer, not null")),
         (r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5}}"#, error(json!(1), -32602, "`protocolVersion` must be a string, not an integer")),
-        (r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"nope"}}"#, error(json!(8), -32602, "unknown tool: `nope`; available: describe_environment, run_job, test_sleep, test_panic")),
+        (r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"nope"}}"#, error(json!(8), -32602, "unknown tool: `nope`; available: describe_environment, run_job, submit_job, fetch_job, cancel_job, list_jobs, test_sleep, test_panic")),
         (r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{}}"#, error(json!(9), -32602, "missing `name`")),
         (r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":1}}"#, error(json!(10), -32602, "`name` must be a string, not an integer")),
         (r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"describe_environment","arguments":[]}}"#, error(json!(11), -32602, "`arguments` must be an object, not an array")),
@@ -240,4 +241,38 @@ fn shutdown_waits_for_calls_then_cancels_them_and_refuses_new_ones() {
     assert_eq!(messages.last().unwrap()["result"]["isError"], true);
     let (_, messages) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"describe_environment"}}"#);
     assert_eq!(messages, [error(json!(2), -32603, "server is shutting down; no new calls are accepted")]);
+}
+
+#[test]
+fn task_requests_are_checked_before_any_cluster_is_needed() {
+    let no_cluster = "this server cannot reach a Kubernetes cluster: no cluster in protocol tests";
+    let cases = [
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"describe_environment","arguments":{},"task":{"ttl":1000}}}"#,
+            error(json!(1), -32601, "tool `describe_environment` does not support tasks; call it without `task`"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_job","arguments":{"image":"x"},"task":{}}}"#,
+            error(json!(2), -32602, "image `x` is not allowed: the server allows no images (MCP_K8S_ALLOWED_IMAGES is empty); ask the operator to set it"),
+        ),
+        (r#"{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{}}"#, error(json!(3), -32602, "missing `taskId`")),
+        (r#"{"jsonrpc":"2.0","id":4,"method":"tasks/result","params":{"taskId":7}}"#, error(json!(4), -32602, "`taskId` must be a string, not an integer")),
+        (r#"{"jsonrpc":"2.0","id":5,"method":"tasks/cancel","params":{"taskId":"job-x"}}"#, error(json!(5), -32602, no_cluster)),
+        (r#"{"jsonrpc":"2.0","id":6,"method":"tasks/list","params":{"cursor":"c"}}"#, error(json!(6), -32602, "unknown cursor \"c\"; tasks/list has a single page")),
+        (r#"{"jsonrpc":"2.0","id":7,"method":"tasks/list"}"#, error(json!(7), -32603, no_cluster)),
+    ];
+    for (input, expected) in cases {
+        check(input, expected);
+    }
+}
+
+#[test]
+fn run_job_alone_declares_task_support() {
+    let server = server();
+    let session = initialized_session(&server);
+    let (_, messages) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    for tool in messages[0]["result"]["tools"].as_array().unwrap() {
+        let expected = if tool["name"] == "run_job" { json!({ "taskSupport": "optional" }) } else { Value::Null };
+        assert_eq!(tool["execution"], expected, "{}", tool["name"]);
+    }
 }

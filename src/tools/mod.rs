@@ -11,6 +11,7 @@
 //! the `CancelToken` and a progress callback from the handler, so the engine
 //! stays ignorant of MCP too.
 
+pub mod background;
 pub mod job_args;
 pub mod job_result;
 pub mod run_job;
@@ -100,6 +101,7 @@ impl Registry {
     /// `MCP_K8S_TEST_TOOLS=1`.
     pub fn new(config: &Config) -> Registry {
         let mut tools = vec![describe_environment_tool(), run_job::run_job_tool(config)];
+        tools.extend(background::tools(config));
         if config.test_tools {
             tools.push(test_sleep_tool());
             tools.push(test_panic_tool());
@@ -124,7 +126,7 @@ impl Registry {
 
 impl Tool {
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut tool = json!({
             "name": self.name,
             "title": self.title,
             "description": self.description,
@@ -137,7 +139,12 @@ impl Tool {
                 "idempotentHint": self.annotations.idempotent,
                 "openWorldHint": self.annotations.open_world,
             },
-        })
+        });
+        // MCP tasks (2025-11-25): a tool without `execution` forbids them.
+        if background::TASK_TOOLS.contains(&self.name) {
+            tool["execution"] = json!({ "taskSupport": "optional" });
+        }
+        tool
     }
 }
 
@@ -458,8 +465,9 @@ mod tests {
     #[test]
     fn test_tools_are_registered_only_on_request() {
         let config = Config::from_raw(&RawConfig::default()).unwrap();
-        assert_eq!(Registry::new(&config).names(), ["describe_environment", "run_job"]);
-        assert_eq!(Registry::new(&ctx().config).names(), ["describe_environment", "run_job", "test_sleep", "test_panic"]);
+        let production = ["describe_environment", "run_job", "submit_job", "fetch_job", "cancel_job", "list_jobs"];
+        assert_eq!(Registry::new(&config).names(), production);
+        assert_eq!(Registry::new(&ctx().config).names(), [&production[..], &["test_sleep", "test_panic"]].concat());
     }
 
     #[test]

@@ -60,6 +60,17 @@ pub fn runner_image() -> String {
     std::env::var("MCP_K8S_TEST_RUNNER_IMAGE").unwrap_or_else(|_| PROJECT_IMAGE.to_string())
 }
 
+/// A server on stdio connected to the test cluster (`server_env`), with
+/// `extra` settings on top, initialized.
+pub fn server(extra: &[(&str, &str)]) -> super::StdioServer {
+    let mut env = server_env();
+    env.extend(extra.iter().map(|(name, value)| (name.to_string(), value.to_string())));
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let mut server = super::StdioServer::start(&env_refs);
+    server.initialize();
+    server
+}
+
 /// Waits until nothing labelled with `run_id` is left: no Job, pod or
 /// Secret. Pods go through a short termination, hence the wait.
 pub fn assert_nothing_left(run_id: &str) {

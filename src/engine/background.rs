@@ -1,0 +1,566 @@
+//! Background runs (issue 6): submit, fetch, cancel and list, with the
+//! cluster as the source of truth so a restart or a second replica loses
+//! nothing.
+//!
+//! A background run is the same engine run as `run::run`, but its Job is
+//! kept when it ends: `ttlSecondsAfterFinished` is the result retention, and
+//! annotations carry what a process that did not create it needs (the job
+//! token, `timeout_s`, the expiry). Its pod and container log (which holds
+//! the runner's result frame) stay readable by any replica until the TTL
+//! controller deletes the Job. The `jobs::Jobs` store caches state and
+//! outcomes; a token it does not know is looked up in the cluster and
+//! re-attached: one follower thread per run, shared by every waiter.
+//!
+//! Background runs do not take an `MCP_K8S_MAX_CONCURRENT` slot: a slot
+//! bounds what this process waits on, while a background Job lives in the
+//! cluster whether or not this process does, and waiting for a slot in
+//! memory would make a submitted run vanish with a restart. The store caps
+//! how many are in flight instead (`Limits::max_running`).
+//!
+//! Knows Kubernetes and the engine; nothing of MCP.
+
+use std::fmt;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::engine::cancel::CancelToken;
+use crate::engine::classify;
+use crate::engine::jobs::{Lookup, Phase, Seen, View};
+use crate::engine::manifest;
+use crate::engine::run::{self, Ctx, Followed, Progress};
+use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
+use crate::kube;
+use crate::log;
+use crate::runner::frame::Stream;
+
+/// Annotations of a background Job (the expiry is `manifest`'s).
+pub const ANNOTATION_TOKEN: &str = "mcp-k8s-ephemeral-job/job-token";
+pub const ANNOTATION_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
+/// The image and argv, shortened, so `list_jobs` can tell runs apart.
+pub const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
+/// Set by `cancel`: the run was stopped on purpose, even if its pod (and
+/// the partial output in its log) is gone when another process looks.
+pub const ANNOTATION_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
+
+/// How long `cancel` lets the runner report the output so far after its
+/// pod was deleted, before the follower is stopped outright.
+const CANCEL_DRAIN: Duration = Duration::from_secs(15);
+/// Longest command summary kept in `ANNOTATION_COMMAND`.
+const COMMAND_SUMMARY_CHARS: usize = 200;
+/// A follower that re-attaches gets at least this long to see the pod
+/// before the start or hard deadline (counted from the Job's creation)
+/// can end it.
+const ATTACH_GRACE: Duration = Duration::from_secs(10);
+
+/// A submitted run.
+#[derive(Clone, Debug)]
+pub struct Submitted {
+    pub token: String,
+    pub run_id: String,
+}
+
+/// Why a background call could not be answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Error {
+    /// Not a token this server hands out, or its Job never existed here.
+    Unknown { token: String },
+    /// The result was kept for `result_ttl_s` after the run and is gone.
+    Expired { token: String, result_ttl_s: u64 },
+    /// Too many background runs in flight.
+    Full { running: usize },
+    /// The cluster refused to create the run; the message says why.
+    Refused { message: String },
+    /// `cancel` on a run that has already finished.
+    AlreadyFinished { token: String },
+    /// An API call failed.
+    Api { what: &'static str, message: String },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Unknown { token } => write!(
+                formatter,
+                "unknown job_token `{token}`: no such background job in this namespace; use the token submit_job returned, or find it with list_jobs"
+            ),
+            Error::Expired { token, result_ttl_s } => write!(
+                formatter,
+                "job_token `{token}` has expired: results are kept {result_ttl_s} s after the job ends (MCP_K8S_RESULT_TTL_S); submit the job again"
+            ),
+            Error::Full { running } => write!(
+                formatter,
+                "{running} background jobs are in flight, the most this server allows (MCP_K8S_MAX_CONCURRENT + MCP_K8S_MAX_QUEUED); fetch or cancel some, then retry"
+            ),
+            Error::Refused { message } => write!(formatter, "{message}"),
+            Error::AlreadyFinished { token } => {
+                write!(formatter, "job `{token}` has already finished; fetch_job returns its result")
+            }
+            Error::Api { what, message } => write!(formatter, "could not {what}: {message}; retry shortly"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// One background Job as `list` finds it.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    pub token: String,
+    pub created: Option<SystemTime>,
+    /// From the store when known here, else from the Job's status.
+    pub phase: Phase,
+    /// The result's status when this process has it.
+    pub result_status: Option<RunStatus>,
+    pub cancelled: bool,
+    pub command: String,
+    pub expires_at: String,
+}
+
+/// The token for a run submitted at `submitted`: the run id (128 random
+/// bits, so unguessable) and the submit time, so that a token whose Job is
+/// gone can be told apart as expired rather than unknown.
+pub fn token_for(run_id: &str, submitted: SystemTime) -> String {
+    let seconds = submitted.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    format!("job-{run_id}-{seconds}")
+}
+
+/// `(run_id, submitted)` from a token; `None` unless it has the exact shape
+/// `token_for` writes, so nothing else reaches a Kubernetes name.
+pub fn parse_token(token: &str) -> Option<(String, SystemTime)> {
+    let rest = token.strip_prefix("job-")?;
+    let (run_id, seconds) = rest.split_once('-')?;
+    let hex = run_id.len() == 32 && run_id.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
+    let digits = !seconds.is_empty() && seconds.len() <= 12 && seconds.bytes().all(|byte| byte.is_ascii_digit());
+    if !hex || !digits {
+        return None;
+    }
+    Some((run_id.to_string(), UNIX_EPOCH + Duration::from_secs(seconds.parse().ok()?)))
+}
+
+/// Creates the run's Job (kept after it ends) and starts following it.
+/// Returns once the Job exists, so the token is durable when returned.
+pub fn submit(ctx: &Ctx, spec: &RunSpec) -> Result<Submitted, Error> {
+    let run_id = run::new_run_id();
+    let token = token_for(&run_id, SystemTime::now());
+    let cancel = CancelToken::new();
+    ctx.jobs.insert_new(&run_id, &token, cancel.clone()).map_err(|full| Error::Full { running: full.running })?;
+    let followed = Followed::from_spec(spec, &ctx.policy);
+    let retention = manifest::Retention {
+        expires_at: run::rfc3339_after(
+            manifest::pod_deadline(spec, &ctx.policy) + manifest::JOB_DEADLINE_SLACK + ctx.jobs.limits().result_ttl,
+        ),
+        finished_ttl: ctx.jobs.limits().result_ttl,
+        background: Some(background_annotations(spec, &token)),
+    };
+    let created = match run::create(ctx, spec, &run_id, &retention) {
+        Ok(created) => created,
+        Err(outcome) => {
+            ctx.jobs.remove(&run_id);
+            return Err(Error::Refused { message: outcome.message });
+        }
+    };
+    let created_at = time_of(&created.job["metadata"]["creationTimestamp"]);
+    start_follower(ctx, &run_id, followed, created_at, cancel);
+    Ok(Submitted { token, run_id })
+}
+
+/// The run's current view, waiting up to `wait` for it to finish. New live
+/// output goes to `on_output` while waiting; `stop` ends the wait early.
+pub fn fetch(
+    ctx: &Ctx,
+    token: &str,
+    wait: Duration,
+    stop: &CancelToken,
+    on_output: &mut dyn FnMut(Stream, &[u8]),
+) -> Result<View, Error> {
+    let deadline = Instant::now() + wait;
+    // Seen output starts at "everything so far": the reply carries it.
+    let mut seen: Option<Seen> = None;
+    // Two rounds: an entry evicted while waiting is found in the cluster.
+    for _ in 0..2 {
+        let (run_id, _) = ensure_known(ctx, token)?;
+        let seen = seen.get_or_insert_with(|| match ctx.jobs.lookup(&run_id) {
+            Lookup::Found(view) => Seen { stdout: view.stdout_seen, stderr: view.stderr_seen },
+            _ => Seen::default(),
+        });
+        match ctx.jobs.wait(&run_id, deadline, stop, seen, on_output) {
+            Lookup::Found(view) => return Ok(view),
+            Lookup::Expired => return Err(expired(ctx, token)),
+            Lookup::Missing => continue,
+        }
+    }
+    Err(Error::Unknown { token: token.to_string() })
+}
+
+/// Stops the run at once: marks its Job cancelled, deletes its pod (the
+/// runner then reports the output so far), and waits briefly for that
+/// report. The outcome stays fetchable like any other.
+pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
+    let (run_id, view) = ensure_known(ctx, token)?;
+    if view.phase == Phase::Finished {
+        return Err(Error::AlreadyFinished { token: token.to_string() });
+    }
+    let namespace = &ctx.policy.namespace;
+    let never = CancelToken::new();
+    let mut seen = Seen::default();
+    // A Job that already ended, but whose log is still being read here,
+    // must keep its pod: the result is in that log.
+    let job = ctx
+        .client
+        .get_if_exists(kube::Resource::JOBS, namespace, &manifest::job_name(&run_id))
+        .map_err(|error| Error::Api { what: "look up the Job", message: error.to_string() })?;
+    if job.as_ref().is_some_and(|job| job_finished_at(job).is_some()) {
+        ctx.jobs.wait(&run_id, Instant::now() + CANCEL_DRAIN, &never, &mut seen, &mut |_, _| {});
+        return Err(Error::AlreadyFinished { token: token.to_string() });
+    }
+    let Some(follower) = ctx.jobs.request_cancel(&run_id) else {
+        return Err(Error::Unknown { token: token.to_string() });
+    };
+    let patch = json!({"metadata": {"annotations": {ANNOTATION_CANCELLED_AT: log::rfc3339_utc(SystemTime::now())}}});
+    if let Err(error) = ctx.client.merge_patch(kube::Resource::JOBS, namespace, &manifest::job_name(&run_id), &patch) {
+        // The run is still stopped; only another process's view of why
+        // its pod vanished is poorer.
+        log::warn("could not mark the job cancelled", &[("run_id", run_id.as_str().into()), ("error", error.to_string().into())]);
+    }
+    delete_pods(ctx, &run_id);
+    let drained = ctx.jobs.wait(&run_id, Instant::now() + CANCEL_DRAIN, &never, &mut seen, &mut |_, _| {});
+    let finished = matches!(&drained, Lookup::Found(view) if view.phase == Phase::Finished);
+    if !finished {
+        follower.cancel();
+    }
+    let last = ctx.jobs.wait(&run_id, Instant::now() + CANCEL_DRAIN, &never, &mut seen, &mut |_, _| {});
+    // A pod the Job controller created after the first sweep goes too.
+    delete_pods(ctx, &run_id);
+    match last {
+        Lookup::Found(view) => Ok(view),
+        _ => Err(Error::Unknown { token: token.to_string() }),
+    }
+}
+
+/// The background Jobs in the namespace, newest first.
+pub fn list(ctx: &Ctx) -> Result<Vec<Listed>, Error> {
+    let params = kube::ListParams {
+        label_selector: Some(format!(
+            "{}={},{}={}",
+            manifest::LABEL_MANAGED_BY,
+            manifest::MANAGED_BY,
+            manifest::LABEL_MODE,
+            manifest::MODE_BACKGROUND
+        )),
+        field_selector: None,
+    };
+    let jobs = ctx
+        .client
+        .list(kube::Resource::JOBS, &ctx.policy.namespace, &params)
+        .map_err(|error| Error::Api { what: "list the background Jobs", message: error.to_string() })?;
+    let mut listed: Vec<Listed> = jobs.items.iter().filter_map(|job| listed_job(ctx, job)).collect();
+    listed.sort_by_key(|listed| std::cmp::Reverse(listed.created));
+    Ok(listed)
+}
+
+/// The run's view without waiting (`tasks/get`).
+pub fn status(ctx: &Ctx, token: &str) -> Result<View, Error> {
+    fetch(ctx, token, Duration::ZERO, &CancelToken::new(), &mut |_, _| {})
+}
+
+/// Makes sure the store knows the run: from memory, or by re-attaching to
+/// its Job. Returns the run id and the current view.
+fn ensure_known(ctx: &Ctx, token: &str) -> Result<(String, View), Error> {
+    let Some((run_id, _)) = parse_token(token) else {
+        return Err(Error::Unknown { token: token.to_string() });
+    };
+    match ctx.jobs.lookup(&run_id) {
+        Lookup::Found(view) if view.token == token => return Ok((run_id, view)),
+        Lookup::Found(_) => return Err(Error::Unknown { token: token.to_string() }),
+        Lookup::Expired => return Err(expired(ctx, token)),
+        Lookup::Missing => {}
+    }
+    attach(ctx, token, &run_id)?;
+    match ctx.jobs.lookup(&run_id) {
+        Lookup::Found(view) => Ok((run_id, view)),
+        Lookup::Expired => Err(expired(ctx, token)),
+        Lookup::Missing => Err(Error::Unknown { token: token.to_string() }),
+    }
+}
+
+/// Finds the run's Job and starts following it (or judges it at once when
+/// its pod is gone). The Job must carry exactly this token, so a token with
+/// a forged time does not reach it.
+fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
+    let namespace = &ctx.policy.namespace;
+    let job = ctx
+        .client
+        .get_if_exists(kube::Resource::JOBS, namespace, &manifest::job_name(run_id))
+        .map_err(|error| Error::Api { what: "look up the Job", message: error.to_string() })?;
+    let Some(job) = job.filter(|job| annotation(job, ANNOTATION_TOKEN) == Some(token)) else {
+        return Err(gone(ctx, token));
+    };
+    if job_finished_at(&job).is_some_and(|at| at + ctx.jobs.limits().result_ttl <= SystemTime::now()) {
+        // The TTL controller has not got to it yet; the result is expired
+        // all the same.
+        return Err(expired(ctx, token));
+    }
+    let created = time_of(&job["metadata"]["creationTimestamp"]);
+    let cancel = CancelToken::new();
+    if !ctx.jobs.insert_found(run_id, token, created.unwrap_or_else(SystemTime::now), cancel.clone()) {
+        return Ok(());
+    }
+    log::info("re-attaching to a background job", &[("run_id", run_id.into())]);
+    if let Some(ended) = job_finished_at(&job)
+        && !pod_exists(ctx, run_id)?
+    {
+        ctx.jobs.finish(run_id, outcome_without_pod(run_id, &job, created), ended);
+        return Ok(());
+    }
+    start_follower(ctx, run_id, followed_from_job(ctx, &job), created, cancel);
+    Ok(())
+}
+
+/// Follows the run on its own thread until it ends, then records the
+/// outcome. The Job is kept; the inputs Secret goes (it may hold secrets,
+/// and nothing reads it once the pod has run).
+fn start_follower(ctx: &Ctx, run_id: &str, followed: Followed, created: Option<SystemTime>, cancel: CancelToken) {
+    let thread_ctx = ctx.clone();
+    let thread_run_id = run_id.to_string();
+    let spawned = std::thread::Builder::new()
+        .name(format!("job-{}", &run_id[..8.min(run_id.len())]))
+        .spawn(move || follow_to_end(&thread_ctx, &thread_run_id, &followed, created, &cancel));
+    if let Err(error) = spawned {
+        let message = format!("could not start a thread to follow the job: {error}; fetch_job will try again");
+        // Forgetting the entry lets the next fetch re-attach.
+        log::error("background follower not started", &[("run_id", run_id.into()), ("error", message.into())]);
+        ctx.jobs.remove(run_id);
+    }
+}
+
+fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<SystemTime>, cancel: &CancelToken) {
+    let started = Instant::now();
+    let on_progress = |progress: Progress| match progress {
+        Progress::Started => ctx.jobs.set_phase(run_id, Phase::Running),
+        Progress::Output(chunk) => ctx.jobs.push_output(run_id, chunk.stream, &chunk.bytes),
+        Progress::Queued | Progress::Created { .. } => {}
+    };
+    let mut outcome = run::follow(ctx, followed, run_id, cancel, &on_progress);
+    outcome.times.created = created;
+    // The Job as it is now: whether another process cancelled it, and when
+    // it ended if that was before this process re-read it.
+    let job = ctx.client.get_if_exists(kube::Resource::JOBS, &ctx.policy.namespace, &manifest::job_name(run_id));
+    let job = job.ok().flatten().unwrap_or_default();
+    let cancel_requested = matches!(ctx.jobs.lookup(run_id), Lookup::Found(view) if view.cancel_requested);
+    if cancel_requested || annotation(&job, ANNOTATION_CANCELLED_AT).is_some() {
+        mark_cancelled(&mut outcome);
+    }
+    run::delete_inputs_secret(ctx, run_id);
+    run::log_finished(run_id, &outcome, started);
+    let ended = job_finished_at(&job).unwrap_or_else(SystemTime::now);
+    ctx.jobs.finish(run_id, outcome, ended);
+}
+
+/// A cancelled run whose runner could not report in time ends as
+/// `cancelled`, not as a lost result; one that finished on its own first
+/// keeps its real outcome.
+fn mark_cancelled(outcome: &mut RunOutcome) {
+    if matches!(outcome.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled) {
+        return;
+    }
+    outcome.status = RunStatus::Cancelled;
+    outcome.reason = Some(RunReason::Cancelled);
+    outcome.message = "the job was cancelled (cancel_job) and its pod deleted; the output read so far is included".into();
+}
+
+/// The outcome of a finished Job whose pod (and so its log) is gone.
+fn outcome_without_pod(run_id: &str, job: &Value, created: Option<SystemTime>) -> RunOutcome {
+    let mut outcome = match annotation(job, ANNOTATION_CANCELLED_AT) {
+        Some(at) => RunOutcome::without_result(
+            run_id,
+            RunStatus::Cancelled,
+            RunReason::Cancelled,
+            format!(
+                "the job was cancelled at {at}; its partial output was held by the server process that cancelled it and is not in the cluster"
+            ),
+        ),
+        None => RunOutcome::without_result(
+            run_id,
+            RunStatus::Error,
+            RunReason::ResultLost,
+            "the Job finished but its pod and log are gone (deleted or garbage-collected), so the result cannot be read; submit the job again".into(),
+        ),
+    };
+    outcome.times.created = created;
+    outcome
+}
+
+fn pod_exists(ctx: &Ctx, run_id: &str) -> Result<bool, Error> {
+    let pods = ctx
+        .client
+        .list(kube::Resource::PODS, &ctx.policy.namespace, &run_selector(run_id))
+        .map_err(|error| Error::Api { what: "list the job's pods", message: error.to_string() })?;
+    Ok(!pods.items.is_empty())
+}
+
+fn delete_pods(ctx: &Ctx, run_id: &str) {
+    let namespace = &ctx.policy.namespace;
+    let pods = match ctx.client.list(kube::Resource::PODS, namespace, &run_selector(run_id)) {
+        Ok(pods) => pods.items,
+        Err(error) => {
+            log::warn("could not list the job's pods to cancel it", &[("run_id", run_id.into()), ("error", error.to_string().into())]);
+            return;
+        }
+    };
+    for pod in pods {
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        if let Err(error) = ctx.client.delete(kube::Resource::PODS, namespace, name) {
+            log::warn("could not delete the job's pod", &[("pod", name.into()), ("error", error.to_string().into())]);
+        }
+    }
+}
+
+fn run_selector(run_id: &str) -> kube::ListParams {
+    kube::ListParams { label_selector: Some(format!("{}={run_id}", manifest::LABEL_RUN_ID)), field_selector: None }
+}
+
+/// The deadlines and judging facts of a Job this process did not create,
+/// counted from the Job's creation (with `ATTACH_GRACE` to see the pod).
+fn followed_from_job(ctx: &Ctx, job: &Value) -> Followed {
+    let pod_spec = &job["spec"]["template"]["spec"];
+    let pod_deadline = Duration::from_secs(pod_spec["activeDeadlineSeconds"].as_u64().unwrap_or(0));
+    let timeout = annotation(job, ANNOTATION_TIMEOUT_S).and_then(|text| text.parse().ok()).map(Duration::from_secs);
+    let memory_limit = pod_spec["containers"]
+        .as_array()
+        .and_then(|containers| containers.iter().find(|container| container["name"] == manifest::MAIN_CONTAINER))
+        .and_then(|main| main["resources"]["limits"]["memory"].as_str())
+        .map(str::to_string);
+    let age = time_of(&job["metadata"]["creationTimestamp"])
+        .and_then(|created| SystemTime::now().duration_since(created).ok())
+        .unwrap_or_default();
+    let now = Instant::now();
+    let since_creation = |after: Duration| (now + after.saturating_sub(age)).max(now + ATTACH_GRACE);
+    Followed {
+        timeout: timeout.unwrap_or(pod_deadline),
+        memory_limit,
+        start_deadline: since_creation(ctx.policy.start_timeout),
+        hard_deadline: since_creation(pod_deadline + run::HARD_DEADLINE_SLACK),
+    }
+}
+
+fn listed_job(ctx: &Ctx, job: &Value) -> Option<Listed> {
+    let token = annotation(job, ANNOTATION_TOKEN)?.to_string();
+    let (run_id, _) = parse_token(&token)?;
+    let known = match ctx.jobs.lookup(&run_id) {
+        Lookup::Found(view) if view.token == token => Some(view),
+        _ => None,
+    };
+    let phase = match &known {
+        Some(view) => view.phase,
+        None if job_finished_at(job).is_some() => Phase::Finished,
+        None if job["status"]["active"].as_u64().unwrap_or(0) > 0 => Phase::Running,
+        None => Phase::Pending,
+    };
+    Some(Listed {
+        token,
+        created: time_of(&job["metadata"]["creationTimestamp"]),
+        phase,
+        result_status: known.as_ref().and_then(|view| view.outcome.as_ref()).map(|outcome| outcome.status),
+        cancelled: annotation(job, ANNOTATION_CANCELLED_AT).is_some() || known.is_some_and(|view| view.cancel_requested),
+        command: annotation(job, ANNOTATION_COMMAND).unwrap_or_default().to_string(),
+        expires_at: annotation(job, manifest::ANNOTATION_EXPIRES_AT).unwrap_or_default().to_string(),
+    })
+}
+
+fn background_annotations(spec: &RunSpec, token: &str) -> serde_json::Map<String, Value> {
+    let mut command = format!("{} {}", spec.image, spec.command.join(" "));
+    if let Some((cut, _)) = command.char_indices().nth(COMMAND_SUMMARY_CHARS) {
+        command.truncate(cut);
+        command.push('…');
+    }
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(ANNOTATION_TOKEN.to_string(), json!(token));
+    annotations.insert(ANNOTATION_TIMEOUT_S.to_string(), json!(spec.timeout.as_secs().to_string()));
+    annotations.insert(ANNOTATION_COMMAND.to_string(), json!(command));
+    annotations
+}
+
+/// When the Job reached `Complete` or `Failed`, if it has.
+fn job_finished_at(job: &Value) -> Option<SystemTime> {
+    let conditions = job["status"]["conditions"].as_array()?;
+    let finished = conditions
+        .iter()
+        .find(|condition| matches!(condition["type"].as_str(), Some("Complete" | "Failed")) && condition["status"] == "True")?;
+    Some(time_of(&finished["lastTransitionTime"]).unwrap_or_else(SystemTime::now))
+}
+
+/// The error for a token whose Job is not in the cluster: expired if its
+/// result could have outlived the retention by now, unknown otherwise.
+fn gone(ctx: &Ctx, token: &str) -> Error {
+    let result_ttl = ctx.jobs.limits().result_ttl;
+    match parse_token(token) {
+        Some((_, submitted)) if submitted + result_ttl <= SystemTime::now() => expired(ctx, token),
+        _ => Error::Unknown { token: token.to_string() },
+    }
+}
+
+fn expired(ctx: &Ctx, token: &str) -> Error {
+    Error::Expired { token: token.to_string(), result_ttl_s: ctx.jobs.limits().result_ttl.as_secs() }
+}
+
+fn annotation<'a>(object: &'a Value, name: &str) -> Option<&'a str> {
+    object["metadata"]["annotations"][name].as_str()
+}
+
+fn time_of(value: &Value) -> Option<SystemTime> {
+    classify::parse_time(value.as_str()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_and_nothing_else_parses() {
+        let run_id = "0123456789abcdef0123456789abcdef";
+        let submitted = UNIX_EPOCH + Duration::from_secs(1_767_225_600);
+        let token = token_for(run_id, submitted);
+        assert_eq!(token, format!("job-{run_id}-1767225600"));
+        assert_eq!(parse_token(&token), Some((run_id.to_string(), submitted)));
+        for bad in [
+            "",
+            "job-",
+            &format!("job-{run_id}"),
+            &format!("job-{run_id}-"),
+            &format!("job-{run_id}-12a"),
+            &format!("job-{}-1", run_id.to_uppercase()),
+            &format!("job-{run_id}0-1"),
+            &format!("job-../{}-1", &run_id[3..]),
+            &format!("job-{run_id}-1234567890123"),
+        ] {
+            assert_eq!(parse_token(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_cancelled_run_keeps_a_real_ending_and_otherwise_becomes_cancelled() {
+        let cases = [
+            (RunStatus::Succeeded, RunStatus::Succeeded),
+            (RunStatus::Failed, RunStatus::Failed),
+            (RunStatus::Error, RunStatus::Cancelled),
+            (RunStatus::TimedOut, RunStatus::Cancelled),
+        ];
+        for (before, after) in cases {
+            let mut outcome = RunOutcome::without_result("r", before, RunReason::ResultLost, "m".into());
+            mark_cancelled(&mut outcome);
+            assert_eq!(outcome.status, after, "{before:?}");
+        }
+    }
+
+    #[test]
+    fn a_job_is_finished_by_its_complete_or_failed_condition() {
+        let job = |conditions: Value| json!({"status": {"conditions": conditions}});
+        let at = "2026-01-01T00:00:00Z";
+        assert!(job_finished_at(&job(json!([{"type": "Complete", "status": "True", "lastTransitionTime": at}]))).is_some());
+        assert!(job_finished_at(&job(json!([{"type": "Failed", "status": "True", "lastTransitionTime": at}]))).is_some());
+        assert!(job_finished_at(&job(json!([{"type": "Suspended", "status": "True"}]))).is_none());
+        assert!(job_finished_at(&job(json!([{"type": "Failed", "status": "False"}]))).is_none());
+        assert!(job_finished_at(&json!({})).is_none());
+    }
+}

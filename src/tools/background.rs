@@ -1,0 +1,386 @@
+//! The background job tools (issue 6): `submit_job`, `fetch_job`,
+//! `cancel_job` and `list_jobs`, plus the task operations the protocol
+//! layer maps MCP tasks onto, so a task and a `job_token` are two views of
+//! one run. Arguments are checked here (`submit_job` with the same
+//! `parse_run_args` as `run_job`, before anything is created); the runs
+//! themselves are `engine::background`'s.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Map, Value, json};
+
+use crate::engine;
+use crate::engine::background::{self, Listed, Submitted};
+use crate::engine::cancel::CancelToken;
+use crate::engine::collect::LiveChunk;
+use crate::engine::jobs::{Phase, View};
+use crate::engine::run::Progress;
+use crate::engine::spec::RunStatus;
+use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, check_known_arguments, job_args, job_result, run_job};
+
+/// Longest `fetch_job` long-poll: clients give up on calls after about a
+/// minute or two, and a poll loop is cheap.
+pub const MAX_WAIT_S: u64 = 120;
+
+/// Tools that may be called as MCP tasks (`execution.taskSupport`).
+pub const TASK_TOOLS: &[&str] = &["run_job"];
+
+/// The four tools, in `tools/list` order.
+pub fn tools(config: &crate::config::Config) -> Vec<Tool> {
+    vec![submit_job_tool(config), fetch_job_tool(), cancel_job_tool(), list_jobs_tool()]
+}
+
+/// A task's state, as `tasks/get` and `tasks/list` report it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskState {
+    pub task_id: String,
+    pub status: TaskStatus,
+    pub message: Option<String>,
+    pub created: SystemTime,
+    pub updated: SystemTime,
+}
+
+/// MCP task statuses this server uses (`input_required` never happens).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskStatus {
+    Working,
+    Completed,
+    Cancelled,
+}
+
+/// Starts `tool_name` as a task; the task id is the job token.
+pub fn task_submit(ctx: &Ctx, tool_name: &str, arguments: &Map<String, Value>) -> Result<String, String> {
+    if !TASK_TOOLS.contains(&tool_name) {
+        return Err(format!("tool `{tool_name}` cannot run as a task; tasks: {}", TASK_TOOLS.join(", ")));
+    }
+    submit(ctx, arguments).map(|submitted| submitted.token)
+}
+
+pub fn task_status(ctx: &Ctx, task_id: &str) -> Result<TaskState, String> {
+    let engine = engine_of(ctx)?;
+    let view = background::status(engine, task_id).map_err(|error| error.to_string())?;
+    Ok(task_state(&view))
+}
+
+/// Waits until the task ends (or `stop`), then returns exactly what
+/// `run_job` would have.
+pub fn task_result(ctx: &Ctx, task_id: &str, stop: &CancelToken) -> Result<ToolOutcome, String> {
+    let engine = engine_of(ctx)?;
+    loop {
+        let wait = Duration::from_secs(MAX_WAIT_S);
+        let view = background::fetch(engine, task_id, wait, stop, &mut |_, _| {}).map_err(|error| error.to_string())?;
+        if let Some(outcome) = &view.outcome {
+            return Ok(run_job_outcome(outcome));
+        }
+        if stop.is_cancelled() {
+            return Err(format!("the wait for task `{task_id}` was cancelled; the task goes on"));
+        }
+    }
+}
+
+pub fn task_list(ctx: &Ctx) -> Result<Vec<TaskState>, String> {
+    let engine = engine_of(ctx)?;
+    let listed = background::list(engine).map_err(|error| error.to_string())?;
+    Ok(listed.iter().map(listed_task_state).collect())
+}
+
+pub fn task_cancel(ctx: &Ctx, task_id: &str) -> Result<TaskState, String> {
+    let engine = engine_of(ctx)?;
+    let view = background::cancel(engine, task_id).map_err(|error| error.to_string())?;
+    let mut state = task_state(&view);
+    // The spec answers a cancel with the task as `cancelled`, even while
+    // the runner's last report is still on its way.
+    state.status = TaskStatus::Cancelled;
+    Ok(state)
+}
+
+// ---------------------------------------------------------------------------
+// submit_job
+
+fn submit_job_tool(config: &crate::config::Config) -> Tool {
+    Tool {
+        name: "submit_job",
+        title: "Start a command in a throwaway Kubernetes pod, in the background",
+        description: format!(
+            "Same arguments as run_job, checked in full before anything starts, but returns IMMEDIATELY with a \
+             job_token. Use it for work longer than about a minute (builds, test suites). Then call fetch_job \
+             with the token (wait_s long-polls up to {MAX_WAIT_S} s and answers as soon as the job ends); the \
+             result is exactly run_job's and stays fetchable for {} s after the job ends, across server \
+             restarts. cancel_job stops it; list_jobs finds a lost token.",
+            config.result_ttl_s
+        ),
+        input_schema: run_job::input_schema(config),
+        output_schema: json!({
+            "type": "object",
+            "required": ["job_token", "status"],
+            "properties": {
+                "job_token": {"type": "string", "description": "pass to fetch_job or cancel_job"},
+                "status": {"type": "string", "enum": ["submitted"]},
+            },
+        }),
+        annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
+        handler: submit_job,
+    }
+}
+
+fn submit_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
+    match submit(ctx, call.arguments) {
+        Ok(submitted) => ToolOutcome::Success(json!({"job_token": submitted.token, "status": "submitted"})),
+        Err(message) => ToolOutcome::Failure(message),
+    }
+}
+
+fn submit(ctx: &Ctx, arguments: &Map<String, Value>) -> Result<Submitted, String> {
+    let arguments = Value::Object(arguments.clone());
+    let spec = job_args::parse_run_args(&arguments, &run_job::arg_bounds(&ctx.config)).map_err(|error| error.to_string())?;
+    let engine = engine_of(ctx)?;
+    background::submit(engine, &spec).map_err(|error| error.to_string())
+}
+
+// ---------------------------------------------------------------------------
+// fetch_job
+
+fn fetch_job_tool() -> Tool {
+    Tool {
+        name: "fetch_job",
+        title: "Get the state or result of a background job",
+        description: format!(
+            "Returns status `running` (with the phase and the tail of the output so far) or `done` (with \
+             `result`, exactly what run_job returns) for a job_token from submit_job. wait_s (0 to {MAX_WAIT_S}) \
+             long-polls: the call answers as soon as the job ends, or after wait_s while it still runs. New \
+             output is sent as progress notifications while waiting. A result can be fetched again until it \
+             expires."
+        ),
+        input_schema: token_schema(true),
+        output_schema: view_schema(),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        handler: fetch_job,
+    }
+}
+
+fn fetch_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
+    let checked = check_known_arguments(call.arguments, &["job_token", "wait_s"])
+        .and_then(|()| crate::tools::optional_integer(call.arguments, "wait_s", 0, MAX_WAIT_S));
+    let wait_s = match checked {
+        Ok(wait_s) => wait_s.unwrap_or(0),
+        Err(error) => return ToolOutcome::Failure(error.to_string()),
+    };
+    let (token, engine) = match token_and_engine(ctx, call) {
+        Ok(found) => found,
+        Err(message) => return ToolOutcome::Failure(message),
+    };
+    let steps = AtomicU64::new(0);
+    let mut on_output = |stream, bytes: &[u8]| {
+        let step = steps.fetch_add(1, Ordering::Relaxed) + 1;
+        let message = run_job::progress_message(&Progress::Output(LiveChunk { stream, bytes: bytes.to_vec() }));
+        call.events.progress(step as f64, None, Some(&message));
+    };
+    match background::fetch(engine, token, Duration::from_secs(wait_s), call.cancel, &mut on_output) {
+        Ok(view) => view_outcome(&view),
+        Err(error) => ToolOutcome::Failure(error.to_string()),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// cancel_job
+
+fn cancel_job_tool() -> Tool {
+    Tool {
+        name: "cancel_job",
+        title: "Stop a background job",
+        description: "Stops the job of a job_token at once: its pod is deleted and the output so far is kept. \
+                      Answers like fetch_job, normally `done` with a `cancelled` result; fetch_job returns the \
+                      same result later. A job that already finished cannot be cancelled."
+            .to_string(),
+        input_schema: token_schema(false),
+        output_schema: view_schema(),
+        annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
+        handler: cancel_job,
+    }
+}
+
+fn cancel_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
+    if let Err(error) = check_known_arguments(call.arguments, &["job_token"]) {
+        return ToolOutcome::Failure(error.to_string());
+    }
+    let (token, engine) = match token_and_engine(ctx, call) {
+        Ok(found) => found,
+        Err(message) => return ToolOutcome::Failure(message),
+    };
+    match background::cancel(engine, token) {
+        Ok(view) => view_outcome(&view),
+        Err(error) => ToolOutcome::Failure(error.to_string()),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// list_jobs
+
+fn list_jobs_tool() -> Tool {
+    Tool {
+        name: "list_jobs",
+        title: "List background jobs",
+        description: "Lists the background jobs in this server's namespace that still exist (running, or \
+                      finished and not yet expired), newest first, with their job_token, status and command, so \
+                      a lost token can be found."
+            .to_string(),
+        input_schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        output_schema: json!({
+            "type": "object",
+            "required": ["jobs"],
+            "properties": {"jobs": {"type": "array", "items": {
+                "type": "object",
+                "required": ["job_token", "status", "phase", "cancelled", "command"],
+                "properties": {
+                    "job_token": {"type": "string"},
+                    "status": {"type": "string", "enum": ["running", "done"]},
+                    "phase": {"type": "string", "enum": ["pending", "running", "finished"]},
+                    "result_status": {"type": ["string", "null"], "description": "the result's status when this server has read it; fetch_job reads it"},
+                    "cancelled": {"type": "boolean"},
+                    "command": {"type": "string", "description": "image and command, shortened"},
+                    "created_at": {"type": ["string", "null"]},
+                    "expires_at": {"type": "string", "description": "when the job and its result are deleted at the latest"},
+                },
+            }}},
+        }),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        handler: list_jobs,
+    }
+}
+
+fn list_jobs(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
+    if let Err(error) = check_known_arguments(call.arguments, &[]) {
+        return ToolOutcome::Failure(error.to_string());
+    }
+    let engine = match engine_of(ctx) {
+        Ok(engine) => engine,
+        Err(message) => return ToolOutcome::Failure(message),
+    };
+    match background::list(engine) {
+        Ok(listed) => ToolOutcome::Success(json!({"jobs": listed.iter().map(listed_json).collect::<Vec<_>>()})),
+        Err(error) => ToolOutcome::Failure(error.to_string()),
+    }
+}
+
+fn listed_json(listed: &Listed) -> Value {
+    json!({
+        "job_token": listed.token,
+        "status": if listed.phase == Phase::Finished { "done" } else { "running" },
+        "phase": phase_name(listed.phase),
+        "result_status": listed.result_status.map(job_result::status_name),
+        "cancelled": listed.cancelled,
+        "command": listed.command,
+        "created_at": listed.created.map(crate::log::rfc3339_utc),
+        "expires_at": listed.expires_at,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Shared shapes.
+
+/// `fetch_job` and `cancel_job` answers: `running` with the output so far,
+/// or `done` with run_job's result (and its picture blocks).
+fn view_outcome(view: &View) -> ToolOutcome {
+    let Some(outcome) = &view.outcome else {
+        return ToolOutcome::Success(json!({
+            "job_token": view.token,
+            "status": "running",
+            "phase": phase_name(view.phase),
+            "stdout": String::from_utf8_lossy(&view.stdout),
+            "stderr": String::from_utf8_lossy(&view.stderr),
+            "stdout_seen_bytes": view.stdout_seen,
+            "stderr_seen_bytes": view.stderr_seen,
+            "cancel_requested": view.cancel_requested,
+        }));
+    };
+    ToolOutcome::SuccessWithContent {
+        structured: json!({
+            "job_token": view.token,
+            "status": "done",
+            "phase": phase_name(view.phase),
+            "result": job_result::outcome_json(outcome),
+        }),
+        extra_content: job_result::image_blocks(outcome),
+    }
+}
+
+fn run_job_outcome(outcome: &engine::spec::RunOutcome) -> ToolOutcome {
+    ToolOutcome::SuccessWithContent {
+        structured: job_result::outcome_json(outcome),
+        extra_content: job_result::image_blocks(outcome),
+    }
+}
+
+fn view_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["job_token", "status", "phase"],
+        "properties": {
+            "job_token": {"type": "string"},
+            "status": {"type": "string", "enum": ["running", "done"]},
+            "phase": {"type": "string", "enum": ["pending", "running", "finished"], "description": "pending: the pod is starting"},
+            "stdout": {"type": "string", "description": "while running: the last 64 KiB of output so far"},
+            "stderr": {"type": "string"},
+            "stdout_seen_bytes": {"type": "integer", "description": "while running: output bytes seen so far"},
+            "stderr_seen_bytes": {"type": "integer"},
+            "cancel_requested": {"type": "boolean"},
+            "result": job_result::output_schema(),
+        },
+    })
+}
+
+fn token_schema(with_wait: bool) -> Value {
+    let mut properties = json!({"job_token": {"type": "string", "description": "from submit_job or list_jobs"}});
+    if with_wait {
+        properties["wait_s"] = json!({"type": "integer", "minimum": 0, "maximum": MAX_WAIT_S, "description": "seconds to wait for the job to end; 0 (default) answers at once"});
+    }
+    json!({"type": "object", "required": ["job_token"], "additionalProperties": false, "properties": properties})
+}
+
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Pending => "pending",
+        Phase::Running => "running",
+        Phase::Finished => "finished",
+    }
+}
+
+fn task_state(view: &View) -> TaskState {
+    let status = match view.outcome.as_ref().map(|outcome| outcome.status) {
+        None => TaskStatus::Working,
+        Some(RunStatus::Cancelled) => TaskStatus::Cancelled,
+        Some(_) => TaskStatus::Completed,
+    };
+    TaskState {
+        task_id: view.token.clone(),
+        status,
+        message: view.outcome.as_ref().map(|outcome| outcome.message.clone()),
+        created: view.created,
+        updated: view.updated,
+    }
+}
+
+fn listed_task_state(listed: &Listed) -> TaskState {
+    let status = match (listed.phase, listed.result_status) {
+        (Phase::Finished, Some(RunStatus::Cancelled)) => TaskStatus::Cancelled,
+        (Phase::Finished, None) if listed.cancelled => TaskStatus::Cancelled,
+        (Phase::Finished, _) => TaskStatus::Completed,
+        _ => TaskStatus::Working,
+    };
+    let created = listed.created.unwrap_or(SystemTime::UNIX_EPOCH);
+    TaskState { task_id: listed.token.clone(), status, message: None, created, updated: created }
+}
+
+fn token_and_engine<'a>(ctx: &'a Ctx, call: &'a Call<'_>) -> Result<(&'a str, &'a engine::run::Ctx), String> {
+    let token = match call.arguments.get("job_token") {
+        Some(Value::String(token)) => token.as_str(),
+        Some(other) => return Err(format!("argument `job_token` must be a string, not {}", crate::tools::json_kind(other))),
+        None => return Err("missing required argument `job_token`; submit_job returns it, list_jobs finds it".into()),
+    };
+    Ok((token, engine_of(ctx)?))
+}
+
+fn engine_of(ctx: &Ctx) -> Result<&engine::run::Ctx, String> {
+    ctx.engine.as_ref().map_err(|why| format!("this server cannot reach a Kubernetes cluster: {why}"))
+}

@@ -9,13 +9,15 @@
 //! `runner` is the in-pod half: the same binary, started as the job's
 //! entrypoint, knows nothing of MCP or of the API server.
 //! `config` turns the environment and flags into a checked `Config`; `log`
-//! writes metadata-only JSON lines to stderr.
+//! writes metadata-only JSON lines to stderr; `metrics` keeps the counters
+//! `/metrics` serves.
 
 pub mod config;
 pub mod engine;
 pub mod images;
 pub mod kube;
 pub mod log;
+pub mod metrics;
 pub mod protocol;
 pub mod quantity;
 pub mod runner;

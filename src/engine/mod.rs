@@ -6,6 +6,7 @@ pub mod classify;
 pub mod collect;
 pub mod manifest;
 pub mod outcome;
+pub mod permissions;
 pub mod run;
 pub mod slots;
 pub mod spec;

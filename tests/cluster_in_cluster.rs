@@ -138,9 +138,10 @@ struct Overlay {
 
 impl Overlay {
     fn write(image: &str) -> Overlay {
-        let dir = std::env::temp_dir().join(format!("mcp-k8s-overlay-{}-{}", std::process::id(), line!()));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("overlay-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temporary directory");
-        let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+        // kustomize takes bases by relative path only.
+        let deploy = relative_path(&dir, &Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy"));
         let (name, tag) = image.rsplit_once(':').expect("the image has a tag");
         let kustomization = format!(
             r#"apiVersion: kustomize.config.k8s.io/v1beta1
@@ -199,6 +200,16 @@ impl Drop for Overlay {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `to` as seen from the directory `from`; both absolute.
+fn relative_path(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<_> = from.components().collect();
+    let to: Vec<_> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut path: PathBuf = std::iter::repeat_n(std::path::Component::ParentDir, from.len() - common).collect();
+    path.extend(&to[common..]);
+    path
 }
 
 fn project_image() -> String {

@@ -7,8 +7,8 @@
 //!
 //! Each run renames the two namespaces to its own, so it never touches the
 //! shared `mcp-ephemeral` (other cluster tests run there at the same time)
-//! and deletes them at the end. The image is `tests/build-project-image`'s,
-//! or `$MCP_K8S_PROJECT_IMAGE` when set (the same variable that script takes).
+//! and deletes them at the end. The image is `tests/build-project-image`'s
+//! (`cluster::project_image`).
 
 mod common;
 
@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use common::cluster::{self, BUSYBOX, PROJECT_IMAGE};
+use common::cluster::{self, BUSYBOX};
 use common::{HttpResponse, INITIALIZE, raw_request, raw_request_within};
 use serde_json::json;
 
@@ -87,7 +87,7 @@ impl Deployment {
             jobs_namespace: format!("mcp-e2e-jobs-{suffix}"),
             system_namespace: format!("mcp-e2e-sys-{suffix}"),
         };
-        let overlay = Overlay::write(&project_image());
+        let overlay = Overlay::write(&cluster::project_image());
         let rendered = kubectl(&["kustomize", &overlay.dir.display().to_string()], None);
         let renamed = rendered
             .replace("mcp-ephemeral", &deployment.jobs_namespace)
@@ -210,10 +210,6 @@ fn relative_path(from: &Path, to: &Path) -> PathBuf {
     let mut path: PathBuf = std::iter::repeat_n(std::path::Component::ParentDir, from.len() - common).collect();
     path.extend(&to[common..]);
     path
-}
-
-fn project_image() -> String {
-    std::env::var("MCP_K8S_PROJECT_IMAGE").ok().filter(|image| !image.is_empty()).unwrap_or_else(|| PROJECT_IMAGE.to_string())
 }
 
 fn post(addr: &str, headers: &[(&str, &str)], body: &str) -> HttpResponse {

@@ -9,7 +9,8 @@
 # compiled in (webpki-roots). tests/build-project-image assembles the same
 # image without Docker (same path, entrypoint and user) for the test cluster.
 
-FROM rust:1.89-bookworm AS build
+# The toolchain the test suite runs with.
+FROM rust:1.95-bookworm AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends musl-tools \
  && rm -rf /var/lib/apt/lists/*

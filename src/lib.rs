@@ -9,8 +9,9 @@
 //! `runner` is the in-pod half: the same binary, started as the job's
 //! entrypoint, knows nothing of MCP or of the API server.
 //! `config` turns the environment and flags into a checked `Config`; `log`
-//! writes metadata-only JSON lines to stderr; `doctor` checks the cluster
-//! set-up against the configuration.
+//! writes metadata-only JSON lines to stderr; `metrics` keeps the counters
+//! `/metrics` serves; `doctor` checks the cluster set-up against the
+//! configuration.
 
 pub mod config;
 pub mod doctor;
@@ -18,6 +19,7 @@ pub mod engine;
 pub mod images;
 pub mod kube;
 pub mod log;
+pub mod metrics;
 pub mod protocol;
 pub mod quantity;
 pub mod runner;

@@ -17,7 +17,7 @@ use support::{cluster, connect};
 fn both(call: impl Fn(&Client) -> Result<(), mcp_k8s_ephemeral_job::kube::Error>) -> (Status, Status) {
     let fake = FakeApi::start();
     let (fake_client, _temp) = connect(&fake);
-    let real_client = cluster::client("server.kubeconfig");
+    let real_client = cluster::admin_client_in_jobs_namespace();
     let status = |client: &Client| call(client).expect_err("an error").status().cloned().expect("a Status");
     (status(&fake_client), status(&real_client))
 }
@@ -94,7 +94,7 @@ fn watch_event_sequence_matches() {
     let name = cluster::unique_name("kube-watch");
     let fake = FakeApi::start();
     let (fake_client, _temp) = connect(&fake);
-    let real_client = cluster::client("server.kubeconfig");
+    let real_client = cluster::admin_client_in_jobs_namespace();
     let fake_kinds = watch_sequence(&fake_client, &name);
     let real_kinds = watch_sequence(&real_client, &name);
     assert_eq!(real_kinds, ["LISTED 0", "ADDED Job", "DELETED Job"]);

@@ -68,7 +68,8 @@ fn job_pods(client: &Client, job_name: &str) -> Vec<Value> {
 
 #[test]
 fn compliant_job_completes_logs_and_is_deleted_by_ttl() {
-    let client = cluster::client("server.kubeconfig");
+    // Admin: watching Jobs is more than the server's Role grants.
+    let client = cluster::admin_client_in_jobs_namespace();
     let name = cluster::unique_name("kube-ttl");
     let created = client.create(Resource::JOBS, client.namespace(), &job(&name, "echo hello from $(id -u)", 3)).unwrap();
     assert_eq!(created["metadata"]["name"], name.as_str());

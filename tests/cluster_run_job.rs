@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use common::StdioServer;
-use common::cluster::{self, BUSYBOX, NONEXISTENT_IMAGE, PROJECT_IMAGE, PYTHON};
+use common::cluster::{self, BUSYBOX, NONEXISTENT_IMAGE, PYTHON};
 use serde_json::{Value, json};
 
 /// A server connected to the test cluster, with extra settings on top.
@@ -212,7 +212,7 @@ fn a_png_comes_back_as_an_image_block() {
 fn an_image_without_a_shell_runs() {
     // The project's own image holds nothing but the static binary.
     let mut server = server(&[]);
-    let out = run(&mut server, json!({"image": PROJECT_IMAGE, "command": ["/mcp-k8s-ephemeral-job", "--version"]}));
+    let out = run(&mut server, json!({"image": cluster::project_image(), "command": ["/mcp-k8s-ephemeral-job", "--version"]}));
     assert_eq!(out["status"], "succeeded", "{out}");
     assert!(out["stdout"].as_str().unwrap().starts_with("mcp-k8s-ephemeral-job "), "{out}");
 }

@@ -268,6 +268,17 @@ fn health_endpoints() {
 }
 
 #[test]
+fn metrics_are_prometheus_text_and_need_no_token() {
+    let server = HttpServer::start(&[("MCP_K8S_AUTH_TOKEN", "s3cret")]);
+    let metrics = server.request("GET", "/metrics", &[], "");
+    assert_eq!(metrics.status, 200);
+    assert_eq!(metrics.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
+    for name in ["mcp_k8s_runs_total counter", "mcp_k8s_run_duration_seconds histogram", "mcp_k8s_runs_in_flight gauge", "mcp_k8s_runs_queued gauge", "mcp_k8s_api_errors_total counter"] {
+        assert!(metrics.body.contains(&format!("# TYPE {name}")), "{name} missing:\n{}", metrics.body);
+    }
+}
+
+#[test]
 fn sigterm_stops_accepting_and_lets_the_running_call_answer() {
     let mut server = HttpServer::start(&[]);
     let session = server.initialize();

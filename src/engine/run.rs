@@ -21,6 +21,7 @@ use crate::engine::slots::{SlotError, Slots};
 use crate::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus};
 use crate::kube;
 use crate::log;
+use crate::metrics;
 
 /// Everything a run needs from the server: shared by all runs.
 #[derive(Clone)]
@@ -67,7 +68,10 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
     if ctx.slots.counts().running > 0 {
         on_progress(Progress::Queued);
     }
-    let _permit = match ctx.slots.acquire(cancel) {
+    let queued = metrics::track(metrics::Gauge::RunsQueued);
+    let acquired = ctx.slots.acquire(cancel);
+    drop(queued);
+    let _permit = match acquired {
         Ok(permit) => permit,
         Err(SlotError::Cancelled) => {
             return RunOutcome::without_result(run_id, RunStatus::Cancelled, RunReason::Cancelled, "cancelled before it started".into());
@@ -76,6 +80,7 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
             return RunOutcome::without_result(run_id, RunStatus::Error, RunReason::QueueFull, error.to_string());
         }
     };
+    let _in_flight = metrics::track(metrics::Gauge::RunsInFlight);
     let started = Instant::now();
     let namespace = ctx.policy.namespace.clone();
     let job_name = manifest::job_name(run_id);
@@ -118,7 +123,10 @@ pub fn create(ctx: &Ctx, spec: &RunSpec, run_id: &str, retention: &manifest::Ret
     let job = ctx
         .client
         .create(kube::Resource::JOBS, namespace, &job_manifest)
-        .map_err(|error| Box::new(api_refusal(run_id, "create the Job", &error)))?;
+        .map_err(|error| {
+            metrics::api_error("create_job");
+            Box::new(api_refusal(run_id, "create the Job", &error))
+        })?;
     cleanup.job = true;
     log::info("job created", &[("run_id", run_id.into()), ("job", job_name.as_str().into())]);
     let job_uid = job["metadata"]["uid"].as_str().unwrap_or_default();
@@ -127,7 +135,10 @@ pub fn create(ctx: &Ctx, spec: &RunSpec, run_id: &str, retention: &manifest::Ret
         manifest::apply_retention(&mut secret, retention);
         ctx.client
             .create(kube::Resource::SECRETS, namespace, &secret)
-            .map_err(|error| Box::new(api_refusal(run_id, "create the inputs Secret", &error)))?;
+            .map_err(|error| {
+                metrics::api_error("create_secret");
+                Box::new(api_refusal(run_id, "create the inputs Secret", &error))
+            })?;
         has_secret = true;
     }
     // Everything exists: from here on the caller owns it.
@@ -213,11 +224,13 @@ impl Drop for Cleanup<'_> {
         if self.job
             && let Err(error) = self.client.delete(kube::Resource::JOBS, self.namespace, self.job_name)
         {
+            metrics::api_error("delete_job");
             log::warn("job not deleted; ttlSecondsAfterFinished and the reaper will remove it", &[("job", self.job_name.into()), ("error", error.to_string().into())]);
         }
         if self.secret
             && let Err(error) = self.client.delete(kube::Resource::SECRETS, self.namespace, self.job_name)
         {
+            metrics::api_error("delete_secret");
             log::warn("inputs secret not deleted; the garbage collector will remove it with its Job", &[("secret", self.job_name.into()), ("error", error.to_string().into())]);
         }
     }
@@ -321,6 +334,7 @@ fn decide<'scope>(
         match pods.recv_timeout(Duration::from_millis(200)) {
             Ok(Watched::Pod(pod)) => last_pod = Some(pod),
             Ok(Watched::Failed(message)) => {
+                metrics::api_error("watch_pods");
                 let collector = stop_follower(log_follower.take());
                 let mut outcome = RunOutcome::without_result(
                     run_id,
@@ -478,6 +492,7 @@ fn follow_log(ctx: &Ctx, pod_name: &str, stop: &StreamStop, on_progress: &(dyn F
             Ok(stream) => stream,
             Err(error) => {
                 if attempt == 19 {
+                    metrics::api_error("follow_log");
                     collector.problems.push(format!("the log could not be read: {error}"));
                 }
                 std::thread::sleep(Duration::from_millis(300));
@@ -544,7 +559,14 @@ fn job_failed_create(ctx: &Ctx, namespace: &str, job_name: &str) -> Option<(RunR
         label_selector: None,
         field_selector: Some(format!("involvedObject.kind=Job,involvedObject.name={job_name}")),
     };
-    let events = ctx.client.list(kube::Resource::EVENTS, namespace, &params).ok()?;
+    // A failed look is not fatal: the start timeout still ends the run.
+    let events = match ctx.client.list(kube::Resource::EVENTS, namespace, &params) {
+        Ok(events) => events,
+        Err(_) => {
+            metrics::api_error("list_events");
+            return None;
+        }
+    };
     classify::failed_create(&events.items)
 }
 

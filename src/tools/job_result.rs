@@ -42,6 +42,14 @@ pub fn reason_name(reason: RunReason) -> &'static str {
     }
 }
 
+/// Counts a finished run in `/metrics` under its wire status and reason.
+/// Every tool that finishes a run calls this once, so the counters use the
+/// same words as the results.
+pub fn record_metrics(outcome: &RunOutcome, run_time: Duration) {
+    let reason = outcome.reason.map_or("", reason_name);
+    crate::metrics::record_run(status_name(outcome.status), reason, run_time, outcome.duration);
+}
+
 /// The structured result. Output that is not valid UTF-8 is also given as
 /// base64 (`stdout_b64`), so binary output is never silently mangled.
 pub fn outcome_json(outcome: &RunOutcome) -> Value {

@@ -1,6 +1,7 @@
 //! HTTP transports on one tiny_http listener: Streamable HTTP at `/mcp`
 //! (revisions 2025-03-26 to 2025-11-25), legacy HTTP+SSE at `GET /sse` +
-//! `POST /messages?sessionId=` (2024-11-05), and `/healthz`, `/readyz`.
+//! `POST /messages?sessionId=` (2024-11-05), and `/healthz`, `/readyz`,
+//! `/metrics` (the text of `metrics::render`).
 //!
 //! This file owns HTTP concerns only: auth, Origin and Host checks,
 //! sessions (`Mcp-Session-Id`, expiry), status codes, body caps and SSE
@@ -40,7 +41,7 @@ pub const MAX_ACTIVE_REQUESTS: usize = 512;
 pub fn serve(server: Arc<Server>, config: &Config, stop: CancelToken) -> io::Result<()> {
     let listener = tiny_http::Server::http(config.addr).map_err(|error| io::Error::other(error.to_string()))?;
     let bound = listener.server_addr().to_ip().map_or_else(|| config.addr.to_string(), |addr| addr.to_string());
-    log::info("listening", &[("addr", json!(bound)), ("endpoints", json!(["/mcp", "/sse", "/messages", "/healthz", "/readyz"]))]);
+    log::info("listening", &[("addr", json!(bound)), ("endpoints", json!(["/mcp", "/sse", "/messages", "/healthz", "/readyz", "/metrics"]))]);
     if !config.binds_loopback() && config.auth_token.is_none() {
         log::warn(
             "listening beyond loopback without MCP_K8S_AUTH_TOKEN: anyone who can reach the port can run jobs",
@@ -128,6 +129,12 @@ fn route(state: &Arc<HttpState>, request: Request) {
     match (path.as_str(), &method) {
         ("/healthz", Method::Get) => {
             let _ = request.respond(tiny_http::Response::from_string("ok\n"));
+        }
+        // Counters only, no caller data: served without a token, like the
+        // probes, so a Prometheus scrape needs no MCP credentials.
+        ("/metrics", Method::Get) => {
+            let response = tiny_http::Response::from_string(crate::metrics::render());
+            let _ = request.respond(with_headers(response, &[("Content-Type", crate::metrics::CONTENT_TYPE)]));
         }
         ("/readyz", Method::Get) => {
             let (status, body) = if state.stop.is_cancelled() { (503, "shutting down\n") } else { (200, "ready\n") };

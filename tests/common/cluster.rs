@@ -15,6 +15,13 @@ pub const PROJECT_IMAGE: &str = "mcp-k8s-test.local/mcp-k8s-ephemeral-job:dev";
 /// A reference whose pull fails at once, on loopback (nothing listens there).
 pub const NONEXISTENT_IMAGE: &str = "127.0.0.1:5000/mcp-k8s-test/does-not-exist:1";
 
+/// The project's image as `tests/build-project-image` loaded it: `PROJECT_IMAGE`,
+/// or `$MCP_K8S_PROJECT_IMAGE` when set (the variable that script takes), so
+/// work in parallel on one cluster can load and test its own build.
+pub fn project_image() -> String {
+    std::env::var("MCP_K8S_PROJECT_IMAGE").ok().filter(|image| !image.is_empty()).unwrap_or_else(|| PROJECT_IMAGE.to_string())
+}
+
 pub fn dir() -> PathBuf {
     let dir = PathBuf::from(
         std::env::var("MCP_K8S_TEST_CLUSTER_DIR").unwrap_or_else(|_| "/var/lib/mcp-k8s-test-cluster".into()),
@@ -46,18 +53,11 @@ pub fn admin_client() -> kube::Client {
 pub fn server_env() -> Vec<(String, String)> {
     vec![
         ("MCP_K8S_KUBECONFIG".into(), server_kubeconfig().display().to_string()),
-        ("MCP_K8S_ALLOWED_IMAGES".into(), format!("{BUSYBOX},{PYTHON},{PROJECT_IMAGE},{NONEXISTENT_IMAGE}")),
-        ("MCP_K8S_RUNNER_IMAGE".into(), runner_image()),
+        ("MCP_K8S_ALLOWED_IMAGES".into(), format!("{BUSYBOX},{PYTHON},{},{NONEXISTENT_IMAGE}", project_image())),
+        ("MCP_K8S_RUNNER_IMAGE".into(), project_image()),
         ("MCP_K8S_DEFAULT_CPU".into(), "50m".into()),
         ("MCP_K8S_DEFAULT_MEMORY".into(), "64Mi".into()),
     ]
-}
-
-/// The runner image: `PROJECT_IMAGE`, unless `MCP_K8S_TEST_RUNNER_IMAGE`
-/// names another build (a branch's runner loaded under its own tag, so
-/// parallel work does not overwrite the shared one).
-pub fn runner_image() -> String {
-    std::env::var("MCP_K8S_TEST_RUNNER_IMAGE").unwrap_or_else(|_| PROJECT_IMAGE.to_string())
 }
 
 /// A server on stdio connected to the test cluster (`server_env`), with

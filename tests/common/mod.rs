@@ -293,9 +293,21 @@ impl HttpResponse {
 
 /// One request on its own connection (`Connection: close`), read to the end.
 pub fn raw_request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
+    raw_request_within(addr, method, path, headers, body, Duration::from_secs(20))
+}
+
+/// `raw_request` allowing `read_timeout` of silence, for calls that run pods.
+pub fn raw_request_within(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    read_timeout: Duration,
+) -> HttpResponse {
     let started = Instant::now();
     let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stream.set_read_timeout(Some(read_timeout)).unwrap();
     let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
         head.push_str(&format!("Host: {addr}\r\n"));

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use mcp_k8s_ephemeral_job::kube::{Client, Source};
+use mcp_k8s_ephemeral_job::kube::{Client, Options, Source};
 
 /// `${MCP_K8S_TEST_CLUSTER_DIR:-/var/lib/mcp-k8s-test-cluster}`.
 pub fn state_dir() -> PathBuf {
@@ -30,6 +30,16 @@ pub fn kubeconfig(name: &str) -> PathBuf {
 pub fn client(name: &str) -> Client {
     let source = Source::KubeconfigFile { path: kubeconfig(name), context: None };
     Client::new(&source).unwrap_or_else(|error| panic!("client from {name}: {error}"))
+}
+
+/// Admin credentials in the jobs namespace, for tests of the client itself
+/// that need verbs the server's Role does not grant (it grants exactly
+/// `engine::permissions::REQUIRED`, see deploy/role.yaml).
+pub fn admin_client_in_jobs_namespace() -> Client {
+    let source = Source::KubeconfigFile { path: kubeconfig("admin.kubeconfig"), context: None };
+    let mut config = source.load().unwrap_or_else(|error| panic!("admin.kubeconfig: {error}"));
+    config.namespace = namespace();
+    Client::from_config(config, Options::default()).unwrap_or_else(|error| panic!("client from admin.kubeconfig: {error}"))
 }
 
 /// A value from the cluster's `env` file (`KEY=VALUE` lines).

@@ -1,0 +1,192 @@
+//! Process-wide counters behind `/metrics`, rendered in the Prometheus text
+//! exposition format (version 0.0.4).
+//!
+//! This module owns the numbers and their text form only. It knows nothing
+//! of HTTP (the transport serves `render()`), nor of runs: callers pass the
+//! label values, which are the contract's wire words (`succeeded`,
+//! `OOMKilled`) chosen by `tools`, and fixed operation names from `engine`.
+//! Like `log`, it is a leaf every layer may use. Labels are only ever those
+//! closed sets, never caller data, so the series stay few.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// The content type Prometheus expects for `render()`'s text.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Upper bounds (seconds) of the duration histograms: from a quick command
+/// to the longest `timeout_s` most operators allow.
+pub const DURATION_BUCKETS_S: [f64; 12] = [0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0];
+
+/// A value that goes up and down with the work in progress.
+#[derive(Clone, Copy, Debug)]
+pub enum Gauge {
+    /// Runs holding a slot: their Job exists or is being created.
+    RunsInFlight,
+    /// Runs waiting for a slot (`MCP_K8S_MAX_CONCURRENT`).
+    RunsQueued,
+}
+
+/// Counts one unit of a gauge while it lives.
+#[must_use = "the gauge goes back down when this is dropped"]
+pub struct GaugeGuard(Gauge);
+
+/// Raises `gauge` by one until the returned guard is dropped.
+pub fn track(gauge: Gauge) -> GaugeGuard {
+    gauge_cell(gauge).fetch_add(1, Ordering::Relaxed);
+    GaugeGuard(gauge)
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        gauge_cell(self.0).fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One finished run: its wire `status` and `reason` (empty when none), how
+/// long the whole run took (queue, start, command, collection) and how long
+/// the command itself ran.
+pub fn record_run(status: &'static str, reason: &'static str, run_time: Duration, command_time: Duration) {
+    let mut state = lock();
+    *state.runs.entry((status, reason)).or_insert(0) += 1;
+    state.run_seconds.observe(run_time.as_secs_f64());
+    state.command_seconds.observe(command_time.as_secs_f64());
+}
+
+/// A Kubernetes API call the engine needed failed; `operation` is a fixed
+/// name such as `create_job`.
+pub fn api_error(operation: &'static str) {
+    *lock().api_errors.entry(operation).or_insert(0) += 1;
+}
+
+/// Everything, in the Prometheus text format.
+pub fn render() -> String {
+    let state = lock();
+    let mut text = String::new();
+    header(&mut text, "mcp_k8s_runs_total", "counter", "Finished runs by status and reason.");
+    for ((status, reason), count) in &state.runs {
+        let _ = writeln!(text, "mcp_k8s_runs_total{{status=\"{status}\",reason=\"{reason}\"}} {count}");
+    }
+    state.run_seconds.render(&mut text, "mcp_k8s_run_duration_seconds", "Whole runs: queue, pod start, command and collection.");
+    state.command_seconds.render(&mut text, "mcp_k8s_command_duration_seconds", "The command alone, as the runner measured it.");
+    for (gauge, name, help) in [
+        (Gauge::RunsInFlight, "mcp_k8s_runs_in_flight", "Runs holding a slot now."),
+        (Gauge::RunsQueued, "mcp_k8s_runs_queued", "Runs waiting for a slot now."),
+    ] {
+        header(&mut text, name, "gauge", help);
+        let _ = writeln!(text, "{name} {}", gauge_cell(gauge).load(Ordering::Relaxed));
+    }
+    header(&mut text, "mcp_k8s_api_errors_total", "counter", "Failed Kubernetes API calls a run needed, by operation.");
+    for (operation, count) in &state.api_errors {
+        let _ = writeln!(text, "mcp_k8s_api_errors_total{{operation=\"{operation}\"}} {count}");
+    }
+    text
+}
+
+struct State {
+    runs: BTreeMap<(&'static str, &'static str), u64>,
+    run_seconds: Histogram,
+    command_seconds: Histogram,
+    api_errors: BTreeMap<&'static str, u64>,
+}
+
+struct Histogram {
+    /// Observations at or below each bound of `DURATION_BUCKETS_S`
+    /// (not cumulative here; `render` adds them up).
+    buckets: [u64; DURATION_BUCKETS_S.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    const fn new() -> Histogram {
+        Histogram { buckets: [0; DURATION_BUCKETS_S.len()], count: 0, sum: 0.0 }
+    }
+
+    fn observe(&mut self, seconds: f64) {
+        if let Some(index) = DURATION_BUCKETS_S.iter().position(|bound| seconds <= *bound) {
+            self.buckets[index] += 1;
+        }
+        self.count += 1;
+        self.sum += seconds;
+    }
+
+    fn render(&self, text: &mut String, name: &str, help: &str) {
+        header(text, name, "histogram", help);
+        let mut cumulative = 0;
+        for (bound, count) in DURATION_BUCKETS_S.iter().zip(self.buckets) {
+            cumulative += count;
+            let _ = writeln!(text, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        let _ = writeln!(text, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(text, "{name}_sum {}", self.sum);
+        let _ = writeln!(text, "{name}_count {}", self.count);
+    }
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    runs: BTreeMap::new(),
+    run_seconds: Histogram::new(),
+    command_seconds: Histogram::new(),
+    api_errors: BTreeMap::new(),
+});
+static RUNS_IN_FLIGHT: AtomicI64 = AtomicI64::new(0);
+static RUNS_QUEUED: AtomicI64 = AtomicI64::new(0);
+
+fn gauge_cell(gauge: Gauge) -> &'static AtomicI64 {
+    match gauge {
+        Gauge::RunsInFlight => &RUNS_IN_FLIGHT,
+        Gauge::RunsQueued => &RUNS_QUEUED,
+    }
+}
+
+/// Counters stay usable after a panic elsewhere: a poisoned lock only
+/// means some thread died while holding it, and the numbers are still sane.
+fn lock() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn header(text: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let mut histogram = Histogram::new();
+        for seconds in [0.2, 0.7, 3.0, 5000.0] {
+            histogram.observe(seconds);
+        }
+        let mut text = String::new();
+        histogram.render(&mut text, "h", "help");
+        for line in ["h_bucket{le=\"0.5\"} 1", "h_bucket{le=\"1\"} 2", "h_bucket{le=\"5\"} 3", "h_bucket{le=\"1800\"} 3", "h_bucket{le=\"+Inf\"} 4", "h_count 4", "h_sum 5003.9"] {
+            assert!(text.lines().any(|candidate| candidate == line), "missing `{line}` in:\n{text}");
+        }
+    }
+
+    // The statics are shared by every test in this binary, so this one
+    // test owns them and compares differences, not absolute values.
+    #[test]
+    fn runs_gauges_and_api_errors_appear_in_the_text() {
+        record_run("failed", "OOMKilled", Duration::from_secs(3), Duration::from_secs(2));
+        api_error("create_job");
+        let queued = track(Gauge::RunsQueued);
+        let text = render();
+        assert!(text.contains("mcp_k8s_runs_total{status=\"failed\",reason=\"OOMKilled\"} "), "{text}");
+        assert!(text.contains("mcp_k8s_api_errors_total{operation=\"create_job\"} "), "{text}");
+        assert!(text.contains("# TYPE mcp_k8s_run_duration_seconds histogram"), "{text}");
+        assert!(text.contains("mcp_k8s_runs_queued 1"), "{text}");
+        drop(queued);
+        assert!(render().contains("mcp_k8s_runs_queued 0"));
+        for line in text.lines().filter(|line| !line.starts_with('#')) {
+            let value = line.rsplit(' ').next().unwrap_or_default();
+            assert!(value.parse::<f64>().is_ok(), "not a sample line: {line}");
+        }
+    }
+}

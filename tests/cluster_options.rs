@@ -167,11 +167,14 @@ fn doctor_passes_on_the_test_namespace() {
     let output = binary(&[("MCP_K8S_CLONE_IMAGE", GIT), ("MCP_K8S_CLONE_SECRET", &git_secret.name)]).arg("doctor").output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    // One line per permission the code needs, in REQUIRED's own words.
+    for permission in REQUIRED {
+        let expected = format!("ok    permission: {} on `{}` in `mcp-ephemeral`", permission.verbs.join(", "), permission.resource_name());
+        assert!(stdout.contains(&expected), "missing `{expected}` in:\n{stdout}");
+    }
     for expected in [
         "ok    Kubernetes API answers",
         "ok    namespace `mcp-ephemeral` is usable",
-        "ok    permission: get on `pods/log` in `mcp-ephemeral`",
-        "ok    permission: create, get, list, watch, delete on `jobs.batch`",
         &format!("ok    MCP_K8S_CLONE_SECRET: Secret `{}` exists with keys `git.example.com`", git_secret.name),
         "ok    MCP_K8S_ALLOWED_IMAGES allows",
         "ok    runner image (MCP_K8S_RUNNER_IMAGE)",

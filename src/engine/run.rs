@@ -186,14 +186,17 @@ pub fn delete_inputs_secret(ctx: &Ctx, run_id: &str) {
     }
 }
 
-/// The metadata-only log line every run ends with.
+/// The metadata-only log line every run ends with, and its metrics: one
+/// place for synchronous and background runs alike.
 pub fn log_finished(run_id: &str, outcome: &RunOutcome, started: Instant) {
+    let reason = outcome.reason.map_or("", RunReason::name);
+    metrics::record_run(outcome.status.name(), reason, started.elapsed(), outcome.duration);
     log::info(
         "run finished",
         &[
             ("run_id", run_id.into()),
-            ("status", format!("{:?}", outcome.status).into()),
-            ("reason", format!("{:?}", outcome.reason).into()),
+            ("status", outcome.status.name().into()),
+            ("reason", reason.into()),
             ("stdout_bytes", outcome.stdout_total_bytes.into()),
             ("stderr_bytes", outcome.stderr_total_bytes.into()),
             ("artifacts", outcome.artifacts.len().into()),

@@ -97,8 +97,7 @@ pub enum RunStatus {
     Cancelled,
 }
 
-/// Why a run did not simply succeed or fail on its own; the wire names are
-/// produced in `tools`.
+/// Why a run did not simply succeed or fail on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunReason {
     /// The command exited non-zero.
@@ -130,6 +129,45 @@ pub enum RunReason {
     ApiError,
     /// The server was at MCP_K8S_MAX_CONCURRENT with a full queue.
     QueueFull,
+}
+
+impl RunStatus {
+    /// The one name of a status: in tool results, logs and metrics alike.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::TimedOut => "timeout",
+            RunStatus::Error => "error",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl RunReason {
+    /// The one name of a reason: in tool results, logs and metrics alike.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunReason::NonZeroExit => "NonZeroExit",
+            RunReason::Signaled => "Signaled",
+            RunReason::OomKilled => "OOMKilled",
+            RunReason::ImagePullFailed => "ImagePullFailed",
+            RunReason::Unschedulable => "Unschedulable",
+            RunReason::QuotaExceeded => "QuotaExceeded",
+            RunReason::Rejected => "Rejected",
+            RunReason::DeadlineExceeded => "DeadlineExceeded",
+            RunReason::StartTimeout => "StartTimeout",
+            RunReason::Evicted => "Evicted",
+            RunReason::StartFailed => "StartFailed",
+            RunReason::ContainerFailed => "ContainerFailed",
+            RunReason::InputFailed => "InputFailed",
+            RunReason::CloneFailed => "CloneFailed",
+            RunReason::ResultLost => "ResultLost",
+            RunReason::Cancelled => "Cancelled",
+            RunReason::ApiError => "ApiError",
+            RunReason::QueueFull => "QueueFull",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

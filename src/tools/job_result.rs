@@ -10,44 +10,11 @@ use crate::engine::spec::{Artifact, PhaseTimes, RunOutcome, RunReason, RunStatus
 use crate::runner::frame;
 
 pub fn status_name(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Succeeded => "succeeded",
-        RunStatus::Failed => "failed",
-        RunStatus::TimedOut => "timeout",
-        RunStatus::Error => "error",
-        RunStatus::Cancelled => "cancelled",
-    }
+    status.name()
 }
 
 pub fn reason_name(reason: RunReason) -> &'static str {
-    match reason {
-        RunReason::NonZeroExit => "NonZeroExit",
-        RunReason::Signaled => "Signaled",
-        RunReason::OomKilled => "OOMKilled",
-        RunReason::ImagePullFailed => "ImagePullFailed",
-        RunReason::Unschedulable => "Unschedulable",
-        RunReason::QuotaExceeded => "QuotaExceeded",
-        RunReason::Rejected => "Rejected",
-        RunReason::DeadlineExceeded => "DeadlineExceeded",
-        RunReason::StartTimeout => "StartTimeout",
-        RunReason::Evicted => "Evicted",
-        RunReason::StartFailed => "StartFailed",
-        RunReason::ContainerFailed => "ContainerFailed",
-        RunReason::InputFailed => "InputFailed",
-        RunReason::CloneFailed => "CloneFailed",
-        RunReason::ResultLost => "ResultLost",
-        RunReason::Cancelled => "Cancelled",
-        RunReason::ApiError => "ApiError",
-        RunReason::QueueFull => "QueueFull",
-    }
-}
-
-/// Counts a finished run in `/metrics` under its wire status and reason.
-/// Every tool that finishes a run calls this once, so the counters use the
-/// same words as the results.
-pub fn record_metrics(outcome: &RunOutcome, run_time: Duration) {
-    let reason = outcome.reason.map_or("", reason_name);
-    crate::metrics::record_run(status_name(outcome.status), reason, run_time, outcome.duration);
+    reason.name()
 }
 
 /// The structured result. Output that is not valid UTF-8 is also given as

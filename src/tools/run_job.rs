@@ -112,9 +112,7 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         let step = steps.fetch_add(1, Ordering::Relaxed) + 1;
         call.events.progress(step as f64, None, Some(&progress_message(&progress)));
     };
-    let started = std::time::Instant::now();
     let outcome = engine::run::run(engine, &spec, &run_id, call.cancel, &on_progress);
-    job_result::record_metrics(&outcome, started.elapsed());
     ToolOutcome::SuccessWithContent {
         structured: job_result::outcome_json(&outcome),
         extra_content: job_result::image_blocks(&outcome),

@@ -208,10 +208,21 @@ fn cancel_stops_the_job_and_keeps_its_partial_output() {
     let running: Vec<_> = pods.items.iter().filter(|pod| pod["metadata"]["deletionTimestamp"].is_null()).collect();
     assert!(running.is_empty(), "the pod is deleted: {running:?}");
 
-    // A fresh server knows it was cancelled, though the output is gone.
+    // A fresh server knows it was cancelled, and gets the output's tail from
+    // the Job once the pod and its log are gone.
+    let job = job_of(&token).expect("the Job is kept");
+    assert!(job["metadata"]["annotations"]["mcp-k8s-ephemeral-job/cancelled-output"].is_string(), "{job}");
+    let gone_by = Instant::now() + Duration::from_secs(60);
+    let selector = kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/run-id={}", run_id_of(&token))), field_selector: None };
+    while !cluster::admin_client().list(kube::Resource::PODS, NAMESPACE, &selector).unwrap().items.is_empty() {
+        assert!(Instant::now() < gone_by, "the cancelled pod did not go");
+        std::thread::sleep(Duration::from_millis(250));
+    }
     let mut other = self::server(&[]);
     let seen = fetch(&mut other, &token, 30);
     assert_eq!(seen["result"]["status"], "cancelled", "{seen}");
+    assert!(seen["result"]["stdout"].as_str().unwrap().contains("before-cancel"), "{seen}");
+    assert_eq!(seen["result"]["truncated"]["stdout"], true, "only a tail is kept: {seen}");
 }
 
 #[test]

@@ -42,6 +42,12 @@ pub const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
 /// Set by `cancel`: the run was stopped on purpose, even if its pod (and
 /// the partial output in its log) is gone when another process looks.
 pub const ANNOTATION_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
+/// The tail of a cancelled run's output, written by the process that
+/// cancelled it, so that any replica (or this one after a restart) can
+/// still return it: the pod and its log are gone by then.
+pub const ANNOTATION_CANCELLED_OUTPUT: &str = "mcp-k8s-ephemeral-job/cancelled-output";
+/// Bytes of each stream kept in that annotation; annotations share 256 KiB.
+const CANCELLED_OUTPUT_TAIL_BYTES: usize = 32 * 1024;
 
 /// How long `cancel` lets the runner report the output so far after its
 /// pod was deleted, before the follower is stopped outright.
@@ -232,6 +238,9 @@ pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
     let last = ctx.jobs.wait(&run_id, Instant::now() + CANCEL_DRAIN, &never, &mut seen, &mut |_, _| {});
     // A pod the Job controller created after the first sweep goes too.
     delete_pods(ctx, &run_id);
+    if let Lookup::Found(View { outcome: Some(outcome), .. }) = &last {
+        keep_cancelled_output(ctx, &run_id, outcome);
+    }
     match last {
         Lookup::Found(view) => Ok(view),
         _ => Err(Error::Unknown { token: token.to_string() }),
@@ -369,17 +378,51 @@ fn mark_cancelled(outcome: &mut RunOutcome) {
     outcome.message = "the job was cancelled (cancel_job) and its pod deleted; the output read so far is included".into();
 }
 
+/// Writes the tail of a cancelled run's output onto its Job. A failure
+/// only costs other processes that output, so it is logged, not returned.
+fn keep_cancelled_output(ctx: &Ctx, run_id: &str, outcome: &RunOutcome) {
+    let tail = |bytes: &[u8]| bytes[bytes.len().saturating_sub(CANCELLED_OUTPUT_TAIL_BYTES)..].to_vec();
+    let kept = json!({
+        "stdout_b64": crate::runner::frame::to_base64(&tail(&outcome.stdout)),
+        "stderr_b64": crate::runner::frame::to_base64(&tail(&outcome.stderr)),
+    });
+    let patch = json!({"metadata": {"annotations": {ANNOTATION_CANCELLED_OUTPUT: kept.to_string()}}});
+    if let Err(error) = ctx.client.merge_patch(kube::Resource::JOBS, &ctx.policy.namespace, &manifest::job_name(run_id), &patch) {
+        log::warn("could not keep the cancelled output on the job", &[("run_id", run_id.into()), ("error", error.to_string().into())]);
+    }
+}
+
+/// The output tail `keep_cancelled_output` left on a Job, if any.
+fn cancelled_output(job: &Value) -> Option<(Vec<u8>, Vec<u8>)> {
+    let kept: Value = serde_json::from_str(annotation(job, ANNOTATION_CANCELLED_OUTPUT)?).ok()?;
+    let decode = |name: &str| crate::runner::frame::from_base64(kept[name].as_str().unwrap_or_default()).ok();
+    Some((decode("stdout_b64")?, decode("stderr_b64")?))
+}
+
 /// The outcome of a finished Job whose pod (and so its log) is gone.
 fn outcome_without_pod(run_id: &str, job: &Value, created: Option<SystemTime>) -> RunOutcome {
     let mut outcome = match annotation(job, ANNOTATION_CANCELLED_AT) {
-        Some(at) => RunOutcome::without_result(
-            run_id,
-            RunStatus::Cancelled,
-            RunReason::Cancelled,
-            format!(
-                "the job was cancelled at {at}; its partial output was held by the server process that cancelled it and is not in the cluster"
-            ),
-        ),
+        Some(at) => {
+            let mut outcome = RunOutcome::without_result(
+                run_id,
+                RunStatus::Cancelled,
+                RunReason::Cancelled,
+                format!("the job was cancelled at {at}; the tail of its output read until then is included"),
+            );
+            match cancelled_output(job) {
+                Some((stdout, stderr)) => {
+                    outcome.stdout = stdout;
+                    outcome.stderr = stderr;
+                }
+                None => outcome.message = format!(
+                    "the job was cancelled at {at}; its partial output was held by the server process that cancelled it and is not in the cluster"
+                ),
+            }
+            // Only a tail is kept, and the run was cut short either way.
+            outcome.truncated.stdout = true;
+            outcome.truncated.stderr = true;
+            outcome
+        }
         None => RunOutcome::without_result(
             run_id,
             RunStatus::Error,

@@ -3,26 +3,11 @@
 //! writes, the same frames the engine later reads from the container log.
 
 use std::fs;
-use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mcp_k8s_ephemeral_job::runner::capture::FrameSink;
 use mcp_k8s_ephemeral_job::runner::frame::{self, ArtifactHeader, Frame, RunResult, Stream};
 use mcp_k8s_ephemeral_job::runner::{self, ExecOptions};
-
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 struct Run {
     exit_code: i32,
@@ -109,8 +94,7 @@ fn options(name: &str, argv: &[&str]) -> ExecOptions {
 }
 
 fn run(options: &ExecOptions) -> Run {
-    let buffer = Arc::new(Mutex::new(Vec::new()));
-    let sink: FrameSink = Arc::new(Mutex::new(Box::new(Shared(buffer.clone()))));
+    let (sink, buffer) = mcp_k8s_ephemeral_job::runner::capture::memory_sink();
     let exit_code = runner::run_exec_to(options, &sink);
     let text = String::from_utf8(buffer.lock().unwrap().clone()).expect("frames are UTF-8");
     let frames = text

@@ -72,6 +72,28 @@ impl HeadTail {
 /// there is nobody to report it to until the result is written.
 pub type FrameSink = Arc<Mutex<Box<dyn Write + Send>>>;
 
+/// A sink that keeps the frames in memory, with the buffer to read them
+/// back: how the runner's tests (and any caller that wants the frames as
+/// bytes) see exactly what would reach the container log.
+pub fn memory_sink() -> (FrameSink, Arc<Mutex<Vec<u8>>>) {
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    let sink: FrameSink = Arc::new(Mutex::new(Box::new(MemoryWriter(buffer.clone()))));
+    (sink, buffer)
+}
+
+struct MemoryWriter(Arc<Mutex<Vec<u8>>>);
+
+impl Write for MemoryWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 pub fn write_frame(sink: &FrameSink, frame: &Frame) {
     let line = frame::encode(frame);
     if let Ok(mut out) = sink.lock() {
@@ -158,18 +180,7 @@ mod tests {
 
     #[test]
     fn pump_forwards_live_output_up_to_its_cap() {
-        let sink_buffer = Arc::new(Mutex::new(Vec::<u8>::new()));
-        struct Shared(Arc<Mutex<Vec<u8>>>);
-        impl Write for Shared {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let sink: FrameSink = Arc::new(Mutex::new(Box::new(Shared(sink_buffer.clone()))));
+        let (sink, sink_buffer) = memory_sink();
         let kept = pump(&b"hello world"[..], Stream::Stdout, 100, 5, &sink);
         assert_eq!(kept.contents(), b"hello world");
         let text = String::from_utf8(sink_buffer.lock().unwrap().clone()).unwrap();

@@ -180,9 +180,13 @@ pub const HARD_DEADLINE_SLACK: Duration = Duration::from_secs(30);
 /// is done with the inputs. Failures are logged: the Secret is owned by the
 /// Job, so the garbage collector removes it with the Job anyway.
 pub fn delete_inputs_secret(ctx: &Ctx, run_id: &str) {
-    let name = manifest::job_name(run_id);
-    if let Err(error) = ctx.client.delete(kube::Resource::SECRETS, &ctx.policy.namespace, &name) {
-        log::warn("inputs secret not deleted; the garbage collector will remove it with its Job", &[("secret", name.as_str().into()), ("error", error.to_string().into())]);
+    delete_secret(&ctx.client, &ctx.policy.namespace, &manifest::job_name(run_id));
+}
+
+fn delete_secret(client: &kube::Client, namespace: &str, name: &str) {
+    if let Err(error) = client.delete(kube::Resource::SECRETS, namespace, name) {
+        metrics::api_error("delete_secret");
+        log::warn("inputs secret not deleted; the garbage collector will remove it with its Job", &[("secret", name.into()), ("error", error.to_string().into())]);
     }
 }
 
@@ -230,11 +234,8 @@ impl Drop for Cleanup<'_> {
             metrics::api_error("delete_job");
             log::warn("job not deleted; ttlSecondsAfterFinished and the reaper will remove it", &[("job", self.job_name.into()), ("error", error.to_string().into())]);
         }
-        if self.secret
-            && let Err(error) = self.client.delete(kube::Resource::SECRETS, self.namespace, self.job_name)
-        {
-            metrics::api_error("delete_secret");
-            log::warn("inputs secret not deleted; the garbage collector will remove it with its Job", &[("secret", self.job_name.into()), ("error", error.to_string().into())]);
+        if self.secret {
+            delete_secret(self.client, self.namespace, self.job_name);
         }
     }
 }
@@ -297,18 +298,15 @@ fn decide<'scope>(
     let mut unschedulable_since: Option<Instant> = None;
     let mut last_waiting = String::from("the pod was not created yet");
     let mut next_event_poll = Instant::now() + EVENT_POLL;
-    let mut log_follower: Option<Follower<'scope>> = None;
+    let mut log = LogState::NotStarted;
     let mut started_reported = false;
-    // A log that ended without the result, kept until the pod says why.
-    let mut pending_collector: Option<Collector> = None;
 
     loop {
         if cancel.is_cancelled() {
-            let collector = stop_follower(log_follower.take());
-            return cancelled(run_id, collector);
+            return cancelled(run_id, log.stop());
         }
         let now = Instant::now();
-        if log_follower.is_none() && now >= start_deadline {
+        if matches!(log, LogState::NotStarted) && now >= start_deadline {
             return RunOutcome::without_result(
                 run_id,
                 RunStatus::Error,
@@ -320,9 +318,9 @@ fn decide<'scope>(
             );
         }
         if now >= hard_deadline {
-            let collector = stop_follower(log_follower.take());
-            let facts = Judged { run_id, timeout: followed.timeout, memory_limit: None, finished: None };
-            let mut outcome = outcome::judge(&facts, collector);
+            let memory_limit = followed.memory_limit.as_deref();
+            let facts = Judged { run_id, timeout: followed.timeout, memory_limit, finished: None };
+            let mut outcome = outcome::judge(&facts, log.stop());
             outcome.status = RunStatus::TimedOut;
             outcome.reason = Some(RunReason::DeadlineExceeded);
             outcome.message = "the run passed its hard deadline without the runner reporting; output so far is included".into();
@@ -338,7 +336,7 @@ fn decide<'scope>(
             Ok(Watched::Pod(pod)) => last_pod = Some(pod),
             Ok(Watched::Failed(message)) => {
                 metrics::api_error("watch_pods");
-                let collector = stop_follower(log_follower.take());
+                let collector = log.stop();
                 let mut outcome = RunOutcome::without_result(
                     run_id,
                     RunStatus::Error,
@@ -356,15 +354,16 @@ fn decide<'scope>(
         }
         // The runner's result is its last word: once the follower has it,
         // the run is over even if the pod's status has not caught up.
-        if log_follower.as_ref().is_some_and(|(handle, _)| handle.is_finished()) {
-            let collector = join_follower(log_follower.take().expect("checked above"), cancel);
+        if let LogState::Following((handle, _)) = &log
+            && handle.is_finished()
+        {
+            let collector = std::mem::replace(&mut log, LogState::NotStarted).join(cancel);
             if collector.result.is_some() {
                 return judged_with_pod(run_id, followed, collector, last_pod.as_ref());
             }
             // The log ended without a result: wait for the pod's final
-            // status to say why, reading the log once more then.
-            log_follower = None;
-            pending_collector = Some(collector);
+            // status to say why.
+            log = LogState::Ended(Box::new(collector));
         }
         let Some(pod) = &last_pod else { continue };
         let state = classify::pod_state(pod);
@@ -399,17 +398,15 @@ fn decide<'scope>(
                     started_reported = true;
                     on_progress(Progress::Started);
                 }
-                if log_follower.is_none() && pending_collector.is_none() {
-                    log_follower = Some(start_follower(ctx, pod, on_progress, scope));
+                if matches!(log, LogState::NotStarted) {
+                    log = LogState::Following(start_follower(ctx, pod, on_progress, scope));
                 }
             }
             PodState::Finished(_) => {
-                let collector = match (log_follower.take(), pending_collector.take()) {
-                    (Some(follower), _) => join_follower(follower, cancel),
-                    (None, Some(collector)) => collector,
-                    (None, None) => join_follower(start_follower(ctx, pod, on_progress, scope), cancel),
-                };
-                return judged_with_pod(run_id, followed, collector, Some(pod));
+                if matches!(log, LogState::NotStarted) {
+                    log = LogState::Following(start_follower(ctx, pod, on_progress, scope));
+                }
+                return judged_with_pod(run_id, followed, log.join(cancel), Some(pod));
             }
         }
     }
@@ -433,6 +430,48 @@ fn judged_with_pod(run_id: &str, followed: &Followed, collector: Collector, pod:
 }
 
 type Follower<'scope> = (std::thread::ScopedJoinHandle<'scope, Collector>, StreamStop);
+
+/// Where the reading of the main container's log stands. One value, so the
+/// decision loop cannot mistake "the log ended without a result" for "the
+/// pod never started" (an earlier version kept two options and did).
+enum LogState<'scope> {
+    NotStarted,
+    Following(Follower<'scope>),
+    /// The log ended without the runner's result; kept until the pod's
+    /// status says why (boxed: the collector is large, the others small).
+    Ended(Box<Collector>),
+}
+
+impl LogState<'_> {
+    /// What was read, waiting up to `LOG_DRAIN` for a follower to finish.
+    fn join(self, cancel: &CancelToken) -> Collector {
+        match self {
+            LogState::NotStarted => Collector::new(0, 0),
+            LogState::Following((handle, stop)) => {
+                let deadline = Instant::now() + LOG_DRAIN;
+                while !handle.is_finished() && Instant::now() < deadline && !cancel.is_cancelled() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                if !handle.is_finished() {
+                    stop.stop();
+                }
+                handle.join().unwrap_or_else(|_| Collector::new(0, 0))
+            }
+            LogState::Ended(collector) => *collector,
+        }
+    }
+
+    /// What was read, closing the stream at once.
+    fn stop(&mut self) -> Collector {
+        match std::mem::replace(self, LogState::NotStarted) {
+            LogState::Following((handle, stop)) => {
+                stop.stop();
+                handle.join().unwrap_or_else(|_| Collector::new(0, 0))
+            }
+            other => other.join(&CancelToken::new()),
+        }
+    }
+}
 
 /// Stops the log follower from the decision thread: closes the stream that
 /// is open now and keeps any later one from opening.
@@ -519,28 +558,6 @@ fn follow_log(ctx: &Ctx, pod_name: &str, stop: &StreamStop, on_progress: &(dyn F
         }
     }
     collector
-}
-
-fn join_follower(follower: Follower, cancel: &CancelToken) -> Collector {
-    let (handle, stop) = follower;
-    let deadline = Instant::now() + LOG_DRAIN;
-    while !handle.is_finished() && Instant::now() < deadline && !cancel.is_cancelled() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if !handle.is_finished() {
-        stop.stop();
-    }
-    handle.join().unwrap_or_else(|_| Collector::new(0, 0))
-}
-
-fn stop_follower(follower: Option<Follower>) -> Collector {
-    match follower {
-        Some((handle, stop)) => {
-            stop.stop();
-            handle.join().unwrap_or_else(|_| Collector::new(0, 0))
-        }
-        None => Collector::new(0, 0),
-    }
 }
 
 fn cancelled(run_id: &str, collector: Collector) -> RunOutcome {

@@ -115,37 +115,9 @@ pub fn main_finished_at(pod: &Value) -> Option<SystemTime> {
 }
 
 /// Parses the API's RFC 3339 timestamps (`2026-11-29T20:14:53Z`, with or
-/// without fractional seconds) in UTC.
+/// without fractional seconds); one parser serves the client and the engine.
 pub fn parse_time(text: &str) -> Option<SystemTime> {
-    let text = text.strip_suffix('Z')?;
-    let (date, time) = text.split_once('T')?;
-    let mut date_parts = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
-    let (year, month, day) = (date_parts.next()??, date_parts.next()??, date_parts.next()??);
-    let (time, fraction) = time.split_once('.').unwrap_or((time, ""));
-    let mut time_parts = time.splitn(3, ':').map(|p| p.parse::<u64>().ok());
-    let (hour, minute, second) = (time_parts.next()??, time_parts.next()??, time_parts.next()??);
-    let nanos: u32 = if fraction.is_empty() {
-        0
-    } else {
-        let digits: String = fraction.chars().take(9).collect();
-        format!("{digits:0<9}").parse().ok()?
-    };
-    let days = days_from_civil(year, month, day)?;
-    let seconds = u64::try_from(days).ok()? * 86_400 + hour * 3600 + minute * 60 + second;
-    Some(SystemTime::UNIX_EPOCH + std::time::Duration::new(seconds, nanos))
-}
-
-fn days_from_civil(year: i64, month: i64, day: i64) -> Option<i64> {
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
-        return None;
-    }
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_index = (month + 9) % 12;
-    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    Some(era * 146_097 + day_of_era - 719_468)
+    crate::kube::auth::parse_rfc3339(text)
 }
 
 fn container_status<'a>(status: &'a Value, list: &str, name: &str) -> Option<&'a Value> {

@@ -351,7 +351,8 @@ fn decode_exec_output(config: &ExecConfig, stdout: &[u8]) -> Result<ExecOutput, 
     Ok(ExecOutput { token, client_cert, expires })
 }
 
-/// Parses `2006-01-02T15:04:05[.frac](Z|±hh:mm)`; enough for exec plugins.
+/// Parses `2006-01-02T15:04:05[.frac](Z|±hh:mm)`, fractions down to the
+/// nanosecond: exec plugins' expiry times and the API's own timestamps.
 pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     let bytes = text.as_bytes();
     if bytes.len() < 20 || bytes[4] != b'-' || bytes[7] != b'-' || !matches!(bytes[10], b'T' | b't') {
@@ -361,8 +362,11 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
     let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
     let mut rest = &text[19..];
+    let mut nanos = 0u32;
     if let Some(fraction) = rest.strip_prefix('.') {
         let digits = fraction.chars().take_while(char::is_ascii_digit).count();
+        let kept: String = fraction[..digits].chars().take(9).collect();
+        nanos = format!("{kept:0<9}").parse().ok()?;
         rest = &fraction[digits..];
     }
     let offset_seconds = match rest {
@@ -380,7 +384,7 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     }
     let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
     let seconds = u64::try_from(seconds).ok()?;
-    Some(UNIX_EPOCH + Duration::from_secs(seconds))
+    Some(UNIX_EPOCH + Duration::new(seconds, nanos))
 }
 
 /// Days since 1970-01-01 (Howard Hinnant's algorithm).

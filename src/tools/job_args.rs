@@ -190,9 +190,7 @@ fn parse_env(value: Option<&Value>) -> Result<BTreeMap<String, String>, ArgError
     let object = value.as_object().ok_or_else(|| fail("`env` must be an object of string values"))?;
     let mut env = BTreeMap::new();
     for (name, value) in object {
-        let valid_name = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid_name {
+        if !crate::config::is_env_name(name) {
             return Err(fail(format!("`env` name `{name}` must match ^[A-Za-z_][A-Za-z0-9_]*$")));
         }
         let text = value.as_str().ok_or_else(|| fail(format!("`env.{name}` must be a string")))?;

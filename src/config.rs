@@ -218,10 +218,9 @@ impl fmt::Display for Error {
             Error::OutOfRange { variable, value, min, max } => {
                 write!(formatter, "{variable}: `{value}` is out of range; accepted: {min} to {max}")
             }
-            Error::DefaultAboveMax { default_variable, default, max_variable, max } => write!(
-                formatter,
-                "{default_variable}: `{default}` is above {max_variable} ({max}); lower it or raise {max_variable}"
-            ),
+            Error::DefaultAboveMax { default_variable, default, max_variable, max } => {
+                write!(formatter, "{default_variable}: `{default}` is above {max_variable} ({max}); lower it or raise {max_variable}")
+            }
             Error::Unpaired { set, missing } => {
                 write!(formatter, "{set} is set but {missing} is not; set both or neither")
             }
@@ -262,15 +261,17 @@ impl Config {
             cache: parse_cache(raw)?,
             job_extra_env: parse_extra_env(raw.job_extra_env.as_deref())?,
             runner_image: image(raw.runner_image.as_deref().unwrap_or(DEFAULT_RUNNER_IMAGE), "MCP_K8S_RUNNER_IMAGE")?,
-            runner_binary_path: absolute_path(raw.runner_binary_path.as_deref().unwrap_or("/mcp-k8s-ephemeral-job"), "MCP_K8S_RUNNER_BINARY_PATH")?,
+            runner_binary_path: absolute_path(
+                raw.runner_binary_path.as_deref().unwrap_or("/mcp-k8s-ephemeral-job"),
+                "MCP_K8S_RUNNER_BINARY_PATH",
+            )?,
             run_as_user: number(&raw.run_as_user, "MCP_K8S_RUN_AS_USER", 65532, 1, u64::from(u32::MAX))? as u32,
             start_timeout_s: number(&raw.start_timeout_s, "MCP_K8S_START_TIMEOUT_S", 120, 5, 3600)?,
             max_queued: number(&raw.max_queued, "MCP_K8S_MAX_QUEUED", 100, 0, 100_000)? as u32,
             result_ttl_s: number(&raw.result_ttl_s, "MCP_K8S_RESULT_TTL_S", 3600, 60, 7 * 86_400)?,
             workdir_size: quantity(&raw.workdir_size, "MCP_K8S_WORKDIR_SIZE", "1Gi")?,
             runtime_class: raw.runtime_class.as_deref().map(|name| object_name(name, "MCP_K8S_RUNTIME_CLASS")).transpose()?,
-            max_message_bytes: number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 16 << 20, 4096, 1 << 30)?
-                as usize,
+            max_message_bytes: number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 16 << 20, 4096, 1 << 30)? as usize,
             session_ttl_s: number(&raw.session_ttl_s, "MCP_K8S_SESSION_TTL_S", 3600, 1, 7 * 86_400)?,
             allowed_origins: parse_origins(raw.allowed_origins.as_deref())?,
             shutdown_grace_s: number(&raw.shutdown_grace_s, "MCP_K8S_SHUTDOWN_GRACE_S", 30, 0, 3600)?,
@@ -289,8 +290,7 @@ impl Config {
 /// caller-supplied env later.
 pub fn is_env_name(name: &str) -> bool {
     let mut chars = name.chars();
-    chars.next().is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    chars.next().is_some_and(|first| first.is_ascii_alphabetic() || first == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 const fn setting(
@@ -311,10 +311,7 @@ fn number(value: &Option<String>, variable: &'static str, default: u64, min: u64
     let Some(text) = value else {
         return Ok(default);
     };
-    let parsed: u64 = text
-        .trim()
-        .parse()
-        .map_err(|_| invalid(variable, text, &format!("a whole number from {min} to {max}")))?;
+    let parsed: u64 = text.trim().parse().map_err(|_| invalid(variable, text, &format!("a whole number from {min} to {max}")))?;
     if parsed < min || parsed > max {
         return Err(Error::OutOfRange { variable, value: parsed, min, max });
     }
@@ -340,9 +337,9 @@ fn parse_addr(text: &str) -> Result<SocketAddr, Error> {
     let ip = match host {
         "" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        bracketed if bracketed.starts_with('[') && bracketed.ends_with(']') => bracketed[1..bracketed.len() - 1]
-            .parse()
-            .map_err(|_| invalid("MCP_K8S_ADDR", text, expected))?,
+        bracketed if bracketed.starts_with('[') && bracketed.ends_with(']') => {
+            bracketed[1..bracketed.len() - 1].parse().map_err(|_| invalid("MCP_K8S_ADDR", text, expected))?
+        }
         plain => plain.parse().map_err(|_| invalid("MCP_K8S_ADDR", text, expected))?,
     };
     Ok(SocketAddr::new(ip, port))
@@ -388,18 +385,16 @@ fn image(text: &str, variable: &'static str) -> Result<String, Error> {
 
 fn image_list(value: Option<&str>) -> Result<Allowlist, Error> {
     Allowlist::parse(value.unwrap_or("")).map_err(|(entry, why)| {
-        invalid("MCP_K8S_ALLOWED_IMAGES", &entry, &format!("comma-separated image references, each like python:3.12-slim, ghcr.io/org/* or golang:* ({why})"))
+        invalid(
+            "MCP_K8S_ALLOWED_IMAGES",
+            &entry,
+            &format!("comma-separated image references, each like python:3.12-slim, ghcr.io/org/* or golang:* ({why})"),
+        )
     })
 }
 
 fn csv(value: Option<&str>) -> Vec<String> {
-    value
-        .unwrap_or("")
-        .split(',')
-        .map(str::trim)
-        .filter(|item| !item.is_empty())
-        .map(str::to_string)
-        .collect()
+    value.unwrap_or("").split(',').map(str::trim).filter(|item| !item.is_empty()).map(str::to_string).collect()
 }
 
 fn parse_clone(raw: &RawConfig) -> Result<Option<CloneConfig>, Error> {
@@ -407,10 +402,9 @@ fn parse_clone(raw: &RawConfig) -> Result<Option<CloneConfig>, Error> {
         (None, None) => Ok(None),
         (Some(_), None) => Err(Error::Unpaired { set: "MCP_K8S_CLONE_IMAGE", missing: "MCP_K8S_CLONE_SECRET" }),
         (None, Some(_)) => Err(Error::Unpaired { set: "MCP_K8S_CLONE_SECRET", missing: "MCP_K8S_CLONE_IMAGE" }),
-        (Some(image_text), Some(secret)) => Ok(Some(CloneConfig {
-            image: image(image_text, "MCP_K8S_CLONE_IMAGE")?,
-            secret: object_name(secret, "MCP_K8S_CLONE_SECRET")?,
-        })),
+        (Some(image_text), Some(secret)) => {
+            Ok(Some(CloneConfig { image: image(image_text, "MCP_K8S_CLONE_IMAGE")?, secret: object_name(secret, "MCP_K8S_CLONE_SECRET")? }))
+        }
     }
 }
 
@@ -431,8 +425,7 @@ fn parse_cache(raw: &RawConfig) -> Result<Option<CacheConfig>, Error> {
 /// RFC 1123 subdomain, the rule for Secret and PVC names.
 fn object_name(text: &str, variable: &'static str) -> Result<String, Error> {
     let valid_chars = text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
-    let valid_ends = text.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && text.ends_with(|c: char| c.is_ascii_alphanumeric());
+    let valid_ends = text.starts_with(|c: char| c.is_ascii_alphanumeric()) && text.ends_with(|c: char| c.is_ascii_alphanumeric());
     if text.len() > 253 || !valid_chars || !valid_ends {
         return Err(invalid(variable, text, "a Kubernetes object name: lowercase letters, digits, '-' or '.'"));
     }
@@ -446,8 +439,7 @@ fn parse_extra_env(value: Option<&str>) -> Result<BTreeMap<String, String>, Erro
     };
     // The value may hold credentials, so errors never echo it.
     let hidden = "<JSON not shown>";
-    let parsed: serde_json::Value =
-        serde_json::from_str(text).map_err(|_| invalid("MCP_K8S_JOB_EXTRA_ENV", hidden, EXPECTED))?;
+    let parsed: serde_json::Value = serde_json::from_str(text).map_err(|_| invalid("MCP_K8S_JOB_EXTRA_ENV", hidden, EXPECTED))?;
     let serde_json::Value::Object(object) = parsed else {
         return Err(invalid("MCP_K8S_JOB_EXTRA_ENV", hidden, EXPECTED));
     };
@@ -483,9 +475,8 @@ fn parse_origins(value: Option<&str>) -> Result<Vec<String>, Error> {
 
 fn parse_log_level(value: Option<&str>) -> Result<Level, Error> {
     let text = value.unwrap_or("info");
-    Level::parse(text).ok_or_else(|| {
-        invalid("MCP_K8S_LOG_LEVEL", text, "one of debug, info, notice, warning, error, critical, alert, emergency")
-    })
+    Level::parse(text)
+        .ok_or_else(|| invalid("MCP_K8S_LOG_LEVEL", text, "one of debug, info, notice, warning, error, critical, alert, emergency"))
 }
 
 fn parse_flag(value: Option<&str>, variable: &'static str) -> Result<bool, Error> {
@@ -501,8 +492,7 @@ mod tests {
     use super::*;
 
     fn raw(pairs: &[(&str, &str)]) -> RawConfig {
-        let table: BTreeMap<String, String> =
-            pairs.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect();
+        let table: BTreeMap<String, String> = pairs.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect();
         RawConfig::from_lookup(|name| table.get(name).cloned())
     }
 
@@ -535,11 +525,8 @@ mod tests {
 
     #[test]
     fn every_setting_default_in_the_table_is_accepted_and_matches() {
-        let pairs: Vec<(&str, &str)> = SETTINGS
-            .iter()
-            .filter(|setting| !setting.default.is_empty())
-            .map(|setting| (setting.env, setting.default))
-            .collect();
+        let pairs: Vec<(&str, &str)> =
+            SETTINGS.iter().filter(|setting| !setting.default.is_empty()).map(|setting| (setting.env, setting.default)).collect();
         let from_table = Config::from_raw(&raw(&pairs)).unwrap();
         let from_nothing = Config::from_raw(&RawConfig::default()).unwrap();
         assert_eq!(format!("{from_table:?}"), format!("{from_nothing:?}"));
@@ -579,12 +566,8 @@ mod tests {
 
     #[test]
     fn addresses() {
-        let cases = [
-            (":8080", "0.0.0.0:8080"),
-            ("localhost:9000", "127.0.0.1:9000"),
-            ("127.0.0.1:0", "127.0.0.1:0"),
-            ("[::]:80", "[::]:80"),
-        ];
+        let cases =
+            [(":8080", "0.0.0.0:8080"), ("localhost:9000", "127.0.0.1:9000"), ("127.0.0.1:0", "127.0.0.1:0"), ("[::]:80", "[::]:80")];
         for (text, expected) in cases {
             assert_eq!(parse_addr(text), Ok(expected.parse().unwrap()), "{text}");
         }
@@ -599,11 +582,17 @@ mod tests {
             (&[("MCP_K8S_ADDR", ":99999")], "MCP_K8S_ADDR: `:99999` is not accepted"),
             (&[("MCP_K8S_NAMESPACE", "Prod")], "MCP_K8S_NAMESPACE: `Prod` is not accepted; expected a namespace name"),
             (&[("MCP_K8S_NAMESPACE", "-x")], "MCP_K8S_NAMESPACE: `-x`"),
-            (&[("MCP_K8S_DEFAULT_TIMEOUT_S", "ten")], "MCP_K8S_DEFAULT_TIMEOUT_S: `ten` is not accepted; expected a whole number from 1 to 86400"),
+            (
+                &[("MCP_K8S_DEFAULT_TIMEOUT_S", "ten")],
+                "MCP_K8S_DEFAULT_TIMEOUT_S: `ten` is not accepted; expected a whole number from 1 to 86400",
+            ),
             (&[("MCP_K8S_DEFAULT_TIMEOUT_S", "-1")], "MCP_K8S_DEFAULT_TIMEOUT_S: `-1` is not accepted"),
             (&[("MCP_K8S_DEFAULT_TIMEOUT_S", "0")], "MCP_K8S_DEFAULT_TIMEOUT_S: `0` is out of range; accepted: 1 to 86400"),
             (&[("MCP_K8S_MAX_TIMEOUT_S", "100000")], "MCP_K8S_MAX_TIMEOUT_S: `100000` is out of range"),
-            (&[("MCP_K8S_DEFAULT_TIMEOUT_S", "700")], "MCP_K8S_DEFAULT_TIMEOUT_S: `700` is above MCP_K8S_MAX_TIMEOUT_S (600); lower it or raise MCP_K8S_MAX_TIMEOUT_S"),
+            (
+                &[("MCP_K8S_DEFAULT_TIMEOUT_S", "700")],
+                "MCP_K8S_DEFAULT_TIMEOUT_S: `700` is above MCP_K8S_MAX_TIMEOUT_S (600); lower it or raise MCP_K8S_MAX_TIMEOUT_S",
+            ),
             (&[("MCP_K8S_MAX_OUTPUT_BYTES", "12")], "MCP_K8S_MAX_OUTPUT_BYTES: `12` is out of range; accepted: 1024 to"),
             (&[("MCP_K8S_MAX_ARTIFACT_BYTES", "1e6")], "MCP_K8S_MAX_ARTIFACT_BYTES: `1e6` is not accepted"),
             (&[("MCP_K8S_DEFAULT_CPU", "one")], "MCP_K8S_DEFAULT_CPU: `one` is not accepted; expected a Kubernetes quantity"),
@@ -617,9 +606,15 @@ mod tests {
             (&[("MCP_K8S_CLONE_IMAGE", "git"), ("MCP_K8S_CLONE_SECRET", "Creds!")], "MCP_K8S_CLONE_SECRET: `Creds!` is not accepted"),
             (&[("MCP_K8S_CACHE_PVC", "cache")], "MCP_K8S_CACHE_PVC is set but MCP_K8S_CACHE_MOUNT_PATH is not"),
             (&[("MCP_K8S_CACHE_MOUNT_PATH", "/cache")], "MCP_K8S_CACHE_MOUNT_PATH is set but MCP_K8S_CACHE_PVC is not"),
-            (&[("MCP_K8S_CACHE_PVC", "c"), ("MCP_K8S_CACHE_MOUNT_PATH", "cache")], "MCP_K8S_CACHE_MOUNT_PATH: `cache` is not accepted; expected an absolute path"),
+            (
+                &[("MCP_K8S_CACHE_PVC", "c"), ("MCP_K8S_CACHE_MOUNT_PATH", "cache")],
+                "MCP_K8S_CACHE_MOUNT_PATH: `cache` is not accepted; expected an absolute path",
+            ),
             (&[("MCP_K8S_CACHE_PVC", "c"), ("MCP_K8S_CACHE_MOUNT_PATH", "/a/../b")], "MCP_K8S_CACHE_MOUNT_PATH: `/a/../b`"),
-            (&[("MCP_K8S_JOB_EXTRA_ENV", "{not json")], "MCP_K8S_JOB_EXTRA_ENV: `<JSON not shown>` is not accepted; expected a JSON object"),
+            (
+                &[("MCP_K8S_JOB_EXTRA_ENV", "{not json")],
+                "MCP_K8S_JOB_EXTRA_ENV: `<JSON not shown>` is not accepted; expected a JSON object",
+            ),
             (&[("MCP_K8S_JOB_EXTRA_ENV", "[1]")], "MCP_K8S_JOB_EXTRA_ENV: `<JSON not shown>`"),
             (&[("MCP_K8S_JOB_EXTRA_ENV", r#"{"1X":"a"}"#)], "MCP_K8S_JOB_EXTRA_ENV: `1X` is not accepted; expected variable names"),
             (&[("MCP_K8S_JOB_EXTRA_ENV", r#"{"X":1}"#)], "MCP_K8S_JOB_EXTRA_ENV: `X` is not accepted; expected a string value"),

@@ -160,11 +160,12 @@ fn check_cache_pvc(client: &kube::Client, namespace: &str, pvc: &str) -> Check {
 fn check_clone_secret(client: &kube::Client, namespace: &str, secret: &str) -> Check {
     match client.get_if_exists(kube::Resource::SECRETS, namespace, secret) {
         Ok(Some(object)) => {
-            let keys: Vec<&String> =
-                object["data"].as_object().map(|data| data.keys().collect()).unwrap_or_default();
+            let keys: Vec<&String> = object["data"].as_object().map(|data| data.keys().collect()).unwrap_or_default();
             let keys: Vec<String> = keys.iter().map(|key| format!("`{key}`")).collect();
             if keys.is_empty() {
-                Check::fail(format!("MCP_K8S_CLONE_SECRET: Secret `{secret}` has no keys; add one token per git host (key: the host, `host_port` with a port)"))
+                Check::fail(format!(
+                    "MCP_K8S_CLONE_SECRET: Secret `{secret}` has no keys; add one token per git host (key: the host, `host_port` with a port)"
+                ))
             } else {
                 Check::pass(format!("MCP_K8S_CLONE_SECRET: Secret `{secret}` exists with keys {}", keys.join(", ")))
             }

@@ -206,10 +206,8 @@ mod tests {
 
     #[test]
     fn allowlist_decisions() {
-        let list = Allowlist::parse(&format!(
-            "docker.io/library/python:3.12-slim, golang:*, ghcr.io/acme/*, alpine@{DIGEST}, busybox"
-        ))
-        .unwrap();
+        let list =
+            Allowlist::parse(&format!("docker.io/library/python:3.12-slim, golang:*, ghcr.io/acme/*, alpine@{DIGEST}, busybox")).unwrap();
         let cases = [
             ("python:3.12-slim", true),
             ("docker.io/library/python:3.12-slim", true),

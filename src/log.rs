@@ -26,16 +26,8 @@ pub enum Level {
 }
 
 impl Level {
-    pub const ALL: [Level; 8] = [
-        Level::Debug,
-        Level::Info,
-        Level::Notice,
-        Level::Warning,
-        Level::Error,
-        Level::Critical,
-        Level::Alert,
-        Level::Emergency,
-    ];
+    pub const ALL: [Level; 8] =
+        [Level::Debug, Level::Info, Level::Notice, Level::Warning, Level::Error, Level::Critical, Level::Alert, Level::Emergency];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -123,12 +115,7 @@ pub fn rfc3339_utc(time: SystemTime) -> String {
 
 static STDERR_LEVEL: AtomicU8 = AtomicU8::new(Level::Info as u8);
 
-fn format_line(
-    time: SystemTime,
-    level: Level,
-    message: &str,
-    fields: &[(&str, serde_json::Value)],
-) -> String {
+fn format_line(time: SystemTime, level: Level, message: &str, fields: &[(&str, serde_json::Value)]) -> String {
     let mut object = serde_json::Map::new();
     object.insert("ts".into(), rfc3339_utc(time).into());
     object.insert("level".into(), level.as_str().into());
@@ -176,12 +163,7 @@ mod tests {
 
     #[test]
     fn line_is_one_json_object_with_fields() {
-        let line = format_line(
-            UNIX_EPOCH,
-            Level::Warning,
-            "run finished",
-            &[("run_id", "abc".into()), ("bytes", 12.into())],
-        );
+        let line = format_line(UNIX_EPOCH, Level::Warning, "run finished", &[("run_id", "abc".into()), ("bytes", 12.into())]);
         assert!(line.ends_with('\n'));
         assert_eq!(line.matches('\n').count(), 1);
         let value: serde_json::Value = serde_json::from_str(line.trim_end()).unwrap();

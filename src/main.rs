@@ -211,14 +211,11 @@ fn engine_policy(config: &Config) -> engine::spec::Policy {
         start_timeout: Duration::from_secs(config.start_timeout_s),
         workdir_size_limit: config.workdir_size.clone(),
         extra_env: config.job_extra_env.clone(),
-        cache: config.cache.as_ref().map(|cache| engine::spec::CacheVolume {
-            claim_name: cache.pvc.clone(),
-            mount_path: cache.mount_path.clone(),
-        }),
-        clone: config.clone.as_ref().map(|clone| engine::spec::CloneStep {
-            image: clone.image.clone(),
-            secret_name: clone.secret.clone(),
-        }),
+        cache: config
+            .cache
+            .as_ref()
+            .map(|cache| engine::spec::CacheVolume { claim_name: cache.pvc.clone(), mount_path: cache.mount_path.clone() }),
+        clone: config.clone.as_ref().map(|clone| engine::spec::CloneStep { image: clone.image.clone(), secret_name: clone.secret.clone() }),
         finished_ttl: Duration::from_secs(FINISHED_JOB_TTL_S),
         runtime_class: config.runtime_class.clone(),
     }

@@ -165,7 +165,15 @@ mod tests {
         }
         let mut text = String::new();
         histogram.render(&mut text, "h", "help");
-        for line in ["h_bucket{le=\"0.5\"} 1", "h_bucket{le=\"1\"} 2", "h_bucket{le=\"5\"} 3", "h_bucket{le=\"1800\"} 3", "h_bucket{le=\"+Inf\"} 4", "h_count 4", "h_sum 5003.9"] {
+        for line in [
+            "h_bucket{le=\"0.5\"} 1",
+            "h_bucket{le=\"1\"} 2",
+            "h_bucket{le=\"5\"} 3",
+            "h_bucket{le=\"1800\"} 3",
+            "h_bucket{le=\"+Inf\"} 4",
+            "h_count 4",
+            "h_sum 5003.9",
+        ] {
             assert!(text.lines().any(|candidate| candidate == line), "missing `{line}` in:\n{text}");
         }
     }

@@ -22,9 +22,7 @@ impl Quantity {
         if trimmed.is_empty() || trimmed.len() > 64 {
             return Err(error());
         }
-        let number_end = trimmed
-            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+'))
-            .unwrap_or(trimmed.len());
+        let number_end = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+')).unwrap_or(trimmed.len());
         let (number, suffix) = trimmed.split_at(number_end);
         let (mantissa_nanos, exponent) = parse_number(number).ok_or_else(error)?;
         let scale = suffix_scale(suffix).ok_or_else(error)?;

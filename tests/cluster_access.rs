@@ -37,7 +37,10 @@ fn what_the_role_does_not_allow_is_a_clear_forbidden_error() {
     // The ServiceAccount lives in mcp-system (deploy/serviceaccount.yaml);
     // clusters set up before that had it in the jobs namespace.
     let (head, tail) = text.split_once(":mcp-k8s-ephemeral-job\"").unwrap_or_else(|| panic!("{text}"));
-    assert!(head.starts_with("GET /api/v1/namespaces/kube-system/secrets: 403 Forbidden: secrets is forbidden: User \"system:serviceaccount:"), "{text}");
+    assert!(
+        head.starts_with("GET /api/v1/namespaces/kube-system/secrets: 403 Forbidden: secrets is forbidden: User \"system:serviceaccount:"),
+        "{text}"
+    );
     assert!(tail.starts_with(" cannot list resource \"secrets\" in API group \"\" in the namespace \"kube-system\""), "{text}");
     let status = error.status().unwrap();
     assert_eq!(status.details.kind, "secrets");

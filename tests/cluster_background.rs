@@ -167,7 +167,8 @@ fn submit_checks_every_argument_before_creating_anything() {
 #[test]
 fn unknown_and_malformed_tokens_are_refused_by_name() {
     let mut server = server(&[]);
-    let unknown = format!("job-{}-{}", "0".repeat(32), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs());
+    let unknown =
+        format!("job-{}-{}", "0".repeat(32), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs());
     for token in [unknown.as_str(), "job-nope", "../../etc"] {
         let text = tool_error(&mut server, "fetch_job", json!({"job_token": token}));
         assert!(text.starts_with(&format!("unknown job_token `{token}`")), "{text}");
@@ -200,10 +201,11 @@ fn cancel_stops_the_job_and_keeps_its_partial_output() {
     let job = job_of(&token).expect("the Job is kept");
     assert!(job["metadata"]["annotations"]["mcp-k8s-ephemeral-job/cancelled-at"].is_string(), "{job}");
     let pods = cluster::admin_client()
-        .list(kube::Resource::PODS, NAMESPACE, &kube::ListParams {
-            label_selector: Some(format!("mcp-k8s-ephemeral-job/run-id={}", run_id_of(&token))),
-            field_selector: None,
-        })
+        .list(
+            kube::Resource::PODS,
+            NAMESPACE,
+            &kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/run-id={}", run_id_of(&token))), field_selector: None },
+        )
         .unwrap();
     let running: Vec<_> = pods.items.iter().filter(|pod| pod["metadata"]["deletionTimestamp"].is_null()).collect();
     assert!(running.is_empty(), "the pod is deleted: {running:?}");
@@ -213,7 +215,8 @@ fn cancel_stops_the_job_and_keeps_its_partial_output() {
     let job = job_of(&token).expect("the Job is kept");
     assert!(job["metadata"]["annotations"]["mcp-k8s-ephemeral-job/cancelled-output"].is_string(), "{job}");
     let gone_by = Instant::now() + Duration::from_secs(60);
-    let selector = kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/run-id={}", run_id_of(&token))), field_selector: None };
+    let selector =
+        kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/run-id={}", run_id_of(&token))), field_selector: None };
     while !cluster::admin_client().list(kube::Resource::PODS, NAMESPACE, &selector).unwrap().items.is_empty() {
         assert!(Instant::now() < gone_by, "the cancelled pod did not go");
         std::thread::sleep(Duration::from_millis(250));

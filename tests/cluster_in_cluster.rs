@@ -83,25 +83,18 @@ impl Deployment {
     fn apply() -> Deployment {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
         let suffix = format!("{}-{}", std::process::id() % 100_000, nanos % 10_000);
-        let deployment = Deployment {
-            jobs_namespace: format!("mcp-e2e-jobs-{suffix}"),
-            system_namespace: format!("mcp-e2e-sys-{suffix}"),
-        };
+        let deployment = Deployment { jobs_namespace: format!("mcp-e2e-jobs-{suffix}"), system_namespace: format!("mcp-e2e-sys-{suffix}") };
         let overlay = Overlay::write(&cluster::project_image());
         let rendered = kubectl(&["kustomize", &overlay.dir.display().to_string()], None);
-        let renamed = rendered
-            .replace("mcp-ephemeral", &deployment.jobs_namespace)
-            .replace("mcp-system", &deployment.system_namespace);
+        let renamed = rendered.replace("mcp-ephemeral", &deployment.jobs_namespace).replace("mcp-system", &deployment.system_namespace);
         kubectl(&["apply", "-f", "-"], Some(&renamed));
         deployment
     }
 
     /// Waits for the rollout and for the NodePort to answer; the address.
     fn wait_until_reachable(&self) -> String {
-        let rollout = run_kubectl(
-            &["-n", &self.system_namespace, "rollout", "status", "deployment/mcp-k8s-ephemeral-job", "--timeout=180s"],
-            None,
-        );
+        let rollout =
+            run_kubectl(&["-n", &self.system_namespace, "rollout", "status", "deployment/mcp-k8s-ephemeral-job", "--timeout=180s"], None);
         assert!(
             rollout.is_ok(),
             "the server did not become ready: {rollout:?}\n{}\nIs the image loaded? Run `tests/build-project-image`.",

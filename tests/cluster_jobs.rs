@@ -81,7 +81,8 @@ fn compliant_job_completes_logs_and_is_deleted_by_ttl() {
     let pods = job_pods(&client, &name);
     assert_eq!(pods.len(), 1, "one pod");
     let pod_name = pods[0]["metadata"]["name"].as_str().unwrap().to_string();
-    let log = client.pod_logs(client.namespace(), &pod_name, &LogParams { container: Some("main".into()), ..LogParams::default() }).unwrap();
+    let log =
+        client.pod_logs(client.namespace(), &pod_name, &LogParams { container: Some("main".into()), ..LogParams::default() }).unwrap();
     assert_eq!(String::from_utf8_lossy(&log), "hello from 65532\n");
 
     // The TTL controller deletes the Job (seen as DELETED), then GC its pod.
@@ -128,7 +129,12 @@ fn pod_security_refuses_a_non_compliant_pod_and_admits_a_compliant_one() {
     let error = admin.create(Resource::PODS, &namespace, &pod).unwrap_err();
     assert!(error.is_forbidden(), "{error}");
     let text = error.to_string();
-    assert!(text.starts_with(&format!("POST /api/v1/namespaces/{namespace}/pods: 403 Forbidden: pods \"{name}\" is forbidden: violates PodSecurity \"restricted:")), "{text}");
+    assert!(
+        text.starts_with(&format!(
+            "POST /api/v1/namespaces/{namespace}/pods: 403 Forbidden: pods \"{name}\" is forbidden: violates PodSecurity \"restricted:"
+        )),
+        "{text}"
+    );
     assert!(text.contains("privileged"), "{text}");
 
     let compliant = json!({

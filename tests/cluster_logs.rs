@@ -31,7 +31,9 @@ fn secrets_in_command_env_and_files_never_reach_the_logs() {
         "env": {"API_TOKEN": IN_ENV},
         "files": [{"path": FILE_NAME, "content_b64": base64::engine::general_purpose::STANDARD.encode(IN_FILE)}],
     });
-    server.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "run_job", "arguments": arguments}}).to_string());
+    server.send(
+        &json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "run_job", "arguments": arguments}}).to_string(),
+    );
     let response = server.recv_within(Duration::from_secs(120));
     let structured = &response["result"]["structuredContent"];
     assert_eq!(structured["stdout"], format!("{IN_COMMAND}\n{IN_ENV}\n"), "{response}");

@@ -72,11 +72,23 @@ fn clone_of_a_branch_a_tag_and_a_sha_without_leaking_the_token() {
         }
     }
 
-    let out = run(&mut server, json!({"image": GIT, "command": ["sh", "-c", "cat version.txt; git rev-parse HEAD"], "clone": {"repo_url": git.url(), "ref": "v1"}, "workdir": "/work"}), "repo");
+    let out = run(
+        &mut server,
+        json!({"image": GIT, "command": ["sh", "-c", "cat version.txt; git rev-parse HEAD"], "clone": {"repo_url": git.url(), "ref": "v1"}, "workdir": "/work"}),
+        "repo",
+    );
     assert_eq!(out["stdout"], format!("one\n{}\n", git.first), "the tag: {out}");
-    let out = run(&mut server, json!({"image": GIT, "command": ["sh", "-c", "cat version.txt; git rev-parse HEAD"], "clone": {"repo_url": git.url(), "ref": git.middle}}), "repo");
+    let out = run(
+        &mut server,
+        json!({"image": GIT, "command": ["sh", "-c", "cat version.txt; git rev-parse HEAD"], "clone": {"repo_url": git.url(), "ref": git.middle}}),
+        "repo",
+    );
     assert_eq!(out["stdout"], format!("two\n{}\n", git.middle), "the SHA of a commit that is no branch tip: {out}");
-    let out = run(&mut server, json!({"image": BUSYBOX, "command": ["cat", "version.txt"], "clone": {"repo_url": git.url(), "ref": "main", "subdir": "."}}), "");
+    let out = run(
+        &mut server,
+        json!({"image": BUSYBOX, "command": ["cat", "version.txt"], "clone": {"repo_url": git.url(), "ref": "main", "subdir": "."}}),
+        "",
+    );
     assert_eq!(out["stdout"], "three\n", "subdir `.` is the workdir itself: {out}");
 }
 
@@ -270,7 +282,8 @@ fn run(server: &mut StdioServer, mut arguments: Value, subdir: &str) -> Value {
 /// while it runs) and its clone container's log.
 fn pod_and_clone_log(url: &str) -> (Value, String) {
     let client = cluster::admin_client();
-    let params = kube::ListParams { label_selector: Some("app.kubernetes.io/managed-by=mcp-k8s-ephemeral-job".into()), field_selector: None };
+    let params =
+        kube::ListParams { label_selector: Some("app.kubernetes.io/managed-by=mcp-k8s-ephemeral-job".into()), field_selector: None };
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
         let pods = client.list(kube::Resource::PODS, NAMESPACE, &params).expect("list pods");
@@ -367,7 +380,19 @@ impl GitServer {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/git_server.py");
         let path = |name: &str| dir.join(name).display().to_string();
         let mut child = Command::new("python3")
-            .args([script, "--bind", &host, "--root", &path("root"), "--token-file", &path("token"), "--cert", &path("cert.pem"), "--key", &path("key.pem")])
+            .args([
+                script,
+                "--bind",
+                &host,
+                "--root",
+                &path("root"),
+                "--token-file",
+                &path("token"),
+                "--cert",
+                &path("cert.pem"),
+                "--key",
+                &path("key.pem"),
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -408,12 +433,27 @@ impl Drop for GitServer {
 fn make_certificates(dir: &Path, ip: &str) {
     let openssl = |args: &[&str]| run_tool("openssl", args, dir);
     let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-    openssl(&[&["req", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=mcp-k8s test git CA"]].concat());
+    openssl(
+        &[&["req", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=mcp-k8s test git CA"]].concat(),
+    );
     openssl(&[&["req"][..], &ec, &["-keyout", "key.pem", "-out", "server.csr", "-subj", "/CN=test git server"]].concat());
     std::fs::write(dir.join("san.cnf"), format!("subjectAltName=IP:{ip}\n")).unwrap();
     openssl(&[
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "cert.pem", "-days", "2",
-        "-extfile", "san.cnf",
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "cert.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "san.cnf",
     ]);
 }
 
@@ -525,9 +565,15 @@ impl DoctorNamespace {
             .collect();
         let rbac = |plural: &'static str| kube::Resource { api_path: "/apis/rbac.authorization.k8s.io/v1", plural, namespaced: true };
         let service_accounts = kube::Resource { api_path: "/api/v1", plural: "serviceaccounts", namespaced: true };
-        client.create(service_accounts, &name, &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "doctor"}})).expect("sa");
         client
-            .create(rbac("roles"), &name, &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "doctor"}, "rules": rules}))
+            .create(service_accounts, &name, &json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "doctor"}}))
+            .expect("sa");
+        client
+            .create(
+                rbac("roles"),
+                &name,
+                &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "doctor"}, "rules": rules}),
+            )
             .expect("role");
         let binding = json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "doctor"},
@@ -537,7 +583,11 @@ impl DoctorNamespace {
         client.create(rbac("rolebindings"), &name, &binding).expect("rolebinding");
         let token_request = kube::Resource { api_path: "/api/v1", plural: "serviceaccounts/doctor/token", namespaced: true };
         let answer = client
-            .create(token_request, &name, &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}))
+            .create(
+                token_request,
+                &name,
+                &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}),
+            )
             .expect("TokenRequest");
         let token = answer["status"]["token"].as_str().expect("a token").to_string();
         // The shared server kubeconfig with this token and namespace.

@@ -56,10 +56,8 @@ fn b64(bytes: &[u8]) -> String {
 #[test]
 fn exit_code_and_separate_streams() {
     let mut server = server(&[]);
-    let (result, progress) = call(
-        &mut server,
-        json!({"image": BUSYBOX, "command": ["sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3"]}),
-    );
+    let (result, progress) =
+        call(&mut server, json!({"image": BUSYBOX, "command": ["sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3"]}));
     let out = &result["structuredContent"];
     assert_eq!(out["status"], "failed", "{out}");
     assert_eq!(out["reason"], "NonZeroExit");
@@ -122,10 +120,8 @@ fn output_over_the_cap_keeps_head_and_tail() {
 fn timeout_stops_the_command_and_keeps_partial_output_and_files() {
     let mut server = server(&[]);
     let started = Instant::now();
-    let out = run(
-        &mut server,
-        json!({"image": BUSYBOX, "command": ["sh", "-c", "echo partial; echo x > made.txt; sleep 60"], "timeout_s": 3}),
-    );
+    let out =
+        run(&mut server, json!({"image": BUSYBOX, "command": ["sh", "-c", "echo partial; echo x > made.txt; sleep 60"], "timeout_s": 3}));
     assert_eq!(out["status"], "timeout", "{out}");
     assert_eq!(out["reason"], "DeadlineExceeded");
     assert_eq!(out["stdout"], "partial\n");

@@ -102,7 +102,10 @@ fn server_json_names_real_settings_and_the_image() {
     assert_eq!(transports, BTreeSet::from(["stdio", "streamable-http"]));
     for package in packages {
         assert_eq!(package["registryType"], "oci");
-        assert!(package["identifier"].as_str().is_some_and(|image| image.ends_with(&format!(":{}", env!("CARGO_PKG_VERSION")))), "{package}");
+        assert!(
+            package["identifier"].as_str().is_some_and(|image| image.ends_with(&format!(":{}", env!("CARGO_PKG_VERSION")))),
+            "{package}"
+        );
         for var in package["environmentVariables"].as_array().expect("environmentVariables") {
             let name = var["name"].as_str().expect("name");
             assert!(is_setting(name) || name == "KUBECONFIG", "server.json names `{name}`, which the server does not read");

@@ -49,5 +49,8 @@ fn the_shipped_role_grants_exactly_what_the_server_needs() {
     let missing: Vec<_> = required.difference(&granted).collect();
     let extra: Vec<_> = granted.difference(&required).collect();
     assert!(missing.is_empty(), "deploy/role.yaml lacks (group, resource, verb): {missing:?}");
-    assert!(extra.is_empty(), "deploy/role.yaml grants more than engine::permissions::REQUIRED: {extra:?}; add them there with a reason, or drop them");
+    assert!(
+        extra.is_empty(),
+        "deploy/role.yaml grants more than engine::permissions::REQUIRED: {extra:?}; add them there with a reason, or drop them"
+    );
 }

@@ -18,7 +18,7 @@ use mcp_k8s_ephemeral_job::engine::spec::{Policy, RunOutcome, RunSpec, RunStatus
 use mcp_k8s_ephemeral_job::quantity::Quantity;
 use mcp_k8s_ephemeral_job::runner::frame::{self, Frame, Output, RunResult, Started, Stream};
 use serde_json::{Value, json};
-use support::fake_api::{Fault, FakeApi};
+use support::fake_api::{FakeApi, Fault};
 
 const NAMESPACE: &str = "live-ns";
 const JOBS: &str = "/apis/batch/v1/namespaces/live-ns/jobs";
@@ -178,7 +178,12 @@ fn a_container_killed_before_its_result_is_result_lost_with_live_output() {
     wait_for("the Job", || fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_some());
     let name = pod_name(&run_id);
     fake.insert(PODS, pod(&run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
-    fake.set_log(NAMESPACE, &name, &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"partial\n") })), false);
+    fake.set_log(
+        NAMESPACE,
+        &name,
+        &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"partial\n") })),
+        false,
+    );
     thread::sleep(Duration::from_millis(300));
     fake.finish_log(NAMESPACE, &name);
     fake.update(PODS, &name, |pod| {

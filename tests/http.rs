@@ -52,10 +52,38 @@ fn refusals() {
         ("PUT", "/mcp", vec![], "", 405, "GET is not supported on /mcp; POST messages instead"),
         ("GET", "/nope", vec![], "", 404, "not found; the MCP endpoint is /mcp (or /sse for legacy clients)"),
         ("POST", "/mcp", vec![json, ("Mcp-Session-Id", "no-such-session")], PING, 404, "unknown or expired session; initialize a new one"),
-        ("POST", "/mcp", vec![json], r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, 400, "missing Mcp-Session-Id header; initialize a session first"),
-        ("POST", "/mcp", vec![json], r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, 400, "`tools/list` before `initialize`; initialize the session first"),
-        ("POST", "/mcp", vec![json, with_session, ("MCP-Protocol-Version", "2099-01-01")], PING, 400, "unsupported MCP-Protocol-Version `2099-01-01`; supported: 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05"),
-        ("POST", "/mcp", vec![("Content-Type", "text/plain"), with_session], PING, 415, "Content-Type must be application/json, not `text/plain`"),
+        (
+            "POST",
+            "/mcp",
+            vec![json],
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            400,
+            "missing Mcp-Session-Id header; initialize a session first",
+        ),
+        (
+            "POST",
+            "/mcp",
+            vec![json],
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            400,
+            "`tools/list` before `initialize`; initialize the session first",
+        ),
+        (
+            "POST",
+            "/mcp",
+            vec![json, with_session, ("MCP-Protocol-Version", "2099-01-01")],
+            PING,
+            400,
+            "unsupported MCP-Protocol-Version `2099-01-01`; supported: 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05",
+        ),
+        (
+            "POST",
+            "/mcp",
+            vec![("Content-Type", "text/plain"), with_session],
+            PING,
+            415,
+            "Content-Type must be application/json, not `text/plain`",
+        ),
         ("POST", "/mcp", vec![json, with_session], &big, 413, "message exceeds 4096 bytes; raise MCP_K8S_MAX_MESSAGE_BYTES"),
         ("POST", "/mcp", vec![json, with_session], "{oops", 200, "parse error: key must be a string at line 1 column 2"),
         ("POST", "/mcp", vec![json], "{oops", 400, "parse error"),
@@ -165,7 +193,17 @@ fn progress_streams_as_server_sent_events_while_the_call_runs() {
     assert_eq!(response.header("content-type"), Some("text/event-stream"));
     let events = response.sse_data();
     let methods: Vec<&str> = events.iter().map(|event| event["method"].as_str().unwrap_or("response")).collect();
-    assert_eq!(methods, ["notifications/message", "notifications/progress", "notifications/progress", "notifications/progress", "notifications/progress", "response"]);
+    assert_eq!(
+        methods,
+        [
+            "notifications/message",
+            "notifications/progress",
+            "notifications/progress",
+            "notifications/progress",
+            "notifications/progress",
+            "response"
+        ]
+    );
     assert_eq!(events[5]["id"], 5);
     // The first event arrived long before the last: nothing sat in a buffer.
     let first = response.chunk_times[0];
@@ -178,7 +216,10 @@ fn a_result_without_notifications_is_plain_json_even_when_sse_is_accepted() {
     let server = HttpServer::start(&[]);
     let session = server.initialize();
     server.post(Some(&session), r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"error"}}"#);
-    let response = server.post(Some(&session), r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":0.1}}}"#);
+    let response = server.post(
+        Some(&session),
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":0.1}}}"#,
+    );
     assert_eq!(response.header("content-type"), Some("application/json"));
     assert_eq!(response.json()["result"]["structuredContent"], json!({ "slept_ms": 100 }));
 }
@@ -187,11 +228,15 @@ fn a_result_without_notifications_is_plain_json_even_when_sse_is_accepted() {
 fn a_long_call_does_not_block_other_requests_on_the_same_session() {
     let server = HttpServer::start(&[]);
     let session = server.initialize();
-    let long_call = server.post_in_background(&session, r#"{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":2}}}"#);
+    let long_call = server.post_in_background(
+        &session,
+        r#"{"jsonrpc":"2.0","id":"long","method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":2}}}"#,
+    );
     std::thread::sleep(Duration::from_millis(200));
     let started = Instant::now();
     assert_eq!(server.post(Some(&session), PING).json()["result"], json!({}));
-    let environment = server.post(Some(&session), r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"describe_environment"}}"#);
+    let environment =
+        server.post(Some(&session), r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"describe_environment"}}"#);
     assert_eq!(environment.json()["result"]["isError"], false);
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(long_call.join().unwrap().0.json()["result"]["structuredContent"], json!({ "slept_ms": 2000 }));
@@ -201,9 +246,13 @@ fn a_long_call_does_not_block_other_requests_on_the_same_session() {
 fn cancelling_a_call_ends_its_request_without_a_response() {
     let server = HttpServer::start(&[]);
     let session = server.initialize();
-    let long_call = server.post_in_background(&session, r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":30}}}"#);
+    let long_call = server.post_in_background(
+        &session,
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":30}}}"#,
+    );
     std::thread::sleep(Duration::from_millis(300));
-    let cancel = server.post(Some(&session), r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}"#);
+    let cancel =
+        server.post(Some(&session), r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}"#);
     assert_eq!(cancel.status, 202);
     let (response, elapsed) = long_call.join().unwrap();
     assert!(elapsed < Duration::from_secs(5));
@@ -273,7 +322,13 @@ fn metrics_are_prometheus_text_and_need_no_token() {
     let metrics = server.request("GET", "/metrics", &[], "");
     assert_eq!(metrics.status, 200);
     assert_eq!(metrics.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
-    for name in ["mcp_k8s_runs_total counter", "mcp_k8s_run_duration_seconds histogram", "mcp_k8s_runs_in_flight gauge", "mcp_k8s_runs_queued gauge", "mcp_k8s_api_errors_total counter"] {
+    for name in [
+        "mcp_k8s_runs_total counter",
+        "mcp_k8s_run_duration_seconds histogram",
+        "mcp_k8s_runs_in_flight gauge",
+        "mcp_k8s_runs_queued gauge",
+        "mcp_k8s_api_errors_total counter",
+    ] {
         assert!(metrics.body.contains(&format!("# TYPE {name}")), "{name} missing:\n{}", metrics.body);
     }
 }
@@ -282,7 +337,10 @@ fn metrics_are_prometheus_text_and_need_no_token() {
 fn sigterm_stops_accepting_and_lets_the_running_call_answer() {
     let mut server = HttpServer::start(&[]);
     let session = server.initialize();
-    let call = server.post_in_background(&session, r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":1}}}"#);
+    let call = server.post_in_background(
+        &session,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":1}}}"#,
+    );
     std::thread::sleep(Duration::from_millis(300));
     send_signal(&server.child, libc::SIGTERM);
     let (response, _) = call.join().unwrap();

@@ -170,7 +170,11 @@ fn bad_client_keys_are_clear_errors_not_panics() {
     let cases = [
         ("P-521 (ring cannot sign)", key_fixture("ec-p521-pkcs8.key"), "client key of the kubeconfig user is not usable"),
         ("someone else's key", other.key_pem.clone(), "client key of the kubeconfig user does not match its client certificate"),
-        ("not a key", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".to_string(), "client key of the kubeconfig user holds no PEM private key"),
+        (
+            "not a key",
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".to_string(),
+            "client key of the kubeconfig user holds no PEM private key",
+        ),
     ];
     for (label, key_pem, expected) in cases {
         let temp = TempDir::new("bad-key");
@@ -273,7 +277,8 @@ fn exec_v1_caches_its_credential_and_gets_cluster_info() {
     }
     assert_eq!(runs(&runs_path), 1, "no expiry: cached");
 
-    let info: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(temp.path.join("config/bin/exec-info.json")).unwrap()).unwrap();
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(temp.path.join("config/bin/exec-info.json")).unwrap()).unwrap();
     assert_eq!(info["apiVersion"], "client.authentication.k8s.io/v1");
     assert_eq!(info["kind"], "ExecCredential");
     assert_eq!(info["spec"]["interactive"], false);
@@ -361,7 +366,11 @@ fn exec_plugin_failures_are_clear() {
             "#!/bin/sh\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{\"clientKeyData\":\"k\"}}'\n",
             "getting credentials: exec plugin returned only certificate or key, not both",
         ),
-        ("exec-always-interactive.yaml", "#!/bin/sh\nexit 0\n", "getting credentials: exec plugin cannot support interactive mode: standard input is not a terminal"),
+        (
+            "exec-always-interactive.yaml",
+            "#!/bin/sh\nexit 0\n",
+            "getting credentials: exec plugin cannot support interactive mode: standard input is not a terminal",
+        ),
         (
             "exec-missing-command.yaml",
             "",

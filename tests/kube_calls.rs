@@ -11,12 +11,11 @@ use std::time::{Duration, Instant};
 use mcp_k8s_ephemeral_job::kube::watch::{WatchEvent, WatchParams};
 use mcp_k8s_ephemeral_job::kube::{AccessCheck, ListParams, LogParams, Resource};
 use serde_json::json;
-use support::fake_api::FakeApi;
 use support::connect;
+use support::fake_api::FakeApi;
 
 const JOBS: &str = "/apis/batch/v1/namespaces/live-ns/jobs";
 const PODS: &str = "/api/v1/namespaces/live-ns/pods";
-
 
 fn job(name: &str, labels: serde_json::Value) -> serde_json::Value {
     json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": name, "labels": labels }, "spec": {} })
@@ -91,7 +90,10 @@ fn events_by_field_selector() {
     let fake = FakeApi::start();
     let (client, _temp) = connect(&fake);
     let events = "/api/v1/namespaces/live-ns/events";
-    fake.insert(events, json!({ "metadata": { "name": "e1" }, "involvedObject": { "name": "run-1-abcde", "kind": "Pod" }, "reason": "FailedScheduling" }));
+    fake.insert(
+        events,
+        json!({ "metadata": { "name": "e1" }, "involvedObject": { "name": "run-1-abcde", "kind": "Pod" }, "reason": "FailedScheduling" }),
+    );
     fake.insert(events, json!({ "metadata": { "name": "e2" }, "involvedObject": { "name": "other", "kind": "Pod" }, "reason": "Pulled" }));
     let params = ListParams { field_selector: Some("involvedObject.name=run-1-abcde".into()), ..ListParams::default() };
     let list = client.list(Resource::EVENTS, "live-ns", &params).unwrap();

@@ -16,7 +16,6 @@ use support::{TempDir, connect, fast_options, render_fixture};
 
 const PODS: &str = "/api/v1/namespaces/live-ns/pods";
 
-
 fn pod(name: &str) -> serde_json::Value {
     json!({ "metadata": { "name": name, "labels": { "app": "mcp" } } })
 }

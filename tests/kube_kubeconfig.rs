@@ -151,8 +151,16 @@ fn kubectl_error_cases() {
             None,
             "invalid configuration: interactiveMode must be specified for test to use exec authentication plugin",
         ),
-        ("errors/exec-bad-api-version.yaml", None, "invalid configuration: exec plugin: invalid apiVersion \"client.authentication.k8s.io/v1alpha1\""),
-        ("errors/exec-without-command.yaml", None, "invalid configuration: command must be specified for test to use exec authentication plugin"),
+        (
+            "errors/exec-bad-api-version.yaml",
+            None,
+            "invalid configuration: exec plugin: invalid apiVersion \"client.authentication.k8s.io/v1alpha1\"",
+        ),
+        (
+            "errors/exec-without-command.yaml",
+            None,
+            "invalid configuration: command must be specified for test to use exec authentication plugin",
+        ),
         ("errors/missing-ca-file.yaml", None, "invalid configuration: unable to read certificate-authority "),
         (
             "errors/insecure-with-ca.yaml",

@@ -61,9 +61,7 @@ impl Run {
         for frame in &self.frames {
             match frame {
                 Frame::Artifact(header) => artifacts.push((header.clone(), Vec::new())),
-                Frame::ArtifactChunk(chunk) => {
-                    artifacts.last_mut().unwrap().1.extend(frame::from_base64(&chunk.data_b64).unwrap())
-                }
+                Frame::ArtifactChunk(chunk) => artifacts.last_mut().unwrap().1.extend(frame::from_base64(&chunk.data_b64).unwrap()),
                 _ => {}
             }
         }
@@ -97,10 +95,7 @@ fn run(options: &ExecOptions) -> Run {
     let (sink, buffer) = mcp_k8s_ephemeral_job::runner::capture::memory_sink();
     let exit_code = runner::run_exec_to(options, &sink);
     let text = String::from_utf8(buffer.lock().unwrap().clone()).expect("frames are UTF-8");
-    let frames = text
-        .lines()
-        .map(|line| frame::decode(line).expect("valid frame").expect("only frames on the runner's stdout"))
-        .collect();
+    let frames = text.lines().map(|line| frame::decode(line).expect("valid frame").expect("only frames on the runner's stdout")).collect();
     // The termination log is not an artifact candidate of interest here.
     let _ = fs::remove_file(options.workdir.join(".termination-log-unused"));
     Run { exit_code, frames, workdir: options.workdir.clone() }
@@ -189,8 +184,7 @@ fn artifact_patterns_select_files_and_the_cap_leaves_content_out() {
     opts.max_artifact_bytes = 5;
     let run = run(&opts);
     let artifacts = run.artifacts();
-    let summary: Vec<(&str, bool, usize)> =
-        artifacts.iter().map(|(h, c)| (h.path.as_str(), h.content_included, c.len())).collect();
+    let summary: Vec<(&str, bool, usize)> = artifacts.iter().map(|(h, c)| (h.path.as_str(), h.content_included, c.len())).collect();
     assert_eq!(summary, [("big.log", false, 0), ("small.log", true, 2)]);
     assert_eq!(artifacts[0].0.size, 10);
     assert!(run.result().artifacts_truncated);

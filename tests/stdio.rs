@@ -18,7 +18,10 @@ fn a_session_from_initialize_to_a_tool_call() {
     server.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
     let tools = server.recv();
     let names: Vec<&str> = tools["result"]["tools"].as_array().unwrap().iter().map(|tool| tool["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["describe_environment", "run_job", "submit_job", "fetch_job", "cancel_job", "list_jobs", "test_sleep", "test_panic"]);
+    assert_eq!(
+        names,
+        ["describe_environment", "run_job", "submit_job", "fetch_job", "cancel_job", "list_jobs", "test_sleep", "test_panic"]
+    );
     server.send(r#"{"jsonrpc":"2.0","id":"2","method":"tools/call","params":{"name":"describe_environment","arguments":{}}}"#);
     let result = server.recv();
     assert_eq!(result["id"], "2");
@@ -167,7 +170,11 @@ fn command_line() {
 fn flags_override_the_environment() {
     // The environment names a bad transport; the flag wins, so the server
     // starts on stdio and exits on EOF.
-    let output = command(&[("MCP_K8S_TRANSPORT", "grpc")]).args(["serve", "--transport", "stdio"]).stdin(std::process::Stdio::null()).output().unwrap();
+    let output = command(&[("MCP_K8S_TRANSPORT", "grpc")])
+        .args(["serve", "--transport", "stdio"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(output.stdout.is_empty());
 }

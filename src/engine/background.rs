@@ -173,13 +173,7 @@ pub fn submit(ctx: &Ctx, spec: &RunSpec) -> Result<Submitted, Error> {
 
 /// The run's current view, waiting up to `wait` for it to finish. New live
 /// output goes to `on_output` while waiting; `stop` ends the wait early.
-pub fn fetch(
-    ctx: &Ctx,
-    token: &str,
-    wait: Duration,
-    stop: &CancelToken,
-    on_output: &mut dyn FnMut(Stream, &[u8]),
-) -> Result<View, Error> {
+pub fn fetch(ctx: &Ctx, token: &str, wait: Duration, stop: &CancelToken, on_output: &mut dyn FnMut(Stream, &[u8])) -> Result<View, Error> {
     let deadline = Instant::now() + wait;
     // Seen output starts at "everything so far": the reply carries it.
     let mut seen: Option<Seen> = None;

@@ -44,10 +44,7 @@ impl CancelToken {
             if now >= deadline {
                 return false;
             }
-            cancelled = condvar
-                .wait_timeout(cancelled, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            cancelled = condvar.wait_timeout(cancelled, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
         }
         true
     }

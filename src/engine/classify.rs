@@ -38,8 +38,7 @@ pub struct Finished {
 }
 
 /// Waiting reasons that mean the image will not be pulled in this run.
-const IMAGE_PULL_FAILURES: &[&str] =
-    &["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "ImageInspectError"];
+const IMAGE_PULL_FAILURES: &[&str] = &["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "ImageInspectError"];
 /// Waiting reasons that mean the container cannot be created as specified.
 const CONTAINER_FAILURES: &[&str] = &["CreateContainerConfigError", "CreateContainerError", "RunContainerError"];
 
@@ -87,11 +86,7 @@ pub fn pod_state(pod: &Value) -> PodState {
 pub fn failed_create(events: &[Value]) -> Option<(RunReason, String)> {
     let event = events.iter().rev().find(|event| event["reason"] == "FailedCreate")?;
     let message = event["message"].as_str().unwrap_or("the pod could not be created").to_string();
-    let reason = if message.contains("exceeded quota") {
-        RunReason::QuotaExceeded
-    } else {
-        RunReason::Rejected
-    };
+    let reason = if message.contains("exceeded quota") { RunReason::QuotaExceeded } else { RunReason::Rejected };
     Some((reason, message))
 }
 
@@ -166,18 +161,14 @@ fn init_container_state(status: &Value, name: &str, image: &str, reason: RunReas
     let exit_code = &terminated["exitCode"];
     let message = match reason {
         RunReason::CloneFailed => format!("cloning the repository failed (exit code {exit_code}): {detail}"),
-        _ => format!(
-            "preparing the pod failed (exit code {exit_code}): {detail}; check the input files and MCP_K8S_RUNNER_IMAGE"
-        ),
+        _ => format!("preparing the pod failed (exit code {exit_code}): {detail}; check the input files and MCP_K8S_RUNNER_IMAGE"),
     };
     Some(PodState::FailFast { reason, message })
 }
 
 fn unschedulable_message(status: &Value) -> Option<String> {
     let conditions = status["conditions"].as_array()?;
-    let condition = conditions
-        .iter()
-        .find(|c| c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable")?;
+    let condition = conditions.iter().find(|c| c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable")?;
     Some(condition["message"].as_str().unwrap_or("no node can run the pod").to_string())
 }
 
@@ -207,27 +198,37 @@ mod tests {
             ("empty status", pod(json!({"phase": "Pending"})), "Pending"),
             (
                 "unschedulable",
-                pod(json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available: 1 Insufficient cpu."}]})),
+                pod(
+                    json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes are available: 1 Insufficient cpu."}]}),
+                ),
                 "Unschedulable",
             ),
             (
                 "image pull back-off",
-                pod(json!({"phase": "Pending", "containerStatuses": [{"name": "main", "image": "nope:1", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]})),
+                pod(
+                    json!({"phase": "Pending", "containerStatuses": [{"name": "main", "image": "nope:1", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}),
+                ),
                 "FailFast(ImagePullFailed)",
             ),
             (
                 "bad runner image",
-                pod(json!({"phase": "Pending", "initContainerStatuses": [{"name": "prepare", "image": "r:1", "state": {"waiting": {"reason": "ErrImagePull"}}}]})),
+                pod(
+                    json!({"phase": "Pending", "initContainerStatuses": [{"name": "prepare", "image": "r:1", "state": {"waiting": {"reason": "ErrImagePull"}}}]}),
+                ),
                 "FailFast(ImagePullFailed)",
             ),
             (
                 "config error",
-                pod(json!({"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "secret not found"}}}]})),
+                pod(
+                    json!({"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "secret not found"}}}]}),
+                ),
                 "FailFast(ContainerFailed)",
             ),
             (
                 "prepare failed",
-                pod(json!({"phase": "Failed", "initContainerStatuses": [{"name": "prepare", "state": {"terminated": {"exitCode": 2, "message": "input path bad"}}}]})),
+                pod(
+                    json!({"phase": "Failed", "initContainerStatuses": [{"name": "prepare", "state": {"terminated": {"exitCode": 2, "message": "input path bad"}}}]}),
+                ),
                 "FailFast(InputFailed)",
             ),
             (
@@ -240,12 +241,16 @@ mod tests {
             ),
             (
                 "clone image missing",
-                pod(json!({"phase": "Pending", "initContainerStatuses": [{"name": "clone", "image": "git:x", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]})),
+                pod(
+                    json!({"phase": "Pending", "initContainerStatuses": [{"name": "clone", "image": "git:x", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}),
+                ),
                 "FailFast(ImagePullFailed)",
             ),
             (
                 "clone secret missing",
-                pod(json!({"phase": "Pending", "initContainerStatuses": [{"name": "clone", "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "secret \"git\" not found"}}}]})),
+                pod(
+                    json!({"phase": "Pending", "initContainerStatuses": [{"name": "clone", "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "secret \"git\" not found"}}}]}),
+                ),
                 "FailFast(ContainerFailed)",
             ),
             (
@@ -255,17 +260,23 @@ mod tests {
             ),
             (
                 "creating",
-                pod(json!({"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}]})),
+                pod(
+                    json!({"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
+                ),
                 "Pending",
             ),
             (
                 "running",
-                pod(json!({"phase": "Running", "containerStatuses": [{"name": "main", "state": {"running": {"startedAt": "2026-11-29T20:00:00Z"}}}]})),
+                pod(
+                    json!({"phase": "Running", "containerStatuses": [{"name": "main", "state": {"running": {"startedAt": "2026-11-29T20:00:00Z"}}}]}),
+                ),
                 "Running",
             ),
             (
                 "oom",
-                pod(json!({"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]})),
+                pod(
+                    json!({"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}),
+                ),
                 "Finished",
             ),
             ("evicted", pod(json!({"phase": "Failed", "reason": "Evicted", "message": "ephemeral storage"})), "Finished"),
@@ -285,14 +296,17 @@ mod tests {
 
     #[test]
     fn image_pull_message_names_the_image_and_the_fix() {
-        let pod = pod(json!({"containerStatuses": [{"name": "main", "image": "nope:1", "state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}]}));
+        let pod = pod(
+            json!({"containerStatuses": [{"name": "main", "image": "nope:1", "state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}]}),
+        );
         let PodState::FailFast { message, .. } = pod_state(&pod) else { panic!() };
         assert!(message.contains("`nope:1`") && message.contains("not found") && message.contains("check the name"), "{message}");
     }
 
     #[test]
     fn failed_create_events() {
-        let quota = json!({"reason": "FailedCreate", "message": "Error creating: pods \"x\" is forbidden: exceeded quota: q, requested: cpu=64"});
+        let quota =
+            json!({"reason": "FailedCreate", "message": "Error creating: pods \"x\" is forbidden: exceeded quota: q, requested: cpu=64"});
         let security = json!({"reason": "FailedCreate", "message": "pods \"x\" is forbidden: violates PodSecurity"});
         let other = json!({"reason": "SuccessfulCreate", "message": "Created pod"});
         assert_eq!(failed_create(std::slice::from_ref(&other)), None);

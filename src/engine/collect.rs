@@ -86,11 +86,7 @@ impl Collector {
     /// the end, feeding lines. `on_live` gets each live chunk as it arrives.
     /// Stopping at the result instead of waiting for the stream to end saves
     /// the kubelet's delay in noticing that the container exited.
-    pub fn read_all(
-        &mut self,
-        reader: &mut dyn BufRead,
-        on_live: &mut dyn FnMut(LiveChunk),
-    ) -> std::io::Result<()> {
+    pub fn read_all(&mut self, reader: &mut dyn BufRead, on_live: &mut dyn FnMut(LiveChunk)) -> std::io::Result<()> {
         let mut line = Vec::new();
         loop {
             line.clear();
@@ -244,7 +240,13 @@ mod tests {
     #[test]
     fn artifact_bytes_past_the_cap_are_dropped_and_noted() {
         let mut collector = Collector::new(10, 3);
-        collector.push_line(&line(Frame::Artifact(ArtifactHeader { path: "a".into(), size: 5, mode: 0, sha256: "x".into(), content_included: true })));
+        collector.push_line(&line(Frame::Artifact(ArtifactHeader {
+            path: "a".into(),
+            size: 5,
+            mode: 0,
+            sha256: "x".into(),
+            content_included: true,
+        })));
         collector.push_line(&line(Frame::ArtifactChunk(ArtifactChunk { data_b64: frame::to_base64(b"12345") })));
         assert_eq!(collector.artifacts[0].content, None);
         assert_eq!(collector.problems.len(), 1);

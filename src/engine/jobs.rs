@@ -209,7 +209,14 @@ impl Jobs {
     /// Waits until the run has finished, `deadline` passes or `stop` is
     /// cancelled, handing new live output to `on_output` (outside the lock)
     /// as it arrives. Returns the last lookup.
-    pub fn wait(&self, run_id: &str, deadline: Instant, stop: &CancelToken, seen: &mut Seen, on_output: &mut dyn FnMut(Stream, &[u8])) -> Lookup {
+    pub fn wait(
+        &self,
+        run_id: &str,
+        deadline: Instant,
+        stop: &CancelToken,
+        seen: &mut Seen,
+        on_output: &mut dyn FnMut(Stream, &[u8]),
+    ) -> Lookup {
         loop {
             let lookup = self.wait_for_change(run_id, deadline, seen);
             let Lookup::Found(view) = &lookup else { return lookup };
@@ -237,9 +244,7 @@ impl Jobs {
         loop {
             let lookup = table.lookup(run_id, self.shared.limits.result_ttl);
             let changed = match &lookup {
-                Lookup::Found(view) => {
-                    view.phase == Phase::Finished || view.stdout_seen > seen.stdout || view.stderr_seen > seen.stderr
-                }
+                Lookup::Found(view) => view.phase == Phase::Finished || view.stdout_seen > seen.stdout || view.stderr_seen > seen.stderr,
                 Lookup::Expired | Lookup::Missing => true,
             };
             let now = Instant::now();
@@ -297,11 +302,8 @@ impl Table {
     /// entries stay: they are capped by `max_running` instead.
     fn evict(&mut self, limits: &Limits) {
         self.expire(limits.result_ttl);
-        let mut finished: Vec<(u64, String)> = self
-            .entries
-            .iter()
-            .filter_map(|(run_id, entry)| Some((entry.finished?.1, run_id.clone())))
-            .collect();
+        let mut finished: Vec<(u64, String)> =
+            self.entries.iter().filter_map(|(run_id, entry)| Some((entry.finished?.1, run_id.clone()))).collect();
         finished.sort();
         let mut bytes: usize = self.entries.values().map(Entry::bytes).sum();
         for (_, run_id) in finished {
@@ -368,11 +370,8 @@ impl Entry {
     /// Roughly what the entry holds in memory.
     fn bytes(&self) -> usize {
         let outcome = self.outcome.as_ref().map_or(0, |outcome| {
-            let artifacts: usize = outcome
-                .artifacts
-                .iter()
-                .map(|artifact| artifact.path.len() + artifact.content.as_ref().map_or(0, Vec::len))
-                .sum();
+            let artifacts: usize =
+                outcome.artifacts.iter().map(|artifact| artifact.path.len() + artifact.content.as_ref().map_or(0, Vec::len)).sum();
             let notes: usize = outcome.notes.iter().map(String::len).sum();
             outcome.stdout.len() + outcome.stderr.len() + outcome.message.len() + artifacts + notes
         });

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec};
 use crate::runner;
@@ -213,17 +213,9 @@ fn container_security(read_only_root: bool, policy: &Policy) -> Value {
 }
 
 fn prepare_container(spec: &RunSpec, policy: &Policy) -> Value {
-    let mut command = vec![
-        policy.runner_binary_path.clone(),
-        "runner".to_string(),
-        "init".to_string(),
-        "--copy-to".to_string(),
-        runner_path(),
-    ];
-    let mut mounts = vec![
-        json!({"name": "bin", "mountPath": BIN_DIR}),
-        json!({"name": "work", "mountPath": spec.workdir}),
-    ];
+    let mut command =
+        vec![policy.runner_binary_path.clone(), "runner".to_string(), "init".to_string(), "--copy-to".to_string(), runner_path()];
+    let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR}), json!({"name": "work", "mountPath": spec.workdir})];
     if !spec.files.is_empty() {
         command.extend(["--inputs".to_string(), INPUTS_DIR.to_string(), "--workdir".to_string(), spec.workdir.clone()]);
         mounts.push(json!({"name": "inputs", "mountPath": INPUTS_DIR, "readOnly": true}));
@@ -248,11 +240,7 @@ fn prepare_container(spec: &RunSpec, policy: &Policy) -> Value {
 /// the `sh` git uses to start its credential helper). The operator's extra
 /// env reaches it too, for proxy settings.
 fn clone_container(spec: &RunSpec, clone_spec: &CloneSpec, clone_step: &CloneStep, policy: &Policy) -> Value {
-    let dest = if clone_spec.subdir.is_empty() {
-        spec.workdir.clone()
-    } else {
-        format!("{}/{}", spec.workdir, clone_spec.subdir)
-    };
+    let dest = if clone_spec.subdir.is_empty() { spec.workdir.clone() } else { format!("{}/{}", spec.workdir, clone_spec.subdir) };
     let options = runner::clone::CloneOptions {
         repo_url: clone_spec.repo_url.clone(),
         git_ref: clone_spec.git_ref.clone(),
@@ -263,8 +251,7 @@ fn clone_container(spec: &RunSpec, clone_spec: &CloneSpec, clone_step: &CloneSte
     command.extend(runner::clone::clone_args(&options));
     let mut env = policy.extra_env.clone();
     env.insert("HOME".to_string(), "/tmp".to_string());
-    let env: Vec<Value> =
-        env.iter().map(|(name, value)| json!({"name": name, "value": escape_dollars(value)})).collect();
+    let env: Vec<Value> = env.iter().map(|(name, value)| json!({"name": name, "value": escape_dollars(value)})).collect();
     json!({
         "name": CLONE_CONTAINER,
         "image": clone_step.image,
@@ -304,12 +291,9 @@ fn main_container(spec: &RunSpec, policy: &Policy) -> Value {
     // Operator-wide variables first, the caller's on top: the caller wins.
     let mut env = policy.extra_env.clone();
     env.extend(spec.env.clone());
-    let env: Vec<Value> =
-        env.iter().map(|(name, value)| json!({"name": name, "value": escape_dollars(value)})).collect();
-    let mut mounts = vec![
-        json!({"name": "bin", "mountPath": BIN_DIR, "readOnly": true}),
-        json!({"name": "work", "mountPath": spec.workdir}),
-    ];
+    let env: Vec<Value> = env.iter().map(|(name, value)| json!({"name": name, "value": escape_dollars(value)})).collect();
+    let mut mounts =
+        vec![json!({"name": "bin", "mountPath": BIN_DIR, "readOnly": true}), json!({"name": "work", "mountPath": spec.workdir})];
     if let Some(cache) = &policy.cache {
         mounts.push(json!({"name": "cache", "mountPath": cache.mount_path}));
     }

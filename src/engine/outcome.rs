@@ -114,7 +114,8 @@ fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOu
         (
             RunStatus::Error,
             RunReason::ResultLost,
-            "the pod ended without the runner's result (the container was killed or its log was lost); the live output so far is included".to_string(),
+            "the pod ended without the runner's result (the container was killed or its log was lost); the live output so far is included"
+                .to_string(),
         )
     };
     outcome.status = status;
@@ -126,7 +127,8 @@ fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOu
 fn oom_message(facts: &Judged) -> String {
     match facts.memory_limit {
         Some(limit) => format!("the command ran out of memory (limits.memory={limit}) and was killed; raise limits.memory"),
-        None => "the command ran out of memory and was killed (the namespace's default memory limit applied); set limits.memory higher".to_string(),
+        None => "the command ran out of memory and was killed (the namespace's default memory limit applied); set limits.memory higher"
+            .to_string(),
     }
 }
 
@@ -173,10 +175,47 @@ mod tests {
         let cases: Vec<Case> = vec![
             ("exit 0", with(|_| {}), None, RunStatus::Succeeded, None),
             ("exit 3", with(|r| r.exit_code = Some(3)), None, RunStatus::Failed, Some(RunReason::NonZeroExit)),
-            ("signal", with(|r| { r.exit_code = None; r.signal = Some(9) }), None, RunStatus::Failed, Some(RunReason::Signaled)),
-            ("timeout", with(|r| { r.timed_out = true; r.exit_code = None }), None, RunStatus::TimedOut, Some(RunReason::DeadlineExceeded)),
-            ("oom seen by runner", with(|r| { r.oom_killed = true; r.exit_code = None; r.signal = Some(9) }), None, RunStatus::Failed, Some(RunReason::OomKilled)),
-            ("start error", with(|r| { r.start_error = Some("cannot start `x`".into()); r.exit_code = None }), None, RunStatus::Error, Some(RunReason::StartFailed)),
+            (
+                "signal",
+                with(|r| {
+                    r.exit_code = None;
+                    r.signal = Some(9)
+                }),
+                None,
+                RunStatus::Failed,
+                Some(RunReason::Signaled),
+            ),
+            (
+                "timeout",
+                with(|r| {
+                    r.timed_out = true;
+                    r.exit_code = None
+                }),
+                None,
+                RunStatus::TimedOut,
+                Some(RunReason::DeadlineExceeded),
+            ),
+            (
+                "oom seen by runner",
+                with(|r| {
+                    r.oom_killed = true;
+                    r.exit_code = None;
+                    r.signal = Some(9)
+                }),
+                None,
+                RunStatus::Failed,
+                Some(RunReason::OomKilled),
+            ),
+            (
+                "start error",
+                with(|r| {
+                    r.start_error = Some("cannot start `x`".into());
+                    r.exit_code = None
+                }),
+                None,
+                RunStatus::Error,
+                Some(RunReason::StartFailed),
+            ),
             ("cancelled", with(|r| r.terminated_by_request = true), None, RunStatus::Cancelled, Some(RunReason::Cancelled)),
             ("runner oom-killed", None, Some(oom_container), RunStatus::Failed, Some(RunReason::OomKilled)),
             ("evicted", None, Some(evicted), RunStatus::Error, Some(RunReason::Evicted)),

@@ -20,11 +20,7 @@ pub struct Permission {
 impl Permission {
     /// `jobs`, `pods/log`: how a Role's `resources` names it.
     pub fn role_resource(&self) -> String {
-        if self.subresource.is_empty() {
-            self.resource.to_string()
-        } else {
-            format!("{}/{}", self.resource, self.subresource)
-        }
+        if self.subresource.is_empty() { self.resource.to_string() } else { format!("{}/{}", self.resource, self.subresource) }
     }
 
     /// `jobs.batch`, `pods/log`: the names RBAC messages use.

@@ -93,11 +93,8 @@ mod tests {
 
     #[test]
     fn the_reaper_reads_the_expiry_every_job_and_secret_is_given() {
-        let retention = manifest::Retention {
-            expires_at: "2026-01-01T12:00:00Z".into(),
-            finished_ttl: Duration::from_secs(300),
-            background: None,
-        };
+        let retention =
+            manifest::Retention { expires_at: "2026-01-01T12:00:00Z".into(), finished_ttl: Duration::from_secs(300), background: None };
         let mut job = json!({"kind": "Job", "metadata": {"labels": {}}, "spec": {}});
         let mut secret = json!({"kind": "Secret", "metadata": {"labels": {}}});
         manifest::apply_retention(&mut job, &retention);

@@ -120,25 +120,20 @@ pub fn create(ctx: &Ctx, spec: &RunSpec, run_id: &str, retention: &manifest::Ret
     let mut cleanup = Cleanup { client: &ctx.client, namespace, job_name: &job_name, job: false, secret: false };
     let mut job_manifest = manifest::job(spec, &ctx.policy, run_id);
     manifest::apply_retention(&mut job_manifest, retention);
-    let job = ctx
-        .client
-        .create(kube::Resource::JOBS, namespace, &job_manifest)
-        .map_err(|error| {
-            metrics::api_error("create_job");
-            Box::new(api_refusal(run_id, "create the Job", &error))
-        })?;
+    let job = ctx.client.create(kube::Resource::JOBS, namespace, &job_manifest).map_err(|error| {
+        metrics::api_error("create_job");
+        Box::new(api_refusal(run_id, "create the Job", &error))
+    })?;
     cleanup.job = true;
     log::info("job created", &[("run_id", run_id.into()), ("job", job_name.as_str().into())]);
     let job_uid = job["metadata"]["uid"].as_str().unwrap_or_default();
     let mut has_secret = false;
     if let Some(mut secret) = manifest::inputs_secret(spec, &ctx.policy, run_id, job_uid) {
         manifest::apply_retention(&mut secret, retention);
-        ctx.client
-            .create(kube::Resource::SECRETS, namespace, &secret)
-            .map_err(|error| {
-                metrics::api_error("create_secret");
-                Box::new(api_refusal(run_id, "create the inputs Secret", &error))
-            })?;
+        ctx.client.create(kube::Resource::SECRETS, namespace, &secret).map_err(|error| {
+            metrics::api_error("create_secret");
+            Box::new(api_refusal(run_id, "create the inputs Secret", &error))
+        })?;
         has_secret = true;
     }
     // Everything exists: from here on the caller owns it.
@@ -186,7 +181,10 @@ pub fn delete_inputs_secret(ctx: &Ctx, run_id: &str) {
 fn delete_secret(client: &kube::Client, namespace: &str, name: &str) {
     if let Err(error) = client.delete(kube::Resource::SECRETS, namespace, name) {
         metrics::api_error("delete_secret");
-        log::warn("inputs secret not deleted; the garbage collector will remove it with its Job", &[("secret", name.into()), ("error", error.to_string().into())]);
+        log::warn(
+            "inputs secret not deleted; the garbage collector will remove it with its Job",
+            &[("secret", name.into()), ("error", error.to_string().into())],
+        );
     }
 }
 
@@ -232,7 +230,10 @@ impl Drop for Cleanup<'_> {
             && let Err(error) = self.client.delete(kube::Resource::JOBS, self.namespace, self.job_name)
         {
             metrics::api_error("delete_job");
-            log::warn("job not deleted; ttlSecondsAfterFinished and the reaper will remove it", &[("job", self.job_name.into()), ("error", error.to_string().into())]);
+            log::warn(
+                "job not deleted; ttlSecondsAfterFinished and the reaper will remove it",
+                &[("job", self.job_name.into()), ("error", error.to_string().into())],
+            );
         }
         if self.secret {
             delete_secret(self.client, self.namespace, self.job_name);
@@ -263,7 +264,9 @@ pub fn follow(ctx: &Ctx, followed: &Followed, run_id: &str, cancel: &CancelToken
             loop {
                 let sent = match watcher.next() {
                     Ok(kube::watch::WatchEvent::Listed(pods)) => pods.into_iter().all(|pod| sender.send(Watched::Pod(pod)).is_ok()),
-                    Ok(kube::watch::WatchEvent::Added(pod) | kube::watch::WatchEvent::Modified(pod)) => sender.send(Watched::Pod(pod)).is_ok(),
+                    Ok(kube::watch::WatchEvent::Added(pod) | kube::watch::WatchEvent::Modified(pod)) => {
+                        sender.send(Watched::Pod(pod)).is_ok()
+                    }
                     Ok(kube::watch::WatchEvent::Deleted(_)) => true,
                     Err(error) => {
                         let _ = sender.send(Watched::Failed(error.to_string()));
@@ -311,10 +314,7 @@ fn decide<'scope>(
                 run_id,
                 RunStatus::Error,
                 RunReason::StartTimeout,
-                format!(
-                    "the pod did not start within {} s (MCP_K8S_START_TIMEOUT_S): {last_waiting}",
-                    ctx.policy.start_timeout.as_secs()
-                ),
+                format!("the pod did not start within {} s (MCP_K8S_START_TIMEOUT_S): {last_waiting}", ctx.policy.start_timeout.as_secs()),
             );
         }
         if now >= hard_deadline {
@@ -575,10 +575,8 @@ fn cancelled(run_id: &str, collector: Collector) -> RunOutcome {
 }
 
 fn job_failed_create(ctx: &Ctx, namespace: &str, job_name: &str) -> Option<(RunReason, String)> {
-    let params = kube::ListParams {
-        label_selector: None,
-        field_selector: Some(format!("involvedObject.kind=Job,involvedObject.name={job_name}")),
-    };
+    let params =
+        kube::ListParams { label_selector: None, field_selector: Some(format!("involvedObject.kind=Job,involvedObject.name={job_name}")) };
     // A failed look is not fatal: the start timeout still ends the run.
     let events = match ctx.client.list(kube::Resource::EVENTS, namespace, &params) {
         Ok(events) => events,

@@ -97,10 +97,7 @@ impl Slots {
             }
             // Wake periodically to notice cancellation, which does not
             // signal this condition variable.
-            let (next, _) = shared
-                .changed
-                .wait_timeout(state, Duration::from_millis(100))
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let (next, _) = shared.changed.wait_timeout(state, Duration::from_millis(100)).unwrap_or_else(|poisoned| poisoned.into_inner());
             state = next;
         }
     }

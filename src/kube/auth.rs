@@ -68,15 +68,9 @@ impl Auth {
             }
             CredentialsConfig::TokenFile { path, initial } => Auth::TokenFile(TokenFile {
                 path: path.clone(),
-                state: Mutex::new(TokenFileState {
-                    token: initial.as_ref().map(|token| token.0.clone()),
-                    read_at: None,
-                    stamp: None,
-                }),
+                state: Mutex::new(TokenFileState { token: initial.as_ref().map(|token| token.0.clone()), read_at: None, stamp: None }),
             }),
-            CredentialsConfig::Exec(exec) => {
-                Auth::Exec(ExecPlugin { config: exec.clone(), state: Mutex::new(ExecState::default()) })
-            }
+            CredentialsConfig::Exec(exec) => Auth::Exec(ExecPlugin { config: exec.clone(), state: Mutex::new(ExecState::default()) }),
         }
     }
 
@@ -121,9 +115,7 @@ struct TokenFileState {
 impl TokenFile {
     fn credential(&self, force: bool) -> Result<Credential, Error> {
         let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let stamp = std::fs::metadata(&self.path)
-            .ok()
-            .map(|metadata| (metadata.modified().unwrap_or(UNIX_EPOCH), metadata.len()));
+        let stamp = std::fs::metadata(&self.path).ok().map(|metadata| (metadata.modified().unwrap_or(UNIX_EPOCH), metadata.len()));
         let stale = state.read_at.is_none_or(|read_at| read_at.elapsed() >= TOKEN_FILE_REREAD);
         if force || stale || stamp != state.stamp || state.token.is_none() {
             match read_token(&self.path) {
@@ -209,10 +201,7 @@ impl ExecPlugin {
         state.expires = decoded.expires;
         crate::log::debug(
             "exec credential plugin ran",
-            &[
-                ("command", self.config.command.clone().into()),
-                ("expires", decoded.expires.map(crate::log::rfc3339_utc).into()),
-            ],
+            &[("command", self.config.command.clone().into()), ("expires", decoded.expires.map(crate::log::rfc3339_utc).into())],
         );
         Ok(credential)
     }
@@ -256,9 +245,10 @@ fn run_plugin(config: &ExecConfig) -> Result<Vec<u8>, Error> {
     }
     let mut child = command.spawn().map_err(|error| {
         if error.kind() == std::io::ErrorKind::NotFound {
-            let hint = config.install_hint.clone().unwrap_or_else(|| {
-                "it looks like you are trying to use a client-go credential plugin that is not installed".to_string()
-            });
+            let hint = config
+                .install_hint
+                .clone()
+                .unwrap_or_else(|| "it looks like you are trying to use a client-go credential plugin that is not installed".to_string());
             Error::Credentials(format!("exec: executable {} not found; {}", config.command, hint.trim()))
         } else {
             Error::Credentials(format!("exec: executable {} could not be started: {error}", config.command))
@@ -313,9 +303,8 @@ fn spawn_reader(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHa
 }
 
 fn decode_exec_output(config: &ExecConfig, stdout: &[u8]) -> Result<ExecOutput, Error> {
-    let value: serde_json::Value = serde_json::from_slice(stdout).map_err(|error| {
-        Error::Credentials(format!("exec plugin `{}` printed no ExecCredential JSON: {error}", config.command))
-    })?;
+    let value: serde_json::Value = serde_json::from_slice(stdout)
+        .map_err(|error| Error::Credentials(format!("exec plugin `{}` printed no ExecCredential JSON: {error}", config.command)))?;
     let returned_version = value.get("apiVersion").and_then(|version| version.as_str()).unwrap_or_default();
     if returned_version != config.api_version {
         return Err(Error::Credentials(format!(
@@ -327,25 +316,22 @@ fn decode_exec_output(config: &ExecConfig, stdout: &[u8]) -> Result<ExecOutput, 
     let text = |key: &str| status.get(key).and_then(|field| field.as_str()).filter(|text| !text.is_empty());
     let token = text("token").map(str::to_string);
     let client_cert = match (text("clientCertificateData"), text("clientKeyData")) {
-        (Some(certificate), Some(key)) => Some(crate::kube::tls::client_cert(
-            certificate.as_bytes(),
-            key.as_bytes(),
-            &format!("exec plugin `{}`", config.command),
-        )?),
+        (Some(certificate), Some(key)) => {
+            Some(crate::kube::tls::client_cert(certificate.as_bytes(), key.as_bytes(), &format!("exec plugin `{}`", config.command))?)
+        }
         (None, None) => None,
         _ => {
-            return Err(Error::Credentials(
-                "exec plugin returned only certificate or key, not both".to_string(),
-            ));
+            return Err(Error::Credentials("exec plugin returned only certificate or key, not both".to_string()));
         }
     };
     if token.is_none() && client_cert.is_none() {
         return Err(Error::Credentials("exec plugin didn't return a token or cert/key pair".to_string()));
     }
     let expires = match text("expirationTimestamp") {
-        Some(timestamp) => Some(parse_rfc3339(timestamp).ok_or_else(|| {
-            Error::Credentials(format!("exec plugin returned an unreadable expirationTimestamp `{timestamp}`"))
-        })?),
+        Some(timestamp) => Some(
+            parse_rfc3339(timestamp)
+                .ok_or_else(|| Error::Credentials(format!("exec plugin returned an unreadable expirationTimestamp `{timestamp}`")))?,
+        ),
         None => None,
     };
     Ok(ExecOutput { token, client_cert, expires })

@@ -99,8 +99,7 @@ impl Error {
     /// A ResourceQuota refused the object. The API says so only in the
     /// message ("exceeded quota: ..."), with reason Forbidden.
     pub fn is_quota_exceeded(&self) -> bool {
-        self.status()
-            .is_some_and(|status| status.code == 403 && status.message.contains("exceeded quota"))
+        self.status().is_some_and(|status| status.code == 403 && status.message.contains("exceeded quota"))
     }
 
     fn has_reason_or_code(&self, reason: &str, code: u16) -> bool {
@@ -112,11 +111,7 @@ impl fmt::Display for Error {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Api { verb, path, status } => {
-                let reason = if status.reason.is_empty() {
-                    canonical_reason(status.code)
-                } else {
-                    status.reason.as_str()
-                };
+                let reason = if status.reason.is_empty() { canonical_reason(status.code) } else { status.reason.as_str() };
                 write!(formatter, "{verb} {path}: {} {reason}", status.code)?;
                 if !status.message.is_empty() {
                     write!(formatter, ": {}", status.message)?;

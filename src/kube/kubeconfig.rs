@@ -48,8 +48,14 @@ pub enum CredentialsConfig {
     Token(Redacted<String>),
     /// Re-read periodically; `initial` is the kubeconfig's `token`, used
     /// until the file has been read (client-go `NewCachedFileTokenSource`).
-    TokenFile { path: PathBuf, initial: Option<Redacted<String>> },
-    Basic { username: String, password: Redacted<String> },
+    TokenFile {
+        path: PathBuf,
+        initial: Option<Redacted<String>>,
+    },
+    Basic {
+        username: String,
+        password: Redacted<String>,
+    },
     Exec(ExecConfig),
     /// The legacy `oidc` auth-provider: its `id-token` is the bearer.
     OidcIdToken(Redacted<String>),
@@ -143,14 +149,10 @@ impl Kubeconfig {
         let context_name = match context.filter(|name| !name.is_empty()).or(self.current_context.as_deref()) {
             Some(name) => name,
             None if self.clusters.is_empty() && self.contexts.is_empty() && self.users.is_empty() => {
-                return Err(Error::Config(format!(
-                    "no configuration has been provided; no kubeconfig found at {files}"
-                )));
+                return Err(Error::Config(format!("no configuration has been provided; no kubeconfig found at {files}")));
             }
             None => {
-                return Err(Error::Config(format!(
-                    "no context chosen; set current-context in {files} or name a context"
-                )));
+                return Err(Error::Config(format!("no context chosen; set current-context in {files} or name a context")));
             }
         };
         let Some(raw_context) = find(&self.contexts, context_name) else {
@@ -161,9 +163,7 @@ impl Kubeconfig {
         };
         let cluster_name = raw_context.cluster.clone().unwrap_or_default();
         let Some(cluster) = find(&self.clusters, &cluster_name) else {
-            return Err(Error::Config(format!(
-                "context `{context_name}` refers to cluster `{cluster_name}`, which is not in {files}"
-            )));
+            return Err(Error::Config(format!("context `{context_name}` refers to cluster `{cluster_name}`, which is not in {files}")));
         };
         let user_name = raw_context.user.clone().unwrap_or_default();
         let default_user = RawUser::default();
@@ -172,9 +172,7 @@ impl Kubeconfig {
             // kubectl allows a context without a user (anonymous requests).
             None if user_name.is_empty() => &default_user,
             None => {
-                return Err(Error::Config(format!(
-                    "context `{context_name}` refers to user `{user_name}`, which is not in {files}"
-                )));
+                return Err(Error::Config(format!("context `{context_name}` refers to user `{user_name}`, which is not in {files}")));
             }
         };
         let namespace = raw_context.namespace.clone().filter(|namespace| !namespace.is_empty());
@@ -220,15 +218,13 @@ impl Kubeconfig {
 pub fn in_cluster(host: &str, port: &str, dir: &Path) -> Result<ClusterConfig, Error> {
     if host.is_empty() || port.is_empty() {
         return Err(Error::Config(
-            "unable to load in-cluster configuration, KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be defined"
-                .to_string(),
+            "unable to load in-cluster configuration, KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be defined".to_string(),
         ));
     }
     let server = format!("https://{}", join_host_port(host, port));
     let token_path = dir.join("token");
-    let token = std::fs::read_to_string(&token_path).map_err(|error| {
-        Error::Config(format!("cannot read the ServiceAccount token `{}`: {error}", token_path.display()))
-    })?;
+    let token = std::fs::read_to_string(&token_path)
+        .map_err(|error| Error::Config(format!("cannot read the ServiceAccount token `{}`: {error}", token_path.display())))?;
     let ca_path = dir.join("ca.crt");
     let certificate_authority = match std::fs::read(&ca_path) {
         Ok(pem) => Some(pem),
@@ -246,10 +242,7 @@ pub fn in_cluster(host: &str, port: &str, dir: &Path) -> Result<ClusterConfig, E
         .ok()
         .filter(|namespace| !namespace.is_empty())
         .unwrap_or_else(|| "default".to_string());
-    let description = format!(
-        "in-cluster ServiceAccount `{}` (server {server}, namespace `{namespace}`)",
-        dir.display()
-    );
+    let description = format!("in-cluster ServiceAccount `{}` (server {server}, namespace `{namespace}`)", dir.display());
     Ok(ClusterConfig {
         server,
         tls_server_name: None,
@@ -258,10 +251,7 @@ pub fn in_cluster(host: &str, port: &str, dir: &Path) -> Result<ClusterConfig, E
         proxy_url: None,
         client_certificate: None,
         client_key: None,
-        credentials: CredentialsConfig::TokenFile {
-            path: token_path,
-            initial: Some(Redacted(token.trim().to_string())),
-        },
+        credentials: CredentialsConfig::TokenFile { path: token_path, initial: Some(Redacted(token.trim().to_string())) },
         impersonation: Impersonation::default(),
         namespace,
         description,
@@ -270,11 +260,7 @@ pub fn in_cluster(host: &str, port: &str, dir: &Path) -> Result<ClusterConfig, E
 
 /// `host:port`, with IPv6 literals in brackets (Go's `net.JoinHostPort`).
 pub fn join_host_port(host: &str, port: &str) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
+    if host.contains(':') && !host.starts_with('[') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
 }
 
 // ---- raw file shapes -------------------------------------------------------
@@ -402,8 +388,7 @@ struct RawExecEnv {
 // ---- parsing and merging ---------------------------------------------------
 
 fn parse(text: &[u8], path: &Path) -> Result<RawKubeconfig, Error> {
-    let text = std::str::from_utf8(text)
-        .map_err(|_| Error::Config(format!("kubeconfig `{}` is not UTF-8", path.display())))?;
+    let text = std::str::from_utf8(text).map_err(|_| Error::Config(format!("kubeconfig `{}` is not UTF-8", path.display())))?;
     if text.trim().is_empty() {
         return Ok(RawKubeconfig::default());
     }
@@ -414,9 +399,7 @@ fn parse(text: &[u8], path: &Path) -> Result<RawKubeconfig, Error> {
     } else {
         serde_saphyr::from_str::<RawKubeconfig>(text).map_err(|error| error.to_string())
     };
-    let mut file = parsed.map_err(|message| {
-        Error::Config(format!("cannot parse kubeconfig `{}`: {message}", path.display()))
-    })?;
+    let mut file = parsed.map_err(|message| Error::Config(format!("cannot parse kubeconfig `{}`: {message}", path.display())))?;
     let base = path.parent().unwrap_or(Path::new("."));
     resolve_local_paths(&mut file, base);
     Ok(file)
@@ -467,12 +450,7 @@ fn find<'a, T>(entries: &'a [Named<T>], name: &str) -> Option<&'a T> {
 
 // ---- from raw stanzas to a ClusterConfig -----------------------------------
 
-fn cluster_config(
-    cluster_name: &str,
-    cluster: &RawCluster,
-    user_name: &str,
-    user: &RawUser,
-) -> Result<ClusterConfig, Error> {
+fn cluster_config(cluster_name: &str, cluster: &RawCluster, user_name: &str, user: &RawUser) -> Result<ClusterConfig, Error> {
     let server = cluster.server.clone().unwrap_or_default();
     if server.is_empty() {
         return Err(Error::Config(format!("cluster has no server defined: cluster `{cluster_name}`")));
@@ -491,14 +469,9 @@ fn cluster_config(
         )));
     }
     validate_user(user_name, user)?;
-    let client_certificate = read_data_or_file(
-        user.client_certificate_data.as_deref(),
-        user.client_certificate.as_deref(),
-        "client-cert",
-        user_name,
-    )?;
-    let client_key =
-        read_data_or_file(user.client_key_data.as_deref(), user.client_key.as_deref(), "client-key", user_name)?;
+    let client_certificate =
+        read_data_or_file(user.client_certificate_data.as_deref(), user.client_certificate.as_deref(), "client-cert", user_name)?;
+    let client_key = read_data_or_file(user.client_key_data.as_deref(), user.client_key.as_deref(), "client-key", user_name)?;
     let cluster_info = cluster_info_for_exec(cluster, certificate_authority.as_deref());
     let credentials = credentials_config(user_name, user, cluster_info)?;
     Ok(ClusterConfig {
@@ -550,18 +523,12 @@ fn validate_user(user_name: &str, user: &RawUser) -> Result<(), Error> {
         )));
     }
     if user.exec.is_some() && user.auth_provider.is_some() {
-        return Err(Error::Config(format!(
-            "authProvider cannot be provided in combination with an exec plugin for {user_name}"
-        )));
+        return Err(Error::Config(format!("authProvider cannot be provided in combination with an exec plugin for {user_name}")));
     }
     Ok(())
 }
 
-fn credentials_config(
-    user_name: &str,
-    user: &RawUser,
-    cluster_info: serde_json::Value,
-) -> Result<CredentialsConfig, Error> {
+fn credentials_config(user_name: &str, user: &RawUser, cluster_info: serde_json::Value) -> Result<CredentialsConfig, Error> {
     let non_empty = |value: &Option<String>| value.clone().filter(|text| !text.is_empty());
     if let Some(exec) = &user.exec {
         return exec_config(user_name, exec, cluster_info).map(CredentialsConfig::Exec);
@@ -570,10 +537,7 @@ fn credentials_config(
         return auth_provider_config(user_name, provider);
     }
     if let Some(path) = non_empty(&user.token_file) {
-        return Ok(CredentialsConfig::TokenFile {
-            path: PathBuf::from(path),
-            initial: non_empty(&user.token).map(Redacted),
-        });
+        return Ok(CredentialsConfig::TokenFile { path: PathBuf::from(path), initial: non_empty(&user.token).map(Redacted) });
     }
     if let Some(token) = non_empty(&user.token) {
         return Ok(CredentialsConfig::Token(Redacted(token)));
@@ -589,15 +553,11 @@ fn credentials_config(
 
 fn exec_config(user_name: &str, exec: &RawExec, cluster_info: serde_json::Value) -> Result<ExecConfig, Error> {
     if exec.command.is_empty() {
-        return Err(Error::Config(format!(
-            "command must be specified for {user_name} to use exec authentication plugin"
-        )));
+        return Err(Error::Config(format!("command must be specified for {user_name} to use exec authentication plugin")));
     }
     let api_version = exec.api_version.as_str();
     if api_version.is_empty() {
-        return Err(Error::Config(format!(
-            "apiVersion must be specified for {user_name} to use exec authentication plugin"
-        )));
+        return Err(Error::Config(format!("apiVersion must be specified for {user_name} to use exec authentication plugin")));
     }
     if !matches!(api_version, "client.authentication.k8s.io/v1" | "client.authentication.k8s.io/v1beta1") {
         return Err(Error::Config(format!(
@@ -606,18 +566,14 @@ fn exec_config(user_name: &str, exec: &RawExec, cluster_info: serde_json::Value)
     }
     let interactive_mode = match exec.interactive_mode.as_deref().unwrap_or_default() {
         "" if api_version.ends_with("/v1") => {
-            return Err(Error::Config(format!(
-                "interactiveMode must be specified for {user_name} to use exec authentication plugin"
-            )));
+            return Err(Error::Config(format!("interactiveMode must be specified for {user_name} to use exec authentication plugin")));
         }
         // v1beta1 defaults to IfAvailable.
         "" | "IfAvailable" => InteractiveMode::IfAvailable,
         "Never" => InteractiveMode::Never,
         "Always" => InteractiveMode::Always,
         other => {
-            return Err(Error::Config(format!(
-                "invalid interactiveMode for {user_name}: {other:?}; one of Never, IfAvailable, Always"
-            )));
+            return Err(Error::Config(format!("invalid interactiveMode for {user_name}: {other:?}; one of Never, IfAvailable, Always")));
         }
     };
     Ok(ExecConfig {
@@ -650,8 +606,7 @@ fn auth_provider_config(user_name: &str, provider: &RawAuthProvider) -> Result<C
                 .to_string(),
         )),
         "azure" => Err(Error::Config(
-            "The azure auth plugin has been removed; please use the \"kubelogin\" kubectl/client-go credential plugin instead"
-                .to_string(),
+            "The azure auth plugin has been removed; please use the \"kubelogin\" kubectl/client-go credential plugin instead".to_string(),
         )),
         other => Err(Error::Config(format!("no Auth Provider found for name {other:?}"))),
     }
@@ -668,10 +623,7 @@ fn cluster_info_for_exec(cluster: &RawCluster, certificate_authority: Option<&[u
         info.insert("insecure-skip-tls-verify".into(), true.into());
     }
     if let Some(pem) = certificate_authority {
-        info.insert(
-            "certificate-authority-data".into(),
-            base64::engine::general_purpose::STANDARD.encode(pem).into(),
-        );
+        info.insert("certificate-authority-data".into(), base64::engine::general_purpose::STANDARD.encode(pem).into());
     }
     if let Some(url) = &cluster.proxy_url {
         info.insert("proxy-url".into(), url.clone().into());
@@ -679,11 +631,7 @@ fn cluster_info_for_exec(cluster: &RawCluster, certificate_authority: Option<&[u
     if cluster.disable_compression == Some(true) {
         info.insert("disable-compression".into(), true.into());
     }
-    let exec_extension = cluster
-        .extensions
-        .iter()
-        .flatten()
-        .find(|extension| extension.name == "client.authentication.k8s.io/exec");
+    let exec_extension = cluster.extensions.iter().flatten().find(|extension| extension.name == "client.authentication.k8s.io/exec");
     if let Some(extension) = exec_extension {
         info.insert("config".into(), extension.extension.clone());
     }
@@ -691,25 +639,18 @@ fn cluster_info_for_exec(cluster: &RawCluster, certificate_authority: Option<&[u
 }
 
 /// `*-data` (base64 PEM) wins over the file path, as in client-go.
-fn read_data_or_file(
-    data: Option<&str>,
-    file: Option<&str>,
-    field: &str,
-    owner: &str,
-) -> Result<Option<Vec<u8>>, Error> {
+fn read_data_or_file(data: Option<&str>, file: Option<&str>, field: &str, owner: &str) -> Result<Option<Vec<u8>>, Error> {
     if let Some(data) = data.filter(|data| !data.is_empty()) {
         let compact: String = data.chars().filter(|char| !char.is_whitespace()).collect();
-        let decoded = base64::engine::general_purpose::STANDARD.decode(compact).map_err(|error| {
-            Error::Config(format!("{field}-data for {owner} is not valid base64: {error}"))
-        })?;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(compact)
+            .map_err(|error| Error::Config(format!("{field}-data for {owner} is not valid base64: {error}")))?;
         return Ok(Some(decoded));
     }
     let Some(file) = file.filter(|file| !file.is_empty()) else {
         return Ok(None);
     };
-    std::fs::read(file)
-        .map(Some)
-        .map_err(|error| Error::Config(format!("unable to read {field} {file} for {owner} due to {error}")))
+    std::fs::read(file).map(Some).map_err(|error| Error::Config(format!("unable to read {field} {file} for {owner} due to {error}")))
 }
 
 fn describe_auth(config: &ClusterConfig) -> String {

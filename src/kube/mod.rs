@@ -58,11 +58,7 @@ impl Source {
     }
 
     /// `select` with the environment passed in, for tests.
-    pub fn select_with(
-        explicit_kubeconfig: Option<&Path>,
-        context: Option<&str>,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Source {
+    pub fn select_with(explicit_kubeconfig: Option<&Path>, context: Option<&str>, env: impl Fn(&str) -> Option<String>) -> Source {
         let context = context.filter(|name| !name.is_empty()).map(str::to_string);
         if let Some(path) = explicit_kubeconfig.filter(|path| !path.as_os_str().is_empty()) {
             return Source::KubeconfigFile { path: path.to_path_buf(), context };
@@ -88,12 +84,8 @@ impl Source {
             Source::KubeconfigFile { path, context } => {
                 kubeconfig::Kubeconfig::load(std::slice::from_ref(path), true)?.select(context.as_deref())
             }
-            Source::KubeconfigSearch { paths, context } => {
-                kubeconfig::Kubeconfig::load(paths, false)?.select(context.as_deref())
-            }
-            Source::InCluster { host, port, service_account_dir } => {
-                kubeconfig::in_cluster(host, port, service_account_dir)
-            }
+            Source::KubeconfigSearch { paths, context } => kubeconfig::Kubeconfig::load(paths, false)?.select(context.as_deref()),
+            Source::InCluster { host, port, service_account_dir } => kubeconfig::in_cluster(host, port, service_account_dir),
         }
     }
 }
@@ -138,8 +130,7 @@ impl Resource {
     pub const SECRETS: Resource = Resource { api_path: "/api/v1", plural: "secrets", namespaced: true };
     pub const CONFIG_MAPS: Resource = Resource { api_path: "/api/v1", plural: "configmaps", namespaced: true };
     pub const EVENTS: Resource = Resource { api_path: "/api/v1", plural: "events", namespaced: true };
-    pub const PERSISTENT_VOLUME_CLAIMS: Resource =
-        Resource { api_path: "/api/v1", plural: "persistentvolumeclaims", namespaced: true };
+    pub const PERSISTENT_VOLUME_CLAIMS: Resource = Resource { api_path: "/api/v1", plural: "persistentvolumeclaims", namespaced: true };
     pub const NAMESPACES: Resource = Resource { api_path: "/api/v1", plural: "namespaces", namespaced: false };
 }
 
@@ -247,10 +238,7 @@ impl Client {
 
     pub fn from_config(config: kubeconfig::ClusterConfig, options: Options) -> Result<Client, Error> {
         if !config.server.starts_with("https://") && !config.server.starts_with("http://") {
-            return Err(Error::Config(format!(
-                "server `{}` is not an http(s) URL; expected e.g. https://10.0.0.1:6443",
-                config.server
-            )));
+            return Err(Error::Config(format!("server `{}` is not an http(s) URL; expected e.g. https://10.0.0.1:6443", config.server)));
         }
         let roots = match &config.certificate_authority {
             Some(pem) => Some(tls::parse_roots(pem, "certificate-authority")?),
@@ -309,11 +297,8 @@ impl Client {
     /// `POST` an object; the answer is the object as stored.
     pub fn create(&self, resource: Resource, namespace: &str, object: &serde_json::Value) -> Result<serde_json::Value, Error> {
         let path = collection_path(resource, namespace)?;
-        let body = serde_json::to_vec(object).map_err(|error| Error::Decode {
-            verb: "POST",
-            path: path.clone(),
-            message: error.to_string(),
-        })?;
+        let body =
+            serde_json::to_vec(object).map_err(|error| Error::Decode { verb: "POST", path: path.clone(), message: error.to_string() })?;
         self.json(ApiRequest { body: Some(body), ..ApiRequest::new("POST", path) })
     }
 
@@ -358,7 +343,13 @@ impl Client {
 
     /// `PATCH` with a JSON merge patch (RFC 7386): only the fields in
     /// `patch` change, so concurrent writers of other fields do not clash.
-    pub fn merge_patch(&self, resource: Resource, namespace: &str, name: &str, patch: &serde_json::Value) -> Result<serde_json::Value, Error> {
+    pub fn merge_patch(
+        &self,
+        resource: Resource,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<serde_json::Value, Error> {
         let path = object_path(resource, namespace, name)?;
         let body = patch.to_string().into_bytes();
         self.json(ApiRequest { body: Some(body), content_type: "application/merge-patch+json", ..ApiRequest::new("PATCH", path) })
@@ -469,10 +460,7 @@ impl Client {
         credential: &auth::Credential,
     ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
         let url = format!("{}{}", self.inner.base_url, request.path);
-        let mut builder = ureq::http::Request::builder()
-            .method(request.verb)
-            .uri(&url)
-            .header("Accept", "application/json");
+        let mut builder = ureq::http::Request::builder().method(request.verb).uri(&url).header("Accept", "application/json");
         if let Some(authorization) = &credential.authorization {
             builder = builder.header("Authorization", authorization.0.as_str());
         }
@@ -583,9 +571,7 @@ fn check_name(what: &str, name: &str) -> Result<(), Error> {
     if valid {
         return Ok(());
     }
-    Err(Error::Config(format!(
-        "{what} name `{name}` is not a valid Kubernetes name; use lowercase letters, digits, `-` and `.`"
-    )))
+    Err(Error::Config(format!("{what} name `{name}` is not a valid Kubernetes name; use lowercase letters, digits, `-` and `.`")))
 }
 
 /// RFC 3986 unreserved characters stay; everything else is %XX.
@@ -660,11 +646,7 @@ pub(crate) fn decode_list(request: &ApiRequest, mut list: serde_json::Value) -> 
         Some(serde_json::Value::Array(items)) => items,
         Some(serde_json::Value::Null) | None => Vec::new(),
         Some(_) => {
-            return Err(Error::Decode {
-                verb: request.verb,
-                path: request.path.clone(),
-                message: "`items` is not a list".to_string(),
-            });
+            return Err(Error::Decode { verb: request.verb, path: request.path.clone(), message: "`items` is not a list".to_string() });
         }
     };
     Ok(ObjectList { items, resource_version })
@@ -687,12 +669,11 @@ pub(crate) fn check_status(
 
 /// Reads a whole answer; lists of many objects can pass ureq's 10 MB default.
 pub(crate) fn read_body(request: &ApiRequest, response: ureq::http::Response<ureq::Body>) -> Result<Vec<u8>, Error> {
-    response
-        .into_body()
-        .with_config()
-        .limit(256 << 20)
-        .read_to_vec()
-        .map_err(|error| Error::Transport { verb: request.verb, path: request.path.clone(), message: error.to_string() })
+    response.into_body().with_config().limit(256 << 20).read_to_vec().map_err(|error| Error::Transport {
+        verb: request.verb,
+        path: request.path.clone(),
+        message: error.to_string(),
+    })
 }
 
 fn transport_error(request: &ApiRequest, error: ureq::Error, stream: Option<&Abort>) -> Error {
@@ -707,12 +688,7 @@ fn is_idempotent(verb: &str) -> bool {
 }
 
 /// How long to wait before retrying an HTTP answer, or `None` for no retry.
-fn retry_delay_for_status(
-    verb: &str,
-    response: &ureq::http::Response<ureq::Body>,
-    attempt: u32,
-    options: &Options,
-) -> Option<Duration> {
+fn retry_delay_for_status(verb: &str, response: &ureq::http::Response<ureq::Body>, attempt: u32, options: &Options) -> Option<Duration> {
     let code = response.status().as_u16();
     let retry_after = response
         .headers()
@@ -800,8 +776,7 @@ mod tests {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             move |name: &str| pairs.iter().find(|(key, _)| *key == name).map(|(_, value)| value.to_string())
         };
-        const IN_CLUSTER: &[(&str, &str)] =
-            &[("KUBERNETES_SERVICE_HOST", "10.0.0.1"), ("KUBERNETES_SERVICE_PORT", "443"), ("HOME", "/h")];
+        const IN_CLUSTER: &[(&str, &str)] = &[("KUBERNETES_SERVICE_HOST", "10.0.0.1"), ("KUBERNETES_SERVICE_PORT", "443"), ("HOME", "/h")];
         assert_eq!(
             Source::select_with(Some(Path::new("/k")), None, env(IN_CLUSTER)),
             Source::KubeconfigFile { path: "/k".into(), context: None }
@@ -819,7 +794,13 @@ mod tests {
 
     #[test]
     fn access_review_body_leaves_out_empty_attributes() {
-        let check = AccessCheck { namespace: "ci".into(), verb: "create".into(), group: "batch".into(), resource: "jobs".into(), ..AccessCheck::default() };
+        let check = AccessCheck {
+            namespace: "ci".into(),
+            verb: "create".into(),
+            group: "batch".into(),
+            resource: "jobs".into(),
+            ..AccessCheck::default()
+        };
         assert_eq!(
             access_review_body(&check).to_string(),
             r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","spec":{"resourceAttributes":{"group":"batch","namespace":"ci","resource":"jobs","verb":"create"}}}"#

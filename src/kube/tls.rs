@@ -105,14 +105,11 @@ pub fn agent(settings: &ConnectionSettings, client_cert: Option<ClientCert>) -> 
     }
     let proxy = match (&settings.proxy_url, &settings.tls_server_name) {
         (Some(_), Some(_)) => {
-            return Err(Error::Config(
-                "tls-server-name together with proxy-url is not supported; remove one of them".to_string(),
-            ));
+            return Err(Error::Config("tls-server-name together with proxy-url is not supported; remove one of them".to_string()));
         }
-        (Some(url), None) => Some(
-            ureq::Proxy::new(url)
-                .map_err(|error| Error::Config(format!("proxy-url `{url}` is not usable: {error}")))?,
-        ),
+        (Some(url), None) => {
+            Some(ureq::Proxy::new(url).map_err(|error| Error::Config(format!("proxy-url `{url}` is not usable: {error}")))?)
+        }
         (None, Some(_)) => None,
         // Like client-go: HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and NO_PROXY.
         (None, None) => ureq::Proxy::try_from_env(),
@@ -155,9 +152,8 @@ impl Resolver for PinnedResolver {
         if uri.host() != Some(self.server_name.as_str()) {
             return DefaultResolver::default().resolve(uri, config, timeout);
         }
-        let real: ureq::http::Uri = format!("https://{}/", self.real_authority)
-            .parse()
-            .map_err(|_| ureq::Error::BadUri(self.real_authority.clone()))?;
+        let real: ureq::http::Uri =
+            format!("https://{}/", self.real_authority).parse().map_err(|_| ureq::Error::BadUri(self.real_authority.clone()))?;
         DefaultResolver::default().resolve(&real, config, timeout)
     }
 }
@@ -165,9 +161,7 @@ impl Resolver for PinnedResolver {
 /// `https://host:port` → (host, port); the port defaults to 443. IPv6 hosts
 /// keep their brackets.
 fn split_server(server: &str) -> Result<(String, u16), Error> {
-    let uri: ureq::http::Uri = server
-        .parse()
-        .map_err(|_| Error::Config(format!("server `{server}` is not a URL")))?;
+    let uri: ureq::http::Uri = server.parse().map_err(|_| Error::Config(format!("server `{server}` is not a URL")))?;
     let Some(authority) = uri.authority() else {
         return Err(Error::Config(format!("server `{server}` has no host")));
     };
@@ -178,8 +172,8 @@ fn split_server(server: &str) -> Result<(String, u16), Error> {
 fn check_key_pair(chain: &[Certificate<'static>], key_pem: &[u8], origin: &str) -> Result<(), Error> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let key_der = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|error| Error::Config(format!("client key of {origin} is not usable: {error}")))?;
+    let key_der =
+        PrivateKeyDer::from_pem_slice(key_pem).map_err(|error| Error::Config(format!("client key of {origin} is not usable: {error}")))?;
     let chain_der = chain.iter().map(|certificate| CertificateDer::from(certificate.der().to_vec())).collect();
     let provider = rustls::crypto::ring::default_provider();
     match rustls::sign::CertifiedKey::from_der(chain_der, key_der, &provider) {
@@ -187,8 +181,8 @@ fn check_key_pair(chain: &[Certificate<'static>], key_pem: &[u8], origin: &str) 
         Err(rustls::Error::InconsistentKeys(_)) => Err(Error::Config(format!(
             "client key of {origin} does not match its client certificate; check client-key and client-certificate"
         ))),
-        Err(error) => Err(Error::Config(format!(
-            "client key of {origin} is not usable: {error}; supported: RSA, ECDSA P-256/P-384, Ed25519"
-        ))),
+        Err(error) => {
+            Err(Error::Config(format!("client key of {origin} is not usable: {error}; supported: RSA, ECDSA P-256/P-384, Ed25519")))
+        }
     }
 }

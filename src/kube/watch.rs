@@ -352,11 +352,7 @@ impl Watcher {
         }
         crate::log::debug(
             "watch reconnecting",
-            &[
-                ("resource", self.resource.plural.into()),
-                ("why", why.into()),
-                ("resource_version", self.resource_version.clone().into()),
-            ],
+            &[("resource", self.resource.plural.into()), ("why", why.into()), ("resource_version", self.resource_version.clone().into())],
         );
         self.stream = None;
     }
@@ -366,10 +362,7 @@ impl Watcher {
     }
 
     fn aborted(&self) -> Error {
-        Error::Aborted {
-            verb: "GET",
-            path: crate::kube::collection_path(self.resource, &self.namespace).unwrap_or_default(),
-        }
+        Error::Aborted { verb: "GET", path: crate::kube::collection_path(self.resource, &self.namespace).unwrap_or_default() }
     }
 
     fn or_aborted(&self, error: Error) -> Error {
@@ -397,8 +390,11 @@ pub fn decode_watch_line(line: &str) -> Result<WatchLine, String> {
         "MODIFIED" => Ok(WatchLine::Event(WatchEvent::Modified(object), resource_version)),
         "DELETED" => Ok(WatchLine::Event(WatchEvent::Deleted(object), resource_version)),
         "BOOKMARK" => Ok(WatchLine::Bookmark(resource_version)),
-        "ERROR" => Ok(WatchLine::Error(crate::kube::error::Status::from_json(&object).unwrap_or_else(|| {
-            crate::kube::error::Status { code: 500, reason: "Unknown".into(), message: object.to_string(), ..Default::default() }
+        "ERROR" => Ok(WatchLine::Error(crate::kube::error::Status::from_json(&object).unwrap_or_else(|| crate::kube::error::Status {
+            code: 500,
+            reason: "Unknown".into(),
+            message: object.to_string(),
+            ..Default::default()
         }))),
         other => Err(format!("unknown watch event type `{other}`")),
     }

@@ -93,15 +93,9 @@ impl ErrorCode {
     }
 
     fn from_code(code: i64) -> Option<ErrorCode> {
-        [
-            ErrorCode::ParseError,
-            ErrorCode::InvalidRequest,
-            ErrorCode::MethodNotFound,
-            ErrorCode::InvalidParams,
-            ErrorCode::InternalError,
-        ]
-        .into_iter()
-        .find(|error_code| error_code.code() == code)
+        [ErrorCode::ParseError, ErrorCode::InvalidRequest, ErrorCode::MethodNotFound, ErrorCode::InvalidParams, ErrorCode::InternalError]
+            .into_iter()
+            .find(|error_code| error_code.code() == code)
     }
 }
 
@@ -162,9 +156,8 @@ impl Notification {
 /// Reads one JSON-RPC message. On failure returns the error response to
 /// send, carrying the request's id when one could be read.
 pub fn parse(text: &str) -> Result<Message, Response> {
-    let value: Value = serde_json::from_str(text).map_err(|error| {
-        Response::error(None, ErrorCode::ParseError, format!("parse error: {error}"))
-    })?;
+    let value: Value =
+        serde_json::from_str(text).map_err(|error| Response::error(None, ErrorCode::ParseError, format!("parse error: {error}")))?;
     from_value(value)
 }
 
@@ -281,18 +274,48 @@ mod tests {
     #[test]
     fn malformed_messages() {
         let cases = [
-            ("{", r#"{"error":{"code":-32700,"message":"parse error: EOF while parsing an object at line 1 column 1"},"id":null,"jsonrpc":"2.0"}"#),
-            ("", r#"{"error":{"code":-32700,"message":"parse error: EOF while parsing a value at line 1 column 0"},"id":null,"jsonrpc":"2.0"}"#),
-            ("[]", r#"{"error":{"code":-32600,"message":"batches are not supported; send one message per request"},"id":null,"jsonrpc":"2.0"}"#),
+            (
+                "{",
+                r#"{"error":{"code":-32700,"message":"parse error: EOF while parsing an object at line 1 column 1"},"id":null,"jsonrpc":"2.0"}"#,
+            ),
+            (
+                "",
+                r#"{"error":{"code":-32700,"message":"parse error: EOF while parsing a value at line 1 column 0"},"id":null,"jsonrpc":"2.0"}"#,
+            ),
+            (
+                "[]",
+                r#"{"error":{"code":-32600,"message":"batches are not supported; send one message per request"},"id":null,"jsonrpc":"2.0"}"#,
+            ),
             ("7", r#"{"error":{"code":-32600,"message":"a message must be a JSON object, not an integer"},"id":null,"jsonrpc":"2.0"}"#),
-            (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, r#"{"error":{"code":-32600,"message":"`id` must be a string or an integer, not null"},"id":null,"jsonrpc":"2.0"}"#),
-            (r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#, r#"{"error":{"code":-32600,"message":"`id` must be a string or an integer, not a number"},"id":null,"jsonrpc":"2.0"}"#),
-            (r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#, r#"{"error":{"code":-32600,"message":"`id` must be a string or an integer, not an array"},"id":null,"jsonrpc":"2.0"}"#),
+            (
+                r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+                r#"{"error":{"code":-32600,"message":"`id` must be a string or an integer, not null"},"id":null,"jsonrpc":"2.0"}"#,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+                r#"{"error":{"code":-32600,"message":"`id` must be a string or an integer, not a number"},"id":null,"jsonrpc":"2.0"}"#,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#,
+                r#"{"error":{"code":-32600,"message":"`id` must be a string or an integer, not an array"},"id":null,"jsonrpc":"2.0"}"#,
+            ),
             (r#"{"id":4,"method":"ping"}"#, r#"{"error":{"code":-32600,"message":"`jsonrpc` must be \"2.0\""},"id":4,"jsonrpc":"2.0"}"#),
-            (r#"{"jsonrpc":"1.0","id":"a","method":"ping"}"#, r#"{"error":{"code":-32600,"message":"`jsonrpc` must be \"2.0\""},"id":"a","jsonrpc":"2.0"}"#),
-            (r#"{"jsonrpc":"2.0","id":5,"method":7}"#, r#"{"error":{"code":-32600,"message":"`method` must be a string, not an integer"},"id":5,"jsonrpc":"2.0"}"#),
-            (r#"{"jsonrpc":"2.0","id":6,"method":"ping","params":[1]}"#, r#"{"error":{"code":-32600,"message":"`params` must be an object, not an array"},"id":6,"jsonrpc":"2.0"}"#),
-            (r#"{"jsonrpc":"2.0","id":8}"#, r#"{"error":{"code":-32600,"message":"a message needs `method` (request or notification) or `result`/`error` (response)"},"id":8,"jsonrpc":"2.0"}"#),
+            (
+                r#"{"jsonrpc":"1.0","id":"a","method":"ping"}"#,
+                r#"{"error":{"code":-32600,"message":"`jsonrpc` must be \"2.0\""},"id":"a","jsonrpc":"2.0"}"#,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":5,"method":7}"#,
+                r#"{"error":{"code":-32600,"message":"`method` must be a string, not an integer"},"id":5,"jsonrpc":"2.0"}"#,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":6,"method":"ping","params":[1]}"#,
+                r#"{"error":{"code":-32600,"message":"`params` must be an object, not an array"},"id":6,"jsonrpc":"2.0"}"#,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":8}"#,
+                r#"{"error":{"code":-32600,"message":"a message needs `method` (request or notification) or `result`/`error` (response)"},"id":8,"jsonrpc":"2.0"}"#,
+            ),
         ];
         for (input, expected) in cases {
             let actual: Value = serde_json::from_str(&error_text(input)).unwrap();

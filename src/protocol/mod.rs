@@ -44,7 +44,10 @@ pub enum Outgoing {
     Notification(String),
     /// The answer to a request; `is_error` lets HTTP pick a status code for
     /// requests made outside a session.
-    Response { text: String, is_error: bool },
+    Response {
+        text: String,
+        is_error: bool,
+    },
 }
 
 /// Where a session's messages go: a stdio writer thread, an HTTP request
@@ -83,10 +86,7 @@ pub struct Server {
 
 impl Session {
     pub fn new() -> Session {
-        Session {
-            state: Mutex::new(SessionState { protocol_version: None, log_level: Level::Info }),
-            calls: Mutex::new(HashMap::new()),
-        }
+        Session { state: Mutex::new(SessionState { protocol_version: None, log_level: Level::Info }), calls: Mutex::new(HashMap::new()) }
     }
 
     /// The revision agreed in `initialize`, or `None` before it.
@@ -177,10 +177,9 @@ impl Server {
                 // would tell them we serve 2026-07-28, which we do not.
                 Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`")))
             }
-            method if session.protocol_version().is_none() => Err(ResponseError::new(
-                ErrorCode::InvalidRequest,
-                format!("`{method}` before `initialize`; initialize the session first"),
-            )),
+            method if session.protocol_version().is_none() => {
+                Err(ResponseError::new(ErrorCode::InvalidRequest, format!("`{method}` before `initialize`; initialize the session first")))
+            }
             "tools/list" => list_tools(&self.registry, &request.params),
             "logging/setLevel" => set_log_level(session, &request.params),
             "tools/call" => match self.start_call(session, &request, outbox.clone()) {
@@ -359,10 +358,7 @@ struct CallsState {
 
 impl Default for Calls {
     fn default() -> Calls {
-        Calls {
-            state: Mutex::new(CallsState { accepting: true, next_number: 0, running: HashMap::new() }),
-            idle: Condvar::new(),
-        }
+        Calls { state: Mutex::new(CallsState { accepting: true, next_number: 0, running: HashMap::new() }), idle: Condvar::new() }
     }
 }
 

@@ -95,10 +95,16 @@ fn before_initialize_only_ping_and_initialize_are_served() {
     let session = Arc::new(Session::new());
     let cases = [
         (r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, json!({ "jsonrpc": "2.0", "id": 1, "result": {} })),
-        (r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#, error(json!(2), -32600, "`tools/list` before `initialize`; initialize the session first")),
+        (
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+            error(json!(2), -32600, "`tools/list` before `initialize`; initialize the session first"),
+        ),
         // Python 2.x probes with server/discover first: it must get an
         // immediate -32601 (never -32022) to fall back to initialize.
-        (r#"{"jsonrpc":"2.0","id":3,"method":"server/discover","params":{"_meta":{}}}"#, error(json!(3), -32601, "method not found: `server/discover`")),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"method":"server/discover","params":{"_meta":{}}}"#,
+            error(json!(3), -32601, "method not found: `server/discover`"),
+        ),
     ];
     for (input, expected) in cases {
         assert_eq!(exchange(&server, &session, input).1, [expected], "{input}");
@@ -117,15 +123,43 @@ fn errors() {
         (r#"{"jsonrpc":"2.0","id":"7","method":"resources/list"}"#, error(json!("7"), -32601, "method not found: `resources/list`")),
         ("{not json", error(Value::Null, -32700, "parse error: key must be a string at line 1 column 2")),
         (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, error(Value::Null, -32600, "`id` must be a string or an integer, not null")),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5}}"#, error(json!(1), -32602, "`protocolVersion` must be a string, not an integer")),
-        (r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"nope"}}"#, error(json!(8), -32602, "unknown tool: `nope`; available: describe_environment, run_job, submit_job, fetch_job, cancel_job, list_jobs, test_sleep, test_panic")),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5}}"#,
+            error(json!(1), -32602, "`protocolVersion` must be a string, not an integer"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"nope"}}"#,
+            error(
+                json!(8),
+                -32602,
+                "unknown tool: `nope`; available: describe_environment, run_job, submit_job, fetch_job, cancel_job, list_jobs, test_sleep, test_panic",
+            ),
+        ),
         (r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{}}"#, error(json!(9), -32602, "missing `name`")),
-        (r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":1}}"#, error(json!(10), -32602, "`name` must be a string, not an integer")),
-        (r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"describe_environment","arguments":[]}}"#, error(json!(11), -32602, "`arguments` must be an object, not an array")),
-        (r#"{"jsonrpc":"2.0","id":12,"method":"tools/list","params":{"cursor":"abc"}}"#, error(json!(12), -32602, r#"unknown cursor "abc"; tools/list has a single page"#)),
-        (r#"{"jsonrpc":"2.0","id":13,"method":"logging/setLevel","params":{"level":"loud"}}"#, error(json!(13), -32602, "unknown log level `loud`; accepted: debug, info, notice, warning, error, critical, alert, emergency")),
-        (r#"{"jsonrpc":"2.0","id":14,"method":"logging/setLevel","params":{}}"#, error(json!(14), -32602, "missing `level`; accepted: debug, info, notice, warning, error, critical, alert, emergency")),
-        (r#"{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"test_panic"}}"#, error(json!(15), -32603, "internal error: tool `test_panic` failed unexpectedly; see the server log")),
+        (
+            r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":1}}"#,
+            error(json!(10), -32602, "`name` must be a string, not an integer"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"describe_environment","arguments":[]}}"#,
+            error(json!(11), -32602, "`arguments` must be an object, not an array"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":12,"method":"tools/list","params":{"cursor":"abc"}}"#,
+            error(json!(12), -32602, r#"unknown cursor "abc"; tools/list has a single page"#),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":13,"method":"logging/setLevel","params":{"level":"loud"}}"#,
+            error(json!(13), -32602, "unknown log level `loud`; accepted: debug, info, notice, warning, error, critical, alert, emergency"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":14,"method":"logging/setLevel","params":{}}"#,
+            error(json!(14), -32602, "missing `level`; accepted: debug, info, notice, warning, error, critical, alert, emergency"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"test_panic"}}"#,
+            error(json!(15), -32603, "internal error: tool `test_panic` failed unexpectedly; see the server log"),
+        ),
     ];
     for (input, expected) in cases {
         check(input, expected);
@@ -147,7 +181,8 @@ fn bad_tool_arguments_are_tool_results_with_is_error() {
 fn describe_environment_returns_structured_content_and_the_same_json_as_text() {
     let server = server();
     let session = initialized_session(&server);
-    let (_, messages) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"describe_environment"}}"#);
+    let (_, messages) =
+        exchange(&server, &session, r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"describe_environment"}}"#);
     let result = &messages[0]["result"];
     assert_eq!(result["isError"], false);
     let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
@@ -176,7 +211,10 @@ fn progress_is_sent_only_with_a_progress_token() {
     let with_token = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":0.05,"progress_every_ms":20},"_meta":{"progressToken":"tok"}}}"#;
     let (_, messages) = exchange(&server, &session, with_token);
     let methods: Vec<&str> = messages.iter().map(|message| message["method"].as_str().unwrap_or("response")).collect();
-    assert_eq!(methods, ["notifications/message", "notifications/progress", "notifications/progress", "notifications/progress", "response"]);
+    assert_eq!(
+        methods,
+        ["notifications/message", "notifications/progress", "notifications/progress", "notifications/progress", "response"]
+    );
     assert_eq!(messages[1]["params"], json!({ "progressToken": "tok", "progress": 20, "total": 50, "message": "slept 20 of 50 ms" }));
 
     let without_token = with_token.replace(r#","_meta":{"progressToken":"tok"}"#, "");
@@ -191,7 +229,11 @@ fn log_notifications_follow_the_level_set_by_the_client() {
     let session = initialized_session(&server);
     let (_, messages) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"warning"}}"#);
     assert_eq!(messages, [json!({ "jsonrpc": "2.0", "id": 1, "result": {} })]);
-    let (_, messages) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":0}}}"#);
+    let (_, messages) = exchange(
+        &server,
+        &session,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":0}}}"#,
+    );
     assert_eq!(messages.len(), 1, "the info log is below warning: {messages:?}");
 }
 
@@ -233,13 +275,18 @@ fn shutdown_waits_for_calls_then_cancels_them_and_refuses_new_ones() {
     let server = server();
     let session = initialized_session(&server);
     let (outbox, replies) = mpsc::channel();
-    server.handle(&session, r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":60}}}"#, outbox);
+    server.handle(
+        &session,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":60}}}"#,
+        outbox,
+    );
     let still_running = server.shut_down(Duration::from_millis(100), Duration::from_secs(5));
     assert_eq!(still_running, 0);
     // A call cancelled by shutdown (not by its client) still answers.
     let messages = collect(&replies, Duration::from_secs(5));
     assert_eq!(messages.last().unwrap()["result"]["isError"], true);
-    let (_, messages) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"describe_environment"}}"#);
+    let (_, messages) =
+        exchange(&server, &session, r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"describe_environment"}}"#);
     assert_eq!(messages, [error(json!(2), -32603, "server is shutting down; no new calls are accepted")]);
 }
 
@@ -253,12 +300,22 @@ fn task_requests_are_checked_before_any_cluster_is_needed() {
         ),
         (
             r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_job","arguments":{"image":"x"},"task":{}}}"#,
-            error(json!(2), -32602, "image `x` is not allowed: the server allows no images (MCP_K8S_ALLOWED_IMAGES is empty); ask the operator to set it"),
+            error(
+                json!(2),
+                -32602,
+                "image `x` is not allowed: the server allows no images (MCP_K8S_ALLOWED_IMAGES is empty); ask the operator to set it",
+            ),
         ),
         (r#"{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{}}"#, error(json!(3), -32602, "missing `taskId`")),
-        (r#"{"jsonrpc":"2.0","id":4,"method":"tasks/result","params":{"taskId":7}}"#, error(json!(4), -32602, "`taskId` must be a string, not an integer")),
+        (
+            r#"{"jsonrpc":"2.0","id":4,"method":"tasks/result","params":{"taskId":7}}"#,
+            error(json!(4), -32602, "`taskId` must be a string, not an integer"),
+        ),
         (r#"{"jsonrpc":"2.0","id":5,"method":"tasks/cancel","params":{"taskId":"job-x"}}"#, error(json!(5), -32602, no_cluster)),
-        (r#"{"jsonrpc":"2.0","id":6,"method":"tasks/list","params":{"cursor":"c"}}"#, error(json!(6), -32602, "unknown cursor \"c\"; tasks/list has a single page")),
+        (
+            r#"{"jsonrpc":"2.0","id":6,"method":"tasks/list","params":{"cursor":"c"}}"#,
+            error(json!(6), -32602, "unknown cursor \"c\"; tasks/list has a single page"),
+        ),
         (r#"{"jsonrpc":"2.0","id":7,"method":"tasks/list"}"#, error(json!(7), -32603, no_cluster)),
     ];
     for (input, expected) in cases {

@@ -12,7 +12,7 @@ use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use crate::runner::capture::{write_frame, FrameSink};
+use crate::runner::capture::{FrameSink, write_frame};
 use crate::runner::frame::{self, ArtifactChunk, ArtifactHeader, Frame};
 
 /// Upper bound on files considered, so a workdir with millions of files
@@ -209,11 +209,7 @@ fn hex(bytes: &[u8]) -> String {
 fn segments_match(pattern: &[&str], path: &[&str]) -> bool {
     match pattern.split_first() {
         None => path.is_empty(),
-        Some((&"**", rest)) => {
-            (0..=path.len()).any(|skip| {
-                !path[..skip].contains(&".git") && segments_match(rest, &path[skip..])
-            })
-        }
+        Some((&"**", rest)) => (0..=path.len()).any(|skip| !path[..skip].contains(&".git") && segments_match(rest, &path[skip..])),
         Some((first, rest)) => match path.split_first() {
             Some((segment, path_rest)) => segment_matches(first.as_bytes(), segment.as_bytes()) && segments_match(rest, path_rest),
             None => false,

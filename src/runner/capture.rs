@@ -58,9 +58,7 @@ impl HeadTail {
         let mut out = self.head.clone();
         if self.truncated() {
             let dropped = self.total - (self.head.len() + self.tail.len()) as u64;
-            out.extend_from_slice(
-                format!("\n[mcp-k8s-ephemeral-job: {dropped} bytes omitted]\n").as_bytes(),
-            );
+            out.extend_from_slice(format!("\n[mcp-k8s-ephemeral-job: {dropped} bytes omitted]\n").as_bytes());
         }
         out.extend(self.tail.iter());
         out
@@ -185,9 +183,6 @@ mod tests {
         assert_eq!(kept.contents(), b"hello world");
         let text = String::from_utf8(sink_buffer.lock().unwrap().clone()).unwrap();
         let frames: Vec<_> = text.lines().map(|line| frame::decode(line).unwrap().unwrap()).collect();
-        assert_eq!(
-            frames,
-            vec![Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hello") })]
-        );
+        assert_eq!(frames, vec![Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hello") })]);
     }
 }

@@ -112,8 +112,7 @@ pub fn run_clone(options: &CloneOptions) -> Result<i32, String> {
         return Err(format!("ref `{}` must not start with `-`", options.git_ref));
     }
     let secrets = Secrets::read(&options.creds_dir);
-    std::fs::create_dir_all(&options.dest)
-        .map_err(|error| format!("cannot create `{}`: {error}", options.dest.display()))?;
+    std::fs::create_dir_all(&options.dest).map_err(|error| format!("cannot create `{}`: {error}", options.dest.display()))?;
     let config = git_config(options)?;
     let git = |args: &[&str]| run_git(&options.dest, &config, args, &secrets);
     git(&["init", "--quiet"])?;
@@ -209,8 +208,7 @@ fn git_config(options: &CloneOptions) -> Result<Vec<String>, String> {
 /// it. `None` without `_ca.crt`.
 fn extra_ca_bundle(creds_dir: &Path) -> Result<Option<PathBuf>, String> {
     let Ok(extra) = std::fs::read(creds_dir.join(CA_BUNDLE_KEY)) else { return Ok(None) };
-    const SYSTEM_BUNDLES: &[&str] =
-        &["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"];
+    const SYSTEM_BUNDLES: &[&str] = &["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"];
     let mut bundle = SYSTEM_BUNDLES.iter().find_map(|path| std::fs::read(path).ok()).unwrap_or_default();
     bundle.push(b'\n');
     bundle.extend_from_slice(&extra);

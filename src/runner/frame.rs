@@ -177,9 +177,7 @@ impl std::fmt::Display for DecodeError {
 pub fn decode(line: &str) -> Result<Option<Frame>, DecodeError> {
     let line = line.trim_end_matches(['\n', '\r']);
     if let Some(json) = line.strip_prefix(PREFIX) {
-        return serde_json::from_str(json)
-            .map(Some)
-            .map_err(|error| DecodeError::Malformed(error.to_string()));
+        return serde_json::from_str(json).map(Some).map_err(|error| DecodeError::Malformed(error.to_string()));
     }
     if let Some(rest) = line.strip_prefix("MCPK8S/") {
         let version = rest.split(' ').next().unwrap_or_default();
@@ -193,9 +191,7 @@ pub fn to_base64(bytes: &[u8]) -> String {
 }
 
 pub fn from_base64(text: &str) -> Result<Vec<u8>, DecodeError> {
-    base64::engine::general_purpose::STANDARD
-        .decode(text)
-        .map_err(|error| DecodeError::Malformed(format!("bad base64 in frame: {error}")))
+    base64::engine::general_purpose::STANDARD.decode(text).map_err(|error| DecodeError::Malformed(format!("bad base64 in frame: {error}")))
 }
 
 #[cfg(test)]
@@ -207,13 +203,7 @@ mod tests {
         let frames = [
             Frame::Started(Started { started_at_ms: 5 }),
             Frame::Output(Output { stream: Stream::Stderr, data_b64: to_base64(b"a\nb") }),
-            Frame::Artifact(ArtifactHeader {
-                path: "out/x.png".into(),
-                size: 3,
-                mode: 0o644,
-                sha256: "ab".into(),
-                content_included: true,
-            }),
+            Frame::Artifact(ArtifactHeader { path: "out/x.png".into(), size: 3, mode: 0o644, sha256: "ab".into(), content_included: true }),
             Frame::ArtifactChunk(ArtifactChunk { data_b64: to_base64(&[0, 255, 10]) }),
         ];
         for frame in frames {
@@ -233,10 +223,7 @@ mod tests {
 
     #[test]
     fn unknown_version_and_bad_json_are_errors() {
-        assert_eq!(
-            decode("MCPK8S/9 {\"kind\":\"started\"}"),
-            Err(DecodeError::UnknownVersion("MCPK8S/9".into()))
-        );
+        assert_eq!(decode("MCPK8S/9 {\"kind\":\"started\"}"), Err(DecodeError::UnknownVersion("MCPK8S/9".into())));
         assert!(matches!(decode("MCPK8S/1 {not json"), Err(DecodeError::Malformed(_))));
     }
 }

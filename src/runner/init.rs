@@ -45,12 +45,11 @@ pub fn write_inputs(inputs_dir: &Path, workdir: &Path) -> Result<usize, String> 
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(error) => return Err(format!("cannot read `{}`: {error}", manifest_path.display())),
     };
-    let files: Vec<InputFile> =
-        serde_json::from_slice(&manifest).map_err(|error| format!("input manifest is not valid: {error}"))?;
+    let files: Vec<InputFile> = serde_json::from_slice(&manifest).map_err(|error| format!("input manifest is not valid: {error}"))?;
     for file in &files {
         let target = join_inside(workdir, &file.path)?;
-        let content = fs::read(inputs_dir.join(&file.key))
-            .map_err(|error| format!("input `{}`: cannot read its content: {error}", file.path))?;
+        let content =
+            fs::read(inputs_dir.join(&file.key)).map_err(|error| format!("input `{}`: cannot read its content: {error}", file.path))?;
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).map_err(|error| format!("input `{}`: cannot create its folder: {error}", file.path))?;
         }
@@ -66,8 +65,7 @@ pub fn write_inputs(inputs_dir: &Path, workdir: &Path) -> Result<usize, String> 
 /// repeated here because this code writes to disk.
 fn join_inside(base: &Path, relative: &str) -> Result<PathBuf, String> {
     let path = Path::new(relative);
-    let is_plain = !relative.is_empty()
-        && path.components().all(|component| matches!(component, Component::Normal(_) | Component::CurDir));
+    let is_plain = !relative.is_empty() && path.components().all(|component| matches!(component, Component::Normal(_) | Component::CurDir));
     if !is_plain {
         return Err(format!("input path `{relative}` must be relative and stay inside the workdir"));
     }

@@ -55,10 +55,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("exec") => parse_exec(rest).map(|options| run_exec(&options)),
         Some("clone") => clone::parse_clone(rest).and_then(|options| clone::run_clone(&options)),
         Some("credential") => clone::run_credential(rest),
-        other => Err(format!(
-            "unknown runner subcommand `{}`; expected `init`, `clone`, `credential` or `exec`",
-            other.unwrap_or("")
-        )),
+        other => Err(format!("unknown runner subcommand `{}`; expected `init`, `clone`, `credential` or `exec`", other.unwrap_or(""))),
     };
     match outcome {
         Ok(code) => code,
@@ -124,8 +121,7 @@ fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
 }
 
 fn run_init(options: &InitOptions) -> Result<i32, String> {
-    init::copy_self(&options.copy_to)
-        .map_err(|error| format!("cannot copy the runner to `{}`: {error}", options.copy_to.display()))?;
+    init::copy_self(&options.copy_to).map_err(|error| format!("cannot copy the runner to `{}`: {error}", options.copy_to.display()))?;
     if let (Some(inputs), Some(workdir)) = (&options.inputs, &options.workdir) {
         init::write_inputs(inputs, workdir)?;
     }
@@ -170,10 +166,7 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
 }
 
 fn value(parser: &mut lexopt::Parser) -> Result<String, String> {
-    parser
-        .value()
-        .map_err(|error| error.to_string())
-        .map(|value| value.to_string_lossy().into_owned())
+    parser.value().map_err(|error| error.to_string()).map(|value| value.to_string_lossy().into_owned())
 }
 
 fn number(parser: &mut lexopt::Parser, name: &str) -> Result<u64, String> {
@@ -286,9 +279,7 @@ fn finish_pumps(pumps: (Option<Pump>, Option<Pump>), notes: &mut Vec<String>) ->
             std::thread::sleep(Duration::from_millis(10));
         }
         if !pump.is_finished() {
-            notes.push(format!(
-                "{name} was still open 5 s after the command ended (a process left its group); its output is missing"
-            ));
+            notes.push(format!("{name} was still open 5 s after the command ended (a process left its group); its output is missing"));
             return HeadTail::new(0);
         }
         pump.join().unwrap_or_else(|_| HeadTail::new(0))

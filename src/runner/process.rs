@@ -6,8 +6,8 @@ use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How the wait for the command ended.
@@ -32,9 +32,7 @@ impl Ending {
 /// Starts `argv` in `workdir` as the leader of a new process group, with
 /// stdin closed and stdout/stderr piped.
 pub fn spawn(argv: &[String], workdir: &Path) -> io::Result<Child> {
-    let (program, args) = argv
-        .split_first()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
+    let (program, args) = argv.split_first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
     Command::new(program)
         .args(args)
         .current_dir(workdir)

@@ -306,10 +306,7 @@ fn view_outcome(view: &View) -> ToolOutcome {
 }
 
 fn run_job_outcome(outcome: &engine::spec::RunOutcome) -> ToolOutcome {
-    ToolOutcome::SuccessWithContent {
-        structured: job_result::outcome_json(outcome),
-        extra_content: job_result::image_blocks(outcome),
-    }
+    ToolOutcome::SuccessWithContent { structured: job_result::outcome_json(outcome), extra_content: job_result::image_blocks(outcome) }
 }
 
 fn view_schema() -> Value {

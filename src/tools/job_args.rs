@@ -9,8 +9,8 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use crate::engine::spec::{CloneSpec, InputFile, RunSpec};
-use crate::quantity::Quantity;
 use crate::images::Allowlist;
+use crate::quantity::Quantity;
 
 /// Default working directory, as in the original.
 pub const DEFAULT_WORKDIR: &str = "/work";
@@ -151,10 +151,9 @@ fn parse_mode(value: Option<&Value>) -> Result<u32, String> {
         Some(Value::String(text)) => {
             u32::from_str_radix(text.trim_start_matches("0o"), 8).map_err(|_| format!("`{text}` is not an octal mode like \"0644\""))?
         }
-        Some(Value::Number(number)) => number
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| format!("`{number}` is not a file mode"))?,
+        Some(Value::Number(number)) => {
+            number.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| format!("`{number}` is not a file mode"))?
+        }
         Some(other) => return Err(format!("must be an octal string like \"0755\", not {other}")),
     };
     if mode > 0o777 {
@@ -220,9 +219,9 @@ fn parse_timeout(value: Option<&Value>, bounds: &ArgBounds) -> Result<Duration, 
     let max = bounds.max_timeout.as_secs();
     let seconds = match value {
         None | Some(Value::Null) => return Ok(bounds.default_timeout),
-        Some(Value::Number(number)) => number
-            .as_i64()
-            .ok_or_else(|| fail(format!("`timeout_s` must be a whole number of seconds from 1 to {max}")))?,
+        Some(Value::Number(number)) => {
+            number.as_i64().ok_or_else(|| fail(format!("`timeout_s` must be a whole number of seconds from 1 to {max}")))?
+        }
         Some(_) => return Err(fail("`timeout_s` must be a number")),
     };
     if seconds < 0 {
@@ -402,12 +401,7 @@ mod tests {
     use serde_json::json;
 
     fn bounds_with(allowlist: &Allowlist) -> ArgBounds<'_> {
-        ArgBounds {
-            allowlist,
-            default_timeout: Duration::from_secs(60),
-            max_timeout: Duration::from_secs(600),
-            clone_enabled: false,
-        }
+        ArgBounds { allowlist, default_timeout: Duration::from_secs(60), max_timeout: Duration::from_secs(600), clone_enabled: false }
     }
 
     fn parse(args: Value) -> Result<RunSpec, ArgError> {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::engine::spec::{Artifact, PhaseTimes, RunOutcome, RunReason, RunStatus};
 use crate::runner::frame;

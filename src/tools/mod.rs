@@ -394,8 +394,7 @@ fn test_panic_tool() -> Tool {
     Tool {
         name: "test_panic",
         title: "Panic (test hook)",
-        description: "Test hook: panics, to show a failing tool answers -32603 and the server lives on."
-            .to_string(),
+        description: "Test hook: panics, to show a failing tool answers -32603 and the server lives on.".to_string(),
         input_schema: json!({ "type": "object", "additionalProperties": false }),
         output_schema: json!({ "type": "object" }),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
@@ -489,7 +488,11 @@ mod tests {
             ("test_sleep", json!({}), "missing required argument `seconds`"),
             ("test_sleep", json!({ "seconds": "1" }), "argument `seconds` must be a number, not a string"),
             ("test_sleep", json!({ "seconds": 601 }), "argument `seconds` is `601`; accepted: 0 to 600"),
-            ("test_sleep", json!({ "seconds": 1, "progress_every_ms": 1.5 }), "argument `progress_every_ms` must be a whole number, not a fraction or a negative number"),
+            (
+                "test_sleep",
+                json!({ "seconds": 1, "progress_every_ms": 1.5 }),
+                "argument `progress_every_ms` must be a whole number, not a fraction or a negative number",
+            ),
             ("test_sleep", json!({ "seconds": 1, "progress_every_ms": 5 }), "argument `progress_every_ms` is `5`; accepted: 10 to 60000"),
             ("test_sleep", json!({ "secs": 1 }), "unknown argument `secs`; accepted: seconds, progress_every_ms"),
         ];

@@ -113,10 +113,7 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         call.events.progress(step as f64, None, Some(&progress_message(&progress)));
     };
     let outcome = engine::run::run(engine, &spec, &run_id, call.cancel, &on_progress);
-    ToolOutcome::SuccessWithContent {
-        structured: job_result::outcome_json(&outcome),
-        extra_content: job_result::image_blocks(&outcome),
-    }
+    ToolOutcome::SuccessWithContent { structured: job_result::outcome_json(&outcome), extra_content: job_result::image_blocks(&outcome) }
 }
 
 /// Progress text: phases in words, live output prefixed with its stream.

@@ -41,7 +41,10 @@ pub const MAX_ACTIVE_REQUESTS: usize = 512;
 pub fn serve(server: Arc<Server>, config: &Config, stop: CancelToken) -> io::Result<()> {
     let listener = tiny_http::Server::http(config.addr).map_err(|error| io::Error::other(error.to_string()))?;
     let bound = listener.server_addr().to_ip().map_or_else(|| config.addr.to_string(), |addr| addr.to_string());
-    log::info("listening", &[("addr", json!(bound)), ("endpoints", json!(["/mcp", "/sse", "/messages", "/healthz", "/readyz", "/metrics"]))]);
+    log::info(
+        "listening",
+        &[("addr", json!(bound)), ("endpoints", json!(["/mcp", "/sse", "/messages", "/healthz", "/readyz", "/metrics"]))],
+    );
     if !config.binds_loopback() && config.auth_token.is_none() {
         log::warn(
             "listening beyond loopback without MCP_K8S_AUTH_TOKEN: anyone who can reach the port can run jobs",
@@ -154,7 +157,9 @@ fn route(state: &Arc<HttpState>, request: Request) {
                 ("/mcp", Method::Delete) => delete_mcp(state, request, &cors),
                 // No server-initiated stream: 405 is what the spec allows
                 // and what clients expect (never 404 or 400).
-                ("/mcp", _) => respond_error(request, 405, "GET is not supported on /mcp; POST messages instead", &[("Allow", "POST, DELETE")]),
+                ("/mcp", _) => {
+                    respond_error(request, 405, "GET is not supported on /mcp; POST messages instead", &[("Allow", "POST, DELETE")])
+                }
                 ("/sse", Method::Get) => legacy_stream(state, request, &cors),
                 ("/messages", Method::Post) => legacy_post(state, request, &cors),
                 (_, _) => respond_error(request, 405, "method not allowed", &[]),
@@ -398,10 +403,9 @@ fn delete_mcp(state: &HttpState, request: Request, cors: &Cors) {
 /// absent one means 2025-03-26, which we do.
 fn check_protocol_version(request: &Request) -> Result<(), String> {
     match header(request, "MCP-Protocol-Version") {
-        Some(version) if !SUPPORTED_VERSIONS.contains(&version.trim()) => Err(format!(
-            "unsupported MCP-Protocol-Version `{version}`; supported: {}",
-            SUPPORTED_VERSIONS.join(", ")
-        )),
+        Some(version) if !SUPPORTED_VERSIONS.contains(&version.trim()) => {
+            Err(format!("unsupported MCP-Protocol-Version `{version}`; supported: {}", SUPPORTED_VERSIONS.join(", ")))
+        }
         _ => Ok(()),
     }
 }
@@ -697,9 +701,10 @@ fn accepts(request: &Request, media_type: &str) -> bool {
     let Some(accept) = header(request, "Accept") else {
         return true;
     };
-    accept.split(',').map(|item| item.split(';').next().unwrap_or("").trim()).any(|item| {
-        item.eq_ignore_ascii_case(media_type) || item == "*/*"
-    })
+    accept
+        .split(',')
+        .map(|item| item.split(';').next().unwrap_or("").trim())
+        .any(|item| item.eq_ignore_ascii_case(media_type) || item == "*/*")
 }
 
 fn json_response(status: u16, text: String) -> tiny_http::Response<io::Cursor<Vec<u8>>> {

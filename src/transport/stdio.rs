@@ -5,9 +5,9 @@
 //! is skipped and answered with an error instead of being buffered whole.
 
 use std::io::{self, BufRead, Write};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -115,9 +115,7 @@ fn read_loop(server: &Arc<Server>, max_message_bytes: usize, outbox: &Outbox) {
         match line {
             Line::TooLong => {
                 log::warn("message too large", &[("limit_bytes", json!(max_message_bytes))]);
-                let message = format!(
-                    "message exceeds {max_message_bytes} bytes and was dropped; raise MCP_K8S_MAX_MESSAGE_BYTES"
-                );
+                let message = format!("message exceeds {max_message_bytes} bytes and was dropped; raise MCP_K8S_MAX_MESSAGE_BYTES");
                 send_error(outbox, ErrorCode::InvalidRequest, message);
             }
             Line::Text(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => {}
@@ -153,10 +151,7 @@ fn write_loop(outgoing: Receiver<Outgoing>, done: &AtomicBool) {
         let text = match message {
             Outgoing::Notification(text) | Outgoing::Response { text, .. } => text,
         };
-        let written = stdout
-            .write_all(text.as_bytes())
-            .and_then(|()| stdout.write_all(b"\n"))
-            .and_then(|()| stdout.flush());
+        let written = stdout.write_all(text.as_bytes()).and_then(|()| stdout.write_all(b"\n")).and_then(|()| stdout.flush());
         if let Err(error) = written {
             // The client closed stdout; nothing more can reach it.
             log::warn("writing stdout failed", &[("error", json!(error.to_string()))]);

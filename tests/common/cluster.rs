@@ -23,9 +23,7 @@ pub fn project_image() -> String {
 }
 
 pub fn dir() -> PathBuf {
-    let dir = PathBuf::from(
-        std::env::var("MCP_K8S_TEST_CLUSTER_DIR").unwrap_or_else(|_| "/var/lib/mcp-k8s-test-cluster".into()),
-    );
+    let dir = PathBuf::from(std::env::var("MCP_K8S_TEST_CLUSTER_DIR").unwrap_or_else(|_| "/var/lib/mcp-k8s-test-cluster".into()));
     assert!(
         dir.join("admin.kubeconfig").exists(),
         "no test cluster at {}: run `tests/cluster/up` first (the README's test command does)",
@@ -79,10 +77,7 @@ pub fn assert_nothing_left(run_id: &str) {
 
 pub fn assert_nothing_left_in(namespace: &str, run_id: &str) {
     let client = admin_client();
-    let params = kube::ListParams {
-        label_selector: Some(format!("mcp-k8s-ephemeral-job/run-id={run_id}")),
-        field_selector: None,
-    };
+    let params = kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/run-id={run_id}")), field_selector: None };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut left = Vec::new();

@@ -73,12 +73,8 @@ pub struct StdioServer {
 
 impl StdioServer {
     pub fn start(env: &[(&str, &str)]) -> StdioServer {
-        let mut child = command(env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary starts");
+        let mut child =
+            command(env).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary starts");
         let stdout = line_channel(child.stdout.take().unwrap());
         let stderr = line_channel(child.stderr.take().unwrap());
         let stdin = child.stdin.take();
@@ -283,11 +279,7 @@ impl HttpResponse {
 
     /// The `data:` payloads of an event-stream body.
     pub fn sse_data(&self) -> Vec<Value> {
-        self.body
-            .lines()
-            .filter_map(|line| line.strip_prefix("data: "))
-            .filter_map(|data| serde_json::from_str(data).ok())
-            .collect()
+        self.body.lines().filter_map(|line| line.strip_prefix("data: ")).filter_map(|data| serde_json::from_str(data).ok()).collect()
     }
 }
 

@@ -19,11 +19,7 @@ pub fn state_dir() -> PathBuf {
 /// `admin.kubeconfig` or `server.kubeconfig`; panics when the cluster is not up.
 pub fn kubeconfig(name: &str) -> PathBuf {
     let path = state_dir().join(name);
-    assert!(
-        path.is_file(),
-        "the test cluster is not up: `{}` is missing; start it with `tests/cluster/up` (as root)",
-        path.display()
-    );
+    assert!(path.is_file(), "the test cluster is not up: `{}` is missing; start it with `tests/cluster/up` (as root)", path.display());
     path
 }
 

@@ -491,9 +491,7 @@ fn resource_route(segments: &[&str]) -> Option<Route> {
         ["namespaces"] => Some(route(format!("{prefix}/namespaces"), "namespaces", None)),
         ["namespaces", name] => Some(route(format!("{prefix}/namespaces"), "namespaces", Some(name))),
         ["namespaces", namespace, plural] => Some(route(format!("{prefix}/namespaces/{namespace}/{plural}"), plural, None)),
-        ["namespaces", namespace, plural, name] => {
-            Some(route(format!("{prefix}/namespaces/{namespace}/{plural}"), plural, Some(name)))
-        }
+        ["namespaces", namespace, plural, name] => Some(route(format!("{prefix}/namespaces/{namespace}/{plural}"), plural, Some(name))),
         _ => None,
     }
 }
@@ -600,7 +598,8 @@ fn resource(shared: &Shared, request: &Request, route: &Route, fault: Option<Fau
         },
         _ => {
             drop(state);
-            let status = status_json(405, "MethodNotAllowed", "the server does not allow this method on the requested resource", Value::Null);
+            let status =
+                status_json(405, "MethodNotAllowed", "the server does not allow this method on the requested resource", Value::Null);
             write_json(stream, 405, &status, None)
         }
     }
@@ -817,11 +816,8 @@ fn reason_phrase(code: u16) -> &'static str {
 
 fn write_json(stream: &mut TlsStream, code: u16, body: &Value, retry_after: Option<u64>) -> bool {
     let body = body.to_string();
-    let mut head = format!(
-        "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        reason_phrase(code),
-        body.len()
-    );
+    let mut head =
+        format!("HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n", reason_phrase(code), body.len());
     if let Some(seconds) = retry_after {
         head.push_str(&format!("Retry-After: {seconds}\r\n"));
     }

@@ -6,8 +6,8 @@
 // Each test file uses a different part of this module.
 #![allow(dead_code)]
 
-pub mod fake_api;
 pub mod cluster;
+pub mod fake_api;
 pub mod pki;
 
 use std::path::{Path, PathBuf};

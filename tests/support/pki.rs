@@ -3,9 +3,7 @@
 //! static key fixtures (PKCS#1, PKCS#8, SEC1) under `fixtures/kubeconfig/keys/`.
 //! ring cannot generate RSA keys, which is why those keys are files.
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
 /// A throwaway certificate authority.
 pub struct Pki {

@@ -437,6 +437,26 @@ fn hanging_exec_plugin_runs_once_and_its_failure_is_shared() {
     assert_eq!(fake.count("GET /version"), 0, "nothing was sent without credentials");
 }
 
+/// The shared failure is brief: once it is over the plugin runs again, so a
+/// plugin fixed by hand (a login) is picked up within seconds.
+#[test]
+fn a_failed_exec_plugin_runs_again_after_the_failure_ttl() {
+    let fake = FakeApi::start();
+    let temp = TempDir::new("exec-fail-ttl");
+    temp.write_script("config/bin/plugin.sh", "#!/bin/sh\necho run >> \"$(dirname \"$0\")/runs\"\necho 'not logged in' >&2\nexit 1\n");
+    let options = Options { exec_failure_ttl: Duration::from_millis(300), ..fast_options() };
+    let path = render_live(&fake, &temp, "exec-v1beta1.yaml", &[]);
+    let client = Client::with_options(&Source::KubeconfigFile { path, context: None }, options).unwrap();
+    let count_runs = || std::fs::read_to_string(temp.path.join("config/bin/runs")).unwrap_or_default().lines().count();
+    assert!(client.version().unwrap_err().is_credentials());
+    let shared = client.version().unwrap_err().to_string();
+    assert!(shared.contains("failed with exit code 1: not logged in (the answer of a run that ended "), "{shared}");
+    assert_eq!(count_runs(), 1);
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(client.version().unwrap_err().is_credentials());
+    assert_eq!(count_runs(), 2, "run again once the failure is older than the TTL");
+}
+
 // ---- in-cluster ------------------------------------------------------------
 
 #[test]

@@ -226,7 +226,7 @@ impl ExecPlugin {
             return Ok(());
         }
         Err(Error::Credentials(format!(
-            "{message} (a run {} ago; the plugin is not run again for {})",
+            "{message} (the answer of a run that ended {} ago, shared for {} before the plugin runs again)",
             duration_text(age),
             duration_text(self.limits.failure_ttl)
         )))

@@ -110,11 +110,18 @@ fn serve(raw: &RawConfig) -> ExitCode {
     }
     let stop = CancelToken::new();
     let engine = connect_engine(&config);
-    if let (Err(message), Some(_)) = (&engine, &config.kubeconfig) {
+    match (&engine, &config.kubeconfig) {
         // A kubeconfig named explicitly is a setting like any other: wrong,
-        // it stops the server instead of failing every call.
-        eprintln!("{NAME}: MCP_K8S_KUBECONFIG: {message}");
-        return ExitCode::from(2);
+        // it stops the server instead of failing every call. Said once: an
+        // earlier version also logged it as a JSON line just before.
+        (Err(message), Some(_)) => {
+            eprintln!("{NAME}: MCP_K8S_KUBECONFIG: {message}");
+            return ExitCode::from(2);
+        }
+        (Err(message), None) => {
+            log::error("no usable Kubernetes credentials; job tools will refuse calls", &[("error", json!(message))]);
+        }
+        (Ok(_), _) => {}
     }
     if let Ok(engine) = &engine
         && let Err(message) = mcp_k8s_ephemeral_job::doctor::check_at_start(&config, &engine.client)
@@ -172,18 +179,11 @@ fn watch_signals(stop: &CancelToken, server: &Arc<Server>) -> std::io::Result<()
 
 /// Loads the cluster credentials and builds the engine. A server without
 /// usable credentials still starts (clients can connect and are told why
-/// jobs cannot run) but says so loudly.
+/// jobs cannot run); the caller says so, once.
 fn connect_engine(config: &Config) -> Result<engine::run::Ctx, String> {
     let source = kube::Source::select(config.kubeconfig.as_deref(), None);
-    let client = match kube::Client::new(&source) {
-        Ok(client) => client,
-        Err(error) => {
-            let message = format!("{error}; set MCP_K8S_KUBECONFIG, KUBECONFIG or run in a pod with a ServiceAccount");
-            log::error("no usable Kubernetes credentials; job tools will refuse calls", &[("error", json!(message))]);
-            return Err(message);
-        }
-    };
-    log::info("kubernetes credentials", &[("source", json!(client.description())), ("namespace", json!(config.namespace))]);
+    let client = kube::Client::new(&source).map_err(|error| credentials_message(&error))?;
+    log_credentials(config, &client);
     Ok(engine::run::Ctx {
         client,
         policy: engine_policy(config),
@@ -195,6 +195,33 @@ fn connect_engine(config: &Config) -> Result<engine::run::Ctx, String> {
             (config.max_concurrent + config.max_queued) as usize,
         )),
     })
+}
+
+/// The start-up error for credentials that did not load. Where to set a
+/// source is said only when none was found: with a kubeconfig that has one
+/// wrong field, "set MCP_K8S_KUBECONFIG" sent people to the wrong fix.
+fn credentials_message(error: &kube::Error) -> String {
+    if error.is_no_configuration() {
+        return format!("{error}; set MCP_K8S_KUBECONFIG or KUBECONFIG, or run in a pod with a ServiceAccount");
+    }
+    error.to_string()
+}
+
+/// Says which cluster and credentials are used, and in which namespace the
+/// Jobs go. The rule (README, "How the server finds its cluster
+/// credentials"): Jobs go to `MCP_K8S_NAMESPACE`, `mcp-ephemeral` by
+/// default, never to the kubeconfig context's or the ServiceAccount's
+/// namespace, because the restricted namespace of `deploy/` is where the
+/// server's Role and the Pod Security labels are. A context namespace that
+/// differs is logged as ignored, so nobody wonders why it is not used.
+fn log_credentials(config: &Config, client: &kube::Client) {
+    log::info("kubernetes credentials", &[("source", json!(client.description())), ("namespace", json!(config.namespace))]);
+    if client.namespace() != config.namespace {
+        log::info(
+            "the credentials' own namespace is ignored: jobs run in MCP_K8S_NAMESPACE",
+            &[("namespace", json!(config.namespace)), ("ignored_namespace", json!(client.namespace()))],
+        );
+    }
 }
 
 /// The operator's choices as the engine sees them.

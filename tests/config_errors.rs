@@ -79,3 +79,64 @@ fn the_sidecar_image_is_accepted_and_said_to_be_unused() {
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("MCP_K8S_SIDECAR_IMAGE is set but unused"), "{stderr}");
 }
+
+/// Issue 12 #13: a kubeconfig with one wrong field is said once, without the
+/// "set MCP_K8S_KUBECONFIG..." hint that only fits when nothing was found.
+#[test]
+fn a_wrong_kubeconfig_field_is_said_once_without_the_where_to_look_hint() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/kubeconfig/errors/no-server.yaml");
+    let output = common::command(&[("MCP_K8S_KUBECONFIG", path)]).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MCP_K8S_KUBECONFIG: invalid configuration: cluster has no server defined: cluster `test`"), "{stderr}");
+    assert_eq!(stderr.matches("cluster has no server defined").count(), 1, "said once: {stderr}");
+    assert!(!stderr.contains("set MCP_K8S_KUBECONFIG"), "a source was found: {stderr}");
+}
+
+#[test]
+fn no_credentials_at_all_are_said_once_with_where_to_look() {
+    let output = common::command(&[("HOME", "/nonexistent-home")]).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "the server still starts: {stderr}");
+    assert_eq!(stderr.matches("no configuration has been provided").count(), 1, "said once: {stderr}");
+    assert!(
+        stderr.contains("no kubeconfig found at `/nonexistent-home/.kube/config` (not found); set MCP_K8S_KUBECONFIG or KUBECONFIG, or run in a pod with a ServiceAccount"),
+        "{stderr}"
+    );
+}
+
+/// The rule in the README: Jobs go to MCP_K8S_NAMESPACE (default
+/// `mcp-ephemeral`); the context's namespace is logged as ignored.
+#[test]
+fn the_context_namespace_is_logged_as_ignored() {
+    let dir = std::env::temp_dir().join(format!("mcp-config-namespace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kubeconfig");
+    let kubeconfig = "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n    insecure-skip-tls-verify: true\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n    namespace: team-a\nusers:\n- name: u\n  user:\n    token: t\n";
+    std::fs::write(&path, kubeconfig).unwrap();
+    let path_text = path.display().to_string();
+    // (environment, namespace used, namespace said to be ignored)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, Option<&'a str>);
+    let cases: &[Case] = &[
+        (&[("MCP_K8S_KUBECONFIG", &path_text)], "mcp-ephemeral", Some("team-a")),
+        (&[("MCP_K8S_KUBECONFIG", &path_text), ("MCP_K8S_NAMESPACE", "team-b")], "team-b", Some("team-a")),
+        (&[("MCP_K8S_KUBECONFIG", &path_text), ("MCP_K8S_NAMESPACE", "team-a")], "team-a", None),
+    ];
+    for (env, namespace, ignored) in cases {
+        let output = common::command(env).arg("serve").stdin(Stdio::null()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let credentials = stderr.lines().find(|line| line.contains("\"kubernetes credentials\"")).unwrap_or_else(|| panic!("{stderr}"));
+        assert!(credentials.contains(&format!("\"namespace\":\"{namespace}\"")), "{credentials}");
+        assert!(credentials.contains("context namespace `team-a`"), "{credentials}");
+        let ignored_line = stderr.lines().find(|line| line.contains("namespace is ignored"));
+        match ignored {
+            Some(ignored) => {
+                let line = ignored_line.unwrap_or_else(|| panic!("{stderr}"));
+                assert!(line.contains(&format!("\"ignored_namespace\":\"{ignored}\"")), "{line}");
+                assert!(line.contains(&format!("\"namespace\":\"{namespace}\"")), "{line}");
+            }
+            None => assert!(ignored_line.is_none(), "{stderr}"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -11,8 +11,9 @@ use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-use mcp_k8s_ephemeral_job::kube::{Client, ListParams, Resource, Source};
+use mcp_k8s_ephemeral_job::kube::{Client, ListParams, Options, Resource, Source};
 use support::fake_api::{Accept, FakeApi, FakeOptions};
 use support::pki::{Pki, key_fixture};
 use support::{TempDir, base64, fast_options, render_fixture};
@@ -62,9 +63,16 @@ fn wrong_token_is_unauthorized_without_retry_loops() {
     let fake = FakeApi::start();
     let temp = TempDir::new("token-wrong");
     accept_authorization(&fake, &["Bearer something-else"]);
-    let client = client(render_live(&fake, &temp, "token.yaml", &[])).unwrap();
+    let path = render_live(&fake, &temp, "token.yaml", &[]);
+    let client = client(path.clone()).unwrap();
     let error = client.version().unwrap_err();
-    assert_eq!(error.to_string(), "GET /version: 401 Unauthorized: Unauthorized");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "GET /version: 401 Unauthorized: Unauthorized; the API server refused the token of user `live` (context `live` of kubeconfig `{}`); check that it has not expired or been revoked and that this is the context meant for this server, or put in a new token",
+            path.display()
+        )
+    );
     assert!(error.is_unauthorized());
     assert_eq!(fake.count("GET /version"), 1, "a static token cannot be refreshed, so no retry");
 }
@@ -204,7 +212,7 @@ fn server_certificate_is_verified_unless_insecure() {
     let fake = FakeApi::start();
     let temp = TempDir::new("no-ca");
     let error = client(render_live(&fake, &temp, "no-ca.yaml", &[])).unwrap().version().unwrap_err().to_string();
-    assert!(error.starts_with("GET /version: "), "{error}");
+    assert!(error.starts_with(&format!("GET /version: TLS with `{}` failed: ", fake.url)), "{error}");
     assert!(error.contains("UnknownIssuer"), "{error}");
     assert_eq!(fake.count("GET /version"), 0, "no request got through");
 
@@ -390,6 +398,63 @@ fn exec_plugin_failures_are_clear() {
     temp.write_script("config/bin/plugin.sh", cases[0].1);
     let error = client(render_live(&fake, &temp, "exec-v1beta1.yaml", &[])).unwrap().version().unwrap_err().to_string();
     assert!(error.ends_with("plugin.sh failed with exit code 3: token expired, run login"), "{error}");
+}
+
+/// Issue 12 #12: a hanging plugin made each queued call wait its own
+/// timeout (three calls, 180 s). Now one run at a time, and the calls that
+/// waited for it, or come within the failure TTL, share its failure.
+#[test]
+fn hanging_exec_plugin_runs_once_and_its_failure_is_shared() {
+    let fake = FakeApi::start();
+    let temp = TempDir::new("exec-hang");
+    temp.write_script("config/bin/plugin.sh", "#!/bin/sh\necho run >> \"$(dirname \"$0\")/runs\"\nexec sleep 30\n");
+    let options = Options { exec_timeout: Duration::from_secs(1), exec_failure_ttl: Duration::from_secs(5), ..fast_options() };
+    let path = render_live(&fake, &temp, "exec-v1.yaml", &[]);
+    let client = Client::with_options(&Source::KubeconfigFile { path, context: None }, options).unwrap();
+    let started = Instant::now();
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let client = client.clone();
+            std::thread::spawn(move || (client.version().map(|_| ()), started.elapsed()))
+        })
+        .collect();
+    for call in calls {
+        let (result, elapsed) = call.join().unwrap();
+        let error = result.unwrap_err();
+        let text = error.to_string();
+        assert!(error.is_credentials(), "{text}");
+        assert!(elapsed < Duration::from_millis(2500), "each call ends within about one plugin timeout: {elapsed:?}");
+        assert!(text.starts_with("getting credentials: exec: executable "), "{text}");
+        assert!(text.contains("bin/plugin.sh did not finish within 1 s and was killed"), "{text}");
+        assert!(!text.contains("--flag") && !text.contains("from-kubeconfig"), "args and env values may be secret: {text}");
+    }
+    // A call just after gets the same failure at once.
+    let again = Instant::now();
+    assert!(client.version().unwrap_err().is_credentials());
+    assert!(again.elapsed() < Duration::from_millis(200), "{:?}", again.elapsed());
+    let runs = std::fs::read_to_string(temp.path.join("config/bin/runs")).unwrap_or_default();
+    assert_eq!(runs.lines().count(), 1, "the plugin ran once for five calls");
+    assert_eq!(fake.count("GET /version"), 0, "nothing was sent without credentials");
+}
+
+/// The shared failure is brief: once it is over the plugin runs again, so a
+/// plugin fixed by hand (a login) is picked up within seconds.
+#[test]
+fn a_failed_exec_plugin_runs_again_after_the_failure_ttl() {
+    let fake = FakeApi::start();
+    let temp = TempDir::new("exec-fail-ttl");
+    temp.write_script("config/bin/plugin.sh", "#!/bin/sh\necho run >> \"$(dirname \"$0\")/runs\"\necho 'not logged in' >&2\nexit 1\n");
+    let options = Options { exec_failure_ttl: Duration::from_millis(300), ..fast_options() };
+    let path = render_live(&fake, &temp, "exec-v1beta1.yaml", &[]);
+    let client = Client::with_options(&Source::KubeconfigFile { path, context: None }, options).unwrap();
+    let count_runs = || std::fs::read_to_string(temp.path.join("config/bin/runs")).unwrap_or_default().lines().count();
+    assert!(client.version().unwrap_err().is_credentials());
+    let shared = client.version().unwrap_err().to_string();
+    assert!(shared.contains("failed with exit code 1: not logged in (the answer of a run that ended "), "{shared}");
+    assert_eq!(count_runs(), 1);
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(client.version().unwrap_err().is_credentials());
+    assert_eq!(count_runs(), 2, "run again once the failure is older than the TTL");
 }
 
 // ---- in-cluster ------------------------------------------------------------

@@ -30,8 +30,23 @@ use crate::log::Redacted;
 pub const TOKEN_FILE_REREAD: Duration = Duration::from_secs(60);
 
 /// A credential plugin that takes longer is killed (client-go waits forever;
-/// a server must not hang every request on a stuck plugin).
+/// a server must not hang every request on a stuck plugin). The default of
+/// `kube::Options::exec_timeout`.
 pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a failed plugin run answers for it (issue 12 #12): a burst of
+/// calls behind a hanging plugin all get the one failure instead of running
+/// it once each, one timeout after another. Short, so that a plugin fixed
+/// by hand (a login) is picked up within seconds. The default of
+/// `kube::Options::exec_failure_ttl`.
+pub const EXEC_FAILURE_TTL: Duration = Duration::from_secs(5);
+
+/// How exec plugins are run: the kill timeout and how long a failure is shared.
+#[derive(Clone, Copy, Debug)]
+pub struct ExecLimits {
+    pub timeout: Duration,
+    pub failure_ttl: Duration,
+}
 
 /// What one request authenticates with.
 #[derive(Clone, Debug, Default)]
@@ -51,11 +66,12 @@ pub enum Auth {
     /// Nothing to send, or a fixed header (token, basic auth, oidc id-token).
     Fixed(Option<Redacted<String>>),
     TokenFile(TokenFile),
-    Exec(ExecPlugin),
+    // Boxed: it is much larger than the other variants.
+    Exec(Box<ExecPlugin>),
 }
 
 impl Auth {
-    pub fn new(config: &CredentialsConfig) -> Auth {
+    pub fn new(config: &CredentialsConfig, exec_limits: ExecLimits) -> Auth {
         match config {
             CredentialsConfig::None => Auth::Fixed(None),
             CredentialsConfig::Token(token) | CredentialsConfig::OidcIdToken(token) => {
@@ -70,7 +86,9 @@ impl Auth {
                 path: path.clone(),
                 state: Mutex::new(TokenFileState { token: initial.as_ref().map(|token| token.0.clone()), read_at: None, stamp: None }),
             }),
-            CredentialsConfig::Exec(exec) => Auth::Exec(ExecPlugin { config: exec.clone(), state: Mutex::new(ExecState::default()) }),
+            CredentialsConfig::Exec(exec) => {
+                Auth::Exec(Box::new(ExecPlugin { config: exec.clone(), limits: exec_limits, state: Mutex::new(ExecState::default()) }))
+            }
         }
     }
 
@@ -151,9 +169,17 @@ fn read_token(path: &PathBuf) -> Result<String, Error> {
 }
 
 /// A credential plugin and its cached answer.
+///
+/// Single flight: the plugin runs with `state` locked, so there is one run
+/// at a time and the calls that queued behind it read its answer when they
+/// get the lock. A success is read from `cached`; a failure from `failed`,
+/// for `ExecLimits::failure_ttl`. Without the latter, each queued call ran
+/// the hanging plugin again and waited its own timeout (issue 12 #12: three
+/// calls, 180 s).
 #[derive(Debug)]
 pub struct ExecPlugin {
     config: ExecConfig,
+    limits: ExecLimits,
     state: Mutex<ExecState>,
 }
 
@@ -162,6 +188,8 @@ struct ExecState {
     cached: Option<Credential>,
     expires: Option<SystemTime>,
     generation: u64,
+    /// The last run's failure and when it ended, while it is shared.
+    failed: Option<(Instant, String)>,
 }
 
 impl ExecPlugin {
@@ -173,6 +201,7 @@ impl ExecPlugin {
         {
             return Ok(cached.clone());
         }
+        self.shared_failure(&state)?;
         self.run_locked(&mut state)
     }
 
@@ -182,15 +211,43 @@ impl ExecPlugin {
             // Another request already re-ran the plugin after its own 401.
             return Ok(true);
         }
+        self.shared_failure(&state)?;
         self.run_locked(&mut state)?;
         Ok(true)
     }
 
+    /// The failure of a run that ended less than `failure_ttl` ago.
+    fn shared_failure(&self, state: &ExecState) -> Result<(), Error> {
+        let Some((failed_at, message)) = &state.failed else {
+            return Ok(());
+        };
+        let age = failed_at.elapsed();
+        if age >= self.limits.failure_ttl {
+            return Ok(());
+        }
+        Err(Error::Credentials(format!(
+            "{message} (the answer of a run that ended {} ago, shared for {} before the plugin runs again)",
+            duration_text(age),
+            duration_text(self.limits.failure_ttl)
+        )))
+    }
+
     /// Runs the plugin with the lock held, so concurrent requests wait for
-    /// one run instead of starting several.
+    /// one run instead of starting several, and records a failure for them.
     fn run_locked(&self, state: &mut ExecState) -> Result<Credential, Error> {
-        let output = run_plugin(&self.config)?;
-        let decoded = decode_exec_output(&self.config, &output)?;
+        let decoded = run_plugin(&self.config, self.limits.timeout).and_then(|output| decode_exec_output(&self.config, &output));
+        let decoded = match decoded {
+            Ok(decoded) => decoded,
+            Err(error) => {
+                let message = match &error {
+                    Error::Credentials(message) => message.clone(),
+                    other => other.to_string(),
+                };
+                state.failed = Some((Instant::now(), message));
+                return Err(error);
+            }
+        };
+        state.failed = None;
         state.generation += 1;
         let credential = Credential {
             authorization: decoded.token.map(|token| Redacted(format!("Bearer {token}"))),
@@ -225,7 +282,7 @@ pub fn exec_info(config: &ExecConfig) -> serde_json::Value {
     serde_json::json!({ "apiVersion": config.api_version, "kind": "ExecCredential", "spec": spec })
 }
 
-fn run_plugin(config: &ExecConfig) -> Result<Vec<u8>, Error> {
+fn run_plugin(config: &ExecConfig, timeout: Duration) -> Result<Vec<u8>, Error> {
     if config.interactive_mode == InteractiveMode::Always {
         return Err(Error::Credentials(
             "exec plugin cannot support interactive mode: standard input is not a terminal; this server runs plugins without a terminal, use interactiveMode IfAvailable or Never"
@@ -259,7 +316,7 @@ fn run_plugin(config: &ExecConfig) -> Result<Vec<u8>, Error> {
     // call waits for it, with the credential lock held.
     let stdout_reader = spawn_reader(child.stdout.take());
     let stderr_reader = spawn_reader(child.stderr.take());
-    let deadline = std::time::Instant::now() + EXEC_TIMEOUT;
+    let deadline = std::time::Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
@@ -267,10 +324,11 @@ fn run_plugin(config: &ExecConfig) -> Result<Vec<u8>, Error> {
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
+                // The command only: its args and env may hold secrets.
                 return Err(Error::Credentials(format!(
-                    "exec: executable {} did not finish within {} s",
+                    "exec: executable {} did not finish within {} and was killed; check that it does not wait for a login, a prompt or a network it cannot reach (run it by hand with the same environment)",
                     config.command,
-                    EXEC_TIMEOUT.as_secs()
+                    duration_text(timeout)
                 )));
             }
             Err(error) => return Err(Error::Credentials(format!("exec: executable {}: {error}", config.command))),
@@ -339,38 +397,91 @@ fn decode_exec_output(config: &ExecConfig, stdout: &[u8]) -> Result<ExecOutput, 
 
 /// Parses `2006-01-02T15:04:05[.frac](Z|±hh:mm)`, fractions down to the
 /// nanosecond: exec plugins' expiry times and the API's own timestamps.
+///
+/// Total on any text (issue 11 #13): the text comes from outside (a plugin,
+/// an annotation anyone with edit rights in the namespace can write), so it
+/// is read by byte with `get`, never sliced at a position that could fall
+/// inside a UTF-8 character, and every field is range-checked. A leap second
+/// (`:60`) is accepted, as RFC 3339 allows, and reads as the next minute's
+/// first second; digits past the ninth of a fraction are ignored.
 pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     let bytes = text.as_bytes();
-    if bytes.len() < 20 || bytes[4] != b'-' || bytes[7] != b'-' || !matches!(bytes[10], b'T' | b't') {
+    let separators_ok = bytes.get(4) == Some(&b'-')
+        && bytes.get(7) == Some(&b'-')
+        && matches!(bytes.get(10), Some(b'T' | b't'))
+        && bytes.get(13) == Some(&b':')
+        && bytes.get(16) == Some(&b':');
+    if !separators_ok {
         return None;
     }
-    let number = |range: std::ops::Range<usize>| text.get(range)?.parse::<i64>().ok();
-    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-    let mut rest = &text[19..];
+    let (year, month, day) = (ascii_number(bytes, 0, 4)?, ascii_number(bytes, 5, 2)?, ascii_number(bytes, 8, 2)?);
+    let (hour, minute, second) = (ascii_number(bytes, 11, 2)?, ascii_number(bytes, 14, 2)?, ascii_number(bytes, 17, 2)?);
+    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut rest = bytes.get(19..)?;
     let mut nanos = 0u32;
-    if let Some(fraction) = rest.strip_prefix('.') {
-        let digits = fraction.chars().take_while(char::is_ascii_digit).count();
-        let kept: String = fraction[..digits].chars().take(9).collect();
-        nanos = format!("{kept:0<9}").parse().ok()?;
-        rest = &fraction[digits..];
-    }
-    let offset_seconds = match rest {
-        "Z" | "z" => 0,
-        _ if rest.len() == 6 && matches!(&rest[..1], "+" | "-") => {
-            let hours: i64 = rest[1..3].parse().ok()?;
-            let minutes: i64 = rest[4..6].parse().ok()?;
-            let sign = if rest.starts_with('-') { -1 } else { 1 };
-            sign * (hours * 3600 + minutes * 60)
+    if let Some(fraction) = rest.strip_prefix(b".") {
+        let n_digits = fraction.iter().take_while(|byte| byte.is_ascii_digit()).count();
+        if n_digits == 0 {
+            return None;
         }
-        _ => return None,
-    };
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
-        return None;
+        for position in 0..9 {
+            let digit = fraction.get(position).filter(|_| position < n_digits).map_or(0, |byte| u32::from(byte - b'0'));
+            nanos = nanos * 10 + digit;
+        }
+        rest = fraction.get(n_digits..)?;
     }
+    let offset_seconds = offset_seconds(rest)?;
     let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
     let seconds = u64::try_from(seconds).ok()?;
-    Some(UNIX_EPOCH + Duration::new(seconds, nanos))
+    UNIX_EPOCH.checked_add(Duration::new(seconds, nanos))
+}
+
+/// `Z`, `z` or `±hh:mm` (hours to 23, minutes to 59), in seconds east of UTC.
+fn offset_seconds(zone: &[u8]) -> Option<i64> {
+    let sign = match zone {
+        b"Z" | b"z" => return Some(0),
+        [b'+', _, _, b':', _, _] => 1,
+        [b'-', _, _, b':', _, _] => -1,
+        _ => return None,
+    };
+    let (hours, minutes) = (ascii_number(zone, 1, 2)?, ascii_number(zone, 4, 2)?);
+    if hours > 23 || minutes > 59 {
+        return None;
+    }
+    Some(sign * (hours * 3600 + minutes * 60))
+}
+
+/// The decimal number in `bytes[start..start + len]`, when all of it is
+/// ASCII digits (no sign, no space).
+fn ascii_number(bytes: &[u8], start: usize, len: usize) -> Option<i64> {
+    let digits = bytes.get(start..start.checked_add(len)?)?;
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(digits.iter().fold(0, |number, digit| number * 10 + i64::from(digit - b'0')))
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// `60 s`, `1.5 s`, `250 ms`: durations in messages.
+fn duration_text(duration: Duration) -> String {
+    if duration < Duration::from_secs(1) {
+        return format!("{} ms", duration.as_millis());
+    }
+    if duration.subsec_millis() == 0 {
+        return format!("{} s", duration.as_secs());
+    }
+    format!("{:.1} s", duration.as_secs_f64())
 }
 
 /// Days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -388,20 +499,99 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 mod tests {
     use super::*;
 
+    fn seconds(text: &str) -> Option<u64> {
+        parse_rfc3339(text).and_then(|time| time.duration_since(UNIX_EPOCH).ok()).map(|elapsed| elapsed.as_secs())
+    }
+
     #[test]
     fn rfc3339_forms() {
         let cases = [
             ("1970-01-01T00:00:00Z", Some(0)),
+            ("1970-01-01t00:00:00z", Some(0)),
             ("2000-02-29T00:00:00Z", Some(951_782_400)),
             ("2000-02-29T01:00:00+01:00", Some(951_782_400)),
+            ("2000-02-28T23:00:00-01:00", Some(951_782_400)),
             ("2026-12-29T23:59:59.123456Z", Some(1_798_588_799)),
+            // A leap second reads as the next minute's first second.
+            ("2016-12-31T23:59:60Z", Some(1_483_228_800)),
             ("2026-12-29", None),
             ("2026-13-01T00:00:00Z", None),
             ("2026-12-29T23:59:59", None),
+            ("2026-02-29T00:00:00Z", None),
+            ("2026-04-31T00:00:00Z", None),
+            ("1900-02-29T00:00:00Z", None),
+            ("2026-12-29T24:00:00Z", None),
+            ("2026-12-29T23:60:00Z", None),
+            ("2026-12-29T23:59:61Z", None),
+            ("1969-12-31T23:59:59Z", None),
         ];
         for (text, expected) in cases {
-            let parsed = parse_rfc3339(text).map(|time| time.duration_since(UNIX_EPOCH).unwrap().as_secs());
-            assert_eq!(parsed, expected, "{text}");
+            assert_eq!(seconds(text), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn rfc3339_fractions_are_kept_to_the_nanosecond() {
+        let nanos = |text: &str| parse_rfc3339(text).map(|time| time.duration_since(UNIX_EPOCH).unwrap_or_default().subsec_nanos());
+        assert_eq!(nanos("2026-01-01T00:00:00.5Z"), Some(500_000_000));
+        assert_eq!(nanos("2026-01-01T00:00:00.123456789Z"), Some(123_456_789));
+        let huge = format!("2026-01-01T00:00:00.{}Z", "9".repeat(100_000));
+        assert_eq!(nanos(&huge), Some(999_999_999), "digits past the ninth are ignored");
+        assert_eq!(nanos("2026-01-01T00:00:00.Z"), None, "a dot needs a digit");
+    }
+
+    /// Issue 11 #13: hostile text (an `expires-at` annotation anyone may
+    /// write) must never panic the reaper thread.
+    #[test]
+    fn rfc3339_hostile_text_is_refused_without_panicking() {
+        let hostile = [
+            "",
+            "2",
+            "2026-01-01T00:00:0",
+            "2026-01-01T00:00:00",
+            "2026-01-01T00:00:00+",
+            "2026-01-01T00:00:00+01",
+            "2026-01-01T00:00:00+0100",
+            "2026-01-01T00:00:00+01:0",
+            "2026-01-01T00:00:00+01:000",
+            "2026-01-01T00:00:00+24:00",
+            "2026-01-01T00:00:00+01:60",
+            "2026-01-01T00:00:00+é:00",
+            "2026-01-01T00:00:00é1234",
+            "2026-01-01T00:00:00.é",
+            "2026-01-01T00:00:00.1é",
+            "2026-01-01T00:00:00ZZ",
+            "2026-01-01T00:00:00 Z",
+            "+026-01-01T00:00:00Z",
+            "2026-+1-01T00:00:00Z",
+            "2026-01-01T-1:00:00Z",
+            "2026-01-01T00:00:+1Z",
+            "99999-01-01T00:00:00Z",
+            "2026-01-01X00:00:00Z",
+            "2026/01/01T00:00:00Z",
+            "２０２６-01-01T00:00:00Z",
+            "\u{0}\u{0}\u{0}\u{0}-01-01T00:00:00Z",
+        ];
+        for text in hostile {
+            assert_eq!(seconds(text), None, "{text:?}");
+        }
+        // A multi-byte character at every position of valid timestamps,
+        // replacing a byte or inserted, in 2-, 3- and 4-byte UTF-8.
+        for valid in ["2026-01-01T00:00:00Z", "2026-01-01T00:00:00.123+01:00"] {
+            for wide in ['é', '€', '🦀'] {
+                for index in 0..=valid.len() {
+                    let inserted = format!("{}{wide}{}", &valid[..index], &valid[index..]);
+                    assert_eq!(seconds(&inserted), None, "{inserted:?}");
+                    if index < valid.len() {
+                        let replaced = format!("{}{wide}{}", &valid[..index], &valid[index + 1..]);
+                        assert_eq!(seconds(&replaced), None, "{replaced:?}");
+                    }
+                }
+            }
+            // Every prefix, too (truncated annotations).
+            for end in 0..valid.len() {
+                assert_eq!(seconds(&valid[..end]), None, "{:?}", &valid[..end]);
+            }
         }
     }
 }

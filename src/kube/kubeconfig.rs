@@ -39,6 +39,15 @@ pub struct ClusterConfig {
     pub namespace: String,
     /// What was chosen, safe to log: files, context, cluster, user, server, auth kind.
     pub description: String,
+    /// Where the server URL came from, for errors that say what to fix:
+    /// "context `c` of kubeconfig `f`", "in-cluster ServiceAccount ...".
+    pub origin: String,
+    /// Which CAs the server certificate is checked against, for TLS errors.
+    pub ca_source: String,
+    /// Which credentials requests carry and what to check when the API
+    /// answers 401 to them (issue 12 #13: "401 Unauthorized: Unauthorized"
+    /// alone does not say whether a token expired or the context is wrong).
+    pub unauthorized_hint: String,
 }
 
 /// How the bearer credential (if any) is obtained.
@@ -149,7 +158,7 @@ impl Kubeconfig {
         let context_name = match context.filter(|name| !name.is_empty()).or(self.current_context.as_deref()) {
             Some(name) => name,
             None if self.clusters.is_empty() && self.contexts.is_empty() && self.users.is_empty() => {
-                return Err(Error::Config(format!("no configuration has been provided; no kubeconfig found at {files}")));
+                return Err(Error::NoConfiguration { searched: files });
             }
             None => {
                 return Err(Error::Config(format!("no context chosen; set current-context in {files} or name a context")));
@@ -179,11 +188,14 @@ impl Kubeconfig {
         let mut config = cluster_config(&cluster_name, cluster, &user_name, user)?;
         config.namespace = namespace.unwrap_or_else(|| "default".to_string());
         config.description = format!(
-            "kubeconfig {files} context `{context_name}` (cluster `{cluster_name}`, user `{user_name}`, server {}, namespace `{}`, auth {})",
+            "kubeconfig {files} context `{context_name}` (cluster `{cluster_name}`, user `{user_name}`, server {}, context namespace `{}`, auth {})",
             config.server,
             config.namespace,
             describe_auth(&config)
         );
+        config.origin = format!("context `{context_name}` of kubeconfig {files}");
+        config.ca_source = format!("{} in {files}", config.ca_source);
+        config.unauthorized_hint = unauthorized_hint(&config, &user_name);
         Ok(config)
     }
 
@@ -226,15 +238,15 @@ pub fn in_cluster(host: &str, port: &str, dir: &Path) -> Result<ClusterConfig, E
     let token = std::fs::read_to_string(&token_path)
         .map_err(|error| Error::Config(format!("cannot read the ServiceAccount token `{}`: {error}", token_path.display())))?;
     let ca_path = dir.join("ca.crt");
-    let certificate_authority = match std::fs::read(&ca_path) {
-        Ok(pem) => Some(pem),
+    let (certificate_authority, ca_source) = match std::fs::read(&ca_path) {
+        Ok(pem) => (Some(pem), format!("the in-cluster CA `{}`", ca_path.display())),
         Err(error) => {
             // client-go logs this and carries on with the system roots.
             crate::log::warn(
                 "in-cluster CA file unreadable, using built-in roots",
                 &[("path", ca_path.display().to_string().into()), ("error", error.to_string().into())],
             );
-            None
+            (None, format!("the built-in web PKI roots (the in-cluster CA `{}` is unreadable: {error})", ca_path.display()))
         }
     };
     let namespace = std::fs::read_to_string(dir.join("namespace"))
@@ -242,7 +254,11 @@ pub fn in_cluster(host: &str, port: &str, dir: &Path) -> Result<ClusterConfig, E
         .ok()
         .filter(|namespace| !namespace.is_empty())
         .unwrap_or_else(|| "default".to_string());
-    let description = format!("in-cluster ServiceAccount `{}` (server {server}, namespace `{namespace}`)", dir.display());
+    let description = format!("in-cluster ServiceAccount `{}` (server {server}, ServiceAccount namespace `{namespace}`)", dir.display());
+    let unauthorized_hint = format!(
+        "the API server refused the ServiceAccount token `{}` (re-read after the 401); check that the pod's ServiceAccount still exists and its token is mounted (automountServiceAccountToken), then restart the pod",
+        token_path.display()
+    );
     Ok(ClusterConfig {
         server,
         tls_server_name: None,
@@ -255,6 +271,9 @@ pub fn in_cluster(host: &str, port: &str, dir: &Path) -> Result<ClusterConfig, E
         impersonation: Impersonation::default(),
         namespace,
         description,
+        origin: format!("in-cluster ServiceAccount `{}` (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT)", dir.display()),
+        ca_source,
+        unauthorized_hint,
     })
 }
 
@@ -462,6 +481,7 @@ fn cluster_config(cluster_name: &str, cluster: &RawCluster, user_name: &str, use
         cluster_name,
     )?;
     let insecure_skip_tls_verify = cluster.insecure_skip_tls_verify.unwrap_or(false);
+    let ca_source = describe_ca(cluster_name, cluster);
     if insecure_skip_tls_verify && certificate_authority.is_some() {
         // client-go transport.TLSConfigFor refuses this combination.
         return Err(Error::Config(format!(
@@ -491,7 +511,59 @@ fn cluster_config(cluster_name: &str, cluster: &RawCluster, user_name: &str, use
         },
         namespace: String::new(),
         description: String::new(),
+        origin: String::new(),
+        ca_source,
+        unauthorized_hint: String::new(),
     })
+}
+
+/// Which CAs verify the server of `cluster` (`select` adds the files).
+fn describe_ca(cluster_name: &str, cluster: &RawCluster) -> String {
+    let set = |value: &Option<String>| value.as_deref().is_some_and(|text| !text.is_empty());
+    if set(&cluster.certificate_authority_data) {
+        return format!("certificate-authority-data of cluster `{cluster_name}`");
+    }
+    if let Some(path) = cluster.certificate_authority.as_deref().filter(|path| !path.is_empty()) {
+        return format!("certificate-authority `{path}` of cluster `{cluster_name}`");
+    }
+    format!("the built-in web PKI roots (cluster `{cluster_name}` sets no certificate-authority)")
+}
+
+/// What the 401 hint says for each kind of credential: which one was
+/// refused, where it came from, and what usually fixes it.
+fn unauthorized_hint(config: &ClusterConfig, user_name: &str) -> String {
+    let (what, check) = match &config.credentials {
+        CredentialsConfig::Token(_) => (
+            format!("the token of user `{user_name}`"),
+            "check that it has not expired or been revoked and that this is the context meant for this server, or put in a new token"
+                .to_string(),
+        ),
+        CredentialsConfig::TokenFile { path, .. } => (
+            format!("the token from file `{}` of user `{user_name}`, re-read after the 401", path.display()),
+            "check that whatever writes the file keeps it current and that it is a token for this cluster".to_string(),
+        ),
+        CredentialsConfig::Basic { username, .. } => (
+            format!("basic auth as `{username}` (user `{user_name}`)"),
+            "check the username and password; many clusters turn basic auth off".to_string(),
+        ),
+        CredentialsConfig::Exec(exec) => (
+            format!("the credential of exec plugin `{}` (user `{user_name}`), also after running it again", exec.command),
+            "check that the plugin logs in to the identity this cluster trusts and that this is the right context".to_string(),
+        ),
+        CredentialsConfig::OidcIdToken(_) => (
+            format!("the oidc id-token of user `{user_name}`"),
+            "id-tokens expire within hours and are not refreshed here: log in again, or use an exec plugin such as kubelogin".to_string(),
+        ),
+        CredentialsConfig::None if config.client_certificate.is_some() => (
+            format!("the client certificate of user `{user_name}`"),
+            "check that it has not expired (`openssl x509 -noout -enddate`), that this cluster's client CA issued it and that it was not revoked, or rotate it".to_string(),
+        ),
+        CredentialsConfig::None => (
+            format!("anonymous requests (user `{user_name}` has no credentials)"),
+            "give the user a token, a client certificate or an exec plugin".to_string(),
+        ),
+    };
+    format!("the API server refused {what} ({}); {check}", config.origin)
 }
 
 /// client-go `validateAuthInfo`, with its wording.

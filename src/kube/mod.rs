@@ -17,6 +17,15 @@
 //! failed). Any call is retried once after a 401 if the credentials could be
 //! refreshed (token file re-read, exec plugin re-run).
 //!
+//! First contact (issue 12 #13): until this client has had one HTTP answer
+//! from the server, a failure to connect (refused, unknown host, connect
+//! timeout) is retried only `Options::first_contact_retries` times. Before
+//! any answer, the likelier cause is a wrong server URL or port, and
+//! spending the whole budget (7.75 s by default) only delays saying so. Once
+//! the server has answered, the same failure is an outage and gets the full
+//! budget; outages longer than that are the engine's to ride out, up to a
+//! run's own deadlines.
+//!
 //! Requests are built and answers decoded by small pure functions; `execute`
 //! is the only place that does IO.
 
@@ -28,6 +37,7 @@ pub mod watch;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -99,8 +109,16 @@ pub struct Options {
     pub read_timeout: Duration,
     /// Retries after the first attempt, for the cases listed in the module doc.
     pub max_retries: u32,
+    /// Retries of a failed connect before the server ever answered (see the
+    /// module doc); at most `max_retries`.
+    pub first_contact_retries: u32,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
+    /// An exec credential plugin running longer is killed.
+    pub exec_timeout: Duration,
+    /// How long a failed exec plugin run is the answer for every call,
+    /// instead of running the plugin again (see `auth::ExecPlugin`).
+    pub exec_failure_ttl: Duration,
 }
 
 impl Default for Options {
@@ -109,8 +127,11 @@ impl Default for Options {
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(60),
             max_retries: 5,
+            first_contact_retries: 1,
             backoff_base: Duration::from_millis(250),
             backoff_max: Duration::from_secs(10),
+            exec_timeout: auth::EXEC_TIMEOUT,
+            exec_failure_ttl: auth::EXEC_FAILURE_TTL,
         }
     }
 }
@@ -209,6 +230,13 @@ struct Inner {
     impersonation: kubeconfig::Impersonation,
     namespace: String,
     description: String,
+    /// For errors: where the server came from, which CAs verify it, and
+    /// what a 401 to these credentials means (see `ClusterConfig`).
+    origin: String,
+    ca_source: String,
+    unauthorized_hint: String,
+    /// Whether the server has answered anything yet (see the module doc).
+    contacted: AtomicBool,
     options: Options,
 }
 
@@ -266,16 +294,25 @@ impl Client {
                 client_cert,
                 agent,
                 exec_agent: Mutex::new(None),
-                auth: auth::Auth::new(&config.credentials),
+                auth: auth::Auth::new(
+                    &config.credentials,
+                    auth::ExecLimits { timeout: options.exec_timeout, failure_ttl: options.exec_failure_ttl },
+                ),
                 impersonation: config.impersonation,
                 namespace: config.namespace,
                 description: config.description,
+                origin: config.origin,
+                ca_source: config.ca_source,
+                unauthorized_hint: config.unauthorized_hint,
+                contacted: AtomicBool::new(false),
                 options,
             }),
         })
     }
 
     /// The namespace of the kubeconfig context, or of the ServiceAccount.
+    /// The server's Jobs do not go there: they go to `MCP_K8S_NAMESPACE`
+    /// (see `config`); tests and `doctor` use this one.
     pub fn namespace(&self) -> &str {
         &self.inner.namespace
     }
@@ -424,6 +461,10 @@ impl Client {
             let credential = self.inner.auth.credential()?;
             let agent = self.agent_for(&credential, stream)?;
             let outcome = self.send_once(&agent, request, &credential);
+            if outcome.is_ok() {
+                self.inner.contacted.store(true, Ordering::Relaxed);
+            }
+            let mut max_retries = options.max_retries;
             let delay = match &outcome {
                 Ok(response) if response.status().as_u16() == 401 && !refreshed_after_401 => {
                     refreshed_after_401 = true;
@@ -434,10 +475,19 @@ impl Client {
                     None
                 }
                 Ok(response) => retry_delay_for_status(request.verb, response, attempt, options),
-                Err(error) => retry_delay_for_transport(request.verb, error, attempt, options),
+                Err(error) => {
+                    if is_connect_failure(error) && !self.inner.contacted.load(Ordering::Relaxed) {
+                        max_retries = options.first_contact_retries.min(options.max_retries);
+                    }
+                    retry_delay_for_transport(request.verb, error, attempt, options)
+                }
             };
-            let Some(delay) = delay.filter(|_| attempt < options.max_retries) else {
-                return outcome.map_err(|error| transport_error(request, error, stream));
+            let Some(delay) = delay.filter(|_| attempt < max_retries) else {
+                return match outcome {
+                    Ok(response) if response.status().as_u16() == 401 => Err(self.unauthorized(request, response)),
+                    Ok(response) => Ok(response),
+                    Err(error) => Err(self.transport_error(request, error, stream)),
+                };
             };
             crate::log::debug(
                 "retrying Kubernetes API request",
@@ -451,6 +501,28 @@ impl Client {
             sleep_unless_aborted(delay, stream);
             attempt += 1;
         }
+    }
+
+    /// A 401 that a refresh did not cure, with what was sent and what to check.
+    fn unauthorized(&self, request: &ApiRequest, response: ureq::http::Response<ureq::Body>) -> Error {
+        let status = match check_status(request, response) {
+            Err(Error::Api { status, .. }) => status,
+            _ => Box::new(error::Status::from_response(401, b"")),
+        };
+        Error::Unauthorized { verb: request.verb, path: request.path.clone(), status, hint: self.inner.unauthorized_hint.clone() }
+    }
+
+    fn transport_error(&self, request: &ApiRequest, error: ureq::Error, stream: Option<&Abort>) -> Error {
+        if stream.is_some_and(Abort::is_aborted) {
+            return Error::Aborted { verb: request.verb, path: request.path.clone() };
+        }
+        let place = ServerPlace {
+            server: &self.inner.settings.server,
+            origin: &self.inner.origin,
+            ca_source: &self.inner.ca_source,
+            connect_timeout: self.inner.options.connect_timeout,
+        };
+        Error::Transport { verb: request.verb, path: request.path.clone(), message: transport_message(&error, &place) }
     }
 
     fn send_once(
@@ -676,11 +748,67 @@ pub(crate) fn read_body(request: &ApiRequest, response: ureq::http::Response<ure
     })
 }
 
-fn transport_error(request: &ApiRequest, error: ureq::Error, stream: Option<&Abort>) -> Error {
-    if stream.is_some_and(Abort::is_aborted) {
-        return Error::Aborted { verb: request.verb, path: request.path.clone() };
+/// What a transport error message names besides the error itself.
+struct ServerPlace<'a> {
+    server: &'a str,
+    origin: &'a str,
+    ca_source: &'a str,
+    connect_timeout: Duration,
+}
+
+/// A transport failure in words that say what to fix (issue 12 #13): the
+/// server URL always, and for TLS the CAs it was checked against.
+fn transport_message(error: &ureq::Error, place: &ServerPlace) -> String {
+    let ServerPlace { server, origin, ca_source, connect_timeout } = place;
+    if let Some(tls_error) = rustls_error(error) {
+        let hint = match tls_error {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName)
+            | rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForNameContext { .. }) => {
+                "check the server URL, or set tls-server-name to a name the certificate holds"
+            }
+            rustls::Error::InvalidCertificate(
+                rustls::CertificateError::Expired
+                | rustls::CertificateError::ExpiredContext { .. }
+                | rustls::CertificateError::NotValidYet
+                | rustls::CertificateError::NotValidYetContext { .. },
+            ) => "check this host's clock and the validity dates of the server certificate",
+            rustls::Error::InvalidCertificate(_) => {
+                "check that this CA is the cluster's (`kubectl config view --raw` shows it) and that this is the right context"
+            }
+            _ => "check that the server URL points at a Kubernetes API server and that the CA is the cluster's",
+        };
+        return format!("TLS with `{server}` failed: {tls_error}; the certificate was checked against {ca_source}; {hint}");
     }
-    Error::Transport { verb: request.verb, path: request.path.clone(), message: error.to_string() }
+    let cause = match error {
+        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+        ureq::Error::ConnectionFailed => "connection failed".to_string(),
+        ureq::Error::HostNotFound => "host not found".to_string(),
+        ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve) => {
+            format!("no connection within {} s", connect_timeout.as_secs())
+        }
+        other => return format!("{other} (server `{server}`)"),
+    };
+    format!("cannot connect to `{server}`: {cause}; check that the API server is up and that the server URL is right ({origin})")
+}
+
+/// The rustls error inside a ureq error: ureq passes handshake failures up
+/// either as its own `Rustls` variant or as an IO error wrapping one.
+fn rustls_error(error: &ureq::Error) -> Option<&rustls::Error> {
+    match error {
+        ureq::Error::Rustls(tls_error) => Some(tls_error),
+        ureq::Error::Io(io) => io.get_ref()?.downcast_ref::<rustls::Error>(),
+        _ => None,
+    }
+}
+
+/// The connection was never made: nothing was sent.
+fn is_connect_failure(error: &ureq::Error) -> bool {
+    match error {
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => true,
+        ureq::Error::Io(io) => io.kind() == std::io::ErrorKind::ConnectionRefused,
+        ureq::Error::Timeout(timeout) => matches!(timeout, ureq::Timeout::Connect | ureq::Timeout::Resolve),
+        _ => false,
+    }
 }
 
 fn is_idempotent(verb: &str) -> bool {
@@ -711,14 +839,7 @@ fn retry_delay_for_status(verb: &str, response: &ureq::http::Response<ureq::Body
 }
 
 fn retry_delay_for_transport(verb: &str, error: &ureq::Error, attempt: u32, options: &Options) -> Option<Duration> {
-    let nothing_sent = match error {
-        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => true,
-        ureq::Error::Io(io) => io.kind() == std::io::ErrorKind::ConnectionRefused,
-        ureq::Error::Timeout(timeout) => {
-            matches!(timeout, ureq::Timeout::Connect | ureq::Timeout::Resolve)
-        }
-        _ => false,
-    };
+    let nothing_sent = is_connect_failure(error);
     let transient = nothing_sent || matches!(error, ureq::Error::Io(_) | ureq::Error::Timeout(_) | ureq::Error::Protocol(_));
     let retryable = if is_idempotent(verb) { transient } else { nothing_sent };
     retryable.then(|| backoff(attempt, options))

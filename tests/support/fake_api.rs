@@ -37,6 +37,10 @@ pub enum Fault {
     CloseAfterEvents(usize),
     /// Watch: answer 200, then an `ERROR` event with a 410 `Expired` Status.
     GoneEvent,
+    /// Answer 403 the way the RBAC authorizer does: `<resource> is
+    /// forbidden: User "<user>" cannot <verb> resource ...`, with the verb
+    /// and resource of the request.
+    RbacForbidden { user: String },
 }
 
 /// Which credentials the server accepts.
@@ -447,6 +451,11 @@ fn handle(shared: &Shared, request: &Request, client_cert: Option<Vec<u8>>, stre
             std::thread::sleep(*duration);
             return false;
         }
+        Some(Fault::RbacForbidden { user }) => {
+            let segments: Vec<&str> = request.path.trim_matches('/').split('/').collect();
+            let status = rbac_forbidden(request, resource_route(&segments).as_ref(), user);
+            return write_json(stream, 403, &status, None);
+        }
         _ => {}
     }
     if !accepted {
@@ -766,6 +775,37 @@ pub fn status_json(code: u16, reason: &str, message: &str, details: Value) -> Va
         status["details"] = details;
     }
     status
+}
+
+/// The apiserver's RBAC refusal (`forbiddenMessage` in
+/// k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go).
+fn rbac_forbidden(request: &Request, route: Option<&Route>, user: &str) -> Value {
+    let watching = request.query("watch").is_some_and(|value| value == "1" || value == "true");
+    let named = route.is_some_and(|route| route.name.is_some());
+    let verb = match request.method.as_str() {
+        "POST" => "create",
+        "GET" if watching => "watch",
+        "GET" if named => "get",
+        "GET" => "list",
+        "DELETE" => "delete",
+        "PATCH" => "patch",
+        "PUT" => "update",
+        _ => "unknown",
+    };
+    let (plural, group) = route.map_or(("unknown", ""), |route| (route.plural.as_str(), route.group.as_str()));
+    let qualified = if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") };
+    let namespace = namespace_of(route.map_or("", |route| route.collection.as_str()));
+    let scope = namespace.map_or_else(|| "at the cluster scope".to_string(), |namespace| format!("in the namespace \"{namespace}\""));
+    let object = match route.and_then(|route| route.name.as_ref()) {
+        Some(name) => format!("{qualified} \"{name}\""),
+        None => qualified,
+    };
+    let message = format!("{object} is forbidden: User \"{user}\" cannot {verb} resource \"{plural}\" in API group \"{group}\" {scope}");
+    let mut details = json!({ "kind": plural });
+    if !group.is_empty() {
+        details["group"] = group.into();
+    }
+    status_json(403, "Forbidden", &message, details)
 }
 
 fn fault_message(code: u16) -> String {

@@ -83,6 +83,7 @@ pub fn fast_options() -> mcp_k8s_ephemeral_job::kube::Options {
         max_retries: 4,
         backoff_base: Duration::from_millis(20),
         backoff_max: Duration::from_millis(200),
+        ..mcp_k8s_ephemeral_job::kube::Options::default()
     }
 }
 

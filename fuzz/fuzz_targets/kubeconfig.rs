@@ -3,8 +3,9 @@
 //! checks the user and cluster stanzas and decodes the `*-data` fields.
 //! `select` reads files the kubeconfig names (CA, client certificate and
 //! key); relative names resolve under a directory that does not exist, and
-//! inputs that could spell a device or proc file (`/dev`, `/proc`, `/sys`,
-//! or any escape) are only parsed, so a run never reads `/dev/zero`.
+//! inputs that could spell a device, proc file or socket (`/dev`, `/proc`,
+//! `/sys`, `/run`, or any escape) are only parsed, so a run never reads
+//! `/dev/zero` or blocks on a FIFO.
 #![no_main]
 
 use std::path::Path;
@@ -15,7 +16,7 @@ use mcp_k8s_ephemeral_job::kube::kubeconfig::Kubeconfig;
 fuzz_target!(|data: &[u8]| {
     let Ok(kubeconfig) = Kubeconfig::parse(data, Path::new("/nonexistent/mcp-k8s-fuzz/config")) else { return };
     let text = String::from_utf8_lossy(data);
-    let may_name_a_special_file = ["/dev", "/proc", "/sys", "\\"].iter().any(|needle| text.contains(needle));
+    let may_name_a_special_file = ["/dev", "/proc", "/sys", "/run", "\\"].iter().any(|needle| text.contains(needle));
     if may_name_a_special_file {
         return;
     }

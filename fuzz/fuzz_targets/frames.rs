@@ -32,7 +32,8 @@ fuzz_target!(|data: &[u8]| {
     assert!(live_bytes <= 2 * MAX_OUTPUT_BYTES);
     assert!(collector.captured_stdout.len() as u64 <= MAX_OUTPUT_BYTES + CAPTURE_MARKER_SLACK);
     assert!(collector.captured_stderr.len() as u64 <= MAX_OUTPUT_BYTES + CAPTURE_MARKER_SLACK);
-    let artifact_bytes: u64 = collector.artifacts.iter().filter_map(|artifact| artifact.content.as_ref()).map(|content| content.len() as u64).sum();
+    let artifact_bytes: u64 =
+        collector.artifacts.iter().filter_map(|artifact| artifact.content.as_ref()).map(|content| content.len() as u64).sum();
     assert!(artifact_bytes <= MAX_ARTIFACT_BYTES, "{artifact_bytes}");
     assert!(collector.problems.len() <= 20);
 });

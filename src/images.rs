@@ -125,7 +125,13 @@ pub fn normalise(reference: &str) -> Result<ImageRef, String> {
         (None, Some(_)) => None,
         (None, None) => Some("latest".to_string()),
     };
-    Ok(ImageRef { repository, tag, digest })
+    let image_ref = ImageRef { repository, tag, digest };
+    // The full form is what the pod spec gets and what a later check reads,
+    // so the bound holds for it too (found by fuzz/fuzz_targets/images.rs).
+    if image_ref.to_string().len() > 512 {
+        return Err(invalid("its full form, with registry and tag, is over 512 characters"));
+    }
+    Ok(image_ref)
 }
 
 fn normalise_repository(repository: &str) -> Result<String, String> {
@@ -202,6 +208,17 @@ mod tests {
         for raw in ["", "Python", "python:", "py thon", "python@sha256:xyz", "a//b", "-x", "python:-1"] {
             assert!(normalise(raw).is_err(), "{raw:?} should be refused");
         }
+    }
+
+    #[test]
+    fn a_short_form_whose_full_form_is_over_512_characters_is_refused() {
+        // `docker.io/library/` and `:latest` add 25 characters.
+        let longest = "a".repeat(512 - 25);
+        let full_form = normalise(&longest).unwrap().to_string();
+        assert_eq!(full_form.len(), 512);
+        assert_eq!(normalise(&full_form).unwrap().to_string(), full_form);
+        let error = normalise(&"a".repeat(512 - 24)).unwrap_err();
+        assert!(error.contains("full form") && error.contains("over 512 characters"), "{error}");
     }
 
     #[test]

@@ -49,7 +49,11 @@ fn refusals() {
     type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, u16, &'a str);
     let cases: Vec<Case> = vec![
         ("GET", "/mcp", vec![], "", 405, "GET is not supported on /mcp; POST messages instead"),
-        ("PUT", "/mcp", vec![], "", 405, "GET is not supported on /mcp; POST messages instead"),
+        // Regression (issue 11): the 405 named GET whatever the method.
+        ("PUT", "/mcp", vec![], "", 405, "PUT is not supported on /mcp; POST messages instead"),
+        ("GET", "/messages", vec![], "", 405, "GET is not supported on /messages; POST messages instead"),
+        ("POST", "/sse", vec![json], PING, 405, "POST is not supported on /sse; open the stream with GET"),
+        ("POST", "/healthz", vec![], "", 405, "POST is not supported on /healthz; use GET or HEAD"),
         ("GET", "/nope", vec![], "", 404, "not found; the MCP endpoint is /mcp (or /sse for legacy clients)"),
         ("POST", "/mcp", vec![json, ("Mcp-Session-Id", "no-such-session")], PING, 404, "unknown or expired session; initialize a new one"),
         (

@@ -67,7 +67,8 @@ pub enum BodyError {
 
 /// One client connection and the bytes read ahead of what was parsed.
 pub struct Conn {
-    socket: TcpStream,
+    /// Shared with `Waiting`, which may shut it down to evict it.
+    socket: Arc<TcpStream>,
     /// Bytes read but not yet consumed: the start of the next head or of
     /// the current body. Never more than the head cap plus one read.
     buffer: Vec<u8>,
@@ -91,6 +92,9 @@ pub enum Next {
 
 /// Bytes read per call while looking for the end of a head.
 const READ_CHUNK: usize = 4096;
+
+/// Bodies up to this size take nothing from the shared budget.
+const UNBUDGETED_BYTES: usize = 8 << 10;
 
 /// How long and how much `close` reads and discards from a client that
 /// may still be sending.
@@ -175,7 +179,7 @@ impl BodyError {
 }
 
 impl Conn {
-    pub fn new(socket: TcpStream, limits: ConnLimits, stop: CancelToken) -> Conn {
+    pub fn new(socket: Arc<TcpStream>, limits: ConnLimits, stop: CancelToken) -> Conn {
         Conn { socket, buffer: Vec::new(), limits, stop, body_consumed: true, reusable: true, refused: false }
     }
 
@@ -248,8 +252,11 @@ impl Conn {
             Framing::Length(length) => Some(length as usize),
             Framing::Chunked => None,
         };
-        let mut reservation =
-            budget.reserve(declared.unwrap_or(0), self.limits.budget_wait).ok_or(BodyError::Busy { budget: budget.total() })?;
+        // Small bodies (pings, notifications) take no budget: the
+        // connection cap already bounds them, and a few large messages
+        // holding the budget must not stall every small one.
+        let budgeted = declared.filter(|length| *length > UNBUDGETED_BYTES).unwrap_or(0);
+        let mut reservation = budget.reserve(budgeted, self.limits.budget_wait).ok_or(BodyError::Busy { budget: budget.total() })?;
         if head.framing != Framing::None && expects_continue(head) {
             // The client waits for this before sending (RFC 9110 10.1.1).
             let deadline = Instant::now() + self.limits.write_timeout;

@@ -6,11 +6,15 @@
 //! waits on a client: past `MCP_K8S_MAX_CONNECTIONS` a small reserve of
 //! connections serves only the probes (so liveness holds while every slot
 //! is taken), and beyond that a 503 is written without blocking and the
-//! connection closed. `head` parses request heads, `conn` reads and writes
+//! connection closed.
+//! A connection that only waits for a request head gives up its slot to a
+//! newcomer when all are taken (`waiting`), so idle and slowloris floods
+//! cannot hold them. `head` parses request heads, `conn` reads and writes
 //! one connection under its bounds, `routes` picks the handler, `access`
 //! checks who may call, `mcp` serves the MCP endpoints, `sessions` keeps
 //! sessions, `sse` writes event streams, `budget` counts shared bytes and
-//! connections, `socket` has the calls std lacks. Messages go to
+//! connections, `waiting` lists connections that may be evicted, `socket`
+//! has the calls std lacks. Messages go to
 //! `protocol::Server::handle` untouched.
 //!
 //! tiny_http was replaced by this server (issue 11): 0.12.0, its newest
@@ -28,6 +32,7 @@ mod routes;
 mod sessions;
 mod socket;
 mod sse;
+mod waiting;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -46,6 +51,7 @@ use conn::{Conn, ConnLimits, Next};
 use head::HeadLimits;
 use sessions::Sessions;
 use socket::Readiness;
+use waiting::Waiting;
 
 /// Connections kept beyond `MCP_K8S_MAX_CONNECTIONS` for the probes alone,
 /// one request each.
@@ -118,6 +124,9 @@ struct HttpState {
     connections: Arc<Counter>,
     /// Connections of the probe reserve open, at most `PROBE_RESERVE`.
     probe_connections: Arc<Counter>,
+    /// Regular connections waiting for a request head: evicted, oldest
+    /// first, when a newcomer finds every slot taken.
+    waiting: Waiting,
     /// Requests being answered (not idle connections), for shutdown.
     requests: Arc<Counter>,
 }
@@ -149,6 +158,7 @@ impl HttpState {
             stop,
             connections: Arc::new(Counter::default()),
             probe_connections: Arc::new(Counter::default()),
+            waiting: Waiting::default(),
             requests: Arc::new(Counter::default()),
         }
     }
@@ -179,7 +189,10 @@ fn accept_ready(state: &Arc<HttpState>, listener: &TcpListener) {
     }
 }
 
-/// Gives the connection a thread, or refuses it at once.
+/// Gives the connection a thread, or refuses it at once. With every slot
+/// taken, the connection that has waited longest for a request head gives
+/// up its slot; with none waiting (every slot inside a request, such as an
+/// event stream), the probe reserve takes it.
 fn admit(state: &Arc<HttpState>, socket: TcpStream) {
     // Accepted sockets do not inherit O_NONBLOCK on Linux, but say so.
     if socket.set_nonblocking(false).is_err() {
@@ -187,7 +200,8 @@ fn admit(state: &Arc<HttpState>, socket: TcpStream) {
     }
     // Each SSE event and answer is one write; Nagle would hold them back.
     let _ = socket.set_nodelay(true);
-    let (lane, slot) = match state.connections.try_take(state.max_connections) {
+    let regular = state.connections.try_take(state.max_connections).or_else(|| state.waiting.evict_oldest());
+    let (lane, slot) = match regular {
         Some(slot) => (Lane::Regular, slot),
         None => match state.probe_connections.try_take(PROBE_RESERVE) {
             Some(slot) => (Lane::Probes, slot),
@@ -203,15 +217,37 @@ fn admit(state: &Arc<HttpState>, socket: TcpStream) {
 }
 
 /// Answers requests on one connection until it closes.
-fn serve_connection(state: &Arc<HttpState>, socket: TcpStream, lane: Lane, _slot: CounterGuard) {
+fn serve_connection(state: &Arc<HttpState>, socket: TcpStream, lane: Lane, slot: CounterGuard) {
     let mut limits = state.limits.clone();
     if matches!(lane, Lane::Probes) {
         limits.head_timeout = limits.head_timeout.min(PROBE_HEAD_TIMEOUT);
         limits.keep_alive = false;
     }
-    let mut conn = Conn::new(socket, limits, state.stop.clone());
+    let socket = Arc::new(socket);
+    let mut conn = Conn::new(Arc::clone(&socket), limits, state.stop.clone());
+    let mut slot = Some(slot);
     let mut first = true;
-    while let Next::Request(head) = conn.next_request(first) {
+    loop {
+        // Only regular connections may be evicted while they wait: the
+        // probe reserve is what remains when nothing can be.
+        let ticket = match (lane, slot.take()) {
+            (Lane::Regular, Some(held)) => Some(state.waiting.enter(&socket, held)),
+            (_, held) => {
+                slot = held;
+                None
+            }
+        };
+        let next = conn.next_request(first);
+        if let Some(ticket) = ticket {
+            slot = state.waiting.leave(ticket);
+            if slot.is_none() {
+                // Evicted: the socket is shut down and the slot has a new owner.
+                return;
+            }
+        }
+        let Next::Request(head) = next else {
+            break;
+        };
         first = false;
         // Unbounded only in theory: `requests` never exceeds the
         // connections, each of which answers one request at a time.

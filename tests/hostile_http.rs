@@ -354,12 +354,12 @@ fn run_attack(name: &str, env: &[(&str, &str)], probes: Probes, attack: impl FnO
     let median = stats.latencies.get(stats.latencies.len() / 2).copied().unwrap_or_default();
     // A line of its own: the test harness prints `test … ... ` before it.
     eprintln!(
-        "\n| {name} | {:.1} | {} | {} | {} | {} | {:.1} |",
+        "\n| {name} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} |",
         peak_kib as f64 / 1024.0,
         stats.latencies.len(),
         stats.refused_pings,
-        max.as_millis(),
-        median.as_millis(),
+        max.as_secs_f64() * 1000.0,
+        median.as_secs_f64() * 1000.0,
         attack_time.as_secs_f64()
     );
     assert!(stats.failures.is_empty(), "{name}: probes failed: {:#?}", stats.failures);

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -128,6 +129,8 @@ fn origin_and_host_checks() {
         (&[json, ("Origin", "http://localhost:6274")], 200),
         (&[json, ("Origin", "http://127.0.0.1")], 200),
         (&[json, ("Origin", "http://[::1]:3000")], 200),
+        // Regression (issue 11): scheme and host compare without case.
+        (&[json, ("Origin", "HTTP://LOCALHOST")], 200),
         (&[json, ("Origin", "https://app.example.com")], 200),
         (&[json, ("Origin", "http://evil.example.com")], 403),
         (&[json, ("Origin", "null")], 403),
@@ -359,4 +362,109 @@ fn a_port_in_use_fails_with_exit_code_1() {
     let output = common::command(&[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_ADDR", &server.addr)]).output().unwrap();
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("serving failed"));
+}
+
+/// Writes `bytes` on one connection and reads until the server closes it.
+fn exchange(addr: &str, bytes: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stream.write_all(bytes).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn head_requests_to_the_probes_answer_like_get_without_a_body() {
+    // Regression (issue 11): HEAD /healthz was 404.
+    let server = HttpServer::start(&[]);
+    for (path, length) in [("/healthz", 3), ("/readyz", 6)] {
+        let answer = exchange(&server.addr, format!("HEAD {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes());
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(head.contains(&format!("Content-Length: {length}")), "{answer}");
+        assert_eq!(body, "", "HEAD has no body");
+    }
+}
+
+#[test]
+fn keep_alive_pipelining_chunked_bodies_and_expect_continue() {
+    let server = HttpServer::start(&[]);
+    // Two requests in one write: both answered, in order, on one connection.
+    let answer = exchange(
+        &server.addr,
+        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\nGET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(answer.matches("HTTP/1.1 200 OK").count(), 2, "{answer}");
+    assert!(answer.find("ok\n").unwrap() < answer.find("ready\n").unwrap(), "{answer}");
+    // A chunked body, split anywhere, with an extension and a trailer.
+    let (first, second) = INITIALIZE.split_at(40);
+    let chunked = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x};ext=1\r\n{first}\r\n{:x}\r\n{second}\r\n0\r\nX-Trailer: t\r\n\r\n",
+        first.len(),
+        second.len()
+    );
+    let answer = exchange(&server.addr, chunked.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 200 OK") && answer.contains("Mcp-Session-Id: "), "{answer}");
+    // Expect: 100-continue: the interim answer comes before the body is sent.
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        INITIALIZE.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut interim = String::new();
+    reader.read_line(&mut interim).unwrap();
+    assert_eq!(interim, "HTTP/1.1 100 Continue\r\n");
+    stream.write_all(INITIALIZE.as_bytes()).unwrap();
+    let mut rest = String::new();
+    reader.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("HTTP/1.1 200 OK"), "{rest}");
+    // Other expectations are refused.
+    let answer = exchange(&server.addr, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nExpect: magic\r\nConnection: close\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 417") && answer.contains("only 100-continue is"), "{answer}");
+}
+
+#[test]
+fn oversized_heads_get_431_naming_the_setting() {
+    let server = HttpServer::start(&[("MCP_K8S_MAX_HEADER_BYTES", "4096"), ("MCP_K8S_MAX_HEADERS", "20")]);
+    let long = format!("GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Long: {}\r\n\r\n", "a".repeat(5000));
+    let answer = exchange(&server.addr, long.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    assert!(answer.contains("request line and headers exceed 4096 bytes; raise MCP_K8S_MAX_HEADER_BYTES"), "{answer}");
+    let many = format!("GET /healthz HTTP/1.1\r\nHost: localhost\r\n{}\r\n", "a: b\r\n".repeat(20));
+    let answer = exchange(&server.addr, many.as_bytes());
+    assert!(answer.contains("request has more than 20 headers; raise MCP_K8S_MAX_HEADERS"), "{answer}");
+    let answer = exchange(&server.addr, b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("more than one `Host` header"), "{answer}");
+}
+
+#[test]
+fn a_slow_head_gets_408_naming_the_setting() {
+    let server = HttpServer::start(&[("MCP_K8S_HEAD_TIMEOUT_S", "1")]);
+    let started = Instant::now();
+    let answer = exchange(&server.addr, b"GET /healthz HTTP/1.1\r\nHost: local");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("the request head did not arrive within 1 s; raise MCP_K8S_HEAD_TIMEOUT_S"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_body_waits_for_the_shared_budget_then_gets_503() {
+    let server = HttpServer::start(&[("MCP_K8S_MAX_MESSAGE_BYTES", "16384"), ("MCP_K8S_BODY_BUDGET_BYTES", "16384")]);
+    let head = "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 16000\r\n\r\n{";
+    // The first body takes the whole budget and never completes.
+    let mut holder = TcpStream::connect(&server.addr).unwrap();
+    holder.write_all(head.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let answer = exchange(&server.addr, head.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("request bodies being read already hold the 16384 bytes of MCP_K8S_BODY_BUDGET_BYTES"), "{answer}");
+    assert!(started.elapsed() >= Duration::from_secs(4), "it waited for room first");
+    // Small messages take no share of the budget: ping still answers.
+    assert_eq!(server.post(None, PING).status, 200);
+    drop(holder);
 }

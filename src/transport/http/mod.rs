@@ -205,7 +205,7 @@ fn admit(state: &Arc<HttpState>, socket: TcpStream) {
         Some(slot) => (Lane::Regular, slot),
         None => match state.probe_connections.try_take(PROBE_RESERVE) {
             Some(slot) => (Lane::Probes, slot),
-            None => return refuse_without_blocking(socket, state.max_connections),
+            None => return refuse_without_blocking(state, socket),
         },
     };
     let thread_state = Arc::clone(state);
@@ -262,17 +262,24 @@ fn serve_connection(state: &Arc<HttpState>, socket: TcpStream, lane: Lane, slot:
     conn.close();
 }
 
-/// A 503 for a connection beyond every limit, written only if the socket
-/// takes it at once: the accept loop must never wait on a client.
-fn refuse_without_blocking(mut socket: TcpStream, max_connections: usize) {
+/// Answers a connection beyond every limit only as far as the socket takes
+/// it at once: the accept loop must never wait on a client. A probe whose
+/// head has already arrived still gets its answer; anything else gets 503.
+fn refuse_without_blocking(state: &HttpState, mut socket: TcpStream) {
     if socket.set_nonblocking(true).is_err() {
         return;
     }
-    // Reading what already arrived makes a reset (which can destroy the
-    // answer before the client reads it) less likely when we close.
+    // Reading what already arrived also makes a reset (which can destroy
+    // the answer before the client reads it) less likely when we close.
     let mut scratch = [0u8; 4096];
-    let _ = socket.read(&mut scratch);
-    let bytes = routes::connection_limit_response(max_connections).encode(false, true);
-    let _ = socket.write(&bytes);
+    let received = socket.read(&mut scratch).unwrap_or(0);
+    let arrived = &scratch[..received];
+    let head = head::head_end(arrived).and_then(|end| head::parse_head(&arrived[..end], &state.limits.head).ok());
+    let response = match &head {
+        Some(head) => routes::probe_only(state, head),
+        None => routes::connection_limit_response(state.max_connections),
+    };
+    let with_body = !head.is_some_and(|head| head.method == head::Method::Head);
+    let _ = socket.write(&response.encode(false, with_body));
     let _ = socket.shutdown(Shutdown::Write);
 }

@@ -31,11 +31,16 @@ pub fn route(state: &Arc<HttpState>, conn: &mut Conn, head: &Head) {
 /// Answers one request on a connection of the probe reserve, taken when
 /// every regular connection is in use: probes only.
 pub fn route_probe_only(state: &Arc<HttpState>, conn: &mut Conn, head: &Head) {
-    let response = match head.path() {
+    let response = probe_only(state, head);
+    answer(conn, head, response);
+}
+
+/// The probe's answer, or the 503 of a full server for any other request.
+pub fn probe_only(state: &HttpState, head: &Head) -> Response {
+    match head.path() {
         "/healthz" | "/readyz" | "/metrics" => probe(state, head),
         _ => connection_limit_response(state.max_connections),
-    };
-    answer(conn, head, response);
+    }
 }
 
 /// The 503 for a connection beyond `MCP_K8S_MAX_CONNECTIONS`.

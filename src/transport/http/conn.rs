@@ -206,16 +206,20 @@ impl Conn {
             while self.buffer.starts_with(b"\r\n") {
                 self.buffer.drain(..2);
             }
+            // The head timeout runs from the connection for a first request
+            // and from its first byte for a kept-alive one.
             if !started && !self.buffer.is_empty() {
                 started = true;
-                deadline = deadline.min(Instant::now() + self.limits.head_timeout);
+                if !first {
+                    deadline = Instant::now() + self.limits.head_timeout;
+                }
             }
             if let Some(end) = head::head_end(&self.buffer) {
                 let parsed = head::parse_head(&self.buffer[..end], &self.limits.head);
                 self.buffer.drain(..end);
                 return match parsed {
                     Ok(head) => {
-                        self.body_consumed = head.framing == Framing::None;
+                        self.body_consumed = matches!(head.framing, Framing::None | Framing::Length(0));
                         self.reusable = true;
                         Next::Request(head)
                     }
@@ -259,8 +263,7 @@ impl Conn {
         let mut reservation = budget.reserve(budgeted, self.limits.budget_wait).ok_or(BodyError::Busy { budget: budget.total() })?;
         if head.framing != Framing::None && expects_continue(head) {
             // The client waits for this before sending (RFC 9110 10.1.1).
-            let deadline = Instant::now() + self.limits.write_timeout;
-            write_all_by(&self.socket, b"HTTP/1.1 100 Continue\r\n\r\n", deadline).map_err(BodyError::Io)?;
+            write_all_within(&self.socket, b"HTTP/1.1 100 Continue\r\n\r\n", self.limits.write_timeout).map_err(BodyError::Io)?;
         }
         let deadline = Instant::now() + self.limits.body_timeout;
         let body = match head.framing {
@@ -285,7 +288,7 @@ impl Conn {
         // HEAD gets the headers GET would, without the body (RFC 9110 9.3.2).
         let with_body = !head.is_some_and(|head| head.method == Method::Head);
         let bytes = response.encode(keep_alive, with_body);
-        let written = write_all_by(&self.socket, &bytes, Instant::now() + self.limits.write_timeout);
+        let written = write_all_within(&self.socket, &bytes, self.limits.write_timeout);
         if !keep_alive {
             // Half-close, so the client reads our answer to the end before
             // it sees the connection go.
@@ -471,24 +474,17 @@ fn read_by(socket: &TcpStream, buffer: &mut [u8], deadline: Instant) -> Result<u
     }
 }
 
-/// `write_all` that gives up at `deadline`, however slowly the client
-/// reads: a per-call socket timeout alone would let a client that takes
-/// one byte a minute hold the connection for ever.
-pub fn write_all_by(socket: &TcpStream, mut bytes: &[u8], deadline: Instant) -> io::Result<()> {
-    while !bytes.is_empty() {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "the client did not read the response in time"));
+/// `write_all` that gives up when the client takes no bytes for
+/// `timeout` (like nginx's `send_timeout`, between two writes, so that a
+/// large answer to a slow but live client still goes out).
+pub fn write_all_within(socket: &TcpStream, bytes: &[u8], timeout: Duration) -> io::Result<()> {
+    socket.set_write_timeout(Some(timeout))?;
+    (&mut &*socket).write_all(bytes).map_err(|error| match error.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            io::Error::new(io::ErrorKind::TimedOut, "the client took no bytes within MCP_K8S_WRITE_TIMEOUT_S")
         }
-        socket.set_write_timeout(Some(remaining))?;
-        match (&mut &*socket).write(bytes) {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the connection closed")),
-            Ok(written) => bytes = &bytes[written..],
-            Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {}
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(())
+        _ => error,
+    })
 }
 
 /// Reason phrases of the statuses we send.

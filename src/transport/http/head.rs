@@ -244,7 +244,7 @@ fn split_lines(bytes: &[u8]) -> Result<impl Iterator<Item = &[u8]>, HeadError> {
 }
 
 fn parse_request_line(line: &[u8]) -> Result<(Method, String, Version), HeadError> {
-    let text = std::str::from_utf8(line).map_err(|_| HeadError::Malformed { what: "the request line is not ASCII" })?;
+    let text = std::str::from_utf8(line).map_err(|_| HeadError::Malformed { what: "the request line is not text" })?;
     let mut parts = text.split(' ');
     let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err(HeadError::Malformed { what: "the request line is not `METHOD /path HTTP/1.1`" });

@@ -91,7 +91,7 @@ impl<'a> SseStream<'a> {
             text.push_str(&format!("{name}: {value}\r\n"));
         }
         text.push_str("\r\n");
-        conn::write_all_by(socket, text.as_bytes(), Instant::now() + write_timeout)?;
+        conn::write_all_within(socket, text.as_bytes(), write_timeout)?;
         socket.set_nonblocking(true)?;
         Ok(SseStream {
             socket,

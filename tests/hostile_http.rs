@@ -27,8 +27,12 @@ const MAX_MESSAGE_BYTES: usize = 2 << 20;
 
 const PEAK_RSS_LIMIT_KIB: u64 = 64 << 10;
 
-/// A probe that takes longer than this counts as a hang.
+/// A probe that takes longer than this counts as a hang (a failure).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long floods of connections are held open: longer than a probe may
+/// take, so that a server frozen by them fails its probes.
+const HOLD: Duration = Duration::from_secs(7);
 
 /// One attack at a time: figures from parallel attacks would mean nothing.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -65,7 +69,7 @@ fn six_hundred_idle_connections_declaring_a_body() {
     run_attack("600 idle connections declaring a body", &[], Probes::MustSucceed, |target| {
         let head = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\nContent-Length: 100000\r\n\r\n", target.addr);
         let connections = open_many(&target.addr, 600, head.as_bytes());
-        thread::sleep(Duration::from_secs(3));
+        thread::sleep(HOLD);
         drop(connections);
     });
 }
@@ -74,7 +78,7 @@ fn six_hundred_idle_connections_declaring_a_body() {
 fn six_hundred_connections_that_send_nothing() {
     run_attack("600 connections sending nothing", &[], Probes::MustSucceed, |target| {
         let connections = open_many(&target.addr, 600, b"");
-        thread::sleep(Duration::from_secs(3));
+        thread::sleep(HOLD);
         drop(connections);
     });
 }
@@ -392,12 +396,14 @@ fn probe_until_stopped(addr: &str, session: &str, probes: Probes, stop: &AtomicB
     while !stop.load(Ordering::SeqCst) {
         let started = Instant::now();
         match request(addr, "GET", "/healthz", &[], b"") {
-            Ok((200, body)) if body == "ok\n" => stats.latencies.push(started.elapsed()),
+            Ok((200, body)) if body == "ok\n" && started.elapsed() <= PROBE_TIMEOUT => stats.latencies.push(started.elapsed()),
             other => stats.failures.push(format!("healthz after {:?}: {other:?}", started.elapsed())),
         }
         let started = Instant::now();
         match ping(addr, session) {
-            Ok((200, body)) if body.contains(r#""result":{}"#) => stats.latencies.push(started.elapsed()),
+            Ok((200, body)) if body.contains(r#""result":{}"#) && started.elapsed() <= PROBE_TIMEOUT => {
+                stats.latencies.push(started.elapsed());
+            }
             Ok((503, body)) if probes == Probes::PingMayBeRefused && body.contains("MCP_K8S_MAX_CONNECTIONS") => {
                 stats.refused_pings += 1;
             }

@@ -139,14 +139,8 @@ fn slowloris_heads() {
 #[test]
 fn bodies_that_never_complete() {
     run_attack("20 bodies that never complete (token)", &[], Probes::MustSucceed, |target| {
-        let head = format!(
-            "POST /mcp HTTP/1.1\r\nHost: {}\r\nX-MCP-AUTH: {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 500000\r\n\r\n{{\"jsonrpc\":",
-            target.addr
-        );
-        let connections = open_many(&target.addr, 20, head.as_bytes());
-        for connection in &connections {
-            // 408 after the body timeout (3 s), or 503 when the budget stayed full.
-            let status = read_status(connection);
+        // 408 after the body timeout (3 s), or 503 when the budget stayed full.
+        for status in stalled_posts(target, "Content-Length: 500000", "{\"jsonrpc\":") {
             assert!(matches!(status, Some(408 | 503)), "{status:?}");
         }
     });
@@ -155,15 +149,20 @@ fn bodies_that_never_complete() {
 #[test]
 fn unterminated_chunked_bodies() {
     run_attack("20 unterminated chunked bodies (token)", &[], Probes::MustSucceed, |target| {
-        let head = format!(
-            "POST /mcp HTTP/1.1\r\nHost: {}\r\nX-MCP-AUTH: {TOKEN}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n11\r\n{{\"jsonrpc\":\"2.0\",\r\n",
-            target.addr
-        );
-        let connections = open_many(&target.addr, 20, head.as_bytes());
-        for connection in &connections {
-            assert_eq!(read_status(connection), Some(408));
+        for status in stalled_posts(target, "Transfer-Encoding: chunked", "11\r\n{\"jsonrpc\":\"2.0\",\r\n") {
+            assert_eq!(status, Some(408));
         }
     });
+}
+
+/// 20 authenticated POSTs whose body starts with `body_start` and stops
+/// there; the status each got.
+fn stalled_posts(target: &Target, framing: &str, body_start: &str) -> Vec<Option<u16>> {
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nX-MCP-AUTH: {TOKEN}\r\nContent-Type: application/json\r\n{framing}\r\n\r\n{body_start}",
+        target.addr
+    );
+    open_many(&target.addr, 20, head.as_bytes()).iter().map(read_status).collect()
 }
 
 #[test]

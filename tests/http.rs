@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{HttpServer, INITIALIZE, LegacyStream, send_signal, wait_exit};
+use common::{HttpResponse, HttpServer, INITIALIZE, LegacyStream, send_signal, wait_exit};
 use serde_json::json;
 
 const PING: &str = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
@@ -467,4 +467,56 @@ fn a_body_waits_for_the_shared_budget_then_gets_503() {
     // Small messages take no share of the budget: ping still answers.
     assert_eq!(server.post(None, PING).status, 200);
     drop(holder);
+}
+
+/// POSTs `body` until the status is `want` or 5 s pass; the last status.
+/// With one connection slot, the previous request's thread may still be
+/// closing its connection when the next one arrives.
+fn post_until(server: &HttpServer, session: Option<&str>, body: &str, want: u16) -> HttpResponse {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let response = server.post(session, body);
+        if response.status == want || Instant::now() > deadline {
+            return response;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_closed_event_stream_frees_its_connection_within_a_second() {
+    // Regression (issue 11): a closed stream was only noticed at the next
+    // 15 s keepalive, holding its slot until then.
+    let server = HttpServer::start(&[("MCP_K8S_MAX_CONNECTIONS", "1")]);
+    let initialized = post_until(&server, None, INITIALIZE, 200);
+    let session = initialized.header("mcp-session-id").expect("a session").to_string();
+    let call = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":30,"progress_every_ms":10000},"_meta":{"progressToken":"p"}}}"#;
+    let post_stream = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nContent-Length: {}\r\n\r\n{call}",
+        call.len()
+    );
+    let legacy_stream = "GET /sse HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n".to_string();
+    for opening in [post_stream, legacy_stream] {
+        // The previous request's thread may still hold the slot a moment.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let stream = loop {
+            let mut stream = TcpStream::connect(&server.addr).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            stream.write_all(opening.as_bytes()).unwrap();
+            let mut status_line = String::new();
+            BufReader::new(stream.try_clone().unwrap()).read_line(&mut status_line).unwrap();
+            if status_line.starts_with("HTTP/1.1 200") {
+                break stream;
+            }
+            assert!(Instant::now() < deadline, "the stream never opened: {status_line}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // The stream holds the only slot: MCP requests are refused, naming the setting.
+        let refused = server.post(Some(&session), PING);
+        assert_eq!(refused.status, 503);
+        assert!(refused.body.contains("raise MCP_K8S_MAX_CONNECTIONS"), "{}", refused.body);
+        drop(stream);
+        std::thread::sleep(Duration::from_millis(1200));
+        assert_eq!(server.post(Some(&session), PING).status, 200, "the closed stream still holds its slot");
+    }
 }

@@ -520,3 +520,17 @@ fn a_closed_event_stream_frees_its_connection_within_a_second() {
         assert_eq!(server.post(Some(&session), PING).status, 200, "the closed stream still holds its slot");
     }
 }
+
+#[test]
+fn a_full_session_table_evicts_the_least_recently_used_session() {
+    // Regression (issue 11): 1001 initialize without DELETE locked every
+    // new client out for MCP_K8S_SESSION_TTL_S.
+    let server = HttpServer::start(&[("MCP_K8S_MAX_SESSIONS", "2")]);
+    let oldest = server.initialize();
+    let recent = server.initialize();
+    assert_eq!(server.post(Some(&oldest), PING).status, 200, "oldest is now the most recently used");
+    let newest = server.initialize();
+    assert_eq!(server.post(Some(&recent), PING).status, 404, "the least recently used session was evicted");
+    assert_eq!(server.post(Some(&oldest), PING).status, 200);
+    assert_eq!(server.post(Some(&newest), PING).status, 200);
+}

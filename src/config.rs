@@ -73,7 +73,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "16777216", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
     setting("MCP_K8S_SESSION_TTL_S", Some("session-ttl-s"), "3600", "idle time after which an HTTP session ends", |r| &mut r.session_ttl_s),
     setting("MCP_K8S_MAX_SESSIONS", Some("max-sessions"), "1000", "HTTP sessions kept at once; when full, the least recently used one without a running call ends", |r| &mut r.max_sessions),
-    setting("MCP_K8S_MAX_CONNECTIONS", Some("max-connections"), "512", "HTTP connections served at once (a thread each); more get 503, but for a small reserve kept for /healthz, /readyz and /metrics", |r| &mut r.max_connections),
+    setting("MCP_K8S_MAX_CONNECTIONS", Some("max-connections"), "512", "HTTP connections served at once (a thread each); when full, the one waiting longest for a request is closed, else a small reserve serves /healthz, /readyz and /metrics and the rest get 503", |r| &mut r.max_connections),
     setting("MCP_K8S_MAX_HEADER_BYTES", Some("max-header-bytes"), "16384", "cap on an HTTP request line and its headers together; more is refused with 431", |r| &mut r.max_header_bytes),
     setting("MCP_K8S_MAX_HEADERS", Some("max-headers"), "100", "headers one HTTP request may carry; more is refused with 431", |r| &mut r.max_headers),
     setting("MCP_K8S_BODY_BUDGET_BYTES", Some("body-budget-bytes"), "33554432", "bytes of HTTP request bodies held at once over all connections; at least MCP_K8S_MAX_MESSAGE_BYTES", |r| &mut r.body_budget_bytes),

@@ -258,3 +258,71 @@ impl<'a> SseStream<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::cancel::CancelToken;
+    use crate::transport::http::conn::ConnLimits;
+    use crate::transport::http::head::{self, HeadLimits};
+    use std::net::TcpListener;
+    use std::sync::Arc;
+    use std::sync::mpsc;
+
+    /// A server-side `Conn` with its client, and a parsed `GET /sse` head.
+    fn connection() -> (Conn, TcpStream, Head) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (socket, _) = listener.accept().unwrap();
+        let limits = ConnLimits {
+            head: HeadLimits::default(),
+            max_body_bytes: 1 << 20,
+            head_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(30),
+            budget_wait: Duration::from_secs(1),
+            keep_alive: true,
+        };
+        let head = head::parse_head(b"GET /sse HTTP/1.1\r\nHost: localhost\r\n\r\n", &HeadLimits::default()).unwrap();
+        (Conn::new(Arc::new(socket), limits, CancelToken::new()), client, head)
+    }
+
+    #[test]
+    fn a_client_that_does_not_read_overflows_the_queue_instead_of_growing_memory() {
+        let (mut conn, _client, head) = connection();
+        let (outbox, outgoing) = mpsc::channel();
+        // Far more than the socket buffers and the 1 MiB queue can hold.
+        for _ in 0..64 {
+            outbox.send(Outgoing::Notification("x".repeat(1 << 20))).unwrap();
+        }
+        let stream = SseStream::start(&mut conn, &head, &Vec::new(), 1 << 20).unwrap();
+        assert_eq!(stream.pump(&outgoing, None, false), End::Overflow);
+    }
+
+    #[test]
+    fn a_closed_client_is_noticed_within_a_tick() {
+        let (mut conn, client, head) = connection();
+        let (_outbox, outgoing) = mpsc::channel();
+        let stream = SseStream::start(&mut conn, &head, &Vec::new(), 1 << 20).unwrap();
+        drop(client);
+        let started = Instant::now();
+        assert_eq!(stream.pump(&outgoing, None, false), End::ClientGone);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_post_stream_ends_after_its_response() {
+        let (mut conn, mut client, head) = connection();
+        let (outbox, outgoing) = mpsc::channel();
+        outbox.send(Outgoing::Notification("{\"n\":1}".into())).unwrap();
+        outbox.send(Outgoing::Response { text: "{\"r\":1}".into(), is_error: false }).unwrap();
+        let stream = SseStream::start(&mut conn, &head, &Vec::new(), 1 << 20).unwrap();
+        assert_eq!(stream.pump(&outgoing, None, true), End::Finished);
+        drop(conn);
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut client, &mut text).unwrap();
+        assert!(text.contains("data: {\"n\":1}\n\n") && text.contains("data: {\"r\":1}\n\n"), "{text}");
+        assert!(text.ends_with("0\r\n\r\n"), "the last chunk ends the stream: {text}");
+    }
+}

@@ -72,6 +72,16 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_RUNTIME_CLASS", Some("runtime-class"), "", "RuntimeClass for job pods (e.g. gvisor); empty uses the cluster default", |r| &mut r.runtime_class),
     setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "16777216", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
     setting("MCP_K8S_SESSION_TTL_S", Some("session-ttl-s"), "3600", "idle time after which an HTTP session ends", |r| &mut r.session_ttl_s),
+    setting("MCP_K8S_MAX_SESSIONS", Some("max-sessions"), "1000", "HTTP sessions kept at once; when full, the least recently used one without a running call ends", |r| &mut r.max_sessions),
+    setting("MCP_K8S_MAX_CONNECTIONS", Some("max-connections"), "512", "HTTP connections served at once (a thread each); when full, the one waiting longest for a request is closed, else a small reserve serves /healthz, /readyz and /metrics and the rest get 503", |r| &mut r.max_connections),
+    setting("MCP_K8S_MAX_HEADER_BYTES", Some("max-header-bytes"), "16384", "cap on an HTTP request line and its headers together; more is refused with 431", |r| &mut r.max_header_bytes),
+    setting("MCP_K8S_MAX_HEADERS", Some("max-headers"), "100", "headers one HTTP request may carry; more is refused with 431", |r| &mut r.max_headers),
+    setting("MCP_K8S_BODY_BUDGET_BYTES", Some("body-budget-bytes"), "33554432", "bytes of HTTP request bodies held at once over all connections; at least MCP_K8S_MAX_MESSAGE_BYTES", |r| &mut r.body_budget_bytes),
+    setting("MCP_K8S_MAX_REPLY_QUEUE_BYTES", Some("max-reply-queue-bytes"), "8388608", "bytes of messages waiting for one SSE client that does not read; beyond, it is disconnected and its calls cancelled", |r| &mut r.max_reply_queue_bytes),
+    setting("MCP_K8S_HEAD_TIMEOUT_S", Some("head-timeout-s"), "10", "time an HTTP client has to send a request line and headers", |r| &mut r.head_timeout_s),
+    setting("MCP_K8S_BODY_TIMEOUT_S", Some("body-timeout-s"), "30", "time an HTTP client has to send a request body", |r| &mut r.body_timeout_s),
+    setting("MCP_K8S_IDLE_TIMEOUT_S", Some("idle-timeout-s"), "30", "how long a kept-alive HTTP connection may wait for its next request", |r| &mut r.idle_timeout_s),
+    setting("MCP_K8S_WRITE_TIMEOUT_S", Some("write-timeout-s"), "30", "how long an HTTP client may leave an answer or event stream unread before it is dropped", |r| &mut r.write_timeout_s),
     setting("MCP_K8S_ALLOWED_ORIGINS", Some("allowed-origins"), "", "comma-separated browser origins allowed besides localhost", |r| &mut r.allowed_origins),
     setting("MCP_K8S_SHUTDOWN_GRACE_S", Some("shutdown-grace-s"), "30", "how long in-flight calls may finish after SIGTERM before they are cancelled", |r| &mut r.shutdown_grace_s),
     setting("MCP_K8S_LOG_LEVEL", Some("log-level"), "info", "lowest level written to stderr: debug, info, notice, warning, error", |r| &mut r.log_level),
@@ -111,6 +121,16 @@ pub struct RawConfig {
     pub runtime_class: Option<String>,
     pub max_message_bytes: Option<String>,
     pub session_ttl_s: Option<String>,
+    pub max_sessions: Option<String>,
+    pub max_connections: Option<String>,
+    pub max_header_bytes: Option<String>,
+    pub max_headers: Option<String>,
+    pub body_budget_bytes: Option<String>,
+    pub max_reply_queue_bytes: Option<String>,
+    pub head_timeout_s: Option<String>,
+    pub body_timeout_s: Option<String>,
+    pub idle_timeout_s: Option<String>,
+    pub write_timeout_s: Option<String>,
     pub allowed_origins: Option<String>,
     pub shutdown_grace_s: Option<String>,
     pub log_level: Option<String>,
@@ -189,11 +209,30 @@ pub struct Config {
     pub runtime_class: Option<String>,
     pub max_message_bytes: usize,
     pub session_ttl_s: u64,
+    /// The HTTP transport's bounds against hostile or broken clients.
+    pub http_limits: HttpLimits,
     /// Exact origins (`scheme://host[:port]`) allowed besides loopback ones.
     pub allowed_origins: Vec<String>,
     pub shutdown_grace_s: u64,
     pub log_level: Level,
     pub test_tools: bool,
+}
+
+/// Bounds of the HTTP transport (issue 11): what one client may make the
+/// server hold, and for how long.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpLimits {
+    pub max_sessions: usize,
+    pub max_connections: usize,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    /// At least `max_message_bytes`, so one message of the largest size fits.
+    pub body_budget_bytes: usize,
+    pub max_reply_queue_bytes: usize,
+    pub head_timeout_s: u64,
+    pub body_timeout_s: u64,
+    pub idle_timeout_s: u64,
+    pub write_timeout_s: u64,
 }
 
 /// A setting that could not be accepted. Every variant names the variable.
@@ -203,7 +242,8 @@ pub enum Error {
     Invalid { variable: &'static str, value: String, expected: String },
     /// The value parses but is outside `min..=max`.
     OutOfRange { variable: &'static str, value: u64, min: u64, max: u64 },
-    /// Default above maximum, e.g. the default timeout.
+    /// A setting above the one that bounds it: the default timeout above the
+    /// maximum, the message cap above the HTTP body budget.
     DefaultAboveMax { default_variable: &'static str, default: u64, max_variable: &'static str, max: u64 },
     /// One of a both-or-neither pair is set without the other.
     Unpaired { set: &'static str, missing: &'static str },
@@ -242,8 +282,21 @@ impl Config {
                 max: max_timeout_s,
             });
         }
+        let transport = parse_transport(raw.transport.as_deref())?;
+        let max_message_bytes = number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 16 << 20, 4096, 1 << 30)?;
+        let http_limits = parse_http_limits(raw)?;
+        // stdio has no body budget; only the HTTP server needs one message
+        // of the largest size to fit in it.
+        if transport == Transport::Http && max_message_bytes > http_limits.body_budget_bytes as u64 {
+            return Err(Error::DefaultAboveMax {
+                default_variable: "MCP_K8S_MAX_MESSAGE_BYTES",
+                default: max_message_bytes,
+                max_variable: "MCP_K8S_BODY_BUDGET_BYTES",
+                max: http_limits.body_budget_bytes as u64,
+            });
+        }
         Ok(Config {
-            transport: parse_transport(raw.transport.as_deref())?,
+            transport,
             addr: parse_addr(raw.addr.as_deref().unwrap_or(":8080"))?,
             auth_token: raw.auth_token.clone().map(Redacted),
             namespace: parse_namespace(raw.namespace.as_deref().unwrap_or("mcp-ephemeral"))?,
@@ -271,8 +324,9 @@ impl Config {
             result_ttl_s: number(&raw.result_ttl_s, "MCP_K8S_RESULT_TTL_S", 3600, 60, 7 * 86_400)?,
             workdir_size: quantity(&raw.workdir_size, "MCP_K8S_WORKDIR_SIZE", "1Gi")?,
             runtime_class: raw.runtime_class.as_deref().map(|name| object_name(name, "MCP_K8S_RUNTIME_CLASS")).transpose()?,
-            max_message_bytes: number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 16 << 20, 4096, 1 << 30)? as usize,
+            max_message_bytes: max_message_bytes as usize,
             session_ttl_s: number(&raw.session_ttl_s, "MCP_K8S_SESSION_TTL_S", 3600, 1, 7 * 86_400)?,
+            http_limits,
             allowed_origins: parse_origins(raw.allowed_origins.as_deref())?,
             shutdown_grace_s: number(&raw.shutdown_grace_s, "MCP_K8S_SHUTDOWN_GRACE_S", 30, 0, 3600)?,
             log_level: parse_log_level(raw.log_level.as_deref())?,
@@ -316,6 +370,23 @@ fn number(value: &Option<String>, variable: &'static str, default: u64, min: u64
         return Err(Error::OutOfRange { variable, value: parsed, min, max });
     }
     Ok(parsed)
+}
+
+fn parse_http_limits(raw: &RawConfig) -> Result<HttpLimits, Error> {
+    let size = |value: &Option<String>, variable, default, min, max| number(value, variable, default, min, max).map(|n| n as usize);
+    let seconds = |value: &Option<String>, variable, default| number(value, variable, default, 1, 3600);
+    Ok(HttpLimits {
+        max_sessions: size(&raw.max_sessions, "MCP_K8S_MAX_SESSIONS", 1000, 1, 1_000_000)?,
+        max_connections: size(&raw.max_connections, "MCP_K8S_MAX_CONNECTIONS", 512, 1, 10_000)?,
+        max_header_bytes: size(&raw.max_header_bytes, "MCP_K8S_MAX_HEADER_BYTES", 16 << 10, 1024, 1 << 20)?,
+        max_headers: size(&raw.max_headers, "MCP_K8S_MAX_HEADERS", 100, 8, 10_000)?,
+        body_budget_bytes: size(&raw.body_budget_bytes, "MCP_K8S_BODY_BUDGET_BYTES", 32 << 20, 4096, 1 << 32)?,
+        max_reply_queue_bytes: size(&raw.max_reply_queue_bytes, "MCP_K8S_MAX_REPLY_QUEUE_BYTES", 8 << 20, 64 << 10, 1 << 30)?,
+        head_timeout_s: seconds(&raw.head_timeout_s, "MCP_K8S_HEAD_TIMEOUT_S", 10)?,
+        body_timeout_s: seconds(&raw.body_timeout_s, "MCP_K8S_BODY_TIMEOUT_S", 30)?,
+        idle_timeout_s: seconds(&raw.idle_timeout_s, "MCP_K8S_IDLE_TIMEOUT_S", 30)?,
+        write_timeout_s: seconds(&raw.write_timeout_s, "MCP_K8S_WRITE_TIMEOUT_S", 30)?,
+    })
 }
 
 fn parse_transport(value: Option<&str>) -> Result<Transport, Error> {
@@ -620,6 +691,20 @@ mod tests {
             (&[("MCP_K8S_JOB_EXTRA_ENV", r#"{"X":1}"#)], "MCP_K8S_JOB_EXTRA_ENV: `X` is not accepted; expected a string value"),
             (&[("MCP_K8S_MAX_MESSAGE_BYTES", "100")], "MCP_K8S_MAX_MESSAGE_BYTES: `100` is out of range"),
             (&[("MCP_K8S_SESSION_TTL_S", "0")], "MCP_K8S_SESSION_TTL_S: `0` is out of range"),
+            (&[("MCP_K8S_MAX_SESSIONS", "0")], "MCP_K8S_MAX_SESSIONS: `0` is out of range; accepted: 1 to 1000000"),
+            (&[("MCP_K8S_MAX_CONNECTIONS", "many")], "MCP_K8S_MAX_CONNECTIONS: `many` is not accepted; expected a whole number"),
+            (&[("MCP_K8S_MAX_HEADER_BYTES", "100")], "MCP_K8S_MAX_HEADER_BYTES: `100` is out of range; accepted: 1024 to"),
+            (&[("MCP_K8S_MAX_HEADERS", "1")], "MCP_K8S_MAX_HEADERS: `1` is out of range"),
+            (&[("MCP_K8S_BODY_BUDGET_BYTES", "1")], "MCP_K8S_BODY_BUDGET_BYTES: `1` is out of range"),
+            (
+                &[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_MAX_MESSAGE_BYTES", "40000000")],
+                "MCP_K8S_MAX_MESSAGE_BYTES: `40000000` is above MCP_K8S_BODY_BUDGET_BYTES (33554432); lower it or raise MCP_K8S_BODY_BUDGET_BYTES",
+            ),
+            (&[("MCP_K8S_MAX_REPLY_QUEUE_BYTES", "10")], "MCP_K8S_MAX_REPLY_QUEUE_BYTES: `10` is out of range"),
+            (&[("MCP_K8S_HEAD_TIMEOUT_S", "0")], "MCP_K8S_HEAD_TIMEOUT_S: `0` is out of range; accepted: 1 to 3600"),
+            (&[("MCP_K8S_BODY_TIMEOUT_S", "x")], "MCP_K8S_BODY_TIMEOUT_S: `x`"),
+            (&[("MCP_K8S_IDLE_TIMEOUT_S", "4000")], "MCP_K8S_IDLE_TIMEOUT_S: `4000` is out of range"),
+            (&[("MCP_K8S_WRITE_TIMEOUT_S", "-1")], "MCP_K8S_WRITE_TIMEOUT_S: `-1`"),
             (&[("MCP_K8S_ALLOWED_ORIGINS", "example.com")], "MCP_K8S_ALLOWED_ORIGINS: `example.com` is not accepted; expected origins"),
             (&[("MCP_K8S_ALLOWED_ORIGINS", "https://a.example/")], "MCP_K8S_ALLOWED_ORIGINS: `https://a.example/`"),
             (&[("MCP_K8S_SHUTDOWN_GRACE_S", "soon")], "MCP_K8S_SHUTDOWN_GRACE_S: `soon`"),

@@ -3,10 +3,11 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{HttpServer, INITIALIZE, LegacyStream, send_signal, wait_exit};
+use common::{HttpResponse, HttpServer, INITIALIZE, LegacyStream, send_signal, wait_exit};
 use serde_json::json;
 
 const PING: &str = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
@@ -49,7 +50,11 @@ fn refusals() {
     type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, u16, &'a str);
     let cases: Vec<Case> = vec![
         ("GET", "/mcp", vec![], "", 405, "GET is not supported on /mcp; POST messages instead"),
-        ("PUT", "/mcp", vec![], "", 405, "GET is not supported on /mcp; POST messages instead"),
+        // Regression (issue 11): the 405 named GET whatever the method.
+        ("PUT", "/mcp", vec![], "", 405, "PUT is not supported on /mcp; POST messages instead"),
+        ("GET", "/messages", vec![], "", 405, "GET is not supported on /messages; POST messages instead"),
+        ("POST", "/sse", vec![json], PING, 405, "POST is not supported on /sse; open the stream with GET"),
+        ("POST", "/healthz", vec![], "", 405, "POST is not supported on /healthz; use GET or HEAD"),
         ("GET", "/nope", vec![], "", 404, "not found; the MCP endpoint is /mcp (or /sse for legacy clients)"),
         ("POST", "/mcp", vec![json, ("Mcp-Session-Id", "no-such-session")], PING, 404, "unknown or expired session; initialize a new one"),
         (
@@ -124,6 +129,8 @@ fn origin_and_host_checks() {
         (&[json, ("Origin", "http://localhost:6274")], 200),
         (&[json, ("Origin", "http://127.0.0.1")], 200),
         (&[json, ("Origin", "http://[::1]:3000")], 200),
+        // Regression (issue 11): scheme and host compare without case.
+        (&[json, ("Origin", "HTTP://LOCALHOST")], 200),
         (&[json, ("Origin", "https://app.example.com")], 200),
         (&[json, ("Origin", "http://evil.example.com")], 403),
         (&[json, ("Origin", "null")], 403),
@@ -355,4 +362,175 @@ fn a_port_in_use_fails_with_exit_code_1() {
     let output = common::command(&[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_ADDR", &server.addr)]).output().unwrap();
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("serving failed"));
+}
+
+/// Writes `bytes` on one connection and reads until the server closes it.
+fn exchange(addr: &str, bytes: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stream.write_all(bytes).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn head_requests_to_the_probes_answer_like_get_without_a_body() {
+    // Regression (issue 11): HEAD /healthz was 404.
+    let server = HttpServer::start(&[]);
+    for (path, length) in [("/healthz", 3), ("/readyz", 6)] {
+        let answer = exchange(&server.addr, format!("HEAD {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes());
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(head.contains(&format!("Content-Length: {length}")), "{answer}");
+        assert_eq!(body, "", "HEAD has no body");
+    }
+}
+
+#[test]
+fn keep_alive_pipelining_chunked_bodies_and_expect_continue() {
+    let server = HttpServer::start(&[]);
+    // Two requests in one write: both answered, in order, on one connection.
+    let answer = exchange(
+        &server.addr,
+        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\nGET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(answer.matches("HTTP/1.1 200 OK").count(), 2, "{answer}");
+    assert!(answer.find("ok\n").unwrap() < answer.find("ready\n").unwrap(), "{answer}");
+    // A chunked body, split anywhere, with an extension and a trailer.
+    let (first, second) = INITIALIZE.split_at(40);
+    let chunked = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x};ext=1\r\n{first}\r\n{:x}\r\n{second}\r\n0\r\nX-Trailer: t\r\n\r\n",
+        first.len(),
+        second.len()
+    );
+    let answer = exchange(&server.addr, chunked.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 200 OK") && answer.contains("Mcp-Session-Id: "), "{answer}");
+    // Expect: 100-continue: the interim answer comes before the body is sent.
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        INITIALIZE.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut interim = String::new();
+    reader.read_line(&mut interim).unwrap();
+    assert_eq!(interim, "HTTP/1.1 100 Continue\r\n");
+    stream.write_all(INITIALIZE.as_bytes()).unwrap();
+    let mut rest = String::new();
+    reader.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("HTTP/1.1 200 OK"), "{rest}");
+    // Other expectations are refused.
+    let answer = exchange(&server.addr, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nExpect: magic\r\nConnection: close\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 417") && answer.contains("only 100-continue is"), "{answer}");
+}
+
+#[test]
+fn oversized_heads_get_431_naming_the_setting() {
+    let server = HttpServer::start(&[("MCP_K8S_MAX_HEADER_BYTES", "4096"), ("MCP_K8S_MAX_HEADERS", "20")]);
+    let long = format!("GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Long: {}\r\n\r\n", "a".repeat(5000));
+    let answer = exchange(&server.addr, long.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    assert!(answer.contains("request line and headers exceed 4096 bytes; raise MCP_K8S_MAX_HEADER_BYTES"), "{answer}");
+    let many = format!("GET /healthz HTTP/1.1\r\nHost: localhost\r\n{}\r\n", "a: b\r\n".repeat(20));
+    let answer = exchange(&server.addr, many.as_bytes());
+    assert!(answer.contains("request has more than 20 headers; raise MCP_K8S_MAX_HEADERS"), "{answer}");
+    let answer = exchange(&server.addr, b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("more than one `Host` header"), "{answer}");
+}
+
+#[test]
+fn a_slow_head_gets_408_naming_the_setting() {
+    let server = HttpServer::start(&[("MCP_K8S_HEAD_TIMEOUT_S", "1")]);
+    let started = Instant::now();
+    let answer = exchange(&server.addr, b"GET /healthz HTTP/1.1\r\nHost: local");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("the request head did not arrive within 1 s; raise MCP_K8S_HEAD_TIMEOUT_S"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_body_waits_for_the_shared_budget_then_gets_503() {
+    let server = HttpServer::start(&[("MCP_K8S_MAX_MESSAGE_BYTES", "16384"), ("MCP_K8S_BODY_BUDGET_BYTES", "16384")]);
+    let head = "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 16000\r\n\r\n{";
+    // The first body takes the whole budget and never completes.
+    let mut holder = TcpStream::connect(&server.addr).unwrap();
+    holder.write_all(head.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let answer = exchange(&server.addr, head.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("request bodies being read already hold the 16384 bytes of MCP_K8S_BODY_BUDGET_BYTES"), "{answer}");
+    assert!(started.elapsed() >= Duration::from_secs(4), "it waited for room first");
+    // Small messages take no share of the budget: ping still answers.
+    assert_eq!(server.post(None, PING).status, 200);
+    drop(holder);
+}
+
+/// POSTs `body` until the status is `want` or 5 s pass; the last status.
+/// With one connection slot, the previous request's thread may still be
+/// closing its connection when the next one arrives.
+fn post_until(server: &HttpServer, session: Option<&str>, body: &str, want: u16) -> HttpResponse {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let response = server.post(session, body);
+        if response.status == want || Instant::now() > deadline {
+            return response;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_closed_event_stream_frees_its_connection_within_a_second() {
+    // Regression (issue 11): a closed stream was only noticed at the next
+    // 15 s keepalive, holding its slot until then.
+    let server = HttpServer::start(&[("MCP_K8S_MAX_CONNECTIONS", "1")]);
+    let initialized = post_until(&server, None, INITIALIZE, 200);
+    let session = initialized.header("mcp-session-id").expect("a session").to_string();
+    let call = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":30,"progress_every_ms":10000},"_meta":{"progressToken":"p"}}}"#;
+    let post_stream = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nContent-Length: {}\r\n\r\n{call}",
+        call.len()
+    );
+    let legacy_stream = "GET /sse HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n".to_string();
+    for opening in [post_stream, legacy_stream] {
+        // The previous request's thread may still hold the slot a moment.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let stream = loop {
+            let mut stream = TcpStream::connect(&server.addr).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            stream.write_all(opening.as_bytes()).unwrap();
+            let mut status_line = String::new();
+            BufReader::new(stream.try_clone().unwrap()).read_line(&mut status_line).unwrap();
+            if status_line.starts_with("HTTP/1.1 200") {
+                break stream;
+            }
+            assert!(Instant::now() < deadline, "the stream never opened: {status_line}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // The stream holds the only slot: MCP requests are refused, naming the setting.
+        let refused = server.post(Some(&session), PING);
+        assert_eq!(refused.status, 503);
+        assert!(refused.body.contains("raise MCP_K8S_MAX_CONNECTIONS"), "{}", refused.body);
+        drop(stream);
+        std::thread::sleep(Duration::from_millis(1200));
+        assert_eq!(server.post(Some(&session), PING).status, 200, "the closed stream still holds its slot");
+    }
+}
+
+#[test]
+fn a_full_session_table_evicts_the_least_recently_used_session() {
+    // Regression (issue 11): 1001 initialize without DELETE locked every
+    // new client out for MCP_K8S_SESSION_TTL_S.
+    let server = HttpServer::start(&[("MCP_K8S_MAX_SESSIONS", "2")]);
+    let oldest = server.initialize();
+    let recent = server.initialize();
+    assert_eq!(server.post(Some(&oldest), PING).status, 200, "oldest is now the most recently used");
+    let newest = server.initialize();
+    assert_eq!(server.post(Some(&recent), PING).status, 404, "the least recently used session was evicted");
+    assert_eq!(server.post(Some(&oldest), PING).status, 200);
+    assert_eq!(server.post(Some(&newest), PING).status, 200);
 }

@@ -1,0 +1,536 @@
+//! One HTTP/1.1 connection: reads request heads and bodies off the socket
+//! under byte caps and deadlines, writes responses, and decides whether
+//! the connection may carry another request (keep-alive).
+//!
+//! Every wait has a deadline (`MCP_K8S_HEAD_TIMEOUT_S`,
+//! `MCP_K8S_BODY_TIMEOUT_S`, `MCP_K8S_IDLE_TIMEOUT_S`,
+//! `MCP_K8S_WRITE_TIMEOUT_S`), every buffer a cap, and a body is only read
+//! when a handler asks for it, within the shared `Budget`. A body nobody
+//! read is never drained: the connection closes instead (tiny_http's drain
+//! of a declared length is what issue 11 crashed). Routing and what the
+//! requests mean belong to `routes` and `mcp`.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::budget::{Budget, Reservation};
+use super::head::{self, Framing, Head, HeadError, HeadLimits, Method, Version};
+use crate::engine::cancel::CancelToken;
+
+/// The bounds one connection works under.
+#[derive(Clone, Debug)]
+pub struct ConnLimits {
+    pub head: HeadLimits,
+    /// `MCP_K8S_MAX_MESSAGE_BYTES`.
+    pub max_body_bytes: usize,
+    pub head_timeout: Duration,
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub write_timeout: Duration,
+    /// How long a body may wait for room in the budget before 503.
+    pub budget_wait: Duration,
+    /// False for the probe reserve: one request, then close.
+    pub keep_alive: bool,
+}
+
+/// An answer with a complete body.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+/// Why a body could not be read. Each says which setting applies.
+#[derive(Debug)]
+pub enum BodyError {
+    TooLarge {
+        limit: usize,
+    },
+    /// The shared budget stayed full for `budget_wait`.
+    Busy {
+        budget: usize,
+    },
+    TimedOut {
+        timeout: Duration,
+    },
+    /// The client closed before the body was complete.
+    Incomplete,
+    /// A chunked body that does not follow RFC 9112 section 7.1.
+    BadChunk {
+        what: &'static str,
+    },
+    Io(io::Error),
+}
+
+/// One client connection and the bytes read ahead of what was parsed.
+pub struct Conn {
+    /// Shared with `Waiting`, which may shut it down to evict it.
+    socket: Arc<TcpStream>,
+    /// Bytes read but not yet consumed: the start of the next head or of
+    /// the current body. Never more than the head cap plus one read.
+    buffer: Vec<u8>,
+    limits: ConnLimits,
+    stop: CancelToken,
+    /// Whether the current request's body was read (or it has none).
+    body_consumed: bool,
+    /// Whether the last response left the connection fit for another request.
+    reusable: bool,
+    /// A head was refused: the client may still be sending it.
+    refused: bool,
+}
+
+/// What waiting for the next request gave.
+pub enum Next {
+    Request(Head),
+    /// The client closed, went idle too long, or sent a head that was
+    /// answered with an error; the connection is done.
+    Done,
+}
+
+/// Bytes read per call while looking for the end of a head.
+const READ_CHUNK: usize = 4096;
+
+/// Bodies up to this size take nothing from the shared budget.
+const UNBUDGETED_BYTES: usize = 8 << 10;
+
+/// How long and how much `close` reads and discards from a client that
+/// may still be sending.
+const LINGER_TIME: Duration = Duration::from_secs(1);
+const LINGER_BYTES: usize = 1 << 20;
+
+/// Cap on one chunk-size line (size plus extensions, RFC 9112 7.1.1).
+const MAX_CHUNK_LINE: usize = 1024;
+
+impl Response {
+    pub fn new(status: u16, content_type: &'static str, body: impl Into<Vec<u8>>) -> Response {
+        Response { status, headers: vec![("Content-Type", content_type.to_string())], body: body.into() }
+    }
+
+    pub fn empty(status: u16) -> Response {
+        Response { status, headers: Vec::new(), body: Vec::new() }
+    }
+
+    pub fn json(status: u16, text: String) -> Response {
+        Response::new(status, "application/json", text)
+    }
+
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Response {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    pub fn with_headers(mut self, headers: &[(&'static str, String)]) -> Response {
+        self.headers.extend_from_slice(headers);
+        self
+    }
+
+    /// The bytes on the wire: status line, headers, `Content-Length`,
+    /// `Connection: close` unless kept alive, and the body if wanted.
+    pub fn encode(&self, keep_alive: bool, with_body: bool) -> Vec<u8> {
+        let mut text = format!("HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
+        for (name, value) in &self.headers {
+            text.push_str(&format!("{name}: {value}\r\n"));
+        }
+        if self.status != 204 {
+            text.push_str(&format!("Content-Length: {}\r\n", self.body.len()));
+        }
+        if !keep_alive {
+            text.push_str("Connection: close\r\n");
+        }
+        text.push_str("\r\n");
+        let mut bytes = text.into_bytes();
+        if with_body {
+            bytes.extend_from_slice(&self.body);
+        }
+        bytes
+    }
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::TooLarge { limit } => write!(formatter, "message exceeds {limit} bytes; raise MCP_K8S_MAX_MESSAGE_BYTES"),
+            BodyError::Busy { budget } => write!(
+                formatter,
+                "request bodies being read already hold the {budget} bytes of MCP_K8S_BODY_BUDGET_BYTES; retry shortly or raise it"
+            ),
+            BodyError::TimedOut { timeout } => {
+                write!(formatter, "the body did not arrive within {} s; raise MCP_K8S_BODY_TIMEOUT_S", timeout.as_secs())
+            }
+            BodyError::Incomplete => write!(formatter, "the connection closed before the body was complete"),
+            BodyError::BadChunk { what } => write!(formatter, "malformed chunked body: {what}"),
+            BodyError::Io(error) => write!(formatter, "could not read the body: {error}"),
+        }
+    }
+}
+
+impl BodyError {
+    pub fn status(&self) -> u16 {
+        match self {
+            BodyError::TooLarge { .. } => 413,
+            BodyError::Busy { .. } => 503,
+            BodyError::TimedOut { .. } => 408,
+            BodyError::Incomplete | BodyError::BadChunk { .. } | BodyError::Io(_) => 400,
+        }
+    }
+}
+
+impl Conn {
+    pub fn new(socket: Arc<TcpStream>, limits: ConnLimits, stop: CancelToken) -> Conn {
+        Conn { socket, buffer: Vec::new(), limits, stop, body_consumed: true, reusable: true, refused: false }
+    }
+
+    pub fn socket(&self) -> &TcpStream {
+        &self.socket
+    }
+
+    pub fn limits(&self) -> &ConnLimits {
+        &self.limits
+    }
+
+    /// Waits for and parses the next request head. The first request gets
+    /// the head timeout from the start; later ones may idle for the
+    /// keep-alive timeout first. Refused heads are answered here.
+    pub fn next_request(&mut self, first: bool) -> Next {
+        if !first && (!self.reusable || !self.body_consumed || !self.limits.keep_alive || self.stop.is_cancelled()) {
+            return Next::Done;
+        }
+        let wait_for_first_byte = if first { self.limits.head_timeout } else { self.limits.idle_timeout };
+        let mut deadline = Instant::now() + wait_for_first_byte;
+        let mut started = false;
+        loop {
+            // Empty lines before a request line are ignored (RFC 9112 2.2).
+            while self.buffer.starts_with(b"\r\n") {
+                self.buffer.drain(..2);
+            }
+            // The head timeout runs from the connection for a first request
+            // and from its first byte for a kept-alive one.
+            if !started && !self.buffer.is_empty() {
+                started = true;
+                if !first {
+                    deadline = Instant::now() + self.limits.head_timeout;
+                }
+            }
+            if let Some(end) = head::head_end(&self.buffer) {
+                let parsed = head::parse_head(&self.buffer[..end], &self.limits.head);
+                self.buffer.drain(..end);
+                return match parsed {
+                    Ok(head) => {
+                        self.body_consumed = matches!(head.framing, Framing::None | Framing::Length(0));
+                        self.reusable = true;
+                        Next::Request(head)
+                    }
+                    Err(error) => self.refuse_head(&error),
+                };
+            }
+            if self.buffer.len() >= self.limits.head.max_bytes {
+                return self.refuse_head(&HeadError::TooLarge { limit: self.limits.head.max_bytes });
+            }
+            match self.read_more(deadline, self.limits.head.max_bytes + 4 - self.buffer.len()) {
+                Ok(0) => return Next::Done,
+                Ok(_) => {}
+                Err(ReadError::TimedOut) if started => {
+                    self.refused = true;
+                    let message = format!(
+                        "the request head did not arrive within {} s; raise MCP_K8S_HEAD_TIMEOUT_S",
+                        self.limits.head_timeout.as_secs()
+                    );
+                    let _ = self.respond(None, super::routes::error_response(408, &message));
+                    return Next::Done;
+                }
+                Err(_) => return Next::Done,
+            }
+        }
+    }
+
+    /// Reads the whole body of `head` within the body cap, the budget and
+    /// the body deadline. The reservation must live as long as the body.
+    pub fn read_body(&mut self, head: &Head, budget: &Arc<Budget>) -> Result<(Vec<u8>, Reservation), BodyError> {
+        let limit = self.limits.max_body_bytes;
+        let declared = match head.framing {
+            Framing::None => None,
+            Framing::Length(length) if length > limit as u64 => return Err(BodyError::TooLarge { limit }),
+            Framing::Length(length) => Some(length as usize),
+            Framing::Chunked => None,
+        };
+        // Small bodies (pings, notifications) take no budget: the
+        // connection cap already bounds them, and a few large messages
+        // holding the budget must not stall every small one.
+        let budgeted = declared.filter(|length| *length > UNBUDGETED_BYTES).unwrap_or(0);
+        let mut reservation = budget.reserve(budgeted, self.limits.budget_wait).ok_or(BodyError::Busy { budget: budget.total() })?;
+        if head.framing != Framing::None && expects_continue(head) {
+            // The client waits for this before sending (RFC 9110 10.1.1).
+            write_all_within(&self.socket, b"HTTP/1.1 100 Continue\r\n\r\n", self.limits.write_timeout).map_err(BodyError::Io)?;
+        }
+        let deadline = Instant::now() + self.limits.body_timeout;
+        let body = match head.framing {
+            Framing::None => Vec::new(),
+            Framing::Length(_) => {
+                let length = declared.unwrap_or(0);
+                let mut body = Vec::with_capacity(length);
+                self.take_exact(&mut body, length, deadline)?;
+                body
+            }
+            Framing::Chunked => self.read_chunked(&mut reservation, budget, deadline)?,
+        };
+        self.body_consumed = true;
+        Ok((body, reservation))
+    }
+
+    /// Writes one complete response. `head` is the request it answers
+    /// (`None` when the head itself was refused). Decides keep-alive.
+    pub fn respond(&mut self, head: Option<&Head>, response: Response) -> io::Result<()> {
+        let keep_alive = head.is_some_and(|head| self.may_keep_alive(head)) && response.status < 500 && response.status != 408;
+        self.reusable = keep_alive;
+        // HEAD gets the headers GET would, without the body (RFC 9110 9.3.2).
+        let with_body = !head.is_some_and(|head| head.method == Method::Head);
+        let bytes = response.encode(keep_alive, with_body);
+        let written = write_all_within(&self.socket, &bytes, self.limits.write_timeout);
+        if !keep_alive {
+            // Half-close, so the client reads our answer to the end before
+            // it sees the connection go.
+            let _ = self.socket.shutdown(Shutdown::Write);
+        }
+        written
+    }
+
+    /// Marks the connection as ending after this request (an event stream
+    /// took it over).
+    pub fn close_after(&mut self) {
+        self.reusable = false;
+    }
+
+    fn may_keep_alive(&self, head: &Head) -> bool {
+        // An Upgrade we do not perform is ignored (RFC 9110 7.8), and the
+        // connection closes so that no other protocol's bytes follow on it.
+        let upgrade = head.connection_has("upgrade") || head.header("Upgrade").is_some();
+        self.limits.keep_alive
+            && self.body_consumed
+            && head.version == Version::Http11
+            && !head.connection_has("close")
+            && !upgrade
+            && !self.stop.is_cancelled()
+    }
+
+    /// Ends the connection. When the client may still be sending (a body
+    /// we did not read, a refused head), a little of it is read and thrown
+    /// away first, into a fixed buffer: closing with unread bytes makes the
+    /// kernel send a reset, which can destroy our answer before the client
+    /// reads it (the "lingering close" of RFC 9112 9.6).
+    pub fn close(self) {
+        let _ = self.socket.shutdown(Shutdown::Write);
+        if self.body_consumed && !self.refused {
+            return;
+        }
+        let deadline = Instant::now() + LINGER_TIME;
+        let mut discarded = 0;
+        let mut scratch = [0u8; READ_CHUNK];
+        while discarded < LINGER_BYTES {
+            match read_by(&self.socket, &mut scratch, deadline) {
+                Ok(0) | Err(_) => return,
+                Ok(read) => discarded += read,
+            }
+        }
+    }
+
+    fn refuse_head(&mut self, error: &HeadError) -> Next {
+        self.refused = true;
+        let _ = self.respond(None, super::routes::error_response(error.status(), &error.to_string()));
+        Next::Done
+    }
+
+    /// Reads more bytes into the buffer, at most `max`, by `deadline`.
+    fn read_more(&mut self, deadline: Instant, max: usize) -> Result<usize, ReadError> {
+        let mut chunk = [0u8; READ_CHUNK];
+        let max = max.clamp(1, READ_CHUNK);
+        let read = read_by(&self.socket, &mut chunk[..max], deadline)?;
+        self.buffer.extend_from_slice(&chunk[..read]);
+        Ok(read)
+    }
+
+    /// Appends exactly `length` bytes to `out`: first what was read ahead,
+    /// then straight from the socket.
+    fn take_exact(&mut self, out: &mut Vec<u8>, length: usize, deadline: Instant) -> Result<(), BodyError> {
+        let from_buffer = length.min(self.buffer.len());
+        out.extend(self.buffer.drain(..from_buffer));
+        let mut missing = length - from_buffer;
+        while missing > 0 {
+            let start = out.len();
+            out.resize(start + missing.min(64 << 10), 0);
+            let read = read_by(&self.socket, &mut out[start..], deadline);
+            let read = match read {
+                Ok(0) => Err(BodyError::Incomplete),
+                Ok(read) => Ok(read),
+                Err(ReadError::TimedOut) => Err(BodyError::TimedOut { timeout: self.limits.body_timeout }),
+                Err(ReadError::Io(error)) => Err(BodyError::Io(error)),
+            };
+            let read = read.inspect_err(|_| out.truncate(start))?;
+            out.truncate(start + read);
+            missing -= read;
+        }
+        Ok(())
+    }
+
+    /// One line ending in CRLF, without it, at most `max` bytes.
+    fn take_line(&mut self, max: usize, deadline: Instant) -> Result<Vec<u8>, BodyError> {
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|pair| pair == b"\r\n") {
+                let line = self.buffer[..end].to_vec();
+                self.buffer.drain(..end + 2);
+                return Ok(line);
+            }
+            if self.buffer.len() > max {
+                return Err(BodyError::BadChunk { what: "a chunk-size or trailer line too long" });
+            }
+            match self.read_more(deadline, max + 2 - self.buffer.len()) {
+                Ok(0) => return Err(BodyError::Incomplete),
+                Ok(_) => {}
+                Err(ReadError::TimedOut) => return Err(BodyError::TimedOut { timeout: self.limits.body_timeout }),
+                Err(ReadError::Io(error)) => return Err(BodyError::Io(error)),
+            }
+        }
+    }
+
+    /// Decodes a chunked body (RFC 9112 7.1), growing the reservation
+    /// chunk by chunk under the same cap; trailers are read and dropped.
+    fn read_chunked(&mut self, reservation: &mut Reservation, budget: &Budget, deadline: Instant) -> Result<Vec<u8>, BodyError> {
+        let limit = self.limits.max_body_bytes;
+        let mut body = Vec::new();
+        loop {
+            let line = self.take_line(MAX_CHUNK_LINE, deadline)?;
+            let size = parse_chunk_size(&line)?;
+            if size == 0 {
+                break;
+            }
+            if size > (limit - body.len()) as u64 {
+                return Err(BodyError::TooLarge { limit });
+            }
+            let size = size as usize;
+            if !reservation.grow(size, self.limits.budget_wait) {
+                return Err(BodyError::Busy { budget: budget.total() });
+            }
+            self.take_exact(&mut body, size, deadline)?;
+            if !self.take_line(2, deadline)?.is_empty() {
+                return Err(BodyError::BadChunk { what: "chunk data longer than its size" });
+            }
+        }
+        let mut trailer_bytes = 0;
+        loop {
+            let line = self.take_line(self.limits.head.max_bytes, deadline)?;
+            if line.is_empty() {
+                return Ok(body);
+            }
+            trailer_bytes += line.len() + 2;
+            if trailer_bytes > self.limits.head.max_bytes {
+                return Err(BodyError::BadChunk { what: "trailers longer than MCP_K8S_MAX_HEADER_BYTES" });
+            }
+        }
+    }
+}
+
+enum ReadError {
+    TimedOut,
+    Io(io::Error),
+}
+
+/// `Expect: 100-continue`; other expectations are refused by `routes`.
+fn expects_continue(head: &Head) -> bool {
+    head.version == Version::Http11 && head.header("Expect").is_some_and(|value| value.eq_ignore_ascii_case("100-continue"))
+}
+
+/// Hex digits, then optional `;extensions`; a size too large for u64 is
+/// as good as too large for the cap.
+fn parse_chunk_size(line: &[u8]) -> Result<u64, BodyError> {
+    let digits = line.split(|byte| *byte == b';').next().unwrap_or_default();
+    let digits = digits.strip_suffix(b" ").unwrap_or(digits);
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_hexdigit) {
+        return Err(BodyError::BadChunk { what: "a chunk size that is not hexadecimal" });
+    }
+    let mut size: u64 = 0;
+    for digit in digits {
+        let value = char::from(*digit).to_digit(16).unwrap_or(0);
+        size = size.saturating_mul(16).saturating_add(u64::from(value));
+    }
+    Ok(size)
+}
+
+/// One read that gives up at `deadline`.
+fn read_by(socket: &TcpStream, buffer: &mut [u8], deadline: Instant) -> Result<usize, ReadError> {
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(ReadError::TimedOut);
+        }
+        socket.set_read_timeout(Some(remaining)).map_err(ReadError::Io)?;
+        match (&mut &*socket).read(buffer) {
+            Ok(read) => return Ok(read),
+            Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(ReadError::Io(error)),
+        }
+    }
+}
+
+/// `write_all` that gives up when the client takes no bytes for
+/// `timeout` (like nginx's `send_timeout`, between two writes, so that a
+/// large answer to a slow but live client still goes out).
+pub fn write_all_within(socket: &TcpStream, bytes: &[u8], timeout: Duration) -> io::Result<()> {
+    socket.set_write_timeout(Some(timeout))?;
+    (&mut &*socket).write_all(bytes).map_err(|error| match error.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            io::Error::new(io::ErrorKind::TimedOut, "the client took no bytes within MCP_K8S_WRITE_TIMEOUT_S")
+        }
+        _ => error,
+    })
+}
+
+/// Reason phrases of the statuses we send.
+fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        202 => "Accepted",
+        204 => "No Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        417 => "Expectation Failed",
+        421 => "Misdirected Request",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_sizes() {
+        let cases: [(&[u8], Option<u64>); 8] = [
+            (b"0", Some(0)),
+            (b"1a", Some(26)),
+            (b"FF;name=value", Some(255)),
+            (b"10 ;x", Some(16)),
+            (b"ffffffffffffffffffffffff", Some(u64::MAX)),
+            (b"", None),
+            (b"-1", None),
+            (b"0x10", None),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(parse_chunk_size(line).ok(), expected, "{}", String::from_utf8_lossy(line));
+        }
+    }
+}

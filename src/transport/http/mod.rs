@@ -1,0 +1,285 @@
+//! The HTTP transports on one listener of our own (std only, a thread per
+//! connection): Streamable HTTP at `/mcp`, legacy HTTP+SSE at `GET /sse` +
+//! `POST /messages?sessionId=`, and `/healthz`, `/readyz`, `/metrics`.
+//!
+//! This file accepts connections and shuts down. The accept loop never
+//! waits on a client: past `MCP_K8S_MAX_CONNECTIONS` a small reserve of
+//! connections serves only the probes (so liveness holds while every slot
+//! is taken), and beyond that a 503 is written without blocking and the
+//! connection closed.
+//! A connection that only waits for a request head gives up its slot to a
+//! newcomer when all are taken (`waiting`), so idle and slowloris floods
+//! cannot hold them. `head` parses request heads, `conn` reads and writes
+//! one connection under its bounds, `routes` picks the handler, `access`
+//! checks who may call, `mcp` serves the MCP endpoints, `sessions` keeps
+//! sessions, `sse` writes event streams, `budget` counts shared bytes and
+//! connections, `waiting` lists connections that may be evicted, `socket`
+//! has the calls std lacks. Messages go to
+//! `protocol::Server::handle` untouched.
+//!
+//! tiny_http was replaced by this server (issue 11): 0.12.0, its newest
+//! release, allocates a body's declared length when dropping an unread
+//! request, so one `Content-Length: 1125899906842624` aborted the process,
+//! and it bounds neither heads, connections nor time.
+
+pub mod head;
+
+mod access;
+mod budget;
+mod conn;
+mod mcp;
+mod routes;
+mod sessions;
+mod socket;
+mod sse;
+mod waiting;
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::config::Config;
+use crate::engine::cancel::CancelToken;
+use crate::log;
+use crate::protocol::Server;
+use budget::{Budget, Counter, CounterGuard};
+use conn::{Conn, ConnLimits, Next};
+use head::HeadLimits;
+use sessions::Sessions;
+use socket::Readiness;
+use waiting::Waiting;
+
+/// Connections kept beyond `MCP_K8S_MAX_CONNECTIONS` for the probes alone,
+/// one request each.
+pub const PROBE_RESERVE: usize = 16;
+
+/// How long a probe connection may take to send its head: kubelet and
+/// Prometheus send theirs at once.
+const PROBE_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a body waits for room in `MCP_K8S_BODY_BUDGET_BYTES` before 503.
+const BUDGET_WAIT: Duration = Duration::from_secs(5);
+
+/// Serves until `stop` is cancelled, then stops accepting, lets in-flight
+/// calls finish within the grace period and closes the SSE streams.
+pub fn serve(server: Arc<Server>, config: &Config, stop: CancelToken) -> io::Result<()> {
+    let listener = TcpListener::bind(config.addr)?;
+    // Non-blocking, so that accept never waits once poll said "ready"
+    // (the client may have gone in between).
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr().map_or_else(|_| config.addr.to_string(), |addr| addr.to_string());
+    log::info(
+        "listening",
+        &[("addr", json!(bound)), ("endpoints", json!(["/mcp", "/sse", "/messages", "/healthz", "/readyz", "/metrics"]))],
+    );
+    if !config.binds_loopback() && config.auth_token.is_none() {
+        log::warn(
+            "listening beyond loopback without MCP_K8S_AUTH_TOKEN: anyone who can reach the port can run jobs",
+            &[("addr", json!(bound))],
+        );
+    }
+    let state = Arc::new(HttpState::new(Arc::clone(&server), config, stop.clone()));
+    while !stop.is_cancelled() {
+        match socket::wait(&listener, Readiness::Readable, Duration::from_millis(200)) {
+            Ok(true) => accept_ready(&state, &listener),
+            Ok(false) => {}
+            Err(error) => {
+                log::warn("waiting for connections failed", &[("error", json!(error.to_string()))]);
+                thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    // Dropping the listener closes the socket: no new connections.
+    drop(listener);
+    log::info("shutting down", &[("grace_s", json!(config.shutdown_grace_s))]);
+    let still_running = server.shut_down(Duration::from_secs(config.shutdown_grace_s), Duration::from_secs(5));
+    if still_running > 0 {
+        log::warn("calls did not stop in time", &[("calls", json!(still_running))]);
+    }
+    state.sessions.end_all();
+    // Give request threads a moment to write what the calls returned. Idle
+    // keep-alive connections are not waited for: they end with the process.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while state.requests.in_use() > 0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// What every connection thread shares.
+struct HttpState {
+    server: Arc<Server>,
+    sessions: Sessions,
+    access: access::Access,
+    limits: ConnLimits,
+    budget: Arc<Budget>,
+    max_connections: usize,
+    max_reply_queue_bytes: usize,
+    stop: CancelToken,
+    /// Regular connections open, at most `max_connections`.
+    connections: Arc<Counter>,
+    /// Connections of the probe reserve open, at most `PROBE_RESERVE`.
+    probe_connections: Arc<Counter>,
+    /// Regular connections waiting for a request head: evicted, oldest
+    /// first, when a newcomer finds every slot taken.
+    waiting: Waiting,
+    /// Requests being answered (not idle connections), for shutdown.
+    requests: Arc<Counter>,
+}
+
+impl HttpState {
+    fn new(server: Arc<Server>, config: &Config, stop: CancelToken) -> HttpState {
+        let limits = &config.http_limits;
+        HttpState {
+            server,
+            sessions: Sessions::new(Duration::from_secs(config.session_ttl_s), limits.max_sessions),
+            access: access::Access {
+                auth_token: config.auth_token.as_ref().map(|token| token.0.clone()),
+                allowed_origins: config.allowed_origins.clone(),
+                check_host: config.binds_loopback(),
+            },
+            limits: ConnLimits {
+                head: HeadLimits { max_bytes: limits.max_header_bytes, max_headers: limits.max_headers },
+                max_body_bytes: config.max_message_bytes,
+                head_timeout: Duration::from_secs(limits.head_timeout_s),
+                body_timeout: Duration::from_secs(limits.body_timeout_s),
+                idle_timeout: Duration::from_secs(limits.idle_timeout_s),
+                write_timeout: Duration::from_secs(limits.write_timeout_s),
+                budget_wait: BUDGET_WAIT,
+                keep_alive: true,
+            },
+            budget: Budget::new(limits.body_budget_bytes),
+            max_connections: limits.max_connections,
+            max_reply_queue_bytes: limits.max_reply_queue_bytes,
+            stop,
+            connections: Arc::new(Counter::default()),
+            probe_connections: Arc::new(Counter::default()),
+            waiting: Waiting::default(),
+            requests: Arc::new(Counter::default()),
+        }
+    }
+}
+
+/// Which kind of connection a thread serves.
+#[derive(Clone, Copy)]
+enum Lane {
+    Regular,
+    /// The probe reserve: probes only, a short head timeout, no keep-alive.
+    Probes,
+}
+
+/// Accepts every connection that is waiting, without blocking.
+fn accept_ready(state: &Arc<HttpState>, listener: &TcpListener) {
+    loop {
+        match listener.accept() {
+            Ok((socket, _)) => admit(state, socket),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => {
+                // Out of file descriptors, typically: let some close.
+                log::warn("accepting a connection failed", &[("error", json!(error.to_string()))]);
+                thread::sleep(Duration::from_millis(50));
+                return;
+            }
+        }
+    }
+}
+
+/// Gives the connection a thread, or refuses it at once. With every slot
+/// taken, the connection that has waited longest for a request head gives
+/// up its slot; with none waiting (every slot inside a request, such as an
+/// event stream), the probe reserve takes it.
+fn admit(state: &Arc<HttpState>, socket: TcpStream) {
+    // Accepted sockets do not inherit O_NONBLOCK on Linux, but say so.
+    if socket.set_nonblocking(false).is_err() {
+        return;
+    }
+    // Each SSE event and answer is one write; Nagle would hold them back.
+    let _ = socket.set_nodelay(true);
+    let regular = state.connections.try_take(state.max_connections).or_else(|| state.waiting.evict_oldest());
+    let (lane, slot) = match regular {
+        Some(slot) => (Lane::Regular, slot),
+        None => match state.probe_connections.try_take(PROBE_RESERVE) {
+            Some(slot) => (Lane::Probes, slot),
+            None => return refuse_without_blocking(state, socket),
+        },
+    };
+    let thread_state = Arc::clone(state);
+    let spawned = thread::Builder::new().name("http-connection".into()).spawn(move || serve_connection(&thread_state, socket, lane, slot));
+    if let Err(error) = spawned {
+        // The socket went down with the closure and is closed.
+        log::error("could not start a connection thread", &[("error", json!(error.to_string()))]);
+    }
+}
+
+/// Answers requests on one connection until it closes.
+fn serve_connection(state: &Arc<HttpState>, socket: TcpStream, lane: Lane, slot: CounterGuard) {
+    let mut limits = state.limits.clone();
+    if matches!(lane, Lane::Probes) {
+        limits.head_timeout = limits.head_timeout.min(PROBE_HEAD_TIMEOUT);
+        limits.keep_alive = false;
+    }
+    let socket = Arc::new(socket);
+    let mut conn = Conn::new(Arc::clone(&socket), limits, state.stop.clone());
+    let mut slot = Some(slot);
+    let mut first = true;
+    loop {
+        // Only regular connections may be evicted while they wait: the
+        // probe reserve is what remains when nothing can be.
+        let ticket = match (lane, slot.take()) {
+            (Lane::Regular, Some(held)) => Some(state.waiting.enter(&socket, held)),
+            (_, held) => {
+                slot = held;
+                None
+            }
+        };
+        let next = conn.next_request(first);
+        if let Some(ticket) = ticket {
+            slot = state.waiting.leave(ticket);
+            if slot.is_none() {
+                // Evicted: the socket is shut down and the slot has a new owner.
+                return;
+            }
+        }
+        let Next::Request(head) = next else {
+            break;
+        };
+        first = false;
+        // Unbounded only in theory: `requests` never exceeds the
+        // connections, each of which answers one request at a time.
+        let Some(_request) = state.requests.try_take(usize::MAX) else {
+            break;
+        };
+        match lane {
+            Lane::Regular => routes::route(state, &mut conn, &head),
+            Lane::Probes => routes::route_probe_only(state, &mut conn, &head),
+        }
+    }
+    conn.close();
+}
+
+/// Answers a connection beyond every limit only as far as the socket takes
+/// it at once: the accept loop must never wait on a client. A probe whose
+/// head has already arrived still gets its answer; anything else gets 503.
+fn refuse_without_blocking(state: &HttpState, mut socket: TcpStream) {
+    if socket.set_nonblocking(true).is_err() {
+        return;
+    }
+    // Reading what already arrived also makes a reset (which can destroy
+    // the answer before the client reads it) less likely when we close.
+    let mut scratch = [0u8; 4096];
+    let received = socket.read(&mut scratch).unwrap_or(0);
+    let arrived = &scratch[..received];
+    let head = head::head_end(arrived).and_then(|end| head::parse_head(&arrived[..end], &state.limits.head).ok());
+    let response = match &head {
+        Some(head) => routes::probe_only(state, head),
+        None => routes::connection_limit_response(state.max_connections),
+    };
+    let with_body = !head.is_some_and(|head| head.method == head::Method::Head);
+    let _ = socket.write(&response.encode(false, with_body));
+    let _ = socket.shutdown(Shutdown::Write);
+}

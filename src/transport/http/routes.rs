@@ -1,0 +1,105 @@
+//! Which handler answers a request: the probes (`/healthz`, `/readyz`,
+//! `/metrics`, with GET or HEAD and no token), the MCP endpoints (`/mcp`,
+//! `/sse`, `/messages`, behind the access checks), CORS preflight, and the
+//! 404 and 405 answers that name what would have worked. The transport's
+//! error body lives here too. What the MCP endpoints do is `mcp`'s.
+
+use std::sync::Arc;
+
+use super::HttpState;
+use super::access;
+use super::conn::{Conn, Response};
+use super::head::{Head, Method};
+use super::mcp;
+use crate::protocol::jsonrpc::{self, ErrorCode};
+
+/// Answers one request on a regular connection.
+pub fn route(state: &Arc<HttpState>, conn: &mut Conn, head: &Head) {
+    if let Some(expect) = head.header("Expect")
+        && !expect.eq_ignore_ascii_case("100-continue")
+    {
+        let message = format!("Expect `{expect}` is not supported; only 100-continue is");
+        return answer(conn, head, error_response(417, &message));
+    }
+    match head.path() {
+        "/healthz" | "/readyz" | "/metrics" => answer(conn, head, probe(state, head)),
+        "/mcp" | "/sse" | "/messages" => mcp_endpoint(state, conn, head),
+        _ => answer(conn, head, error_response(404, "not found; the MCP endpoint is /mcp (or /sse for legacy clients)")),
+    }
+}
+
+/// Answers one request on a connection of the probe reserve, taken when
+/// every regular connection is in use: probes only.
+pub fn route_probe_only(state: &Arc<HttpState>, conn: &mut Conn, head: &Head) {
+    let response = probe_only(state, head);
+    answer(conn, head, response);
+}
+
+/// The probe's answer, or the 503 of a full server for any other request.
+pub fn probe_only(state: &HttpState, head: &Head) -> Response {
+    match head.path() {
+        "/healthz" | "/readyz" | "/metrics" => probe(state, head),
+        _ => connection_limit_response(state.max_connections),
+    }
+}
+
+/// The 503 for a connection beyond `MCP_K8S_MAX_CONNECTIONS`.
+pub fn connection_limit_response(max_connections: usize) -> Response {
+    let message = format!("all {max_connections} connections are in use; retry shortly or raise MCP_K8S_MAX_CONNECTIONS");
+    error_response(503, &message).with_header("Retry-After", "1")
+}
+
+/// A transport-level refusal: HTTP status plus a JSON-RPC error body
+/// without an id, which both SDKs can show to a user.
+pub fn error_response(status: u16, message: &str) -> Response {
+    let text = jsonrpc::Response::error(None, ErrorCode::InvalidRequest, message).to_json().to_string();
+    Response::json(status, text)
+}
+
+/// Writes `response`; a client that left gets nothing and is not told.
+pub fn answer(conn: &mut Conn, head: &Head, response: Response) {
+    let _ = conn.respond(Some(head), response);
+}
+
+/// `/healthz` (always 200), `/readyz` (503 once shutting down) and
+/// `/metrics`: counters only, no caller data, so no token, like the probes
+/// (a Prometheus scrape needs no MCP credentials).
+fn probe(state: &HttpState, head: &Head) -> Response {
+    if !matches!(head.method, Method::Get | Method::Head) {
+        return method_not_allowed(head, "use GET or HEAD", "GET, HEAD");
+    }
+    match head.path() {
+        "/healthz" => Response::new(200, "text/plain; charset=utf-8", "ok\n"),
+        "/readyz" if state.stop.is_cancelled() => Response::new(503, "text/plain; charset=utf-8", "shutting down\n"),
+        "/readyz" => Response::new(200, "text/plain; charset=utf-8", "ready\n"),
+        _ => Response::new(200, crate::metrics::CONTENT_TYPE, crate::metrics::render()),
+    }
+}
+
+fn mcp_endpoint(state: &Arc<HttpState>, conn: &mut Conn, head: &Head) {
+    if head.method == Method::Options {
+        return answer(conn, head, access::preflight(&state.access, head));
+    }
+    let cors = match access::check(&state.access, head) {
+        Ok(cors) => cors,
+        Err(response) => return answer(conn, head, response),
+    };
+    match (head.path(), &head.method) {
+        ("/mcp", Method::Post) => mcp::post(state, conn, head, &cors),
+        ("/mcp", Method::Delete) => mcp::delete(state, conn, head, &cors),
+        // No server-initiated stream: 405 is what the spec allows and
+        // what clients expect (never 404 or 400).
+        ("/mcp", _) => answer(conn, head, method_not_allowed(head, "POST messages instead", "POST, DELETE")),
+        ("/sse", Method::Get) => mcp::legacy_stream(state, conn, head, &cors),
+        ("/sse", _) => answer(conn, head, method_not_allowed(head, "open the stream with GET", "GET")),
+        ("/messages", Method::Post) => mcp::legacy_post(state, conn, head, &cors),
+        (_, _) => answer(conn, head, method_not_allowed(head, "POST messages instead", "POST")),
+    }
+}
+
+/// 405 naming the method that was used and, in `Allow`, the ones that work.
+fn method_not_allowed(head: &Head, hint: &str, allow: &'static str) -> Response {
+    let method: String = head.method.as_str().chars().take(32).collect();
+    let message = format!("{method} is not supported on {}; {hint}", head.path());
+    error_response(405, &message).with_header("Allow", allow)
+}

@@ -1,0 +1,86 @@
+//! Connections waiting for their next request head (new, slow to send, or
+//! idle between keep-alive requests), oldest first. When every connection
+//! slot is taken, the accept loop ends the one that has waited longest and
+//! hands its slot to the newcomer, so a flood of idle or slowloris
+//! connections cannot lock out probes and real clients (issue 11).
+//! Connections inside a request (a body being read, a call, an event
+//! stream) are not here and are never evicted. Knows nothing of HTTP.
+
+use std::collections::BTreeMap;
+use std::net::{Shutdown, TcpStream};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::budget::CounterGuard;
+
+#[derive(Default)]
+pub struct Waiting {
+    /// By ticket; tickets grow, so the first entry has waited longest.
+    entries: Mutex<Entries>,
+}
+
+/// Proof of being in the list; given back to `leave`.
+pub struct Ticket(u64);
+
+#[derive(Default)]
+struct Entries {
+    next_ticket: u64,
+    by_ticket: BTreeMap<u64, (Arc<TcpStream>, CounterGuard)>,
+}
+
+impl Waiting {
+    /// Lists a connection that starts waiting for a head, with its slot.
+    pub fn enter(&self, socket: &Arc<TcpStream>, slot: CounterGuard) -> Ticket {
+        let mut entries = self.lock();
+        entries.next_ticket += 1;
+        let ticket = entries.next_ticket;
+        entries.by_ticket.insert(ticket, (Arc::clone(socket), slot));
+        Ticket(ticket)
+    }
+
+    /// Takes the connection off the list with its slot back; `None` when
+    /// it was evicted meanwhile (its socket is shut down: stop serving it).
+    pub fn leave(&self, ticket: Ticket) -> Option<CounterGuard> {
+        self.lock().by_ticket.remove(&ticket.0).map(|(_, slot)| slot)
+    }
+
+    /// Ends the connection that has waited longest and returns its slot.
+    pub fn evict_oldest(&self) -> Option<CounterGuard> {
+        let (_, (socket, slot)) = self.lock().by_ticket.pop_first()?;
+        // Its thread's blocked read returns at once and the thread ends.
+        let _ = socket.shutdown(Shutdown::Both);
+        Some(slot)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::http::budget::Counter;
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    #[test]
+    fn the_oldest_waiting_connection_is_evicted_and_its_slot_handed_over() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let counter = Arc::new(Counter::default());
+        let waiting = Waiting::default();
+        let _clients: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(address).unwrap()).collect();
+        let first = Arc::new(listener.accept().unwrap().0);
+        let second = Arc::new(listener.accept().unwrap().0);
+        let first_ticket = waiting.enter(&first, counter.try_take(2).unwrap());
+        let second_ticket = waiting.enter(&second, counter.try_take(2).unwrap());
+        let slot = waiting.evict_oldest().unwrap();
+        assert_eq!(counter.in_use(), 2, "the slot changed hands; it was not freed");
+        assert_eq!((&*first).read(&mut [0u8; 1]).unwrap(), 0, "the evicted socket reads as closed");
+        assert!(waiting.leave(first_ticket).is_none());
+        let second_slot = waiting.leave(second_ticket);
+        assert!(second_slot.is_some());
+        drop(slot);
+        assert_eq!(counter.in_use(), 1);
+    }
+}

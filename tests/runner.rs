@@ -190,6 +190,25 @@ fn artifact_patterns_select_files_and_the_cap_leaves_content_out() {
     assert!(run.result().artifacts_truncated);
 }
 
+/// Issue 12, finding 15: an artifact over the cap came back without
+/// content and with empty `notes`.
+#[test]
+fn an_artifact_over_the_cap_is_named_in_a_note_with_the_cap() {
+    let mut opts = options("over-cap-note", &["sh", "-c", "printf 1234567890 > big.log; printf xy > small.log"]);
+    opts.max_artifact_bytes = 5;
+    let run = run(&opts);
+    let notes = &run.result().notes;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].starts_with("`big.log` (10 bytes) was listed without content"), "{notes:?}");
+    assert!(notes[0].contains("the artifact cap is 5 bytes") && notes[0].contains("MCP_K8S_MAX_ARTIFACT_BYTES"), "{notes:?}");
+}
+
+#[test]
+fn a_run_without_refused_forks_reports_none() {
+    let run = run(&options("no-pids-failures", &["true"]));
+    assert_eq!(run.result().pids_fork_failures, 0);
+}
+
 #[test]
 fn exec_args_round_trip_through_the_runner_parser() {
     let mut opts = options("args", &["python3", "-c", "print('$(HOME)')", "--", "-x"]);

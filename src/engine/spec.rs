@@ -105,6 +105,9 @@ pub enum RunReason {
     /// The command was killed by a signal it did not get from us.
     Signaled,
     OomKilled,
+    /// The pod reached its process limit (the kubelet's `podPidsLimit`)
+    /// and the command failed: a fork storm, or too many threads.
+    PidsExhausted,
     ImagePullFailed,
     Unschedulable,
     QuotaExceeded,
@@ -151,6 +154,7 @@ impl RunReason {
             RunReason::NonZeroExit => "NonZeroExit",
             RunReason::Signaled => "Signaled",
             RunReason::OomKilled => "OOMKilled",
+            RunReason::PidsExhausted => "PidsExhausted",
             RunReason::ImagePullFailed => "ImagePullFailed",
             RunReason::Unschedulable => "Unschedulable",
             RunReason::QuotaExceeded => "QuotaExceeded",

@@ -191,6 +191,7 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
         }
     }
     let oom_kills_before = read_oom_kill_count();
+    let pids_failures_before = read_pids_fork_failures();
     let before = artifacts::snapshot(&options.workdir);
     let started_at_ms = now_ms();
     capture::write_frame(sink, &Frame::Started(Started { started_at_ms }));
@@ -235,6 +236,7 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
     };
     result.finished_at_ms = now_ms();
     result.oom_killed = read_oom_kill_count() > oom_kills_before;
+    result.pids_fork_failures = read_pids_fork_failures().saturating_sub(pids_failures_before);
 
     let after = artifacts::snapshot(&options.workdir);
     let chosen = artifacts::select(&before, &after, &options.artifact_patterns);
@@ -246,6 +248,7 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
     let summary = serde_json::json!({
         "v": frame::VERSION, "exit_code": result.exit_code, "signal": result.signal,
         "timed_out": result.timed_out, "oom_killed": result.oom_killed,
+        "pids_fork_failures": result.pids_fork_failures,
     });
     capture::write_frame(sink, &Frame::Result(result));
     write_termination_message(&options.termination_log, &summary.to_string());
@@ -328,11 +331,46 @@ fn read_oom_kill_count() -> u64 {
     0
 }
 
+/// Where the pids controller counts refused forks for this container: the
+/// cgroup v2 file (and its `.local` twin, which on v2 is the one that counts
+/// a limit hit higher up, at the pod), then cgroup v1's.
+const PIDS_EVENTS_FILES: &[&str] = &["/sys/fs/cgroup/pids.events", "/sys/fs/cgroup/pids.events.local", "/sys/fs/cgroup/pids/pids.events"];
+
+/// How many process creations the pids controller refused in this
+/// container's cgroup so far; 0 when no file can be read, which only means
+/// pid exhaustion is not detected here.
+fn read_pids_fork_failures() -> u64 {
+    PIDS_EVENTS_FILES.iter().filter_map(|path| std::fs::read_to_string(path).ok()).map(|text| pids_events_max(&text)).max().unwrap_or(0)
+}
+
+/// The counter of a `pids.events` file: `max N` (cgroup v1 and v2), or
+/// `fork_fail N` where a kernel reports that apart; the larger wins.
+pub fn pids_events_max(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("max ").or_else(|| line.strip_prefix("fork_fail ")))
+        .filter_map(|count| count.trim().parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
 /// The kubelet keeps up to 4096 bytes of this file in the container status,
 /// so the exit code survives even if the log is lost.
 fn write_termination_message(path: &PathBuf, message: &str) {
     let message = &message.as_bytes()[..message.len().min(4000)];
     if let Ok(mut file) = std::fs::OpenOptions::new().write(true).truncate(true).open(path) {
         let _ = file.write_all(message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pids_events_counts_refused_forks() {
+        let cases = [("max 0\n", 0), ("max 17\n", 17), ("max 3\nfork_fail 9\n", 9), ("", 0), ("max x\n", 0)];
+        for (text, expected) in cases {
+            assert_eq!(pids_events_max(text), expected, "{text:?}");
+        }
     }
 }

@@ -9,13 +9,16 @@
 //!   container: copy this binary into the shared volume, write input files;
 //! - `runner clone ...` in the `clone` init container, and `runner
 //!   credential ...`, git's credential helper there (see `clone`);
-//! - `runner exec [options] -- ARGV...` as the main container's command.
+//! - `runner exec [options] -- ARGV...` as the main container's command;
+//! - `runner probe-pids [--ceiling N]`, run by `doctor` as a job's command,
+//!   prints the pod's real process limit (see `probe`).
 
 pub mod artifacts;
 pub mod capture;
 pub mod clone;
 pub mod frame;
 pub mod init;
+pub mod probe;
 pub mod process;
 
 use std::ffi::OsString;
@@ -55,7 +58,14 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("exec") => parse_exec(rest).map(|options| run_exec(&options)),
         Some("clone") => clone::parse_clone(rest).and_then(|options| clone::run_clone(&options)),
         Some("credential") => clone::run_credential(rest),
-        other => Err(format!("unknown runner subcommand `{}`; expected `init`, `clone`, `credential` or `exec`", other.unwrap_or(""))),
+        Some("probe-pids") => parse_probe(rest).map(|ceiling| {
+            println!("{}", probe::probe_line(&probe::probe_pids(ceiling)));
+            0
+        }),
+        other => Err(format!(
+            "unknown runner subcommand `{}`; expected `init`, `clone`, `credential`, `exec` or `probe-pids`",
+            other.unwrap_or("")
+        )),
     };
     match outcome {
         Ok(code) => code,
@@ -163,6 +173,23 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
         return Err("runner exec needs a command after `--`".into());
     }
     Ok(options)
+}
+
+/// Threads `probe-pids` starts at most unless told otherwise: well above
+/// the podPidsLimit an operator would choose, well below what a node has.
+pub const PROBE_CEILING: u64 = 4096;
+
+fn parse_probe(args: Vec<OsString>) -> Result<u64, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut ceiling = PROBE_CEILING;
+    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
+        match arg {
+            Long("ceiling") => ceiling = number(&mut parser, "--ceiling")?,
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    Ok(ceiling)
 }
 
 fn value(parser: &mut lexopt::Parser) -> Result<String, String> {

@@ -150,23 +150,57 @@ impl Tool {
 
 /// The `tools/call` result for an outcome: structured content repeated as a
 /// text block (revision 2025-06-18 says SHOULD, and clients that ignore
-/// `structuredContent` still get the data), or an `isError` text.
-pub fn result_json(outcome: &ToolOutcome) -> Value {
+/// `structuredContent` still get the data), or an `isError` text. Takes the
+/// outcome by value so the structured content moves instead of being
+/// copied: with artifacts it is the largest thing the server holds.
+pub fn result_json(outcome: ToolOutcome) -> Value {
     match outcome {
         ToolOutcome::Success(structured) => json!({
-            "content": [{ "type": "text", "text": structured.to_string() }],
+            "content": [{ "type": "text", "text": json_text(&structured) }],
             "structuredContent": structured,
             "isError": false,
         }),
         ToolOutcome::SuccessWithContent { structured, extra_content } => {
-            let mut content = vec![json!({ "type": "text", "text": structured.to_string() })];
-            content.extend(extra_content.iter().cloned());
+            let mut content = vec![json!({ "type": "text", "text": json_text(&structured) })];
+            content.extend(extra_content);
             json!({ "content": content, "structuredContent": structured, "isError": false })
         }
         ToolOutcome::Failure(text) => json!({
             "content": [{ "type": "text", "text": text }],
             "isError": true,
         }),
+    }
+}
+
+/// `value.to_string()`, allocated once at its exact length instead of
+/// growing by doubling (which briefly holds up to three times the text).
+pub fn json_text(value: &Value) -> String {
+    exact_text(&|out: &mut dyn std::io::Write| serde_json::to_writer(out, value).map_err(std::io::Error::other))
+        .unwrap_or_else(|| value.to_string())
+}
+
+/// Runs `write` twice: once to count the bytes, once into a buffer of
+/// exactly that size. `None` if it fails or writes something that is not
+/// UTF-8 (neither happens with JSON; the callers fall back to `to_string`).
+pub fn exact_text(write: &dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()>) -> Option<String> {
+    let mut counter = ByteCounter(0);
+    write(&mut counter).ok()?;
+    let mut text = Vec::with_capacity(counter.0);
+    write(&mut text).ok()?;
+    String::from_utf8(text).ok()
+}
+
+/// A writer that only counts, for `exact_text`.
+struct ByteCounter(usize);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -512,11 +546,11 @@ mod tests {
 
     #[test]
     fn results_repeat_structured_content_as_text_and_errors_carry_none() {
-        let success = result_json(&ToolOutcome::Success(json!({ "a": 1 })));
+        let success = result_json(ToolOutcome::Success(json!({ "a": 1 })));
         assert_eq!(success["content"][0]["text"], r#"{"a":1}"#);
         assert_eq!(success["structuredContent"], json!({ "a": 1 }));
         assert_eq!(success["isError"], false);
-        let failure = result_json(&ToolOutcome::Failure("nope".into()));
+        let failure = result_json(ToolOutcome::Failure("nope".into()));
         assert_eq!(failure, json!({ "content": [{ "type": "text", "text": "nope" }], "isError": true }));
     }
 }

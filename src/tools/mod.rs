@@ -154,17 +154,22 @@ impl Tool {
 /// outcome by value so the structured content moves instead of being
 /// copied: with artifacts it is the largest thing the server holds.
 pub fn result_json(outcome: ToolOutcome) -> Value {
+    // Built with moves, not `json!`, which copies what it is given.
+    let success = |structured: Value, extra_content: Vec<Value>| {
+        let mut text = Map::new();
+        text.insert("type".into(), Value::from("text"));
+        text.insert("text".into(), Value::String(json_text(&structured)));
+        let mut content = vec![Value::Object(text)];
+        content.extend(extra_content);
+        let mut result = Map::new();
+        result.insert("content".into(), Value::Array(content));
+        result.insert("structuredContent".into(), structured);
+        result.insert("isError".into(), Value::Bool(false));
+        Value::Object(result)
+    };
     match outcome {
-        ToolOutcome::Success(structured) => json!({
-            "content": [{ "type": "text", "text": json_text(&structured) }],
-            "structuredContent": structured,
-            "isError": false,
-        }),
-        ToolOutcome::SuccessWithContent { structured, extra_content } => {
-            let mut content = vec![json!({ "type": "text", "text": json_text(&structured) })];
-            content.extend(extra_content);
-            json!({ "content": content, "structuredContent": structured, "isError": false })
-        }
+        ToolOutcome::Success(structured) => success(structured, Vec::new()),
+        ToolOutcome::SuccessWithContent { structured, extra_content } => success(structured, extra_content),
         ToolOutcome::Failure(text) => json!({
             "content": [{ "type": "text", "text": text }],
             "isError": true,

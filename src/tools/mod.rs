@@ -300,9 +300,10 @@ fn describe_environment_tool() -> Tool {
         name: "describe_environment",
         title: "Describe the job environment",
         description: "Tells what a job may use on this server: allowed images, default and maximum \
-                      timeout_s, output and artifact size caps, default CPU and memory, the namespace, \
-                      and whether repository cloning and a cache volume are available. Call it before \
-                      choosing an image or a timeout. Reads configuration only; starts nothing."
+                      timeout_s, output and artifact size caps, default CPU and memory, where a job may \
+                      write (its root file system is read-only), the namespace, and whether repository \
+                      cloning and a cache volume are available. Call it before choosing an image or a \
+                      timeout. Reads configuration only; starts nothing."
             .to_string(),
         input_schema: json!({ "type": "object", "properties": {}, "additionalProperties": false }),
         output_schema: json!({
@@ -323,6 +324,17 @@ fn describe_environment_tool() -> Tool {
                 "default_cpu": { "type": "string", "description": "Kubernetes CPU quantity" },
                 "default_memory": { "type": "string", "description": "Kubernetes memory quantity" },
                 "max_concurrent": { "type": "integer", "description": "jobs that run at once; more wait" },
+                "disk": {
+                    "type": "object",
+                    "description": "the root file system is read-only; a job writes to its workdir and /tmp, each at most size_limit (past it the pod is evicted)",
+                    "properties": {
+                        "size_limit": { "type": "string", "description": "Kubernetes quantity (MCP_K8S_WORKDIR_SIZE)" },
+                        "tmp": { "type": "string", "description": "the writable scratch folder besides the workdir" },
+                        "home": { "type": "string", "description": "HOME when the job's env does not set it" },
+                        "read_only_root": { "type": "boolean" }
+                    },
+                    "required": ["size_limit", "tmp", "home", "read_only_root"]
+                },
                 "clone_available": { "type": "boolean", "description": "whether jobs can clone a git repository" },
                 "cache_mount_path": {
                     "type": ["string", "null"],
@@ -335,7 +347,7 @@ fn describe_environment_tool() -> Tool {
             },
             "required": [
                 "namespace", "allowed_images", "timeout_s", "max_output_bytes", "max_artifact_bytes",
-                "default_cpu", "default_memory", "max_concurrent", "clone_available",
+                "default_cpu", "default_memory", "max_concurrent", "disk", "clone_available",
                 "cache_mount_path", "extra_env_names"
             ],
             "additionalProperties": false
@@ -361,6 +373,12 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         "default_cpu": config.default_cpu.as_str(),
         "default_memory": config.default_memory.as_str(),
         "max_concurrent": config.max_concurrent,
+        "disk": {
+            "size_limit": config.workdir_size.as_str(),
+            "tmp": crate::engine::manifest::TMP_DIR,
+            "home": crate::engine::manifest::TMP_DIR,
+            "read_only_root": true,
+        },
         "clone_available": config.clone.is_some(),
         "cache_mount_path": config.cache.as_ref().map(|cache| cache.mount_path.as_str()),
         "extra_env_names": extra_env_names,

@@ -2,8 +2,9 @@
 //! and 15), through the built binary over stdio: a read-only root with a
 //! writable /tmp, HOME and workdir; disk writes past the size bound stopped;
 //! a fork storm stopped by the pod's pid limit and named `PidsExhausted`;
-//! an artifact over the cap named in the notes with the cap; ten cancels at
-//! once answered at once.
+//! an artifact over the cap named in the notes with the cap; the inputs
+//! Secret deleted once the command runs; ten cancels at once answered at
+//! once.
 
 mod common;
 
@@ -192,6 +193,35 @@ fn ten_cancels_at_once_answer_at_once() {
         assert_eq!((view["status"].as_str(), view["result"]["status"].as_str()), (Some("done"), Some("cancelled")), "{view}");
         assert!(view["result"]["stdout"].as_str().unwrap().contains("up"), "the output so far is kept: {view}");
     }
+}
+
+/// Issue 12, finding 9: the inputs sat in a Secret until the run ended
+/// (background runs: until the follower finished). It goes once the
+/// command has started, for sync and background runs alike.
+#[test]
+fn the_inputs_secret_is_gone_once_the_command_runs() {
+    let mut server = cluster::server(&[]);
+    let files = json!([{"path": "in.txt", "content_b64": "c2VjcmV0LWlucHV0Cg=="}]);
+    let submitted =
+        ok(&mut server, "submit_job", json!({"image": BUSYBOX, "command": ["sh", "-c", "cat in.txt; sleep 30"], "files": files}));
+    let token = submitted["job_token"].as_str().unwrap().to_string();
+    let _cleanup = Cleanup(vec![token.clone()]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ok(&mut server, "fetch_job", json!({"job_token": token, "wait_s": 2}))["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("secret-input")
+    {
+        assert!(Instant::now() < deadline, "{token} did not start");
+    }
+    let secret_name = format!("mcpk8s-{}", &token[4..36]);
+    let gone_by = Instant::now() + Duration::from_secs(10);
+    while cluster::admin_client().get_if_exists(kube::Resource::SECRETS, NAMESPACE, &secret_name).unwrap().is_some() {
+        assert!(Instant::now() < gone_by, "the inputs Secret {secret_name} outlived the start of the command");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let view = ok(&mut server, "fetch_job", json!({"job_token": token}));
+    assert_eq!(view["status"], "running", "the command still runs: {view}");
 }
 
 /// Background Jobs are kept for the retention; the test deletes its own.

@@ -93,8 +93,8 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
     };
     if result.pids_fork_failures > 0 && reason != Some(RunReason::PidsExhausted) {
         outcome.notes.push(format!(
-            "{} process creations were refused: the pod reached its process limit (the kubelet's podPidsLimit)",
-            result.pids_fork_failures
+            "{} refused: the pod reached its process limit (the kubelet's podPidsLimit)",
+            process_creations(result.pids_fork_failures)
         ));
     }
     outcome.status = status;
@@ -108,8 +108,13 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
 fn pids_message(fork_failures: u64, also_oom: bool) -> String {
     let oom = if also_oom { "; it also ran out of memory, which so many processes cause" } else { "" };
     format!(
-        "the command reached the pod's process limit (the kubelet's podPidsLimit): {fork_failures} process creations failed with EAGAIN{oom}; start fewer processes or threads"
+        "the command reached the pod's process limit (the kubelet's podPidsLimit): {} failed with EAGAIN{oom}; start fewer processes or threads",
+        process_creations(fork_failures)
     )
+}
+
+fn process_creations(count: u64) -> String {
+    if count == 1 { "1 process creation".to_string() } else { format!("{count} process creations") }
 }
 
 fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOutcome) -> RunOutcome {
@@ -275,7 +280,7 @@ mod tests {
         let mut r = result();
         r.pids_fork_failures = 2;
         let outcome = judged(Some(r), None);
-        assert_eq!(outcome.notes, ["2 process creations were refused: the pod reached its process limit (the kubelet's podPidsLimit)"]);
+        assert_eq!(outcome.notes, ["2 process creations refused: the pod reached its process limit (the kubelet's podPidsLimit)"]);
         let mut r = result();
         r.pids_fork_failures = 2;
         r.exit_code = Some(1);

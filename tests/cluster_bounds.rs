@@ -3,8 +3,8 @@
 //! writable /tmp, HOME and workdir; disk writes past the size bound stopped;
 //! a fork storm stopped by the pod's pid limit and named `PidsExhausted`;
 //! an artifact over the cap named in the notes with the cap; the inputs
-//! Secret deleted once the command runs; ten cancels at once answered at
-//! once.
+//! Secret deleted once the command runs; a background job waiting for
+//! capacity up to its start timeout; ten cancels at once answered at once.
 
 mod common;
 
@@ -222,6 +222,28 @@ fn the_inputs_secret_is_gone_once_the_command_runs() {
     }
     let view = ok(&mut server, "fetch_job", json!({"job_token": token}));
     assert_eq!(view["status"], "running", "the command still runs: {view}");
+}
+
+/// Issue 12, finding 15: background jobs got the sync 20 s Unschedulable
+/// grace; they now wait for capacity up to MCP_K8S_START_TIMEOUT_S.
+#[test]
+fn a_background_job_waits_for_capacity_up_to_its_start_timeout() {
+    let mut server = cluster::server(&[("MCP_K8S_START_TIMEOUT_S", "35")]);
+    let started = Instant::now();
+    let submitted = ok(&mut server, "submit_job", json!({"image": BUSYBOX, "command": ["true"], "limits": {"memory": "30Gi"}}));
+    let token = submitted["job_token"].as_str().unwrap().to_string();
+    let _cleanup = Cleanup(vec![token.clone()]);
+    let view = loop {
+        let view = ok(&mut server, "fetch_job", json!({"job_token": token, "wait_s": 30}));
+        if view["status"] == "done" {
+            break view;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "{view}");
+    };
+    let waited = started.elapsed();
+    assert_eq!((view["result"]["status"].as_str(), view["result"]["reason"].as_str()), (Some("error"), Some("Unschedulable")), "{view}");
+    assert!(view["result"]["message"].as_str().unwrap().contains("Insufficient memory"), "{view}");
+    assert!(waited >= Duration::from_secs(30), "gave up after {waited:?}, before its start timeout: {view}");
 }
 
 /// Background Jobs are kept for the retention; the test deletes its own.

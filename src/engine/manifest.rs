@@ -14,9 +14,11 @@
 //! read-only, so nothing can be written outside the volumes below, and every
 //! volume is an `emptyDir` with a size limit. The caller's command writes to
 //! the workdir and to `/tmp` (also its `$HOME` unless the caller or the
-//! operator sets one); both are bounded by `MCP_K8S_WORKDIR_SIZE` each, and
-//! together by the main container's ephemeral-storage limit (the kubelet
-//! evicts a pod past either).
+//! operator sets one). The runner's watcher (`runner::disk`) stops the
+//! command within a fraction of a second once both together hold more than
+//! `MCP_K8S_WORKDIR_SIZE`; behind it, the kubelet evicts the pod (about a
+//! minute late) past each volume's size limit or the main container's
+//! ephemeral-storage limit.
 
 use std::time::Duration;
 
@@ -311,6 +313,8 @@ fn main_container(spec: &RunSpec, policy: &Policy) -> Value {
         max_output_bytes: policy.max_output_bytes as usize,
         max_artifact_bytes: policy.max_artifact_bytes,
         artifact_patterns: spec.artifacts.clone(),
+        disk_paths: writable_paths(spec),
+        disk_limit_bytes: u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0),
         termination_log: runner::TERMINATION_LOG.into(),
         argv: spec.command.clone(),
     };
@@ -379,6 +383,16 @@ fn main_resources(spec: &RunSpec, policy: &Policy) -> Value {
 fn main_storage_limit(policy: &Policy) -> String {
     let workdir_bytes = policy.workdir_size_limit.nanos() / 1_000_000_000;
     (workdir_bytes + STORAGE_SLACK_BYTES).to_string()
+}
+
+/// What the runner's disk watcher measures: the workdir, and /tmp when it
+/// is a volume of its own. `MCP_K8S_WORKDIR_SIZE` is their limit together.
+fn writable_paths(spec: &RunSpec) -> Vec<std::path::PathBuf> {
+    let mut paths = vec![std::path::PathBuf::from(&spec.workdir)];
+    if has_tmp_volume(spec) {
+        paths.push(TMP_DIR.into());
+    }
+    paths
 }
 
 /// A workdir of exactly /tmp is the scratch folder itself; a second volume

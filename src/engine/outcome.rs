@@ -66,6 +66,12 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
             Some(RunReason::StartFailed),
             format!("{start_error}; check that the program exists in the image and is executable, or give its absolute path"),
         )
+    } else if let Some(disk) = &result.disk_limit_exceeded {
+        (
+            RunStatus::Failed,
+            Some(RunReason::DiskLimitExceeded),
+            format!("{disk}; write less to the workdir and /tmp, or ask the operator to raise MCP_K8S_WORKDIR_SIZE"),
+        )
     } else if result.timed_out {
         (
             RunStatus::TimedOut,
@@ -264,6 +270,17 @@ mod tests {
                 Some(RunReason::PidsExhausted),
             ),
             ("refused forks, exit 0", with(|r| r.pids_fork_failures = 2), None, RunStatus::Succeeded, None),
+            (
+                "disk bound",
+                with(|r| {
+                    r.disk_limit_exceeded = Some("`/tmp` held 2 bytes, over its limit of 1 bytes".into());
+                    r.exit_code = None;
+                    r.signal = Some(15)
+                }),
+                None,
+                RunStatus::Failed,
+                Some(RunReason::DiskLimitExceeded),
+            ),
             ("runner oom-killed", None, Some(oom_container), RunStatus::Failed, Some(RunReason::OomKilled)),
             ("evicted", None, Some(evicted), RunStatus::Error, Some(RunReason::Evicted)),
             ("lost", None, None, RunStatus::Error, Some(RunReason::ResultLost)),

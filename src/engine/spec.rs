@@ -108,6 +108,9 @@ pub enum RunReason {
     /// The pod reached its process limit (the kubelet's `podPidsLimit`)
     /// and the command failed: a fork storm, or too many threads.
     PidsExhausted,
+    /// The workdir or /tmp outgrew MCP_K8S_WORKDIR_SIZE; the runner
+    /// stopped the command.
+    DiskLimitExceeded,
     ImagePullFailed,
     Unschedulable,
     QuotaExceeded,
@@ -155,6 +158,7 @@ impl RunReason {
             RunReason::Signaled => "Signaled",
             RunReason::OomKilled => "OOMKilled",
             RunReason::PidsExhausted => "PidsExhausted",
+            RunReason::DiskLimitExceeded => "DiskLimitExceeded",
             RunReason::ImagePullFailed => "ImagePullFailed",
             RunReason::Unschedulable => "Unschedulable",
             RunReason::QuotaExceeded => "QuotaExceeded",

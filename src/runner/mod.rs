@@ -16,6 +16,7 @@
 pub mod artifacts;
 pub mod capture;
 pub mod clone;
+pub mod disk;
 pub mod frame;
 pub mod init;
 pub mod probe;
@@ -43,6 +44,10 @@ pub struct ExecOptions {
     pub max_output_bytes: usize,
     pub max_artifact_bytes: u64,
     pub artifact_patterns: Vec<String>,
+    /// Folders the command may write and the limit of each (`disk`); no
+    /// watching with a limit of 0.
+    pub disk_paths: Vec<PathBuf>,
+    pub disk_limit_bytes: u64,
     pub termination_log: PathBuf,
     pub argv: Vec<String>,
 }
@@ -100,6 +105,14 @@ pub fn exec_args(options: &ExecOptions) -> Vec<String> {
         args.push("--artifact".to_string());
         args.push(pattern.clone());
     }
+    if options.disk_limit_bytes > 0 {
+        args.push("--disk-limit-bytes".to_string());
+        args.push(options.disk_limit_bytes.to_string());
+        for path in &options.disk_paths {
+            args.push("--disk-path".to_string());
+            args.push(path.to_string_lossy().into_owned());
+        }
+    }
     args.push("--".to_string());
     args.extend(options.argv.iter().cloned());
     args
@@ -148,6 +161,8 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
         max_output_bytes: 1 << 20,
         max_artifact_bytes: 10 << 20,
         artifact_patterns: Vec::new(),
+        disk_paths: Vec::new(),
+        disk_limit_bytes: 0,
         termination_log: PathBuf::from(TERMINATION_LOG),
         argv: Vec::new(),
     };
@@ -159,6 +174,8 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
             Long("max-output-bytes") => options.max_output_bytes = number(&mut parser, "--max-output-bytes")? as usize,
             Long("max-artifact-bytes") => options.max_artifact_bytes = number(&mut parser, "--max-artifact-bytes")?,
             Long("artifact") => options.artifact_patterns.push(value(&mut parser)?),
+            Long("disk-path") => options.disk_paths.push(PathBuf::from(value(&mut parser)?)),
+            Long("disk-limit-bytes") => options.disk_limit_bytes = number(&mut parser, "--disk-limit-bytes")?,
             Long("termination-log") => options.termination_log = PathBuf::from(value(&mut parser)?),
             Value(first) => {
                 options.argv.push(first.to_string_lossy().into_owned());
@@ -241,14 +258,20 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
         }
         Ok(mut child) => {
             let outputs = start_pumps(&mut child, options, sink);
+            let watcher = (options.disk_limit_bytes > 0 && !options.disk_paths.is_empty())
+                .then(|| disk::Watcher::start(options.disk_paths.clone(), options.disk_limit_bytes, stop.clone()));
             let ending = process::wait(&mut child, options.timeout, options.kill_grace, &stop);
+            result.disk_limit_exceeded = watcher.and_then(disk::Watcher::finish).map(|exceeded| exceeded.message());
             process::kill_group_leftovers(&child);
             let (stdout, stderr) = finish_pumps(outputs, &mut result.notes);
             send_captured(&mut result, &stdout, &stderr, sink);
             match ending {
                 Ok(ending) => {
                     result.timed_out = matches!(ending, process::Ending::TimedOut(_));
-                    result.terminated_by_request = matches!(ending, process::Ending::StopRequested(_));
+                    // The disk watcher stops the command through the same
+                    // flag as a SIGTERM; only the latter is a request.
+                    result.terminated_by_request =
+                        matches!(ending, process::Ending::StopRequested(_)) && result.disk_limit_exceeded.is_none();
                     let (code, signal) = process::code_and_signal(ending.status());
                     result.exit_code = code;
                     result.signal = signal;

@@ -343,12 +343,18 @@ fn decide<'scope>(
         if matches!(log, LogState::NotStarted) && now >= start_deadline {
             // A background run waits for capacity up to here; if it never
             // came, that is the reason to report.
-            let reason = if unschedulable_since.is_some() { RunReason::Unschedulable } else { RunReason::StartTimeout };
+            let (reason, advice) = match unschedulable_since {
+                Some(_) => (RunReason::Unschedulable, "; lower limits.cpu / limits.memory or ask the operator for capacity"),
+                None => (RunReason::StartTimeout, ""),
+            };
             return RunOutcome::without_result(
                 run_id,
                 RunStatus::Error,
                 reason,
-                format!("the pod did not start within {} s (MCP_K8S_START_TIMEOUT_S): {last_waiting}", ctx.policy.start_timeout.as_secs()),
+                format!(
+                    "the pod did not start within {} s (MCP_K8S_START_TIMEOUT_S): {last_waiting}{advice}",
+                    ctx.policy.start_timeout.as_secs()
+                ),
             );
         }
         if now >= hard_deadline {

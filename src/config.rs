@@ -68,7 +68,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_START_TIMEOUT_S", Some("start-timeout-s"), "120", "time a pod may take to be scheduled, pull its image and start, apart from timeout_s", |r| &mut r.start_timeout_s),
     setting("MCP_K8S_MAX_QUEUED", Some("max-queued"), "100", "jobs that may wait for a free slot when MCP_K8S_MAX_CONCURRENT are running; more are refused", |r| &mut r.max_queued),
     setting("MCP_K8S_RESULT_TTL_S", Some("result-ttl-s"), "3600", "how long background job results are kept for fetch_job", |r| &mut r.result_ttl_s),
-    setting("MCP_K8S_WORKDIR_SIZE", Some("workdir-size"), "1Gi", "size limit of the job's workdir volume (Kubernetes quantity)", |r| &mut r.workdir_size),
+    setting("MCP_K8S_WORKDIR_SIZE", Some("workdir-size"), "1Gi", "what a job may write to its workdir and /tmp together (Kubernetes quantity)", |r| &mut r.workdir_size),
     setting("MCP_K8S_RUNTIME_CLASS", Some("runtime-class"), "", "RuntimeClass for job pods (e.g. gvisor); empty uses the cluster default", |r| &mut r.runtime_class),
     setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "16777216", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
     setting("MCP_K8S_SESSION_TTL_S", Some("session-ttl-s"), "3600", "idle time after which an HTTP session ends", |r| &mut r.session_ttl_s),

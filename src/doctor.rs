@@ -3,7 +3,11 @@
 //! `serve` stops on: a cache PVC or clone Secret that does not exist would
 //! otherwise fail every run, or hang it until the start timeout).
 //!
-//! Knows `Config`, the engine (to run a tiny job) and `kube`; nothing of MCP.
+//! The last checks run tiny jobs: the runner (and clone) image starts, and
+//! the pod's real process limit, which only a job can measure.
+//!
+//! Knows `Config`, the engine (to run a tiny job), the runner's probe line
+//! and `kube`; nothing of MCP.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,8 +16,9 @@ use crate::config::Config;
 use crate::engine;
 use crate::engine::cancel::CancelToken;
 use crate::engine::permissions::{self, Permission};
-use crate::engine::spec::{RunSpec, RunStatus};
+use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
 use crate::kube;
+use crate::runner;
 
 /// The result of one check: a line for the operator.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +65,7 @@ pub fn run(config: &Config, ctx: &engine::run::Ctx, report: &mut dyn FnMut(&Chec
     }
     emit(check_allowlist(config));
     emit(check_image_runs(ctx, "runner image (MCP_K8S_RUNNER_IMAGE)", &config.runner_image, &[&config.runner_binary_path, "--version"]));
+    emit(check_pids_limit(ctx, config));
     if let Some(clone) = &config.clone {
         emit(check_image_runs(ctx, "clone image (MCP_K8S_CLONE_IMAGE)", &clone.image, &["git", "--version"]));
     }
@@ -188,6 +194,49 @@ fn check_allowlist(config: &Config) -> Check {
 /// Runs `command` in `image` through the engine, exactly as a job would run
 /// (same pod shape, runner, security context), and expects exit code 0.
 fn check_image_runs(ctx: &engine::run::Ctx, what: &str, image: &str, command: &[&str]) -> Check {
+    let outcome = run_check_job(ctx, image, command);
+    if outcome.status == RunStatus::Succeeded {
+        let first_line = String::from_utf8_lossy(&outcome.stdout).lines().next().unwrap_or("").to_string();
+        return Check::pass(format!("{what} `{image}` runs a job: `{}` printed `{first_line}`", command.join(" ")));
+    }
+    Check::fail(format!("{what} `{image}`: `{}` did not succeed: {}", command.join(" "), failure_text(&outcome)))
+}
+
+/// The pid limit a job pod really has (issue 12, finding 7). The server
+/// cannot read the kubelet's configuration, and a container's own cgroup
+/// says `max`, so a job of the runner image counts the threads it can
+/// start (`runner probe-pids`).
+fn check_pids_limit(ctx: &engine::run::Ctx, config: &Config) -> Check {
+    let ceiling = runner::PROBE_CEILING.to_string();
+    let command = [config.runner_binary_path.as_str(), "runner", "probe-pids", "--ceiling", &ceiling];
+    let outcome = run_check_job(ctx, &config.runner_image, &command);
+    let stdout = String::from_utf8_lossy(&outcome.stdout);
+    let probe = stdout.lines().find_map(runner::probe::parse_probe_line);
+    match (outcome.status, probe) {
+        (RunStatus::Succeeded, Some(probe)) => pids_check(&probe),
+        _ => Check::fail(format!("pids limit: the probe job did not report: {}", failure_text(&outcome))),
+    }
+}
+
+/// The verdict on one probe: a pod without a pid limit fails, since one
+/// fork storm can then exhaust the node's pids.
+fn pids_check(probe: &runner::probe::PidsProbe) -> Check {
+    if probe.limited {
+        Check::pass(format!(
+            "pids limit: a job pod can run about {} processes or threads (a probe's next thread was refused; the kubelet's podPidsLimit, container pids.max `{}`)",
+            probe.threads_started + 1,
+            probe.own_pids_max
+        ))
+    } else {
+        Check::fail(format!(
+            "pids limit: none found; a probe job started {} threads; set podPidsLimit in the kubelet configuration (e.g. 1024), see the README's security model",
+            probe.threads_started
+        ))
+    }
+}
+
+/// Runs `command` in `image` through the engine, exactly as a job would run.
+fn run_check_job(ctx: &engine::run::Ctx, image: &str, command: &[&str]) -> RunOutcome {
     let spec = RunSpec {
         image: image.to_string(),
         command: command.iter().map(|arg| arg.to_string()).collect(),
@@ -201,19 +250,15 @@ fn check_image_runs(ctx: &engine::run::Ctx, what: &str, image: &str, command: &[
         clone: None,
     };
     let run_id = engine::run::new_run_id();
-    let outcome = engine::run::run(ctx, &spec, &run_id, &CancelToken::new(), &|_| {});
-    if outcome.status == RunStatus::Succeeded {
-        let first_line = String::from_utf8_lossy(&outcome.stdout).lines().next().unwrap_or("").to_string();
-        return Check::pass(format!("{what} `{image}` runs a job: `{}` printed `{first_line}`", command.join(" ")));
-    }
+    engine::run::run(ctx, &spec, &run_id, &CancelToken::new(), &|_| {})
+}
+
+/// Reason, message and stderr of a check job that did not succeed.
+fn failure_text(outcome: &RunOutcome) -> String {
     let stderr = String::from_utf8_lossy(&outcome.stderr);
     let reason = outcome.reason.map(|reason| format!("{reason:?}: ")).unwrap_or_default();
-    Check::fail(format!(
-        "{what} `{image}`: `{}` did not succeed: {reason}{}{}",
-        command.join(" "),
-        outcome.message,
-        if stderr.trim().is_empty() { String::new() } else { format!("; stderr: {}", stderr.trim()) }
-    ))
+    let stderr = if stderr.trim().is_empty() { String::new() } else { format!("; stderr: {}", stderr.trim()) };
+    format!("{reason}{}{stderr}", outcome.message)
 }
 
 #[cfg(test)]
@@ -225,6 +270,15 @@ mod tests {
     fn lines_start_with_the_verdict() {
         assert_eq!(Check::pass("a").line(), "ok    a");
         assert_eq!(Check::fail("b").line(), "FAIL  b");
+    }
+
+    #[test]
+    fn a_pod_without_a_pid_limit_fails() {
+        let probe = |threads_started, limited| runner::probe::PidsProbe { threads_started, limited, own_pids_max: "max".into() };
+        let limited = pids_check(&probe(1019, true));
+        assert!(limited.passed && limited.text.contains("about 1020 processes"), "{limited:?}");
+        let unlimited = pids_check(&probe(4096, false));
+        assert!(!unlimited.passed && unlimited.text.contains("set podPidsLimit"), "{unlimited:?}");
     }
 
     #[test]

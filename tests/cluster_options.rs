@@ -190,6 +190,8 @@ fn doctor_passes_on_the_test_namespace() {
         &format!("ok    MCP_K8S_CLONE_SECRET: Secret `{}` exists with keys `git.example.com`", git_secret.name),
         "ok    MCP_K8S_ALLOWED_IMAGES allows",
         "ok    runner image (MCP_K8S_RUNNER_IMAGE)",
+        // The kubelet's podPidsLimit (tests/cluster/up: 1024), measured.
+        "ok    pids limit: a job pod can run about",
         "ok    clone image (MCP_K8S_CLONE_IMAGE) `mcp-k8s-test.local/git:2.39` runs a job: `git --version` printed `git version 2.39",
         "all checks passed",
     ] {

@@ -105,6 +105,68 @@ fn clone_arguments_without_a_clone_step_add_nothing() {
     assert_eq!(manifest::job(&spec, &policy(), "0123abcd"), manifest::job(&self::spec(), &policy(), "0123abcd"));
 }
 
+/// Issue 12, finding 6: the main container's root was writable with no
+/// ephemeral-storage limit, and a job wrote 1.5 GB to /tmp.
+#[test]
+fn every_container_has_a_read_only_root_and_bounded_storage() {
+    let mut spec = spec();
+    spec.clone = Some(CloneSpec { repo_url: "https://h/r".into(), git_ref: "main".into(), subdir: String::new() });
+    let mut policy = policy();
+    policy.clone = Some(CloneStep { image: "git".into(), secret_name: "tokens".into() });
+    let job = manifest::job(&spec, &policy, "0123abcd");
+    let pod = &job["spec"]["template"]["spec"];
+    let containers: Vec<&serde_json::Value> =
+        pod["initContainers"].as_array().unwrap().iter().chain(pod["containers"].as_array().unwrap()).collect();
+    assert_eq!(containers.len(), 3);
+    for container in containers {
+        let name = &container["name"];
+        assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true, "{name}");
+        assert!(container["resources"]["limits"]["ephemeral-storage"].is_string(), "{name}");
+        assert!(container["resources"]["requests"]["ephemeral-storage"].is_string(), "{name}");
+    }
+    for volume in pod["volumes"].as_array().unwrap() {
+        if volume.get("emptyDir").is_some() {
+            assert!(volume["emptyDir"]["sizeLimit"].is_string(), "{volume}");
+        }
+    }
+    // The workdir (1Gi) plus 256Mi for the log and the runner copy.
+    let main = &pod["containers"][0];
+    assert_eq!(main["resources"]["limits"]["ephemeral-storage"], ((1i64 << 30) + (256 << 20)).to_string());
+}
+
+#[test]
+fn home_is_the_writable_tmp_unless_someone_set_it() {
+    let home = |spec: &RunSpec, policy: &Policy| {
+        let job = manifest::job(spec, policy, "0123abcd");
+        let env = job["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap().clone();
+        env.iter().find(|var| var["name"] == "HOME").map(|var| var["value"].as_str().unwrap().to_string())
+    };
+    assert_eq!(home(&spec(), &policy()).as_deref(), Some("/tmp"));
+    let mut caller = spec();
+    caller.env.insert("HOME".into(), "/work/home".into());
+    assert_eq!(home(&caller, &policy()).as_deref(), Some("/work/home"));
+    let mut operator = policy();
+    operator.extra_env.insert("HOME".into(), "/cache/home".into());
+    assert_eq!(home(&spec(), &operator).as_deref(), Some("/cache/home"));
+}
+
+#[test]
+fn a_workdir_of_tmp_is_the_scratch_volume_itself() {
+    let mounts = |workdir: &str| {
+        let mut spec = spec();
+        spec.workdir = workdir.into();
+        let job = manifest::job(&spec, &policy(), "0123abcd");
+        let pod = &job["spec"]["template"]["spec"];
+        let paths: Vec<String> =
+            pod["containers"][0]["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap().to_string()).collect();
+        let has_tmp_volume = pod["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "tmp");
+        (paths, has_tmp_volume)
+    };
+    assert_eq!(mounts("/tmp"), (vec!["/mcp/bin".to_string(), "/tmp".to_string()], false));
+    // A workdir under /tmp is mounted after /tmp, so it stays visible.
+    assert_eq!(mounts("/tmp/src"), (vec!["/mcp/bin".to_string(), "/tmp".to_string(), "/tmp/src".to_string()], true));
+}
+
 #[test]
 fn no_files_no_secret() {
     assert!(manifest::inputs_secret(&spec(), &policy(), "x", "uid").is_none());

@@ -86,6 +86,8 @@ fn options(name: &str, argv: &[&str]) -> ExecOptions {
         max_output_bytes: 1 << 20,
         max_artifact_bytes: 1 << 20,
         artifact_patterns: Vec::new(),
+        disk_paths: Vec::new(),
+        disk_limit_bytes: 0,
         termination_log: workdir.join(".termination-log-unused"),
         argv: argv.iter().map(|s| s.to_string()).collect(),
     }
@@ -190,10 +192,51 @@ fn artifact_patterns_select_files_and_the_cap_leaves_content_out() {
     assert!(run.result().artifacts_truncated);
 }
 
+/// Issue 12, finding 15: an artifact over the cap came back without
+/// content and with empty `notes`.
+#[test]
+fn an_artifact_over_the_cap_is_named_in_a_note_with_the_cap() {
+    let mut opts = options("over-cap-note", &["sh", "-c", "printf 1234567890 > big.log; printf xy > small.log"]);
+    opts.max_artifact_bytes = 5;
+    let run = run(&opts);
+    let notes = &run.result().notes;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].starts_with("`big.log` (10 bytes) was listed without content"), "{notes:?}");
+    assert!(notes[0].contains("the artifact cap is 5 bytes") && notes[0].contains("MCP_K8S_MAX_ARTIFACT_BYTES"), "{notes:?}");
+}
+
+/// Issue 12, finding 6: the kubelet's eviction comes about a minute after
+/// a folder outgrows its limit; the runner's own watcher stops the command
+/// within a fraction of a second and says how much each folder held.
+#[test]
+fn writing_past_the_disk_limit_stops_the_command_and_says_where() {
+    let script = "i=0; while [ $i -lt 200 ]; do head -c 65536 /dev/zero > fill-$i; i=$((i+1)); sleep 0.02; done; echo all-written";
+    let mut opts = options("disk-limit", &["sh", "-c", script]);
+    opts.disk_paths = vec![opts.workdir.clone()];
+    opts.disk_limit_bytes = 1 << 20;
+    opts.artifact_patterns = vec!["none".into()];
+    let run = run(&opts);
+    let result = run.result();
+    let message = result.disk_limit_exceeded.as_deref().expect("the disk limit was noticed");
+    assert!(message.contains("over the disk limit of 1048576 bytes (MCP_K8S_WORKDIR_SIZE)"), "{message}");
+    assert!(!result.terminated_by_request, "nobody asked for the stop");
+    assert!(!String::from_utf8_lossy(&run.stdout()).contains("all-written"), "the command was not stopped");
+    let written = fs::read_dir(&run.workdir).unwrap().count();
+    assert!(written < 100, "{written} files of 64 KiB written past a 1 MiB limit");
+}
+
+#[test]
+fn a_run_without_refused_forks_reports_none() {
+    let run = run(&options("no-pids-failures", &["true"]));
+    assert_eq!(run.result().pids_fork_failures, 0);
+}
+
 #[test]
 fn exec_args_round_trip_through_the_runner_parser() {
     let mut opts = options("args", &["python3", "-c", "print('$(HOME)')", "--", "-x"]);
     opts.artifact_patterns = vec!["out/".into()];
+    opts.disk_paths = vec!["/work".into(), "/tmp".into()];
+    opts.disk_limit_bytes = 1 << 30;
     let args = runner::exec_args(&opts);
     assert_eq!(&args[..2], ["runner", "exec"]);
     let parsed = runner::parse_exec(args[2..].iter().map(std::ffi::OsString::from).collect()).unwrap();

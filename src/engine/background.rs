@@ -37,23 +37,20 @@ use crate::runner::frame::Stream;
 /// Annotations of a background Job (the expiry is `manifest`'s).
 pub const ANNOTATION_TOKEN: &str = "mcp-k8s-ephemeral-job/job-token";
 pub const ANNOTATION_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
-/// The image and argv, shortened, so `list_jobs` can tell runs apart.
+/// The image and the program's name, so `list_jobs` can tell runs apart.
+/// Not the arguments: they are the caller's data (scripts, sometimes
+/// secrets), and a Job annotation keeps them in etcd, and its backups, for
+/// the whole retention (issue 12, finding 9).
 pub const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
 /// Set by `cancel`: the run was stopped on purpose, even if its pod (and
 /// the partial output in its log) is gone when another process looks.
 pub const ANNOTATION_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
-/// The tail of a cancelled run's output, written by the process that
-/// cancelled it, so that any replica (or this one after a restart) can
-/// still return it: the pod and its log are gone by then.
-pub const ANNOTATION_CANCELLED_OUTPUT: &str = "mcp-k8s-ephemeral-job/cancelled-output";
-/// Bytes of each stream kept in that annotation; annotations share 256 KiB.
-const CANCELLED_OUTPUT_TAIL_BYTES: usize = 32 * 1024;
 
-/// How long `cancel` lets the runner report the output so far after its
-/// pod was deleted, before the follower is stopped outright.
+/// How long the runner may take to report the output so far after a
+/// cancel deleted its pod, before the follower is stopped outright.
 const CANCEL_DRAIN: Duration = Duration::from_secs(15);
-/// Longest command summary kept in `ANNOTATION_COMMAND`.
-const COMMAND_SUMMARY_CHARS: usize = 200;
+/// Longest program name kept in `ANNOTATION_COMMAND`.
+const PROGRAM_NAME_CHARS: usize = 64;
 /// A follower that re-attaches gets at least this long to see the pod
 /// before the start or hard deadline (counted from the Job's creation)
 /// can end it.
@@ -151,7 +148,10 @@ pub fn submit(ctx: &Ctx, spec: &RunSpec) -> Result<Submitted, Error> {
     let token = token_for(&run_id, SystemTime::now());
     let cancel = CancelToken::new();
     ctx.jobs.insert_new(&run_id, &token, cancel.clone()).map_err(|full| Error::Full { running: full.running })?;
-    let followed = Followed::from_spec(spec, &ctx.policy);
+    let mut followed = Followed::from_spec(spec, &ctx.policy);
+    // Nobody waits on a background run, so it waits for capacity (a node
+    // freeing CPU) up to its start timeout instead of the sync grace.
+    followed.unschedulable_grace = ctx.policy.start_timeout;
     let retention = manifest::Retention {
         expires_at: run::rfc3339_after(
             manifest::pod_deadline(spec, &ctx.policy) + manifest::JOB_DEADLINE_SLACK + ctx.jobs.limits().result_ttl,
@@ -193,17 +193,18 @@ pub fn fetch(ctx: &Ctx, token: &str, wait: Duration, stop: &CancelToken, on_outp
     Err(Error::Unknown { token: token.to_string() })
 }
 
-/// Stops the run at once: marks its Job cancelled, deletes its pod (the
-/// runner then reports the output so far), and waits briefly for that
-/// report. The outcome stays fetchable like any other.
+/// Stops the run: marks its Job cancelled and deletes its pod (the runner
+/// then reports the output so far), and answers as soon as both are done.
+/// It used to wait for that report too, and ten cancels at once took 2 to
+/// 11 s each (issue 12, finding 15); the rest now happens on a thread of
+/// its own (`finish_cancel`), and `fetch_job` returns the `cancelled`
+/// result once the follower has it.
 pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
     let (run_id, view) = ensure_known(ctx, token)?;
     if view.phase == Phase::Finished {
         return Err(Error::AlreadyFinished { token: token.to_string() });
     }
     let namespace = &ctx.policy.namespace;
-    let never = CancelToken::new();
-    let mut seen = Seen::default();
     // A Job that already ended, but whose log is still being read here,
     // must keep its pod: the result is in that log.
     let job = ctx
@@ -211,7 +212,6 @@ pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
         .get_if_exists(kube::Resource::JOBS, namespace, &manifest::job_name(&run_id))
         .map_err(|error| Error::Api { what: "look up the Job", message: error.to_string() })?;
     if job.as_ref().is_some_and(|job| job_finished_at(job).is_some()) {
-        ctx.jobs.wait(&run_id, Instant::now() + CANCEL_DRAIN, &never, &mut seen, &mut |_, _| {});
         return Err(Error::AlreadyFinished { token: token.to_string() });
     }
     let Some(follower) = ctx.jobs.request_cancel(&run_id) else {
@@ -224,21 +224,37 @@ pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
         log::warn("could not mark the job cancelled", &[("run_id", run_id.as_str().into()), ("error", error.to_string().into())]);
     }
     delete_pods(ctx, &run_id);
-    let drained = ctx.jobs.wait(&run_id, Instant::now() + CANCEL_DRAIN, &never, &mut seen, &mut |_, _| {});
-    let finished = matches!(&drained, Lookup::Found(view) if view.phase == Phase::Finished);
-    if !finished {
-        follower.cancel();
+    let thread_ctx = ctx.clone();
+    let thread_run_id = run_id.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("cancel-{}", &run_id[..8.min(run_id.len())]))
+        .spawn(move || finish_cancel(&thread_ctx, &thread_run_id, &follower));
+    if let Err(error) = spawned {
+        // The pod is deleted already; without the thread, a runner that
+        // never reports leaves the follower to its own deadlines.
+        log::warn(
+            "could not start the thread that finishes a cancel",
+            &[("run_id", run_id.as_str().into()), ("error", error.to_string().into())],
+        );
     }
-    let last = ctx.jobs.wait(&run_id, Instant::now() + CANCEL_DRAIN, &never, &mut seen, &mut |_, _| {});
-    // A pod the Job controller created after the first sweep goes too.
-    delete_pods(ctx, &run_id);
-    if let Lookup::Found(View { outcome: Some(outcome), .. }) = &last {
-        keep_cancelled_output(ctx, &run_id, outcome);
-    }
-    match last {
+    match ctx.jobs.lookup(&run_id) {
         Lookup::Found(view) => Ok(view),
         _ => Err(Error::Unknown { token: token.to_string() }),
     }
+}
+
+/// The rest of a cancel: gives the runner `CANCEL_DRAIN` to report the
+/// output so far, then stops the follower outright, and deletes a pod the
+/// Job controller may have created after the first sweep.
+fn finish_cancel(ctx: &Ctx, run_id: &str, follower: &CancelToken) {
+    let never = CancelToken::new();
+    let mut seen = Seen::default();
+    let drained = ctx.jobs.wait(run_id, Instant::now() + CANCEL_DRAIN, &never, &mut seen, &mut |_, _| {});
+    if !matches!(&drained, Lookup::Found(view) if view.phase == Phase::Finished) {
+        follower.cancel();
+        ctx.jobs.wait(run_id, Instant::now() + CANCEL_DRAIN, &never, &mut seen, &mut |_, _| {});
+    }
+    delete_pods(ctx, run_id);
 }
 
 /// The background Jobs in the namespace, newest first.
@@ -339,10 +355,15 @@ fn start_follower(ctx: &Ctx, run_id: &str, followed: Followed, created: Option<S
 
 fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<SystemTime>, cancel: &CancelToken) {
     let started = Instant::now();
-    let on_progress = |progress: Progress| match progress {
-        Progress::Started => ctx.jobs.set_phase(run_id, Phase::Running),
-        Progress::Output(chunk) => ctx.jobs.push_output(run_id, chunk.stream, &chunk.bytes),
-        Progress::Queued | Progress::Created { .. } => {}
+    // Re-attached runs may have one too; deleting a missing Secret is no error.
+    let inputs = run::InputsSecret::new(true);
+    let on_progress = |progress: Progress| {
+        inputs.on_progress(ctx, run_id, &progress);
+        match progress {
+            Progress::Started => ctx.jobs.set_phase(run_id, Phase::Running),
+            Progress::Output(chunk) => ctx.jobs.push_output(run_id, chunk.stream, &chunk.bytes),
+            Progress::Queued | Progress::Created { .. } => {}
+        }
     };
     let mut outcome = run::follow(ctx, followed, run_id, cancel, &on_progress);
     outcome.times.created = created;
@@ -372,47 +393,22 @@ fn mark_cancelled(outcome: &mut RunOutcome) {
     outcome.message = "the job was cancelled (cancel_job) and its pod deleted; the output read so far is included".into();
 }
 
-/// Writes the tail of a cancelled run's output onto its Job. A failure
-/// only costs other processes that output, so it is logged, not returned.
-fn keep_cancelled_output(ctx: &Ctx, run_id: &str, outcome: &RunOutcome) {
-    let tail = |bytes: &[u8]| bytes[bytes.len().saturating_sub(CANCELLED_OUTPUT_TAIL_BYTES)..].to_vec();
-    let kept = json!({
-        "stdout_b64": crate::runner::frame::to_base64(&tail(&outcome.stdout)),
-        "stderr_b64": crate::runner::frame::to_base64(&tail(&outcome.stderr)),
-    });
-    let patch = json!({"metadata": {"annotations": {ANNOTATION_CANCELLED_OUTPUT: kept.to_string()}}});
-    if let Err(error) = ctx.client.merge_patch(kube::Resource::JOBS, &ctx.policy.namespace, &manifest::job_name(run_id), &patch) {
-        log::warn("could not keep the cancelled output on the job", &[("run_id", run_id.into()), ("error", error.to_string().into())]);
-    }
-}
-
-/// The output tail `keep_cancelled_output` left on a Job, if any.
-fn cancelled_output(job: &Value) -> Option<(Vec<u8>, Vec<u8>)> {
-    let kept: Value = serde_json::from_str(annotation(job, ANNOTATION_CANCELLED_OUTPUT)?).ok()?;
-    let decode = |name: &str| crate::runner::frame::from_base64(kept[name].as_str().unwrap_or_default()).ok();
-    Some((decode("stdout_b64")?, decode("stderr_b64")?))
-}
-
 /// The outcome of a finished Job whose pod (and so its log) is gone.
 fn outcome_without_pod(run_id: &str, job: &Value, created: Option<SystemTime>) -> RunOutcome {
     let mut outcome = match annotation(job, ANNOTATION_CANCELLED_AT) {
         Some(at) => {
+            // An earlier version wrote the output's tail onto the Job for
+            // this case; the caller's output does not belong in etcd for
+            // the retention (issue 12, finding 9), so only the process that
+            // cancelled the run has it.
             let mut outcome = RunOutcome::without_result(
                 run_id,
                 RunStatus::Cancelled,
                 RunReason::Cancelled,
-                format!("the job was cancelled at {at}; the tail of its output read until then is included"),
-            );
-            match cancelled_output(job) {
-                Some((stdout, stderr)) => {
-                    outcome.stdout = stdout;
-                    outcome.stderr = stderr;
-                }
-                None => outcome.message = format!(
-                    "the job was cancelled at {at}; its partial output was held by the server process that cancelled it and is not in the cluster"
+                format!(
+                    "the job was cancelled at {at}; its partial output was held by the server process that cancelled it and is not kept in the cluster"
                 ),
-            }
-            // Only a tail is kept, and the run was cut short either way.
+            );
             outcome.truncated.stdout = true;
             outcome.truncated.stderr = true;
             outcome
@@ -477,6 +473,7 @@ fn followed_from_job(ctx: &Ctx, job: &Value) -> Followed {
         timeout: timeout.unwrap_or(pod_deadline),
         memory_limit,
         start_deadline: since_creation(ctx.policy.start_timeout),
+        unschedulable_grace: ctx.policy.start_timeout,
         hard_deadline: since_creation(pod_deadline + run::HARD_DEADLINE_SLACK),
     }
 }
@@ -506,16 +503,22 @@ fn listed_job(ctx: &Ctx, job: &Value) -> Option<Listed> {
 }
 
 fn background_annotations(spec: &RunSpec, token: &str) -> serde_json::Map<String, Value> {
-    let mut command = format!("{} {}", spec.image, spec.command.join(" "));
-    if let Some((cut, _)) = command.char_indices().nth(COMMAND_SUMMARY_CHARS) {
-        command.truncate(cut);
-        command.push('…');
-    }
     let mut annotations = serde_json::Map::new();
     annotations.insert(ANNOTATION_TOKEN.to_string(), json!(token));
     annotations.insert(ANNOTATION_TIMEOUT_S.to_string(), json!(spec.timeout.as_secs().to_string()));
-    annotations.insert(ANNOTATION_COMMAND.to_string(), json!(command));
+    annotations.insert(ANNOTATION_COMMAND.to_string(), json!(command_summary(spec)));
     annotations
+}
+
+/// `image program`: the program's file name without its folder or its
+/// arguments, at most `PROGRAM_NAME_CHARS` characters.
+fn command_summary(spec: &RunSpec) -> String {
+    let program = spec.command.first().map(String::as_str).unwrap_or_default();
+    let name = program.rsplit('/').next().unwrap_or(program);
+    match name.char_indices().nth(PROGRAM_NAME_CHARS) {
+        Some((cut, _)) => format!("{} {}…", spec.image, &name[..cut]),
+        None => format!("{} {name}", spec.image),
+    }
 }
 
 /// When the Job reached `Complete` or `Failed`, if it has.
@@ -573,6 +576,28 @@ mod tests {
         ] {
             assert_eq!(parse_token(bad), None, "{bad}");
         }
+    }
+
+    /// Issue 12, finding 9: the whole command sat in a Job annotation for
+    /// the retention.
+    #[test]
+    fn the_command_annotation_keeps_the_program_name_only() {
+        let spec = |command: &[&str]| RunSpec {
+            image: "python:3.12".into(),
+            command: command.iter().map(|arg| arg.to_string()).collect(),
+            files: Vec::new(),
+            env: Default::default(),
+            cpu_limit: None,
+            memory_limit: None,
+            timeout: Duration::from_secs(5),
+            workdir: "/work".into(),
+            artifacts: Vec::new(),
+            clone: None,
+        };
+        assert_eq!(command_summary(&spec(&["python3", "-c", "TOKEN=secret"])), "python:3.12 python3");
+        assert_eq!(command_summary(&spec(&["/usr/local/bin/tool", "--password=x"])), "python:3.12 tool");
+        let long = "x".repeat(70);
+        assert_eq!(command_summary(&spec(&[&long])), format!("python:3.12 {}…", "x".repeat(64)));
     }
 
     #[test]

@@ -69,13 +69,14 @@ impl Collector {
             Frame::Started(started) => self.started_at_ms = Some(started.started_at_ms),
             Frame::Output(output) => return self.push_output(output.stream, &output.data_b64),
             Frame::Captured(output) => self.push_captured(output.stream, &output.data_b64),
-            Frame::Artifact(header) => self.artifacts.push(Artifact {
-                path: header.path,
-                size: header.size,
-                mode: header.mode,
-                sha256: header.sha256,
-                content: header.content_included.then(Vec::new),
-            }),
+            Frame::Artifact(header) => {
+                // The header says how much follows: one allocation of that
+                // size (within the cap) instead of doubling, which left up
+                // to twice the artifact resident (issue 12, finding 15).
+                let room = self.max_artifact_bytes.saturating_sub(self.artifact_bytes).min(header.size);
+                let content = header.content_included.then(|| Vec::with_capacity(usize::try_from(room).unwrap_or(0)));
+                self.artifacts.push(Artifact { path: header.path, size: header.size, mode: header.mode, sha256: header.sha256, content });
+            }
             Frame::ArtifactChunk(chunk) => self.push_artifact_chunk(&chunk.data_b64),
             Frame::Result(result) => self.result = Some(result),
         }

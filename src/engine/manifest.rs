@@ -9,6 +9,16 @@
 //! from the operator's git image runs the copied runner's `runner clone`,
 //! and only it mounts the clone Secret. Every container passes the
 //! restricted Pod Security Standard and has resources; the pod gets no ServiceAccount token.
+//!
+//! Disk (issue 12, finding 6): every container's root file system is
+//! read-only, so nothing can be written outside the volumes below, and every
+//! volume is an `emptyDir` with a size limit. The caller's command writes to
+//! the workdir and to `/tmp` (also its `$HOME` unless the caller or the
+//! operator sets one). The runner's watcher (`runner::disk`) stops the
+//! command within a fraction of a second once both together hold more than
+//! `MCP_K8S_WORKDIR_SIZE`; behind it, the kubelet evicts the pod (about a
+//! minute late) past each volume's size limit or the main container's
+//! ephemeral-storage limit.
 
 use std::time::Duration;
 
@@ -40,6 +50,18 @@ pub const INPUTS_DIR: &str = "/mcp/inputs";
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
 /// Slack on the pod deadline for collecting artifacts after the command.
 const COLLECT_SLACK: Duration = Duration::from_secs(30);
+/// The writable scratch folder of the main container, and its `$HOME` when
+/// nobody set one: with a read-only root it is the only writable place
+/// besides the workdir.
+pub const TMP_DIR: &str = "/tmp";
+/// Ephemeral storage the main container may use on top of the workdir
+/// size: its container log (the runner's frames: capped output and
+/// artifacts, about 25 MiB at the default caps), the runner copy (`bin`,
+/// about 4 MiB) and what the runtime writes itself.
+const STORAGE_SLACK_BYTES: i128 = 256 << 20;
+/// What the main container asks the scheduler for: small, so that the
+/// workdir bound does not reserve a node's disk for runs that write little.
+const MAIN_STORAGE_REQUEST: &str = "64Mi";
 
 /// Name of the Job (and of its Secret) for a run id.
 pub fn job_name(run_id: &str) -> String {
@@ -54,6 +76,9 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
         json!({"name": "work", "emptyDir": {"sizeLimit": policy.workdir_size_limit.as_str()}}),
         json!({"name": "bin", "emptyDir": {"sizeLimit": "64Mi"}}),
     ];
+    if has_tmp_volume(spec) {
+        volumes.push(json!({"name": "tmp", "emptyDir": {"sizeLimit": policy.workdir_size_limit.as_str()}}));
+    }
     if !spec.files.is_empty() {
         volumes.push(json!({
             "name": "inputs",
@@ -199,12 +224,15 @@ fn runner_path() -> String {
     format!("{BIN_DIR}/mcp-k8s-ephemeral-job")
 }
 
-fn container_security(read_only_root: bool, policy: &Policy) -> Value {
+/// The same for every container. The root is read-only everywhere: an
+/// earlier version left the main container's writable, and a job wrote
+/// 1.5 GB to /tmp past every bound (issue 12, finding 6).
+fn container_security(policy: &Policy) -> Value {
     json!({
         "allowPrivilegeEscalation": false,
         "capabilities": {"drop": ["ALL"]},
         "privileged": false,
-        "readOnlyRootFilesystem": read_only_root,
+        "readOnlyRootFilesystem": true,
         "runAsNonRoot": true,
         "runAsUser": policy.run_as_user,
         "runAsGroup": policy.run_as_user,
@@ -225,11 +253,13 @@ fn prepare_container(spec: &RunSpec, policy: &Policy) -> Value {
         "image": policy.runner_image,
         "imagePullPolicy": "IfNotPresent",
         "command": command.iter().map(|arg| escape_dollars(arg)).collect::<Vec<_>>(),
+        // Its root is read-only and it writes only to volumes, so its own
+        // ephemeral storage is its log: a few lines.
         "resources": {
-            "requests": {"cpu": "50m", "memory": "32Mi"},
-            "limits": {"cpu": "500m", "memory": "128Mi"},
+            "requests": {"cpu": "50m", "memory": "32Mi", "ephemeral-storage": "1Mi"},
+            "limits": {"cpu": "500m", "memory": "128Mi", "ephemeral-storage": "64Mi"},
         },
-        "securityContext": container_security(true, policy),
+        "securityContext": container_security(policy),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": mounts,
     })
@@ -259,10 +289,10 @@ fn clone_container(spec: &RunSpec, clone_spec: &CloneSpec, clone_step: &CloneSte
         "command": command.iter().map(|arg| escape_dollars(arg)).collect::<Vec<_>>(),
         "env": env,
         "resources": {
-            "requests": {"cpu": "100m", "memory": "64Mi"},
-            "limits": {"cpu": "1", "memory": "512Mi"},
+            "requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "1Mi"},
+            "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "64Mi"},
         },
-        "securityContext": container_security(true, policy),
+        "securityContext": container_security(policy),
         // The runner writes git's masked output tail to the termination
         // log; the classifier turns it into the CloneFailed message.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -283,6 +313,8 @@ fn main_container(spec: &RunSpec, policy: &Policy) -> Value {
         max_output_bytes: policy.max_output_bytes as usize,
         max_artifact_bytes: policy.max_artifact_bytes,
         artifact_patterns: spec.artifacts.clone(),
+        disk_paths: writable_paths(spec),
+        disk_limit_bytes: u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0),
         termination_log: runner::TERMINATION_LOG.into(),
         argv: spec.command.clone(),
     };
@@ -291,9 +323,17 @@ fn main_container(spec: &RunSpec, policy: &Policy) -> Value {
     // Operator-wide variables first, the caller's on top: the caller wins.
     let mut env = policy.extra_env.clone();
     env.extend(spec.env.clone());
+    // The root is read-only, so an image's own HOME (often under /root or
+    // /home) is not writable; tools that keep caches there get /tmp.
+    env.entry("HOME".to_string()).or_insert_with(|| TMP_DIR.to_string());
     let env: Vec<Value> = env.iter().map(|(name, value)| json!({"name": name, "value": escape_dollars(value)})).collect();
-    let mut mounts =
-        vec![json!({"name": "bin", "mountPath": BIN_DIR, "readOnly": true}), json!({"name": "work", "mountPath": spec.workdir})];
+    // /tmp comes before the workdir, which may lie under it: mounts are
+    // made in order, and a later one over an earlier one stays visible.
+    let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR, "readOnly": true})];
+    if has_tmp_volume(spec) {
+        mounts.push(json!({"name": "tmp", "mountPath": TMP_DIR}));
+    }
+    mounts.push(json!({"name": "work", "mountPath": spec.workdir}));
     if let Some(cache) = &policy.cache {
         mounts.push(json!({"name": "cache", "mountPath": cache.mount_path}));
     }
@@ -305,15 +345,16 @@ fn main_container(spec: &RunSpec, policy: &Policy) -> Value {
         "workingDir": spec.workdir,
         "env": env,
         "resources": main_resources(spec, policy),
-        "securityContext": container_security(false, policy),
+        "securityContext": container_security(policy),
         "volumeMounts": mounts,
     })
 }
 
-/// The original's rules: the defaults are requests; limits only when the
-/// caller asks; a memory limit raises the memory request to match, and a
-/// CPU limit below the default request lowers the request (a request above
-/// its limit is invalid).
+/// The original's rules: the defaults are requests; CPU and memory limits
+/// only when the caller asks; a memory limit raises the memory request to
+/// match, and a CPU limit below the default request lowers the request (a
+/// request above its limit is invalid). Ephemeral storage always has a
+/// limit: disk is the one bound the caller cannot choose.
 fn main_resources(spec: &RunSpec, policy: &Policy) -> Value {
     let mut cpu_request = policy.default_cpu.clone();
     let mut memory_request = policy.default_memory.clone();
@@ -328,9 +369,34 @@ fn main_resources(spec: &RunSpec, policy: &Policy) -> Value {
         memory_request = memory.clone();
         limits.insert("memory".into(), json!(memory.as_str()));
     }
-    let mut resources = json!({"requests": {"cpu": cpu_request.as_str(), "memory": memory_request.as_str()}});
-    if !limits.is_empty() {
-        resources["limits"] = Value::Object(limits);
+    limits.insert("ephemeral-storage".into(), json!(main_storage_limit(policy)));
+    json!({
+        "requests": {"cpu": cpu_request.as_str(), "memory": memory_request.as_str(), "ephemeral-storage": MAIN_STORAGE_REQUEST},
+        "limits": Value::Object(limits),
+    })
+}
+
+/// The main container's ephemeral-storage limit, in bytes: the workdir size
+/// plus `STORAGE_SLACK_BYTES`. The kubelet counts the pod's emptyDir
+/// volumes, logs and writable layers against the sum of its containers'
+/// limits, so this bounds the workdir and /tmp together.
+fn main_storage_limit(policy: &Policy) -> String {
+    let workdir_bytes = policy.workdir_size_limit.nanos() / 1_000_000_000;
+    (workdir_bytes + STORAGE_SLACK_BYTES).to_string()
+}
+
+/// What the runner's disk watcher measures: the workdir, and /tmp when it
+/// is a volume of its own. `MCP_K8S_WORKDIR_SIZE` is their limit together.
+fn writable_paths(spec: &RunSpec) -> Vec<std::path::PathBuf> {
+    let mut paths = vec![std::path::PathBuf::from(&spec.workdir)];
+    if has_tmp_volume(spec) {
+        paths.push(TMP_DIR.into());
     }
-    resources
+    paths
+}
+
+/// A workdir of exactly /tmp is the scratch folder itself; a second volume
+/// at the same path would make the pod invalid.
+fn has_tmp_volume(spec: &RunSpec) -> bool {
+    spec.workdir != TMP_DIR
 }

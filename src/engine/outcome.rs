@@ -66,6 +66,12 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
             Some(RunReason::StartFailed),
             format!("{start_error}; check that the program exists in the image and is executable, or give its absolute path"),
         )
+    } else if let Some(disk) = &result.disk_limit_exceeded {
+        (
+            RunStatus::Failed,
+            Some(RunReason::DiskLimitExceeded),
+            format!("{disk}; write less to the workdir and /tmp, or ask the operator to raise MCP_K8S_WORKDIR_SIZE"),
+        )
     } else if result.timed_out {
         (
             RunStatus::TimedOut,
@@ -77,6 +83,10 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
         )
     } else if result.terminated_by_request {
         (RunStatus::Cancelled, Some(RunReason::Cancelled), "the run was cancelled; the output so far is included".to_string())
+    } else if result.pids_fork_failures > 0 && result.exit_code != Some(0) {
+        // Before OOM: a fork storm under a memory limit fills memory too,
+        // and "raise limits.memory" would be the wrong advice.
+        (RunStatus::Failed, Some(RunReason::PidsExhausted), pids_message(result.pids_fork_failures, result.oom_killed || oom_by_kubelet))
     } else if result.oom_killed || oom_by_kubelet {
         (RunStatus::Failed, Some(RunReason::OomKilled), oom_message(facts))
     } else if result.exit_code == Some(0) {
@@ -87,10 +97,30 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
         let signal = result.signal.unwrap_or(0);
         (RunStatus::Failed, Some(RunReason::Signaled), format!("the command was killed by signal {signal}"))
     };
+    if result.pids_fork_failures > 0 && reason != Some(RunReason::PidsExhausted) {
+        outcome.notes.push(format!(
+            "{} refused: the pod reached its process limit (the kubelet's podPidsLimit)",
+            process_creations(result.pids_fork_failures)
+        ));
+    }
     outcome.status = status;
     outcome.reason = reason;
     outcome.message = message;
     outcome
+}
+
+/// Issue 12, finding 7: a fork storm used to end as OOMKilled with the
+/// advice to raise limits.memory.
+fn pids_message(fork_failures: u64, also_oom: bool) -> String {
+    let oom = if also_oom { "; it also ran out of memory, which so many processes cause" } else { "" };
+    format!(
+        "the command reached the pod's process limit (the kubelet's podPidsLimit): {} failed with EAGAIN{oom}; start fewer processes or threads",
+        process_creations(fork_failures)
+    )
+}
+
+fn process_creations(count: u64) -> String {
+    if count == 1 { "1 process creation".to_string() } else { format!("{count} process creations") }
 }
 
 fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOutcome) -> RunOutcome {
@@ -217,6 +247,40 @@ mod tests {
                 Some(RunReason::StartFailed),
             ),
             ("cancelled", with(|r| r.terminated_by_request = true), None, RunStatus::Cancelled, Some(RunReason::Cancelled)),
+            (
+                "fork storm",
+                with(|r| {
+                    r.pids_fork_failures = 40;
+                    r.exit_code = Some(1)
+                }),
+                None,
+                RunStatus::Failed,
+                Some(RunReason::PidsExhausted),
+            ),
+            (
+                "fork storm that also filled memory",
+                with(|r| {
+                    r.pids_fork_failures = 40;
+                    r.oom_killed = true;
+                    r.exit_code = None;
+                    r.signal = Some(9)
+                }),
+                Some(oom_container.clone()),
+                RunStatus::Failed,
+                Some(RunReason::PidsExhausted),
+            ),
+            ("refused forks, exit 0", with(|r| r.pids_fork_failures = 2), None, RunStatus::Succeeded, None),
+            (
+                "disk bound",
+                with(|r| {
+                    r.disk_limit_exceeded = Some("`/tmp` held 2 bytes, over its limit of 1 bytes".into());
+                    r.exit_code = None;
+                    r.signal = Some(15)
+                }),
+                None,
+                RunStatus::Failed,
+                Some(RunReason::DiskLimitExceeded),
+            ),
             ("runner oom-killed", None, Some(oom_container), RunStatus::Failed, Some(RunReason::OomKilled)),
             ("evicted", None, Some(evicted), RunStatus::Error, Some(RunReason::Evicted)),
             ("lost", None, None, RunStatus::Error, Some(RunReason::ResultLost)),
@@ -226,6 +290,20 @@ mod tests {
             assert_eq!((outcome.status, outcome.reason), (status, reason), "{name}: {}", outcome.message);
             assert!(!outcome.message.is_empty(), "{name}");
         }
+    }
+
+    #[test]
+    fn refused_forks_are_noted_when_they_did_not_decide_the_run() {
+        let mut r = result();
+        r.pids_fork_failures = 2;
+        let outcome = judged(Some(r), None);
+        assert_eq!(outcome.notes, ["2 process creations refused: the pod reached its process limit (the kubelet's podPidsLimit)"]);
+        let mut r = result();
+        r.pids_fork_failures = 2;
+        r.exit_code = Some(1);
+        let outcome = judged(Some(r), None);
+        assert!(outcome.notes.is_empty(), "{:?}", outcome.notes);
+        assert!(outcome.message.contains("2 process creations failed with EAGAIN"), "{}", outcome.message);
     }
 
     #[test]

@@ -98,7 +98,12 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
     };
     let _cleanup = Cleanup { client: &ctx.client, namespace: &namespace, job_name: &job_name, job: true, secret: created.has_secret };
     on_progress(Progress::Created { job_name: job_name.clone() });
-    let mut outcome = follow(ctx, &followed, run_id, cancel, on_progress);
+    let inputs = InputsSecret::new(created.has_secret);
+    let on_progress = |progress: Progress| {
+        inputs.on_progress(ctx, run_id, &progress);
+        on_progress(progress)
+    };
+    let mut outcome = follow(ctx, &followed, run_id, cancel, &on_progress);
     outcome.times.created = classify_time(&created.job["metadata"]["creationTimestamp"]);
     log_finished(run_id, &outcome, started);
     outcome
@@ -150,6 +155,10 @@ pub struct Followed {
     pub memory_limit: Option<String>,
     /// When a pod that has not started is given up on.
     pub start_deadline: Instant,
+    /// How long a pod may stay unschedulable before the run gives up:
+    /// `UNSCHEDULABLE_GRACE` for a caller who waits; a background run
+    /// waits for capacity up to its start deadline (issue 12, finding 15).
+    pub unschedulable_grace: Duration,
     /// The pod's own deadline plus slack: only reached if the runner and
     /// the kubelet both failed to end the run.
     pub hard_deadline: Instant,
@@ -163,6 +172,7 @@ impl Followed {
             timeout: spec.timeout,
             memory_limit: spec.memory_limit.as_ref().map(|quantity| quantity.as_str().to_string()),
             start_deadline: now + policy.start_timeout,
+            unschedulable_grace: UNSCHEDULABLE_GRACE,
             hard_deadline: now + manifest::pod_deadline(spec, policy) + HARD_DEADLINE_SLACK,
         }
     }
@@ -170,6 +180,27 @@ impl Followed {
 
 /// Margin of `Followed::hard_deadline` over the pod's deadline.
 pub const HARD_DEADLINE_SLACK: Duration = Duration::from_secs(30);
+
+/// Deletes a run's inputs Secret as soon as its command starts (issue 12,
+/// finding 9): the inputs may hold secrets, and once the main container
+/// runs, `prepare` has written them and nothing reads the Secret again.
+/// Only once; the end of the run deletes it anyway (a 404 is no error).
+pub struct InputsSecret {
+    pending: std::sync::atomic::AtomicBool,
+}
+
+impl InputsSecret {
+    pub fn new(exists: bool) -> InputsSecret {
+        InputsSecret { pending: std::sync::atomic::AtomicBool::new(exists) }
+    }
+
+    /// Called with every progress of the run.
+    pub fn on_progress(&self, ctx: &Ctx, run_id: &str, progress: &Progress) {
+        if matches!(progress, Progress::Started) && self.pending.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            delete_inputs_secret(ctx, run_id);
+        }
+    }
+}
 
 /// Deletes `run_id`'s inputs Secret; a background run calls it once its pod
 /// is done with the inputs. Failures are logged: the Secret is owned by the
@@ -310,11 +341,20 @@ fn decide<'scope>(
         }
         let now = Instant::now();
         if matches!(log, LogState::NotStarted) && now >= start_deadline {
+            // A background run waits for capacity up to here; if it never
+            // came, that is the reason to report.
+            let (reason, advice) = match unschedulable_since {
+                Some(_) => (RunReason::Unschedulable, "; lower limits.cpu / limits.memory or ask the operator for capacity"),
+                None => (RunReason::StartTimeout, ""),
+            };
             return RunOutcome::without_result(
                 run_id,
                 RunStatus::Error,
-                RunReason::StartTimeout,
-                format!("the pod did not start within {} s (MCP_K8S_START_TIMEOUT_S): {last_waiting}", ctx.policy.start_timeout.as_secs()),
+                reason,
+                format!(
+                    "the pod did not start within {} s (MCP_K8S_START_TIMEOUT_S): {last_waiting}{advice}",
+                    ctx.policy.start_timeout.as_secs()
+                ),
             );
         }
         if now >= hard_deadline {
@@ -381,7 +421,7 @@ fn decide<'scope>(
             PodState::Unschedulable { message } => {
                 let since = *unschedulable_since.get_or_insert(now);
                 last_waiting = format!("unschedulable: {message}");
-                if now.duration_since(since) >= UNSCHEDULABLE_GRACE {
+                if now.duration_since(since) >= followed.unschedulable_grace {
                     return RunOutcome::without_result(
                         run_id,
                         RunStatus::Error,

@@ -105,6 +105,12 @@ pub enum RunReason {
     /// The command was killed by a signal it did not get from us.
     Signaled,
     OomKilled,
+    /// The pod reached its process limit (the kubelet's `podPidsLimit`)
+    /// and the command failed: a fork storm, or too many threads.
+    PidsExhausted,
+    /// The workdir or /tmp outgrew MCP_K8S_WORKDIR_SIZE; the runner
+    /// stopped the command.
+    DiskLimitExceeded,
     ImagePullFailed,
     Unschedulable,
     QuotaExceeded,
@@ -151,6 +157,8 @@ impl RunReason {
             RunReason::NonZeroExit => "NonZeroExit",
             RunReason::Signaled => "Signaled",
             RunReason::OomKilled => "OOMKilled",
+            RunReason::PidsExhausted => "PidsExhausted",
+            RunReason::DiskLimitExceeded => "DiskLimitExceeded",
             RunReason::ImagePullFailed => "ImagePullFailed",
             RunReason::Unschedulable => "Unschedulable",
             RunReason::QuotaExceeded => "QuotaExceeded",

@@ -447,9 +447,9 @@ impl RunningCall {
         };
         let (result, status) = match outcome {
             Ok(Ok(outcome @ (ToolOutcome::Success(_) | ToolOutcome::SuccessWithContent { .. }))) => {
-                (Ok(tools::result_json(&outcome)), "success")
+                (Ok(tools::result_json(outcome)), "success")
             }
-            Ok(Ok(outcome @ ToolOutcome::Failure(_))) => (Ok(tools::result_json(&outcome)), "tool_error"),
+            Ok(Ok(outcome @ ToolOutcome::Failure(_))) => (Ok(tools::result_json(outcome)), "tool_error"),
             Ok(Err(Ok(value))) => (Ok(value), "success"),
             Ok(Err(Err(error))) => (Err(error), "error"),
             Err(_) => (
@@ -568,7 +568,7 @@ fn error_message(response: &Response) -> &str {
 /// stdio writer stopped); there is nobody left to tell.
 fn send_response(outbox: &Outbox, response: &Response) {
     let is_error = response.result.is_err();
-    let _ = outbox.send(Outgoing::Response { text: response.to_json().to_string(), is_error });
+    let _ = outbox.send(Outgoing::Response { text: response.to_text(), is_error });
 }
 
 fn send_notification(outbox: &Outbox, notification: &Notification) {

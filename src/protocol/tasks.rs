@@ -62,7 +62,7 @@ fn get(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
 fn result(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     let task_id = task_id(call)?;
     let outcome = background::task_result(ctx, task_id, call.cancel).map_err(invalid_params)?;
-    let mut result = tools::result_json(&outcome);
+    let mut result = tools::result_json(outcome);
     result["_meta"] = json!({ "io.modelcontextprotocol/related-task": { "taskId": task_id } });
     Ok(result)
 }

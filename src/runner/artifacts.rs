@@ -91,10 +91,12 @@ pub struct Sent {
 
 /// Writes an `Artifact` frame (and its chunks) for each path, in order,
 /// while the content fits under `cap` bytes in total. Files past the cap are
-/// still listed, without content; past `MAX_ARTIFACT_FILES`, not at all.
+/// still listed, without content, and a note names them and the cap; past
+/// `MAX_ARTIFACT_FILES`, they are not listed at all.
 pub fn send(workdir: &Path, paths: &[String], cap: u64, sink: &FrameSink) -> Sent {
     let mut sent = Sent { count: 0, truncated: false, notes: Vec::new() };
     let mut remaining = cap;
+    let mut without_content = Vec::new();
     for (index, relative) in paths.iter().enumerate() {
         if index >= MAX_ARTIFACT_FILES {
             sent.truncated = true;
@@ -110,6 +112,7 @@ pub fn send(workdir: &Path, paths: &[String], cap: u64, sink: &FrameSink) -> Sen
                 let content_included = content.is_some();
                 if !content_included {
                     sent.truncated = true;
+                    without_content.push((relative.clone(), header_info.size));
                 }
                 write_frame(
                     sink,
@@ -135,7 +138,30 @@ pub fn send(workdir: &Path, paths: &[String], cap: u64, sink: &FrameSink) -> Sen
             }
         }
     }
+    if let Some(note) = over_cap_note(&without_content, cap, cap - remaining) {
+        sent.notes.push(note);
+    }
     sent
+}
+
+/// Names the files that came back without content and the cap that
+/// applied (issue 12, finding 15: they used to come back with empty notes).
+/// At most five names, so a thousand skipped files make one short note.
+pub fn over_cap_note(without_content: &[(String, u64)], cap: u64, sent_bytes: u64) -> Option<String> {
+    const NAMED: usize = 5;
+    if without_content.is_empty() {
+        return None;
+    }
+    let (first, rest) = without_content.split_at(without_content.len().min(NAMED));
+    let mut names: Vec<String> = first.iter().map(|(path, size)| format!("`{path}` ({size} bytes)")).collect();
+    if !rest.is_empty() {
+        names.push(format!("{} more", rest.len()));
+    }
+    let verb = if without_content.len() == 1 { "was" } else { "were" };
+    Some(format!(
+        "{} {verb} listed without content: the artifact cap is {cap} bytes for all files together (MCP_K8S_MAX_ARTIFACT_BYTES) and {sent_bytes} bytes were already sent; select fewer files with `artifacts`, write smaller ones, or ask the operator to raise the cap",
+        names.join(", ")
+    ))
 }
 
 /// Matches a relative path against a glob: `*` and `?` within one path
@@ -251,6 +277,20 @@ mod tests {
         for (pattern, path, expected) in cases {
             assert_eq!(glob_matches(pattern, path), expected, "{pattern} vs {path}");
         }
+    }
+
+    #[test]
+    fn the_over_cap_note_names_a_few_files_and_the_cap() {
+        let files = |n: usize| (0..n).map(|i| (format!("f{i}"), 7)).collect::<Vec<_>>();
+        assert_eq!(over_cap_note(&[], 10, 0), None);
+        let one = over_cap_note(&files(1), 10, 4).unwrap();
+        assert!(one.starts_with("`f0` (7 bytes) was listed without content: the artifact cap is 10 bytes"), "{one}");
+        assert!(one.contains("4 bytes were already sent"), "{one}");
+        let many = over_cap_note(&files(8), 10, 0).unwrap();
+        assert!(
+            many.starts_with("`f0` (7 bytes), `f1` (7 bytes), `f2` (7 bytes), `f3` (7 bytes), `f4` (7 bytes), 3 more were listed"),
+            "{many}"
+        );
     }
 
     #[test]

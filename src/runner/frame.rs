@@ -96,6 +96,16 @@ pub struct RunResult {
     pub terminated_by_request: bool,
     /// True when the kernel's OOM killer fired in this container's cgroup.
     pub oom_killed: bool,
+    /// Process creations (fork, clone, threads) the pids controller refused
+    /// while the command ran: the pod reached its pid limit (the kubelet's
+    /// `podPidsLimit`). Zero when none were, or when the cgroup's
+    /// `pids.events` cannot be read. Absent from older runners' frames.
+    #[serde(default)]
+    pub pids_fork_failures: u64,
+    /// Set when the runner stopped the command because a folder it may
+    /// write outgrew its limit (`runner::disk`): which one, and by how much.
+    #[serde(default)]
+    pub disk_limit_exceeded: Option<String>,
     /// Set when the command could not be started at all (not found, not
     /// executable, bad workdir): the operating system's message.
     pub start_error: Option<String>,
@@ -128,6 +138,8 @@ impl RunResult {
             timed_out: false,
             terminated_by_request: false,
             oom_killed: false,
+            pids_fork_failures: 0,
+            disk_limit_exceeded: None,
             start_error: None,
             started_at_ms,
             finished_at_ms: 0,

@@ -9,13 +9,17 @@
 //!   container: copy this binary into the shared volume, write input files;
 //! - `runner clone ...` in the `clone` init container, and `runner
 //!   credential ...`, git's credential helper there (see `clone`);
-//! - `runner exec [options] -- ARGV...` as the main container's command.
+//! - `runner exec [options] -- ARGV...` as the main container's command;
+//! - `runner probe-pids [--ceiling N]`, run by `doctor` as a job's command,
+//!   prints the pod's real process limit (see `probe`).
 
 pub mod artifacts;
 pub mod capture;
 pub mod clone;
+pub mod disk;
 pub mod frame;
 pub mod init;
+pub mod probe;
 pub mod process;
 
 use std::ffi::OsString;
@@ -40,6 +44,10 @@ pub struct ExecOptions {
     pub max_output_bytes: usize,
     pub max_artifact_bytes: u64,
     pub artifact_patterns: Vec<String>,
+    /// Folders the command may write and the limit of each (`disk`); no
+    /// watching with a limit of 0.
+    pub disk_paths: Vec<PathBuf>,
+    pub disk_limit_bytes: u64,
     pub termination_log: PathBuf,
     pub argv: Vec<String>,
 }
@@ -55,7 +63,14 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("exec") => parse_exec(rest).map(|options| run_exec(&options)),
         Some("clone") => clone::parse_clone(rest).and_then(|options| clone::run_clone(&options)),
         Some("credential") => clone::run_credential(rest),
-        other => Err(format!("unknown runner subcommand `{}`; expected `init`, `clone`, `credential` or `exec`", other.unwrap_or(""))),
+        Some("probe-pids") => parse_probe(rest).map(|ceiling| {
+            println!("{}", probe::probe_line(&probe::probe_pids(ceiling)));
+            0
+        }),
+        other => Err(format!(
+            "unknown runner subcommand `{}`; expected `init`, `clone`, `credential`, `exec` or `probe-pids`",
+            other.unwrap_or("")
+        )),
     };
     match outcome {
         Ok(code) => code,
@@ -89,6 +104,14 @@ pub fn exec_args(options: &ExecOptions) -> Vec<String> {
     for pattern in &options.artifact_patterns {
         args.push("--artifact".to_string());
         args.push(pattern.clone());
+    }
+    if options.disk_limit_bytes > 0 {
+        args.push("--disk-limit-bytes".to_string());
+        args.push(options.disk_limit_bytes.to_string());
+        for path in &options.disk_paths {
+            args.push("--disk-path".to_string());
+            args.push(path.to_string_lossy().into_owned());
+        }
     }
     args.push("--".to_string());
     args.extend(options.argv.iter().cloned());
@@ -138,6 +161,8 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
         max_output_bytes: 1 << 20,
         max_artifact_bytes: 10 << 20,
         artifact_patterns: Vec::new(),
+        disk_paths: Vec::new(),
+        disk_limit_bytes: 0,
         termination_log: PathBuf::from(TERMINATION_LOG),
         argv: Vec::new(),
     };
@@ -149,6 +174,8 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
             Long("max-output-bytes") => options.max_output_bytes = number(&mut parser, "--max-output-bytes")? as usize,
             Long("max-artifact-bytes") => options.max_artifact_bytes = number(&mut parser, "--max-artifact-bytes")?,
             Long("artifact") => options.artifact_patterns.push(value(&mut parser)?),
+            Long("disk-path") => options.disk_paths.push(PathBuf::from(value(&mut parser)?)),
+            Long("disk-limit-bytes") => options.disk_limit_bytes = number(&mut parser, "--disk-limit-bytes")?,
             Long("termination-log") => options.termination_log = PathBuf::from(value(&mut parser)?),
             Value(first) => {
                 options.argv.push(first.to_string_lossy().into_owned());
@@ -163,6 +190,23 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
         return Err("runner exec needs a command after `--`".into());
     }
     Ok(options)
+}
+
+/// Threads `probe-pids` starts at most unless told otherwise: well above
+/// the podPidsLimit an operator would choose, well below what a node has.
+pub const PROBE_CEILING: u64 = 4096;
+
+fn parse_probe(args: Vec<OsString>) -> Result<u64, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut ceiling = PROBE_CEILING;
+    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
+        match arg {
+            Long("ceiling") => ceiling = number(&mut parser, "--ceiling")?,
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    Ok(ceiling)
 }
 
 fn value(parser: &mut lexopt::Parser) -> Result<String, String> {
@@ -191,6 +235,7 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
         }
     }
     let oom_kills_before = read_oom_kill_count();
+    let pids_failures_before = read_pids_fork_failures();
     let before = artifacts::snapshot(&options.workdir);
     let started_at_ms = now_ms();
     capture::write_frame(sink, &Frame::Started(Started { started_at_ms }));
@@ -213,14 +258,20 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
         }
         Ok(mut child) => {
             let outputs = start_pumps(&mut child, options, sink);
+            let watcher = (options.disk_limit_bytes > 0 && !options.disk_paths.is_empty())
+                .then(|| disk::Watcher::start(options.disk_paths.clone(), options.disk_limit_bytes, stop.clone()));
             let ending = process::wait(&mut child, options.timeout, options.kill_grace, &stop);
+            result.disk_limit_exceeded = watcher.and_then(disk::Watcher::finish).map(|exceeded| exceeded.message());
             process::kill_group_leftovers(&child);
             let (stdout, stderr) = finish_pumps(outputs, &mut result.notes);
             send_captured(&mut result, &stdout, &stderr, sink);
             match ending {
                 Ok(ending) => {
                     result.timed_out = matches!(ending, process::Ending::TimedOut(_));
-                    result.terminated_by_request = matches!(ending, process::Ending::StopRequested(_));
+                    // The disk watcher stops the command through the same
+                    // flag as a SIGTERM; only the latter is a request.
+                    result.terminated_by_request =
+                        matches!(ending, process::Ending::StopRequested(_)) && result.disk_limit_exceeded.is_none();
                     let (code, signal) = process::code_and_signal(ending.status());
                     result.exit_code = code;
                     result.signal = signal;
@@ -235,6 +286,7 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
     };
     result.finished_at_ms = now_ms();
     result.oom_killed = read_oom_kill_count() > oom_kills_before;
+    result.pids_fork_failures = read_pids_fork_failures().saturating_sub(pids_failures_before);
 
     let after = artifacts::snapshot(&options.workdir);
     let chosen = artifacts::select(&before, &after, &options.artifact_patterns);
@@ -246,6 +298,7 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
     let summary = serde_json::json!({
         "v": frame::VERSION, "exit_code": result.exit_code, "signal": result.signal,
         "timed_out": result.timed_out, "oom_killed": result.oom_killed,
+        "pids_fork_failures": result.pids_fork_failures,
     });
     capture::write_frame(sink, &Frame::Result(result));
     write_termination_message(&options.termination_log, &summary.to_string());
@@ -328,11 +381,46 @@ fn read_oom_kill_count() -> u64 {
     0
 }
 
+/// Where the pids controller counts refused forks for this container: the
+/// cgroup v2 file (and its `.local` twin, which on v2 is the one that counts
+/// a limit hit higher up, at the pod), then cgroup v1's.
+const PIDS_EVENTS_FILES: &[&str] = &["/sys/fs/cgroup/pids.events", "/sys/fs/cgroup/pids.events.local", "/sys/fs/cgroup/pids/pids.events"];
+
+/// How many process creations the pids controller refused in this
+/// container's cgroup so far; 0 when no file can be read, which only means
+/// pid exhaustion is not detected here.
+fn read_pids_fork_failures() -> u64 {
+    PIDS_EVENTS_FILES.iter().filter_map(|path| std::fs::read_to_string(path).ok()).map(|text| pids_events_max(&text)).max().unwrap_or(0)
+}
+
+/// The counter of a `pids.events` file: `max N` (cgroup v1 and v2), or
+/// `fork_fail N` where a kernel reports that apart; the larger wins.
+pub fn pids_events_max(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("max ").or_else(|| line.strip_prefix("fork_fail ")))
+        .filter_map(|count| count.trim().parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
 /// The kubelet keeps up to 4096 bytes of this file in the container status,
 /// so the exit code survives even if the log is lost.
 fn write_termination_message(path: &PathBuf, message: &str) {
     let message = &message.as_bytes()[..message.len().min(4000)];
     if let Ok(mut file) = std::fs::OpenOptions::new().write(true).truncate(true).open(path) {
         let _ = file.write_all(message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pids_events_counts_refused_forks() {
+        let cases = [("max 0\n", 0), ("max 17\n", 17), ("max 3\nfork_fail 9\n", 9), ("", 0), ("max x\n", 0)];
+        for (text, expected) in cases {
+            assert_eq!(pids_events_max(text), expected, "{text:?}");
+        }
     }
 }

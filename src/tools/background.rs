@@ -189,9 +189,11 @@ fn cancel_job_tool() -> Tool {
     Tool {
         name: "cancel_job",
         title: "Stop a background job",
-        description: "Stops the job of a job_token at once: its pod is deleted and the output so far is kept. \
-                      Answers like fetch_job, normally `done` with a `cancelled` result; fetch_job returns the \
-                      same result later. A job that already finished cannot be cancelled."
+        description: "Stops the job of a job_token at once: the cancel is recorded on the Job and its pod is \
+                      deleted, then this answers like fetch_job, normally `running` with `cancel_requested: true` \
+                      (the runner is still reporting the output so far). fetch_job with wait_s returns the \
+                      `cancelled` result, with that output, a few seconds later. A job that already finished \
+                      cannot be cancelled."
             .to_string(),
         input_schema: token_schema(false),
         output_schema: view_schema(),
@@ -222,7 +224,7 @@ fn list_jobs_tool() -> Tool {
         name: "list_jobs",
         title: "List background jobs",
         description: "Lists the background jobs in this server's namespace that still exist (running, or \
-                      finished and not yet expired), newest first, with their job_token, status and command, so \
+                      finished and not yet expired), newest first, with their job_token, status, image and program name, so \
                       a lost token can be found."
             .to_string(),
         input_schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
@@ -238,7 +240,7 @@ fn list_jobs_tool() -> Tool {
                     "phase": {"type": "string", "enum": ["pending", "running", "finished"]},
                     "result_status": {"type": ["string", "null"], "description": "the result's status when this server has read it; fetch_job reads it"},
                     "cancelled": {"type": "boolean"},
-                    "command": {"type": "string", "description": "image and command, shortened"},
+                    "command": {"type": "string", "description": "the image and the program's name (the arguments are not stored)"},
                     "created_at": {"type": ["string", "null"]},
                     "expires_at": {"type": "string", "description": "when the job and its result are deleted at the latest"},
                 },

@@ -19,6 +19,9 @@ pub fn reason_name(reason: RunReason) -> &'static str {
 
 /// The structured result. Output that is not valid UTF-8 is also given as
 /// base64 (`stdout_b64`), so binary output is never silently mangled.
+/// Large values are moved in after `json!`, which would copy them (it
+/// serialises a reference): with artifacts near the cap, each copy cost
+/// the server tens of MB (issue 12, finding 15).
 pub fn outcome_json(outcome: &RunOutcome) -> Value {
     let mut result = json!({
         "run_id": outcome.run_id,
@@ -32,7 +35,6 @@ pub fn outcome_json(outcome: &RunOutcome) -> Value {
         "stderr": String::from_utf8_lossy(&outcome.stderr),
         "stdout_total_bytes": outcome.stdout_total_bytes,
         "stderr_total_bytes": outcome.stderr_total_bytes,
-        "artifacts": outcome.artifacts.iter().map(artifact_json).collect::<Vec<_>>(),
         "truncated": {
             "stdout": outcome.truncated.stdout,
             "stderr": outcome.truncated.stderr,
@@ -41,9 +43,10 @@ pub fn outcome_json(outcome: &RunOutcome) -> Value {
         "timings": timings_json(&outcome.times),
         "notes": outcome.notes,
     });
+    result["artifacts"] = Value::Array(outcome.artifacts.iter().map(artifact_json).collect());
     for (name, bytes) in [("stdout_b64", &outcome.stdout), ("stderr_b64", &outcome.stderr)] {
         if std::str::from_utf8(bytes).is_err() {
-            result[name] = json!(frame::to_base64(bytes));
+            result[name] = Value::String(frame::to_base64(bytes));
         }
     }
     result
@@ -57,7 +60,9 @@ pub fn image_blocks(outcome: &RunOutcome) -> Vec<Value> {
         .filter_map(|artifact| {
             let content = artifact.content.as_ref()?;
             let mime_type = image_mime_type(content)?;
-            Some(json!({"type": "image", "data": frame::to_base64(content), "mimeType": mime_type}))
+            let mut block = json!({"type": "image", "mimeType": mime_type});
+            block["data"] = Value::String(frame::to_base64(content));
+            Some(block)
         })
         .collect()
 }
@@ -78,13 +83,14 @@ pub fn image_mime_type(content: &[u8]) -> Option<&'static str> {
 }
 
 fn artifact_json(artifact: &Artifact) -> Value {
-    json!({
+    let mut value = json!({
         "path": artifact.path,
         "size": artifact.size,
         "mode": format!("{:04o}", artifact.mode),
         "sha256": artifact.sha256,
-        "content_b64": artifact.content.as_ref().map(|content| frame::to_base64(content)),
-    })
+    });
+    value["content_b64"] = artifact.content.as_ref().map_or(Value::Null, |content| Value::String(frame::to_base64(content)));
+    value
 }
 
 fn timings_json(times: &PhaseTimes) -> Value {
@@ -111,7 +117,7 @@ pub fn output_schema() -> Value {
         "properties": {
             "run_id": {"type": "string"},
             "status": {"type": "string", "enum": ["succeeded", "failed", "timeout", "error", "cancelled"]},
-            "reason": {"type": ["string", "null"], "description": "Why, when not plainly succeeded: NonZeroExit, OOMKilled, ImagePullFailed, Unschedulable, QuotaExceeded, Rejected, DeadlineExceeded, StartTimeout, Evicted, StartFailed, ContainerFailed, InputFailed, CloneFailed, ResultLost, Cancelled, ApiError, QueueFull"},
+            "reason": {"type": ["string", "null"], "description": "Why, when not plainly succeeded: NonZeroExit, OOMKilled, PidsExhausted, DiskLimitExceeded, ImagePullFailed, Unschedulable, QuotaExceeded, Rejected, DeadlineExceeded, StartTimeout, Evicted, StartFailed, ContainerFailed, InputFailed, CloneFailed, ResultLost, Cancelled, ApiError, QueueFull"},
             "message": {"type": "string", "description": "What happened and what to do about it"},
             "exit_code": {"type": "integer", "description": "-1 when the command did not exit by itself"},
             "signal": {"type": ["integer", "null"]},

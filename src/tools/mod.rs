@@ -150,23 +150,62 @@ impl Tool {
 
 /// The `tools/call` result for an outcome: structured content repeated as a
 /// text block (revision 2025-06-18 says SHOULD, and clients that ignore
-/// `structuredContent` still get the data), or an `isError` text.
-pub fn result_json(outcome: &ToolOutcome) -> Value {
+/// `structuredContent` still get the data), or an `isError` text. Takes the
+/// outcome by value so the structured content moves instead of being
+/// copied: with artifacts it is the largest thing the server holds.
+pub fn result_json(outcome: ToolOutcome) -> Value {
+    // Built with moves, not `json!`, which copies what it is given.
+    let success = |structured: Value, extra_content: Vec<Value>| {
+        let mut text = Map::new();
+        text.insert("type".into(), Value::from("text"));
+        text.insert("text".into(), Value::String(json_text(&structured)));
+        let mut content = vec![Value::Object(text)];
+        content.extend(extra_content);
+        let mut result = Map::new();
+        result.insert("content".into(), Value::Array(content));
+        result.insert("structuredContent".into(), structured);
+        result.insert("isError".into(), Value::Bool(false));
+        Value::Object(result)
+    };
     match outcome {
-        ToolOutcome::Success(structured) => json!({
-            "content": [{ "type": "text", "text": structured.to_string() }],
-            "structuredContent": structured,
-            "isError": false,
-        }),
-        ToolOutcome::SuccessWithContent { structured, extra_content } => {
-            let mut content = vec![json!({ "type": "text", "text": structured.to_string() })];
-            content.extend(extra_content.iter().cloned());
-            json!({ "content": content, "structuredContent": structured, "isError": false })
-        }
+        ToolOutcome::Success(structured) => success(structured, Vec::new()),
+        ToolOutcome::SuccessWithContent { structured, extra_content } => success(structured, extra_content),
         ToolOutcome::Failure(text) => json!({
             "content": [{ "type": "text", "text": text }],
             "isError": true,
         }),
+    }
+}
+
+/// `value.to_string()`, allocated once at its exact length instead of
+/// growing by doubling (which briefly holds up to three times the text).
+pub fn json_text(value: &Value) -> String {
+    exact_text(&|out: &mut dyn std::io::Write| serde_json::to_writer(out, value).map_err(std::io::Error::other))
+        .unwrap_or_else(|| value.to_string())
+}
+
+/// Runs `write` twice: once to count the bytes, once into a buffer of
+/// exactly that size. `None` if it fails or writes something that is not
+/// UTF-8 (neither happens with JSON; the callers fall back to `to_string`).
+pub fn exact_text(write: &dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()>) -> Option<String> {
+    let mut counter = ByteCounter(0);
+    write(&mut counter).ok()?;
+    let mut text = Vec::with_capacity(counter.0);
+    write(&mut text).ok()?;
+    String::from_utf8(text).ok()
+}
+
+/// A writer that only counts, for `exact_text`.
+struct ByteCounter(usize);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -261,9 +300,10 @@ fn describe_environment_tool() -> Tool {
         name: "describe_environment",
         title: "Describe the job environment",
         description: "Tells what a job may use on this server: allowed images, default and maximum \
-                      timeout_s, output and artifact size caps, default CPU and memory, the namespace, \
-                      and whether repository cloning and a cache volume are available. Call it before \
-                      choosing an image or a timeout. Reads configuration only; starts nothing."
+                      timeout_s, output and artifact size caps, default CPU and memory, where a job may \
+                      write (its root file system is read-only), the namespace, and whether repository \
+                      cloning and a cache volume are available. Call it before choosing an image or a \
+                      timeout. Reads configuration only; starts nothing."
             .to_string(),
         input_schema: json!({ "type": "object", "properties": {}, "additionalProperties": false }),
         output_schema: json!({
@@ -284,6 +324,17 @@ fn describe_environment_tool() -> Tool {
                 "default_cpu": { "type": "string", "description": "Kubernetes CPU quantity" },
                 "default_memory": { "type": "string", "description": "Kubernetes memory quantity" },
                 "max_concurrent": { "type": "integer", "description": "jobs that run at once; more wait" },
+                "disk": {
+                    "type": "object",
+                    "description": "the root file system is read-only; a job writes to its workdir and /tmp, each at most size_limit (past it the pod is evicted)",
+                    "properties": {
+                        "size_limit": { "type": "string", "description": "Kubernetes quantity (MCP_K8S_WORKDIR_SIZE)" },
+                        "tmp": { "type": "string", "description": "the writable scratch folder besides the workdir" },
+                        "home": { "type": "string", "description": "HOME when the job's env does not set it" },
+                        "read_only_root": { "type": "boolean" }
+                    },
+                    "required": ["size_limit", "tmp", "home", "read_only_root"]
+                },
                 "clone_available": { "type": "boolean", "description": "whether jobs can clone a git repository" },
                 "cache_mount_path": {
                     "type": ["string", "null"],
@@ -296,7 +347,7 @@ fn describe_environment_tool() -> Tool {
             },
             "required": [
                 "namespace", "allowed_images", "timeout_s", "max_output_bytes", "max_artifact_bytes",
-                "default_cpu", "default_memory", "max_concurrent", "clone_available",
+                "default_cpu", "default_memory", "max_concurrent", "disk", "clone_available",
                 "cache_mount_path", "extra_env_names"
             ],
             "additionalProperties": false
@@ -322,6 +373,12 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         "default_cpu": config.default_cpu.as_str(),
         "default_memory": config.default_memory.as_str(),
         "max_concurrent": config.max_concurrent,
+        "disk": {
+            "size_limit": config.workdir_size.as_str(),
+            "tmp": crate::engine::manifest::TMP_DIR,
+            "home": crate::engine::manifest::TMP_DIR,
+            "read_only_root": true,
+        },
         "clone_available": config.clone.is_some(),
         "cache_mount_path": config.cache.as_ref().map(|cache| cache.mount_path.as_str()),
         "extra_env_names": extra_env_names,
@@ -512,11 +569,11 @@ mod tests {
 
     #[test]
     fn results_repeat_structured_content_as_text_and_errors_carry_none() {
-        let success = result_json(&ToolOutcome::Success(json!({ "a": 1 })));
+        let success = result_json(ToolOutcome::Success(json!({ "a": 1 })));
         assert_eq!(success["content"][0]["text"], r#"{"a":1}"#);
         assert_eq!(success["structuredContent"], json!({ "a": 1 }));
         assert_eq!(success["isError"], false);
-        let failure = result_json(&ToolOutcome::Failure("nope".into()));
+        let failure = result_json(ToolOutcome::Failure("nope".into()));
         assert_eq!(failure, json!({ "content": [{ "type": "text", "text": "nope" }], "isError": true }));
     }
 }

@@ -14,6 +14,7 @@
 //! branch off in `Server::on_request` before the session checks.
 
 pub mod jsonrpc;
+pub mod scan;
 pub mod tasks;
 
 use std::collections::HashMap;
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
+use crate::echo;
 use crate::engine::cancel::CancelToken;
 use crate::log::{self, Level};
 use crate::tools::{self, CallEvents, ToolOutcome};
@@ -123,9 +125,10 @@ impl Server {
     /// message (a complete JSON text).
     pub fn handle(self: &Arc<Self>, session: &Arc<Session>, text: &str, outbox: Outbox) -> Dispatch {
         match jsonrpc::parse(text) {
-            Err(response) => {
-                log::debug("invalid message", &[("error", json!(error_message(&response)))]);
-                send_response(&outbox, &response);
+            Err(rejection) => {
+                // The code only: the message may quote caller input.
+                log::debug("invalid message", &[("code", json!(rejection.error.code.code()))]);
+                let _ = outbox.send(Outgoing::Response { text: rejection.to_text(), is_error: true });
                 Dispatch::Reply
             }
             Ok(Message::Request(request)) => {
@@ -165,24 +168,26 @@ impl Server {
         lock(&self.calls.state).accepting
     }
 
+    /// Takes the request apart: `params` moves on to the call that needs
+    /// it rather than being copied (issue 11, finding 4).
     fn on_request(self: &Arc<Self>, session: &Arc<Session>, request: Request, outbox: Outbox) {
-        let id = request.id.clone();
-        let result = match request.method.as_str() {
-            "initialize" => self.initialize(session, &request.params),
+        let Request { id, method, params } = request;
+        let result = match method.as_str() {
+            "initialize" => self.initialize(session, &params),
             "ping" => Ok(json!({})),
             method if !is_known_method(method) => {
                 // Includes `server/discover` (revision 2026-07-28): an
                 // immediate -32601 lets Python 2.x clients fall back to
                 // `initialize` without waiting out their probe. -32022
                 // would tell them we serve 2026-07-28, which we do not.
-                Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`")))
+                Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{}`", echo::shorten(method))))
             }
             method if session.protocol_version().is_none() => {
                 Err(ResponseError::new(ErrorCode::InvalidRequest, format!("`{method}` before `initialize`; initialize the session first")))
             }
-            "tools/list" => list_tools(&self.registry, &request.params),
-            "logging/setLevel" => set_log_level(session, &request.params),
-            "tools/call" => match self.start_call(session, &request, outbox.clone()) {
+            "tools/list" => list_tools(&self.registry, &params),
+            "logging/setLevel" => set_log_level(session, &params),
+            "tools/call" => match self.start_call(session, &id, params, outbox.clone()) {
                 // The call's thread owns the response now.
                 Ok(()) => return,
                 Err(error) => Err(error),
@@ -190,12 +195,12 @@ impl Server {
             // Task methods may wait on the cluster: they get a call thread.
             method if let Some((name, handler)) = tasks::handler(method) => {
                 let work = Work::Raw(handler);
-                match self.spawn_call(session, &request.id, name, work, request.params.clone(), outbox.clone(), None) {
+                match self.spawn_call(session, &id, name, work, params, outbox.clone(), None) {
                     Ok(()) => return,
                     Err(error) => Err(error),
                 }
             }
-            method => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`"))),
+            method => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{}`", echo::shorten(method)))),
         };
         send_response(&outbox, &Response { id: Some(id), result });
     }
@@ -237,7 +242,7 @@ impl Server {
             }
             state.protocol_version = Some(version);
         }
-        log::info("session initialized", &[("protocol_version", json!(version)), ("requested", json!(requested))]);
+        log::info("session initialized", &[("protocol_version", json!(version)), ("requested", json!(echo::shorten(requested)))]);
         Ok(json!({
             "protocolVersion": version,
             // Only what is implemented: clients gate features on these.
@@ -254,8 +259,13 @@ impl Server {
 
     /// Starts a `tools/call` on its own thread. Errors here are the
     /// protocol-level ones (-32602 unknown tool, bad params shape).
-    fn start_call(self: &Arc<Self>, session: &Arc<Session>, request: &Request, outbox: Outbox) -> Result<(), ResponseError> {
-        let params = &request.params;
+    fn start_call(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        request_id: &RequestId,
+        mut params: Map<String, Value>,
+        outbox: Outbox,
+    ) -> Result<(), ResponseError> {
         let name = match params.get("name") {
             Some(Value::String(name)) => name.as_str(),
             Some(other) => return Err(invalid_params(format!("`name` must be a string, not {}", tools::json_kind(other)))),
@@ -263,27 +273,27 @@ impl Server {
         };
         let Some(tool) = self.registry.find(name) else {
             let available = self.registry.names().join(", ");
-            return Err(invalid_params(format!("unknown tool: `{name}`; available: {available}")));
+            return Err(invalid_params(format!("unknown tool: `{}`; available: {available}", echo::shorten(name))));
         };
-        let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(arguments)) => arguments.clone(),
-            Some(other) => return Err(invalid_params(format!("`arguments` must be an object, not {}", tools::json_kind(other)))),
-        };
+        let (tool_name, handler) = (tool.name, tool.handler);
         let progress_token = params.get("_meta").and_then(|meta| meta.get("progressToken")).and_then(RequestId::from_json);
         // A task-augmented call (tasks utility): the run starts and the
         // task comes back at once. Tools without `taskSupport` forbid it.
-        let work = match params.get("task") {
-            None | Some(Value::Null) => Work::Tool(tool.handler),
-            Some(_) if !tools::background::TASK_TOOLS.contains(&tool.name) => {
+        if params.get("task").is_some_and(|task| !task.is_null()) {
+            if !tools::background::TASK_TOOLS.contains(&tool_name) {
                 return Err(ResponseError::new(
                     ErrorCode::MethodNotFound,
-                    format!("tool `{name}` does not support tasks; call it without `task`"),
+                    format!("tool `{tool_name}` does not support tasks; call it without `task`"),
                 ));
             }
-            Some(_) => return self.spawn_call(session, &request.id, tool.name, Work::Raw(tasks::create), params.clone(), outbox, None),
+            return self.spawn_call(session, request_id, tool_name, Work::Raw(tasks::create), params, outbox, None);
+        }
+        let arguments = match params.remove("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(arguments)) => arguments,
+            Some(other) => return Err(invalid_params(format!("`arguments` must be an object, not {}", tools::json_kind(&other)))),
         };
-        self.spawn_call(session, &request.id, tool.name, work, arguments, outbox, progress_token)
+        self.spawn_call(session, request_id, tool_name, Work::Tool(handler), arguments, outbox, progress_token)
     }
 
     /// Registers a call and runs it on its own thread, which sends the
@@ -303,7 +313,8 @@ impl Server {
         {
             let mut calls = lock(&session.calls);
             if calls.contains_key(request_id) {
-                return Err(ResponseError::new(ErrorCode::InvalidRequest, format!("request id {request_id} is already in use")));
+                let shown = echo::shorten(&request_id.to_string()).into_owned();
+                return Err(ResponseError::new(ErrorCode::InvalidRequest, format!("request id {shown} is already in use")));
             }
             let call_number = self.calls.register(&handle.cancel)?;
             calls.insert(request_id.clone(), handle.clone());
@@ -536,16 +547,15 @@ fn list_tools(registry: &tools::Registry, params: &Map<String, Value>) -> Result
     // All tools fit on one page, so no cursor was ever handed out.
     match params.get("cursor") {
         None | Some(Value::Null) => Ok(registry.list_json()),
-        Some(cursor) => Err(invalid_params(format!("unknown cursor {cursor}; tools/list has a single page"))),
+        Some(cursor) => Err(invalid_params(format!("unknown cursor {}; tools/list has a single page", echo::shorten(&cursor.to_string())))),
     }
 }
 
 fn set_log_level(session: &Session, params: &Map<String, Value>) -> Result<Value, ResponseError> {
     let accepted = "debug, info, notice, warning, error, critical, alert, emergency";
     let level = match params.get("level") {
-        Some(Value::String(text)) => {
-            Level::parse(text).ok_or_else(|| invalid_params(format!("unknown log level `{text}`; accepted: {accepted}")))?
-        }
+        Some(Value::String(text)) => Level::parse(text)
+            .ok_or_else(|| invalid_params(format!("unknown log level `{}`; accepted: {accepted}", echo::shorten(text))))?,
         Some(other) => return Err(invalid_params(format!("`level` must be a string, not {}", tools::json_kind(other)))),
         None => return Err(invalid_params(format!("missing `level`; accepted: {accepted}"))),
     };
@@ -555,13 +565,6 @@ fn set_log_level(session: &Session, params: &Map<String, Value>) -> Result<Value
 
 fn invalid_params(message: impl Into<String>) -> ResponseError {
     ResponseError::new(ErrorCode::InvalidParams, message)
-}
-
-fn error_message(response: &Response) -> &str {
-    match &response.result {
-        Ok(_) => "",
-        Err(error) => &error.message,
-    }
 }
 
 /// A send fails only when the receiver is gone (HTTP client disconnected,

@@ -121,7 +121,7 @@ fn errors() {
     let cases = [
         (r#"{"jsonrpc":"2.0","id":7,"method":"nope"}"#, error(json!(7), -32601, "method not found: `nope`")),
         (r#"{"jsonrpc":"2.0","id":"7","method":"resources/list"}"#, error(json!("7"), -32601, "method not found: `resources/list`")),
-        ("{not json", error(Value::Null, -32700, "parse error: key must be a string at line 1 column 2")),
+        ("{not json", error(Value::Null, -32700, "parse error: expected an object key in double quotes at byte 1")),
         (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, error(Value::Null, -32600, "`id` must be a string or an integer, not null")),
         (
             r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5}}"#,
@@ -331,5 +331,28 @@ fn run_job_alone_declares_task_support() {
     for tool in messages[0]["result"]["tools"].as_array().unwrap() {
         let expected = if tool["name"] == "run_job" { json!({ "taskSupport": "optional" }) } else { Value::Null };
         assert_eq!(tool["execution"], expected, "{}", tool["name"]);
+    }
+}
+
+/// Issue 11, finding 15: caller input quoted in an error is shortened.
+#[test]
+fn echoed_input_is_shortened() {
+    let long = "m".repeat(1 << 20);
+    let shown = format!("{}… (1048576 bytes)", "m".repeat(crate::echo::MAX_ECHO_CHARS));
+    let cases = [
+        (format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{long}"}}"#), error(json!(1), -32601, &format!("method not found: `{shown}`"))),
+        (
+            format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"{long}"}}}}"#),
+            error(
+                json!(2),
+                -32602,
+                &format!(
+                    "unknown tool: `{shown}`; available: describe_environment, run_job, submit_job, fetch_job, cancel_job, list_jobs, test_sleep, test_panic"
+                ),
+            ),
+        ),
+    ];
+    for (input, expected) in cases {
+        check(&input, expected);
     }
 }

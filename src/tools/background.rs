@@ -132,8 +132,7 @@ fn submit_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 }
 
 fn submit(ctx: &Ctx, arguments: &Map<String, Value>) -> Result<Submitted, String> {
-    let arguments = Value::Object(arguments.clone());
-    let spec = job_args::parse_run_args(&arguments, &run_job::arg_bounds(&ctx.config)).map_err(|error| error.to_string())?;
+    let spec = job_args::parse_run_args(arguments, &run_job::arg_bounds(&ctx.config)).map_err(|error| error.to_string())?;
     let engine = engine_of(ctx)?;
     background::submit(engine, &spec).map_err(|error| error.to_string())
 }

@@ -43,8 +43,7 @@ impl std::fmt::Display for ArgError {
 
 const FIELDS: &[&str] = &["image", "command", "files", "env", "limits", "timeout_s", "workdir", "clone", "artifacts"];
 
-pub fn parse_run_args(args: &Value, bounds: &ArgBounds) -> Result<RunSpec, ArgError> {
-    let object = args.as_object().ok_or_else(|| fail("arguments must be an object"))?;
+pub fn parse_run_args(object: &Map<String, Value>, bounds: &ArgBounds) -> Result<RunSpec, ArgError> {
     reject_unknown(object, FIELDS, "")?;
     let image = object.get("image").and_then(Value::as_str).ok_or_else(|| fail("`image` is required and must be a string"))?;
     if image.trim().is_empty() {
@@ -406,7 +405,8 @@ mod tests {
 
     fn parse(args: Value) -> Result<RunSpec, ArgError> {
         let allowlist = Allowlist::parse("busybox:1.36,python:3.12-slim").unwrap();
-        parse_run_args(&args, &bounds_with(&allowlist))
+        let Value::Object(object) = args else { panic!("arguments must be an object") };
+        parse_run_args(&object, &bounds_with(&allowlist))
     }
 
     #[test]
@@ -486,7 +486,8 @@ mod tests {
     fn parse_with_clone(clone: Value) -> Result<RunSpec, ArgError> {
         let allowlist = Allowlist::parse("busybox:1.36").unwrap();
         let bounds = ArgBounds { clone_enabled: true, ..bounds_with(&allowlist) };
-        parse_run_args(&json!({"image": "busybox:1.36", "command": ["true"], "clone": clone}), &bounds)
+        let Value::Object(object) = json!({"image": "busybox:1.36", "command": ["true"], "clone": clone}) else { unreachable!() };
+        parse_run_args(&object, &bounds)
     }
 
     #[test]

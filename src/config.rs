@@ -71,6 +71,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_WORKDIR_SIZE", Some("workdir-size"), "1Gi", "size limit of the job's workdir volume (Kubernetes quantity)", |r| &mut r.workdir_size),
     setting("MCP_K8S_RUNTIME_CLASS", Some("runtime-class"), "", "RuntimeClass for job pods (e.g. gvisor); empty uses the cluster default", |r| &mut r.runtime_class),
     setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "4194304", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
+    setting("MCP_K8S_MAX_REPLY_QUEUE_BYTES", Some("max-reply-queue-bytes"), "4194304", "stdio: bytes of replies that may wait for a client reading stdout; past it stdin is not read and notifications are dropped", |r| &mut r.max_reply_queue_bytes),
     setting("MCP_K8S_SESSION_TTL_S", Some("session-ttl-s"), "3600", "idle time after which an HTTP session ends", |r| &mut r.session_ttl_s),
     setting("MCP_K8S_ALLOWED_ORIGINS", Some("allowed-origins"), "", "comma-separated browser origins allowed besides localhost", |r| &mut r.allowed_origins),
     setting("MCP_K8S_SHUTDOWN_GRACE_S", Some("shutdown-grace-s"), "30", "how long in-flight calls may finish after SIGTERM before they are cancelled", |r| &mut r.shutdown_grace_s),
@@ -110,6 +111,7 @@ pub struct RawConfig {
     pub workdir_size: Option<String>,
     pub runtime_class: Option<String>,
     pub max_message_bytes: Option<String>,
+    pub max_reply_queue_bytes: Option<String>,
     pub session_ttl_s: Option<String>,
     pub allowed_origins: Option<String>,
     pub shutdown_grace_s: Option<String>,
@@ -188,6 +190,9 @@ pub struct Config {
     pub workdir_size: Quantity,
     pub runtime_class: Option<String>,
     pub max_message_bytes: usize,
+    /// stdio: replies waiting for stdout past which the reader stops
+    /// reading stdin and notifications are dropped.
+    pub max_reply_queue_bytes: usize,
     pub session_ttl_s: u64,
     /// Exact origins (`scheme://host[:port]`) allowed besides loopback ones.
     pub allowed_origins: Vec<String>,
@@ -276,6 +281,8 @@ impl Config {
             // costs memory (issue 11, finding 4). 64 MiB is the ceiling an
             // operator may raise it to.
             max_message_bytes: number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 4 << 20, 4096, 64 << 20)? as usize,
+            max_reply_queue_bytes: number(&raw.max_reply_queue_bytes, "MCP_K8S_MAX_REPLY_QUEUE_BYTES", 4 << 20, 64 << 10, 1 << 30)?
+                as usize,
             session_ttl_s: number(&raw.session_ttl_s, "MCP_K8S_SESSION_TTL_S", 3600, 1, 7 * 86_400)?,
             allowed_origins: parse_origins(raw.allowed_origins.as_deref())?,
             shutdown_grace_s: number(&raw.shutdown_grace_s, "MCP_K8S_SHUTDOWN_GRACE_S", 30, 0, 3600)?,
@@ -624,6 +631,11 @@ mod tests {
             (&[("MCP_K8S_JOB_EXTRA_ENV", r#"{"X":1}"#)], "MCP_K8S_JOB_EXTRA_ENV: `X` is not accepted; expected a string value"),
             (&[("MCP_K8S_MAX_MESSAGE_BYTES", "100")], "MCP_K8S_MAX_MESSAGE_BYTES: `100` is out of range"),
             (&[("MCP_K8S_SESSION_TTL_S", "0")], "MCP_K8S_SESSION_TTL_S: `0` is out of range"),
+            (&[("MCP_K8S_MAX_REPLY_QUEUE_BYTES", "1000")], "MCP_K8S_MAX_REPLY_QUEUE_BYTES: `1000` is out of range; accepted: 65536 to"),
+            (
+                &[("MCP_K8S_MAX_MESSAGE_BYTES", "100000000")],
+                "MCP_K8S_MAX_MESSAGE_BYTES: `100000000` is out of range; accepted: 4096 to 67108864",
+            ),
             (&[("MCP_K8S_ALLOWED_ORIGINS", "example.com")], "MCP_K8S_ALLOWED_ORIGINS: `example.com` is not accepted; expected origins"),
             (&[("MCP_K8S_ALLOWED_ORIGINS", "https://a.example/")], "MCP_K8S_ALLOWED_ORIGINS: `https://a.example/`"),
             (&[("MCP_K8S_SHUTDOWN_GRACE_S", "soon")], "MCP_K8S_SHUTDOWN_GRACE_S: `soon`"),

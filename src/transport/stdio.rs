@@ -3,11 +3,19 @@
 //! hands lines to the protocol; a writer thread owns stdout, so concurrent
 //! tool calls never interleave bytes. Input lines are capped; a longer line
 //! is skipped and answered with an error instead of being buffered whole.
+//!
+//! What waits for stdout is bounded too (issue 11, finding 7: a client
+//! that never read stdout grew the server by every reply). Replies queue
+//! in a `ReplyQueue` counted in bytes; while it holds more than its cap,
+//! the reader stops reading stdin (the client's writes then block: that is
+//! the backpressure), and progress and log notifications are dropped and
+//! counted instead of queued. Responses are never dropped.
 
+use std::collections::VecDeque;
 use std::io::{self, BufRead, Write};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::Duration;
 
@@ -27,22 +35,34 @@ pub enum Line {
     TooLong,
 }
 
+/// The sizes stdio bounds, from `MCP_K8S_MAX_MESSAGE_BYTES` and
+/// `MCP_K8S_MAX_REPLY_QUEUE_BYTES`.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_message_bytes: usize,
+    pub max_reply_queue_bytes: usize,
+}
+
 /// Serves the session on stdin/stdout until stdin ends or `stop` is
 /// cancelled (a signal), then lets in-flight calls finish within `grace`.
-pub fn serve(server: Arc<Server>, max_message_bytes: usize, grace: Duration, stop: CancelToken) -> io::Result<()> {
+pub fn serve(server: Arc<Server>, limits: Limits, grace: Duration, stop: CancelToken) -> io::Result<()> {
     let (outbox, outgoing) = mpsc::channel();
+    let queue = Arc::new(ReplyQueue::new(limits.max_reply_queue_bytes));
     let writing_done = Arc::new(AtomicBool::new(false));
+    let mover = {
+        let (queue, writing_done) = (Arc::clone(&queue), Arc::clone(&writing_done));
+        thread::Builder::new().name("stdio-queue".into()).spawn(move || queue_loop(&outgoing, &queue, &writing_done))?
+    };
     let writer = {
-        let writing_done = Arc::clone(&writing_done);
-        thread::Builder::new().name("stdio-writer".into()).spawn(move || write_loop(outgoing, &writing_done))?
+        let queue = Arc::clone(&queue);
+        thread::Builder::new().name("stdio-writer".into()).spawn(move || write_loop(&queue))?
     };
     {
-        let server = Arc::clone(&server);
-        let stop = stop.clone();
+        let (server, queue, stop) = (Arc::clone(&server), Arc::clone(&queue), stop.clone());
         // The reader is never joined: after a signal it may sit in a
         // blocking read of stdin that only the process exit ends.
         thread::Builder::new().name("stdio-reader".into()).spawn(move || {
-            read_loop(&server, max_message_bytes, &outbox);
+            read_loop(&server, limits.max_message_bytes, &outbox, &queue);
             log::info("stdin closed", &[]);
             stop.cancel();
         })?;
@@ -54,8 +74,102 @@ pub fn serve(server: Arc<Server>, max_message_bytes: usize, grace: Duration, sto
         log::warn("calls did not stop in time", &[("calls", json!(still_running))]);
     }
     writing_done.store(true, Ordering::SeqCst);
+    let _ = mover.join();
     let _ = writer.join();
     Ok(())
+}
+
+/// Serialized messages on their way to stdout, with what they weigh.
+pub struct ReplyQueue {
+    state: Mutex<QueueState>,
+    changed: Condvar,
+    max_bytes: usize,
+}
+
+struct QueueState {
+    messages: VecDeque<String>,
+    /// Bytes queued, including the message being written.
+    bytes: usize,
+    dropped_notifications: u64,
+    /// No more messages will come; the writer stops once it is empty.
+    closed: bool,
+}
+
+/// What `ReplyQueue::push` did with a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Queued {
+    Queued,
+    /// A notification over the cap; this many have been dropped so far.
+    Dropped {
+        n_dropped: u64,
+    },
+}
+
+impl ReplyQueue {
+    pub fn new(max_bytes: usize) -> ReplyQueue {
+        let state = QueueState { messages: VecDeque::new(), bytes: 0, dropped_notifications: 0, closed: false };
+        ReplyQueue { state: Mutex::new(state), changed: Condvar::new(), max_bytes }
+    }
+
+    /// Queues a response always, a notification only while it fits under
+    /// the cap: a client that does not read loses progress, never answers.
+    pub fn push(&self, message: Outgoing) -> Queued {
+        let mut state = self.lock();
+        let text = match message {
+            Outgoing::Response { text, .. } => text,
+            Outgoing::Notification(text) if state.bytes + text.len() > self.max_bytes => {
+                state.dropped_notifications += 1;
+                return Queued::Dropped { n_dropped: state.dropped_notifications };
+            }
+            Outgoing::Notification(text) => text,
+        };
+        state.bytes += text.len() + 1;
+        state.messages.push_back(text);
+        self.changed.notify_all();
+        Queued::Queued
+    }
+
+    /// The next message to write, waiting for one; `None` once closed and
+    /// empty. Its bytes stay counted until `written`.
+    pub fn next(&self) -> Option<String> {
+        let mut state = self.lock();
+        loop {
+            if let Some(text) = state.messages.pop_front() {
+                return Some(text);
+            }
+            if state.closed {
+                return None;
+            }
+            state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    pub fn written(&self, text_bytes: usize) {
+        let mut state = self.lock();
+        state.bytes = state.bytes.saturating_sub(text_bytes + 1);
+        self.changed.notify_all();
+    }
+
+    /// Blocks while more than the cap waits for stdout.
+    pub fn wait_for_room(&self) {
+        let mut state = self.lock();
+        while state.bytes > self.max_bytes && !state.closed {
+            state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    pub fn queued_bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.changed.notify_all();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Reads one line of at most `max` bytes. `Ok(None)` at end of input; a
@@ -100,10 +214,13 @@ pub fn read_line(reader: &mut impl BufRead, max: usize) -> io::Result<Option<Lin
     }
 }
 
-fn read_loop(server: &Arc<Server>, max_message_bytes: usize, outbox: &Outbox) {
+fn read_loop(server: &Arc<Server>, max_message_bytes: usize, outbox: &Outbox, queue: &ReplyQueue) {
     let session = Arc::new(Session::new());
     let mut stdin = io::stdin().lock();
     loop {
+        // Backpressure: no new request is read while the client leaves
+        // earlier answers unread.
+        queue.wait_for_room();
         let line = match read_line(&mut stdin, max_message_bytes) {
             Ok(Some(line)) => line,
             Ok(None) => return,
@@ -134,27 +251,46 @@ fn send_error(outbox: &Outbox, code: ErrorCode, message: String) {
     let _ = outbox.send(Outgoing::Response { text, is_error: true });
 }
 
-/// Writes each message as one line and flushes it, until `done` is set and
-/// the queue is empty.
-fn write_loop(outgoing: Receiver<Outgoing>, done: &AtomicBool) {
-    let mut stdout = io::stdout().lock();
+/// Moves what the protocol sends into the reply queue, until `done` is
+/// set and the channel is empty (the reader keeps a sender for ever, so
+/// the channel alone never says it is over). The outbox is an unbounded
+/// channel, shared with HTTP; this thread empties it at once, so the
+/// queue's count is what waits.
+fn queue_loop(outgoing: &Receiver<Outgoing>, queue: &ReplyQueue, done: &AtomicBool) {
     loop {
         let message = match outgoing.recv_timeout(Duration::from_millis(50)) {
             Ok(message) => message,
             Err(RecvTimeoutError::Timeout) if done.load(Ordering::SeqCst) => match outgoing.try_recv() {
                 Ok(message) => message,
-                Err(_) => return,
+                Err(_) => break,
             },
             Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Disconnected) => break,
         };
-        let text = match message {
-            Outgoing::Notification(text) | Outgoing::Response { text, .. } => text,
-        };
+        if let Queued::Dropped { n_dropped } = queue.push(message) {
+            // Logged at 1, 2, 4, 8, ... so a client that never reads does
+            // not flood the log either.
+            if n_dropped.is_power_of_two() {
+                log::warn("stdout is not being read; notifications dropped", &[("dropped", json!(n_dropped))]);
+            }
+        }
+    }
+    queue.close();
+}
+
+/// Writes each message as one line and flushes it, until the queue is
+/// closed and empty.
+fn write_loop(queue: &ReplyQueue) {
+    let mut stdout = io::stdout().lock();
+    while let Some(text) = queue.next() {
         let written = stdout.write_all(text.as_bytes()).and_then(|()| stdout.write_all(b"\n")).and_then(|()| stdout.flush());
+        queue.written(text.len());
         if let Err(error) = written {
-            // The client closed stdout; nothing more can reach it.
+            // The client closed stdout; nothing more can reach it. Closing
+            // the queue lets a reader waiting for room go on (its answers
+            // go nowhere, as before).
             log::warn("writing stdout failed", &[("error", json!(error.to_string()))]);
+            queue.close();
             return;
         }
     }
@@ -182,6 +318,29 @@ mod tests {
     fn splits_lines_and_strips_crlf() {
         assert_eq!(lines(b"ab\r\ncdef\n\ngh", 10), [text("ab"), text("cdef"), text(""), text("gh")]);
         assert_eq!(lines(b"", 10), []);
+    }
+
+    #[test]
+    fn the_reply_queue_drops_notifications_over_its_cap_but_never_responses() {
+        let queue = ReplyQueue::new(10);
+        let response = |text: &str| Outgoing::Response { text: text.into(), is_error: false };
+        assert_eq!(queue.push(Outgoing::Notification("12345".into())), Queued::Queued);
+        assert_eq!(queue.push(response("123456789")), Queued::Queued);
+        assert_eq!(queue.push(Outgoing::Notification("n".into())), Queued::Dropped { n_dropped: 1 });
+        assert_eq!(queue.push(response("r")), Queued::Queued);
+        assert_eq!(queue.queued_bytes(), 6 + 10 + 2);
+        let first = queue.next().unwrap();
+        queue.written(first.len());
+        assert_eq!((first.as_str(), queue.queued_bytes()), ("12345", 12));
+        // Still over the cap: a reader would wait here until more is written.
+        let second = queue.next().unwrap();
+        queue.written(second.len());
+        queue.wait_for_room();
+        assert_eq!(queue.push(Outgoing::Notification("fits".into())), Queued::Queued);
+        queue.close();
+        assert_eq!(queue.next().as_deref(), Some("r"));
+        assert_eq!(queue.next().as_deref(), Some("fits"));
+        assert_eq!(queue.next(), None);
     }
 
     #[test]

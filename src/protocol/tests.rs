@@ -290,6 +290,9 @@ fn shutdown_waits_for_calls_then_cancels_them_and_refuses_new_ones() {
     assert_eq!(messages, [error(json!(2), -32603, "server is shutting down; no new calls are accepted")]);
 }
 
+/// A job token of the shape this server hands out, for no job at all.
+const TOKEN: &str = "job-0123456789abcdef0123456789abcdef-1767225600";
+
 #[test]
 fn task_requests_are_checked_before_any_cluster_is_needed() {
     let no_cluster = "this server cannot reach a Kubernetes cluster: no cluster in protocol tests";
@@ -311,7 +314,28 @@ fn task_requests_are_checked_before_any_cluster_is_needed() {
             r#"{"jsonrpc":"2.0","id":4,"method":"tasks/result","params":{"taskId":7}}"#,
             error(json!(4), -32602, "`taskId` must be a string, not an integer"),
         ),
-        (r#"{"jsonrpc":"2.0","id":5,"method":"tasks/cancel","params":{"taskId":"job-x"}}"#, error(json!(5), -32602, no_cluster)),
+        (
+            r#"{"jsonrpc":"2.0","id":5,"method":"tasks/cancel","params":{"taskId":"job-x"}}"#,
+            error(
+                json!(5),
+                -32602,
+                "no such job: `job-x` is not a job_token this server hands out; use the token submit_job returned (a task's taskId), or find it with list_jobs",
+            ),
+        ),
+        // Issue 11, finding 14: a well-formed id the cluster cannot be
+        // asked about is the server's trouble, not invalid params.
+        (
+            &format!(r#"{{"jsonrpc":"2.0","id":8,"method":"tasks/get","params":{{"taskId":"{TOKEN}"}}}}"#),
+            error(json!(8), -32603, no_cluster),
+        ),
+        (
+            &format!(r#"{{"jsonrpc":"2.0","id":9,"method":"tasks/cancel","params":{{"taskId":"{TOKEN}"}}}}"#),
+            error(json!(9), -32603, no_cluster),
+        ),
+        (
+            &format!(r#"{{"jsonrpc":"2.0","id":10,"method":"tasks/result","params":{{"taskId":"{TOKEN}"}}}}"#),
+            error(json!(10), -32603, no_cluster),
+        ),
         (
             r#"{"jsonrpc":"2.0","id":6,"method":"tasks/list","params":{"cursor":"c"}}"#,
             error(json!(6), -32602, "unknown cursor \"c\"; tasks/list has a single page"),
@@ -355,4 +379,17 @@ fn echoed_input_is_shortened() {
     for (input, expected) in cases {
         check(&input, expected);
     }
+}
+
+/// Issue 11, finding 14: a task-augmented call with good arguments that
+/// cannot reach the cluster is -32603, not invalid params.
+#[test]
+fn a_task_the_cluster_cannot_take_is_an_internal_error() {
+    let raw = RawConfig::from_lookup(|name| (name == "MCP_K8S_ALLOWED_IMAGES").then(|| "busybox:1.36".to_string()));
+    let server =
+        Arc::new(Server::new(tools::Ctx { config: Config::from_raw(&raw).unwrap(), engine: Err("no cluster in protocol tests".into()) }));
+    let session = initialized_session(&server);
+    let input = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_job","arguments":{"image":"busybox:1.36","command":["true"]},"task":{}}}"#;
+    let (_, messages) = exchange(&server, &session, input);
+    assert_eq!(messages, [error(json!(3), -32603, "this server cannot reach a Kubernetes cluster: no cluster in protocol tests")]);
 }

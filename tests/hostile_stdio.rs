@@ -40,9 +40,11 @@ fn max_size_ping() {
     let line = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{pad}"}}}}"#);
     // The same size in the smallest values there are: 2 bytes each.
     let zeros = format!(r#"{{"jsonrpc":"2.0","id":2,"method":"ping","params":{{"pad":[{}0]}}}}"#, "0,".repeat(MAX_MESSAGE_BYTES / 2 - 100));
-    run_attack("max-size ping (4 MiB string, 4 MiB of zeros)", vec![line, zeros], |answers| {
+    let oversize = format!(r#"{{"jsonrpc":"2.0","id":40,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(2 * MAX_MESSAGE_BYTES));
+    run_attack("max-size ping (4 MiB string, 4 MiB of zeros, 8 MiB line)", vec![line, zeros, oversize], |answers| {
         assert_eq!(answers["1"]["result"], json!({}));
         expect_error(&answers["2"], -32600, "more than 100000 JSON values");
+        expect_error(&answers["40"], -32600, "message exceeds 4194304 bytes and was dropped");
     });
 }
 
@@ -389,12 +391,16 @@ impl Drop for Client {
 
 fn write_lines(mut stdin: ChildStdin, lines: &Receiver<(String, Option<String>)>, written: &Mutex<HashMap<String, Instant>>) {
     for (line, ping_id) in lines {
+        // Recorded before the write: the answer may be read before the
+        // write call returns. A ping is a few bytes, so this is when it
+        // reaches the pipe, unless the pipe is full, when waiting for the
+        // server to read on is part of what the ping measures.
+        if let Some(ping_id) = ping_id {
+            written.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(ping_id, Instant::now());
+        }
         let sent = stdin.write_all(line.as_bytes()).and_then(|()| stdin.write_all(b"\n")).and_then(|()| stdin.flush());
         if sent.is_err() {
             return;
-        }
-        if let Some(ping_id) = ping_id {
-            written.lock().unwrap().insert(ping_id, Instant::now());
         }
     }
 }

@@ -212,6 +212,21 @@ pub fn parse(text: &str) -> Result<Message, Rejection> {
     from_value(value).map_err(Rejection::from_response)
 }
 
+/// The id of a message known only by its first bytes (a stdio line over
+/// the size cap), when they hold all of it and it is a string or an
+/// integer, as JSON text; so even that refusal reaches the request that
+/// waits for it.
+pub fn id_in_prefix(prefix: &str) -> Option<String> {
+    let raw = match scan::scan(prefix, &scan::LIMITS) {
+        Ok(scanned) => scanned.id,
+        Err(error) => error.id,
+    }?;
+    // An id that runs to the very end may have been cut short.
+    let end = raw.text.as_ptr() as usize - prefix.as_ptr() as usize + raw.text.len();
+    let whole = end < prefix.len();
+    (whole && matches!(raw.kind, IdKind::String | IdKind::Integer)).then(|| raw.text.to_string())
+}
+
 /// Takes the message apart by moving its members: `params` can be most
 /// of the message, and a copy would double what it costs.
 fn from_value(value: Value) -> Result<Message, Response> {
@@ -413,6 +428,21 @@ mod tests {
             assert!(text.starts_with(&format!(r#"{{"error":{{"code":{code},"message":""#)), "{text}");
             assert!(text.contains(message), "{text}");
             assert!(text.len() < 1000, "the id is echoed, the message is short: {}", text.len());
+        }
+    }
+
+    #[test]
+    fn the_id_of_a_cut_message() {
+        let cases = [
+            (r#"{"jsonrpc":"2.0","id":12,"method":"ping","params":{"pad":"xxx"#, Some("12")),
+            (r#"{"id":"abc","params":["#, Some(r#""abc""#)),
+            (r#"{"params":{"id":1},"id":"#, None),
+            (r#"{"id":12"#, None),
+            (r#"{"id":1.5,"x":"#, None),
+            (r#"{"method":"ping","pad":"xx"#, None),
+        ];
+        for (prefix, id) in cases {
+            assert_eq!(id_in_prefix(prefix).as_deref(), id, "{prefix}");
         }
     }
 }

@@ -23,7 +23,7 @@ use serde_json::json;
 
 use crate::engine::cancel::CancelToken;
 use crate::log;
-use crate::protocol::jsonrpc::{ErrorCode, Response};
+use crate::protocol::jsonrpc::{self, ErrorCode, Rejection, ResponseError};
 use crate::protocol::{Outbox, Outgoing, Server, Session};
 
 /// One line of input as the reader sees it.
@@ -31,9 +31,13 @@ use crate::protocol::{Outbox, Outgoing, Server, Session};
 pub enum Line {
     /// A complete line without its `\n` (or `\r\n`).
     Text(Vec<u8>),
-    /// A line longer than the cap; its bytes were read and dropped.
-    TooLong,
+    /// A line longer than the cap; its bytes were read and dropped but for
+    /// the first `TOO_LONG_HEAD_BYTES`, where its id usually is.
+    TooLong { head: Vec<u8> },
 }
+
+/// What is kept of an oversize line to find its id in.
+pub const TOO_LONG_HEAD_BYTES: usize = 64 * 1024;
 
 /// The sizes stdio bounds, from `MCP_K8S_MAX_MESSAGE_BYTES` and
 /// `MCP_K8S_MAX_REPLY_QUEUE_BYTES`.
@@ -185,7 +189,7 @@ pub fn read_line(reader: &mut impl BufRead, max: usize) -> io::Result<Option<Lin
         };
         if available.is_empty() {
             return Ok(match (too_long, line.is_empty()) {
-                (true, _) => Some(Line::TooLong),
+                (true, _) => Some(Line::TooLong { head: line }),
                 (false, true) => None,
                 (false, false) => Some(Line::Text(line)),
             });
@@ -196,15 +200,18 @@ pub fn read_line(reader: &mut impl BufRead, max: usize) -> io::Result<Option<Lin
         };
         if !too_long && line.len() + chunk.len() <= max {
             line.extend_from_slice(chunk);
-        } else {
+        } else if !too_long {
             too_long = true;
-            line = Vec::new();
+            let room = TOO_LONG_HEAD_BYTES.saturating_sub(line.len()).min(chunk.len());
+            line.extend_from_slice(&chunk[..room]);
+            line.truncate(TOO_LONG_HEAD_BYTES);
+            line.shrink_to_fit();
         }
         let consumed = chunk.len() + usize::from(found_newline);
         reader.consume(consumed);
         if found_newline {
             if too_long {
-                return Ok(Some(Line::TooLong));
+                return Ok(Some(Line::TooLong { head: line }));
             }
             if line.last() == Some(&b'\r') {
                 line.pop();
@@ -230,25 +237,34 @@ fn read_loop(server: &Arc<Server>, max_message_bytes: usize, outbox: &Outbox, qu
             }
         };
         match line {
-            Line::TooLong => {
+            Line::TooLong { head } => {
                 log::warn("message too large", &[("limit_bytes", json!(max_message_bytes))]);
                 let message = format!("message exceeds {max_message_bytes} bytes and was dropped; raise MCP_K8S_MAX_MESSAGE_BYTES");
-                send_error(outbox, ErrorCode::InvalidRequest, message);
+                let id = jsonrpc::id_in_prefix(utf8_prefix(&head));
+                send_error(outbox, id, ErrorCode::InvalidRequest, message);
             }
             Line::Text(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => {}
             Line::Text(bytes) => match String::from_utf8(bytes) {
                 Ok(text) => {
                     server.handle(&session, &text, outbox.clone());
                 }
-                Err(_) => send_error(outbox, ErrorCode::ParseError, "parse error: message is not UTF-8".into()),
+                Err(_) => send_error(outbox, None, ErrorCode::ParseError, "parse error: message is not UTF-8".into()),
             },
         }
     }
 }
 
-fn send_error(outbox: &Outbox, code: ErrorCode, message: String) {
-    let text = Response::error(None, code, message).to_json().to_string();
+fn send_error(outbox: &Outbox, id: Option<String>, code: ErrorCode, message: String) {
+    let text = Rejection { id, error: ResponseError::new(code, message) }.to_text();
     let _ = outbox.send(Outgoing::Response { text, is_error: true });
+}
+
+/// The longest valid UTF-8 start of `bytes` (a cut may split a character).
+fn utf8_prefix(bytes: &[u8]) -> &str {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(error) => std::str::from_utf8(&bytes[..error.valid_up_to()]).unwrap_or_default(),
+    }
 }
 
 /// Moves what the protocol sends into the reply queue, until `done` is
@@ -345,8 +361,9 @@ mod tests {
 
     #[test]
     fn an_oversize_line_is_skipped_without_losing_the_next() {
-        assert_eq!(lines(b"0123456789AB\nok\n", 10), [Line::TooLong, text("ok")]);
-        assert_eq!(lines(b"0123456789AB", 10), [Line::TooLong]);
+        let too_long = || Line::TooLong { head: b"0123456789AB".to_vec() };
+        assert_eq!(lines(b"0123456789AB\nok\n", 10), [too_long(), text("ok")]);
+        assert_eq!(lines(b"0123456789AB", 10), [too_long()]);
         assert_eq!(lines(b"0123456789\n", 10), [text("0123456789")]);
     }
 }

@@ -543,4 +543,31 @@ mod tests {
         assert!(error.kind.is_syntax());
         assert_eq!(error.id.map(|id| id.text), Some("9"));
     }
+
+    /// A cheap stand-in for the fuzz target: on many small random texts
+    /// from JSON's own alphabet, whatever the scan accepts serde_json
+    /// reads too, and what serde_json refuses as syntax the scan refuses.
+    #[test]
+    fn the_scan_agrees_with_serde_json_on_random_texts() {
+        const ALPHABET: &[u8] = b"{}[]:,\" 0123456789-+.eEtrufalsn\\u\t\nab";
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            // xorshift64*: deterministic, so a failure reproduces.
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        };
+        for _ in 0..200_000 {
+            let length = (next() % 12) as usize;
+            let text: String = (0..length).map(|_| ALPHABET[(next() % ALPHABET.len() as u64) as usize] as char).collect();
+            let scanned = scan(&text, &LIMITS);
+            let serde = serde_json::from_str::<serde_json::Value>(&text);
+            match (&scanned, &serde) {
+                (Ok(_), Err(error)) => panic!("{text:?}: the scan accepted what serde_json refuses: {error}"),
+                (Err(error), Ok(_)) if error.kind.is_syntax() => panic!("{text:?}: the scan refused valid JSON: {error:?}"),
+                _ => {}
+            }
+        }
+    }
 }

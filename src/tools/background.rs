@@ -79,7 +79,7 @@ impl From<background::Error> for CallError {
             // Job it cannot find and whose time is past the retention: it
             // may as well never have existed (issue 11, finding 12).
             background::Error::Expired { token, result_ttl_s } => CallError::Invalid(format!(
-                "no such job: `{}` never existed here, or it ended and its result was removed (results are kept {result_ttl_s} s, MCP_K8S_RESULT_TTL_S); submit the job again, or find a live one with list_jobs",
+                "no such job: `{}` has expired and was removed, or never existed here (results are kept {result_ttl_s} s after a job ends, MCP_K8S_RESULT_TTL_S); submit the job again, or find a live one with list_jobs",
                 crate::echo::shorten(&token)
             )),
             error @ background::Error::AlreadyFinished { .. } => CallError::Invalid(error.to_string()),
@@ -451,7 +451,11 @@ mod tests {
         let token = "job-0123456789abcdef0123456789abcdef-1767225600".to_string();
         let cases = [
             (background::Error::Unknown { token: token.clone() }, true, "no such job: `job-0123"),
-            (background::Error::Expired { token: token.clone(), result_ttl_s: 3600 }, true, "never existed here, or it ended"),
+            (
+                background::Error::Expired { token: token.clone(), result_ttl_s: 3600 },
+                true,
+                "has expired and was removed, or never existed here",
+            ),
             (background::Error::AlreadyFinished { token: token.clone() }, true, "has already finished"),
             (background::Error::Full { running: 110 }, false, "110 background jobs are in flight"),
             (background::Error::Refused { message: "quota".into() }, false, "quota"),

@@ -107,6 +107,8 @@ pub enum Queued {
     Dropped {
         n_dropped: u64,
     },
+    /// The queue is closed: stdout can no longer be written.
+    Discarded,
 }
 
 impl ReplyQueue {
@@ -117,8 +119,12 @@ impl ReplyQueue {
 
     /// Queues a response always, a notification only while it fits under
     /// the cap: a client that does not read loses progress, never answers.
+    /// Once closed (stdout failed), nothing is queued: nobody would write it.
     pub fn push(&self, message: Outgoing) -> Queued {
         let mut state = self.lock();
+        if state.closed {
+            return Queued::Discarded;
+        }
         let text = match message {
             Outgoing::Response { text, .. } => text,
             Outgoing::Notification(text) if state.bytes + text.len() > self.max_bytes => {
@@ -354,6 +360,7 @@ mod tests {
         queue.wait_for_room();
         assert_eq!(queue.push(Outgoing::Notification("fits".into())), Queued::Queued);
         queue.close();
+        assert_eq!(queue.push(response("late")), Queued::Discarded);
         assert_eq!(queue.next().as_deref(), Some("r"));
         assert_eq!(queue.next().as_deref(), Some("fits"));
         assert_eq!(queue.next(), None);

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -161,6 +161,33 @@ fn a_client_that_does_not_read_stdout() {
     assert!(started.elapsed() < Duration::from_secs(120));
 }
 
+/// Progress that a client leaves unread is dropped once the reply queue
+/// is full; the responses all arrive.
+#[test]
+fn progress_for_a_client_that_does_not_read_is_dropped() {
+    let mut client = Client::start_with(&[("MCP_K8S_MAX_REPLY_QUEUE_BYTES", "65536")]);
+    client.initialize();
+    client.pause_reading();
+    let sleep = r#"{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":2,"progress_every_ms":10},"_meta":{"progressToken":"p"}}}"#;
+    client.send(sleep.to_string(), None);
+    let id = "i".repeat(100 << 10);
+    for n in 0..8 {
+        client.send(format!(r#"{{"jsonrpc":"2.0","id":"{n}{id}","method":"ping"}}"#), None);
+    }
+    thread::sleep(Duration::from_secs(3));
+    client.resume_reading();
+    let mut expected: Vec<String> = (0..8).map(|n| format!("\"{n}{id}\"")).collect();
+    expected.push("50".to_string());
+    let answers = client.wait_all(expected, ANSWER_TIMEOUT);
+    let pings = client.ping_series(5);
+    let peak = client.peak_rss_mib();
+    report("stdout not read during 200 progress notifications", peak, &pings);
+    assert_eq!(answers["50"]["result"]["structuredContent"], json!({"slept_ms": 2000}));
+    let n_notifications = client.notifications.load(Ordering::SeqCst);
+    eprintln!("progress notifications received: {n_notifications} of 200");
+    assert!(n_notifications < 150, "{n_notifications} of 200 progress notifications arrived; most should have been dropped");
+}
+
 #[test]
 fn oversized_env_and_args() {
     let many_env: serde_json::Map<String, Value> = (0..10_000).map(|index| (format!("V{index}"), json!("x"))).collect();
@@ -266,6 +293,8 @@ struct Client {
     written: Arc<Mutex<HashMap<String, Instant>>>,
     answers: Receiver<Answer>,
     reading: Arc<AtomicBool>,
+    /// Notifications read (they are not kept).
+    notifications: Arc<AtomicUsize>,
     /// Answers received but not yet asked for.
     seen: HashMap<String, Answer>,
     n_pings: u64,
@@ -273,16 +302,20 @@ struct Client {
 
 impl Client {
     fn start() -> Client {
-        let mut child = Command::new(BIN)
+        Client::start_with(&[])
+    }
+
+    fn start_with(env: &[(&str, &str)]) -> Client {
+        let mut command = Command::new(BIN);
+        command
             .env_clear()
             .env("MCP_K8S_TEST_TOOLS", "1")
             .env("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36")
-            .env("MCP_K8S_LOG_LEVEL", "warning")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary starts");
+            .env("MCP_K8S_LOG_LEVEL", "warning");
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the binary starts");
         let stdin = child.stdin.take().expect("stdin");
         let stdout = child.stdout.take().expect("stdout");
         let stderr = child.stderr.take().expect("stderr");
@@ -295,12 +328,13 @@ impl Client {
             thread::spawn(move || write_lines(stdin, &lines, &written));
         }
         let reading = Arc::new(AtomicBool::new(true));
+        let notifications = Arc::new(AtomicUsize::new(0));
         let (sender, answers) = mpsc::channel();
         {
-            let reading = Arc::clone(&reading);
-            thread::spawn(move || read_answers(stdout, &sender, &reading));
+            let (reading, notifications) = (Arc::clone(&reading), Arc::clone(&notifications));
+            thread::spawn(move || read_answers(stdout, &sender, &reading, &notifications));
         }
-        Client { child, outbound: Some(outbound), written, answers, reading, seen: HashMap::new(), n_pings: 0 }
+        Client { child, outbound: Some(outbound), written, answers, reading, notifications, seen: HashMap::new(), n_pings: 0 }
     }
 
     fn initialize(&mut self) {
@@ -405,7 +439,7 @@ fn write_lines(mut stdin: ChildStdin, lines: &Receiver<(String, Option<String>)>
     }
 }
 
-fn read_answers(stdout: impl std::io::Read, answers: &Sender<Answer>, reading: &AtomicBool) {
+fn read_answers(stdout: impl std::io::Read, answers: &Sender<Answer>, reading: &AtomicBool, notifications: &AtomicUsize) {
     let mut reader = BufReader::new(stdout);
     loop {
         while !reading.load(Ordering::SeqCst) {
@@ -421,7 +455,8 @@ fn read_answers(stdout: impl std::io::Read, answers: &Sender<Answer>, reading: &
         // The library's own scan finds the raw id, also one serde_json
         // cannot hold (400 digits).
         let Some(raw_id) = raw_id_of(line) else {
-            continue; // A notification.
+            notifications.fetch_add(1, Ordering::SeqCst);
+            continue;
         };
         let value = if line.len() < (64 << 10) { serde_json::from_str(line).unwrap_or(Value::Null) } else { Value::Null };
         if answers.send(Answer { raw_id, at, value }).is_err() {

@@ -71,6 +71,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_WORKDIR_SIZE", Some("workdir-size"), "1Gi", "size limit of the job's workdir volume (Kubernetes quantity)", |r| &mut r.workdir_size),
     setting("MCP_K8S_RUNTIME_CLASS", Some("runtime-class"), "", "RuntimeClass for job pods (e.g. gvisor); empty uses the cluster default", |r| &mut r.runtime_class),
     setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "4194304", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
+    setting("MCP_K8S_MAX_INFLIGHT_BYTES", Some("max-inflight-bytes"), "16777216", "bytes of tools/call messages whose calls are still running; more calls are refused until some finish", |r| &mut r.max_inflight_bytes),
     setting("MCP_K8S_MAX_REPLY_QUEUE_BYTES", Some("max-reply-queue-bytes"), "4194304", "stdio: bytes of replies that may wait for a client reading stdout; past it stdin is not read and notifications are dropped", |r| &mut r.max_reply_queue_bytes),
     setting("MCP_K8S_SESSION_TTL_S", Some("session-ttl-s"), "3600", "idle time after which an HTTP session ends", |r| &mut r.session_ttl_s),
     setting("MCP_K8S_ALLOWED_ORIGINS", Some("allowed-origins"), "", "comma-separated browser origins allowed besides localhost", |r| &mut r.allowed_origins),
@@ -111,6 +112,7 @@ pub struct RawConfig {
     pub workdir_size: Option<String>,
     pub runtime_class: Option<String>,
     pub max_message_bytes: Option<String>,
+    pub max_inflight_bytes: Option<String>,
     pub max_reply_queue_bytes: Option<String>,
     pub session_ttl_s: Option<String>,
     pub allowed_origins: Option<String>,
@@ -190,6 +192,9 @@ pub struct Config {
     pub workdir_size: Quantity,
     pub runtime_class: Option<String>,
     pub max_message_bytes: usize,
+    /// Messages held by running calls, in bytes, past which new calls are
+    /// refused (one call alone is always served).
+    pub max_inflight_bytes: usize,
     /// stdio: replies waiting for stdout past which the reader stops
     /// reading stdin and notifications are dropped.
     pub max_reply_queue_bytes: usize,
@@ -281,6 +286,7 @@ impl Config {
             // costs memory (issue 11, finding 4). 64 MiB is the ceiling an
             // operator may raise it to.
             max_message_bytes: number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 4 << 20, 4096, 64 << 20)? as usize,
+            max_inflight_bytes: number(&raw.max_inflight_bytes, "MCP_K8S_MAX_INFLIGHT_BYTES", 16 << 20, 64 << 10, 1 << 32)? as usize,
             max_reply_queue_bytes: number(&raw.max_reply_queue_bytes, "MCP_K8S_MAX_REPLY_QUEUE_BYTES", 4 << 20, 64 << 10, 1 << 30)?
                 as usize,
             session_ttl_s: number(&raw.session_ttl_s, "MCP_K8S_SESSION_TTL_S", 3600, 1, 7 * 86_400)?,

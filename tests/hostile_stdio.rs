@@ -22,7 +22,11 @@ use base64::Engine as _;
 use mcp_k8s_ephemeral_job::protocol::scan;
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_mcp-k8s-ephemeral-job");
+/// The binary under attack: this build's, or `$MCP_K8S_BIN` (to measure
+/// another build, such as the one before issue 11, with the same attacks).
+fn binary() -> String {
+    std::env::var("MCP_K8S_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-k8s-ephemeral-job").to_string())
+}
 /// The server's default `MCP_K8S_MAX_MESSAGE_BYTES`.
 const MAX_MESSAGE_BYTES: usize = 4 << 20;
 const PEAK_RSS_LIMIT_MIB: f64 = 64.0;
@@ -306,7 +310,7 @@ impl Client {
     }
 
     fn start_with(env: &[(&str, &str)]) -> Client {
-        let mut command = Command::new(BIN);
+        let mut command = Command::new(binary());
         command
             .env_clear()
             .env("MCP_K8S_TEST_TOOLS", "1")

@@ -1,6 +1,8 @@
 //! JSON-RPC 2.0 framing after lsp-server: the `Message` model, `RequestId`
 //! (keeps `92` and `"92"` apart), `ErrorCode`, parsing one message from text
-//! and writing one back. Knows nothing of MCP methods or sessions.
+//! (after `scan` has bounded what it may cost) and writing one back; a
+//! refused message is a `Rejection`, which keeps the id as the client wrote
+//! it. Knows nothing of MCP methods or sessions.
 
 use std::fmt;
 

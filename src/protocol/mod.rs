@@ -118,7 +118,8 @@ impl Default for Session {
 impl Server {
     pub fn new(ctx: tools::Ctx) -> Server {
         let registry = tools::Registry::new(&ctx.config);
-        Server { ctx: Arc::new(ctx), registry, calls: Calls::default() }
+        let calls = Calls::new(ctx.config.max_inflight_bytes);
+        Server { ctx: Arc::new(ctx), registry, calls }
     }
 
     /// The one entry point of every transport: handles one incoming
@@ -132,7 +133,7 @@ impl Server {
                 Dispatch::Reply
             }
             Ok(Message::Request(request)) => {
-                self.on_request(session, request, outbox);
+                self.on_request(session, request, outbox, text.len());
                 Dispatch::Reply
             }
             Ok(Message::Notification(notification)) => {
@@ -170,7 +171,9 @@ impl Server {
 
     /// Takes the request apart: `params` moves on to the call that needs
     /// it rather than being copied (issue 11, finding 4).
-    fn on_request(self: &Arc<Self>, session: &Arc<Session>, request: Request, outbox: Outbox) {
+    /// `message_bytes` is the size of the message the request came in,
+    /// which a call holds (as values) until it ends.
+    fn on_request(self: &Arc<Self>, session: &Arc<Session>, request: Request, outbox: Outbox, message_bytes: usize) {
         let Request { id, method, params } = request;
         let result = match method.as_str() {
             "initialize" => self.initialize(session, &params),
@@ -187,7 +190,7 @@ impl Server {
             }
             "tools/list" => list_tools(&self.registry, &params),
             "logging/setLevel" => set_log_level(session, &params),
-            "tools/call" => match self.start_call(session, &id, params, outbox.clone()) {
+            "tools/call" => match self.start_call(session, &id, params, outbox.clone(), message_bytes) {
                 // The call's thread owns the response now.
                 Ok(()) => return,
                 Err(error) => Err(error),
@@ -195,7 +198,8 @@ impl Server {
             // Task methods may wait on the cluster: they get a call thread.
             method if let Some((name, handler)) = tasks::handler(method) => {
                 let work = Work::Raw(handler);
-                match self.spawn_call(session, &id, name, work, params, outbox.clone(), None) {
+                let call = CallStart { name, work, arguments: params, progress_token: None, message_bytes };
+                match self.spawn_call(session, &id, call, outbox.clone()) {
                     Ok(()) => return,
                     Err(error) => Err(error),
                 }
@@ -265,6 +269,7 @@ impl Server {
         request_id: &RequestId,
         mut params: Map<String, Value>,
         outbox: Outbox,
+        message_bytes: usize,
     ) -> Result<(), ResponseError> {
         let name = match params.get("name") {
             Some(Value::String(name)) => name.as_str(),
@@ -286,29 +291,29 @@ impl Server {
                     format!("tool `{tool_name}` does not support tasks; call it without `task`"),
                 ));
             }
-            return self.spawn_call(session, request_id, tool_name, Work::Raw(tasks::create), params, outbox, None);
+            let call =
+                CallStart { name: tool_name, work: Work::Raw(tasks::create), arguments: params, progress_token: None, message_bytes };
+            return self.spawn_call(session, request_id, call, outbox);
         }
         let arguments = match params.remove("arguments") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(arguments)) => arguments,
             Some(other) => return Err(invalid_params(format!("`arguments` must be an object, not {}", tools::json_kind(&other)))),
         };
-        self.spawn_call(session, request_id, tool_name, Work::Tool(handler), arguments, outbox, progress_token)
+        let call = CallStart { name: tool_name, work: Work::Tool(handler), arguments, progress_token, message_bytes };
+        self.spawn_call(session, request_id, call, outbox)
     }
 
     /// Registers a call and runs it on its own thread, which sends the
     /// response.
-    #[allow(clippy::too_many_arguments)] // One call's facts; a struct would only be built here.
     fn spawn_call(
         self: &Arc<Self>,
         session: &Arc<Session>,
         request_id: &RequestId,
-        name: &'static str,
-        work: Work,
-        arguments: Map<String, Value>,
+        call: CallStart,
         outbox: Outbox,
-        progress_token: Option<RequestId>,
     ) -> Result<(), ResponseError> {
+        let CallStart { name, work, arguments, progress_token, message_bytes } = call;
         let handle = CallHandle { cancel: CancelToken::new(), answer: Arc::new(AtomicBool::new(true)) };
         {
             let mut calls = lock(&session.calls);
@@ -316,7 +321,7 @@ impl Server {
                 let shown = echo::shorten(&request_id.to_string()).into_owned();
                 return Err(ResponseError::new(ErrorCode::InvalidRequest, format!("request id {shown} is already in use")));
             }
-            let call_number = self.calls.register(&handle.cancel)?;
+            let call_number = self.calls.register(&handle.cancel, message_bytes)?;
             calls.insert(request_id.clone(), handle.clone());
             let running = RunningCall {
                 server: Arc::clone(self),
@@ -340,6 +345,17 @@ impl Server {
     }
 }
 
+/// A call about to start: what it runs, on what, and the size of the
+/// message it came in (counted against `MCP_K8S_MAX_INFLIGHT_BYTES`).
+struct CallStart {
+    /// The tool's name, or the task method's.
+    name: &'static str,
+    work: Work,
+    arguments: Map<String, Value>,
+    progress_token: Option<RequestId>,
+    message_bytes: usize,
+}
+
 /// What the dispatcher knows per call: the token to cancel it and whether
 /// its response is still wanted (false after `notifications/cancelled`).
 #[derive(Clone)]
@@ -355,26 +371,35 @@ struct SessionState {
     log_level: Level,
 }
 
-/// Every call in flight on the server, for shutdown.
+/// Every call in flight on the server, for shutdown, and the bytes of the
+/// messages they hold: a call keeps its arguments (as values, and again as
+/// what they were checked into) until it ends, so without a bound a client
+/// could park `MAX_CALLS_IN_FLIGHT` maximal messages in long runs (issue 11,
+/// finding 4).
 struct Calls {
     state: Mutex<CallsState>,
     idle: Condvar,
+    max_bytes_in_flight: usize,
 }
 
 struct CallsState {
     accepting: bool,
     next_number: u64,
-    running: HashMap<u64, CancelToken>,
-}
-
-impl Default for Calls {
-    fn default() -> Calls {
-        Calls { state: Mutex::new(CallsState { accepting: true, next_number: 0, running: HashMap::new() }), idle: Condvar::new() }
-    }
+    /// Each call's cancel token and the size of its message.
+    running: HashMap<u64, (CancelToken, usize)>,
+    bytes_in_flight: usize,
 }
 
 impl Calls {
-    fn register(&self, cancel: &CancelToken) -> Result<u64, ResponseError> {
+    fn new(max_bytes_in_flight: usize) -> Calls {
+        let state = CallsState { accepting: true, next_number: 0, running: HashMap::new(), bytes_in_flight: 0 };
+        Calls { state: Mutex::new(state), idle: Condvar::new(), max_bytes_in_flight }
+    }
+
+    /// A call is refused when it would take the bytes in flight over the
+    /// cap, except when nothing runs: one message within
+    /// `MCP_K8S_MAX_MESSAGE_BYTES` is always served.
+    fn register(&self, cancel: &CancelToken, message_bytes: usize) -> Result<u64, ResponseError> {
         let mut state = lock(&self.state);
         if !state.accepting {
             return Err(ResponseError::new(ErrorCode::InternalError, "server is shutting down; no new calls are accepted"));
@@ -385,15 +410,27 @@ impl Calls {
                 format!("too many calls in flight ({MAX_CALLS_IN_FLIGHT}); retry when some have finished"),
             ));
         }
+        if !state.running.is_empty() && state.bytes_in_flight + message_bytes > self.max_bytes_in_flight {
+            return Err(ResponseError::new(
+                ErrorCode::InternalError,
+                format!(
+                    "the calls in flight hold {} bytes of messages and this one has {message_bytes}, more than this server holds at once (MCP_K8S_MAX_INFLIGHT_BYTES, {}); retry when some have finished",
+                    state.bytes_in_flight, self.max_bytes_in_flight
+                ),
+            ));
+        }
         state.next_number += 1;
         let number = state.next_number;
-        state.running.insert(number, cancel.clone());
+        state.running.insert(number, (cancel.clone(), message_bytes));
+        state.bytes_in_flight += message_bytes;
         Ok(number)
     }
 
     fn unregister(&self, number: u64) {
         let mut state = lock(&self.state);
-        state.running.remove(&number);
+        if let Some((_, message_bytes)) = state.running.remove(&number) {
+            state.bytes_in_flight -= message_bytes;
+        }
         if state.running.is_empty() {
             self.idle.notify_all();
         }
@@ -404,7 +441,7 @@ impl Calls {
     }
 
     fn cancel_all(&self) {
-        for cancel in lock(&self.state).running.values() {
+        for (cancel, _) in lock(&self.state).running.values() {
             cancel.cancel();
         }
     }

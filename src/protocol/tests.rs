@@ -393,3 +393,37 @@ fn a_task_the_cluster_cannot_take_is_an_internal_error() {
     let (_, messages) = exchange(&server, &session, input);
     assert_eq!(messages, [error(json!(3), -32603, "this server cannot reach a Kubernetes cluster: no cluster in protocol tests")]);
 }
+
+/// Issue 11, finding 4: running calls hold their messages; past
+/// `MCP_K8S_MAX_INFLIGHT_BYTES` a new call waits for them (-32603), while
+/// one call alone is always served.
+#[test]
+fn calls_in_flight_are_bounded_by_the_bytes_they_hold() {
+    let raw = RawConfig::from_lookup(|name| match name {
+        "MCP_K8S_TEST_TOOLS" => Some("1".to_string()),
+        "MCP_K8S_MAX_INFLIGHT_BYTES" => Some("65536".to_string()),
+        _ => None,
+    });
+    let server =
+        Arc::new(Server::new(tools::Ctx { config: Config::from_raw(&raw).unwrap(), engine: Err("no cluster in protocol tests".into()) }));
+    let session = initialized_session(&server);
+    let pad = "x".repeat(40_000);
+    let call = |id: u32, seconds: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"test_sleep","arguments":{{"seconds":{seconds}}},"_meta":{{"pad":"{pad}"}}}}}}"#
+        )
+    };
+    let (first, first_replies) = mpsc::channel();
+    assert_eq!(server.handle(&session, &call(1, 30), first), Dispatch::Reply);
+    let (_, messages) = exchange(&server, &session, &call(2, 0));
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0]["error"]["code"], -32603, "{}", messages[0]);
+    let message = messages[0]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("more than this server holds at once (MCP_K8S_MAX_INFLIGHT_BYTES, 65536)"), "{message}");
+    // Once the first call is over, the same call is served.
+    exchange(&server, &session, r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#);
+    drop(collect(&first_replies, Duration::from_secs(5)));
+    let (_, messages) = exchange(&server, &session, &call(3, 0));
+    let last = messages.last().unwrap();
+    assert_eq!(last["result"]["structuredContent"], json!({ "slept_ms": 0 }), "{last}");
+}

@@ -140,6 +140,26 @@ fn ping_flood() {
     assert!(peak <= PEAK_RSS_LIMIT_MIB, "peak RSS: {peak:.1} MiB");
 }
 
+/// Calls that stay running keep their messages; past
+/// `MCP_K8S_MAX_INFLIGHT_BYTES` (16 MiB) more are refused, not parked.
+#[test]
+fn many_long_calls_with_maximal_messages() {
+    let pad = "x".repeat(MAX_MESSAGE_BYTES - 200);
+    let lines: Vec<String> = (60..80)
+        .map(|id| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"test_sleep","arguments":{{"seconds":3}},"_meta":{{"pad":"{pad}"}}}}}}"#
+            )
+        })
+        .collect();
+    run_attack("20 long calls of 4 MiB each", lines, |answers| {
+        let served = (60..80).filter(|id| answers[&id.to_string()]["result"]["structuredContent"] == json!({"slept_ms": 3000})).count();
+        let refused = (60..80).filter(|id| answers[&id.to_string()]["error"]["code"] == -32603).count();
+        assert_eq!(served + refused, 20, "each call is served or refused");
+        assert!(served >= 1 && refused >= 1, "served {served}, refused {refused}");
+    });
+}
+
 #[test]
 fn a_client_that_does_not_read_stdout() {
     let id = "i".repeat(1 << 20);

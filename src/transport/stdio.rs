@@ -99,6 +99,10 @@ struct QueueState {
     closed: bool,
 }
 
+/// Most bytes `ReplyQueue::take_batch` gathers for one write, unless one
+/// message alone is larger.
+const BATCH_BYTES: usize = 64 * 1024;
+
 /// What `ReplyQueue::push` did with a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Queued {
@@ -139,24 +143,36 @@ impl ReplyQueue {
         Queued::Queued
     }
 
-    /// The next message to write, waiting for one; `None` once closed and
-    /// empty. Its bytes stay counted until `written`.
-    pub fn next(&self) -> Option<String> {
+    /// Moves the next messages, each followed by `\n`, into `out`: at
+    /// least one (waiting for it), more while they fit in `BATCH_BYTES`,
+    /// so a flood of small answers costs one write each batch, not one
+    /// each. Returns the bytes taken; 0 once closed and empty. They stay
+    /// counted until `written`.
+    pub fn take_batch(&self, out: &mut Vec<u8>) -> usize {
         let mut state = self.lock();
-        loop {
-            if let Some(text) = state.messages.pop_front() {
-                return Some(text);
-            }
+        while state.messages.is_empty() {
             if state.closed {
-                return None;
+                return 0;
             }
             state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
         }
+        let start = out.len();
+        while let Some(text) = state.messages.front() {
+            if out.len() > start && out.len() - start + text.len() + 1 > BATCH_BYTES {
+                break;
+            }
+            if let Some(text) = state.messages.pop_front() {
+                out.extend_from_slice(text.as_bytes());
+                out.push(b'\n');
+            }
+        }
+        out.len() - start
     }
 
-    pub fn written(&self, text_bytes: usize) {
+    /// `bytes` taken by `take_batch` have reached stdout.
+    pub fn written(&self, bytes: usize) {
         let mut state = self.lock();
-        state.bytes = state.bytes.saturating_sub(text_bytes + 1);
+        state.bytes = state.bytes.saturating_sub(bytes);
         self.changed.notify_all();
     }
 
@@ -304,9 +320,21 @@ fn queue_loop(outgoing: &Receiver<Outgoing>, queue: &ReplyQueue, done: &AtomicBo
 /// closed and empty.
 fn write_loop(queue: &ReplyQueue) {
     let mut stdout = io::stdout().lock();
-    while let Some(text) = queue.next() {
-        let written = stdout.write_all(text.as_bytes()).and_then(|()| stdout.write_all(b"\n")).and_then(|()| stdout.flush());
-        queue.written(text.len());
+    let mut batch = Vec::new();
+    loop {
+        batch.clear();
+        let taken = queue.take_batch(&mut batch);
+        if taken == 0 {
+            return;
+        }
+        // Stdout is line-buffered: the batch, ending in a newline, goes out
+        // in one write.
+        let written = stdout.write_all(&batch).and_then(|()| stdout.flush());
+        queue.written(taken);
+        // A large batch is not kept around between writes.
+        if batch.capacity() > BATCH_BYTES {
+            batch = Vec::new();
+        }
         if let Err(error) = written {
             // The client closed stdout; nothing more can reach it. Closing
             // the queue lets a reader waiting for room go on (its answers
@@ -351,19 +379,21 @@ mod tests {
         assert_eq!(queue.push(Outgoing::Notification("n".into())), Queued::Dropped { n_dropped: 1 });
         assert_eq!(queue.push(response("r")), Queued::Queued);
         assert_eq!(queue.queued_bytes(), 6 + 10 + 2);
-        let first = queue.next().unwrap();
-        queue.written(first.len());
-        assert_eq!((first.as_str(), queue.queued_bytes()), ("12345", 12));
-        // Still over the cap: a reader would wait here until more is written.
-        let second = queue.next().unwrap();
-        queue.written(second.len());
+        let mut batch = Vec::new();
+        let taken = queue.take_batch(&mut batch);
+        assert_eq!((batch.as_slice(), taken), (&b"12345\n123456789\nr\n"[..], 18));
+        // Still counted until written: a reader would wait for room here.
+        assert_eq!(queue.queued_bytes(), 18);
+        queue.written(taken);
         queue.wait_for_room();
         assert_eq!(queue.push(Outgoing::Notification("fits".into())), Queued::Queued);
         queue.close();
         assert_eq!(queue.push(response("late")), Queued::Discarded);
-        assert_eq!(queue.next().as_deref(), Some("r"));
-        assert_eq!(queue.next().as_deref(), Some("fits"));
-        assert_eq!(queue.next(), None);
+        batch.clear();
+        assert_eq!(queue.take_batch(&mut batch), 5);
+        assert_eq!(batch, b"fits\n");
+        batch.clear();
+        assert_eq!(queue.take_batch(&mut batch), 0);
     }
 
     #[test]

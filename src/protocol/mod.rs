@@ -220,13 +220,13 @@ impl Server {
                 if let Some(handle) = lock(&session.calls).get(&request_id) {
                     handle.answer.store(false, Ordering::SeqCst);
                     handle.cancel.cancel();
-                    log::info("call cancelled by client", &[("request_id", json!(request_id.to_string()))]);
+                    log::info("call cancelled by client", &[("request_id", json!(echo::shorten(&request_id.to_string())))]);
                 }
             }
             // Nothing to do: requests are served from the initialize
             // response on, which every client tolerates.
             "notifications/initialized" => {}
-            other => log::debug("ignored notification", &[("method", json!(other))]),
+            other => log::debug("ignored notification", &[("method", json!(echo::shorten(other)))]),
         }
     }
 

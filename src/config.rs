@@ -70,14 +70,15 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_RESULT_TTL_S", Some("result-ttl-s"), "3600", "how long background job results are kept for fetch_job", |r| &mut r.result_ttl_s),
     setting("MCP_K8S_WORKDIR_SIZE", Some("workdir-size"), "1Gi", "what a job may write to its workdir and /tmp together (Kubernetes quantity)", |r| &mut r.workdir_size),
     setting("MCP_K8S_RUNTIME_CLASS", Some("runtime-class"), "", "RuntimeClass for job pods (e.g. gvisor); empty uses the cluster default", |r| &mut r.runtime_class),
-    setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "16777216", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
+    setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "4194304", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
+    setting("MCP_K8S_MAX_INFLIGHT_BYTES", Some("max-inflight-bytes"), "16777216", "bytes of tools/call messages whose calls are still running; more calls are refused until some finish", |r| &mut r.max_inflight_bytes),
+    setting("MCP_K8S_MAX_REPLY_QUEUE_BYTES", Some("max-reply-queue-bytes"), "8388608", "bytes of replies waiting for one client that does not read: on stdio, stdin is then not read and notifications are dropped; an SSE client is disconnected and its calls cancelled", |r| &mut r.max_reply_queue_bytes),
     setting("MCP_K8S_SESSION_TTL_S", Some("session-ttl-s"), "3600", "idle time after which an HTTP session ends", |r| &mut r.session_ttl_s),
     setting("MCP_K8S_MAX_SESSIONS", Some("max-sessions"), "1000", "HTTP sessions kept at once; when full, the least recently used one without a running call ends", |r| &mut r.max_sessions),
     setting("MCP_K8S_MAX_CONNECTIONS", Some("max-connections"), "512", "HTTP connections served at once (a thread each); when full, the one waiting longest for a request is closed, else a small reserve serves /healthz, /readyz and /metrics and the rest get 503", |r| &mut r.max_connections),
     setting("MCP_K8S_MAX_HEADER_BYTES", Some("max-header-bytes"), "16384", "cap on an HTTP request line and its headers together; more is refused with 431", |r| &mut r.max_header_bytes),
     setting("MCP_K8S_MAX_HEADERS", Some("max-headers"), "100", "headers one HTTP request may carry; more is refused with 431", |r| &mut r.max_headers),
     setting("MCP_K8S_BODY_BUDGET_BYTES", Some("body-budget-bytes"), "33554432", "bytes of HTTP request bodies held at once over all connections; at least MCP_K8S_MAX_MESSAGE_BYTES", |r| &mut r.body_budget_bytes),
-    setting("MCP_K8S_MAX_REPLY_QUEUE_BYTES", Some("max-reply-queue-bytes"), "8388608", "bytes of messages waiting for one SSE client that does not read; beyond, it is disconnected and its calls cancelled", |r| &mut r.max_reply_queue_bytes),
     setting("MCP_K8S_HEAD_TIMEOUT_S", Some("head-timeout-s"), "10", "time an HTTP client has to send a request line and headers", |r| &mut r.head_timeout_s),
     setting("MCP_K8S_BODY_TIMEOUT_S", Some("body-timeout-s"), "30", "time an HTTP client has to send a request body", |r| &mut r.body_timeout_s),
     setting("MCP_K8S_IDLE_TIMEOUT_S", Some("idle-timeout-s"), "30", "how long a kept-alive HTTP connection may wait for its next request", |r| &mut r.idle_timeout_s),
@@ -120,13 +121,14 @@ pub struct RawConfig {
     pub workdir_size: Option<String>,
     pub runtime_class: Option<String>,
     pub max_message_bytes: Option<String>,
+    pub max_inflight_bytes: Option<String>,
+    pub max_reply_queue_bytes: Option<String>,
     pub session_ttl_s: Option<String>,
     pub max_sessions: Option<String>,
     pub max_connections: Option<String>,
     pub max_header_bytes: Option<String>,
     pub max_headers: Option<String>,
     pub body_budget_bytes: Option<String>,
-    pub max_reply_queue_bytes: Option<String>,
     pub head_timeout_s: Option<String>,
     pub body_timeout_s: Option<String>,
     pub idle_timeout_s: Option<String>,
@@ -208,6 +210,13 @@ pub struct Config {
     pub workdir_size: Quantity,
     pub runtime_class: Option<String>,
     pub max_message_bytes: usize,
+    /// Messages held by running calls, in bytes, past which new calls are
+    /// refused (one call alone is always served).
+    pub max_inflight_bytes: usize,
+    /// Replies waiting for one client that does not read: past it the
+    /// stdio reader stops reading stdin and drops notifications, and an SSE
+    /// client is disconnected.
+    pub max_reply_queue_bytes: usize,
     pub session_ttl_s: u64,
     /// The HTTP transport's bounds against hostile or broken clients.
     pub http_limits: HttpLimits,
@@ -228,7 +237,6 @@ pub struct HttpLimits {
     pub max_headers: usize,
     /// At least `max_message_bytes`, so one message of the largest size fits.
     pub body_budget_bytes: usize,
-    pub max_reply_queue_bytes: usize,
     pub head_timeout_s: u64,
     pub body_timeout_s: u64,
     pub idle_timeout_s: u64,
@@ -283,7 +291,11 @@ impl Config {
             });
         }
         let transport = parse_transport(raw.transport.as_deref())?;
-        let max_message_bytes = number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 16 << 20, 4096, 1 << 30)?;
+        // 4 MiB: the largest useful call carries 768 KiB of files as base64
+        // (~1 MiB) plus at most 1 MiB of argv and env; more only costs
+        // memory (issue 11, finding 4). 64 MiB is the ceiling an operator
+        // may raise it to.
+        let max_message_bytes = number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 4 << 20, 4096, 64 << 20)?;
         let http_limits = parse_http_limits(raw)?;
         // stdio has no body budget; only the HTTP server needs one message
         // of the largest size to fit in it.
@@ -325,6 +337,9 @@ impl Config {
             workdir_size: quantity(&raw.workdir_size, "MCP_K8S_WORKDIR_SIZE", "1Gi")?,
             runtime_class: raw.runtime_class.as_deref().map(|name| object_name(name, "MCP_K8S_RUNTIME_CLASS")).transpose()?,
             max_message_bytes: max_message_bytes as usize,
+            max_inflight_bytes: number(&raw.max_inflight_bytes, "MCP_K8S_MAX_INFLIGHT_BYTES", 16 << 20, 64 << 10, 1 << 32)? as usize,
+            max_reply_queue_bytes: number(&raw.max_reply_queue_bytes, "MCP_K8S_MAX_REPLY_QUEUE_BYTES", 8 << 20, 64 << 10, 1 << 30)?
+                as usize,
             session_ttl_s: number(&raw.session_ttl_s, "MCP_K8S_SESSION_TTL_S", 3600, 1, 7 * 86_400)?,
             http_limits,
             allowed_origins: parse_origins(raw.allowed_origins.as_deref())?,
@@ -381,7 +396,6 @@ fn parse_http_limits(raw: &RawConfig) -> Result<HttpLimits, Error> {
         max_header_bytes: size(&raw.max_header_bytes, "MCP_K8S_MAX_HEADER_BYTES", 16 << 10, 1024, 1 << 20)?,
         max_headers: size(&raw.max_headers, "MCP_K8S_MAX_HEADERS", 100, 8, 10_000)?,
         body_budget_bytes: size(&raw.body_budget_bytes, "MCP_K8S_BODY_BUDGET_BYTES", 32 << 20, 4096, 1 << 32)?,
-        max_reply_queue_bytes: size(&raw.max_reply_queue_bytes, "MCP_K8S_MAX_REPLY_QUEUE_BYTES", 8 << 20, 64 << 10, 1 << 30)?,
         head_timeout_s: seconds(&raw.head_timeout_s, "MCP_K8S_HEAD_TIMEOUT_S", 10)?,
         body_timeout_s: seconds(&raw.body_timeout_s, "MCP_K8S_BODY_TIMEOUT_S", 30)?,
         idle_timeout_s: seconds(&raw.idle_timeout_s, "MCP_K8S_IDLE_TIMEOUT_S", 30)?,
@@ -700,11 +714,15 @@ mod tests {
                 &[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_MAX_MESSAGE_BYTES", "40000000")],
                 "MCP_K8S_MAX_MESSAGE_BYTES: `40000000` is above MCP_K8S_BODY_BUDGET_BYTES (33554432); lower it or raise MCP_K8S_BODY_BUDGET_BYTES",
             ),
-            (&[("MCP_K8S_MAX_REPLY_QUEUE_BYTES", "10")], "MCP_K8S_MAX_REPLY_QUEUE_BYTES: `10` is out of range"),
             (&[("MCP_K8S_HEAD_TIMEOUT_S", "0")], "MCP_K8S_HEAD_TIMEOUT_S: `0` is out of range; accepted: 1 to 3600"),
             (&[("MCP_K8S_BODY_TIMEOUT_S", "x")], "MCP_K8S_BODY_TIMEOUT_S: `x`"),
             (&[("MCP_K8S_IDLE_TIMEOUT_S", "4000")], "MCP_K8S_IDLE_TIMEOUT_S: `4000` is out of range"),
             (&[("MCP_K8S_WRITE_TIMEOUT_S", "-1")], "MCP_K8S_WRITE_TIMEOUT_S: `-1`"),
+            (&[("MCP_K8S_MAX_REPLY_QUEUE_BYTES", "1000")], "MCP_K8S_MAX_REPLY_QUEUE_BYTES: `1000` is out of range; accepted: 65536 to"),
+            (
+                &[("MCP_K8S_MAX_MESSAGE_BYTES", "100000000")],
+                "MCP_K8S_MAX_MESSAGE_BYTES: `100000000` is out of range; accepted: 4096 to 67108864",
+            ),
             (&[("MCP_K8S_ALLOWED_ORIGINS", "example.com")], "MCP_K8S_ALLOWED_ORIGINS: `example.com` is not accepted; expected origins"),
             (&[("MCP_K8S_ALLOWED_ORIGINS", "https://a.example/")], "MCP_K8S_ALLOWED_ORIGINS: `https://a.example/`"),
             (&[("MCP_K8S_SHUTDOWN_GRACE_S", "soon")], "MCP_K8S_SHUTDOWN_GRACE_S: `soon`"),

@@ -3,6 +3,11 @@
 //! and `docker.io/library/python:3.12-slim` are one image and `python:3.12`
 //! is another. Entries may pin a digest, or end in `:*` (every tag of a
 //! repository) or `/*` (every repository under a prefix).
+//!
+//! A reference with a digest is pulled by that digest alone, its tag
+//! ignored; so only an entry pinning that digest, or a `/*` entry (which
+//! trusts everything under its prefix), admits one. A tag entry and a
+//! `:*` entry never do.
 
 use std::fmt;
 
@@ -71,6 +76,8 @@ impl Allowlist {
     /// Checks a caller's image; returns its normalised reference, which is
     /// what goes into the pod spec.
     pub fn check(&self, image: &str) -> Result<ImageRef, String> {
+        // Shortened only when it is not a reference at all: a valid one
+        // is at most 512 characters, and a digest is worth quoting whole.
         let wanted = normalise(image)?;
         if self.entries.iter().any(|entry| entry_allows(entry, &wanted)) {
             return Ok(wanted);
@@ -88,12 +95,12 @@ impl Allowlist {
 /// `docker.io`, `library/` for official images, default tag `latest` when
 /// neither tag nor digest is given.
 pub fn normalise(reference: &str) -> Result<ImageRef, String> {
-    let invalid = |why: &str| format!("image `{reference}` is not a valid image reference: {why}");
+    let invalid = |why: &str| format!("image `{}` is not a valid image reference: {why}", crate::echo::shorten(reference));
     if reference.is_empty() || reference.len() > 512 {
         return Err(invalid("it must be 1 to 512 characters"));
     }
     if reference.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(invalid("it contains white space"));
+        return Err(invalid("it contains white space or control characters"));
     }
     let (name, digest) = match reference.split_once('@') {
         Some((name, digest)) => {
@@ -158,17 +165,23 @@ fn normalise_repository(repository: &str) -> Result<String, String> {
 fn entry_allows(entry: &Entry, wanted: &ImageRef) -> bool {
     match entry {
         Entry::AnyUnder { prefix } => wanted.repository.starts_with(&format!("{prefix}/")),
-        Entry::AnyTag { repository } => &wanted.repository == repository,
+        // Every tag, but no digest: `golang:*` trusts what the
+        // repository's tags name, not any content pushed to it.
+        Entry::AnyTag { repository } => &wanted.repository == repository && wanted.digest.is_none(),
         Entry::Exact(allowed) => {
             if allowed.repository != wanted.repository {
                 return false;
             }
             match (&allowed.digest, &wanted.digest) {
-                // A pinned entry allows exactly that content.
+                // A pinned entry allows exactly that content, whatever tag
+                // the caller writes beside it (runtimes ignore it).
                 (Some(pinned), Some(digest)) => pinned == digest,
                 (Some(_), None) => false,
-                // A tag entry allows that tag, also when the caller pins it further.
-                (None, _) => allowed.tag == wanted.tag,
+                // A tag entry allows that tag only. A digest beside it
+                // would be what is pulled, and it can name any content
+                // of the repository (issue 11, finding 8).
+                (None, Some(_)) => false,
+                (None, None) => allowed.tag == wanted.tag,
             }
         }
     }
@@ -242,15 +255,33 @@ mod tests {
             ("busybox", true),
             ("busybox:latest", true),
             ("busybox:1.36", false),
-            (&format!("busybox:latest@{DIGEST}"), true),
+            // Issue 11, finding 8: a tag entry does not admit a digest.
+            (&format!("busybox:latest@{DIGEST}"), false),
+            (&format!("busybox@{DIGEST}"), false),
+            (&format!("docker.io/library/busybox:latest@{DIGEST}"), false),
+            (&format!("python:3.12-slim@{DIGEST}"), false),
+            (&format!("alpine:3.20@{DIGEST}"), true),
+            (&format!("alpine:3.20@{}", DIGEST.replace("0123", "4567")), false),
             ("docker.io/python:3.12-slim", true),
             ("library/python:3.12-slim", true),
             ("python:3.12-slim-bookworm", false),
-            (&format!("golang@{DIGEST}"), true),
+            (&format!("golang@{DIGEST}"), false),
+            (&format!("golang:1.26@{DIGEST}"), false),
             (&format!("ghcr.io/acme/builder@{DIGEST}"), true),
             (&format!("alpine@{}", DIGEST.to_ascii_uppercase().replace("SHA256", "sha256")), true),
             ("alpine@sha256:1111111111111111111111111111111111111111111111111111111111111111", false),
             ("index.docker.io/library/busybox", true),
+            ("docker.io/busybox", true),
+            ("Busybox", false),
+            ("busybox:", false),
+            ("busybox ", false),
+            ("busybox\t", false),
+            ("busybox\u{0}", false),
+            ("busybox@sha256:0123", false),
+            (&format!("busybox@sha256:{}", "0".repeat(63)), false),
+            (&format!("busybox@sha512:{}", "0".repeat(64)), false),
+            ("localhost:5000/busybox", false),
+            ("registry-1.docker.io/library/busybox", false),
         ];
         for (image, allowed) in cases {
             assert_eq!(list.check(image).is_ok(), allowed, "{image}");

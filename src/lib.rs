@@ -8,13 +8,15 @@
 //! → `engine` (runs, background jobs, manifests) → `kube` (the REST client).
 //! `runner` is the in-pod half: the same binary, started as the job's
 //! entrypoint, knows nothing of MCP or of the API server.
-//! `config` turns the environment and flags into a checked `Config`; `log`
+//! `config` turns the environment and flags into a checked `Config`; `echo`
+//! shortens caller input quoted in errors; `log`
 //! writes metadata-only JSON lines to stderr; `metrics` keeps the counters
 //! `/metrics` serves; `doctor` checks the cluster set-up against the
 //! configuration.
 
 pub mod config;
 pub mod doctor;
+pub mod echo;
 pub mod engine;
 pub mod images;
 pub mod kube;

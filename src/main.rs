@@ -142,7 +142,13 @@ fn serve(raw: &RawConfig) -> ExitCode {
     }
     let grace = Duration::from_secs(config.shutdown_grace_s);
     let served = match config.transport {
-        Transport::Stdio => transport::stdio::serve(server, config.max_message_bytes, grace, stop),
+        Transport::Stdio => {
+            let limits = transport::stdio::Limits {
+                max_message_bytes: config.max_message_bytes,
+                max_reply_queue_bytes: config.max_reply_queue_bytes,
+            };
+            transport::stdio::serve(server, limits, grace, stop)
+        }
         Transport::Http => transport::http::serve(server, &config, stop),
     };
     match served {

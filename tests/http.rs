@@ -90,7 +90,7 @@ fn refusals() {
             "Content-Type must be application/json, not `text/plain`",
         ),
         ("POST", "/mcp", vec![json, with_session], &big, 413, "message exceeds 4096 bytes; raise MCP_K8S_MAX_MESSAGE_BYTES"),
-        ("POST", "/mcp", vec![json, with_session], "{oops", 200, "parse error: key must be a string at line 1 column 2"),
+        ("POST", "/mcp", vec![json, with_session], "{oops", 200, "parse error: expected an object key in double quotes at byte 1"),
         ("POST", "/mcp", vec![json], "{oops", 400, "parse error"),
         ("DELETE", "/mcp", vec![], "", 400, "missing Mcp-Session-Id header"),
         ("POST", "/messages?sessionId=nope", vec![json], PING, 404, "unknown session; open GET /sse first"),

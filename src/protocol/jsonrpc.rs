@@ -1,11 +1,14 @@
 //! JSON-RPC 2.0 framing after lsp-server: the `Message` model, `RequestId`
 //! (keeps `92` and `"92"` apart), `ErrorCode`, parsing one message from text
-//! and writing one back. Knows nothing of MCP methods or sessions.
+//! (after `scan` has bounded what it may cost) and writing one back; a
+//! refused message is a `Rejection`, which keeps the id as the client wrote
+//! it. Knows nothing of MCP methods or sessions.
 
 use std::fmt;
 
 use serde_json::{Map, Value};
 
+use super::scan::{self, IdKind};
 use crate::tools::json_kind;
 
 /// A request id: JSON-RPC allows strings and numbers; MCP forbids null, and
@@ -172,16 +175,83 @@ impl Notification {
     }
 }
 
-/// Reads one JSON-RPC message. On failure returns the error response to
-/// send, carrying the request's id when one could be read.
-pub fn parse(text: &str) -> Result<Message, Response> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|error| Response::error(None, ErrorCode::ParseError, format!("parse error: {error}")))?;
-    from_value(value)
+/// A message refused before it could be served: the error, and the id to
+/// answer with, as the JSON text the client wrote it (`None` writes
+/// `"id":null`, for text that is not JSON or whose id is unusable). Kept
+/// as text so an integer id beyond i64, which `RequestId` cannot hold, is
+/// still echoed exactly (issue 11, finding 9).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rejection {
+    pub id: Option<String>,
+    pub error: ResponseError,
 }
 
+impl Rejection {
+    /// The error response, keys in the order `Response::to_json` writes them.
+    pub fn to_text(&self) -> String {
+        let error = serde_json::json!({ "code": self.error.code.code(), "message": self.error.message });
+        format!(r#"{{"error":{error},"id":{},"jsonrpc":"2.0"}}"#, self.id.as_deref().unwrap_or("null"))
+    }
+
+    fn from_response(response: Response) -> Rejection {
+        let error = response.result.err().unwrap_or_else(|| ResponseError::new(ErrorCode::InternalError, "internal error"));
+        Rejection { id: response.id.map(|id| id.to_json().to_string()), error }
+    }
+}
+
+/// Reads one JSON-RPC message: first the byte-level pre-scan (bounded
+/// cost, duplicate keys, numbers serde_json cannot hold, the raw id), then
+/// serde_json. On failure returns what to answer, with the request's id
+/// whenever the text is JSON and the id is a string or an integer.
+pub fn parse(text: &str) -> Result<Message, Rejection> {
+    let scanned = scan::scan(text, &scan::LIMITS);
+    let raw_id = match &scanned {
+        Ok(scanned) => scanned.id,
+        Err(error) if error.kind.is_syntax() => {
+            return Err(Rejection { id: None, error: ResponseError::new(ErrorCode::ParseError, error.kind.to_string()) });
+        }
+        Err(error) => error.id,
+    };
+    if let Some(raw) = raw_id
+        && raw.kind == IdKind::Integer
+        && raw.text.parse::<i64>().is_err()
+    {
+        let message = format!(
+            "`id` `{}` is an integer outside the 64-bit range this server keeps ids in ({} to {}); use a string id or a smaller integer",
+            crate::echo::shorten(raw.text),
+            i64::MIN,
+            i64::MAX
+        );
+        return Err(Rejection { id: Some(raw.text.to_string()), error: ResponseError::new(ErrorCode::InvalidRequest, message) });
+    }
+    let echo_id = raw_id.filter(|raw| matches!(raw.kind, IdKind::String | IdKind::Integer)).map(|raw| raw.text.to_string());
+    if let Err(error) = scanned {
+        return Err(Rejection { id: echo_id, error: ResponseError::new(ErrorCode::InvalidRequest, error.kind.to_string()) });
+    }
+    let value: Value = serde_json::from_str(text)
+        .map_err(|error| Rejection { id: echo_id, error: ResponseError::new(ErrorCode::ParseError, format!("parse error: {error}")) })?;
+    from_value(value).map_err(Rejection::from_response)
+}
+
+/// The id of a message known only by its first bytes (a stdio line over
+/// the size cap), when they hold all of it and it is a string or an
+/// integer, as JSON text; so even that refusal reaches the request that
+/// waits for it.
+pub fn id_in_prefix(prefix: &str) -> Option<String> {
+    let raw = match scan::scan(prefix, &scan::LIMITS) {
+        Ok(scanned) => scanned.id,
+        Err(error) => error.id,
+    }?;
+    // An id that runs to the very end may have been cut short.
+    let end = raw.text.as_ptr() as usize - prefix.as_ptr() as usize + raw.text.len();
+    let whole = end < prefix.len();
+    (whole && matches!(raw.kind, IdKind::String | IdKind::Integer)).then(|| raw.text.to_string())
+}
+
+/// Takes the message apart by moving its members: `params` can be most
+/// of the message, and a copy would double what it costs.
 fn from_value(value: Value) -> Result<Message, Response> {
-    let object = match value {
+    let mut object = match value {
         Value::Object(object) => object,
         // Batches existed only in revision 2025-03-26, and no client we
         // test against sends them.
@@ -192,16 +262,15 @@ fn from_value(value: Value) -> Result<Message, Response> {
     if object.get("jsonrpc") != Some(&Value::from("2.0")) {
         return Err(invalid(id, "`jsonrpc` must be \"2.0\""));
     }
-    match object.get("method") {
+    match object.remove("method") {
         Some(Value::String(method)) => {
-            let params = read_params(&object, id.clone())?;
-            let method = method.clone();
+            let params = read_params(object.remove("params"), id.clone())?;
             Ok(match id {
                 Some(id) => Message::Request(Request { id, method, params }),
                 None => Message::Notification(Notification { method, params }),
             })
         }
-        Some(other) => Err(invalid(id, format!("`method` must be a string, not {}", json_kind(other)))),
+        Some(other) => Err(invalid(id, format!("`method` must be a string, not {}", json_kind(&other)))),
         None => read_response(&object, id),
     }
 }
@@ -218,11 +287,11 @@ fn read_id(object: &Map<String, Value>) -> Result<Option<RequestId>, Response> {
     }
 }
 
-fn read_params(object: &Map<String, Value>, id: Option<RequestId>) -> Result<Map<String, Value>, Response> {
-    match object.get("params") {
+fn read_params(params: Option<Value>, id: Option<RequestId>) -> Result<Map<String, Value>, Response> {
+    match params {
         None | Some(Value::Null) => Ok(Map::new()),
-        Some(Value::Object(params)) => Ok(params.clone()),
-        Some(other) => Err(invalid(id, format!("`params` must be an object, not {}", json_kind(other)))),
+        Some(Value::Object(params)) => Ok(params),
+        Some(other) => Err(invalid(id, format!("`params` must be an object, not {}", json_kind(&other)))),
     }
 }
 
@@ -267,7 +336,7 @@ mod tests {
     fn error_text(input: &str) -> String {
         match parse(input) {
             Ok(message) => panic!("{input} parsed as {message:?}"),
-            Err(response) => response.to_json().to_string(),
+            Err(rejection) => rejection.to_text(),
         }
     }
 
@@ -308,11 +377,11 @@ mod tests {
         let cases = [
             (
                 "{",
-                r#"{"error":{"code":-32700,"message":"parse error: EOF while parsing an object at line 1 column 1"},"id":null,"jsonrpc":"2.0"}"#,
+                r#"{"error":{"code":-32700,"message":"parse error: the message ends early; expected an object key in double quotes"},"id":null,"jsonrpc":"2.0"}"#,
             ),
             (
                 "",
-                r#"{"error":{"code":-32700,"message":"parse error: EOF while parsing a value at line 1 column 0"},"id":null,"jsonrpc":"2.0"}"#,
+                r#"{"error":{"code":-32700,"message":"parse error: the message ends early; expected a value"},"id":null,"jsonrpc":"2.0"}"#,
             ),
             (
                 "[]",
@@ -353,6 +422,61 @@ mod tests {
             let actual: Value = serde_json::from_str(&error_text(input)).unwrap();
             let expected: Value = serde_json::from_str(expected).unwrap();
             assert_eq!(actual, expected, "input: {input}");
+        }
+    }
+
+    /// Issue 11, findings 9, 12 and 15: valid JSON the server cannot or
+    /// will not read is answered with the id the client sent, exactly.
+    #[test]
+    fn refused_messages_keep_their_id() {
+        let digits = "9".repeat(400);
+        let big_id = format!(r#"{{"jsonrpc":"2.0","id":{digits},"method":"ping"}}"#);
+        let cases: Vec<(String, String, i64, &str)> = vec![
+            (
+                r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"run_job","arguments":{"timeout_s":1e400}}}"#.into(),
+                "7".into(),
+                -32600,
+                "the number `1e400` is outside the range of a 64-bit float",
+            ),
+            (big_id, digits.clone(), -32600, "is an integer outside the 64-bit range this server keeps ids in"),
+            (
+                r#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"ping"}"#.into(),
+                "9223372036854775808".into(),
+                -32600,
+                "`id` `9223372036854775808` is an integer outside the 64-bit range",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"a\u0062","method":"x","params":{"image":"evil:1","image":"busybox:1.36"}}"#.into(),
+                r#""a\u0062""#.into(),
+                -32600,
+                "an object holds the key `image` twice",
+            ),
+            (r#"{"jsonrpc":"2.0","id":3,"method":"ping","method":"tools/call"}"#.into(), "3".into(), -32600, "key `method` twice"),
+            ("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\"} x".into(), "null".into(), -32700, "parse error: expected the end"),
+        ];
+        for (input, id, code, message) in cases {
+            // Not read back with serde_json: a 400-digit id is exactly
+            // what it cannot hold.
+            let text = error_text(&input);
+            assert!(text.contains(&format!(r#""id":{id},"#)), "{text}");
+            assert!(text.starts_with(&format!(r#"{{"error":{{"code":{code},"message":""#)), "{text}");
+            assert!(text.contains(message), "{text}");
+            assert!(text.len() < 1000, "the id is echoed, the message is short: {}", text.len());
+        }
+    }
+
+    #[test]
+    fn the_id_of_a_cut_message() {
+        let cases = [
+            (r#"{"jsonrpc":"2.0","id":12,"method":"ping","params":{"pad":"xxx"#, Some("12")),
+            (r#"{"id":"abc","params":["#, Some(r#""abc""#)),
+            (r#"{"params":{"id":1},"id":"#, None),
+            (r#"{"id":12"#, None),
+            (r#"{"id":1.5,"x":"#, None),
+            (r#"{"method":"ping","pad":"xx"#, None),
+        ];
+        for (prefix, id) in cases {
+            assert_eq!(id_in_prefix(prefix).as_deref(), id, "{prefix}");
         }
     }
 }

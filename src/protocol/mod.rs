@@ -14,6 +14,7 @@
 //! branch off in `Server::on_request` before the session checks.
 
 pub mod jsonrpc;
+pub mod scan;
 pub mod tasks;
 
 use std::collections::HashMap;
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
+use crate::echo;
 use crate::engine::cancel::CancelToken;
 use crate::log::{self, Level};
 use crate::tools::{self, CallEvents, ToolOutcome};
@@ -116,20 +118,22 @@ impl Default for Session {
 impl Server {
     pub fn new(ctx: tools::Ctx) -> Server {
         let registry = tools::Registry::new(&ctx.config);
-        Server { ctx: Arc::new(ctx), registry, calls: Calls::default() }
+        let calls = Calls::new(ctx.config.max_inflight_bytes);
+        Server { ctx: Arc::new(ctx), registry, calls }
     }
 
     /// The one entry point of every transport: handles one incoming
     /// message (a complete JSON text).
     pub fn handle(self: &Arc<Self>, session: &Arc<Session>, text: &str, outbox: Outbox) -> Dispatch {
         match jsonrpc::parse(text) {
-            Err(response) => {
-                log::debug("invalid message", &[("error", json!(error_message(&response)))]);
-                send_response(&outbox, &response);
+            Err(rejection) => {
+                // The code only: the message may quote caller input.
+                log::debug("invalid message", &[("code", json!(rejection.error.code.code()))]);
+                let _ = outbox.send(Outgoing::Response { text: rejection.to_text(), is_error: true });
                 Dispatch::Reply
             }
             Ok(Message::Request(request)) => {
-                self.on_request(session, request, outbox);
+                self.on_request(session, request, outbox, text.len());
                 Dispatch::Reply
             }
             Ok(Message::Notification(notification)) => {
@@ -165,24 +169,28 @@ impl Server {
         lock(&self.calls.state).accepting
     }
 
-    fn on_request(self: &Arc<Self>, session: &Arc<Session>, request: Request, outbox: Outbox) {
-        let id = request.id.clone();
-        let result = match request.method.as_str() {
-            "initialize" => self.initialize(session, &request.params),
+    /// Takes the request apart: `params` moves on to the call that needs
+    /// it rather than being copied (issue 11, finding 4).
+    /// `message_bytes` is the size of the message the request came in,
+    /// which a call holds (as values) until it ends.
+    fn on_request(self: &Arc<Self>, session: &Arc<Session>, request: Request, outbox: Outbox, message_bytes: usize) {
+        let Request { id, method, params } = request;
+        let result = match method.as_str() {
+            "initialize" => self.initialize(session, &params),
             "ping" => Ok(json!({})),
             method if !is_known_method(method) => {
                 // Includes `server/discover` (revision 2026-07-28): an
                 // immediate -32601 lets Python 2.x clients fall back to
                 // `initialize` without waiting out their probe. -32022
                 // would tell them we serve 2026-07-28, which we do not.
-                Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`")))
+                Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{}`", echo::shorten(method))))
             }
             method if session.protocol_version().is_none() => {
                 Err(ResponseError::new(ErrorCode::InvalidRequest, format!("`{method}` before `initialize`; initialize the session first")))
             }
-            "tools/list" => list_tools(&self.registry, &request.params),
-            "logging/setLevel" => set_log_level(session, &request.params),
-            "tools/call" => match self.start_call(session, &request, outbox.clone()) {
+            "tools/list" => list_tools(&self.registry, &params),
+            "logging/setLevel" => set_log_level(session, &params),
+            "tools/call" => match self.start_call(session, &id, params, outbox.clone(), message_bytes) {
                 // The call's thread owns the response now.
                 Ok(()) => return,
                 Err(error) => Err(error),
@@ -190,12 +198,13 @@ impl Server {
             // Task methods may wait on the cluster: they get a call thread.
             method if let Some((name, handler)) = tasks::handler(method) => {
                 let work = Work::Raw(handler);
-                match self.spawn_call(session, &request.id, name, work, request.params.clone(), outbox.clone(), None) {
+                let call = CallStart { name, work, arguments: params, progress_token: None, message_bytes };
+                match self.spawn_call(session, &id, call, outbox.clone()) {
                     Ok(()) => return,
                     Err(error) => Err(error),
                 }
             }
-            method => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`"))),
+            method => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{}`", echo::shorten(method)))),
         };
         send_response(&outbox, &Response { id: Some(id), result });
     }
@@ -211,13 +220,13 @@ impl Server {
                 if let Some(handle) = lock(&session.calls).get(&request_id) {
                     handle.answer.store(false, Ordering::SeqCst);
                     handle.cancel.cancel();
-                    log::info("call cancelled by client", &[("request_id", json!(request_id.to_string()))]);
+                    log::info("call cancelled by client", &[("request_id", json!(echo::shorten(&request_id.to_string())))]);
                 }
             }
             // Nothing to do: requests are served from the initialize
             // response on, which every client tolerates.
             "notifications/initialized" => {}
-            other => log::debug("ignored notification", &[("method", json!(other))]),
+            other => log::debug("ignored notification", &[("method", json!(echo::shorten(other)))]),
         }
     }
 
@@ -237,7 +246,7 @@ impl Server {
             }
             state.protocol_version = Some(version);
         }
-        log::info("session initialized", &[("protocol_version", json!(version)), ("requested", json!(requested))]);
+        log::info("session initialized", &[("protocol_version", json!(version)), ("requested", json!(echo::shorten(requested)))]);
         Ok(json!({
             "protocolVersion": version,
             // Only what is implemented: clients gate features on these.
@@ -254,8 +263,14 @@ impl Server {
 
     /// Starts a `tools/call` on its own thread. Errors here are the
     /// protocol-level ones (-32602 unknown tool, bad params shape).
-    fn start_call(self: &Arc<Self>, session: &Arc<Session>, request: &Request, outbox: Outbox) -> Result<(), ResponseError> {
-        let params = &request.params;
+    fn start_call(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        request_id: &RequestId,
+        mut params: Map<String, Value>,
+        outbox: Outbox,
+        message_bytes: usize,
+    ) -> Result<(), ResponseError> {
         let name = match params.get("name") {
             Some(Value::String(name)) => name.as_str(),
             Some(other) => return Err(invalid_params(format!("`name` must be a string, not {}", tools::json_kind(other)))),
@@ -263,49 +278,50 @@ impl Server {
         };
         let Some(tool) = self.registry.find(name) else {
             let available = self.registry.names().join(", ");
-            return Err(invalid_params(format!("unknown tool: `{name}`; available: {available}")));
+            return Err(invalid_params(format!("unknown tool: `{}`; available: {available}", echo::shorten(name))));
         };
-        let arguments = match params.get("arguments") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(arguments)) => arguments.clone(),
-            Some(other) => return Err(invalid_params(format!("`arguments` must be an object, not {}", tools::json_kind(other)))),
-        };
+        let (tool_name, handler) = (tool.name, tool.handler);
         let progress_token = params.get("_meta").and_then(|meta| meta.get("progressToken")).and_then(RequestId::from_json);
         // A task-augmented call (tasks utility): the run starts and the
         // task comes back at once. Tools without `taskSupport` forbid it.
-        let work = match params.get("task") {
-            None | Some(Value::Null) => Work::Tool(tool.handler),
-            Some(_) if !tools::background::TASK_TOOLS.contains(&tool.name) => {
+        if params.get("task").is_some_and(|task| !task.is_null()) {
+            if !tools::background::TASK_TOOLS.contains(&tool_name) {
                 return Err(ResponseError::new(
                     ErrorCode::MethodNotFound,
-                    format!("tool `{name}` does not support tasks; call it without `task`"),
+                    format!("tool `{tool_name}` does not support tasks; call it without `task`"),
                 ));
             }
-            Some(_) => return self.spawn_call(session, &request.id, tool.name, Work::Raw(tasks::create), params.clone(), outbox, None),
+            let call =
+                CallStart { name: tool_name, work: Work::Raw(tasks::create), arguments: params, progress_token: None, message_bytes };
+            return self.spawn_call(session, request_id, call, outbox);
+        }
+        let arguments = match params.remove("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(arguments)) => arguments,
+            Some(other) => return Err(invalid_params(format!("`arguments` must be an object, not {}", tools::json_kind(&other)))),
         };
-        self.spawn_call(session, &request.id, tool.name, work, arguments, outbox, progress_token)
+        let call = CallStart { name: tool_name, work: Work::Tool(handler), arguments, progress_token, message_bytes };
+        self.spawn_call(session, request_id, call, outbox)
     }
 
     /// Registers a call and runs it on its own thread, which sends the
     /// response.
-    #[allow(clippy::too_many_arguments)] // One call's facts; a struct would only be built here.
     fn spawn_call(
         self: &Arc<Self>,
         session: &Arc<Session>,
         request_id: &RequestId,
-        name: &'static str,
-        work: Work,
-        arguments: Map<String, Value>,
+        call: CallStart,
         outbox: Outbox,
-        progress_token: Option<RequestId>,
     ) -> Result<(), ResponseError> {
+        let CallStart { name, work, arguments, progress_token, message_bytes } = call;
         let handle = CallHandle { cancel: CancelToken::new(), answer: Arc::new(AtomicBool::new(true)) };
         {
             let mut calls = lock(&session.calls);
             if calls.contains_key(request_id) {
-                return Err(ResponseError::new(ErrorCode::InvalidRequest, format!("request id {request_id} is already in use")));
+                let shown = echo::shorten(&request_id.to_string()).into_owned();
+                return Err(ResponseError::new(ErrorCode::InvalidRequest, format!("request id {shown} is already in use")));
             }
-            let call_number = self.calls.register(&handle.cancel)?;
+            let call_number = self.calls.register(&handle.cancel, message_bytes)?;
             calls.insert(request_id.clone(), handle.clone());
             let running = RunningCall {
                 server: Arc::clone(self),
@@ -329,6 +345,17 @@ impl Server {
     }
 }
 
+/// A call about to start: what it runs, on what, and the size of the
+/// message it came in (counted against `MCP_K8S_MAX_INFLIGHT_BYTES`).
+struct CallStart {
+    /// The tool's name, or the task method's.
+    name: &'static str,
+    work: Work,
+    arguments: Map<String, Value>,
+    progress_token: Option<RequestId>,
+    message_bytes: usize,
+}
+
 /// What the dispatcher knows per call: the token to cancel it and whether
 /// its response is still wanted (false after `notifications/cancelled`).
 #[derive(Clone)]
@@ -344,26 +371,35 @@ struct SessionState {
     log_level: Level,
 }
 
-/// Every call in flight on the server, for shutdown.
+/// Every call in flight on the server, for shutdown, and the bytes of the
+/// messages they hold: a call keeps its arguments (as values, and again as
+/// what they were checked into) until it ends, so without a bound a client
+/// could park `MAX_CALLS_IN_FLIGHT` maximal messages in long runs (issue 11,
+/// finding 4).
 struct Calls {
     state: Mutex<CallsState>,
     idle: Condvar,
+    max_bytes_in_flight: usize,
 }
 
 struct CallsState {
     accepting: bool,
     next_number: u64,
-    running: HashMap<u64, CancelToken>,
-}
-
-impl Default for Calls {
-    fn default() -> Calls {
-        Calls { state: Mutex::new(CallsState { accepting: true, next_number: 0, running: HashMap::new() }), idle: Condvar::new() }
-    }
+    /// Each call's cancel token and the size of its message.
+    running: HashMap<u64, (CancelToken, usize)>,
+    bytes_in_flight: usize,
 }
 
 impl Calls {
-    fn register(&self, cancel: &CancelToken) -> Result<u64, ResponseError> {
+    fn new(max_bytes_in_flight: usize) -> Calls {
+        let state = CallsState { accepting: true, next_number: 0, running: HashMap::new(), bytes_in_flight: 0 };
+        Calls { state: Mutex::new(state), idle: Condvar::new(), max_bytes_in_flight }
+    }
+
+    /// A call is refused when it would take the bytes in flight over the
+    /// cap, except when nothing runs: one message within
+    /// `MCP_K8S_MAX_MESSAGE_BYTES` is always served.
+    fn register(&self, cancel: &CancelToken, message_bytes: usize) -> Result<u64, ResponseError> {
         let mut state = lock(&self.state);
         if !state.accepting {
             return Err(ResponseError::new(ErrorCode::InternalError, "server is shutting down; no new calls are accepted"));
@@ -374,15 +410,27 @@ impl Calls {
                 format!("too many calls in flight ({MAX_CALLS_IN_FLIGHT}); retry when some have finished"),
             ));
         }
+        if !state.running.is_empty() && state.bytes_in_flight + message_bytes > self.max_bytes_in_flight {
+            return Err(ResponseError::new(
+                ErrorCode::InternalError,
+                format!(
+                    "the calls in flight hold {} bytes of messages and this one has {message_bytes}, more than this server holds at once (MCP_K8S_MAX_INFLIGHT_BYTES, {}); retry when some have finished",
+                    state.bytes_in_flight, self.max_bytes_in_flight
+                ),
+            ));
+        }
         state.next_number += 1;
         let number = state.next_number;
-        state.running.insert(number, cancel.clone());
+        state.running.insert(number, (cancel.clone(), message_bytes));
+        state.bytes_in_flight += message_bytes;
         Ok(number)
     }
 
     fn unregister(&self, number: u64) {
         let mut state = lock(&self.state);
-        state.running.remove(&number);
+        if let Some((_, message_bytes)) = state.running.remove(&number) {
+            state.bytes_in_flight -= message_bytes;
+        }
         if state.running.is_empty() {
             self.idle.notify_all();
         }
@@ -393,7 +441,7 @@ impl Calls {
     }
 
     fn cancel_all(&self) {
-        for cancel in lock(&self.state).running.values() {
+        for (cancel, _) in lock(&self.state).running.values() {
             cancel.cancel();
         }
     }
@@ -536,16 +584,15 @@ fn list_tools(registry: &tools::Registry, params: &Map<String, Value>) -> Result
     // All tools fit on one page, so no cursor was ever handed out.
     match params.get("cursor") {
         None | Some(Value::Null) => Ok(registry.list_json()),
-        Some(cursor) => Err(invalid_params(format!("unknown cursor {cursor}; tools/list has a single page"))),
+        Some(cursor) => Err(invalid_params(format!("unknown cursor {}; tools/list has a single page", echo::shorten(&cursor.to_string())))),
     }
 }
 
 fn set_log_level(session: &Session, params: &Map<String, Value>) -> Result<Value, ResponseError> {
     let accepted = "debug, info, notice, warning, error, critical, alert, emergency";
     let level = match params.get("level") {
-        Some(Value::String(text)) => {
-            Level::parse(text).ok_or_else(|| invalid_params(format!("unknown log level `{text}`; accepted: {accepted}")))?
-        }
+        Some(Value::String(text)) => Level::parse(text)
+            .ok_or_else(|| invalid_params(format!("unknown log level `{}`; accepted: {accepted}", echo::shorten(text))))?,
         Some(other) => return Err(invalid_params(format!("`level` must be a string, not {}", tools::json_kind(other)))),
         None => return Err(invalid_params(format!("missing `level`; accepted: {accepted}"))),
     };
@@ -555,13 +602,6 @@ fn set_log_level(session: &Session, params: &Map<String, Value>) -> Result<Value
 
 fn invalid_params(message: impl Into<String>) -> ResponseError {
     ResponseError::new(ErrorCode::InvalidParams, message)
-}
-
-fn error_message(response: &Response) -> &str {
-    match &response.result {
-        Ok(_) => "",
-        Err(error) => &error.message,
-    }
 }
 
 /// A send fails only when the receiver is gone (HTTP client disconnected,

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use serde_json::{Map, Value, json};
 
 use super::jsonrpc::{ErrorCode, ResponseError};
-use crate::tools::background::{self, TaskState, TaskStatus};
+use crate::tools::background::{self, CallError, TaskState, TaskStatus};
 use crate::tools::{self, Call};
 
 /// Methods this module answers.
@@ -46,7 +46,7 @@ pub fn create(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError>
     let name = call.arguments.get("name").and_then(Value::as_str).unwrap_or_default();
     let empty = Map::new();
     let arguments = call.arguments.get("arguments").and_then(Value::as_object).unwrap_or(&empty);
-    let task_id = background::task_submit(ctx, name, arguments).map_err(invalid_params)?;
+    let task_id = background::task_submit(ctx, name, arguments).map_err(response_error)?;
     let now = SystemTime::now();
     let state = TaskState { task_id, status: TaskStatus::Working, message: None, created: now, updated: now };
     Ok(json!({ "task": task_json(ctx, &state) }))
@@ -54,14 +54,14 @@ pub fn create(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError>
 
 fn get(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     let task_id = task_id(call)?;
-    background::task_status(ctx, task_id).map(|state| task_json(ctx, &state)).map_err(invalid_params)
+    background::task_status(ctx, task_id).map(|state| task_json(ctx, &state)).map_err(response_error)
 }
 
 /// Blocks until the task ends, then answers exactly what the tool call
 /// would have, tagged with the task it belongs to.
 fn result(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     let task_id = task_id(call)?;
-    let outcome = background::task_result(ctx, task_id, call.cancel).map_err(invalid_params)?;
+    let outcome = background::task_result(ctx, task_id, call.cancel).map_err(response_error)?;
     let mut result = tools::result_json(outcome);
     result["_meta"] = json!({ "io.modelcontextprotocol/related-task": { "taskId": task_id } });
     Ok(result)
@@ -70,16 +70,16 @@ fn result(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
 fn list(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     // Every task fits on one page, so no cursor was ever handed out.
     if let Some(cursor) = call.arguments.get("cursor").filter(|cursor| !cursor.is_null()) {
-        return Err(invalid_params(format!("unknown cursor {cursor}; tasks/list has a single page")));
+        return Err(invalid_params(format!("unknown cursor {}; tasks/list has a single page", crate::echo::shorten(&cursor.to_string()))));
     }
-    let states = background::task_list(ctx).map_err(|message| ResponseError::new(ErrorCode::InternalError, message))?;
+    let states = background::task_list(ctx).map_err(response_error)?;
     let tasks: Vec<Value> = states.iter().map(|state| task_json(ctx, state)).collect();
     Ok(json!({ "tasks": tasks }))
 }
 
 fn cancel(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     let task_id = task_id(call)?;
-    background::task_cancel(ctx, task_id).map(|state| task_json(ctx, &state)).map_err(invalid_params)
+    background::task_cancel(ctx, task_id).map(|state| task_json(ctx, &state)).map_err(response_error)
 }
 
 fn task_json(ctx: &tools::Ctx, state: &TaskState) -> Value {
@@ -107,6 +107,15 @@ fn task_id<'a>(call: &'a Call<'_>) -> Result<&'a str, ResponseError> {
         Some(Value::String(task_id)) => Ok(task_id),
         Some(other) => Err(invalid_params(format!("`taskId` must be a string, not {}", tools::json_kind(other)))),
         None => Err(invalid_params("missing `taskId`")),
+    }
+}
+
+/// -32602 only for what the caller must change; an unreachable cluster or
+/// a full server is -32603 (issue 11, finding 14).
+fn response_error(error: CallError) -> ResponseError {
+    match error {
+        CallError::Invalid(message) => invalid_params(message),
+        CallError::Unavailable(message) => ResponseError::new(ErrorCode::InternalError, message),
     }
 }
 

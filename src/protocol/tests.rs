@@ -121,7 +121,7 @@ fn errors() {
     let cases = [
         (r#"{"jsonrpc":"2.0","id":7,"method":"nope"}"#, error(json!(7), -32601, "method not found: `nope`")),
         (r#"{"jsonrpc":"2.0","id":"7","method":"resources/list"}"#, error(json!("7"), -32601, "method not found: `resources/list`")),
-        ("{not json", error(Value::Null, -32700, "parse error: key must be a string at line 1 column 2")),
+        ("{not json", error(Value::Null, -32700, "parse error: expected an object key in double quotes at byte 1")),
         (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, error(Value::Null, -32600, "`id` must be a string or an integer, not null")),
         (
             r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5}}"#,
@@ -290,6 +290,9 @@ fn shutdown_waits_for_calls_then_cancels_them_and_refuses_new_ones() {
     assert_eq!(messages, [error(json!(2), -32603, "server is shutting down; no new calls are accepted")]);
 }
 
+/// A job token of the shape this server hands out, for no job at all.
+const TOKEN: &str = "job-0123456789abcdef0123456789abcdef-1767225600";
+
 #[test]
 fn task_requests_are_checked_before_any_cluster_is_needed() {
     let no_cluster = "this server cannot reach a Kubernetes cluster: no cluster in protocol tests";
@@ -311,7 +314,28 @@ fn task_requests_are_checked_before_any_cluster_is_needed() {
             r#"{"jsonrpc":"2.0","id":4,"method":"tasks/result","params":{"taskId":7}}"#,
             error(json!(4), -32602, "`taskId` must be a string, not an integer"),
         ),
-        (r#"{"jsonrpc":"2.0","id":5,"method":"tasks/cancel","params":{"taskId":"job-x"}}"#, error(json!(5), -32602, no_cluster)),
+        (
+            r#"{"jsonrpc":"2.0","id":5,"method":"tasks/cancel","params":{"taskId":"job-x"}}"#,
+            error(
+                json!(5),
+                -32602,
+                "no such job: `job-x` is not a job_token this server hands out; use the token submit_job returned (a task's taskId), or find it with list_jobs",
+            ),
+        ),
+        // Issue 11, finding 14: a well-formed id the cluster cannot be
+        // asked about is the server's trouble, not invalid params.
+        (
+            &format!(r#"{{"jsonrpc":"2.0","id":8,"method":"tasks/get","params":{{"taskId":"{TOKEN}"}}}}"#),
+            error(json!(8), -32603, no_cluster),
+        ),
+        (
+            &format!(r#"{{"jsonrpc":"2.0","id":9,"method":"tasks/cancel","params":{{"taskId":"{TOKEN}"}}}}"#),
+            error(json!(9), -32603, no_cluster),
+        ),
+        (
+            &format!(r#"{{"jsonrpc":"2.0","id":10,"method":"tasks/result","params":{{"taskId":"{TOKEN}"}}}}"#),
+            error(json!(10), -32603, no_cluster),
+        ),
         (
             r#"{"jsonrpc":"2.0","id":6,"method":"tasks/list","params":{"cursor":"c"}}"#,
             error(json!(6), -32602, "unknown cursor \"c\"; tasks/list has a single page"),
@@ -332,4 +356,74 @@ fn run_job_alone_declares_task_support() {
         let expected = if tool["name"] == "run_job" { json!({ "taskSupport": "optional" }) } else { Value::Null };
         assert_eq!(tool["execution"], expected, "{}", tool["name"]);
     }
+}
+
+/// Issue 11, finding 15: caller input quoted in an error is shortened.
+#[test]
+fn echoed_input_is_shortened() {
+    let long = "m".repeat(1 << 20);
+    let shown = format!("{}… (1048576 bytes)", "m".repeat(crate::echo::MAX_ECHO_CHARS));
+    let cases = [
+        (format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{long}"}}"#), error(json!(1), -32601, &format!("method not found: `{shown}`"))),
+        (
+            format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"{long}"}}}}"#),
+            error(
+                json!(2),
+                -32602,
+                &format!(
+                    "unknown tool: `{shown}`; available: describe_environment, run_job, submit_job, fetch_job, cancel_job, list_jobs, test_sleep, test_panic"
+                ),
+            ),
+        ),
+    ];
+    for (input, expected) in cases {
+        check(&input, expected);
+    }
+}
+
+/// Issue 11, finding 14: a task-augmented call with good arguments that
+/// cannot reach the cluster is -32603, not invalid params.
+#[test]
+fn a_task_the_cluster_cannot_take_is_an_internal_error() {
+    let raw = RawConfig::from_lookup(|name| (name == "MCP_K8S_ALLOWED_IMAGES").then(|| "busybox:1.36".to_string()));
+    let server =
+        Arc::new(Server::new(tools::Ctx { config: Config::from_raw(&raw).unwrap(), engine: Err("no cluster in protocol tests".into()) }));
+    let session = initialized_session(&server);
+    let input = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_job","arguments":{"image":"busybox:1.36","command":["true"]},"task":{}}}"#;
+    let (_, messages) = exchange(&server, &session, input);
+    assert_eq!(messages, [error(json!(3), -32603, "this server cannot reach a Kubernetes cluster: no cluster in protocol tests")]);
+}
+
+/// Issue 11, finding 4: running calls hold their messages; past
+/// `MCP_K8S_MAX_INFLIGHT_BYTES` a new call waits for them (-32603), while
+/// one call alone is always served.
+#[test]
+fn calls_in_flight_are_bounded_by_the_bytes_they_hold() {
+    let raw = RawConfig::from_lookup(|name| match name {
+        "MCP_K8S_TEST_TOOLS" => Some("1".to_string()),
+        "MCP_K8S_MAX_INFLIGHT_BYTES" => Some("65536".to_string()),
+        _ => None,
+    });
+    let server =
+        Arc::new(Server::new(tools::Ctx { config: Config::from_raw(&raw).unwrap(), engine: Err("no cluster in protocol tests".into()) }));
+    let session = initialized_session(&server);
+    let pad = "x".repeat(40_000);
+    let call = |id: u32, seconds: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"test_sleep","arguments":{{"seconds":{seconds}}},"_meta":{{"pad":"{pad}"}}}}}}"#
+        )
+    };
+    let (first, first_replies) = mpsc::channel();
+    assert_eq!(server.handle(&session, &call(1, 30), first), Dispatch::Reply);
+    let (_, messages) = exchange(&server, &session, &call(2, 0));
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0]["error"]["code"], -32603, "{}", messages[0]);
+    let message = messages[0]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("more than this server holds at once (MCP_K8S_MAX_INFLIGHT_BYTES, 65536)"), "{message}");
+    // Once the first call is over, the same call is served.
+    exchange(&server, &session, r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#);
+    drop(collect(&first_replies, Duration::from_secs(5)));
+    let (_, messages) = exchange(&server, &session, &call(3, 0));
+    let last = messages.last().unwrap();
+    assert_eq!(last["result"]["structuredContent"], json!({ "slept_ms": 0 }), "{last}");
 }

@@ -49,45 +49,86 @@ pub enum TaskStatus {
     Cancelled,
 }
 
+/// Why a job or task operation failed, by whose move it is (issue 11,
+/// finding 14: a cluster outage or a full queue was answered as "invalid
+/// params"). The protocol layer answers `Invalid` with -32602 and
+/// `Unavailable` with -32603; tools put either into a tool error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallError {
+    /// The caller must change the request: a token that names no job,
+    /// bad arguments, a job that already finished.
+    Invalid(String),
+    /// The request was fine; the server or the cluster could not serve it
+    /// now (no cluster, API failure, too many jobs). Retrying may work.
+    Unavailable(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Invalid(message) | CallError::Unavailable(message) => formatter.write_str(message),
+        }
+    }
+}
+
+impl From<background::Error> for CallError {
+    fn from(error: background::Error) -> CallError {
+        match error {
+            background::Error::Unknown { token } => CallError::Invalid(unknown_token(&token)),
+            // The engine says "expired" also for a well-formed token whose
+            // Job it cannot find and whose time is past the retention: it
+            // may as well never have existed (issue 11, finding 12).
+            background::Error::Expired { token, result_ttl_s } => CallError::Invalid(format!(
+                "no such job: `{}` has expired and was removed, or never existed here (results are kept {result_ttl_s} s after a job ends, MCP_K8S_RESULT_TTL_S); submit the job again, or find a live one with list_jobs",
+                crate::echo::shorten(&token)
+            )),
+            error @ background::Error::AlreadyFinished { .. } => CallError::Invalid(error.to_string()),
+            error @ (background::Error::Full { .. } | background::Error::Refused { .. } | background::Error::Api { .. }) => {
+                CallError::Unavailable(error.to_string())
+            }
+        }
+    }
+}
+
 /// Starts `tool_name` as a task; the task id is the job token.
-pub fn task_submit(ctx: &Ctx, tool_name: &str, arguments: &Map<String, Value>) -> Result<String, String> {
+pub fn task_submit(ctx: &Ctx, tool_name: &str, arguments: &Map<String, Value>) -> Result<String, CallError> {
     if !TASK_TOOLS.contains(&tool_name) {
-        return Err(format!("tool `{tool_name}` cannot run as a task; tasks: {}", TASK_TOOLS.join(", ")));
+        return Err(CallError::Invalid(format!("tool `{tool_name}` cannot run as a task; tasks: {}", TASK_TOOLS.join(", "))));
     }
     submit(ctx, arguments).map(|submitted| submitted.token)
 }
 
-pub fn task_status(ctx: &Ctx, task_id: &str) -> Result<TaskState, String> {
-    let engine = engine_of(ctx)?;
-    let view = background::status(engine, task_id).map_err(|error| error.to_string())?;
+pub fn task_status(ctx: &Ctx, task_id: &str) -> Result<TaskState, CallError> {
+    let engine = engine_for_token(ctx, task_id)?;
+    let view = background::status(engine, task_id)?;
     Ok(task_state(&view))
 }
 
 /// Waits until the task ends (or `stop`), then returns exactly what
 /// `run_job` would have.
-pub fn task_result(ctx: &Ctx, task_id: &str, stop: &CancelToken) -> Result<ToolOutcome, String> {
-    let engine = engine_of(ctx)?;
+pub fn task_result(ctx: &Ctx, task_id: &str, stop: &CancelToken) -> Result<ToolOutcome, CallError> {
+    let engine = engine_for_token(ctx, task_id)?;
     loop {
         let wait = Duration::from_secs(MAX_WAIT_S);
-        let view = background::fetch(engine, task_id, wait, stop, &mut |_, _| {}).map_err(|error| error.to_string())?;
+        let view = background::fetch(engine, task_id, wait, stop, &mut |_, _| {})?;
         if let Some(outcome) = &view.outcome {
             return Ok(run_job_outcome(outcome));
         }
         if stop.is_cancelled() {
-            return Err(format!("the wait for task `{task_id}` was cancelled; the task goes on"));
+            return Err(CallError::Unavailable(format!("the wait for task `{task_id}` was cancelled; the task goes on")));
         }
     }
 }
 
-pub fn task_list(ctx: &Ctx) -> Result<Vec<TaskState>, String> {
+pub fn task_list(ctx: &Ctx) -> Result<Vec<TaskState>, CallError> {
     let engine = engine_of(ctx)?;
-    let listed = background::list(engine).map_err(|error| error.to_string())?;
+    let listed = background::list(engine)?;
     Ok(listed.iter().map(listed_task_state).collect())
 }
 
-pub fn task_cancel(ctx: &Ctx, task_id: &str) -> Result<TaskState, String> {
-    let engine = engine_of(ctx)?;
-    let view = background::cancel(engine, task_id).map_err(|error| error.to_string())?;
+pub fn task_cancel(ctx: &Ctx, task_id: &str) -> Result<TaskState, CallError> {
+    let engine = engine_for_token(ctx, task_id)?;
+    let view = background::cancel(engine, task_id)?;
     let mut state = task_state(&view);
     // The spec answers a cancel with the task as `cancelled`, even while
     // the runner's last report is still on its way.
@@ -127,15 +168,14 @@ fn submit_job_tool(config: &crate::config::Config) -> Tool {
 fn submit_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     match submit(ctx, call.arguments) {
         Ok(submitted) => ToolOutcome::Success(json!({"job_token": submitted.token, "status": "submitted"})),
-        Err(message) => ToolOutcome::Failure(message),
+        Err(error) => ToolOutcome::Failure(error.to_string()),
     }
 }
 
-fn submit(ctx: &Ctx, arguments: &Map<String, Value>) -> Result<Submitted, String> {
-    let arguments = Value::Object(arguments.clone());
-    let spec = job_args::parse_run_args(&arguments, &run_job::arg_bounds(&ctx.config)).map_err(|error| error.to_string())?;
+fn submit(ctx: &Ctx, arguments: &Map<String, Value>) -> Result<Submitted, CallError> {
+    let spec = job_args::parse_run_args(arguments, &run_job::arg_bounds(&ctx.config)).map_err(|error| CallError::Invalid(error.0))?;
     let engine = engine_of(ctx)?;
-    background::submit(engine, &spec).map_err(|error| error.to_string())
+    Ok(background::submit(engine, &spec)?)
 }
 
 // ---------------------------------------------------------------------------
@@ -168,7 +208,7 @@ fn fetch_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     };
     let (token, engine) = match token_and_engine(ctx, call) {
         Ok(found) => found,
-        Err(message) => return ToolOutcome::Failure(message),
+        Err(error) => return ToolOutcome::Failure(error.to_string()),
     };
     let steps = AtomicU64::new(0);
     let mut on_output = |stream, bytes: &[u8]| {
@@ -178,7 +218,7 @@ fn fetch_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     };
     match background::fetch(engine, token, Duration::from_secs(wait_s), call.cancel, &mut on_output) {
         Ok(view) => view_outcome(&view),
-        Err(error) => ToolOutcome::Failure(error.to_string()),
+        Err(error) => ToolOutcome::Failure(CallError::from(error).to_string()),
     }
 }
 
@@ -208,11 +248,11 @@ fn cancel_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     }
     let (token, engine) = match token_and_engine(ctx, call) {
         Ok(found) => found,
-        Err(message) => return ToolOutcome::Failure(message),
+        Err(error) => return ToolOutcome::Failure(error.to_string()),
     };
     match background::cancel(engine, token) {
         Ok(view) => view_outcome(&view),
-        Err(error) => ToolOutcome::Failure(error.to_string()),
+        Err(error) => ToolOutcome::Failure(CallError::from(error).to_string()),
     }
 }
 
@@ -257,11 +297,11 @@ fn list_jobs(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     }
     let engine = match engine_of(ctx) {
         Ok(engine) => engine,
-        Err(message) => return ToolOutcome::Failure(message),
+        Err(error) => return ToolOutcome::Failure(error.to_string()),
     };
     match background::list(engine) {
         Ok(listed) => ToolOutcome::Success(json!({"jobs": listed.iter().map(listed_json).collect::<Vec<_>>()})),
-        Err(error) => ToolOutcome::Failure(error.to_string()),
+        Err(error) => ToolOutcome::Failure(CallError::from(error).to_string()),
     }
 }
 
@@ -371,15 +411,63 @@ fn listed_task_state(listed: &Listed) -> TaskState {
     TaskState { task_id: listed.token.clone(), status, message: None, created, updated: created }
 }
 
-fn token_and_engine<'a>(ctx: &'a Ctx, call: &'a Call<'_>) -> Result<(&'a str, &'a engine::run::Ctx), String> {
+fn token_and_engine<'a>(ctx: &'a Ctx, call: &'a Call<'_>) -> Result<(&'a str, &'a engine::run::Ctx), CallError> {
     let token = match call.arguments.get("job_token") {
         Some(Value::String(token)) => token.as_str(),
-        Some(other) => return Err(format!("argument `job_token` must be a string, not {}", crate::tools::json_kind(other))),
-        None => return Err("missing required argument `job_token`; submit_job returns it, list_jobs finds it".into()),
+        Some(other) => {
+            return Err(CallError::Invalid(format!("argument `job_token` must be a string, not {}", crate::tools::json_kind(other))));
+        }
+        None => return Err(CallError::Invalid("missing required argument `job_token`; submit_job returns it, list_jobs finds it".into())),
     };
-    Ok((token, engine_of(ctx)?))
+    Ok((token, engine_for_token(ctx, token)?))
 }
 
-fn engine_of(ctx: &Ctx) -> Result<&engine::run::Ctx, String> {
-    ctx.engine.as_ref().map_err(|why| format!("this server cannot reach a Kubernetes cluster: {why}"))
+/// The engine, once `token` has the shape this server hands out: a token
+/// that could never name a job is the caller's mistake, whether or not a
+/// cluster is reachable.
+fn engine_for_token<'a>(ctx: &'a Ctx, token: &str) -> Result<&'a engine::run::Ctx, CallError> {
+    if background::parse_token(token).is_none() {
+        return Err(CallError::Invalid(unknown_token(token)));
+    }
+    engine_of(ctx)
+}
+
+fn unknown_token(token: &str) -> String {
+    format!(
+        "no such job: `{}` is not a job_token this server hands out; use the token submit_job returned (a task's taskId), or find it with list_jobs",
+        crate::echo::shorten(token)
+    )
+}
+
+fn engine_of(ctx: &Ctx) -> Result<&engine::run::Ctx, CallError> {
+    ctx.engine.as_ref().map_err(|why| CallError::Unavailable(format!("this server cannot reach a Kubernetes cluster: {why}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 11, finding 14: only the caller's mistakes are `Invalid`.
+    #[test]
+    fn engine_errors_are_sorted_by_whose_move_it_is() {
+        let token = "job-0123456789abcdef0123456789abcdef-1767225600".to_string();
+        let cases = [
+            (background::Error::Unknown { token: token.clone() }, true, "no such job: `job-0123"),
+            (
+                background::Error::Expired { token: token.clone(), result_ttl_s: 3600 },
+                true,
+                "has expired and was removed, or never existed here",
+            ),
+            (background::Error::AlreadyFinished { token: token.clone() }, true, "has already finished"),
+            (background::Error::Full { running: 110 }, false, "110 background jobs are in flight"),
+            (background::Error::Refused { message: "quota".into() }, false, "quota"),
+            (background::Error::Api { what: "list the background Jobs", message: "connection refused".into() }, false, "retry shortly"),
+        ];
+        for (error, invalid, expected) in cases {
+            let shown = format!("{error:?}");
+            let call_error = CallError::from(error);
+            assert_eq!(matches!(call_error, CallError::Invalid(_)), invalid, "{shown}");
+            assert!(call_error.to_string().contains(expected), "{shown}: {call_error}");
+        }
+    }
 }

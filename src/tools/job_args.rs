@@ -8,19 +8,55 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
+use crate::echo;
 use crate::engine::spec::{CloneSpec, InputFile, RunSpec};
 use crate::images::Allowlist;
 use crate::quantity::Quantity;
 
 /// Default working directory, as in the original.
 pub const DEFAULT_WORKDIR: &str = "/work";
-/// Input files travel in one Secret (limit 1 MiB of data); this leaves room
-/// for the manifest and metadata.
+/// Input files travel in one Secret, whose data the API server caps at
+/// 1 MiB (base64 in the request); this leaves room for the file list and
+/// metadata. Contents and paths count against it together.
 pub const MAX_INPUT_BYTES: usize = 768 * 1024;
 pub const MAX_INPUT_FILES: usize = 256;
-/// Linux refuses a single argv string over 128 KiB (MAX_ARG_STRLEN).
-pub const MAX_ARG_BYTES: usize = 128 * 1024;
+/// Linux refuses an argv or environment string longer than MAX_ARG_STRLEN
+/// (131072 bytes) *including* its terminating NUL, so 131071 bytes of text
+/// (issue 12, finding 5: a 131,072-byte argument failed at exec). An env
+/// string is `NAME=value`.
+pub const MAX_ARG_BYTES: usize = 131_072 - 1;
+/// What argv and environment may take together. The kernel's ARG_MAX is a
+/// quarter of the stack limit (2 MiB with the usual 8 MiB) and counts each
+/// string, its NUL and its 8-byte pointer; the runner's own arguments,
+/// the operator's extra env and what Kubernetes adds take the rest.
+pub const MAX_ARGV_ENV_BYTES: usize = 1024 * 1024;
+/// What `command` and `env` may take in the Job object, where every `$` is
+/// doubled (`$$`, so Kubernetes does not expand `$(VAR)`): etcd refuses an
+/// object over 1.5 MiB, and the rest of the Job needs well under 512 KiB.
+pub const MAX_JOB_ARGV_ENV_BYTES: usize = 1024 * 1024;
+/// Environment variables a call may set. Kubernetes sets no limit, but
+/// every one is a line of the pod spec, and no real program needs more.
+pub const MAX_ENV_VARS: usize = 1024;
+/// Longest name of one file or folder on Linux file systems (NAME_MAX).
+pub const MAX_PATH_COMPONENT_BYTES: usize = 255;
 pub const MAX_ARTIFACT_PATTERNS: usize = 32;
+/// A memory limit below this cannot start a container runtime's shim and
+/// a program; a bare number is bytes, so `64` (a typo for `64Mi`) is
+/// refused here instead of failing at container start (issue 12,
+/// finding 5).
+pub const MIN_MEMORY_BYTES: i128 = 16 << 20;
+pub const MAX_MEMORY_BYTES: i128 = 1 << 40;
+/// Kubernetes keeps CPU to the millicore; below that a limit is rounded
+/// up or refused by the API server.
+pub const MIN_CPU_MILLIS: i128 = 1;
+pub const MAX_CPU_CORES: i128 = 1024;
+/// Folders a workdir may not be in or cover (issue 12, finding 8): the
+/// volume would hide the image's programs, libraries, loader or
+/// configuration, or the kernel's and the runner's folders. `/var` itself
+/// is reserved, its subfolders (`/var/tmp/x`) are not.
+pub const RESERVED_WORKDIR_TREES: &[&str] =
+    &["/bin", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/mcp", "/proc", "/sbin", "/sys", "/usr"];
+pub const RESERVED_WORKDIRS: &[&str] = &["/var"];
 
 /// The server-side bounds the arguments are checked against.
 pub struct ArgBounds<'a> {
@@ -43,8 +79,7 @@ impl std::fmt::Display for ArgError {
 
 const FIELDS: &[&str] = &["image", "command", "files", "env", "limits", "timeout_s", "workdir", "clone", "artifacts"];
 
-pub fn parse_run_args(args: &Value, bounds: &ArgBounds) -> Result<RunSpec, ArgError> {
-    let object = args.as_object().ok_or_else(|| fail("arguments must be an object"))?;
+pub fn parse_run_args(object: &Map<String, Value>, bounds: &ArgBounds) -> Result<RunSpec, ArgError> {
     reject_unknown(object, FIELDS, "")?;
     let image = object.get("image").and_then(Value::as_str).ok_or_else(|| fail("`image` is required and must be a string"))?;
     if image.trim().is_empty() {
@@ -52,18 +87,51 @@ pub fn parse_run_args(args: &Value, bounds: &ArgBounds) -> Result<RunSpec, ArgEr
     }
     let image = bounds.allowlist.check(image).map_err(ArgError)?.to_string();
     let workdir = parse_workdir(object.get("workdir"))?;
+    let command = parse_command(object.get("command"))?;
+    let env = parse_env(object.get("env"))?;
+    check_argv_env_total(&command, &env)?;
     Ok(RunSpec {
         image,
-        command: parse_command(object.get("command"))?,
+        command,
         files: parse_files(object.get("files"))?,
-        env: parse_env(object.get("env"))?,
-        cpu_limit: parse_limit(object.get("limits"), "cpu")?,
-        memory_limit: parse_limit(object.get("limits"), "memory")?,
+        env,
+        cpu_limit: parse_limit(object.get("limits"), Resource::Cpu)?,
+        memory_limit: parse_limit(object.get("limits"), Resource::Memory)?,
         timeout: parse_timeout(object.get("timeout_s"), bounds)?,
         artifacts: parse_artifacts(object.get("artifacts"))?,
         clone: parse_clone(object.get("clone"), bounds.clone_enabled)?,
         workdir,
     })
+}
+
+/// argv and env together, as the kernel counts them at exec and as the
+/// Job object carries them (issue 11, finding 10: 100 arguments of 100 KiB
+/// each passed one by one and made a 10 MB Job).
+fn check_argv_env_total(command: &[String], env: &BTreeMap<String, String>) -> Result<(), ArgError> {
+    let strings = command.iter().map(|arg| (arg.len(), dollars(arg))).chain(env.iter().map(|(name, value)| {
+        // `NAME=value`; only the value is escaped in the Job.
+        (name.len() + 1 + value.len(), dollars(value))
+    }));
+    let (mut exec_bytes, mut job_bytes) = (0usize, 0usize);
+    for (length, n_dollars) in strings {
+        exec_bytes += length + 1 + std::mem::size_of::<usize>();
+        job_bytes += length + n_dollars;
+    }
+    if exec_bytes > MAX_ARGV_ENV_BYTES {
+        return Err(fail(format!(
+            "`command` and `env` take {exec_bytes} bytes together (each string with its NUL and pointer, as Linux counts them at exec); at most {MAX_ARGV_ENV_BYTES}: pass long inputs as `files`"
+        )));
+    }
+    if job_bytes > MAX_JOB_ARGV_ENV_BYTES {
+        return Err(fail(format!(
+            "`command` and `env` take {job_bytes} bytes in the Job object (each `$` is written twice); at most {MAX_JOB_ARGV_ENV_BYTES}, since etcd refuses objects over 1.5 MiB: pass long inputs as `files`"
+        )));
+    }
+    Ok(())
+}
+
+fn dollars(text: &str) -> usize {
+    text.bytes().filter(|byte| *byte == b'$').count()
 }
 
 fn fail(message: impl Into<String>) -> ArgError {
@@ -72,7 +140,7 @@ fn fail(message: impl Into<String>) -> ArgError {
 
 fn reject_unknown(object: &Map<String, Value>, known: &[&str], context: &str) -> Result<(), ArgError> {
     if let Some(unknown) = object.keys().find(|key| !known.contains(&key.as_str())) {
-        return Err(fail(format!("unknown field `{context}{unknown}`; accepted: {}", known.join(", "))));
+        return Err(fail(format!("unknown field `{context}{}`; accepted: {}", echo::shorten(unknown), known.join(", "))));
     }
     Ok(())
 }
@@ -97,7 +165,7 @@ fn parse_command(value: Option<&Value>) -> Result<Vec<String>, ArgError> {
             }
             if text.len() > MAX_ARG_BYTES {
                 return Err(fail(format!(
-                    "`command[{index}]` is {} bytes; Linux allows at most {MAX_ARG_BYTES} per argument: pass long scripts as `files`",
+                    "`command[{index}]` is {} bytes; Linux allows at most {MAX_ARG_BYTES} per argument (MAX_ARG_STRLEN, with its NUL): pass long scripts as `files`",
                     text.len()
                 )));
             }
@@ -121,9 +189,16 @@ fn parse_files(value: Option<&Value>) -> Result<Vec<InputFile>, ArgError> {
             .get("path")
             .and_then(Value::as_str)
             .ok_or_else(|| fail(format!("`files[{index}].path` is required and must be a string")))?;
-        let path = check_relative_path(path).map_err(|why| fail(format!("`files[{index}].path` `{path}` {why}")))?;
-        if files.iter().any(|file| file.path == path) {
-            return Err(fail(format!("`files[{index}].path` `{path}` is given twice")));
+        let path = check_relative_path(path).map_err(|why| fail(format!("`files[{index}].path` `{}` {why}", echo::shorten(path))))?;
+        if let Some(clash) = files.iter().position(|file| file.path == path) {
+            return Err(fail(format!("`files[{index}].path` `{}` is given twice (also `files[{clash}]`)", echo::shorten(&path))));
+        }
+        if let Some((clash, folder)) = folder_clash(&files, &path) {
+            return Err(fail(format!(
+                "`files[{index}].path` `{}` and `files[{clash}].path` cannot both exist: `{}` would be a file and a folder",
+                echo::shorten(&path),
+                echo::shorten(folder)
+            )));
         }
         let encoded = object
             .get("content_b64")
@@ -132,10 +207,12 @@ fn parse_files(value: Option<&Value>) -> Result<Vec<InputFile>, ArgError> {
         let content = base64::engine::general_purpose::STANDARD
             .decode(encoded.trim())
             .map_err(|error| fail(format!("`files[{index}].content_b64` is not valid base64: {error}")))?;
-        total += content.len();
+        // The file list in the Secret holds each path (JSON-quoted, so up
+        // to twice as long) and its key and mode.
+        total += content.len() + 2 * path.len() + 32;
         if total > MAX_INPUT_BYTES {
             return Err(fail(format!(
-                "`files` hold more than {MAX_INPUT_BYTES} bytes, the most one run can carry (a Kubernetes Secret); put large inputs in the image, a `clone`, or the cache volume"
+                "`files` hold more than {MAX_INPUT_BYTES} bytes with their paths, the most one run can carry (a Kubernetes Secret); put large inputs in the image, a `clone`, or the cache volume"
             )));
         }
         let mode = parse_mode(object.get("mode")).map_err(|why| fail(format!("`files[{index}].mode` {why}")))?;
@@ -144,12 +221,36 @@ fn parse_files(value: Option<&Value>) -> Result<Vec<InputFile>, ArgError> {
     Ok(files)
 }
 
-/// Accepts `"0755"`, `"755"` (octal strings, as in the original) or 493.
+/// One path being a folder of another (`a` and `a/b`): the runner could
+/// write only one of them. Returns the clashing file's index and the path
+/// that would have to be both.
+fn folder_clash<'a>(files: &'a [InputFile], path: &'a str) -> Option<(usize, &'a str)> {
+    files.iter().enumerate().find_map(|(index, file)| {
+        let is_folder_of =
+            |outer: &str, inner: &str| inner.len() > outer.len() && inner.starts_with(outer) && inner.as_bytes()[outer.len()] == b'/';
+        if is_folder_of(&file.path, path) {
+            Some((index, file.path.as_str()))
+        } else if is_folder_of(path, &file.path) {
+            Some((index, path))
+        } else {
+            None
+        }
+    })
+}
+
+/// Accepts `"0755"`, `"755"`, `"0o755"` (octal strings, as in the
+/// original) or 493. `str::from_str_radix` alone would also take `+777`,
+/// and stripping `0o` repeatedly `0o0o777`.
 fn parse_mode(value: Option<&Value>) -> Result<u32, String> {
     let mode = match value {
         None | Some(Value::Null) => return Ok(0o644),
         Some(Value::String(text)) => {
-            u32::from_str_radix(text.trim_start_matches("0o"), 8).map_err(|_| format!("`{text}` is not an octal mode like \"0644\""))?
+            let digits = text.strip_prefix("0o").unwrap_or(text);
+            let octal = (1..=4).contains(&digits.len()) && digits.bytes().all(|byte| (b'0'..=b'7').contains(&byte));
+            if !octal {
+                return Err(format!("`{}` is not an octal mode like \"0644\"", echo::shorten(text)));
+            }
+            u32::from_str_radix(digits, 8).map_err(|_| format!("`{}` is not an octal mode like \"0644\"", echo::shorten(text)))?
         }
         Some(Value::Number(number)) => {
             number.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| format!("`{number}` is not a file mode"))?
@@ -171,12 +272,15 @@ pub fn check_relative_path(path: &str) -> Result<String, String> {
     if path.starts_with('/') {
         return Err("must be relative to the workdir".into());
     }
-    if path.contains('\0') || path.contains('\\') {
-        return Err("must not contain NUL or backslash".into());
+    if path.chars().any(char::is_control) || path.contains('\\') {
+        return Err("must not contain NUL, other control characters or backslash".into());
     }
     let parts: Vec<&str> = path.split('/').filter(|part| *part != "." && !part.is_empty()).collect();
     if parts.is_empty() || parts.contains(&"..") {
         return Err("must name a file inside the workdir (no `..`)".into());
+    }
+    if parts.iter().any(|part| part.len() > MAX_PATH_COMPONENT_BYTES) {
+        return Err(format!("has a file or folder name over {MAX_PATH_COMPONENT_BYTES} bytes, the most Linux allows (NAME_MAX)"));
     }
     if parts.first() == Some(&".git") {
         return Err("must not write into `.git`".into());
@@ -187,18 +291,42 @@ pub fn check_relative_path(path: &str) -> Result<String, String> {
 fn parse_env(value: Option<&Value>) -> Result<BTreeMap<String, String>, ArgError> {
     let Some(value) = value.filter(|v| !v.is_null()) else { return Ok(BTreeMap::new()) };
     let object = value.as_object().ok_or_else(|| fail("`env` must be an object of string values"))?;
+    if object.len() > MAX_ENV_VARS {
+        return Err(fail(format!("`env` has {} variables; at most {MAX_ENV_VARS}", object.len())));
+    }
     let mut env = BTreeMap::new();
     for (name, value) in object {
+        let shown = echo::shorten(name);
         if !crate::config::is_env_name(name) {
-            return Err(fail(format!("`env` name `{name}` must match ^[A-Za-z_][A-Za-z0-9_]*$")));
+            return Err(fail(format!("`env` name `{shown}` must match ^[A-Za-z_][A-Za-z0-9_]*$")));
         }
-        let text = value.as_str().ok_or_else(|| fail(format!("`env.{name}` must be a string")))?;
+        let text = value.as_str().ok_or_else(|| fail(format!("`env.{shown}` must be a string")))?;
+        // exec takes C strings: a NUL would cut the value short.
+        if text.contains('\0') {
+            return Err(fail(format!("`env.{shown}` contains a NUL byte")));
+        }
+        if name.len() + 1 + text.len() > MAX_ARG_BYTES {
+            return Err(fail(format!(
+                "`env.{shown}` is {} bytes as `NAME=value`; Linux allows at most {MAX_ARG_BYTES} per variable (MAX_ARG_STRLEN, with its NUL): pass long values as `files`",
+                name.len() + 1 + text.len()
+            )));
+        }
         env.insert(name.clone(), text.to_string());
     }
     Ok(env)
 }
 
-fn parse_limit(limits: Option<&Value>, name: &str) -> Result<Option<Quantity>, ArgError> {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Resource {
+    Cpu,
+    Memory,
+}
+
+fn parse_limit(limits: Option<&Value>, resource: Resource) -> Result<Option<Quantity>, ArgError> {
+    let name = match resource {
+        Resource::Cpu => "cpu",
+        Resource::Memory => "memory",
+    };
     let Some(limits) = limits.filter(|v| !v.is_null()) else { return Ok(None) };
     let object = limits.as_object().ok_or_else(|| fail("`limits` must be an object {cpu?, memory?}"))?;
     reject_unknown(object, &["cpu", "memory"], "limits.")?;
@@ -212,16 +340,35 @@ fn parse_limit(limits: Option<&Value>, name: &str) -> Result<Option<Quantity>, A
     if quantity.is_zero() {
         return Err(fail(format!("`limits.{name}` must be more than zero")));
     }
+    check_limit_range(&quantity, resource).map_err(|why| fail(format!("`limits.{name}` `{}` {why}", echo::shorten(quantity.as_str()))))?;
     Ok(Some(quantity))
+}
+
+/// A limit the kubelet can apply and a node can have (issue 11,
+/// finding 11: `1m` of memory, `1Pi`, `1E` CPUs and `1e-30` passed).
+/// Quantities are in nano-units: 10^9 per byte or per core.
+fn check_limit_range(quantity: &Quantity, resource: Resource) -> Result<(), String> {
+    const NANOS: i128 = 1_000_000_000;
+    let nanos = quantity.nanos();
+    match resource {
+        Resource::Memory if nanos < MIN_MEMORY_BYTES * NANOS => {
+            Err("is below the minimum of 16Mi (a bare number is bytes: `64` is 64 bytes; write `64Mi` for mebibytes, `1Gi` for gibibytes)"
+                .to_string())
+        }
+        Resource::Memory if nanos > MAX_MEMORY_BYTES * NANOS => Err("is over the maximum of 1Ti".to_string()),
+        Resource::Cpu if nanos < MIN_CPU_MILLIS * NANOS / 1000 => {
+            Err("is below the minimum of 1m (one thousandth of a core, the finest Kubernetes keeps)".to_string())
+        }
+        Resource::Cpu if nanos > MAX_CPU_CORES * NANOS => Err(format!("is over the maximum of {MAX_CPU_CORES} cores")),
+        _ => Ok(()),
+    }
 }
 
 fn parse_timeout(value: Option<&Value>, bounds: &ArgBounds) -> Result<Duration, ArgError> {
     let max = bounds.max_timeout.as_secs();
     let seconds = match value {
         None | Some(Value::Null) => return Ok(bounds.default_timeout),
-        Some(Value::Number(number)) => {
-            number.as_i64().ok_or_else(|| fail(format!("`timeout_s` must be a whole number of seconds from 1 to {max}")))?
-        }
+        Some(Value::Number(number)) => whole_seconds(number, max)?,
         Some(_) => return Err(fail("`timeout_s` must be a number")),
     };
     if seconds < 0 {
@@ -231,11 +378,31 @@ fn parse_timeout(value: Option<&Value>, bounds: &ArgBounds) -> Result<Duration, 
         return Ok(bounds.default_timeout);
     }
     if seconds as u64 > max {
+        let shown = value.map(Value::to_string).unwrap_or_default();
         return Err(fail(format!(
-            "`timeout_s` {seconds} is over the server's maximum of {max} (MCP_K8S_MAX_TIMEOUT_S); use submit_job for long work only within that bound"
+            "`timeout_s` {} is over the server's maximum of {max} (MCP_K8S_MAX_TIMEOUT_S); use submit_job for long work only within that bound",
+            echo::shorten(&shown)
         )));
     }
     Ok(Duration::from_secs(seconds as u64))
+}
+
+/// `timeout_s` as a whole number: `30`, and also `30.0` (some clients
+/// write every number as a float); `1e9` is a whole number too, and out
+/// of range rather than "not whole" (issue 11, finding 12).
+fn whole_seconds(number: &serde_json::Number, max: u64) -> Result<i64, ArgError> {
+    if let Some(seconds) = number.as_i64() {
+        return Ok(seconds);
+    }
+    let value = number.as_f64().unwrap_or(f64::NAN);
+    if !value.is_finite() || value.fract() != 0.0 {
+        return Err(fail(format!("`timeout_s` must be a whole number of seconds from 1 to {max}, not `{number}`")));
+    }
+    if value < 0.0 {
+        return Ok(-1);
+    }
+    // Above i64 (or u64 beyond it): certainly over the maximum.
+    Ok(if value >= i64::MAX as f64 { i64::MAX } else { value as i64 })
 }
 
 /// The workdir is mounted as a volume, so it must be an absolute, plain
@@ -247,18 +414,27 @@ fn parse_workdir(value: Option<&Value>) -> Result<String, ArgError> {
     let parts: Vec<&str> = text.split('/').filter(|part| !part.is_empty()).collect();
     if !text.starts_with('/') || !valid_chars || parts.is_empty() || parts.iter().any(|p| *p == "." || *p == "..") || text.len() > 256 {
         return Err(fail(format!(
-            "`workdir` `{text}` must be an absolute path of letters, digits, `.`, `_`, `-` and `/`, without `..`, e.g. \"/work\""
+            "`workdir` `{}` must be an absolute path of letters, digits, `.`, `_`, `-` and `/`, without `..`, at most 256 characters, e.g. \"/work\"",
+            echo::shorten(text)
         )));
     }
-    // Mounting over these folders would hide the image's own files; nothing
-    // may be mounted anywhere under the kernel's or the runner's folders.
-    const RESERVED_FOLDERS: &[&str] = &["bin", "etc", "lib", "lib64", "sbin", "usr", "var"];
-    const RESERVED_TREES: &[&str] = &["dev", "proc", "sys", "mcp"];
-    let covers_system = (parts.len() == 1 && RESERVED_FOLDERS.contains(&parts[0])) || RESERVED_TREES.contains(&parts[0]);
-    if covers_system {
-        return Err(fail(format!("`workdir` `{text}` would cover a system folder; use a path such as \"/work\" or \"/home/runner/src\"")));
+    let workdir = format!("/{}", parts.join("/"));
+    if let Some(reserved) = reserved_folder(&workdir) {
+        return Err(fail(format!(
+            "`workdir` `{text}` is in `{reserved}`, which is reserved: a workdir there would hide the image's programs, libraries or configuration (or the runner's); use a path such as \"/work\" or \"/home/runner/src\""
+        )));
     }
-    Ok(format!("/{}", parts.join("/")))
+    Ok(workdir)
+}
+
+/// The reserved folder `workdir` (normalised) is in or is, if any.
+fn reserved_folder(workdir: &str) -> Option<&'static str> {
+    let in_tree = |tree: &str| workdir == tree || workdir.strip_prefix(tree).is_some_and(|rest| rest.starts_with('/'));
+    RESERVED_WORKDIR_TREES
+        .iter()
+        .copied()
+        .find(|tree| in_tree(tree))
+        .or_else(|| RESERVED_WORKDIRS.iter().copied().find(|folder| workdir == *folder))
 }
 
 fn parse_artifacts(value: Option<&Value>) -> Result<Vec<String>, ArgError> {
@@ -272,8 +448,11 @@ fn parse_artifacts(value: Option<&Value>) -> Result<Vec<String>, ArgError> {
         .enumerate()
         .map(|(index, item)| {
             let pattern = item.as_str().ok_or_else(|| fail(format!("`artifacts[{index}]` must be a string")))?;
-            if pattern.is_empty() || pattern.starts_with('/') || pattern.split('/').any(|part| part == "..") {
-                return Err(fail(format!("`artifacts[{index}]` `{pattern}` must be a glob relative to the workdir, without `..`")));
+            if pattern.is_empty() || pattern.starts_with('/') || pattern.split('/').any(|part| part == "..") || pattern.contains('\0') {
+                return Err(fail(format!(
+                    "`artifacts[{index}]` `{}` must be a glob relative to the workdir, without `..` or NUL",
+                    echo::shorten(pattern)
+                )));
             }
             Ok(pattern.to_string())
         })
@@ -300,10 +479,10 @@ fn parse_clone(value: Option<&Value>, enabled: bool) -> Result<Option<CloneSpec>
     let git_ref = text("ref")?.ok_or_else(|| fail("`clone.ref` is required: a branch, tag or full commit SHA"))?;
     let subdir = match text("subdir")? {
         None => DEFAULT_CLONE_SUBDIR.to_string(),
-        Some(subdir) => check_clone_subdir(subdir).map_err(|why| fail(format!("`clone.subdir` `{subdir}` {why}")))?,
+        Some(subdir) => check_clone_subdir(subdir).map_err(|why| fail(format!("`clone.subdir` `{}` {why}", echo::shorten(subdir))))?,
     };
-    check_repo_url(repo_url).map_err(|why| fail(format!("`clone.repo_url` `{repo_url}` {why}")))?;
-    check_git_ref(git_ref).map_err(|why| fail(format!("`clone.ref` `{git_ref}` {why}")))?;
+    check_repo_url(repo_url).map_err(|why| fail(format!("`clone.repo_url` `{}` {why}", echo::shorten(repo_url))))?;
+    check_git_ref(git_ref).map_err(|why| fail(format!("`clone.ref` `{}` {why}", echo::shorten(git_ref))))?;
     Ok(Some(CloneSpec { repo_url: repo_url.to_string(), git_ref: git_ref.to_string(), subdir }))
 }
 
@@ -406,7 +585,8 @@ mod tests {
 
     fn parse(args: Value) -> Result<RunSpec, ArgError> {
         let allowlist = Allowlist::parse("busybox:1.36,python:3.12-slim").unwrap();
-        parse_run_args(&args, &bounds_with(&allowlist))
+        let Value::Object(object) = args else { panic!("arguments must be an object") };
+        parse_run_args(&object, &bounds_with(&allowlist))
     }
 
     #[test]
@@ -439,14 +619,15 @@ mod tests {
         assert!(spec.files.is_empty() && spec.env.is_empty() && spec.artifacts.is_empty());
     }
 
+    /// A minimal valid call with `key` set to `value`.
+    fn with(key: &str, value: Value) -> Value {
+        let mut args = json!({"image": "busybox:1.36", "command": ["true"]});
+        args[key] = value;
+        args
+    }
+
     #[test]
     fn every_bad_argument_names_its_field() {
-        let base = json!({"image": "busybox:1.36", "command": ["true"]});
-        let with = |key: &str, value: Value| {
-            let mut args = base.clone();
-            args[key] = value;
-            args
-        };
         let cases = vec![
             (json!({"command": ["true"]}), "`image` is required"),
             (with("image", json!("")), "`image` must not be empty"),
@@ -471,8 +652,8 @@ mod tests {
             (with("timeout_s", json!(1.5)), "whole number"),
             (with("workdir", json!("relative")), "`workdir` `relative` must be an absolute path"),
             (with("workdir", json!("/work/$(id)")), "must be an absolute path"),
-            (with("workdir", json!("/etc")), "would cover a system folder"),
-            (with("workdir", json!("/proc/self")), "would cover a system folder"),
+            (with("workdir", json!("/etc")), "`workdir` `/etc` is in `/etc`, which is reserved"),
+            (with("workdir", json!("/proc/self")), "is in `/proc`, which is reserved"),
             (with("artifacts", json!(["/abs"])), "`artifacts[0]` `/abs`"),
             (with("clone", json!({"repo_url": "https://x/r", "ref": "main"})), "`clone` is not available on this server"),
             (with("surprise", json!(true)), "unknown field `surprise`"),
@@ -486,7 +667,8 @@ mod tests {
     fn parse_with_clone(clone: Value) -> Result<RunSpec, ArgError> {
         let allowlist = Allowlist::parse("busybox:1.36").unwrap();
         let bounds = ArgBounds { clone_enabled: true, ..bounds_with(&allowlist) };
-        parse_run_args(&json!({"image": "busybox:1.36", "command": ["true"], "clone": clone}), &bounds)
+        let Value::Object(object) = json!({"image": "busybox:1.36", "command": ["true"], "clone": clone}) else { unreachable!() };
+        parse_run_args(&object, &bounds)
     }
 
     #[test]
@@ -548,6 +730,105 @@ mod tests {
             let error = parse_with_clone(clone.clone()).expect_err(&clone.to_string());
             assert!(error.0.contains(expected), "for {clone}: got `{}`, expected it to contain `{expected}`", error.0);
         }
+    }
+
+    /// Issue 11, findings 10 to 12 (and issue 12, findings 5 and 8): what
+    /// the kernel, the API server, etcd or the kubelet would refuse later
+    /// is refused here, with the limit named.
+    #[test]
+    fn what_cannot_run_is_refused_up_front() {
+        let file = |path: &str| json!({"path": path, "content_b64": ""});
+        let arg_100k = "a".repeat(100 * 1024);
+        let many_args: Vec<&str> = std::iter::repeat_n(arg_100k.as_str(), 100).collect();
+        let many_env: Map<String, Value> = (0..10_000).map(|index| (format!("V{index}"), json!("x"))).collect();
+        let dollar_args: Vec<String> = (0..8).map(|_| "$".repeat(100_000)).collect();
+        let long_name = "n".repeat(256);
+        let cases = vec![
+            (with("command", json!(["x", "a".repeat(MAX_ARG_BYTES + 1)])), "`command[1]` is 131072 bytes; Linux allows at most 131071"),
+            (with("command", json!(many_args)), "`command` and `env` take 10240900 bytes together"),
+            (with("command", json!(dollar_args)), "in the Job object (each `$` is written twice); at most 1048576"),
+            (with("env", json!({"BIG": "v".repeat(1 << 20)})), "`env.BIG` is 1048580 bytes as `NAME=value`; Linux allows at most 131071"),
+            (with("env", json!({"A": "x".repeat(MAX_ARG_BYTES - 1)})), "`env.A` is 131072 bytes"),
+            (with("env", Value::Object(many_env)), "`env` has 10000 variables; at most 1024"),
+            (with("env", json!({"A": "x\0y"})), "`env.A` contains a NUL byte"),
+            (with("command", json!(["x\0"])), "`command[0]` contains a NUL byte"),
+            (with("files", json!([file("a\0b")])), "must not contain NUL"),
+            (with("files", json!([file("a\nb")])), "control characters"),
+            (with("artifacts", json!(["a\0"])), "without `..` or NUL"),
+            (
+                with("files", json!([file("a"), file("a/b")])),
+                "`files[1].path` `a/b` and `files[0].path` cannot both exist: `a` would be a file and a folder",
+            ),
+            (with("files", json!([file("a/b/c"), file("a/b")])), "`a/b` would be a file and a folder"),
+            (with("files", json!([file(&format!("d/{long_name}"))])), "has a file or folder name over 255 bytes"),
+            (with("files", json!([{"path": "a", "content_b64": "", "mode": "+777"}])), "`files[0].mode` `+777` is not an octal mode"),
+            (with("files", json!([{"path": "a", "content_b64": "", "mode": "0o0o777"}])), "`0o0o777` is not an octal mode"),
+            (with("files", json!([{"path": "a", "content_b64": "", "mode": ""}])), "`` is not an octal mode"),
+            (with("limits", json!({"memory": "1m"})), "`limits.memory` `1m` is below the minimum of 16Mi"),
+            (with("limits", json!({"memory": "0.5"})), "`limits.memory` `0.5` is below the minimum of 16Mi"),
+            (with("limits", json!({"memory": "64"})), "`limits.memory` `64` is below the minimum of 16Mi (a bare number is bytes"),
+            (with("limits", json!({"memory": 64})), "`limits.memory` `64` is below the minimum"),
+            (with("limits", json!({"memory": "1Pi"})), "`limits.memory` `1Pi` is over the maximum of 1Ti"),
+            (with("limits", json!({"cpu": "1E"})), "`limits.cpu` `1E` is over the maximum of 1024 cores"),
+            (with("limits", json!({"cpu": "1e-30"})), "`limits.cpu` `1e-30` is below the minimum of 1m"),
+            (with("limits", json!({"cpu": "0.0001"})), "is below the minimum of 1m"),
+            (with("timeout_s", json!(1e9)), "`timeout_s` 1000000000.0 is over the server's maximum of 600"),
+            (with("timeout_s", json!(18446744073709551615u64)), "is over the server's maximum of 600"),
+            (with("timeout_s", json!(-2.0)), "`timeout_s` must not be negative"),
+            (with("timeout_s", json!(2.5)), "`timeout_s` must be a whole number of seconds from 1 to 600, not `2.5`"),
+        ];
+        for (args, expected) in cases {
+            let shown = echo::shorten(&args.to_string()).into_owned();
+            let error = parse(args).expect_err(&shown);
+            assert!(error.0.contains(expected), "for {shown}: got `{}`, expected it to contain `{expected}`", error.0);
+            assert!(error.0.len() < 400, "errors quote little of the input: {}", error.0);
+        }
+    }
+
+    #[test]
+    fn reserved_workdirs_and_their_subtrees() {
+        let reserved = [
+            ("/usr", "/usr"),
+            ("/usr/local", "/usr"),
+            ("/usr/local/bin", "/usr"),
+            ("/etc/ssl", "/etc"),
+            ("/lib", "/lib"),
+            ("/lib64", "/lib64"),
+            ("/bin", "/bin"),
+            ("/sbin/x", "/sbin"),
+            ("/etc", "/etc"),
+            ("/proc", "/proc"),
+            ("/sys/fs", "/sys"),
+            ("/dev", "/dev"),
+            ("/mcp/bin", "/mcp"),
+            ("/var", "/var"),
+            ("//usr//local/", "/usr"),
+        ];
+        for (workdir, tree) in reserved {
+            let error = parse(json!({"image": "busybox:1.36", "command": ["true"], "workdir": workdir})).expect_err(workdir);
+            assert!(error.0.contains(&format!("is in `{tree}`, which is reserved")), "{workdir}: {}", error.0);
+        }
+        for workdir in ["/work", "/home/runner/src", "/var/tmp/x", "/usrx", "/library", "/tmp/etc", "/opt/app"] {
+            let spec = parse(json!({"image": "busybox:1.36", "command": ["true"], "workdir": workdir}));
+            assert!(spec.is_ok(), "{workdir}: {spec:?}");
+        }
+    }
+
+    #[test]
+    fn limits_at_their_bounds_and_whole_float_timeouts_are_accepted() {
+        let spec = parse(json!({
+            "image": "busybox:1.36",
+            "command": ["x", "a".repeat(MAX_ARG_BYTES)],
+            "env": {"A": "x".repeat(MAX_ARG_BYTES - 2)},
+            "limits": {"memory": "16Mi", "cpu": "1m"},
+            "timeout_s": 30.0,
+            "files": [{"path": "a/b", "content_b64": "", "mode": "0o755"}, {"path": "a/c", "content_b64": "", "mode": "7"}],
+        }))
+        .unwrap();
+        assert_eq!(spec.timeout, Duration::from_secs(30));
+        assert_eq!((spec.files[0].mode, spec.files[1].mode), (0o755, 0o7));
+        let spec = parse(json!({"image": "busybox:1.36", "command": ["true"], "limits": {"memory": "1Ti", "cpu": "1024"}})).unwrap();
+        assert_eq!(spec.cpu_limit.unwrap().as_str(), "1024");
     }
 
     #[test]

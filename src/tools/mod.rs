@@ -222,10 +222,10 @@ impl fmt::Display for ArgError {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ArgError::Unknown { name, accepted: [] } => {
-                write!(formatter, "unknown argument `{name}`; this tool takes no arguments")
+                write!(formatter, "unknown argument `{}`; this tool takes no arguments", crate::echo::shorten(name))
             }
             ArgError::Unknown { name, accepted } => {
-                write!(formatter, "unknown argument `{name}`; accepted: {}", accepted.join(", "))
+                write!(formatter, "unknown argument `{}`; accepted: {}", crate::echo::shorten(name), accepted.join(", "))
             }
             ArgError::Missing { name } => write!(formatter, "missing required argument `{name}`"),
             ArgError::WrongType { name, expected, found } => {
@@ -557,6 +557,15 @@ mod tests {
             let (outcome, _) = run(tool, arguments.clone());
             assert_eq!(outcome, ToolOutcome::Failure(expected.to_string()), "{tool} {arguments}");
         }
+    }
+
+    /// Issue 11, finding 15: a long unknown argument is quoted short.
+    #[test]
+    fn a_long_unknown_argument_is_quoted_short() {
+        let arguments: Map<String, Value> = [("x".repeat(10_000), json!(1))].into_iter().collect();
+        let (outcome, _) = run("describe_environment", Value::Object(arguments));
+        let ToolOutcome::Failure(text) = outcome else { panic!("{outcome:?}") };
+        assert!(text.len() < 200 && text.contains("… (10000 bytes)"), "{text}");
     }
 
     #[test]

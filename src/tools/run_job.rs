@@ -97,8 +97,7 @@ pub fn arg_bounds(config: &Config) -> ArgBounds<'_> {
 }
 
 fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let arguments = Value::Object(call.arguments.clone());
-    let spec = match job_args::parse_run_args(&arguments, &arg_bounds(&ctx.config)) {
+    let spec = match job_args::parse_run_args(call.arguments, &arg_bounds(&ctx.config)) {
         Ok(spec) => spec,
         Err(error) => return ToolOutcome::Failure(error.to_string()),
     };

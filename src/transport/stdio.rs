@@ -3,11 +3,19 @@
 //! hands lines to the protocol; a writer thread owns stdout, so concurrent
 //! tool calls never interleave bytes. Input lines are capped; a longer line
 //! is skipped and answered with an error instead of being buffered whole.
+//!
+//! What waits for stdout is bounded too (issue 11, finding 7: a client
+//! that never read stdout grew the server by every reply). Replies queue
+//! in a `ReplyQueue` counted in bytes; while it holds more than its cap,
+//! the reader stops reading stdin (the client's writes then block: that is
+//! the backpressure), and progress and log notifications are dropped and
+//! counted instead of queued. Responses are never dropped.
 
+use std::collections::VecDeque;
 use std::io::{self, BufRead, Write};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::Duration;
 
@@ -15,7 +23,7 @@ use serde_json::json;
 
 use crate::engine::cancel::CancelToken;
 use crate::log;
-use crate::protocol::jsonrpc::{ErrorCode, Response};
+use crate::protocol::jsonrpc::{self, ErrorCode, Rejection, ResponseError};
 use crate::protocol::{Outbox, Outgoing, Server, Session};
 
 /// One line of input as the reader sees it.
@@ -23,26 +31,42 @@ use crate::protocol::{Outbox, Outgoing, Server, Session};
 pub enum Line {
     /// A complete line without its `\n` (or `\r\n`).
     Text(Vec<u8>),
-    /// A line longer than the cap; its bytes were read and dropped.
-    TooLong,
+    /// A line longer than the cap; its bytes were read and dropped but for
+    /// the first `TOO_LONG_HEAD_BYTES`, where its id usually is.
+    TooLong { head: Vec<u8> },
+}
+
+/// What is kept of an oversize line to find its id in.
+pub const TOO_LONG_HEAD_BYTES: usize = 64 * 1024;
+
+/// The sizes stdio bounds, from `MCP_K8S_MAX_MESSAGE_BYTES` and
+/// `MCP_K8S_MAX_REPLY_QUEUE_BYTES`.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_message_bytes: usize,
+    pub max_reply_queue_bytes: usize,
 }
 
 /// Serves the session on stdin/stdout until stdin ends or `stop` is
 /// cancelled (a signal), then lets in-flight calls finish within `grace`.
-pub fn serve(server: Arc<Server>, max_message_bytes: usize, grace: Duration, stop: CancelToken) -> io::Result<()> {
+pub fn serve(server: Arc<Server>, limits: Limits, grace: Duration, stop: CancelToken) -> io::Result<()> {
     let (outbox, outgoing) = mpsc::channel();
+    let queue = Arc::new(ReplyQueue::new(limits.max_reply_queue_bytes));
     let writing_done = Arc::new(AtomicBool::new(false));
+    let mover = {
+        let (queue, writing_done) = (Arc::clone(&queue), Arc::clone(&writing_done));
+        thread::Builder::new().name("stdio-queue".into()).spawn(move || queue_loop(&outgoing, &queue, &writing_done))?
+    };
     let writer = {
-        let writing_done = Arc::clone(&writing_done);
-        thread::Builder::new().name("stdio-writer".into()).spawn(move || write_loop(outgoing, &writing_done))?
+        let queue = Arc::clone(&queue);
+        thread::Builder::new().name("stdio-writer".into()).spawn(move || write_loop(&queue))?
     };
     {
-        let server = Arc::clone(&server);
-        let stop = stop.clone();
+        let (server, queue, stop) = (Arc::clone(&server), Arc::clone(&queue), stop.clone());
         // The reader is never joined: after a signal it may sit in a
         // blocking read of stdin that only the process exit ends.
         thread::Builder::new().name("stdio-reader".into()).spawn(move || {
-            read_loop(&server, max_message_bytes, &outbox);
+            read_loop(&server, limits.max_message_bytes, &outbox, &queue);
             log::info("stdin closed", &[]);
             stop.cancel();
         })?;
@@ -54,8 +78,124 @@ pub fn serve(server: Arc<Server>, max_message_bytes: usize, grace: Duration, sto
         log::warn("calls did not stop in time", &[("calls", json!(still_running))]);
     }
     writing_done.store(true, Ordering::SeqCst);
+    let _ = mover.join();
     let _ = writer.join();
     Ok(())
+}
+
+/// Serialized messages on their way to stdout, with what they weigh.
+pub struct ReplyQueue {
+    state: Mutex<QueueState>,
+    changed: Condvar,
+    max_bytes: usize,
+}
+
+struct QueueState {
+    messages: VecDeque<String>,
+    /// Bytes queued, including the message being written.
+    bytes: usize,
+    dropped_notifications: u64,
+    /// No more messages will come; the writer stops once it is empty.
+    closed: bool,
+}
+
+/// Most bytes `ReplyQueue::take_batch` gathers for one write, unless one
+/// message alone is larger.
+const BATCH_BYTES: usize = 64 * 1024;
+
+/// What `ReplyQueue::push` did with a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Queued {
+    Queued,
+    /// A notification over the cap; this many have been dropped so far.
+    Dropped {
+        n_dropped: u64,
+    },
+    /// The queue is closed: stdout can no longer be written.
+    Discarded,
+}
+
+impl ReplyQueue {
+    pub fn new(max_bytes: usize) -> ReplyQueue {
+        let state = QueueState { messages: VecDeque::new(), bytes: 0, dropped_notifications: 0, closed: false };
+        ReplyQueue { state: Mutex::new(state), changed: Condvar::new(), max_bytes }
+    }
+
+    /// Queues a response always, a notification only while it fits under
+    /// the cap: a client that does not read loses progress, never answers.
+    /// Once closed (stdout failed), nothing is queued: nobody would write it.
+    pub fn push(&self, message: Outgoing) -> Queued {
+        let mut state = self.lock();
+        if state.closed {
+            return Queued::Discarded;
+        }
+        let text = match message {
+            Outgoing::Response { text, .. } => text,
+            Outgoing::Notification(text) if state.bytes + text.len() > self.max_bytes => {
+                state.dropped_notifications += 1;
+                return Queued::Dropped { n_dropped: state.dropped_notifications };
+            }
+            Outgoing::Notification(text) => text,
+        };
+        state.bytes += text.len() + 1;
+        state.messages.push_back(text);
+        self.changed.notify_all();
+        Queued::Queued
+    }
+
+    /// Moves the next messages, each followed by `\n`, into `out`: at
+    /// least one (waiting for it), more while they fit in `BATCH_BYTES`,
+    /// so a flood of small answers costs one write each batch, not one
+    /// each. Returns the bytes taken; 0 once closed and empty. They stay
+    /// counted until `written`.
+    pub fn take_batch(&self, out: &mut Vec<u8>) -> usize {
+        let mut state = self.lock();
+        while state.messages.is_empty() {
+            if state.closed {
+                return 0;
+            }
+            state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+        let start = out.len();
+        while let Some(text) = state.messages.front() {
+            if out.len() > start && out.len() - start + text.len() + 1 > BATCH_BYTES {
+                break;
+            }
+            if let Some(text) = state.messages.pop_front() {
+                out.extend_from_slice(text.as_bytes());
+                out.push(b'\n');
+            }
+        }
+        out.len() - start
+    }
+
+    /// `bytes` taken by `take_batch` have reached stdout.
+    pub fn written(&self, bytes: usize) {
+        let mut state = self.lock();
+        state.bytes = state.bytes.saturating_sub(bytes);
+        self.changed.notify_all();
+    }
+
+    /// Blocks while more than the cap waits for stdout.
+    pub fn wait_for_room(&self) {
+        let mut state = self.lock();
+        while state.bytes > self.max_bytes && !state.closed {
+            state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    pub fn queued_bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.changed.notify_all();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Reads one line of at most `max` bytes. `Ok(None)` at end of input; a
@@ -71,7 +211,7 @@ pub fn read_line(reader: &mut impl BufRead, max: usize) -> io::Result<Option<Lin
         };
         if available.is_empty() {
             return Ok(match (too_long, line.is_empty()) {
-                (true, _) => Some(Line::TooLong),
+                (true, _) => Some(Line::TooLong { head: line }),
                 (false, true) => None,
                 (false, false) => Some(Line::Text(line)),
             });
@@ -82,15 +222,18 @@ pub fn read_line(reader: &mut impl BufRead, max: usize) -> io::Result<Option<Lin
         };
         if !too_long && line.len() + chunk.len() <= max {
             line.extend_from_slice(chunk);
-        } else {
+        } else if !too_long {
             too_long = true;
-            line = Vec::new();
+            let room = TOO_LONG_HEAD_BYTES.saturating_sub(line.len()).min(chunk.len());
+            line.extend_from_slice(&chunk[..room]);
+            line.truncate(TOO_LONG_HEAD_BYTES);
+            line.shrink_to_fit();
         }
         let consumed = chunk.len() + usize::from(found_newline);
         reader.consume(consumed);
         if found_newline {
             if too_long {
-                return Ok(Some(Line::TooLong));
+                return Ok(Some(Line::TooLong { head: line }));
             }
             if line.last() == Some(&b'\r') {
                 line.pop();
@@ -100,10 +243,13 @@ pub fn read_line(reader: &mut impl BufRead, max: usize) -> io::Result<Option<Lin
     }
 }
 
-fn read_loop(server: &Arc<Server>, max_message_bytes: usize, outbox: &Outbox) {
+fn read_loop(server: &Arc<Server>, max_message_bytes: usize, outbox: &Outbox, queue: &ReplyQueue) {
     let session = Arc::new(Session::new());
     let mut stdin = io::stdin().lock();
     loop {
+        // Backpressure: no new request is read while the client leaves
+        // earlier answers unread.
+        queue.wait_for_room();
         let line = match read_line(&mut stdin, max_message_bytes) {
             Ok(Some(line)) => line,
             Ok(None) => return,
@@ -113,48 +259,88 @@ fn read_loop(server: &Arc<Server>, max_message_bytes: usize, outbox: &Outbox) {
             }
         };
         match line {
-            Line::TooLong => {
+            Line::TooLong { head } => {
                 log::warn("message too large", &[("limit_bytes", json!(max_message_bytes))]);
                 let message = format!("message exceeds {max_message_bytes} bytes and was dropped; raise MCP_K8S_MAX_MESSAGE_BYTES");
-                send_error(outbox, ErrorCode::InvalidRequest, message);
+                let id = jsonrpc::id_in_prefix(utf8_prefix(&head));
+                send_error(outbox, id, ErrorCode::InvalidRequest, message);
             }
             Line::Text(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => {}
             Line::Text(bytes) => match String::from_utf8(bytes) {
                 Ok(text) => {
                     server.handle(&session, &text, outbox.clone());
                 }
-                Err(_) => send_error(outbox, ErrorCode::ParseError, "parse error: message is not UTF-8".into()),
+                Err(_) => send_error(outbox, None, ErrorCode::ParseError, "parse error: message is not UTF-8".into()),
             },
         }
     }
 }
 
-fn send_error(outbox: &Outbox, code: ErrorCode, message: String) {
-    let text = Response::error(None, code, message).to_json().to_string();
+fn send_error(outbox: &Outbox, id: Option<String>, code: ErrorCode, message: String) {
+    let text = Rejection { id, error: ResponseError::new(code, message) }.to_text();
     let _ = outbox.send(Outgoing::Response { text, is_error: true });
 }
 
-/// Writes each message as one line and flushes it, until `done` is set and
-/// the queue is empty.
-fn write_loop(outgoing: Receiver<Outgoing>, done: &AtomicBool) {
-    let mut stdout = io::stdout().lock();
+/// The longest valid UTF-8 start of `bytes` (a cut may split a character).
+fn utf8_prefix(bytes: &[u8]) -> &str {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(error) => std::str::from_utf8(&bytes[..error.valid_up_to()]).unwrap_or_default(),
+    }
+}
+
+/// Moves what the protocol sends into the reply queue, until `done` is
+/// set and the channel is empty (the reader keeps a sender for ever, so
+/// the channel alone never says it is over). The outbox is an unbounded
+/// channel, shared with HTTP; this thread empties it at once, so the
+/// queue's count is what waits.
+fn queue_loop(outgoing: &Receiver<Outgoing>, queue: &ReplyQueue, done: &AtomicBool) {
     loop {
         let message = match outgoing.recv_timeout(Duration::from_millis(50)) {
             Ok(message) => message,
             Err(RecvTimeoutError::Timeout) if done.load(Ordering::SeqCst) => match outgoing.try_recv() {
                 Ok(message) => message,
-                Err(_) => return,
+                Err(_) => break,
             },
             Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Disconnected) => break,
         };
-        let text = match message {
-            Outgoing::Notification(text) | Outgoing::Response { text, .. } => text,
-        };
-        let written = stdout.write_all(text.as_bytes()).and_then(|()| stdout.write_all(b"\n")).and_then(|()| stdout.flush());
+        if let Queued::Dropped { n_dropped } = queue.push(message) {
+            // Logged at 1, 2, 4, 8, ... so a client that never reads does
+            // not flood the log either.
+            if n_dropped.is_power_of_two() {
+                log::warn("stdout is not being read; notifications dropped", &[("dropped", json!(n_dropped))]);
+            }
+        }
+    }
+    queue.close();
+}
+
+/// Writes each message as one line and flushes it, until the queue is
+/// closed and empty.
+fn write_loop(queue: &ReplyQueue) {
+    let mut stdout = io::stdout().lock();
+    let mut batch = Vec::new();
+    loop {
+        batch.clear();
+        let taken = queue.take_batch(&mut batch);
+        if taken == 0 {
+            return;
+        }
+        // Stdout is line-buffered: the batch, ending in a newline, goes out
+        // in one write.
+        let written = stdout.write_all(&batch).and_then(|()| stdout.flush());
+        queue.written(taken);
+        // A large batch is not kept around between writes.
+        if batch.capacity() > BATCH_BYTES {
+            batch = Vec::new();
+        }
         if let Err(error) = written {
-            // The client closed stdout; nothing more can reach it.
+            // The client closed stdout; nothing more can reach it. Closing
+            // the queue lets a reader waiting for room go on (its answers
+            // go nowhere, as before).
             log::warn("writing stdout failed", &[("error", json!(error.to_string()))]);
+            queue.close();
             return;
         }
     }
@@ -185,9 +371,36 @@ mod tests {
     }
 
     #[test]
+    fn the_reply_queue_drops_notifications_over_its_cap_but_never_responses() {
+        let queue = ReplyQueue::new(10);
+        let response = |text: &str| Outgoing::Response { text: text.into(), is_error: false };
+        assert_eq!(queue.push(Outgoing::Notification("12345".into())), Queued::Queued);
+        assert_eq!(queue.push(response("123456789")), Queued::Queued);
+        assert_eq!(queue.push(Outgoing::Notification("n".into())), Queued::Dropped { n_dropped: 1 });
+        assert_eq!(queue.push(response("r")), Queued::Queued);
+        assert_eq!(queue.queued_bytes(), 6 + 10 + 2);
+        let mut batch = Vec::new();
+        let taken = queue.take_batch(&mut batch);
+        assert_eq!((batch.as_slice(), taken), (&b"12345\n123456789\nr\n"[..], 18));
+        // Still counted until written: a reader would wait for room here.
+        assert_eq!(queue.queued_bytes(), 18);
+        queue.written(taken);
+        queue.wait_for_room();
+        assert_eq!(queue.push(Outgoing::Notification("fits".into())), Queued::Queued);
+        queue.close();
+        assert_eq!(queue.push(response("late")), Queued::Discarded);
+        batch.clear();
+        assert_eq!(queue.take_batch(&mut batch), 5);
+        assert_eq!(batch, b"fits\n");
+        batch.clear();
+        assert_eq!(queue.take_batch(&mut batch), 0);
+    }
+
+    #[test]
     fn an_oversize_line_is_skipped_without_losing_the_next() {
-        assert_eq!(lines(b"0123456789AB\nok\n", 10), [Line::TooLong, text("ok")]);
-        assert_eq!(lines(b"0123456789AB", 10), [Line::TooLong]);
+        let too_long = || Line::TooLong { head: b"0123456789AB".to_vec() };
+        assert_eq!(lines(b"0123456789AB\nok\n", 10), [too_long(), text("ok")]);
+        assert_eq!(lines(b"0123456789AB", 10), [too_long()]);
         assert_eq!(lines(b"0123456789\n", 10), [text("0123456789")]);
     }
 }

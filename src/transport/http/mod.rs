@@ -154,7 +154,7 @@ impl HttpState {
             },
             budget: Budget::new(limits.body_budget_bytes),
             max_connections: limits.max_connections,
-            max_reply_queue_bytes: limits.max_reply_queue_bytes,
+            max_reply_queue_bytes: config.max_reply_queue_bytes,
             stop,
             connections: Arc::new(Counter::default()),
             probe_connections: Arc::new(Counter::default()),

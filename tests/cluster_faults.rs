@@ -1,0 +1,125 @@
+//! Faults on the real test cluster (issue 12): a pod deleted from outside,
+//! a kubelet eviction (the workdir over its size limit), a run no node can
+//! take (its verdict must hold for every process, and its pod must never
+//! run), and the server SIGKILLed with background jobs in flight (the first
+//! fetch of the next process has the results). Each ends with the right
+//! status and nothing of the run left in the cluster. The API-server
+//! outage is in `cluster_outage.rs`, apart, because it stops the API for
+//! everyone on the cluster.
+
+mod common;
+mod faults;
+
+use std::time::{Duration, Instant};
+
+use common::cluster::{self, BUSYBOX, NAMESPACE};
+use faults::Cleanup;
+use mcp_k8s_ephemeral_job::kube;
+use serde_json::json;
+
+#[test]
+fn issue_12_2_a_pod_deleted_from_outside_is_pod_deleted_not_cancelled() {
+    let mut server = cluster::server(&[]);
+    let marker = faults::marker("deleted");
+    let script = format!("echo started-{marker}; sleep 120");
+    let id = faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["sh", "-c", script], "timeout_s": 150}));
+    let (run_id, pod) = faults::wait_running_with_marker(&marker, Duration::from_secs(120));
+    std::thread::sleep(Duration::from_secs(1));
+    // What `kubectl delete pod` does: a plain delete, by someone else.
+    cluster::admin_client().delete(kube::Resource::PODS, NAMESPACE, &pod).expect("delete the pod");
+
+    let result = faults::response(&server, id, Duration::from_secs(120));
+    let out = &result["structuredContent"];
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("PodDeleted")), "{out}");
+    assert!(out["message"].as_str().unwrap_or_default().contains("other than this server"), "{out}");
+    assert!(out["stdout"].as_str().unwrap_or_default().contains("started-"), "the output so far is kept: {out}");
+    cluster::assert_nothing_left(&run_id);
+}
+
+#[test]
+fn issue_12_2_a_workdir_over_its_limit_is_evicted_with_the_kubelets_text() {
+    let mut server = cluster::server(&[("MCP_K8S_WORKDIR_SIZE", "4Mi")]);
+    let marker = faults::marker("evicted");
+    // 16 MiB into a 4 MiB workdir; the kubelet checks every few seconds.
+    let script = format!("echo {marker}; dd if=/dev/zero of=big bs=1024 count=16384; sleep 170");
+    let id = faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["sh", "-c", script], "timeout_s": 180}));
+    let (run_id, _) = faults::wait_running_with_marker(&marker, Duration::from_secs(120));
+
+    let result = faults::response(&server, id, Duration::from_secs(240));
+    let out = &result["structuredContent"];
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("Evicted")), "{out}");
+    let message = out["message"].as_str().unwrap_or_default();
+    assert!(message.contains("EmptyDir volume \"work\" exceeds the limit"), "the kubelet's text: {message}");
+    cluster::assert_nothing_left(&run_id);
+}
+
+#[test]
+fn issue_12_1_an_unschedulable_job_is_final_for_every_process_and_never_runs() {
+    let mut first = cluster::server(&[]);
+    let marker = faults::marker("unschedulable");
+    // More memory than the node has (23 GiB), within the quota and LimitRange.
+    let arguments =
+        json!({"image": BUSYBOX, "command": ["sh", "-c", format!("echo {marker}")], "limits": {"memory": "30Gi"}, "timeout_s": 30});
+    let token = faults::submit(&mut first, arguments);
+    let run_id = faults::run_id_of(&token);
+    let _cleanup = Cleanup(vec![run_id.clone()]);
+
+    let done = faults::fetch_done(&mut first, &token, Duration::from_secs(120));
+    assert_eq!((done["result"]["status"].as_str(), done["result"]["reason"].as_str()), (Some("error"), Some("Unschedulable")), "{done}");
+    let job = cluster::admin_client().get(kube::Resource::JOBS, NAMESPACE, &faults::job_name(&run_id)).expect("the Job is kept");
+    let recorded = job["metadata"]["annotations"]["mcp-k8s-ephemeral-job/outcome"].as_str().unwrap_or_default().to_string();
+    assert!(recorded.contains("Unschedulable"), "the verdict is on the Job: {}", job["metadata"]);
+    assert_eq!(job["spec"]["activeDeadlineSeconds"], 1, "the Job controller stops it: {}", job["spec"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !faults::pods_of(&run_id).is_empty() {
+        assert!(Instant::now() < deadline, "the pending pod was not removed");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // A new process (a restart, a second replica) reads the same verdict.
+    drop(first);
+    let mut second = cluster::server(&[]);
+    let again = faults::fetch(&mut second, &token, 0);
+    assert_eq!(again["status"], "done", "{again}");
+    assert_eq!(again["result"]["reason"], "Unschedulable", "{again}");
+    assert!(faults::pods_of(&run_id).is_empty(), "no pod was created after the verdict");
+}
+
+#[test]
+fn issue_12_4_after_a_sigkill_the_first_fetch_has_the_true_results() {
+    let mut first = cluster::server(&[]);
+    let tokens: Vec<String> = (0..3)
+        .map(|index| {
+            faults::submit(&mut first, json!({"image": BUSYBOX, "command": ["sh", "-c", format!("sleep 2; echo result-{index}")]}))
+        })
+        .collect();
+    let run_ids: Vec<String> = tokens.iter().map(|token| faults::run_id_of(token)).collect();
+    let _cleanup = Cleanup(run_ids.clone());
+    first.child.kill().expect("SIGKILL the server");
+    first.child.wait().expect("reap the server");
+
+    // Wait until every Job has ended, with no server watching.
+    let admin = cluster::admin_client();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for run_id in &run_ids {
+        loop {
+            let job = admin.get(kube::Resource::JOBS, NAMESPACE, &faults::job_name(run_id)).expect("the Job exists");
+            let ended = job["status"]["conditions"].as_array().is_some_and(|conditions| {
+                conditions.iter().any(|c| matches!(c["type"].as_str(), Some("Complete" | "Failed")) && c["status"] == "True")
+            });
+            if ended {
+                break;
+            }
+            assert!(Instant::now() < deadline, "job {run_id} did not end: {}", job["status"]);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    let mut second = cluster::server(&[]);
+    for (index, token) in tokens.iter().enumerate() {
+        let view = faults::fetch(&mut second, token, 0);
+        assert_eq!(view["status"], "done", "the first fetch after the restart: {view}");
+        assert_eq!(view["result"]["status"], "succeeded", "{view}");
+        assert_eq!(view["result"]["stdout"], format!("result-{index}\n"), "{view}");
+    }
+}

@@ -381,3 +381,24 @@ fn issue_12_4_the_first_fetch_after_a_restart_has_the_result() {
     let job = fake.object(JOBS, &job_name).unwrap();
     assert_eq!(verdict::recorded(&job).map(|recorded| recorded.status), Some(RunStatus::Succeeded), "recorded again");
 }
+
+/// Issue 12, finding 11: a verdict that could not be written onto the Job
+/// (the API failed the patch) is not cached either; the next fetch reads
+/// the cluster again, records it, and answers the truth.
+#[test]
+fn issue_12_11_a_verdict_that_could_not_be_recorded_is_not_cached() {
+    let fake = FakeApi::start();
+    let (ctx, _temp) = new_ctx(&fake, Duration::from_secs(30));
+    let submitted = submit(&ctx);
+    let job_name = format!("mcpk8s-{}", submitted.run_id);
+    fake.inject(&format!("PATCH {JOBS}/{job_name}"), Fault::Status { code: 503, retry_after: None }, 1);
+    play_successful_pod(&fake, &submitted.run_id);
+    wait_for("the failed patch", || fake.fired(&format!("PATCH {JOBS}/{job_name}")) == 1);
+    wait_for("the entry to go", || matches!(ctx.jobs.lookup(&submitted.run_id), mcp_k8s_ephemeral_job::engine::jobs::Lookup::Missing));
+
+    let view = fetch(&ctx, &submitted.token, Duration::ZERO);
+    let outcome = view.outcome.expect("done");
+    assert_eq!((outcome.status, outcome.stdout.as_slice()), (RunStatus::Succeeded, &b"hi\n"[..]), "{}", outcome.message);
+    let job = fake.object(JOBS, &job_name).unwrap();
+    assert_eq!(verdict::recorded(&job).map(|recorded| recorded.status), Some(RunStatus::Succeeded));
+}

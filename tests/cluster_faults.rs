@@ -53,6 +53,27 @@ fn issue_12_2_a_workdir_over_its_limit_is_evicted_with_the_kubelets_text() {
     cluster::assert_nothing_left(&run_id);
 }
 
+/// A memory limit of 64 bytes (a typo for 64Mi): the runtime cannot start
+/// the container. The caller gets the runtime's text as `StartFailed`, or
+/// (once arguments are checked for it) a refusal before anything is
+/// created; never `ResultLost`.
+#[test]
+fn issue_12_5_a_container_the_runtime_cannot_start_is_start_failed_with_its_text() {
+    let mut server = cluster::server(&[]);
+    let id = faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["echo", "never"], "limits": {"memory": "64"}}));
+    let result = faults::response(&server, id, Duration::from_secs(180));
+    if result["isError"] == true {
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("limits.memory"), "refused up front, naming the field: {text}");
+        return;
+    }
+    let out = &result["structuredContent"];
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("StartFailed")), "{out}");
+    assert!(out["message"].as_str().unwrap_or_default().contains("memory limit"), "the runtime's text: {out}");
+    eprintln!("issue 12 (5): {}", out["message"]);
+    cluster::assert_nothing_left(out["run_id"].as_str().expect("run_id"));
+}
+
 #[test]
 fn issue_12_1_an_unschedulable_job_is_final_for_every_process_and_never_runs() {
     let mut first = cluster::server(&[]);

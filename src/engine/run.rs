@@ -543,8 +543,9 @@ fn decide<'scope>(
                     _ => {}
                 }
             }
-            PodState::Finished(_) => {
-                if matches!(log, LogState::NotStarted) {
+            PodState::Finished(finished) => {
+                // A container the runtime never started has no log to wait for.
+                if matches!(log, LogState::NotStarted) && classify::start_failure(&finished).is_none() {
                     log = LogState::Following(start_follower(ctx, pod, 0, on_progress, scope));
                 }
                 let collector = log.join(cancel);

@@ -260,6 +260,8 @@ impl Drop for Cleanup<'_> {
 
 /// What the pod watch thread tells the decision loop.
 enum Watched {
+    /// The complete set of the run's pods (at the start, after a re-list).
+    Listed(Vec<Value>),
     Pod(Value),
     /// A `DELETED` event: the pod is gone.
     Gone(Value),
@@ -309,7 +311,7 @@ fn watch_pods(mut watcher: kube::watch::Watcher, sender: &mpsc::Sender<Watched>)
             Ok(event) => {
                 health.on_success();
                 match event {
-                    kube::watch::WatchEvent::Listed(pods) => pods.into_iter().all(|pod| sender.send(Watched::Pod(pod)).is_ok()),
+                    kube::watch::WatchEvent::Listed(pods) => sender.send(Watched::Listed(pods)).is_ok(),
                     kube::watch::WatchEvent::Added(pod) | kube::watch::WatchEvent::Modified(pod) => sender.send(Watched::Pod(pod)).is_ok(),
                     kube::watch::WatchEvent::Deleted(pod) => sender.send(Watched::Gone(pod)).is_ok(),
                 }
@@ -438,14 +440,14 @@ fn decide<'scope>(
             if let Ok(list) = ctx.client.list(kube::Resource::PODS, namespace, &run_pods(run_id)) {
                 log::info("the API server answers again", &[("run_id", run_id.into())]);
                 outage = None;
-                match newest_pod(list.items) {
-                    Some(pod) => last_pod = Some(pod),
-                    None if last_pod.is_some() => pod_gone = true,
-                    None => {}
-                }
+                take_listed(list.items, &mut last_pod, &mut pod_gone);
             }
         }
         match pods.recv_timeout(Duration::from_millis(200)) {
+            Ok(Watched::Listed(listed)) => {
+                outage = None;
+                take_listed(listed, &mut last_pod, &mut pod_gone);
+            }
             Ok(Watched::Pod(pod)) => {
                 outage = None;
                 last_pod = Some(pod);
@@ -695,6 +697,17 @@ fn watch_failed(run_id: &str, collector: Collector, message: &str) -> RunOutcome
 
 fn run_pods(run_id: &str) -> kube::ListParams {
     kube::ListParams { label_selector: Some(format!("{}={run_id}", manifest::LABEL_RUN_ID)), field_selector: None }
+}
+
+/// A complete list of the run's pods: the newest is the one to judge; an
+/// empty list after a pod was seen means it is gone (deleted while the
+/// watch was away).
+fn take_listed(pods: Vec<Value>, last_pod: &mut Option<Value>, pod_gone: &mut bool) {
+    match newest_pod(pods) {
+        Some(pod) => *last_pod = Some(pod),
+        None if last_pod.is_some() => *pod_gone = true,
+        None => {}
+    }
 }
 
 /// The most recently created of the run's pods.

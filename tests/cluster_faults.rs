@@ -1,8 +1,9 @@
 //! Faults on the real test cluster (issue 12): a pod deleted from outside,
-//! a kubelet eviction (the workdir over its size limit), a run no node can
-//! take (its verdict must hold for every process, and its pod must never
-//! run), and the server SIGKILLed with background jobs in flight (the first
-//! fetch of the next process has the results). Each ends with the right
+//! a kubelet eviction (the workdir over its size limit), a container the
+//! runtime cannot start, a run no node can take (its verdict must hold for
+//! every process, and its pod must never run), a start timeout, and the
+//! server SIGKILLed with background jobs in flight (the first fetch of the
+//! next process has the results). Each ends with the right
 //! status and nothing of the run left in the cluster. The API-server
 //! outage is in `cluster_outage.rs`, apart, because it stops the API for
 //! everyone on the cluster.
@@ -104,6 +105,22 @@ fn issue_12_1_an_unschedulable_job_is_final_for_every_process_and_never_runs() {
     assert_eq!(again["status"], "done", "{again}");
     assert_eq!(again["result"]["reason"], "Unschedulable", "{again}");
     assert!(faults::pods_of(&run_id).is_empty(), "no pod was created after the verdict");
+}
+
+/// A start timeout stops the pod for good and says what it was doing
+/// (here: waiting for a node, with the scheduler's text).
+#[test]
+fn issue_12_3_a_start_timeout_says_what_the_pod_was_doing_and_stops_it() {
+    let mut server = cluster::server(&[("MCP_K8S_START_TIMEOUT_S", "5")]);
+    let id =
+        faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["echo", "never"], "limits": {"memory": "30Gi"}}));
+    let result = faults::response(&server, id, Duration::from_secs(120));
+    let out = &result["structuredContent"];
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("StartTimeout")), "{out}");
+    let message = out["message"].as_str().unwrap_or_default();
+    assert!(message.contains("no node could take the pod yet") && message.contains("Insufficient memory"), "{message}");
+    assert!(message.contains("will not run"), "{message}");
+    cluster::assert_nothing_left(out["run_id"].as_str().expect("run_id"));
 }
 
 #[test]

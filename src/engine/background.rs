@@ -10,6 +10,9 @@
 //! controller deletes the Job. The `jobs::Jobs` store caches state and
 //! outcomes; a token it does not know is looked up in the cluster and
 //! re-attached: one follower thread per run, shared by every waiter.
+//! A run's verdict is written onto its Job (`engine::verdict`) before it is
+//! cached or returned, and a re-attach reads it before anything else, so a
+//! token has one result in every process (issue 12).
 //!
 //! Background runs do not take an `MCP_K8S_MAX_CONCURRENT` slot: a slot
 //! bounds what this process waits on, while a background Job lives in the
@@ -284,7 +287,12 @@ fn ensure_known(ctx: &Ctx, token: &str) -> Result<(String, View), Error> {
     match ctx.jobs.lookup(&run_id) {
         Lookup::Found(view) => Ok((run_id, view)),
         Lookup::Expired => Err(expired(ctx, token)),
-        Lookup::Missing => Err(Error::Unknown { token: token.to_string() }),
+        // The Job exists (attach found it), but its outcome could not be
+        // recorded or it could not be followed: nothing is cached.
+        Lookup::Missing => Err(Error::Api {
+            what: "settle the job's outcome",
+            message: "the API server did not accept the outcome (see the server log)".into(),
+        }),
     }
 }
 

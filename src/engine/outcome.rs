@@ -138,6 +138,13 @@ fn stopped_on_request(facts: &Judged) -> (RunStatus, RunReason, String) {
     if let Some(message) = eviction_message(facts) {
         return (RunStatus::Error, RunReason::Evicted, message);
     }
+    if facts.finished.and_then(|f| f.pod_reason.as_deref()) == Some("DeadlineExceeded") {
+        return (
+            RunStatus::TimedOut,
+            RunReason::DeadlineExceeded,
+            "the pod's deadline passed and the kubelet stopped the command; the output so far is included".to_string(),
+        );
+    }
     if facts.finished.is_some_and(|f| f.deleted) {
         return (RunStatus::Error, RunReason::PodDeleted, POD_DELETED.to_string());
     }
@@ -339,6 +346,15 @@ mod tests {
                 "exceeds the limit",
             ),
             ("2: deleted before the runner reported", None, Some(deleted()), false, RunStatus::Error, RunReason::PodDeleted, "deleted"),
+            (
+                "2: the pod's own deadline",
+                sigterm(),
+                Some(Finished { pod_reason: Some("DeadlineExceeded".into()), ..Finished::default() }),
+                false,
+                RunStatus::TimedOut,
+                RunReason::DeadlineExceeded,
+                "deadline",
+            ),
             (
                 "5: runtime StartError",
                 None,

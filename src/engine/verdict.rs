@@ -91,19 +91,27 @@ pub enum Record {
 /// means the verdict could not be written (the API did not answer): the
 /// caller must not present it as the run's final result.
 pub fn settle(ctx: &Ctx, run_id: &str, ended: &Ended, record: Record) -> Result<Settled, kube::Error> {
-    let settled = match record {
-        Record::Yes => write(ctx, run_id, ended)?,
-        Record::No => {
-            if ended.by == DecidedBy::Server {
-                stop_job(ctx, run_id)?;
-            }
-            Settled::NoJob
-        }
-    };
-    if ended.by == DecidedBy::Server && !matches!(settled, Settled::AlreadyRecorded(_)) {
-        delete_live_pods(ctx, run_id);
+    if ended.by == DecidedBy::Runner && record == Record::No {
+        return Ok(Settled::NoJob);
     }
-    Ok(settled)
+    match record {
+        // A verdict that could not be written decides nothing yet: the pod
+        // is left alone, and the next reader judges again.
+        Record::Yes => {
+            let settled = write(ctx, run_id, ended)?;
+            if ended.by == DecidedBy::Server && settled == Settled::Recorded {
+                delete_live_pods(ctx, run_id);
+            }
+            Ok(settled)
+        }
+        // A sync run's caller is told either way, so its pods go even if
+        // the Job could not be patched.
+        Record::No => {
+            let stopped = stop_job(ctx, run_id);
+            delete_live_pods(ctx, run_id);
+            stopped.map(|()| Settled::NoJob)
+        }
+    }
 }
 
 /// The verdict on `job`, if one was written.

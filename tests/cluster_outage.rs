@@ -104,7 +104,7 @@ impl Drop for PrivateApiServer {
 fn issue_12_10_an_api_server_down_25_s_mid_run_fails_nothing_that_succeeds() {
     let mut api = PrivateApiServer::start();
     let kubeconfig = api.kubeconfig.display().to_string();
-    let mut server = cluster::server(&[("MCP_K8S_KUBECONFIG", &kubeconfig)]);
+    let mut server = cluster::server(&[("MCP_K8S_KUBECONFIG", &kubeconfig), ("MCP_K8S_LOG_LEVEL", "debug")]);
     let marker = faults::marker("outage");
     let sync_script = format!("echo {marker}-sync; sleep 40; echo sync-done");
     let sync_id =
@@ -138,9 +138,13 @@ fn issue_12_10_an_api_server_down_25_s_mid_run_fails_nothing_that_succeeds() {
     }
     cluster::assert_nothing_left(&sync_run_id);
     // The outage really happened to this server: it said so in its log.
-    let mut warned = false;
+    let (mut warned, mut forbidden) = (false, false);
     while let Ok(line) = server.stderr.try_recv() {
         warned |= line.contains("the pod watch is failing");
+        forbidden |= line.contains("still failing") && line.contains("403");
     }
     assert!(warned, "the server never saw the outage");
+    // Whether the restarted API server's cold caches answered 403 this
+    // time (it does not always): for the record, not a condition.
+    eprintln!("cluster_outage: 403 after the restart seen in the server log: {forbidden}");
 }

@@ -464,6 +464,8 @@ fn decide<'scope>(
                 if outage.is_none() {
                     metrics::api_error("watch_pods");
                     log::warn("the pod watch is failing; riding it out", &[("run_id", run_id.into()), ("error", why.as_str().into())]);
+                } else if outage.as_ref().is_some_and(|current| current.why != why) {
+                    log::debug("the pod watch is still failing", &[("run_id", run_id.into()), ("error", why.as_str().into())]);
                 }
                 outage.get_or_insert(Outage { since: now, why: String::new(), next_probe: now + OUTAGE_PROBE }).why = why;
             }

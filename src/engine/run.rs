@@ -690,7 +690,9 @@ fn watch_failed(run_id: &str, collector: Collector, message: &str) -> RunOutcome
         run_id,
         RunStatus::Error,
         RunReason::ApiError,
-        format!("watching the pod failed: {message}; the run was stopped; check the server's permissions (mcp-k8s-ephemeral-job doctor)"),
+        // Whether the pod could be stopped is said by the caller of
+        // `follow` (a note when it could not): this text makes no claim.
+        format!("watching the pod failed: {message}; the server gave up on the run; check its permissions (mcp-k8s-ephemeral-job doctor)"),
     );
     outcome.stdout = collector.live_stdout;
     outcome.stderr = collector.live_stderr;

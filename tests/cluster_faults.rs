@@ -18,6 +18,16 @@ use faults::Cleanup;
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::json;
 
+/// The two tests that ask for more memory than the node has take turns:
+/// together they would pass the namespace's quota (32Gi of requests).
+static MORE_MEMORY_THAN_THE_NODE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// More than the node's 23 GiB, within the quota and the LimitRange.
+const TOO_MUCH_MEMORY: &str = "24Gi";
+
+fn take_turn() -> std::sync::MutexGuard<'static, ()> {
+    MORE_MEMORY_THAN_THE_NODE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn issue_12_2_a_pod_deleted_from_outside_is_pod_deleted_not_cancelled() {
     let mut server = cluster::server(&[]);
@@ -48,9 +58,18 @@ fn issue_12_2_a_workdir_over_its_limit_is_evicted_with_the_kubelets_text() {
 
     let result = faults::response(&server, id, Duration::from_secs(240));
     let out = &result["structuredContent"];
-    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("Evicted")), "{out}");
+    assert_ne!(out["status"], "cancelled", "nobody cancelled it: {out}");
     let message = out["message"].as_str().unwrap_or_default();
-    assert!(message.contains("EmptyDir volume \"work\" exceeds the limit"), "the kubelet's text: {message}");
+    match out["reason"].as_str() {
+        Some("Evicted") => {
+            assert_eq!(out["status"], "error", "{out}");
+            assert!(message.contains("EmptyDir volume \"work\" exceeds the limit"), "the kubelet's text: {message}");
+        }
+        // A runner that watches the workdir itself (issue 12, finding 6)
+        // stops the command before the kubelet gets to evict it.
+        Some("DiskLimitExceeded") => assert_eq!(out["status"], "failed", "{out}"),
+        other => panic!("expected Evicted (or the runner's own DiskLimitExceeded), got {other:?}: {out}"),
+    }
     cluster::assert_nothing_left(&run_id);
 }
 
@@ -77,20 +96,23 @@ fn issue_12_5_a_container_the_runtime_cannot_start_is_start_failed_with_its_text
 
 #[test]
 fn issue_12_1_an_unschedulable_job_is_final_for_every_process_and_never_runs() {
-    let mut first = cluster::server(&[]);
+    // Whichever the server applies to a background job that no node can
+    // take, the unschedulable grace or its start timeout, ends it here.
+    let mut first = cluster::server(&[("MCP_K8S_START_TIMEOUT_S", "20")]);
     let marker = faults::marker("unschedulable");
-    // More memory than the node has (23 GiB), within the quota and LimitRange.
-    let arguments =
-        json!({"image": BUSYBOX, "command": ["sh", "-c", format!("echo {marker}")], "limits": {"memory": "30Gi"}, "timeout_s": 30});
+    let _turn = take_turn();
+    let arguments = json!({"image": BUSYBOX, "command": ["sh", "-c", format!("echo {marker}")], "limits": {"memory": TOO_MUCH_MEMORY}, "timeout_s": 30});
     let token = faults::submit(&mut first, arguments);
     let run_id = faults::run_id_of(&token);
     let _cleanup = Cleanup(vec![run_id.clone()]);
 
     let done = faults::fetch_done(&mut first, &token, Duration::from_secs(120));
-    assert_eq!((done["result"]["status"].as_str(), done["result"]["reason"].as_str()), (Some("error"), Some("Unschedulable")), "{done}");
+    assert_eq!(done["result"]["status"], "error", "{done}");
+    let reason = done["result"]["reason"].as_str().unwrap_or_default().to_string();
+    assert!(matches!(reason.as_str(), "Unschedulable" | "StartTimeout"), "{done}");
     let job = cluster::admin_client().get(kube::Resource::JOBS, NAMESPACE, &faults::job_name(&run_id)).expect("the Job is kept");
     let recorded = job["metadata"]["annotations"]["mcp-k8s-ephemeral-job/outcome"].as_str().unwrap_or_default().to_string();
-    assert!(recorded.contains("Unschedulable"), "the verdict is on the Job: {}", job["metadata"]);
+    assert!(recorded.contains(&reason), "the verdict is on the Job: {}", job["metadata"]);
     assert_eq!(job["spec"]["activeDeadlineSeconds"], 1, "the Job controller stops it: {}", job["spec"]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !faults::pods_of(&run_id).is_empty() {
@@ -103,7 +125,7 @@ fn issue_12_1_an_unschedulable_job_is_final_for_every_process_and_never_runs() {
     let mut second = cluster::server(&[]);
     let again = faults::fetch(&mut second, &token, 0);
     assert_eq!(again["status"], "done", "{again}");
-    assert_eq!(again["result"]["reason"], "Unschedulable", "{again}");
+    assert_eq!(again["result"]["reason"], reason.as_str(), "{again}");
     assert!(faults::pods_of(&run_id).is_empty(), "no pod was created after the verdict");
 }
 
@@ -111,9 +133,13 @@ fn issue_12_1_an_unschedulable_job_is_final_for_every_process_and_never_runs() {
 /// (here: waiting for a node, with the scheduler's text).
 #[test]
 fn issue_12_3_a_start_timeout_says_what_the_pod_was_doing_and_stops_it() {
+    let _turn = take_turn();
     let mut server = cluster::server(&[("MCP_K8S_START_TIMEOUT_S", "5")]);
-    let id =
-        faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["echo", "never"], "limits": {"memory": "30Gi"}}));
+    let id = faults::send_call(
+        &mut server,
+        "run_job",
+        json!({"image": BUSYBOX, "command": ["echo", "never"], "limits": {"memory": TOO_MUCH_MEMORY}}),
+    );
     let result = faults::response(&server, id, Duration::from_secs(120));
     let out = &result["structuredContent"];
     assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("StartTimeout")), "{out}");

@@ -10,6 +10,9 @@
 //! controller deletes the Job. The `jobs::Jobs` store caches state and
 //! outcomes; a token it does not know is looked up in the cluster and
 //! re-attached: one follower thread per run, shared by every waiter.
+//! A run's verdict is written onto its Job (`engine::verdict`) before it is
+//! cached or returned, and a re-attach reads it before anything else, so a
+//! token has one result in every process (issue 12).
 //!
 //! Background runs do not take an `MCP_K8S_MAX_CONCURRENT` slot: a slot
 //! bounds what this process waits on, while a background Job lives in the
@@ -30,6 +33,7 @@ use crate::engine::jobs::{Lookup, Phase, Seen, View};
 use crate::engine::manifest;
 use crate::engine::run::{self, Ctx, Followed, Progress};
 use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
+use crate::engine::verdict::{self, DecidedBy, Ended, Recorded, Settled};
 use crate::kube;
 use crate::log;
 use crate::runner::frame::Stream;
@@ -211,7 +215,10 @@ pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
         .client
         .get_if_exists(kube::Resource::JOBS, namespace, &manifest::job_name(&run_id))
         .map_err(|error| Error::Api { what: "look up the Job", message: error.to_string() })?;
-    if job.as_ref().is_some_and(|job| job_finished_at(job).is_some()) {
+    if job.as_ref().is_some_and(|job| job_finished_at(job).is_some() || verdict::recorded(job).is_some()) {
+        // Let this process's follower take the ended run's result first, so
+        // a fetch_job right after this answer has it.
+        ctx.jobs.wait(&run_id, Instant::now() + CANCEL_DRAIN, &CancelToken::new(), &mut Seen::default(), &mut |_, _| {});
         return Err(Error::AlreadyFinished { token: token.to_string() });
     }
     let Some(follower) = ctx.jobs.request_cancel(&run_id) else {
@@ -299,13 +306,21 @@ fn ensure_known(ctx: &Ctx, token: &str) -> Result<(String, View), Error> {
     match ctx.jobs.lookup(&run_id) {
         Lookup::Found(view) => Ok((run_id, view)),
         Lookup::Expired => Err(expired(ctx, token)),
-        Lookup::Missing => Err(Error::Unknown { token: token.to_string() }),
+        // The Job exists (attach found it), but its outcome could not be
+        // recorded or it could not be followed: nothing is cached.
+        Lookup::Missing => Err(Error::Api {
+            what: "settle the job's outcome",
+            message: "the API server did not accept the outcome (see the server log)".into(),
+        }),
     }
 }
 
-/// Finds the run's Job and starts following it (or judges it at once when
-/// its pod is gone). The Job must carry exactly this token, so a token with
-/// a forged time does not reach it.
+/// Finds the run's Job and makes the store know it, before the caller
+/// answers (issue 12, finding 4): a recorded verdict is taken as it is
+/// (never judged again over a later pod), a run that has ended is read to
+/// its end on this thread, and only a run still going gets a follower. The
+/// Job must carry exactly this token, so a token with a forged time does
+/// not reach it.
 fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
     let namespace = &ctx.policy.namespace;
     let job = ctx
@@ -315,24 +330,47 @@ fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
     let Some(job) = job.filter(|job| annotation(job, ANNOTATION_TOKEN) == Some(token)) else {
         return Err(gone(ctx, token));
     };
-    if job_finished_at(&job).is_some_and(|at| at + ctx.jobs.limits().result_ttl <= SystemTime::now()) {
+    let recorded = verdict::recorded(&job);
+    let ended_at = recorded.as_ref().and_then(|recorded| recorded.ended_at).or_else(|| job_finished_at(&job));
+    if ended_at.is_some_and(|at| at + ctx.jobs.limits().result_ttl <= SystemTime::now()) {
         // The TTL controller has not got to it yet; the result is expired
         // all the same.
         return Err(expired(ctx, token));
     }
+    let pods = ctx
+        .client
+        .list(kube::Resource::PODS, namespace, &run_selector(run_id))
+        .map_err(|error| Error::Api { what: "list the job's pods", message: error.to_string() })?;
+    let pod = pods.items.into_iter().max_by_key(|pod| pod["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_string());
     let created = time_of(&job["metadata"]["creationTimestamp"]);
     let cancel = CancelToken::new();
     if !ctx.jobs.insert_found(run_id, token, created.unwrap_or_else(SystemTime::now), cancel.clone()) {
         return Ok(());
     }
     log::info("re-attaching to a background job", &[("run_id", run_id.into())]);
-    if let Some(ended) = job_finished_at(&job)
-        && !pod_exists(ctx, run_id)?
-    {
-        ctx.jobs.finish(run_id, outcome_without_pod(run_id, &job, created), ended);
-        return Ok(());
+    let followed = followed_from_job(ctx, &job);
+    match (&recorded, &pod) {
+        // The runner's verdict, and its log is still there: read the
+        // output; `follow_to_end` keeps the recorded verdict.
+        (Some(recorded), Some(_)) if recorded.by == DecidedBy::Runner => follow_to_end(ctx, run_id, &followed, created, &cancel),
+        (Some(recorded), _) => {
+            let outcome = outcome_without_pod(run_id, &job, created, Some(recorded));
+            ctx.jobs.finish(run_id, outcome, ended_at.unwrap_or_else(SystemTime::now));
+        }
+        (None, None) if job_finished_at(&job).is_some() => {
+            let ended = Ended { outcome: outcome_without_pod(run_id, &job, created, None), by: DecidedBy::Server };
+            record_and_finish(ctx, run_id, ended, ended_at.unwrap_or_else(SystemTime::now));
+        }
+        (None, Some(pod)) if job_finished_at(&job).is_some() || classify::finished_pod(pod).is_some() => {
+            follow_to_end(ctx, run_id, &followed, created, &cancel);
+        }
+        (None, pod) => {
+            if pod.as_ref().is_some_and(|pod| classify::pod_state(pod) == classify::PodState::Running) {
+                ctx.jobs.set_phase(run_id, Phase::Running);
+            }
+            start_follower(ctx, run_id, followed, created, cancel);
+        }
     }
-    start_follower(ctx, run_id, followed_from_job(ctx, &job), created, cancel);
     Ok(())
 }
 
@@ -365,37 +403,60 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
             Progress::Queued | Progress::Created { .. } => {}
         }
     };
-    let mut outcome = run::follow(ctx, followed, run_id, cancel, &on_progress);
-    outcome.times.created = created;
+    let mut ended = run::follow(ctx, followed, run_id, cancel, &on_progress);
+    ended.outcome.times.created = created;
     // The Job as it is now: whether another process cancelled it, and when
     // it ended if that was before this process re-read it.
     let job = ctx.client.get_if_exists(kube::Resource::JOBS, &ctx.policy.namespace, &manifest::job_name(run_id));
     let job = job.ok().flatten().unwrap_or_default();
     let cancel_requested = matches!(ctx.jobs.lookup(run_id), Lookup::Found(view) if view.cancel_requested);
-    if cancel_requested || annotation(&job, ANNOTATION_CANCELLED_AT).is_some() {
-        mark_cancelled(&mut outcome);
+    if (cancel_requested || annotation(&job, ANNOTATION_CANCELLED_AT).is_some()) && mark_cancelled(&mut ended.outcome) {
+        ended.by = DecidedBy::Server;
+    }
+    run::log_finished(run_id, &ended.outcome, started);
+    record_and_finish(ctx, run_id, ended, job_finished_at(&job).unwrap_or_else(SystemTime::now));
+}
+
+/// Makes the end final on the Job (issue 12, findings 1 and 11), then
+/// caches it. A verdict another process recorded first wins. When it
+/// cannot be recorded (the API does not answer) nothing is cached: the
+/// entry goes, and the next `fetch_job` reads the cluster again, so this
+/// process never holds a result the Job does not.
+fn record_and_finish(ctx: &Ctx, run_id: &str, mut ended: Ended, ended_at: SystemTime) {
+    match verdict::settle(ctx, run_id, &ended, verdict::Record::Yes) {
+        Ok(Settled::AlreadyRecorded(recorded)) => verdict::apply(&mut ended.outcome, &recorded),
+        Ok(Settled::Recorded | Settled::NoJob) => {}
+        Err(error) => {
+            log::warn(
+                "the outcome could not be recorded on the job; the next fetch_job reads the cluster again",
+                &[("run_id", run_id.into()), ("error", error.to_string().into())],
+            );
+            ctx.jobs.remove(run_id);
+            return;
+        }
     }
     run::delete_inputs_secret(ctx, run_id);
-    run::log_finished(run_id, &outcome, started);
-    let ended = job_finished_at(&job).unwrap_or_else(SystemTime::now);
-    ctx.jobs.finish(run_id, outcome, ended);
+    ctx.jobs.finish(run_id, ended.outcome, ended_at);
 }
 
 /// A cancelled run whose runner could not report in time ends as
 /// `cancelled`, not as a lost result; one that finished on its own first
-/// keeps its real outcome.
-fn mark_cancelled(outcome: &mut RunOutcome) {
+/// keeps its real outcome. Returns whether it changed the outcome.
+fn mark_cancelled(outcome: &mut RunOutcome) -> bool {
     if matches!(outcome.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled) {
-        return;
+        return false;
     }
     outcome.status = RunStatus::Cancelled;
     outcome.reason = Some(RunReason::Cancelled);
     outcome.message = "the job was cancelled (cancel_job) and its pod deleted; the output read so far is included".into();
+    true
 }
 
-/// The outcome of a finished Job whose pod (and so its log) is gone.
-fn outcome_without_pod(run_id: &str, job: &Value, created: Option<SystemTime>) -> RunOutcome {
-    let mut outcome = match annotation(job, ANNOTATION_CANCELLED_AT) {
+/// The outcome of a finished Job whose pod (and so its log) is gone, or
+/// whose verdict was recorded by the process that decided it.
+fn outcome_without_pod(run_id: &str, job: &Value, created: Option<SystemTime>, recorded: Option<&Recorded>) -> RunOutcome {
+    let cancelled = recorded.is_none_or(|recorded| recorded.status == RunStatus::Cancelled);
+    let mut outcome = match annotation(job, ANNOTATION_CANCELLED_AT).filter(|_| cancelled) {
         Some(at) => {
             // An earlier version wrote the output's tail onto the Job for
             // this case; the caller's output does not belong in etcd for
@@ -413,23 +474,24 @@ fn outcome_without_pod(run_id: &str, job: &Value, created: Option<SystemTime>) -
             outcome.truncated.stderr = true;
             outcome
         }
-        None => RunOutcome::without_result(
-            run_id,
-            RunStatus::Error,
-            RunReason::ResultLost,
-            "the Job finished but its pod and log are gone (deleted or garbage-collected), so the result cannot be read; submit the job again".into(),
-        ),
+        None => match recorded {
+            Some(recorded) => {
+                let mut outcome = verdict::outcome_of(run_id, recorded);
+                if recorded.by == DecidedBy::Runner {
+                    outcome.notes.push("the pod and its log are gone, so the output cannot be returned; the status is the one recorded when the job ended".into());
+                }
+                outcome
+            }
+            None => RunOutcome::without_result(
+                run_id,
+                RunStatus::Error,
+                RunReason::ResultLost,
+                "the Job finished but its pod and log are gone (deleted or garbage-collected), so the result cannot be read; submit the job again".into(),
+            ),
+        },
     };
     outcome.times.created = created;
     outcome
-}
-
-fn pod_exists(ctx: &Ctx, run_id: &str) -> Result<bool, Error> {
-    let pods = ctx
-        .client
-        .list(kube::Resource::PODS, &ctx.policy.namespace, &run_selector(run_id))
-        .map_err(|error| Error::Api { what: "list the job's pods", message: error.to_string() })?;
-    Ok(!pods.items.is_empty())
 }
 
 fn delete_pods(ctx: &Ctx, run_id: &str) {
@@ -485,9 +547,10 @@ fn listed_job(ctx: &Ctx, job: &Value) -> Option<Listed> {
         Lookup::Found(view) if view.token == token => Some(view),
         _ => None,
     };
+    let recorded = verdict::recorded(job);
     let phase = match &known {
         Some(view) => view.phase,
-        None if job_finished_at(job).is_some() => Phase::Finished,
+        None if job_finished_at(job).is_some() || recorded.is_some() => Phase::Finished,
         None if job["status"]["active"].as_u64().unwrap_or(0) > 0 => Phase::Running,
         None => Phase::Pending,
     };
@@ -495,7 +558,11 @@ fn listed_job(ctx: &Ctx, job: &Value) -> Option<Listed> {
         token,
         created: time_of(&job["metadata"]["creationTimestamp"]),
         phase,
-        result_status: known.as_ref().and_then(|view| view.outcome.as_ref()).map(|outcome| outcome.status),
+        result_status: known
+            .as_ref()
+            .and_then(|view| view.outcome.as_ref())
+            .map(|outcome| outcome.status)
+            .or(recorded.map(|recorded| recorded.status)),
         cancelled: annotation(job, ANNOTATION_CANCELLED_AT).is_some() || known.is_some_and(|view| view.cancel_requested),
         command: annotation(job, ANNOTATION_COMMAND).unwrap_or_default().to_string(),
         expires_at: annotation(job, manifest::ANNOTATION_EXPIRES_AT).unwrap_or_default().to_string(),
@@ -610,7 +677,7 @@ mod tests {
         ];
         for (before, after) in cases {
             let mut outcome = RunOutcome::without_result("r", before, RunReason::ResultLost, "m".into());
-            mark_cancelled(&mut outcome);
+            assert_eq!(mark_cancelled(&mut outcome), before != after, "{before:?}");
             assert_eq!(outcome.status, after, "{before:?}");
         }
     }

@@ -32,15 +32,30 @@ pub struct Finished {
     pub signal: Option<i32>,
     /// The container's terminated reason (`Completed`, `Error`, `OOMKilled`).
     pub container_reason: Option<String>,
+    /// The container's terminated message: for `StartError`, the runtime's
+    /// text ("unable to set memory limit…", "argument list too long").
+    pub container_message: Option<String>,
     /// The pod's status reason (`Evicted`, `DeadlineExceeded`).
     pub pod_reason: Option<String>,
     pub pod_message: Option<String>,
+    /// The pod's `DisruptionTarget` condition, `reason: message`: set by
+    /// the kubelet or the control plane when they stop a pod (eviction,
+    /// preemption, node shutdown), never by a plain delete.
+    pub disruption: Option<String>,
+    /// The pod has a `deletionTimestamp` or is gone: someone deleted it.
+    pub deleted: bool,
 }
 
 /// Waiting reasons that mean the image will not be pulled in this run.
 const IMAGE_PULL_FAILURES: &[&str] = &["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "ImageInspectError"];
 /// Waiting reasons that mean the container cannot be created as specified.
 const CONTAINER_FAILURES: &[&str] = &["CreateContainerConfigError", "CreateContainerError", "RunContainerError"];
+/// Of those, the ones where the runtime tried to create or start the
+/// process and failed: for the main container that is a start failure
+/// whose text the caller needs (issue 12, finding 5).
+const START_FAILURES: &[&str] = &["CreateContainerError", "RunContainerError"];
+/// Terminated reasons of a container whose process never ran.
+const TERMINATED_WITHOUT_STARTING: &[&str] = &["StartError", "ContainerCannotRun"];
 
 pub fn pod_state(pod: &Value) -> PodState {
     let status = &pod["status"];
@@ -63,6 +78,9 @@ pub fn pod_state(pod: &Value) -> PodState {
         if main["state"]["running"].is_object() {
             return PodState::Running;
         }
+        if let Some(state) = main_start_failure(main) {
+            return state;
+        }
         if let Some(state) = fail_fast_from_waiting(main, "the image") {
             return state;
         }
@@ -77,6 +95,50 @@ pub fn pod_state(pod: &Value) -> PodState {
     PodState::Pending {
         waiting_reason: waiting.and_then(|w| w["reason"].as_str()).map(str::to_string),
         message: waiting.and_then(|w| w["message"].as_str()).map(str::to_string),
+    }
+}
+
+/// Whether someone asked for the pod to go (`metadata.deletionTimestamp`).
+pub fn is_deleting(pod: &Value) -> bool {
+    pod["metadata"]["deletionTimestamp"].is_string()
+}
+
+/// The main container's process never ran: the runtime refused to start
+/// it. Its text goes to the caller as it is.
+pub fn start_failure(finished: &Finished) -> Option<String> {
+    let reason = finished.container_reason.as_deref()?;
+    if !TERMINATED_WITHOUT_STARTING.contains(&reason) {
+        return None;
+    }
+    let message = finished.container_message.as_deref().map(str::trim).filter(|message| !message.is_empty());
+    Some(start_failure_message(reason, message.unwrap_or("no message")))
+}
+
+/// What a pod that has not started is doing, for the `StartTimeout`
+/// message: waiting for a node, pulling an image (the kubelet's `Pulling`
+/// event without its `Pulled`), running an init step, or the container's
+/// waiting reason. `events` are the pod's, oldest first.
+pub fn start_progress(pod: Option<&Value>, events: &[Value]) -> String {
+    let Some(pod) = pod else { return "the pod was not created yet".to_string() };
+    let status = &pod["status"];
+    if let Some(message) = unschedulable_message(status) {
+        return format!("no node could take the pod yet: {message}");
+    }
+    if let Some(image) = image_being_pulled(events) {
+        return format!("the kubelet was still pulling the image `{image}`");
+    }
+    for (name, what) in [(PREPARE_CONTAINER, "preparing the workdir"), (CLONE_CONTAINER, "cloning the repository")] {
+        if container_status(status, "initContainerStatuses", name).is_some_and(|init| init["state"]["running"].is_object()) {
+            return format!("the init container `{name}` was still {what}");
+        }
+    }
+    let waiting = container_status(status, "containerStatuses", MAIN_CONTAINER).map(|main| &main["state"]["waiting"]);
+    match waiting.and_then(|waiting| waiting["reason"].as_str()) {
+        Some(reason) => match waiting.and_then(|waiting| waiting["message"].as_str()).filter(|message| !message.is_empty()) {
+            Some(message) => format!("the container was waiting: {reason}: {message}"),
+            None => format!("the container was waiting: {reason}"),
+        },
+        None => format!("the pod was {}", status["phase"].as_str().unwrap_or("Pending")),
     }
 }
 
@@ -117,6 +179,43 @@ pub fn parse_time(text: &str) -> Option<SystemTime> {
 
 fn container_status<'a>(status: &'a Value, list: &str, name: &str) -> Option<&'a Value> {
     status[list].as_array()?.iter().find(|c| c["name"] == name)
+}
+
+/// The image of a `Pulling` event that no `Pulled` (or failure) event for
+/// the same image answers. Events of one second have no reliable order,
+/// so this looks for the answer anywhere in the list.
+fn image_being_pulled(events: &[Value]) -> Option<String> {
+    let quoted = |event: &Value| -> Option<String> {
+        let message = event["message"].as_str()?;
+        let start = message.find('"')? + 1;
+        let end = start + message[start..].find('"')?;
+        Some(message[start..end].to_string())
+    };
+    let answered = |image: &str| {
+        events.iter().any(|event| {
+            matches!(event["reason"].as_str(), Some("Pulled" | "Failed" | "BackOff" | "ErrImageNeverPull"))
+                && quoted(event).as_deref() == Some(image)
+        })
+    };
+    events.iter().filter(|event| event["reason"] == "Pulling").filter_map(quoted).find(|image| !answered(image))
+}
+
+fn start_failure_message(reason: &str, message: &str) -> String {
+    format!(
+        "the container runtime could not start the command ({reason}): {message}; check limits (e.g. limits.memory needs a unit: 64Mi), the command's length and the image"
+    )
+}
+
+/// The main container waiting with `CreateContainerError` or
+/// `RunContainerError`: the runtime failed to start it (issue 12, 5).
+fn main_start_failure(main: &Value) -> Option<PodState> {
+    let waiting = &main["state"]["waiting"];
+    let reason = waiting["reason"].as_str()?;
+    if !START_FAILURES.contains(&reason) {
+        return None;
+    }
+    let message = waiting["message"].as_str().map(str::trim).filter(|message| !message.is_empty()).unwrap_or("no message");
+    Some(PodState::FailFast { reason: RunReason::StartFailed, message: start_failure_message(reason, message) })
 }
 
 fn fail_fast_from_waiting(container: &Value, what: &str) -> Option<PodState> {
@@ -178,9 +277,43 @@ fn finished(status: &Value, terminated: Option<&Value>) -> Finished {
         exit_code,
         signal: terminated.and_then(|t| t["signal"].as_i64()).map(|signal| signal as i32),
         container_reason: terminated.and_then(|t| t["reason"].as_str()).map(str::to_string),
+        container_message: terminated.and_then(|t| t["message"].as_str()).map(str::to_string),
         pod_reason: status["reason"].as_str().map(str::to_string),
         pod_message: status["message"].as_str().map(str::to_string),
+        disruption: disruption(status),
+        deleted: false,
     }
+}
+
+/// Reads a finished pod, with its deletion mark (the `Finished` of
+/// `pod_state` does not see metadata).
+pub fn finished_pod(pod: &Value) -> Option<Finished> {
+    match pod_state(pod) {
+        PodState::Finished(mut finished) => {
+            finished.deleted = is_deleting(pod);
+            Some(finished)
+        }
+        _ => None,
+    }
+}
+
+/// The facts of a pod that is gone or going without a final status: what
+/// its status said last, and that it was deleted.
+pub fn deleted_pod(pod: &Value) -> Finished {
+    let status = &pod["status"];
+    let main = container_status(status, "containerStatuses", MAIN_CONTAINER);
+    let terminated = main.map(|main| &main["state"]["terminated"]).filter(|terminated| terminated.is_object());
+    Finished { deleted: true, ..finished(status, terminated) }
+}
+
+fn disruption(status: &Value) -> Option<String> {
+    let conditions = status["conditions"].as_array()?;
+    let condition = conditions.iter().find(|c| c["type"] == "DisruptionTarget" && c["status"] == "True")?;
+    let reason = condition["reason"].as_str().unwrap_or("DisruptionTarget");
+    Some(match condition["message"].as_str().filter(|message| !message.is_empty()) {
+        Some(message) => format!("{reason}: {message}"),
+        None => reason.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -280,6 +413,20 @@ mod tests {
                 "Finished",
             ),
             ("evicted", pod(json!({"phase": "Failed", "reason": "Evicted", "message": "ephemeral storage"})), "Finished"),
+            (
+                "issue 12 (5): the runtime could not run the container",
+                pod(
+                    json!({"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": "RunContainerError", "message": "exec: argument list too long"}}}]}),
+                ),
+                "FailFast(StartFailed)",
+            ),
+            (
+                "issue 12 (5): the runtime could not start the container",
+                pod(
+                    json!({"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 128, "reason": "StartError", "message": "unable to set memory limit to 64"}}}]}),
+                ),
+                "Finished",
+            ),
         ];
         for (name, pod, expected) in cases {
             let state = pod_state(&pod);
@@ -301,6 +448,54 @@ mod tests {
         );
         let PodState::FailFast { message, .. } = pod_state(&pod) else { panic!() };
         assert!(message.contains("`nope:1`") && message.contains("not found") && message.contains("check the name"), "{message}");
+    }
+
+    #[test]
+    fn a_start_error_carries_the_runtimes_text() {
+        let pod = pod(json!({"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
+            "exitCode": 128, "reason": "StartError",
+            "message": "failed to create containerd task: unable to set memory limit to 64 (current usage: 2117632, peak usage: 2117632)"}}}]}));
+        let finished = finished_pod(&pod).unwrap();
+        let message = start_failure(&finished).unwrap();
+        assert!(message.contains("StartError") && message.contains("unable to set memory limit to 64"), "{message}");
+        let completed = Finished { container_reason: Some("Completed".into()), ..Finished::default() };
+        assert_eq!(start_failure(&completed), None);
+    }
+
+    #[test]
+    fn deletion_and_disruption_are_read() {
+        let evicted = json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:05Z"}, "status": {"phase": "Failed", "conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}]}});
+        let finished = finished_pod(&evicted).unwrap();
+        assert!(finished.deleted);
+        assert_eq!(finished.disruption.as_deref(), Some("EvictionByEvictionAPI: Eviction API: evicting"));
+        let gone = deleted_pod(&json!({"status": {"phase": "Running"}}));
+        assert!(gone.deleted && gone.disruption.is_none());
+    }
+
+    #[test]
+    fn issue_12_3_start_progress_says_what_the_pod_was_doing() {
+        let waiting_main =
+            pod(json!({"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": "PodInitializing"}}}]}));
+        let pulling = json!({"reason": "Pulling", "message": "Pulling image \"python:3.12\""});
+        let pulled = json!({"reason": "Pulled", "message": "Successfully pulled image \"python:3.12\" in 20s"});
+        let other_pulled = json!({"reason": "Pulled", "message": "Container image \"runner:1\" already present on machine"});
+        let cases = [
+            ("no pod", None, vec![], "not created yet"),
+            ("pulling", Some(&waiting_main), vec![other_pulled.clone(), pulling.clone()], "still pulling the image `python:3.12`"),
+            ("pulled", Some(&waiting_main), vec![pulling.clone(), pulled.clone()], "waiting: PodInitializing"),
+            ("pulled, listed first", Some(&waiting_main), vec![pulled, pulling.clone()], "waiting: PodInitializing"),
+        ];
+        for (name, pod, events, expected) in cases {
+            let text = start_progress(pod, &events);
+            assert!(text.contains(expected), "{name}: {text}");
+        }
+        let preparing = pod(json!({"phase": "Pending", "initContainerStatuses": [{"name": "prepare", "state": {"running": {}}}]}));
+        assert!(start_progress(Some(&preparing), &[]).contains("`prepare`"));
+        let unschedulable = pod(
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes"}]}),
+        );
+        assert!(start_progress(Some(&unschedulable), &[]).contains("0/1 nodes"));
     }
 
     #[test]

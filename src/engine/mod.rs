@@ -13,3 +13,4 @@ pub mod reaper;
 pub mod run;
 pub mod slots;
 pub mod spec;
+pub mod verdict;

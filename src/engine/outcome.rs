@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::engine::classify::Finished;
+use crate::engine::classify::{self, Finished};
 use crate::engine::collect::Collector;
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus, Truncation};
 
@@ -14,6 +14,10 @@ pub struct Judged<'a> {
     pub timeout: Duration,
     pub memory_limit: Option<&'a str>,
     pub finished: Option<&'a Finished>,
+    /// This server stopped the run on purpose (`cancel_job`, an MCP
+    /// cancel). Only then is a runner that got SIGTERM `cancelled`: the
+    /// runner cannot tell who sent the signal (issue 12, finding 2).
+    pub cancel_requested: bool,
 }
 
 /// Builds the outcome of a run whose main container ran. `collector` holds
@@ -61,17 +65,16 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
         ));
     }
     let (status, reason, message) = if let Some(start_error) = &result.start_error {
-        (
-            RunStatus::Error,
-            Some(RunReason::StartFailed),
-            format!("{start_error}; check that the program exists in the image and is executable, or give its absolute path"),
-        )
+        (RunStatus::Error, Some(RunReason::StartFailed), format!("{start_error}; {}", runner_start_hint(start_error)))
     } else if let Some(disk) = &result.disk_limit_exceeded {
         (
             RunStatus::Failed,
             Some(RunReason::DiskLimitExceeded),
             format!("{disk}; write less to the workdir and /tmp, or ask the operator to raise MCP_K8S_WORKDIR_SIZE"),
         )
+    } else if result.terminated_by_request {
+        let (status, reason, message) = stopped_on_request(facts);
+        (status, Some(reason), message)
     } else if result.timed_out {
         (
             RunStatus::TimedOut,
@@ -81,8 +84,6 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
                 facts.timeout.as_secs()
             ),
         )
-    } else if result.terminated_by_request {
-        (RunStatus::Cancelled, Some(RunReason::Cancelled), "the run was cancelled; the output so far is included".to_string())
     } else if result.pids_fork_failures > 0 && result.exit_code != Some(0) {
         // Before OOM: a fork storm under a memory limit fills memory too,
         // and "raise limits.memory" would be the wrong advice.
@@ -125,21 +126,23 @@ fn process_creations(count: u64) -> String {
 
 fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOutcome) -> RunOutcome {
     let pod_reason = facts.finished.and_then(|f| f.pod_reason.as_deref());
-    let pod_message = facts.finished.and_then(|f| f.pod_message.clone()).unwrap_or_default();
-    let (status, reason, message) = if oom_by_kubelet {
+    let start_failure = facts.finished.and_then(classify::start_failure);
+    let (status, reason, message) = if facts.cancel_requested {
+        cancelled()
+    } else if let Some(message) = start_failure {
+        (RunStatus::Error, RunReason::StartFailed, message)
+    } else if oom_by_kubelet {
         (RunStatus::Failed, RunReason::OomKilled, oom_message(facts))
-    } else if pod_reason == Some("Evicted") {
-        (
-            RunStatus::Error,
-            RunReason::Evicted,
-            format!("the pod was evicted: {pod_message}; the workdir may have outgrown its size limit, or the node ran short of resources"),
-        )
+    } else if let Some(message) = eviction_message(facts) {
+        (RunStatus::Error, RunReason::Evicted, message)
     } else if pod_reason == Some("DeadlineExceeded") {
         (
             RunStatus::TimedOut,
             RunReason::DeadlineExceeded,
             "the pod's deadline passed before the runner could report; the output so far is included".to_string(),
         )
+    } else if facts.finished.is_some_and(|f| f.deleted) {
+        (RunStatus::Error, RunReason::PodDeleted, POD_DELETED.to_string())
     } else {
         (
             RunStatus::Error,
@@ -152,6 +155,63 @@ fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOu
     outcome.reason = Some(reason);
     outcome.message = message;
     outcome
+}
+
+const POD_DELETED: &str = "the pod was deleted by something other than this server (kubectl delete, a controller, a node drain), so the command was stopped; the output so far is included; run the job again";
+
+/// A runner that reports SIGTERM: a cancel when this server asked for one,
+/// else whatever the pod's status says stopped it.
+fn stopped_on_request(facts: &Judged) -> (RunStatus, RunReason, String) {
+    if facts.cancel_requested {
+        return cancelled();
+    }
+    if let Some(message) = eviction_message(facts) {
+        return (RunStatus::Error, RunReason::Evicted, message);
+    }
+    if facts.finished.and_then(|f| f.pod_reason.as_deref()) == Some("DeadlineExceeded") {
+        return (
+            RunStatus::TimedOut,
+            RunReason::DeadlineExceeded,
+            "the pod's deadline passed and the kubelet stopped the command; the output so far is included".to_string(),
+        );
+    }
+    if facts.finished.is_some_and(|f| f.deleted) {
+        return (RunStatus::Error, RunReason::PodDeleted, POD_DELETED.to_string());
+    }
+    (
+        RunStatus::Error,
+        RunReason::Terminated,
+        "the command was stopped by a SIGTERM that this server did not send (no cancel, and no eviction or deletion was seen); the output so far is included; run the job again".to_string(),
+    )
+}
+
+fn cancelled() -> (RunStatus, RunReason, String) {
+    (RunStatus::Cancelled, RunReason::Cancelled, "the run was cancelled; the output so far is included".to_string())
+}
+
+/// The kubelet's eviction text (`status.reason: Evicted`), or the
+/// `DisruptionTarget` condition of an eviction through the API.
+fn eviction_message(facts: &Judged) -> Option<String> {
+    let finished = facts.finished?;
+    let text = if finished.pod_reason.as_deref() == Some("Evicted") {
+        finished.pod_message.clone().unwrap_or_default()
+    } else {
+        finished.disruption.clone()?
+    };
+    Some(format!(
+        "the pod was evicted: {}; the workdir may have outgrown its size limit (MCP_K8S_WORKDIR_SIZE), or the node ran short of resources",
+        text.trim()
+    ))
+}
+
+/// What to do about a command the runner could not start, by its error.
+fn runner_start_hint(start_error: &str) -> &'static str {
+    // io::Error's text ends in "(os error N)"; E2BIG is 7 on Linux.
+    if start_error.contains("(os error 7)") {
+        "an argument or the environment is over Linux's limits (131071 bytes per string, about 2 MiB in all); pass large data as files"
+    } else {
+        "check that the program exists in the image and is executable, or give its absolute path"
+    }
 }
 
 fn oom_message(facts: &Judged) -> String {
@@ -180,6 +240,10 @@ mod tests {
     }
 
     fn judged(result: Option<RunResult>, finished: Option<Finished>) -> RunOutcome {
+        judged_with(result, finished, false)
+    }
+
+    fn judged_with(result: Option<RunResult>, finished: Option<Finished>, cancel_requested: bool) -> RunOutcome {
         let mut collector = Collector::new(100, 100);
         for (stream, bytes) in [(Stream::Stdout, b"out"), (Stream::Stderr, b"err")] {
             collector.push_line(&frame::encode(&Frame::Captured(Output { stream, data_b64: frame::to_base64(bytes) })));
@@ -187,7 +251,13 @@ mod tests {
         if let Some(result) = result {
             collector.push_line(&frame::encode(&Frame::Result(result)));
         }
-        let facts = Judged { run_id: "r", timeout: Duration::from_secs(5), memory_limit: Some("64Mi"), finished: finished.as_ref() };
+        let facts = Judged {
+            run_id: "r",
+            timeout: Duration::from_secs(5),
+            memory_limit: Some("64Mi"),
+            finished: finished.as_ref(),
+            cancel_requested,
+        };
         judge(&facts, collector)
     }
 
@@ -246,7 +316,6 @@ mod tests {
                 RunStatus::Error,
                 Some(RunReason::StartFailed),
             ),
-            ("cancelled", with(|r| r.terminated_by_request = true), None, RunStatus::Cancelled, Some(RunReason::Cancelled)),
             (
                 "fork storm",
                 with(|r| {
@@ -281,6 +350,13 @@ mod tests {
                 RunStatus::Failed,
                 Some(RunReason::DiskLimitExceeded),
             ),
+            (
+                "SIGTERM without a cancel or evidence",
+                with(|r| r.terminated_by_request = true),
+                None,
+                RunStatus::Error,
+                Some(RunReason::Terminated),
+            ),
             ("runner oom-killed", None, Some(oom_container), RunStatus::Failed, Some(RunReason::OomKilled)),
             ("evicted", None, Some(evicted), RunStatus::Error, Some(RunReason::Evicted)),
             ("lost", None, None, RunStatus::Error, Some(RunReason::ResultLost)),
@@ -289,6 +365,88 @@ mod tests {
             let outcome = judged(result, finished);
             assert_eq!((outcome.status, outcome.reason), (status, reason), "{name}: {}", outcome.message);
             assert!(!outcome.message.is_empty(), "{name}");
+        }
+    }
+
+    /// Issue 12: one case per finding the judge decides.
+    #[test]
+    fn issue_12_rules() {
+        let sigterm = || {
+            let mut r = result();
+            r.terminated_by_request = true;
+            r.exit_code = None;
+            r.signal = Some(15);
+            Some(r)
+        };
+        let evicted = || Finished {
+            pod_reason: Some("Evicted".into()),
+            pod_message: Some("Usage of EmptyDir volume \"work\" exceeds the limit \"1Gi\". ".into()),
+            ..Finished::default()
+        };
+        let deleted = || Finished { deleted: true, exit_code: Some(143), ..Finished::default() };
+        let drained =
+            || Finished { disruption: Some("EvictionByEvictionAPI: Eviction API: evicting".into()), deleted: true, ..Finished::default() };
+        let start_error = || Finished {
+            container_reason: Some("StartError".into()),
+            container_message: Some("unable to set memory limit to 64 (current usage: 2117632)".into()),
+            exit_code: Some(128),
+            ..Finished::default()
+        };
+        // (name, runner result, kubelet view, this server cancelled, status, reason, text the message must hold)
+        type Case = (&'static str, Option<RunResult>, Option<Finished>, bool, RunStatus, RunReason, &'static str);
+        let cases: Vec<Case> = vec![
+            ("2: our cancel", sigterm(), None, true, RunStatus::Cancelled, RunReason::Cancelled, "cancelled"),
+            ("2: our cancel, pod deleted by it", sigterm(), Some(deleted()), true, RunStatus::Cancelled, RunReason::Cancelled, "cancelled"),
+            ("2: kubelet eviction", sigterm(), Some(evicted()), false, RunStatus::Error, RunReason::Evicted, "EmptyDir volume \"work\""),
+            ("2: eviction API", sigterm(), Some(drained()), false, RunStatus::Error, RunReason::Evicted, "EvictionByEvictionAPI"),
+            ("2: kubectl delete pod", sigterm(), Some(deleted()), false, RunStatus::Error, RunReason::PodDeleted, "other than this server"),
+            (
+                "2: evicted before the runner reported",
+                None,
+                Some(evicted()),
+                false,
+                RunStatus::Error,
+                RunReason::Evicted,
+                "exceeds the limit",
+            ),
+            ("2: deleted before the runner reported", None, Some(deleted()), false, RunStatus::Error, RunReason::PodDeleted, "deleted"),
+            (
+                "2: the pod's own deadline",
+                sigterm(),
+                Some(Finished { pod_reason: Some("DeadlineExceeded".into()), ..Finished::default() }),
+                false,
+                RunStatus::TimedOut,
+                RunReason::DeadlineExceeded,
+                "deadline",
+            ),
+            (
+                "5: runtime StartError",
+                None,
+                Some(start_error()),
+                false,
+                RunStatus::Error,
+                RunReason::StartFailed,
+                "unable to set memory limit",
+            ),
+            (
+                "5: exec failed in the runner (E2BIG)",
+                {
+                    let mut r = result();
+                    r.start_error = Some("cannot start `python3`: Argument list too long (os error 7)".into());
+                    r.exit_code = Some(126);
+                    Some(r)
+                },
+                None,
+                false,
+                RunStatus::Error,
+                RunReason::StartFailed,
+                "131071 bytes",
+            ),
+        ];
+        for (name, result, finished, cancel_requested, status, reason, text) in cases {
+            let outcome = judged_with(result, finished, cancel_requested);
+            assert_eq!((outcome.status, outcome.reason), (status, Some(reason)), "{name}: {}", outcome.message);
+            assert!(outcome.message.contains(text), "{name}: {}", outcome.message);
         }
     }
 

@@ -6,6 +6,14 @@
 //! Threads are scoped to the run: one follows the pod watch, one the log;
 //! the run's own thread decides. Cancellation (an MCP cancel, a shutdown)
 //! deletes the Job at once and returns what was read so far.
+//!
+//! API trouble does not end a run whose pod may still exist (issue 12,
+//! finding 10): the watch and the log are resumed (the log re-read from
+//! the start) for as long as the run's own deadlines allow, a 401/403
+//! right after a reconnect gets `DENIED_GRACE`, and a start timeout is
+//! only declared on a fresh view of the pod. A runner reporting a SIGTERM
+//! is `cancelled` only when this server asked; otherwise the pod's status
+//! says who stopped it (eviction, deletion).
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
@@ -13,12 +21,14 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 
 use crate::engine::cancel::CancelToken;
-use crate::engine::classify::{self, PodState};
+use crate::engine::classify::{self, Finished, PodState};
 use crate::engine::collect::{Collector, LiveChunk};
+use crate::engine::jobs::Lookup;
 use crate::engine::manifest;
 use crate::engine::outcome::{self, Judged};
 use crate::engine::slots::{SlotError, Slots};
 use crate::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus};
+use crate::engine::verdict::{self, DecidedBy, Ended};
 use crate::kube;
 use crate::log;
 use crate::metrics;
@@ -103,7 +113,14 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
         inputs.on_progress(ctx, run_id, &progress);
         on_progress(progress)
     };
-    let mut outcome = follow(ctx, &followed, run_id, cancel, &on_progress);
+    let ended = follow(ctx, &followed, run_id, cancel, &on_progress);
+    // The Job is deleted below; an end decided here also stops its pods at
+    // once, so nothing runs after the answer (issue 12, findings 1 and 3).
+    let settled = verdict::settle(ctx, run_id, &ended, verdict::Record::No);
+    let mut outcome = ended.outcome;
+    if let Err(error) = settled {
+        outcome.notes.push(format!("the pod could not be stopped through the API ({error}); it ends at its own deadline"));
+    }
     outcome.times.created = classify_time(&created.job["metadata"]["creationTimestamp"]);
     log_finished(run_id, &outcome, started);
     outcome
@@ -272,47 +289,136 @@ impl Drop for Cleanup<'_> {
     }
 }
 
+/// What the pod watch thread tells the decision loop.
 enum Watched {
+    /// The complete set of the run's pods (at the start, after a re-list).
+    Listed(Vec<Value>),
     Pod(Value),
+    /// A `DELETED` event: the pod is gone.
+    Gone(Value),
+    /// The watch failed and is being retried; the text says why.
+    Trouble(String),
+    /// The watch failed in a way retrying cannot fix.
     Failed(String),
 }
 
+/// How long 401/403 answers to the watch are taken for an API server
+/// whose caches are still cold after a restart (it answered 403 for a few
+/// seconds in issue 12, finding 10) before they count as a real refusal.
+pub const DENIED_GRACE: Duration = Duration::from_secs(30);
+/// How often the decision loop lists the pod itself while the watch is in
+/// trouble: a watch that reconnected to an unchanged pod says nothing.
+const OUTAGE_PROBE: Duration = Duration::from_secs(2);
+/// How long a runner that reported a SIGTERM nobody here sent waits for
+/// the pod's status to say who stopped it (eviction, deletion).
+const EVIDENCE_WAIT: Duration = Duration::from_secs(30);
+
 /// Follows the pod from creation to the end of the command, and judges
 /// it. Works the same for a pod that already finished: its log is read from
-/// the start.
-pub fn follow(ctx: &Ctx, followed: &Followed, run_id: &str, cancel: &CancelToken, on_progress: &(dyn Fn(Progress) + Sync)) -> RunOutcome {
+/// the start. The caller makes the end final (`verdict::settle`).
+pub fn follow(ctx: &Ctx, followed: &Followed, run_id: &str, cancel: &CancelToken, on_progress: &(dyn Fn(Progress) + Sync)) -> Ended {
     let namespace = &ctx.policy.namespace;
-    let selector = format!("{}={run_id}", manifest::LABEL_RUN_ID);
-    let params = kube::watch::WatchParams {
-        list: kube::ListParams { label_selector: Some(selector), field_selector: None },
-        ..kube::watch::WatchParams::default()
-    };
-    let mut watcher = ctx.client.watch(kube::Resource::PODS, namespace, params);
+    let params = kube::watch::WatchParams { list: run_pods(run_id), ..kube::watch::WatchParams::default() };
+    let watcher = ctx.client.watch(kube::Resource::PODS, namespace, params);
     let watch_abort = watcher.abort_handle();
     let (sender, receiver) = mpsc::channel::<Watched>();
     std::thread::scope(|scope| {
-        scope.spawn(move || {
-            loop {
-                let sent = match watcher.next() {
-                    Ok(kube::watch::WatchEvent::Listed(pods)) => pods.into_iter().all(|pod| sender.send(Watched::Pod(pod)).is_ok()),
-                    Ok(kube::watch::WatchEvent::Added(pod) | kube::watch::WatchEvent::Modified(pod)) => {
-                        sender.send(Watched::Pod(pod)).is_ok()
-                    }
-                    Ok(kube::watch::WatchEvent::Deleted(_)) => true,
-                    Err(error) => {
-                        let _ = sender.send(Watched::Failed(error.to_string()));
-                        false
-                    }
-                };
-                if !sent {
-                    return;
+        scope.spawn(move || watch_pods(watcher, &sender));
+        let ended = decide(ctx, followed, run_id, cancel, on_progress, &receiver, scope);
+        watch_abort.abort();
+        ended
+    })
+}
+
+/// Feeds pod events to the decision loop until it stops listening. API
+/// trouble is retried here for as long as the run lasts (the decision
+/// loop's deadlines bound it), except refusals that outlive `DENIED_GRACE`
+/// and answers that retrying cannot change.
+fn watch_pods(mut watcher: kube::watch::Watcher, sender: &mpsc::Sender<Watched>) {
+    let abort = watcher.abort_handle();
+    let mut health = WatchHealth::default();
+    loop {
+        let sent = match watcher.next() {
+            Ok(event) => {
+                health.on_success();
+                match event {
+                    kube::watch::WatchEvent::Listed(pods) => sender.send(Watched::Listed(pods)).is_ok(),
+                    kube::watch::WatchEvent::Added(pod) | kube::watch::WatchEvent::Modified(pod) => sender.send(Watched::Pod(pod)).is_ok(),
+                    kube::watch::WatchEvent::Deleted(pod) => sender.send(Watched::Gone(pod)).is_ok(),
                 }
             }
-        });
-        let outcome = decide(ctx, followed, run_id, cancel, on_progress, &receiver, scope);
-        watch_abort.abort();
-        outcome
-    })
+            Err(_) if abort.is_aborted() => return,
+            Err(error) => match health.on_error(&error, Instant::now()) {
+                Some(delay) => {
+                    let sent = sender.send(Watched::Trouble(error.to_string())).is_ok();
+                    sleep_unless_aborted(delay, &abort);
+                    sent
+                }
+                None => {
+                    let _ = sender.send(Watched::Failed(error.to_string()));
+                    return;
+                }
+            },
+        };
+        if !sent {
+            return;
+        }
+    }
+}
+
+/// Which watch errors are retried, and after how long (pure, for tests).
+#[derive(Debug, Default)]
+struct WatchHealth {
+    failures: u32,
+    /// Start of the current run of 401/403 answers.
+    denied_since: Option<Instant>,
+}
+
+impl WatchHealth {
+    fn on_success(&mut self) {
+        self.failures = 0;
+        self.denied_since = None;
+    }
+
+    /// The delay before the next try, or `None` to give up.
+    fn on_error(&mut self, error: &kube::Error, now: Instant) -> Option<Duration> {
+        let retry = if error.is_forbidden() || error.is_unauthorized() {
+            let since = *self.denied_since.get_or_insert(now);
+            now.duration_since(since) < DENIED_GRACE
+        } else {
+            // A refusal right after this counts as "right after reconnecting".
+            self.denied_since = None;
+            is_transient(error)
+        };
+        if !retry {
+            return None;
+        }
+        self.failures = self.failures.saturating_add(1);
+        Some(Duration::from_millis(250).saturating_mul(1 << self.failures.min(4)).min(Duration::from_secs(4)))
+    }
+}
+
+/// Errors an API server that is restarting or overloaded gives.
+fn is_transient(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Transport { .. } => true,
+        kube::Error::Api { status, .. } => matches!(status.code, 408 | 410 | 429 | 500..=599),
+        _ => false,
+    }
+}
+
+fn sleep_unless_aborted(delay: Duration, abort: &kube::watch::Abort) {
+    let deadline = Instant::now() + delay;
+    while !abort.is_aborted() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Since when the pod watch has been failing, and why.
+struct Outage {
+    since: Instant,
+    why: String,
+    next_probe: Instant,
 }
 
 /// The run's decision loop; see the module doc.
@@ -324,68 +430,87 @@ fn decide<'scope>(
     on_progress: &'scope (dyn Fn(Progress) + Sync),
     pods: &mpsc::Receiver<Watched>,
     scope: &'scope std::thread::Scope<'scope, '_>,
-) -> RunOutcome {
+) -> Ended {
     let namespace = &ctx.policy.namespace;
     let job_name = manifest::job_name(run_id);
     let (start_deadline, hard_deadline) = (followed.start_deadline, followed.hard_deadline);
     let mut last_pod: Option<Value> = None;
+    let mut pod_gone = false;
     let mut unschedulable_since: Option<Instant> = None;
-    let mut last_waiting = String::from("the pod was not created yet");
+    // The scheduler's last word, for a background run that waited for
+    // capacity up to its start timeout.
+    let mut last_unschedulable: Option<String> = None;
     let mut next_event_poll = Instant::now() + EVENT_POLL;
     let mut log = LogState::NotStarted;
     let mut started_reported = false;
+    let mut outage: Option<Outage> = None;
+    let mut next_log_restart = Instant::now();
+    let mut evidence_deadline: Option<Instant> = None;
 
     loop {
         if cancel.is_cancelled() {
-            return cancelled(run_id, log.stop());
+            return by_server(cancelled(run_id, log.stop()));
         }
         let now = Instant::now();
-        if matches!(log, LogState::NotStarted) && now >= start_deadline {
+        // While the API does not answer, the pod may well have started:
+        // only a fresh view may say it did not (issue 12, finding 10).
+        if matches!(log, LogState::NotStarted) && now >= start_deadline && outage.is_none() {
             // A background run waits for capacity up to here; if it never
             // came, that is the reason to report.
-            let (reason, advice) = match unschedulable_since {
-                Some(_) => (RunReason::Unschedulable, "; lower limits.cpu / limits.memory or ask the operator for capacity"),
-                None => (RunReason::StartTimeout, ""),
-            };
-            return RunOutcome::without_result(
-                run_id,
-                RunStatus::Error,
-                reason,
-                format!(
-                    "the pod did not start within {} s (MCP_K8S_START_TIMEOUT_S): {last_waiting}{advice}",
-                    ctx.policy.start_timeout.as_secs()
-                ),
-            );
+            return by_server(match (unschedulable_since, &last_unschedulable) {
+                (Some(_), Some(message)) => unschedulable(run_id, message),
+                _ => start_timeout(ctx, run_id, last_pod.as_ref()),
+            });
         }
         if now >= hard_deadline {
-            let memory_limit = followed.memory_limit.as_deref();
-            let facts = Judged { run_id, timeout: followed.timeout, memory_limit, finished: None };
-            let mut outcome = outcome::judge(&facts, log.stop());
-            outcome.status = RunStatus::TimedOut;
-            outcome.reason = Some(RunReason::DeadlineExceeded);
-            outcome.message = "the run passed its hard deadline without the runner reporting; output so far is included".into();
-            return outcome;
+            let facts = judged_facts(ctx, run_id, followed, None, cancel);
+            return by_server(past_hard_deadline(&facts, log.stop(), outage.as_ref()));
         }
         if last_pod.is_none() && now >= next_event_poll {
             next_event_poll = now + EVENT_POLL;
             if let Some((reason, message)) = job_failed_create(ctx, namespace, &job_name) {
-                return RunOutcome::without_result(run_id, RunStatus::Error, reason, refusal_message(reason, &message));
+                return by_server(RunOutcome::without_result(run_id, RunStatus::Error, reason, refusal_message(reason, &message)));
+            }
+        }
+        if let Some(current) = &mut outage
+            && now >= current.next_probe
+        {
+            current.next_probe = now + OUTAGE_PROBE;
+            if let Ok(list) = ctx.client.list(kube::Resource::PODS, namespace, &run_pods(run_id)) {
+                log::info("the API server answers again", &[("run_id", run_id.into())]);
+                outage = None;
+                take_listed(list.items, &mut last_pod, &mut pod_gone);
             }
         }
         match pods.recv_timeout(Duration::from_millis(200)) {
-            Ok(Watched::Pod(pod)) => last_pod = Some(pod),
+            Ok(Watched::Listed(listed)) => {
+                outage = None;
+                take_listed(listed, &mut last_pod, &mut pod_gone);
+            }
+            Ok(Watched::Pod(pod)) => {
+                outage = None;
+                last_pod = Some(pod);
+            }
+            Ok(Watched::Gone(pod)) => {
+                outage = None;
+                let same = last_pod.as_ref().is_none_or(|last| last["metadata"]["name"] == pod["metadata"]["name"]);
+                if same {
+                    last_pod = Some(pod);
+                    pod_gone = true;
+                }
+            }
+            Ok(Watched::Trouble(why)) => {
+                if outage.is_none() {
+                    metrics::api_error("watch_pods");
+                    log::warn("the pod watch is failing; riding it out", &[("run_id", run_id.into()), ("error", why.as_str().into())]);
+                } else if outage.as_ref().is_some_and(|current| current.why != why) {
+                    log::debug("the pod watch is still failing", &[("run_id", run_id.into()), ("error", why.as_str().into())]);
+                }
+                outage.get_or_insert(Outage { since: now, why: String::new(), next_probe: now + OUTAGE_PROBE }).why = why;
+            }
             Ok(Watched::Failed(message)) => {
                 metrics::api_error("watch_pods");
-                let collector = log.stop();
-                let mut outcome = RunOutcome::without_result(
-                    run_id,
-                    RunStatus::Error,
-                    RunReason::ApiError,
-                    format!("watching the pod failed: {message}; the run was stopped"),
-                );
-                outcome.stdout = collector.live_stdout;
-                outcome.stderr = collector.live_stderr;
-                return outcome;
+                return by_server(watch_failed(run_id, log.stop(), &message));
             }
             // No news: the pod's state is judged again anyway, because
             // some decisions (the unschedulable grace) depend on time alone.
@@ -393,80 +518,251 @@ fn decide<'scope>(
             Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(200)),
         }
         // The runner's result is its last word: once the follower has it,
-        // the run is over even if the pod's status has not caught up.
+        // the run is over even if the pod's status has not caught up,
+        // unless it says "stopped by SIGTERM" and nobody here asked: then
+        // the pod's status must say who did (issue 12, finding 2).
         if let LogState::Following((handle, _)) = &log
             && handle.is_finished()
         {
             let collector = std::mem::replace(&mut log, LogState::NotStarted).join(cancel);
-            if collector.result.is_some() {
-                return judged_with_pod(run_id, followed, collector, last_pod.as_ref());
+            let unexplained_stop = collector.result.as_ref().is_some_and(|result| result.terminated_by_request)
+                && !cancel_requested(ctx, run_id, cancel)
+                && pod_facts(last_pod.as_ref(), pod_gone).is_none();
+            if collector.result.is_some() && !unexplained_stop {
+                let facts = judged_facts(ctx, run_id, followed, pod_facts(last_pod.as_ref(), pod_gone), cancel);
+                return judged_with_pod(&facts, collector, last_pod.as_ref());
             }
-            // The log ended without a result: wait for the pod's final
-            // status to say why.
+            if unexplained_stop {
+                evidence_deadline = Some(now + EVIDENCE_WAIT);
+            }
+            // Wait for the pod's final status to say why.
             log = LogState::Ended(Box::new(collector));
         }
         let Some(pod) = &last_pod else { continue };
+        let explained = pod_facts(Some(pod), pod_gone);
+        if pod_gone || evidence_deadline.is_some_and(|deadline| now >= deadline || explained.is_some()) {
+            let collector = log.join(cancel);
+            let facts = judged_facts(ctx, run_id, followed, explained, cancel);
+            return judged_with_pod(&facts, collector, Some(pod));
+        }
         let state = classify::pod_state(pod);
         if !matches!(state, PodState::Unschedulable { .. }) {
             unschedulable_since = None;
         }
         match state {
-            PodState::Pending { waiting_reason, message } => {
-                last_waiting = match (waiting_reason, message) {
-                    (Some(reason), Some(message)) => format!("{reason}: {message}"),
-                    (Some(reason), None) => reason,
-                    _ => "the pod is pending".to_string(),
-                };
-            }
+            PodState::Pending { .. } => {}
             PodState::Unschedulable { message } => {
                 let since = *unschedulable_since.get_or_insert(now);
-                last_waiting = format!("unschedulable: {message}");
+                last_unschedulable = Some(message.clone());
                 if now.duration_since(since) >= followed.unschedulable_grace {
-                    return RunOutcome::without_result(
-                        run_id,
-                        RunStatus::Error,
-                        RunReason::Unschedulable,
-                        format!("no node can run the pod: {message}; lower limits.cpu / limits.memory or ask the operator for capacity"),
-                    );
+                    return by_server(unschedulable(run_id, &message));
                 }
             }
             PodState::FailFast { reason, message } => {
-                return RunOutcome::without_result(run_id, RunStatus::Error, reason, message);
+                return by_server(RunOutcome::without_result(run_id, RunStatus::Error, reason, message));
             }
             PodState::Running => {
                 if !started_reported {
                     started_reported = true;
                     on_progress(Progress::Started);
                 }
-                if matches!(log, LogState::NotStarted) {
-                    log = LogState::Following(start_follower(ctx, pod, on_progress, scope));
+                match &log {
+                    LogState::NotStarted => log = LogState::Following(start_follower(ctx, pod, 0, on_progress, scope)),
+                    // The log ended without a result while the container
+                    // still runs: the stream was cut (an API server
+                    // restart). Read it again from the start; what was
+                    // already reported live is not reported twice.
+                    LogState::Ended(collector) if collector.result.is_none() && now >= next_log_restart => {
+                        next_log_restart = now + Duration::from_secs(1);
+                        let reported = collector.live_stdout.len() + collector.live_stderr.len();
+                        log = LogState::Following(start_follower(ctx, pod, reported, on_progress, scope));
+                    }
+                    _ => {}
                 }
             }
-            PodState::Finished(_) => {
-                if matches!(log, LogState::NotStarted) {
-                    log = LogState::Following(start_follower(ctx, pod, on_progress, scope));
+            PodState::Finished(finished) => {
+                // A container the runtime never started has no log to wait for.
+                if matches!(log, LogState::NotStarted) && classify::start_failure(&finished).is_none() {
+                    log = LogState::Following(start_follower(ctx, pod, 0, on_progress, scope));
                 }
-                return judged_with_pod(run_id, followed, log.join(cancel), Some(pod));
+                let collector = log.join(cancel);
+                let facts = judged_facts(ctx, run_id, followed, pod_facts(Some(pod), pod_gone), cancel);
+                return judged_with_pod(&facts, collector, Some(pod));
             }
         }
     }
 }
 
+fn by_server(outcome: RunOutcome) -> Ended {
+    Ended { outcome, by: DecidedBy::Server }
+}
+
+/// The judging facts besides the log, owned (the judge borrows them).
+struct Facts {
+    run_id: String,
+    timeout: Duration,
+    memory_limit: Option<String>,
+    finished: Option<Finished>,
+    cancel_requested: bool,
+}
+
+impl Facts {
+    fn judged(&self) -> Judged<'_> {
+        Judged {
+            run_id: &self.run_id,
+            timeout: self.timeout,
+            memory_limit: self.memory_limit.as_deref(),
+            finished: self.finished.as_ref(),
+            cancel_requested: self.cancel_requested,
+        }
+    }
+}
+
+fn judged_facts(ctx: &Ctx, run_id: &str, followed: &Followed, finished: Option<Finished>, cancel: &CancelToken) -> Facts {
+    Facts {
+        run_id: run_id.to_string(),
+        timeout: followed.timeout,
+        memory_limit: followed.memory_limit.clone(),
+        finished,
+        cancel_requested: cancel_requested(ctx, run_id, cancel),
+    }
+}
+
+/// Whether this server asked for the run to stop: an MCP cancel of a sync
+/// run, or `cancel_job` of a background one.
+fn cancel_requested(ctx: &Ctx, run_id: &str, cancel: &CancelToken) -> bool {
+    cancel.is_cancelled() || matches!(ctx.jobs.lookup(run_id), Lookup::Found(view) if view.cancel_requested)
+}
+
+/// The kubelet's final view of the pod, or the fact that it is gone or
+/// going; `None` while it has not ended and nobody deleted it.
+fn pod_facts(pod: Option<&Value>, gone: bool) -> Option<Finished> {
+    let pod = pod?;
+    match classify::finished_pod(pod) {
+        Some(mut finished) => {
+            finished.deleted |= gone;
+            Some(finished)
+        }
+        None if gone || classify::is_deleting(pod) => Some(classify::deleted_pod(pod)),
+        None => None,
+    }
+}
+
 /// Judges a run from its collected log and the pod's last known status.
-fn judged_with_pod(run_id: &str, followed: &Followed, collector: Collector, pod: Option<&Value>) -> RunOutcome {
-    let finished = match pod.map(classify::pod_state) {
-        Some(PodState::Finished(finished)) => Some(finished),
-        _ => None,
-    };
-    let memory_limit = followed.memory_limit.as_deref();
-    let facts = Judged { run_id, timeout: followed.timeout, memory_limit, finished: finished.as_ref() };
-    let mut outcome = outcome::judge(&facts, collector);
+fn judged_with_pod(facts: &Facts, collector: Collector, pod: Option<&Value>) -> Ended {
+    let by = if collector.result.is_some() { DecidedBy::Runner } else { DecidedBy::Server };
+    let mut outcome = outcome::judge(&facts.judged(), collector);
     if let Some(pod) = pod {
         outcome.times.scheduled = classify::scheduled_at(pod);
         outcome.times.started = outcome.times.started.or_else(|| classify::main_started_at(pod));
         outcome.times.finished = outcome.times.finished.or_else(|| classify::main_finished_at(pod));
     }
+    Ended { outcome, by }
+}
+
+/// The pod did not start in time: says what it was doing, from its status
+/// and events (issue 12, finding 3). The caller stops it for good.
+/// No node could take the pod within the grace (sync) or the start
+/// timeout (background); the pod is stopped by the caller of this.
+fn unschedulable(run_id: &str, message: &str) -> RunOutcome {
+    RunOutcome::without_result(
+        run_id,
+        RunStatus::Error,
+        RunReason::Unschedulable,
+        format!(
+            "no node can run the pod: {message}; the pod was deleted and will not run; lower limits.cpu / limits.memory or ask the operator for capacity"
+        ),
+    )
+}
+
+fn start_timeout(ctx: &Ctx, run_id: &str, pod: Option<&Value>) -> RunOutcome {
+    let events = pod.and_then(|pod| pod["metadata"]["name"].as_str()).map(|name| pod_events(ctx, name)).unwrap_or_default();
+    let progress = classify::start_progress(pod, &events);
+    RunOutcome::without_result(
+        run_id,
+        RunStatus::Error,
+        RunReason::StartTimeout,
+        format!(
+            "the pod did not start within {} s (MCP_K8S_START_TIMEOUT_S): {progress}; the pod was stopped and the command will not run; retry, or ask the operator to raise MCP_K8S_START_TIMEOUT_S or pre-pull the image",
+            ctx.policy.start_timeout.as_secs()
+        ),
+    )
+}
+
+/// The pod's events, oldest first; none when they cannot be read.
+fn pod_events(ctx: &Ctx, pod_name: &str) -> Vec<Value> {
+    let params =
+        kube::ListParams { label_selector: None, field_selector: Some(format!("involvedObject.kind=Pod,involvedObject.name={pod_name}")) };
+    let mut events = match ctx.client.list(kube::Resource::EVENTS, &ctx.policy.namespace, &params) {
+        Ok(list) => list.items,
+        Err(_) => {
+            metrics::api_error("list_events");
+            return Vec::new();
+        }
+    };
+    let time = |event: &Value| {
+        let text = event["lastTimestamp"].as_str().or_else(|| event["eventTime"].as_str()).unwrap_or_default();
+        text.to_string()
+    };
+    events.sort_by_key(time);
+    events
+}
+
+/// The hard deadline passed: the pod's own deadline is behind us, so the
+/// kubelet has stopped the pod whatever this server saw.
+fn past_hard_deadline(facts: &Facts, collector: Collector, outage: Option<&Outage>) -> RunOutcome {
+    let mut outcome = outcome::judge(&facts.judged(), collector);
+    match outage {
+        Some(outage) => {
+            outcome.status = RunStatus::Error;
+            outcome.reason = Some(RunReason::ApiError);
+            outcome.message = format!(
+                "the API server has not answered for {} s ({}); the pod's own deadline has passed, so the kubelet stopped it, but its result could not be read; the output read so far is included",
+                outage.since.elapsed().as_secs(),
+                outage.why
+            );
+        }
+        None => {
+            outcome.status = RunStatus::TimedOut;
+            outcome.reason = Some(RunReason::DeadlineExceeded);
+            outcome.message = "the run passed its hard deadline without the runner reporting; output so far is included".into();
+        }
+    }
     outcome
+}
+
+fn watch_failed(run_id: &str, collector: Collector, message: &str) -> RunOutcome {
+    let mut outcome = RunOutcome::without_result(
+        run_id,
+        RunStatus::Error,
+        RunReason::ApiError,
+        // Whether the pod could be stopped is said by the caller of
+        // `follow` (a note when it could not): this text makes no claim.
+        format!("watching the pod failed: {message}; the server gave up on the run; check its permissions (mcp-k8s-ephemeral-job doctor)"),
+    );
+    outcome.stdout = collector.live_stdout;
+    outcome.stderr = collector.live_stderr;
+    outcome
+}
+
+fn run_pods(run_id: &str) -> kube::ListParams {
+    kube::ListParams { label_selector: Some(format!("{}={run_id}", manifest::LABEL_RUN_ID)), field_selector: None }
+}
+
+/// A complete list of the run's pods: the newest is the one to judge; an
+/// empty list after a pod was seen means it is gone (deleted while the
+/// watch was away).
+fn take_listed(pods: Vec<Value>, last_pod: &mut Option<Value>, pod_gone: &mut bool) {
+    match newest_pod(pods) {
+        Some(pod) => *last_pod = Some(pod),
+        None if last_pod.is_some() => *pod_gone = true,
+        None => {}
+    }
+}
+
+/// The most recently created of the run's pods.
+fn newest_pod(pods: Vec<Value>) -> Option<Value> {
+    pods.into_iter().max_by_key(|pod| pod["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_string())
 }
 
 type Follower<'scope> = (std::thread::ScopedJoinHandle<'scope, Collector>, StreamStop);
@@ -544,54 +840,70 @@ impl StreamStop {
     }
 }
 
-/// Starts following the main container's log on its own thread.
+/// Starts following the main container's log on its own thread; the
+/// first `already_reported` live bytes were reported by an earlier reader.
 fn start_follower<'scope>(
     ctx: &'scope Ctx,
     pod: &Value,
+    already_reported: usize,
     on_progress: &'scope (dyn Fn(Progress) + Sync),
     scope: &'scope std::thread::Scope<'scope, '_>,
 ) -> Follower<'scope> {
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
     let stop = StreamStop::default();
     let follower_stop = stop.clone();
-    let handle = scope.spawn(move || follow_log(ctx, &pod_name, &follower_stop, on_progress));
+    let handle = scope.spawn(move || follow_log(ctx, &pod_name, &follower_stop, already_reported, on_progress));
     (handle, stop)
 }
 
 /// Reads the followed log into a collector. A stream that breaks before the
 /// result arrived is opened again from the start (the collector restarts,
-/// so nothing is counted twice); a container that is not ready yet (400) is
-/// waited for.
-fn follow_log(ctx: &Ctx, pod_name: &str, stop: &StreamStop, on_progress: &(dyn Fn(Progress) + Sync)) -> Collector {
+/// so nothing is counted twice, and live output already reported is not
+/// reported again). A container that is not ready yet (400) and an API
+/// server that does not answer are waited for: the decision loop's
+/// deadlines stop this reader, so it never gives up on its own, except
+/// when the pod is gone (404).
+fn follow_log(
+    ctx: &Ctx,
+    pod_name: &str,
+    stop: &StreamStop,
+    mut already_reported: usize,
+    on_progress: &(dyn Fn(Progress) + Sync),
+) -> Collector {
     let policy = &ctx.policy;
     let params = kube::LogParams { container: Some(manifest::MAIN_CONTAINER.to_string()), ..kube::LogParams::default() };
     let mut collector = Collector::new(policy.max_output_bytes, policy.max_artifact_bytes);
-    for attempt in 0..20 {
-        if stop.is_stopped() {
-            break;
-        }
+    let mut failures = 0u32;
+    while !stop.is_stopped() {
         let mut stream = match ctx.client.follow_pod_logs(&policy.namespace, pod_name, &params) {
             Ok(stream) => stream,
-            Err(error) => {
-                if attempt == 19 {
-                    metrics::api_error("follow_log");
-                    collector.problems.push(format!("the log could not be read: {error}"));
+            Err(error) if error.is_not_found() => {
+                metrics::api_error("follow_log");
+                collector.problems.push(format!("the log could not be read: {error}"));
+                break;
+            }
+            Err(_) => {
+                failures = failures.saturating_add(1);
+                let delay = Duration::from_millis(300).saturating_mul(failures.min(7));
+                let until = Instant::now() + delay;
+                while !stop.is_stopped() && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(50));
                 }
-                std::thread::sleep(Duration::from_millis(300));
                 continue;
             }
         };
         stop.set(stream.abort_handle());
         let mut fresh = Collector::new(policy.max_output_bytes, policy.max_artifact_bytes);
-        // Live output already reported before a reconnect is not reported again.
-        let already_live = collector.live_stdout.len() + collector.live_stderr.len();
         let mut seen = 0usize;
-        let read = fresh.read_all(&mut stream, &mut |chunk| {
-            seen += chunk.bytes.len();
-            if seen > already_live {
+        let read = fresh.read_all(&mut stream, &mut |mut chunk| {
+            let end = seen + chunk.bytes.len();
+            if end > already_reported {
+                chunk.bytes.drain(..already_reported.saturating_sub(seen));
                 on_progress(Progress::Output(chunk));
             }
+            seen = end;
         });
+        already_reported = already_reported.max(seen);
         collector = fresh;
         if read.is_ok() || collector.result.is_some() || stop.is_stopped() {
             break;
@@ -640,7 +952,10 @@ fn refusal_message(reason: RunReason, api_message: &str) -> String {
 fn api_refusal(run_id: &str, what: &str, error: &kube::Error) -> RunOutcome {
     let reason = if error.is_quota_exceeded() {
         RunReason::QuotaExceeded
-    } else if error.is_forbidden() || error.is_invalid() {
+    } else if (error.is_forbidden() && error.permission_denied().is_none()) || error.is_invalid() {
+        // An RBAC refusal is the server's own missing permission, not the
+        // pod being refused: it stays ApiError, whose message names the
+        // verb and resource to grant (issue 12, finding 13).
         RunReason::Rejected
     } else {
         RunReason::ApiError
@@ -654,4 +969,63 @@ fn api_refusal(run_id: &str, what: &str, error: &kube::Error) -> RunOutcome {
 
 fn classify_time(value: &Value) -> Option<SystemTime> {
     classify::parse_time(value.as_str()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        let status = kube::error::Status { code, reason: String::new(), message: String::new(), ..kube::error::Status::default() };
+        kube::Error::Api { verb: "GET", path: "/api/v1/namespaces/ns/pods?watch=1".into(), status: Box::new(status) }
+    }
+
+    fn refused() -> kube::Error {
+        kube::Error::Transport { verb: "GET", path: "/api/v1/namespaces/ns/pods".into(), message: "Connection refused".into() }
+    }
+
+    /// Issue 12, finding 10: an outage is ridden out, a 403 right after it
+    /// gets `DENIED_GRACE`, a refusal that lasts ends the run.
+    #[test]
+    fn issue_12_10_watch_errors_are_retried_within_bounds() {
+        let start = Instant::now();
+        let mut health = WatchHealth::default();
+        for second in 0..25 {
+            assert!(health.on_error(&refused(), start + Duration::from_secs(second)).is_some(), "refused at {second} s");
+        }
+        assert!(health.on_error(&api_error(503), start + Duration::from_secs(26)).is_some());
+        let back = start + Duration::from_secs(27);
+        assert!(health.on_error(&api_error(403), back).is_some(), "403 right after the outage");
+        assert!(health.on_error(&api_error(403), back + Duration::from_secs(29)).is_some());
+        assert!(health.on_error(&api_error(403), back + DENIED_GRACE).is_none(), "403 for DENIED_GRACE is real");
+        let mut health = WatchHealth::default();
+        assert!(health.on_error(&api_error(401), start).is_some());
+        health.on_success();
+        assert!(health.on_error(&api_error(403), start + Duration::from_secs(40)).is_some(), "a success resets the grace");
+        assert!(WatchHealth::default().on_error(&api_error(404), start).is_none(), "the namespace is gone");
+        let decode = kube::Error::Decode { verb: "GET", path: "/x".into(), message: "bad".into() };
+        assert!(WatchHealth::default().on_error(&decode, start).is_none());
+    }
+
+    #[test]
+    fn retry_delays_grow_and_stay_bounded() {
+        let mut health = WatchHealth::default();
+        let delays: Vec<Duration> = (0..8).filter_map(|_| health.on_error(&refused(), Instant::now())).collect();
+        assert_eq!(delays[0], Duration::from_millis(500));
+        assert!(delays.windows(2).all(|pair| pair[0] <= pair[1]));
+        assert_eq!(*delays.last().unwrap(), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn pod_facts_see_deletion_before_the_final_status() {
+        let running = serde_json::json!({"metadata": {"name": "p"}, "status": {"phase": "Running"}});
+        assert_eq!(pod_facts(Some(&running), false), None);
+        assert!(pod_facts(Some(&running), true).unwrap().deleted);
+        let deleting =
+            serde_json::json!({"metadata": {"name": "p", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {"phase": "Running"}});
+        assert!(pod_facts(Some(&deleting), false).unwrap().deleted);
+        let evicted = serde_json::json!({"metadata": {"name": "p"}, "status": {"phase": "Failed", "reason": "Evicted", "message": "m"}});
+        let facts = pod_facts(Some(&evicted), false).unwrap();
+        assert_eq!((facts.pod_reason.as_deref(), facts.deleted), (Some("Evicted"), false));
+    }
 }

@@ -120,8 +120,16 @@ pub enum RunReason {
     DeadlineExceeded,
     /// The pod did not start within the start timeout.
     StartTimeout,
+    /// The kubelet evicted the pod (workdir over its size limit, node
+    /// pressure) or the eviction API did; the message carries its text.
     Evicted,
-    /// The command could not be started (not found, not executable).
+    /// Something other than this server deleted the pod (issue 12).
+    PodDeleted,
+    /// The runner was sent SIGTERM by something other than this server,
+    /// and neither an eviction nor a deletion was seen to explain it.
+    Terminated,
+    /// The command could not be started (not found, not executable), or
+    /// the container runtime could not start the container (`StartError`).
     StartFailed,
     /// The container could not be created (bad config, missing volume).
     ContainerFailed,
@@ -150,7 +158,48 @@ impl RunStatus {
     }
 }
 
+impl RunStatus {
+    /// The inverse of `name`, for outcomes recorded on a Job.
+    pub fn from_name(name: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|status| status.name() == name)
+    }
+
+    const ALL: [RunStatus; 5] = [RunStatus::Succeeded, RunStatus::Failed, RunStatus::TimedOut, RunStatus::Error, RunStatus::Cancelled];
+}
+
 impl RunReason {
+    /// The inverse of `name`, for outcomes recorded on a Job.
+    pub fn from_name(name: &str) -> Option<RunReason> {
+        RunReason::ALL.into_iter().find(|reason| reason.name() == name)
+    }
+
+    /// Every reason; `name`'s exhaustive match and the test below keep it
+    /// complete.
+    pub const ALL: [RunReason; 22] = [
+        RunReason::NonZeroExit,
+        RunReason::Signaled,
+        RunReason::OomKilled,
+        RunReason::PidsExhausted,
+        RunReason::DiskLimitExceeded,
+        RunReason::ImagePullFailed,
+        RunReason::Unschedulable,
+        RunReason::QuotaExceeded,
+        RunReason::Rejected,
+        RunReason::DeadlineExceeded,
+        RunReason::StartTimeout,
+        RunReason::Evicted,
+        RunReason::PodDeleted,
+        RunReason::Terminated,
+        RunReason::StartFailed,
+        RunReason::ContainerFailed,
+        RunReason::InputFailed,
+        RunReason::CloneFailed,
+        RunReason::ResultLost,
+        RunReason::Cancelled,
+        RunReason::ApiError,
+        RunReason::QueueFull,
+    ];
+
     /// The one name of a reason: in tool results, logs and metrics alike.
     pub fn name(self) -> &'static str {
         match self {
@@ -166,6 +215,8 @@ impl RunReason {
             RunReason::DeadlineExceeded => "DeadlineExceeded",
             RunReason::StartTimeout => "StartTimeout",
             RunReason::Evicted => "Evicted",
+            RunReason::PodDeleted => "PodDeleted",
+            RunReason::Terminated => "Terminated",
             RunReason::StartFailed => "StartFailed",
             RunReason::ContainerFailed => "ContainerFailed",
             RunReason::InputFailed => "InputFailed",
@@ -248,5 +299,27 @@ impl RunOutcome {
             times: PhaseTimes::default(),
             notes: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_every_reason_is_listed() {
+        for reason in RunReason::ALL {
+            assert_eq!(RunReason::from_name(reason.name()), Some(reason));
+            // `name` is an exhaustive match: a reason missing from `ALL`
+            // would still have a name, so count the distinct ones.
+        }
+        let mut names: Vec<&str> = RunReason::ALL.iter().map(|reason| reason.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), RunReason::ALL.len(), "`ALL` lists a reason twice");
+        for status in RunStatus::ALL {
+            assert_eq!(RunStatus::from_name(status.name()), Some(status));
+        }
+        assert_eq!(RunReason::from_name("nope"), None);
     }
 }

@@ -117,7 +117,7 @@ pub fn output_schema() -> Value {
         "properties": {
             "run_id": {"type": "string"},
             "status": {"type": "string", "enum": ["succeeded", "failed", "timeout", "error", "cancelled"]},
-            "reason": {"type": ["string", "null"], "description": "Why, when not plainly succeeded: NonZeroExit, OOMKilled, PidsExhausted, DiskLimitExceeded, ImagePullFailed, Unschedulable, QuotaExceeded, Rejected, DeadlineExceeded, StartTimeout, Evicted, StartFailed, ContainerFailed, InputFailed, CloneFailed, ResultLost, Cancelled, ApiError, QueueFull"},
+            "reason": {"type": ["string", "null"], "description": "Why, when not plainly succeeded: NonZeroExit, OOMKilled, PidsExhausted, DiskLimitExceeded, ImagePullFailed, Unschedulable, QuotaExceeded, Rejected, DeadlineExceeded, StartTimeout, Evicted, PodDeleted, Terminated, StartFailed, ContainerFailed, InputFailed, CloneFailed, ResultLost, Cancelled, ApiError, QueueFull"},
             "message": {"type": "string", "description": "What happened and what to do about it"},
             "exit_code": {"type": "integer", "description": "-1 when the command did not exit by itself"},
             "signal": {"type": ["integer", "null"]},

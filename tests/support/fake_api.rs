@@ -112,6 +112,9 @@ struct State {
     /// `namespace/pod` → log.
     logs: BTreeMap<String, PodLog>,
     faults: Vec<FaultRule>,
+    /// Bumped by `cut_streams`: open watches and followed logs of an older
+    /// epoch drop their connection.
+    stream_epoch: u64,
     accept: Accept,
     /// (verb, resource) pairs SelfSubjectAccessReview denies.
     denied: Vec<(String, String)>,
@@ -137,6 +140,9 @@ struct FaultRule {
     matcher: String,
     fault: Fault,
     remaining: usize,
+    /// For `inject_for`: the rule applies until then, however often.
+    until: Option<Instant>,
+    fired: usize,
 }
 
 impl FakeApi {
@@ -211,7 +217,26 @@ impl FakeApi {
 
     /// The next `times` requests whose `METHOD /path?query` contains `matcher` get `fault`.
     pub fn inject(&self, matcher: &str, fault: Fault, times: usize) {
-        self.state().faults.push(FaultRule { matcher: matcher.to_string(), fault, remaining: times });
+        self.state().faults.push(FaultRule { matcher: matcher.to_string(), fault, remaining: times, until: None, fired: 0 });
+    }
+
+    /// Every request whose `METHOD /path?query` contains `matcher` gets
+    /// `fault` for the next `window` (an outage); `""` matches all.
+    pub fn inject_for(&self, matcher: &str, fault: Fault, window: Duration) {
+        let until = Some(Instant::now() + window);
+        self.state().faults.push(FaultRule { matcher: matcher.to_string(), fault, remaining: usize::MAX, until, fired: 0 });
+    }
+
+    /// How many requests the faults matching `matcher` answered, so a test
+    /// proves its fault fired (a fault that never matched proves nothing).
+    pub fn fired(&self, matcher: &str) -> usize {
+        self.state().faults.iter().filter(|rule| rule.matcher == matcher).map(|rule| rule.fired).sum()
+    }
+
+    /// Drops every open watch and followed log, as an API server that dies does.
+    pub fn cut_streams(&self) {
+        self.state().stream_epoch += 1;
+        self.shared.changed.notify_all();
     }
 
     pub fn accept(&self, accept: Accept) {
@@ -291,8 +316,13 @@ impl State {
     }
 
     fn take_fault(&mut self, line: &str) -> Option<Fault> {
-        let rule = self.faults.iter_mut().find(|rule| rule.remaining > 0 && line.contains(&rule.matcher))?;
+        let now = Instant::now();
+        let rule = self
+            .faults
+            .iter_mut()
+            .find(|rule| rule.remaining > 0 && rule.until.is_none_or(|until| now < until) && line.contains(&rule.matcher))?;
         rule.remaining -= 1;
+        rule.fired += 1;
         Some(rule.fault.clone())
     }
 
@@ -590,6 +620,33 @@ fn resource(shared: &Shared, request: &Request, route: &Route, fault: Option<Fau
             shared.changed.notify_all();
             write_json(stream, 201, &stored, None)
         }
+        ("PATCH", Some(name)) => {
+            let Some(current) = state.objects.get(&route.collection).and_then(|objects| objects.get(name)).cloned() else {
+                drop(state);
+                let status = status_json(404, "NotFound", &format!("{qualified} \"{name}\" not found"), details(name));
+                return write_json(stream, 404, &status, None);
+            };
+            let Ok(patch) = serde_json::from_slice::<Value>(&request.body) else {
+                drop(state);
+                let status = status_json(400, "BadRequest", "the body of the request was in an unknown format", Value::Null);
+                return write_json(stream, 400, &status, None);
+            };
+            // A resourceVersion in the patch is a precondition, as in the apiserver.
+            let expected = patch["metadata"]["resourceVersion"].as_str();
+            if expected.is_some_and(|expected| Some(expected) != current["metadata"]["resourceVersion"].as_str()) {
+                drop(state);
+                let message = format!(
+                    "Operation cannot be fulfilled on {qualified} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+                );
+                return write_json(stream, 409, &status_json(409, "Conflict", &message, details(name)), None);
+            }
+            let mut patched = current;
+            merge_patch(&mut patched, &patch);
+            let stored = state.store(&route.collection, patched, "MODIFIED");
+            drop(state);
+            shared.changed.notify_all();
+            write_json(stream, 200, &stored, None)
+        }
         ("DELETE", Some(name)) => match state.delete(&route.collection, name) {
             Some(object) => {
                 drop(state);
@@ -627,7 +684,10 @@ fn watch(shared: &Shared, request: &Request, route: &Route, fault: Option<Fault>
     if stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").is_err() {
         return false;
     }
-    let compacted = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).compacted_below;
+    let (compacted, epoch) = {
+        let state = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        (state.compacted_below, state.stream_epoch)
+    };
     if matches!(fault, Some(Fault::GoneEvent)) || (from != 0 && from < compacted) {
         let message = format!("too old resource version: {from} ({})", compacted.max(from + 1));
         let event = json!({ "type": "ERROR", "object": status_json(410, "Expired", &message, Value::Null) });
@@ -641,6 +701,10 @@ fn watch(shared: &Shared, request: &Request, route: &Route, fault: Option<Fault>
     loop {
         let (events, current) = {
             let state = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if state.stream_epoch != epoch {
+                // Cut: no final chunk, like a connection that died.
+                return false;
+            }
             let events: Vec<Value> = state
                 .history
                 .iter()
@@ -721,9 +785,13 @@ fn pod_log(shared: &Shared, request: &Request, namespace: &str, pod: &str, strea
         return false;
     }
     let mut sent = 0;
+    let epoch = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).stream_epoch;
     loop {
         let (text, finished) = {
             let state = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if state.stream_epoch != epoch {
+                return false;
+            }
             let log = state.logs.get(&key);
             (log.map(|log| log.text.clone()).unwrap_or_default(), log.is_none_or(|log| log.finished))
         };
@@ -759,6 +827,26 @@ fn access_review(shared: &Shared, request: &Request, stream: &mut TlsStream) -> 
 }
 
 // ---- wire helpers ----------------------------------------------------------
+
+/// RFC 7386 JSON merge patch: objects merge, `null` removes, the rest replaces.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    for (key, value) in patch {
+        if value.is_null() {
+            if let Some(object) = target.as_object_mut() {
+                object.remove(key);
+            }
+        } else {
+            merge_patch(&mut target[key.as_str()], value);
+        }
+    }
+}
 
 /// The apiserver's `Status` for a failure (k8s.io/apimachinery `metav1.Status`).
 pub fn status_json(code: u16, reason: &str, message: &str, details: Value) -> Value {

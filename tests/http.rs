@@ -231,6 +231,45 @@ fn a_result_without_notifications_is_plain_json_even_when_sse_is_accepted() {
     assert_eq!(response.json()["result"]["structuredContent"], json!({ "slept_ms": 100 }));
 }
 
+/// Issue 12, finding 14: the Python SDK given a plain `httpx2.AsyncClient`
+/// reads with httpx's 5 s timeout and gave up on a call that sent nothing
+/// for longer. The log level is raised so the call has no notifications:
+/// the switch to an event stream comes from the delay alone.
+#[test]
+fn a_long_call_accepting_sse_gets_keepalive_comments_then_its_answer() {
+    let server = HttpServer::start(&[]);
+    let session = server.initialize();
+    server.post(Some(&session), r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"error"}}"#);
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":8}}}"#;
+    let headers =
+        [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"), ("Mcp-Session-Id", session.as_str())];
+    // A read timeout like httpx's: this request fails if 5 s pass in silence.
+    let response = common::raw_request_within(&server.addr, "POST", "/mcp", &headers, call.as_bytes(), Duration::from_secs(5));
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("content-type"), Some("text/event-stream"));
+    let comments = response.body.matches(": keepalive\n\n").count();
+    assert!(comments >= 3, "{comments} keepalive comments in 8 s: {}", response.body);
+    let gaps: Vec<Duration> = response.chunk_times.windows(2).map(|pair| pair[1] - pair[0]).collect();
+    assert!(gaps.iter().all(|gap| *gap < Duration::from_secs(3)), "silences between chunks: {gaps:?}");
+    let events = response.sse_data();
+    assert_eq!(events.len(), 1, "{}", response.body);
+    assert_eq!(events[0]["id"], 2);
+    assert_eq!(events[0]["result"]["structuredContent"], json!({ "slept_ms": 8000 }));
+}
+
+#[test]
+fn a_long_call_accepting_only_json_gets_plain_json() {
+    let server = HttpServer::start(&[]);
+    let session = server.initialize();
+    // The call's log notification is dropped: this client takes no stream.
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":3}}}"#;
+    let headers = [("Content-Type", "application/json"), ("Accept", "application/json"), ("Mcp-Session-Id", session.as_str())];
+    let response = server.request("POST", "/mcp", &headers, call);
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("content-type"), Some("application/json"));
+    assert_eq!(response.json()["result"]["structuredContent"], json!({ "slept_ms": 3000 }));
+}
+
 #[test]
 fn a_long_call_does_not_block_other_requests_on_the_same_session() {
     let server = HttpServer::start(&[]);

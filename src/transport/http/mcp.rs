@@ -1,9 +1,10 @@
 //! The MCP endpoints. Streamable HTTP (revisions 2025-03-26 to
 //! 2025-11-25): `POST /mcp` hands one message to `protocol::Server::handle`
 //! and answers `application/json`, or `text/event-stream` once the request
-//! produces notifications; `DELETE /mcp` ends a session. Legacy HTTP+SSE
-//! (2024-11-05): `GET /sse` opens a session whose answers all flow on that
-//! stream, `POST /messages?sessionId=` feeds it.
+//! produces notifications or runs past `STREAM_AFTER` (then keepalive
+//! comments flow until the answer); `DELETE /mcp` ends a session. Legacy
+//! HTTP+SSE (2024-11-05): `GET /sse` opens a session whose answers all flow
+//! on that stream, `POST /messages?sessionId=` feeds it.
 //!
 //! This file owns the HTTP side of messages: bodies (media type, size,
 //! UTF-8), `Mcp-Session-Id` and `MCP-Protocol-Version`, status codes. It
@@ -11,6 +12,7 @@
 
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 use super::HttpState;
 use super::access::Cors;
@@ -20,10 +22,20 @@ use super::head::Head;
 use super::routes::{answer, error_response};
 use super::sessions::SessionKind;
 use super::socket;
-use super::sse::{End, SseStream, TICK};
+use super::sse::{ANSWER_KEEPALIVE, End, SESSION_KEEPALIVE, SseStream, TICK};
 use crate::log;
 use crate::protocol::jsonrpc::{self, ErrorCode};
 use crate::protocol::{Dispatch, Outgoing, SUPPORTED_VERSIONS, Session};
+
+/// A POSTed request whose answer has not come within this, from a client
+/// that accepts `text/event-stream`, is answered as an event stream so
+/// that keepalive comments can flow while the call runs: until then the
+/// client receives nothing, and a client with a read timeout (httpx's
+/// default is 5 s) gives up on a call that is still running (issue 12,
+/// finding 14). Quick answers (ping, tools/list, describe_environment)
+/// stay plain JSON. A second leaves more than 3 s of a 5 s read timeout
+/// for the response head and the first comment.
+const STREAM_AFTER: Duration = Duration::from_secs(1);
 
 /// `POST /mcp`.
 pub fn post(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cors) {
@@ -97,7 +109,7 @@ pub fn legacy_stream(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cor
         Ok(id) => id,
         Err(error) => return answer(conn, head, error_response(503, &error.to_string())),
     };
-    let Ok(mut stream) = SseStream::start(conn, head, cors, state.max_reply_queue_bytes) else {
+    let Ok(mut stream) = SseStream::start(conn, head, cors, state.max_reply_queue_bytes, SESSION_KEEPALIVE) else {
         state.sessions.remove(&id);
         return;
     };
@@ -146,10 +158,13 @@ struct Reply {
 
 impl Reply {
     /// Answers with `application/json` when the response comes first, or
-    /// switches to `text/event-stream` at the first notification. A client
-    /// that leaves meanwhile is noticed within a tick, freeing its
-    /// connection; its call goes on (a disconnect is not a cancellation).
+    /// switches to `text/event-stream` at the first notification or after
+    /// `STREAM_AFTER`, whichever comes first. A client that accepts only
+    /// JSON waits for the response. A client that leaves meanwhile is
+    /// noticed within a tick, freeing its connection; its call goes on (a
+    /// disconnect is not a cancellation).
     fn send(self, conn: &mut Conn, head: &Head, replies: &Receiver<Outgoing>) {
+        let started = Instant::now();
         loop {
             match replies.recv_timeout(TICK) {
                 Ok(Outgoing::Response { text, is_error }) => {
@@ -157,29 +172,40 @@ impl Reply {
                     return answer(conn, head, Response::json(status, text).with_headers(&self.headers));
                 }
                 Ok(Outgoing::Notification(_)) if !self.wants_sse => {}
-                Ok(Outgoing::Notification(text)) => {
-                    let Ok(mut stream) = SseStream::start(conn, head, &self.headers, self.max_queued_bytes) else {
-                        return;
-                    };
-                    let end = match stream.queue_event(None, &text) {
-                        Ok(()) => stream.pump(replies, None, true),
-                        Err(end) => end,
-                    };
-                    if end != End::Finished {
-                        log_stream_end("answer stream ended early", end);
-                    }
-                    return;
-                }
+                Ok(Outgoing::Notification(text)) => return self.stream(conn, head, replies, Some(&text)),
                 Err(RecvTimeoutError::Timeout) if socket::peer_closed(conn.socket()) => {
                     log::debug("client left before its answer", &[]);
                     conn.close_after();
                     return;
+                }
+                Err(RecvTimeoutError::Timeout) if self.wants_sse && started.elapsed() >= STREAM_AFTER => {
+                    return self.stream(conn, head, replies, None);
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 // Every sender is gone without a response: the client
                 // cancelled the request.
                 Err(RecvTimeoutError::Disconnected) => return answer(conn, head, Response::empty(202).with_headers(&self.headers)),
             }
+        }
+    }
+
+    /// Answers as an event stream: `first` (the notification that made
+    /// the switch, if one did), then every message up to the response,
+    /// with a comment every `ANSWER_KEEPALIVE` while nothing else comes.
+    fn stream(&self, conn: &mut Conn, head: &Head, replies: &Receiver<Outgoing>, first: Option<&str>) {
+        let Ok(mut stream) = SseStream::start(conn, head, &self.headers, self.max_queued_bytes, ANSWER_KEEPALIVE) else {
+            return;
+        };
+        let queued = match first {
+            Some(text) => stream.queue_event(None, text),
+            None => Ok(()),
+        };
+        let end = match queued {
+            Ok(()) => stream.pump(replies, None, true),
+            Err(end) => end,
+        };
+        if end != End::Finished {
+            log_stream_end("answer stream ended early", end);
         }
     }
 }

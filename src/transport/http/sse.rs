@@ -25,8 +25,18 @@ use crate::protocol::Outgoing;
 /// How often a waiting stream looks at its client and its queue.
 pub const TICK: Duration = Duration::from_millis(250);
 
-/// A comment this often keeps proxies from closing an idle stream.
-const KEEPALIVE: Duration = Duration::from_secs(15);
+/// A comment this often on a legacy `GET /sse` stream keeps proxies from
+/// closing it while idle. Its clients need nothing sooner: the Python SDK's
+/// `sse_client` reads it with a 300 s timeout whatever HTTP client it is
+/// given, and the TypeScript SDK's `EventSource` has none.
+pub const SESSION_KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// A comment this often on a POST answered as a stream, below httpx's
+/// default 5 s read timeout: the Python SDK given a plain
+/// `httpx2.AsyncClient` otherwise gives up on a call that runs longer
+/// (issue 12, finding 14). SSE parsers skip comment lines (httpx2's
+/// `EventSource`, eventsource-parser in the TypeScript SDK).
+pub const ANSWER_KEEPALIVE: Duration = Duration::from_secs(2);
 
 /// Why a stream ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +64,8 @@ pub struct SseStream<'a> {
     /// Since when bytes are waiting without the client taking any.
     stalled_since: Option<Instant>,
     last_write: Instant,
+    /// A comment goes out after this long without a write.
+    keepalive: Duration,
 }
 
 impl Drop for SseStream<'_> {
@@ -77,8 +89,15 @@ impl End {
 
 impl<'a> SseStream<'a> {
     /// Writes the response head and switches the socket to non-blocking.
-    /// The connection closes after the stream.
-    pub fn start(conn: &'a mut Conn, head: &Head, headers: &Cors, max_queued_bytes: usize) -> io::Result<SseStream<'a>> {
+    /// The connection closes after the stream. `keepalive` is
+    /// `SESSION_KEEPALIVE` or `ANSWER_KEEPALIVE`.
+    pub fn start(
+        conn: &'a mut Conn,
+        head: &Head,
+        headers: &Cors,
+        max_queued_bytes: usize,
+        keepalive: Duration,
+    ) -> io::Result<SseStream<'a>> {
         conn.close_after();
         let write_timeout = conn.limits().write_timeout;
         let socket = conn.socket();
@@ -103,6 +122,7 @@ impl<'a> SseStream<'a> {
             write_timeout,
             stalled_since: None,
             last_write: Instant::now(),
+            keepalive,
         })
     }
 
@@ -174,7 +194,7 @@ impl<'a> SseStream<'a> {
         if socket::peer_closed(self.socket) {
             return Err(End::ClientGone);
         }
-        if self.last_write.elapsed() >= KEEPALIVE {
+        if self.last_write.elapsed() >= self.keepalive {
             self.queue_chunk(b": keepalive\n\n")?;
         }
         Ok(())
@@ -296,7 +316,7 @@ mod tests {
         for _ in 0..64 {
             outbox.send(Outgoing::Notification("x".repeat(1 << 20))).unwrap();
         }
-        let stream = SseStream::start(&mut conn, &head, &Vec::new(), 1 << 20).unwrap();
+        let stream = SseStream::start(&mut conn, &head, &Vec::new(), 1 << 20, SESSION_KEEPALIVE).unwrap();
         assert_eq!(stream.pump(&outgoing, None, false), End::Overflow);
     }
 
@@ -304,7 +324,7 @@ mod tests {
     fn a_closed_client_is_noticed_within_a_tick() {
         let (mut conn, client, head) = connection();
         let (_outbox, outgoing) = mpsc::channel();
-        let stream = SseStream::start(&mut conn, &head, &Vec::new(), 1 << 20).unwrap();
+        let stream = SseStream::start(&mut conn, &head, &Vec::new(), 1 << 20, SESSION_KEEPALIVE).unwrap();
         drop(client);
         let started = Instant::now();
         assert_eq!(stream.pump(&outgoing, None, false), End::ClientGone);
@@ -317,12 +337,31 @@ mod tests {
         let (outbox, outgoing) = mpsc::channel();
         outbox.send(Outgoing::Notification("{\"n\":1}".into())).unwrap();
         outbox.send(Outgoing::Response { text: "{\"r\":1}".into(), is_error: false }).unwrap();
-        let stream = SseStream::start(&mut conn, &head, &Vec::new(), 1 << 20).unwrap();
+        let stream = SseStream::start(&mut conn, &head, &Vec::new(), 1 << 20, SESSION_KEEPALIVE).unwrap();
         assert_eq!(stream.pump(&outgoing, None, true), End::Finished);
         drop(conn);
         let mut text = String::new();
         std::io::Read::read_to_string(&mut client, &mut text).unwrap();
         assert!(text.contains("data: {\"n\":1}\n\n") && text.contains("data: {\"r\":1}\n\n"), "{text}");
         assert!(text.ends_with("0\r\n\r\n"), "the last chunk ends the stream: {text}");
+    }
+
+    #[test]
+    fn an_idle_stream_writes_a_keepalive_comment_each_interval() {
+        let (mut conn, mut client, head) = connection();
+        let (outbox, outgoing) = mpsc::channel();
+        let stream = SseStream::start(&mut conn, &head, &Vec::new(), 1 << 20, Duration::from_millis(300)).unwrap();
+        let answer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1100));
+            outbox.send(Outgoing::Response { text: "{\"r\":1}".into(), is_error: false }).unwrap();
+        });
+        assert_eq!(stream.pump(&outgoing, None, true), End::Finished);
+        answer.join().unwrap();
+        drop(conn);
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut client, &mut text).unwrap();
+        let comments = text.matches(": keepalive\n\n").count();
+        assert!((2..=4).contains(&comments), "{comments} comments in 1.1 s at 0.3 s: {text}");
+        assert!(text.contains("data: {\"r\":1}\n\n"), "{text}");
     }
 }

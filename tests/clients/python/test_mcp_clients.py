@@ -186,3 +186,22 @@ def test_auth_token_over_legacy_sse(http_server_with_token):
             assert (await client.call_tool("describe_environment", {})).is_error is False
 
     run(scenario)
+
+
+def test_a_long_call_outlives_httpx_default_read_timeout(http_server):
+    """Issue 12, finding 14: a plain `httpx2.AsyncClient` (the way to add
+    headers or auth) reads with httpx's default 5 s timeout, and the server
+    used to send nothing until an 8 s call ended. Now the answer becomes an
+    event stream with keepalive comments, so the defaults are enough."""
+    url = f"{http_server.base}/mcp"
+
+    async def scenario():
+        async with httpx2.AsyncClient() as http_client:
+            async with Client(streamable_http_client(url, http_client=http_client)) as client:
+                # Bounded so that a hang fails instead of stalling the suite.
+                with anyio.fail_after(30):
+                    result = await client.call_tool("test_sleep", {"seconds": 8})
+                assert result.is_error is False
+                assert result.structured_content == {"slept_ms": 8000}
+
+    run(scenario)

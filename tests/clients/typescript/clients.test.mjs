@@ -91,3 +91,26 @@ for (const [name, makeTransport] of Object.entries(transports)) {
     }
   });
 }
+
+// Issue 12, finding 14: the SDK's request timeout (60 s by default, and the
+// Inspector's) is its own clock, not the socket's: keepalive comments do not
+// reset it, only progress notifications do, and only with
+// `resetTimeoutOnProgress`. Shown with a 3 s timeout and a 6 s call.
+test("streamable-http: progress resets the request timeout only when asked", async () => {
+  const client = new Client({ name: "ts-sdk-test", version: "1.0.0" });
+  await client.connect(transports["streamable-http"]());
+  try {
+    const call = { name: "test_sleep", arguments: { seconds: 6, progress_every_ms: 1000 } };
+    const progress = [];
+    const result = await client.callTool(call, undefined, {
+      timeout: 3000,
+      resetTimeoutOnProgress: true,
+      onprogress: (update) => progress.push(update.progress),
+    });
+    assert.deepEqual(result.structuredContent, { slept_ms: 6000 });
+    assert.ok(progress.length >= 4, `progress: ${progress}`);
+    await assert.rejects(client.callTool(call, undefined, { timeout: 3000 }), (error) => error.code === -32001);
+  } finally {
+    await client.close();
+  }
+});

@@ -188,7 +188,8 @@ fn fetch_job_tool() -> Tool {
         description: format!(
             "Returns status `running` (with the phase and the tail of the output so far) or `done` (with \
              `result`, exactly what run_job returns) for a job_token from submit_job. wait_s (0 to {MAX_WAIT_S}) \
-             long-polls: the call answers as soon as the job ends, or after wait_s while it still runs. New \
+             long-polls: the call answers as soon as the job ends, or after wait_s while it still runs; keep \
+             wait_s below your client's request timeout (60 s in the TypeScript SDK and MCP Inspector). New \
              output is sent as progress notifications while waiting. A result can be fetched again until it \
              expires."
         ),

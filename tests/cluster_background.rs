@@ -169,9 +169,11 @@ fn unknown_and_malformed_tokens_are_refused_by_name() {
     let mut server = server(&[]);
     let unknown =
         format!("job-{}-{}", "0".repeat(32), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs());
-    for token in [unknown.as_str(), "job-nope", "../../etc"] {
+    let text = tool_error(&mut server, "fetch_job", json!({"job_token": unknown}));
+    assert!(text.starts_with(&format!("no such job: `{unknown}` names no job")), "{text}");
+    for token in ["job-nope", "../../etc"] {
         let text = tool_error(&mut server, "fetch_job", json!({"job_token": token}));
-        assert!(text.starts_with(&format!("unknown job_token `{token}`")), "{text}");
+        assert!(text.starts_with(&format!("no such job: `{token}` is not a job_token this server hands out")), "{text}");
     }
     let text = tool_error(&mut server, "fetch_job", json!({"job_token": unknown, "wait_s": 121}));
     assert!(text.contains("`wait_s`"), "{text}");

@@ -47,14 +47,50 @@ fn issue_12_2_a_pod_deleted_from_outside_is_pod_deleted_not_cancelled() {
     cluster::assert_nothing_left(&run_id);
 }
 
+/// An eviction through the Eviction API (what `kubectl drain` and the
+/// node-pressure machinery's API path do): `Evicted` with its text, not
+/// `cancelled`.
 #[test]
-fn issue_12_2_a_workdir_over_its_limit_is_evicted_with_the_kubelets_text() {
-    let mut server = cluster::server(&[("MCP_K8S_WORKDIR_SIZE", "4Mi")]);
+fn issue_12_2_an_evicted_pod_is_evicted_with_its_text_not_cancelled() {
+    let mut server = cluster::server(&[]);
     let marker = faults::marker("evicted");
-    // 16 MiB into a 4 MiB workdir; the kubelet checks every few seconds.
+    let script = format!("echo {marker}; sleep 170");
+    let id = faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["sh", "-c", script], "timeout_s": 180}));
+    let (run_id, pod) = faults::wait_running_with_marker(&marker, Duration::from_secs(120));
+    std::thread::sleep(Duration::from_secs(1));
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": NAMESPACE}});
+    let body = std::env::temp_dir().join(format!("eviction-{marker}.json"));
+    std::fs::write(&body, eviction.to_string()).expect("write the eviction");
+    let kubectl = cluster::cache_dir().join("bin/kubectl");
+    let status = std::process::Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(cluster::admin_kubeconfig())
+        .args(["create", "--raw", &format!("/api/v1/namespaces/{NAMESPACE}/pods/{pod}/eviction"), "-f"])
+        .arg(&body)
+        .status()
+        .expect("run kubectl");
+    let _ = std::fs::remove_file(&body);
+    assert!(status.success(), "kubectl create --raw .../eviction failed");
+
+    let result = faults::response(&server, id, Duration::from_secs(240));
+    let out = &result["structuredContent"];
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("Evicted")), "{out}");
+    assert!(out["message"].as_str().unwrap_or_default().contains("Eviction API"), "the eviction's text: {out}");
+    assert!(out["stdout"].as_str().unwrap_or_default().contains(&marker), "the output so far is kept: {out}");
+    cluster::assert_nothing_left(&run_id);
+}
+
+/// A workdir written past its bound: the runner stops the command itself
+/// (`DiskLimitExceeded`, issue 12 finding 6), or the kubelet evicts the
+/// pod first (`Evicted` with its text); never `cancelled`, never success.
+/// The command may end before its pod is ever seen running, so the test
+/// only waits for the answer.
+#[test]
+fn issue_12_6_a_workdir_over_its_bound_is_stopped_not_cancelled() {
+    let mut server = cluster::server(&[("MCP_K8S_WORKDIR_SIZE", "4Mi")]);
+    let marker = faults::marker("disk");
     let script = format!("echo {marker}; dd if=/dev/zero of=big bs=1024 count=16384; sleep 170");
     let id = faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["sh", "-c", script], "timeout_s": 180}));
-    let (run_id, _) = faults::wait_running_with_marker(&marker, Duration::from_secs(120));
 
     let result = faults::response(&server, id, Duration::from_secs(240));
     let out = &result["structuredContent"];
@@ -65,12 +101,10 @@ fn issue_12_2_a_workdir_over_its_limit_is_evicted_with_the_kubelets_text() {
             assert_eq!(out["status"], "error", "{out}");
             assert!(message.contains("EmptyDir volume \"work\" exceeds the limit"), "the kubelet's text: {message}");
         }
-        // A runner that watches the workdir itself (issue 12, finding 6)
-        // stops the command before the kubelet gets to evict it.
         Some("DiskLimitExceeded") => assert_eq!(out["status"], "failed", "{out}"),
-        other => panic!("expected Evicted (or the runner's own DiskLimitExceeded), got {other:?}: {out}"),
+        other => panic!("expected DiskLimitExceeded (or the kubelet's Evicted), got {other:?}: {out}"),
     }
-    cluster::assert_nothing_left(&run_id);
+    cluster::assert_nothing_left(out["run_id"].as_str().expect("run_id"));
 }
 
 /// A memory limit of 64 bytes (a typo for 64Mi): the runtime cannot start

@@ -155,7 +155,7 @@ pub fn submit(ctx: &Ctx, spec: &RunSpec) -> Result<Submitted, Error> {
     let mut followed = Followed::from_spec(spec, &ctx.policy);
     // Nobody waits on a background run, so it waits for capacity (a node
     // freeing CPU) up to its start timeout instead of the sync grace.
-    followed.unschedulable_grace = ctx.policy.start_timeout;
+    followed.unschedulable_grace = None;
     let retention = manifest::Retention {
         expires_at: run::rfc3339_after(
             manifest::pod_deadline(spec, &ctx.policy) + manifest::JOB_DEADLINE_SLACK + ctx.jobs.limits().result_ttl,
@@ -535,7 +535,7 @@ fn followed_from_job(ctx: &Ctx, job: &Value) -> Followed {
         timeout: timeout.unwrap_or(pod_deadline),
         memory_limit,
         start_deadline: since_creation(ctx.policy.start_timeout),
-        unschedulable_grace: ctx.policy.start_timeout,
+        unschedulable_grace: None,
         hard_deadline: since_creation(pod_deadline + run::HARD_DEADLINE_SLACK),
     }
 }

@@ -173,9 +173,10 @@ pub struct Followed {
     /// When a pod that has not started is given up on.
     pub start_deadline: Instant,
     /// How long a pod may stay unschedulable before the run gives up:
-    /// `UNSCHEDULABLE_GRACE` for a caller who waits; a background run
-    /// waits for capacity up to its start deadline (issue 12, finding 15).
-    pub unschedulable_grace: Duration,
+    /// `UNSCHEDULABLE_GRACE` for a caller who waits; `None` for a
+    /// background run, which waits for capacity up to its start deadline
+    /// and then ends `Unschedulable` (issue 12, finding 15).
+    pub unschedulable_grace: Option<Duration>,
     /// The pod's own deadline plus slack: only reached if the runner and
     /// the kubelet both failed to end the run.
     pub hard_deadline: Instant,
@@ -189,7 +190,7 @@ impl Followed {
             timeout: spec.timeout,
             memory_limit: spec.memory_limit.as_ref().map(|quantity| quantity.as_str().to_string()),
             start_deadline: now + policy.start_timeout,
-            unschedulable_grace: UNSCHEDULABLE_GRACE,
+            unschedulable_grace: Some(UNSCHEDULABLE_GRACE),
             hard_deadline: now + manifest::pod_deadline(spec, policy) + HARD_DEADLINE_SLACK,
         }
     }
@@ -456,9 +457,12 @@ fn decide<'scope>(
         // only a fresh view may say it did not (issue 12, finding 10).
         if matches!(log, LogState::NotStarted) && now >= start_deadline && outage.is_none() {
             // A background run waits for capacity up to here; if it never
-            // came, that is the reason to report.
+            // came, that is the reason to report. A sync run whose start
+            // timeout comes before its grace timed out while waiting, and
+            // says so.
+            let waited_for_capacity = followed.unschedulable_grace.is_none();
             return by_server(match (unschedulable_since, &last_unschedulable) {
-                (Some(_), Some(message)) => unschedulable(run_id, message),
+                (Some(_), Some(message)) if waited_for_capacity => unschedulable(run_id, message),
                 _ => start_timeout(ctx, run_id, last_pod.as_ref()),
             });
         }
@@ -554,7 +558,7 @@ fn decide<'scope>(
             PodState::Unschedulable { message } => {
                 let since = *unschedulable_since.get_or_insert(now);
                 last_unschedulable = Some(message.clone());
-                if now.duration_since(since) >= followed.unschedulable_grace {
+                if followed.unschedulable_grace.is_some_and(|grace| now.duration_since(since) >= grace) {
                     return by_server(unschedulable(run_id, &message));
                 }
             }

@@ -74,7 +74,7 @@ impl std::fmt::Display for CallError {
 impl From<background::Error> for CallError {
     fn from(error: background::Error) -> CallError {
         match error {
-            background::Error::Unknown { token } => CallError::Invalid(unknown_token(&token)),
+            background::Error::Unknown { token } => CallError::Invalid(no_such_job(&token)),
             // The engine says "expired" also for a well-formed token whose
             // Job it cannot find and whose time is past the retention: it
             // may as well never have existed (issue 11, finding 12).
@@ -436,6 +436,14 @@ fn engine_for_token<'a>(ctx: &'a Ctx, token: &str) -> Result<&'a engine::run::Ct
 fn unknown_token(token: &str) -> String {
     format!(
         "no such job: `{}` is not a job_token this server hands out; use the token submit_job returned (a task's taskId), or find it with list_jobs",
+        crate::echo::shorten(token)
+    )
+}
+
+/// A token of the right shape whose Job this server cannot find.
+fn no_such_job(token: &str) -> String {
+    format!(
+        "no such job: `{}` names no job in this server's namespace: it never existed here, or it ended and was removed; find your jobs with list_jobs, or submit again",
         crate::echo::shorten(token)
     )
 }

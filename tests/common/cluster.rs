@@ -32,6 +32,12 @@ pub fn dir() -> PathBuf {
     dir
 }
 
+/// The cluster's build cache (`bin/kubectl`, ...), as `tests/cluster/up`
+/// names it.
+pub fn cache_dir() -> PathBuf {
+    PathBuf::from(std::env::var("MCP_K8S_TEST_CLUSTER_CACHE").unwrap_or_else(|_| "/var/cache/mcp-k8s-test-cluster".into()))
+}
+
 pub fn admin_kubeconfig() -> PathBuf {
     dir().join("admin.kubeconfig")
 }

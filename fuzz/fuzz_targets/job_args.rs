@@ -59,7 +59,7 @@ static POLICY: LazyLock<Policy> = LazyLock::new(|| {
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let Ok(arguments) = serde_json::from_str::<serde_json::Value>(text) else { return };
+    let Ok(serde_json::Value::Object(arguments)) = serde_json::from_str::<serde_json::Value>(text) else { return };
     let config = &*CONFIG;
     let bounds = arg_bounds(config);
     let Ok(run_spec) = job_args::parse_run_args(&arguments, &bounds) else { return };

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use crate::images::Allowlist;
 use crate::log::{Level, Redacted};
-use crate::quantity::Quantity;
+use crate::quantity::{Quantity, Resource};
 
 /// The runner image when MCP_K8S_RUNNER_IMAGE is unset: this release's
 /// image under its plain name, which operators mirror and usually override.
@@ -317,8 +317,8 @@ impl Config {
             max_timeout_s,
             max_output_bytes: number(&raw.max_output_bytes, "MCP_K8S_MAX_OUTPUT_BYTES", 1 << 20, 1024, 1 << 30)?,
             max_artifact_bytes: number(&raw.max_artifact_bytes, "MCP_K8S_MAX_ARTIFACT_BYTES", 10 << 20, 0, 1 << 30)?,
-            default_cpu: quantity(&raw.default_cpu, "MCP_K8S_DEFAULT_CPU", "1")?,
-            default_memory: quantity(&raw.default_memory, "MCP_K8S_DEFAULT_MEMORY", "512Mi")?,
+            default_cpu: request(&raw.default_cpu, "MCP_K8S_DEFAULT_CPU", "1", Resource::Cpu)?,
+            default_memory: request(&raw.default_memory, "MCP_K8S_DEFAULT_MEMORY", "512Mi", Resource::Memory)?,
             max_concurrent: number(&raw.max_concurrent, "MCP_K8S_MAX_CONCURRENT", 10, 1, 1000)? as u32,
             allowed_images: image_list(raw.allowed_images.as_deref())?,
             sidecar_image: image(raw.sidecar_image.as_deref().unwrap_or("busybox:1.36"), "MCP_K8S_SIDECAR_IMAGE")?,
@@ -451,6 +451,16 @@ fn quantity(value: &Option<String>, variable: &'static str, default: &str) -> Re
     match Quantity::parse(text) {
         Ok(quantity) if !quantity.is_zero() => Ok(quantity),
         _ => Err(invalid(variable, text, "a Kubernetes quantity above zero such as 500m, 1, 2.5, 512Mi or 1G")),
+    }
+}
+
+/// A default request, held to the range a caller's `limits` are held to:
+/// a default of `64` (bytes) would make every run fail at container start.
+fn request(value: &Option<String>, variable: &'static str, default: &str, resource: Resource) -> Result<Quantity, Error> {
+    let quantity = quantity(value, variable, default)?;
+    match quantity.check_limit(resource) {
+        Ok(()) => Ok(quantity),
+        Err(why) => Err(invalid(variable, quantity.as_str(), &format!("a {} quantity a run can use: this one {why}", resource.name()))),
     }
 }
 
@@ -683,6 +693,22 @@ mod tests {
             (&[("MCP_K8S_DEFAULT_CPU", "one")], "MCP_K8S_DEFAULT_CPU: `one` is not accepted; expected a Kubernetes quantity"),
             (&[("MCP_K8S_DEFAULT_CPU", "1..5")], "MCP_K8S_DEFAULT_CPU: `1..5`"),
             (&[("MCP_K8S_DEFAULT_MEMORY", "512MB")], "MCP_K8S_DEFAULT_MEMORY: `512MB` is not accepted"),
+            (
+                &[("MCP_K8S_DEFAULT_MEMORY", "64")],
+                "MCP_K8S_DEFAULT_MEMORY: `64` is not accepted; expected a memory quantity a run can use: this one is below the minimum of 16Mi",
+            ),
+            (
+                &[("MCP_K8S_DEFAULT_MEMORY", "2Ti")],
+                "MCP_K8S_DEFAULT_MEMORY: `2Ti` is not accepted; expected a memory quantity a run can use: this one is over the maximum of 1Ti",
+            ),
+            (
+                &[("MCP_K8S_DEFAULT_CPU", "100u")],
+                "MCP_K8S_DEFAULT_CPU: `100u` is not accepted; expected a cpu quantity a run can use: this one is below the minimum of 1m",
+            ),
+            (
+                &[("MCP_K8S_DEFAULT_CPU", "2000")],
+                "MCP_K8S_DEFAULT_CPU: `2000` is not accepted; expected a cpu quantity a run can use: this one is over the maximum of 1024 cores",
+            ),
             (&[("MCP_K8S_MAX_CONCURRENT", "0")], "MCP_K8S_MAX_CONCURRENT: `0` is out of range; accepted: 1 to 1000"),
             (&[("MCP_K8S_ALLOWED_IMAGES", "python:3, bad image")], "MCP_K8S_ALLOWED_IMAGES: `bad image` is not accepted"),
             (&[("MCP_K8S_SIDECAR_IMAGE", "busy box")], "MCP_K8S_SIDECAR_IMAGE: `busy box`"),
@@ -753,8 +779,8 @@ mod tests {
     #[test]
     fn quantities() {
         for good in ["1", "0.5", "250m", "512Mi", "1Gi", "2G", "1e3", "1.5E+2", "100k"] {
-            let config = Config::from_raw(&raw(&[("MCP_K8S_DEFAULT_CPU", good)])).unwrap();
-            assert_eq!(config.default_cpu.as_str(), good);
+            let config = Config::from_raw(&raw(&[("MCP_K8S_WORKDIR_SIZE", good)])).unwrap();
+            assert_eq!(config.workdir_size.as_str(), good);
         }
         for bad in ["m", "1..2", "1MB", "1 Gi", "-1", "1e", "Gi1", ".", "0"] {
             let error = Config::from_raw(&raw(&[("MCP_K8S_WORKDIR_SIZE", bad)])).unwrap_err();

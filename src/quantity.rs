@@ -48,6 +48,56 @@ impl Quantity {
     }
 }
 
+/// Which resource a quantity limits, for the range check below.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resource {
+    Cpu,
+    Memory,
+}
+
+impl Resource {
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::Cpu => "cpu",
+            Resource::Memory => "memory",
+        }
+    }
+}
+
+/// A memory limit below this cannot start a container runtime's shim and
+/// a program; a bare number is bytes, so `64` (a typo for `64Mi`) is
+/// refused here instead of failing at container start (issue 12,
+/// finding 5).
+pub const MIN_MEMORY_BYTES: i128 = 16 << 20;
+pub const MAX_MEMORY_BYTES: i128 = 1 << 40;
+/// Kubernetes keeps CPU to the millicore; below that a limit is rounded
+/// up or refused by the API server.
+pub const MIN_CPU_MILLIS: i128 = 1;
+pub const MAX_CPU_CORES: i128 = 1024;
+
+impl Quantity {
+    /// A limit the kubelet can apply and a node can have (issue 11,
+    /// finding 11: `1m` of memory, `1Pi`, `1E` CPUs and `1e-30` passed).
+    /// The same range holds for a caller's `limits` and the operator's
+    /// defaults. Quantities are in nano-units: 10^9 per byte or per core.
+    pub fn check_limit(&self, resource: Resource) -> Result<(), String> {
+        const NANOS: i128 = 1_000_000_000;
+        let nanos = self.nanos;
+        match resource {
+            Resource::Memory if nanos < MIN_MEMORY_BYTES * NANOS => Err(
+                "is below the minimum of 16Mi (a bare number is bytes: `64` is 64 bytes; write `64Mi` for mebibytes, `1Gi` for gibibytes)"
+                    .to_string(),
+            ),
+            Resource::Memory if nanos > MAX_MEMORY_BYTES * NANOS => Err("is over the maximum of 1Ti".to_string()),
+            Resource::Cpu if nanos < MIN_CPU_MILLIS * NANOS / 1000 => {
+                Err("is below the minimum of 1m (one thousandth of a core, the finest Kubernetes keeps)".to_string())
+            }
+            Resource::Cpu if nanos > MAX_CPU_CORES * NANOS => Err(format!("is over the maximum of {MAX_CPU_CORES} cores")),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl PartialEq for Quantity {
     fn eq(&self, other: &Quantity) -> bool {
         self.nanos == other.nanos

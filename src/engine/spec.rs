@@ -97,52 +97,75 @@ pub enum RunStatus {
     Cancelled,
 }
 
-/// Why a run did not simply succeed or fail on its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunReason {
+/// Declares `RunReason` with its wire names and `ALL` from one list, so a
+/// new reason cannot be missing from `ALL` (and so from `from_name`, which
+/// reads outcomes recorded on a Job).
+macro_rules! run_reasons {
+    ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
+        /// Why a run did not simply succeed or fail on its own.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum RunReason {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl RunReason {
+            /// Every reason, in declaration order.
+            pub const ALL: &'static [RunReason] = &[$(RunReason::$variant,)*];
+
+            /// The one name of a reason: in tool results, logs and metrics alike.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(RunReason::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+run_reasons! {
     /// The command exited non-zero.
-    NonZeroExit,
+    NonZeroExit => "NonZeroExit",
     /// The command was killed by a signal it did not get from us.
-    Signaled,
-    OomKilled,
+    Signaled => "Signaled",
+    OomKilled => "OOMKilled",
     /// The pod reached its process limit (the kubelet's `podPidsLimit`)
     /// and the command failed: a fork storm, or too many threads.
-    PidsExhausted,
+    PidsExhausted => "PidsExhausted",
     /// The workdir or /tmp outgrew MCP_K8S_WORKDIR_SIZE; the runner
     /// stopped the command.
-    DiskLimitExceeded,
-    ImagePullFailed,
-    Unschedulable,
-    QuotaExceeded,
+    DiskLimitExceeded => "DiskLimitExceeded",
+    ImagePullFailed => "ImagePullFailed",
+    Unschedulable => "Unschedulable",
+    QuotaExceeded => "QuotaExceeded",
     /// Admission (Pod Security, LimitRange, validation) refused the pod.
-    Rejected,
+    Rejected => "Rejected",
     /// `timeout_s` passed while the command ran.
-    DeadlineExceeded,
+    DeadlineExceeded => "DeadlineExceeded",
     /// The pod did not start within the start timeout.
-    StartTimeout,
+    StartTimeout => "StartTimeout",
     /// The kubelet evicted the pod (workdir over its size limit, node
     /// pressure) or the eviction API did; the message carries its text.
-    Evicted,
+    Evicted => "Evicted",
     /// Something other than this server deleted the pod (issue 12).
-    PodDeleted,
+    PodDeleted => "PodDeleted",
     /// The runner was sent SIGTERM by something other than this server,
     /// and neither an eviction nor a deletion was seen to explain it.
-    Terminated,
+    Terminated => "Terminated",
     /// The command could not be started (not found, not executable), or
     /// the container runtime could not start the container (`StartError`).
-    StartFailed,
+    StartFailed => "StartFailed",
     /// The container could not be created (bad config, missing volume).
-    ContainerFailed,
+    ContainerFailed => "ContainerFailed",
     /// The init container that writes inputs failed.
-    InputFailed,
-    CloneFailed,
+    InputFailed => "InputFailed",
+    CloneFailed => "CloneFailed",
     /// The pod ended without the runner's result frame.
-    ResultLost,
-    Cancelled,
+    ResultLost => "ResultLost",
+    Cancelled => "Cancelled",
     /// The API server refused or failed a call the run needed.
-    ApiError,
+    ApiError => "ApiError",
     /// The server was at MCP_K8S_MAX_CONCURRENT with a full queue.
-    QueueFull,
+    QueueFull => "QueueFull",
 }
 
 impl RunStatus {
@@ -170,62 +193,7 @@ impl RunStatus {
 impl RunReason {
     /// The inverse of `name`, for outcomes recorded on a Job.
     pub fn from_name(name: &str) -> Option<RunReason> {
-        RunReason::ALL.into_iter().find(|reason| reason.name() == name)
-    }
-
-    /// Every reason; `name`'s exhaustive match and the test below keep it
-    /// complete.
-    pub const ALL: [RunReason; 22] = [
-        RunReason::NonZeroExit,
-        RunReason::Signaled,
-        RunReason::OomKilled,
-        RunReason::PidsExhausted,
-        RunReason::DiskLimitExceeded,
-        RunReason::ImagePullFailed,
-        RunReason::Unschedulable,
-        RunReason::QuotaExceeded,
-        RunReason::Rejected,
-        RunReason::DeadlineExceeded,
-        RunReason::StartTimeout,
-        RunReason::Evicted,
-        RunReason::PodDeleted,
-        RunReason::Terminated,
-        RunReason::StartFailed,
-        RunReason::ContainerFailed,
-        RunReason::InputFailed,
-        RunReason::CloneFailed,
-        RunReason::ResultLost,
-        RunReason::Cancelled,
-        RunReason::ApiError,
-        RunReason::QueueFull,
-    ];
-
-    /// The one name of a reason: in tool results, logs and metrics alike.
-    pub fn name(self) -> &'static str {
-        match self {
-            RunReason::NonZeroExit => "NonZeroExit",
-            RunReason::Signaled => "Signaled",
-            RunReason::OomKilled => "OOMKilled",
-            RunReason::PidsExhausted => "PidsExhausted",
-            RunReason::DiskLimitExceeded => "DiskLimitExceeded",
-            RunReason::ImagePullFailed => "ImagePullFailed",
-            RunReason::Unschedulable => "Unschedulable",
-            RunReason::QuotaExceeded => "QuotaExceeded",
-            RunReason::Rejected => "Rejected",
-            RunReason::DeadlineExceeded => "DeadlineExceeded",
-            RunReason::StartTimeout => "StartTimeout",
-            RunReason::Evicted => "Evicted",
-            RunReason::PodDeleted => "PodDeleted",
-            RunReason::Terminated => "Terminated",
-            RunReason::StartFailed => "StartFailed",
-            RunReason::ContainerFailed => "ContainerFailed",
-            RunReason::InputFailed => "InputFailed",
-            RunReason::CloneFailed => "CloneFailed",
-            RunReason::ResultLost => "ResultLost",
-            RunReason::Cancelled => "Cancelled",
-            RunReason::ApiError => "ApiError",
-            RunReason::QueueFull => "QueueFull",
-        }
+        RunReason::ALL.iter().copied().find(|reason| reason.name() == name)
     }
 }
 
@@ -308,15 +276,13 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_every_reason_is_listed() {
-        for reason in RunReason::ALL {
+        for &reason in RunReason::ALL {
             assert_eq!(RunReason::from_name(reason.name()), Some(reason));
-            // `name` is an exhaustive match: a reason missing from `ALL`
-            // would still have a name, so count the distinct ones.
         }
         let mut names: Vec<&str> = RunReason::ALL.iter().map(|reason| reason.name()).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), RunReason::ALL.len(), "`ALL` lists a reason twice");
+        assert_eq!(names.len(), RunReason::ALL.len(), "two reasons share a name");
         for status in RunStatus::ALL {
             assert_eq!(RunStatus::from_name(status.name()), Some(status));
         }

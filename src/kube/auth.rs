@@ -14,7 +14,7 @@
 //! already refreshed it (`maybeRefreshCreds`).
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -158,8 +158,8 @@ impl TokenFile {
     }
 }
 
-fn read_token(path: &PathBuf) -> Result<String, Error> {
-    let text = std::fs::read_to_string(path)
+fn read_token(path: &Path) -> Result<String, Error> {
+    let text = crate::kube::kubeconfig::read_text_bounded(path, crate::kube::kubeconfig::MAX_CREDENTIAL_FILE_BYTES)
         .map_err(|error| Error::Credentials(format!("failed to read token file `{}`: {error}", path.display())))?;
     let token = text.trim();
     if token.is_empty() {

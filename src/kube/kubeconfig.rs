@@ -125,7 +125,7 @@ impl Kubeconfig {
                 continue;
             }
             seen.push(path);
-            let text = match std::fs::read(path) {
+            let text = match read_bounded(path, MAX_KUBECONFIG_BYTES) {
                 Ok(text) => text,
                 Err(error) if !explicit && error.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(error) => {
@@ -235,10 +235,10 @@ pub fn in_cluster(host: &str, port: &str, dir: &Path) -> Result<ClusterConfig, E
     }
     let server = format!("https://{}", join_host_port(host, port));
     let token_path = dir.join("token");
-    let token = std::fs::read_to_string(&token_path)
+    let token = read_text_bounded(&token_path, MAX_CREDENTIAL_FILE_BYTES)
         .map_err(|error| Error::Config(format!("cannot read the ServiceAccount token `{}`: {error}", token_path.display())))?;
     let ca_path = dir.join("ca.crt");
-    let (certificate_authority, ca_source) = match std::fs::read(&ca_path) {
+    let (certificate_authority, ca_source) = match read_bounded(&ca_path, MAX_CREDENTIAL_FILE_BYTES) {
         Ok(pem) => (Some(pem), format!("the in-cluster CA `{}`", ca_path.display())),
         Err(error) => {
             // client-go logs this and carries on with the system roots.
@@ -249,7 +249,7 @@ pub fn in_cluster(host: &str, port: &str, dir: &Path) -> Result<ClusterConfig, E
             (None, format!("the built-in web PKI roots (the in-cluster CA `{}` is unreadable: {error})", ca_path.display()))
         }
     };
-    let namespace = std::fs::read_to_string(dir.join("namespace"))
+    let namespace = read_text_bounded(&dir.join("namespace"), MAX_CREDENTIAL_FILE_BYTES)
         .map(|text| text.trim().to_string())
         .ok()
         .filter(|namespace| !namespace.is_empty())
@@ -722,7 +722,34 @@ fn read_data_or_file(data: Option<&str>, file: Option<&str>, field: &str, owner:
     let Some(file) = file.filter(|file| !file.is_empty()) else {
         return Ok(None);
     };
-    std::fs::read(file).map(Some).map_err(|error| Error::Config(format!("unable to read {field} {file} for {owner} due to {error}")))
+    read_bounded(Path::new(file), MAX_CREDENTIAL_FILE_BYTES)
+        .map(Some)
+        .map_err(|error| Error::Config(format!("unable to read {field} {file} for {owner} due to {error}")))
+}
+
+/// Largest kubeconfig file read: far above real ones (a few KiB to a few
+/// hundred), low enough that a path pointing at a huge or endless file
+/// (`/dev/zero`) is an error at start instead of all the memory.
+pub const MAX_KUBECONFIG_BYTES: u64 = 16 << 20;
+/// Largest certificate, key, CA bundle or token file read.
+pub const MAX_CREDENTIAL_FILE_BYTES: u64 = 4 << 20;
+
+/// Reads at most `max` bytes of `path`; a longer file is an error that
+/// says so, never a silently cut one.
+pub(crate) fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("the file is larger than {max} bytes")));
+    }
+    Ok(bytes)
+}
+
+/// `read_bounded` for UTF-8 text.
+pub(crate) fn read_text_bounded(path: &Path, max: u64) -> std::io::Result<String> {
+    String::from_utf8(read_bounded(path, max)?)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "the file is not UTF-8 text"))
 }
 
 fn describe_auth(config: &ClusterConfig) -> String {
@@ -745,4 +772,26 @@ fn describe_auth(config: &ClusterConfig) -> String {
         return "none (anonymous)".to_string();
     }
     parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endless_kubeconfig_is_an_error_not_all_the_memory() {
+        let error = Kubeconfig::load(&[PathBuf::from("/dev/zero")], true).err().map(|error| error.to_string()).unwrap_or_default();
+        assert!(error.contains("cannot read kubeconfig `/dev/zero`: the file is larger than 16777216 bytes"), "{error}");
+    }
+
+    #[test]
+    fn bounded_reads_take_files_up_to_the_cap() {
+        let dir = std::env::temp_dir().join(format!("mcp-k8s-bounded-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("token");
+        std::fs::write(&path, "abcd").unwrap();
+        assert_eq!(read_text_bounded(&path, 4).unwrap(), "abcd");
+        assert!(read_bounded(&path, 3).unwrap_err().to_string().contains("larger than 3 bytes"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

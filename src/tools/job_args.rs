@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::echo;
 use crate::engine::spec::{CloneSpec, InputFile, RunSpec};
 use crate::images::Allowlist;
-use crate::quantity::Quantity;
+use crate::quantity::{Quantity, Resource};
 
 /// Default working directory, as in the original.
 pub const DEFAULT_WORKDIR: &str = "/work";
@@ -40,16 +40,6 @@ pub const MAX_ENV_VARS: usize = 1024;
 /// Longest name of one file or folder on Linux file systems (NAME_MAX).
 pub const MAX_PATH_COMPONENT_BYTES: usize = 255;
 pub const MAX_ARTIFACT_PATTERNS: usize = 32;
-/// A memory limit below this cannot start a container runtime's shim and
-/// a program; a bare number is bytes, so `64` (a typo for `64Mi`) is
-/// refused here instead of failing at container start (issue 12,
-/// finding 5).
-pub const MIN_MEMORY_BYTES: i128 = 16 << 20;
-pub const MAX_MEMORY_BYTES: i128 = 1 << 40;
-/// Kubernetes keeps CPU to the millicore; below that a limit is rounded
-/// up or refused by the API server.
-pub const MIN_CPU_MILLIS: i128 = 1;
-pub const MAX_CPU_CORES: i128 = 1024;
 /// Folders a workdir may not be in or cover (issue 12, finding 8): the
 /// volume would hide the image's programs, libraries, loader or
 /// configuration, or the kernel's and the runner's folders. `/var` itself
@@ -316,17 +306,8 @@ fn parse_env(value: Option<&Value>) -> Result<BTreeMap<String, String>, ArgError
     Ok(env)
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Resource {
-    Cpu,
-    Memory,
-}
-
 fn parse_limit(limits: Option<&Value>, resource: Resource) -> Result<Option<Quantity>, ArgError> {
-    let name = match resource {
-        Resource::Cpu => "cpu",
-        Resource::Memory => "memory",
-    };
+    let name = resource.name();
     let Some(limits) = limits.filter(|v| !v.is_null()) else { return Ok(None) };
     let object = limits.as_object().ok_or_else(|| fail("`limits` must be an object {cpu?, memory?}"))?;
     reject_unknown(object, &["cpu", "memory"], "limits.")?;
@@ -340,28 +321,8 @@ fn parse_limit(limits: Option<&Value>, resource: Resource) -> Result<Option<Quan
     if quantity.is_zero() {
         return Err(fail(format!("`limits.{name}` must be more than zero")));
     }
-    check_limit_range(&quantity, resource).map_err(|why| fail(format!("`limits.{name}` `{}` {why}", echo::shorten(quantity.as_str()))))?;
+    quantity.check_limit(resource).map_err(|why| fail(format!("`limits.{name}` `{}` {why}", echo::shorten(quantity.as_str()))))?;
     Ok(Some(quantity))
-}
-
-/// A limit the kubelet can apply and a node can have (issue 11,
-/// finding 11: `1m` of memory, `1Pi`, `1E` CPUs and `1e-30` passed).
-/// Quantities are in nano-units: 10^9 per byte or per core.
-fn check_limit_range(quantity: &Quantity, resource: Resource) -> Result<(), String> {
-    const NANOS: i128 = 1_000_000_000;
-    let nanos = quantity.nanos();
-    match resource {
-        Resource::Memory if nanos < MIN_MEMORY_BYTES * NANOS => {
-            Err("is below the minimum of 16Mi (a bare number is bytes: `64` is 64 bytes; write `64Mi` for mebibytes, `1Gi` for gibibytes)"
-                .to_string())
-        }
-        Resource::Memory if nanos > MAX_MEMORY_BYTES * NANOS => Err("is over the maximum of 1Ti".to_string()),
-        Resource::Cpu if nanos < MIN_CPU_MILLIS * NANOS / 1000 => {
-            Err("is below the minimum of 1m (one thousandth of a core, the finest Kubernetes keeps)".to_string())
-        }
-        Resource::Cpu if nanos > MAX_CPU_CORES * NANOS => Err(format!("is over the maximum of {MAX_CPU_CORES} cores")),
-        _ => Ok(()),
-    }
 }
 
 fn parse_timeout(value: Option<&Value>, bounds: &ArgBounds) -> Result<Duration, ArgError> {

@@ -12,6 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use crate::images::Allowlist;
+use crate::languages::Languages;
 use crate::log::{Level, Redacted};
 use crate::quantity::{Quantity, Resource};
 
@@ -85,6 +86,8 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_WRITE_TIMEOUT_S", Some("write-timeout-s"), "30", "how long an HTTP client may leave an answer or event stream unread before it is dropped", |r| &mut r.write_timeout_s),
     setting("MCP_K8S_ALLOWED_ORIGINS", Some("allowed-origins"), "", "comma-separated browser origins allowed besides localhost", |r| &mut r.allowed_origins),
     setting("MCP_K8S_SHUTDOWN_GRACE_S", Some("shutdown-grace-s"), "30", "how long in-flight calls may finish after SIGTERM before they are cancelled", |r| &mut r.shutdown_grace_s),
+    setting("MCP_K8S_LANGUAGES", Some("languages"), "", "JSON file of execute_code language profiles that override or add to the built-in ones (python, javascript, go, bash)", |r| &mut r.languages),
+    setting("MCP_K8S_SNIPPETS_DIR", Some("snippets-dir"), "", "folder of named snippets for execute_code's snippet_name, also served as MCP resources; empty means none", |r| &mut r.snippets_dir),
     setting("MCP_K8S_LOG_LEVEL", Some("log-level"), "info", "lowest level written to stderr: debug, info, notice, warning, error", |r| &mut r.log_level),
     setting("MCP_K8S_TEST_TOOLS", None, "", "1 registers diagnostic tools for tests (environment only)", |r| &mut r.test_tools),
 ];
@@ -135,6 +138,8 @@ pub struct RawConfig {
     pub write_timeout_s: Option<String>,
     pub allowed_origins: Option<String>,
     pub shutdown_grace_s: Option<String>,
+    pub languages: Option<String>,
+    pub snippets_dir: Option<String>,
     pub log_level: Option<String>,
     pub test_tools: Option<String>,
 }
@@ -223,6 +228,11 @@ pub struct Config {
     /// Exact origins (`scheme://host[:port]`) allowed besides loopback ones.
     pub allowed_origins: Vec<String>,
     pub shutdown_grace_s: u64,
+    /// execute_code's language profiles: built in, plus MCP_K8S_LANGUAGES.
+    pub languages: Languages,
+    /// MCP_K8S_SNIPPETS_DIR, checked to be a folder at start; its files are
+    /// read at call time.
+    pub snippets_dir: Option<PathBuf>,
     pub log_level: Level,
     pub test_tools: bool,
 }
@@ -255,6 +265,9 @@ pub enum Error {
     DefaultAboveMax { default_variable: &'static str, default: u64, max_variable: &'static str, max: u64 },
     /// One of a both-or-neither pair is set without the other.
     Unpaired { set: &'static str, missing: &'static str },
+    /// The MCP_K8S_LANGUAGES file is unreadable or wrong; the error names
+    /// the file, the profile and the field.
+    Languages(crate::languages::Error),
 }
 
 impl fmt::Display for Error {
@@ -272,6 +285,7 @@ impl fmt::Display for Error {
             Error::Unpaired { set, missing } => {
                 write!(formatter, "{set} is set but {missing} is not; set both or neither")
             }
+            Error::Languages(error) => write!(formatter, "{error}"),
         }
     }
 }
@@ -344,6 +358,8 @@ impl Config {
             http_limits,
             allowed_origins: parse_origins(raw.allowed_origins.as_deref())?,
             shutdown_grace_s: number(&raw.shutdown_grace_s, "MCP_K8S_SHUTDOWN_GRACE_S", 30, 0, 3600)?,
+            languages: Languages::load(raw.languages.as_deref().map(std::path::Path::new), max_timeout_s).map_err(Error::Languages)?,
+            snippets_dir: raw.snippets_dir.as_deref().map(parse_snippets_dir).transpose()?,
             log_level: parse_log_level(raw.log_level.as_deref())?,
             test_tools: parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?,
         })
@@ -461,6 +477,16 @@ fn request(value: &Option<String>, variable: &'static str, default: &str, resour
     match quantity.check_limit(resource) {
         Ok(()) => Ok(quantity),
         Err(why) => Err(invalid(variable, quantity.as_str(), &format!("a {} quantity a run can use: this one {why}", resource.name()))),
+    }
+}
+
+/// The folder must exist at start (a typo should stop the server, not make
+/// every snippet unknown); what is in it is read at each call.
+fn parse_snippets_dir(text: &str) -> Result<PathBuf, Error> {
+    match std::fs::metadata(text) {
+        Ok(metadata) if metadata.is_dir() => Ok(PathBuf::from(text)),
+        Ok(_) => Err(invalid("MCP_K8S_SNIPPETS_DIR", text, "a folder, not a file")),
+        Err(error) => Err(invalid("MCP_K8S_SNIPPETS_DIR", text, &format!("an existing folder ({error})"))),
     }
 }
 

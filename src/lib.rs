@@ -8,6 +8,7 @@
 //! → `engine` (runs, background jobs, manifests) → `kube` (the REST client).
 //! `runner` is the in-pod half: the same binary, started as the job's
 //! entrypoint, knows nothing of MCP or of the API server.
+//! `languages` holds `execute_code`'s language profiles.
 //! `config` turns the environment and flags into a checked `Config`; `echo`
 //! shortens caller input quoted in errors; `log`
 //! writes metadata-only JSON lines to stderr; `metrics` keeps the counters
@@ -20,6 +21,7 @@ pub mod echo;
 pub mod engine;
 pub mod images;
 pub mod kube;
+pub mod languages;
 pub mod log;
 pub mod metrics;
 pub mod protocol;

@@ -20,7 +20,17 @@ fn a_session_from_initialize_to_a_tool_call() {
     let names: Vec<&str> = tools["result"]["tools"].as_array().unwrap().iter().map(|tool| tool["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["describe_environment", "run_job", "submit_job", "fetch_job", "cancel_job", "list_jobs", "test_sleep", "test_panic"]
+        [
+            "describe_environment",
+            "run_job",
+            "execute_code",
+            "submit_job",
+            "fetch_job",
+            "cancel_job",
+            "list_jobs",
+            "test_sleep",
+            "test_panic"
+        ]
     );
     server.send(r#"{"jsonrpc":"2.0","id":"2","method":"tools/call","params":{"name":"describe_environment","arguments":{}}}"#);
     let result = server.recv();

@@ -82,6 +82,8 @@ pub enum ErrorCode {
     MethodNotFound,
     InvalidParams,
     InternalError,
+    /// MCP's "resource not found" (revisions up to 2025-11-25).
+    ResourceNotFound,
 }
 
 impl ErrorCode {
@@ -92,13 +94,21 @@ impl ErrorCode {
             ErrorCode::MethodNotFound => -32601,
             ErrorCode::InvalidParams => -32602,
             ErrorCode::InternalError => -32603,
+            ErrorCode::ResourceNotFound => -32002,
         }
     }
 
     fn from_code(code: i64) -> Option<ErrorCode> {
-        [ErrorCode::ParseError, ErrorCode::InvalidRequest, ErrorCode::MethodNotFound, ErrorCode::InvalidParams, ErrorCode::InternalError]
-            .into_iter()
-            .find(|error_code| error_code.code() == code)
+        [
+            ErrorCode::ParseError,
+            ErrorCode::InvalidRequest,
+            ErrorCode::MethodNotFound,
+            ErrorCode::InvalidParams,
+            ErrorCode::InternalError,
+            ErrorCode::ResourceNotFound,
+        ]
+        .into_iter()
+        .find(|error_code| error_code.code() == code)
     }
 }
 

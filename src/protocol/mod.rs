@@ -14,6 +14,7 @@
 //! branch off in `Server::on_request` before the session checks.
 
 pub mod jsonrpc;
+pub mod resources;
 pub mod scan;
 pub mod tasks;
 
@@ -189,6 +190,12 @@ impl Server {
                 Err(ResponseError::new(ErrorCode::InvalidRequest, format!("`{method}` before `initialize`; initialize the session first")))
             }
             "tools/list" => list_tools(&self.registry, &params),
+            // Declared only with a snippets folder; otherwise -32601, as for
+            // any undeclared capability.
+            method if resources::METHODS.contains(&method) => match &self.ctx.config.snippets_dir {
+                Some(dir) => resources::handle(method, dir, &self.ctx.config.languages, &params),
+                None => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`"))),
+            },
             "logging/setLevel" => set_log_level(session, &params),
             "tools/call" => match self.start_call(session, &id, params, outbox.clone(), message_bytes) {
                 // The call's thread owns the response now.
@@ -247,10 +254,14 @@ impl Server {
             state.protocol_version = Some(version);
         }
         log::info("session initialized", &[("protocol_version", json!(version)), ("requested", json!(echo::shorten(requested)))]);
+        let mut capabilities = json!({ "tools": {}, "logging": {}, "tasks": tasks::capability() });
+        if self.ctx.config.snippets_dir.is_some() {
+            capabilities["resources"] = json!({});
+        }
         Ok(json!({
             "protocolVersion": version,
             // Only what is implemented: clients gate features on these.
-            "capabilities": { "tools": {}, "logging": {}, "tasks": tasks::capability() },
+            "capabilities": capabilities,
             "serverInfo": {
                 "name": SERVER_NAME,
                 "title": "Ephemeral Kubernetes jobs",
@@ -497,7 +508,10 @@ impl RunningCall {
             Ok(Ok(outcome @ (ToolOutcome::Success(_) | ToolOutcome::SuccessWithContent { .. }))) => {
                 (Ok(tools::result_json(outcome)), "success")
             }
-            Ok(Ok(outcome @ ToolOutcome::Failure(_))) => (Ok(tools::result_json(outcome)), "tool_error"),
+            Ok(Ok(outcome @ (ToolOutcome::Failure(_) | ToolOutcome::Rendered { is_error: true, .. }))) => {
+                (Ok(tools::result_json(outcome)), "tool_error")
+            }
+            Ok(Ok(outcome @ ToolOutcome::Rendered { is_error: false, .. })) => (Ok(tools::result_json(outcome)), "success"),
             Ok(Err(Ok(value))) => (Ok(value), "success"),
             Ok(Err(Err(error))) => (Err(error), "error"),
             Err(_) => (
@@ -577,7 +591,9 @@ fn number_json(number: f64) -> Value {
 }
 
 fn is_known_method(method: &str) -> bool {
-    matches!(method, "tools/list" | "tools/call" | "logging/setLevel") || tasks::METHODS.contains(&method)
+    matches!(method, "tools/list" | "tools/call" | "logging/setLevel")
+        || tasks::METHODS.contains(&method)
+        || resources::METHODS.contains(&method)
 }
 
 fn list_tools(registry: &tools::Registry, params: &Map<String, Value>) -> Result<Value, ResponseError> {

@@ -132,7 +132,7 @@ fn errors() {
             error(
                 json!(8),
                 -32602,
-                "unknown tool: `nope`; available: describe_environment, run_job, submit_job, fetch_job, cancel_job, list_jobs, test_sleep, test_panic",
+                "unknown tool: `nope`; available: describe_environment, run_job, execute_code, submit_job, fetch_job, cancel_job, list_jobs, test_sleep, test_panic",
             ),
         ),
         (r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{}}"#, error(json!(9), -32602, "missing `name`")),
@@ -348,12 +348,13 @@ fn task_requests_are_checked_before_any_cluster_is_needed() {
 }
 
 #[test]
-fn run_job_alone_declares_task_support() {
+fn run_job_and_execute_code_alone_declare_task_support() {
     let server = server();
     let session = initialized_session(&server);
     let (_, messages) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
     for tool in messages[0]["result"]["tools"].as_array().unwrap() {
-        let expected = if tool["name"] == "run_job" { json!({ "taskSupport": "optional" }) } else { Value::Null };
+        let expected =
+            if tool["name"] == "run_job" || tool["name"] == "execute_code" { json!({ "taskSupport": "optional" }) } else { Value::Null };
         assert_eq!(tool["execution"], expected, "{}", tool["name"]);
     }
 }
@@ -371,7 +372,7 @@ fn echoed_input_is_shortened() {
                 json!(2),
                 -32602,
                 &format!(
-                    "unknown tool: `{shown}`; available: describe_environment, run_job, submit_job, fetch_job, cancel_job, list_jobs, test_sleep, test_panic"
+                    "unknown tool: `{shown}`; available: describe_environment, run_job, execute_code, submit_job, fetch_job, cancel_job, list_jobs, test_sleep, test_panic"
                 ),
             ),
         ),

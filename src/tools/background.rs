@@ -17,14 +17,14 @@ use crate::engine::collect::LiveChunk;
 use crate::engine::jobs::{Phase, View};
 use crate::engine::run::Progress;
 use crate::engine::spec::RunStatus;
-use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, check_known_arguments, job_args, job_result, run_job};
+use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, check_known_arguments, execute_code, job_args, job_result, run_job};
 
 /// Longest `fetch_job` long-poll: clients give up on calls after about a
 /// minute or two, and a poll loop is cheap.
 pub const MAX_WAIT_S: u64 = 120;
 
 /// Tools that may be called as MCP tasks (`execution.taskSupport`).
-pub const TASK_TOOLS: &[&str] = &["run_job"];
+pub const TASK_TOOLS: &[&str] = &["run_job", execute_code::NAME];
 
 /// The four tools, in `tools/list` order.
 pub fn tools(config: &crate::config::Config) -> Vec<Tool> {
@@ -95,6 +95,12 @@ pub fn task_submit(ctx: &Ctx, tool_name: &str, arguments: &Map<String, Value>) -
     if !TASK_TOOLS.contains(&tool_name) {
         return Err(CallError::Invalid(format!("tool `{tool_name}` cannot run as a task; tasks: {}", TASK_TOOLS.join(", "))));
     }
+    if tool_name == execute_code::NAME {
+        let spec = execute_code::parse_execute_args(arguments, &ctx.config).map_err(CallError::Invalid)?;
+        let token = background::submit(engine_of(ctx)?, &spec)?.token;
+        execute_code::remember_task(&token);
+        return Ok(token);
+    }
     submit(ctx, arguments).map(|submitted| submitted.token)
 }
 
@@ -112,6 +118,9 @@ pub fn task_result(ctx: &Ctx, task_id: &str, stop: &CancelToken) -> Result<ToolO
         let wait = Duration::from_secs(MAX_WAIT_S);
         let view = background::fetch(engine, task_id, wait, stop, &mut |_, _| {})?;
         if let Some(outcome) = &view.outcome {
+            if execute_code::is_task(task_id) {
+                return Ok(execute_code::outcome(outcome));
+            }
             return Ok(run_job_outcome(outcome));
         }
         if stop.is_cancelled() {

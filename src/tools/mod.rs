@@ -12,9 +12,11 @@
 //! stays ignorant of MCP too.
 
 pub mod background;
+pub mod execute_code;
 pub mod job_args;
 pub mod job_result;
 pub mod run_job;
+pub mod snippets;
 
 use std::fmt;
 
@@ -67,6 +69,10 @@ pub enum ToolOutcome {
     /// A tool error the model should read (bad arguments, could not run):
     /// becomes `isError: true` with this text and no `structuredContent`.
     Failure(String),
+    /// A result whose text block is the tool's own rendering rather than
+    /// the structured JSON (`execute_code` keeps isolator's text), with an
+    /// `isError` the tool decides.
+    Rendered { text: String, structured: Value, extra_content: Vec<Value>, is_error: bool },
 }
 
 pub type Handler = fn(&Ctx, &Call<'_>) -> ToolOutcome;
@@ -100,7 +106,7 @@ impl Registry {
     /// The production tools, plus the diagnostic ones when
     /// `MCP_K8S_TEST_TOOLS=1`.
     pub fn new(config: &Config) -> Registry {
-        let mut tools = vec![describe_environment_tool(), run_job::run_job_tool(config)];
+        let mut tools = vec![describe_environment_tool(), run_job::run_job_tool(config), execute_code::execute_code_tool(config)];
         tools.extend(background::tools(config));
         if config.test_tools {
             tools.push(test_sleep_tool());
@@ -155,21 +161,24 @@ impl Tool {
 /// copied: with artifacts it is the largest thing the server holds.
 pub fn result_json(outcome: ToolOutcome) -> Value {
     // Built with moves, not `json!`, which copies what it is given.
-    let success = |structured: Value, extra_content: Vec<Value>| {
-        let mut text = Map::new();
-        text.insert("type".into(), Value::from("text"));
-        text.insert("text".into(), Value::String(json_text(&structured)));
-        let mut content = vec![Value::Object(text)];
+    let structured_result = |text: String, structured: Value, extra_content: Vec<Value>, is_error: bool| {
+        let mut text_block = Map::new();
+        text_block.insert("type".into(), Value::from("text"));
+        text_block.insert("text".into(), Value::String(text));
+        let mut content = vec![Value::Object(text_block)];
         content.extend(extra_content);
         let mut result = Map::new();
         result.insert("content".into(), Value::Array(content));
         result.insert("structuredContent".into(), structured);
-        result.insert("isError".into(), Value::Bool(false));
+        result.insert("isError".into(), Value::Bool(is_error));
         Value::Object(result)
     };
     match outcome {
-        ToolOutcome::Success(structured) => success(structured, Vec::new()),
-        ToolOutcome::SuccessWithContent { structured, extra_content } => success(structured, extra_content),
+        ToolOutcome::Success(structured) => structured_result(json_text(&structured), structured, Vec::new(), false),
+        ToolOutcome::SuccessWithContent { structured, extra_content } => {
+            structured_result(json_text(&structured), structured, extra_content, false)
+        }
+        ToolOutcome::Rendered { text, structured, extra_content, is_error } => structured_result(text, structured, extra_content, is_error),
         ToolOutcome::Failure(text) => json!({
             "content": [{ "type": "text", "text": text }],
             "isError": true,
@@ -299,8 +308,8 @@ fn describe_environment_tool() -> Tool {
     Tool {
         name: "describe_environment",
         title: "Describe the job environment",
-        description: "Tells what a job may use on this server: allowed images, default and maximum \
-                      timeout_s, output and artifact size caps, default CPU and memory, where a job may \
+        description: "Tells what a job may use on this server: allowed images, execute_code's languages \
+                      and their images, default and maximum timeout_s, output and artifact size caps, default CPU and memory, where a job may \
                       write (its root file system is read-only), the namespace, and whether repository \
                       cloning and a cache volume are available. Call it before choosing an image or a \
                       timeout. Reads configuration only; starts nothing."
@@ -343,12 +352,32 @@ fn describe_environment_tool() -> Tool {
                 "extra_env_names": {
                     "type": "array", "items": { "type": "string" },
                     "description": "environment variables every job gets from the server"
-                }
+                },
+                "languages": {
+                    "type": "array",
+                    "description": "execute_code's language profiles",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "language": { "type": "string" },
+                            "image": { "type": "string" },
+                            "entrypoint_filename": { "type": "string", "description": "default file name" },
+                            "command": { "type": "array", "items": { "type": "string" } },
+                            "snippet_extensions": { "type": "array", "items": { "type": "string" } },
+                            "timeout_s": { "type": "integer" },
+                            "cpu": { "type": "string" },
+                            "memory": { "type": "string" }
+                        },
+                        "required": ["language", "image", "entrypoint_filename", "command", "snippet_extensions", "timeout_s", "cpu", "memory"]
+                    }
+                },
+                "snippets_available": { "type": "boolean", "description": "whether execute_code's snippet_name can be used (resources/list lists them)" },
+                "network": { "type": "string", "description": "what limits a job's network, and who enforces it" }
             },
             "required": [
                 "namespace", "allowed_images", "timeout_s", "max_output_bytes", "max_artifact_bytes",
                 "default_cpu", "default_memory", "max_concurrent", "disk", "clone_available",
-                "cache_mount_path", "extra_env_names"
+                "cache_mount_path", "extra_env_names", "languages", "snippets_available", "network"
             ],
             "additionalProperties": false
         }),
@@ -382,8 +411,27 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         "clone_available": config.clone.is_some(),
         "cache_mount_path": config.cache.as_ref().map(|cache| cache.mount_path.as_str()),
         "extra_env_names": extra_env_names,
+        "languages": config.languages.profiles.values().map(|profile| json!({
+            "language": profile.name,
+            "image": profile.image,
+            "entrypoint_filename": profile.filename,
+            "command": profile.command,
+            "snippet_extensions": profile.extensions,
+            "timeout_s": profile.timeout_s,
+            "cpu": profile.cpu.as_str(),
+            "memory": profile.memory.as_str(),
+        })).collect::<Vec<_>>(),
+        "snippets_available": config.snippets_dir.is_some(),
+        "network": NETWORK_TEXT,
     }))
 }
+
+/// What is true of a job's network today (issue 15 asks to say exactly
+/// what is enforced where). The server itself sets no network policy.
+const NETWORK_TEXT: &str = "Kubernetes: this server does not cut a job's network itself; the namespace's \
+                            NetworkPolicy (deploy/networkpolicy-jobs.yaml: no ingress, egress to DNS plus an \
+                            operator allowlist) applies to run_job and execute_code alike, and only where the \
+                            cluster's network plugin enforces NetworkPolicy.";
 
 // ---------------------------------------------------------------------------
 // Test hooks, registered only with MCP_K8S_TEST_TOOLS=1: they let the client
@@ -521,7 +569,7 @@ mod tests {
     #[test]
     fn test_tools_are_registered_only_on_request() {
         let config = Config::from_raw(&RawConfig::default()).unwrap();
-        let production = ["describe_environment", "run_job", "submit_job", "fetch_job", "cancel_job", "list_jobs"];
+        let production = ["describe_environment", "run_job", "execute_code", "submit_job", "fetch_job", "cancel_job", "list_jobs"];
         assert_eq!(Registry::new(&config).names(), production);
         assert_eq!(Registry::new(&ctx().config).names(), [&production[..], &["test_sleep", "test_panic"]].concat());
     }

@@ -103,9 +103,21 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(spec) => spec,
         Err(error) => return ToolOutcome::Failure(error.to_string()),
     };
+    match run_reporting_progress(ctx, call, &spec) {
+        Ok(outcome) => ToolOutcome::SuccessWithContent {
+            structured: job_result::outcome_json(&outcome),
+            extra_content: job_result::image_blocks(&outcome),
+        },
+        Err(why) => ToolOutcome::Failure(why),
+    }
+}
+
+/// Runs `spec` to its end, turning engine progress into MCP progress;
+/// shared with `execute_code`. `Err` when there is no engine to run on.
+pub fn run_reporting_progress(ctx: &Ctx, call: &Call<'_>, spec: &engine::spec::RunSpec) -> Result<engine::spec::RunOutcome, String> {
     let engine = match &ctx.engine {
         Ok(engine) => engine,
-        Err(why) => return ToolOutcome::Failure(format!("this server cannot reach a Kubernetes cluster: {why}")),
+        Err(why) => return Err(format!("this server cannot reach a Kubernetes cluster: {why}")),
     };
     let run_id = engine::run::new_run_id();
     let steps = AtomicU64::new(0);
@@ -113,8 +125,7 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         let step = steps.fetch_add(1, Ordering::Relaxed) + 1;
         call.events.progress(step as f64, None, Some(&progress_message(&progress)));
     };
-    let outcome = engine::run::run(engine, &spec, &run_id, call.cancel, &on_progress);
-    ToolOutcome::SuccessWithContent { structured: job_result::outcome_json(&outcome), extra_content: job_result::image_blocks(&outcome) }
+    Ok(engine::run::run(engine, spec, &run_id, call.cancel, &on_progress))
 }
 
 /// Progress text: phases in words, live output prefixed with its stream.

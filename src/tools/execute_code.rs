@@ -1,0 +1,426 @@
+//! `execute_code` (issue 15): isolator-mcp's tool, with its argument names
+//! and its result text, on this server's engine. The code comes inline
+//! (`language` + `entrypoint_code`) or by name from the snippets folder
+//! (`snippet_name`); the language profile gives the image, the argv, the
+//! defaults and the environment. The call becomes `run_job` arguments and
+//! goes through `job_args::parse_run_args`, so it gets the same `RunSpec`,
+//! caps, cancel, progress and `truncated` as `run_job`; a profile's image is
+//! allowed by being configured, whatever MCP_K8S_ALLOWED_IMAGES says.
+//!
+//! Knows nothing of backends or JSON-RPC: the run is the engine's, the
+//! result JSON `job_result`'s, snippet files `snippets`'.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+
+use crate::config::Config;
+use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
+use crate::images::Allowlist;
+use crate::languages::Profile;
+use crate::tools::job_args::{self, ArgBounds};
+use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, job_result, run_job, snippets};
+
+/// The tool's name, also in `background::TASK_TOOLS`.
+pub const NAME: &str = "execute_code";
+
+/// Arguments: isolator's five, plus `timeout_s` (this server's).
+const FIELDS: &[&str] = &["language", "entrypoint_code", "entrypoint_filename", "additional_files", "snippet_name", "timeout_s"];
+
+pub fn execute_code_tool(config: &Config) -> Tool {
+    Tool {
+        name: NAME,
+        title: "Run a code snippet in a throwaway sandbox",
+        description: description(config),
+        input_schema: input_schema(config),
+        output_schema: job_result::output_schema(),
+        annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
+        handler: execute_code,
+    }
+}
+
+/// The call's arguments, checked, as the spec `run_job` would run.
+pub fn parse_execute_args(arguments: &Map<String, Value>, config: &Config) -> Result<RunSpec, String> {
+    if let Some(unknown) = arguments.keys().find(|name| !FIELDS.contains(&name.as_str())) {
+        return Err(format!("unknown argument `{}`; accepted: {}", crate::echo::shorten(unknown), FIELDS.join(", ")));
+    }
+    let source = parse_source(arguments, config)?;
+    let profile = config.languages.get(&source.language).ok_or_else(|| {
+        format!("unknown `language` `{}`; available: {}", crate::echo::shorten(&source.language), config.languages.names().join(", "))
+    })?;
+    let filename = match optional_string(arguments, "entrypoint_filename")? {
+        Some(filename) => check_path("entrypoint_filename", filename)?,
+        None => source.filename.unwrap_or_else(|| profile.filename.clone()),
+    };
+    let mut files = vec![(filename.clone(), source.code.into_bytes())];
+    files.extend(parse_additional_files(arguments.get("additional_files"), &filename)?);
+    let timeout_s = match arguments.get("timeout_s").filter(|value| !value.is_null()) {
+        None => profile.timeout_s,
+        Some(value) => value
+            .as_u64()
+            .filter(|seconds| (1..=config.max_timeout_s).contains(seconds))
+            .ok_or_else(|| format!("`timeout_s` must be a whole number from 1 to {}", config.max_timeout_s))?,
+    };
+    let run_args = run_job_arguments(profile, &filename, &files, timeout_s);
+    let allowlist = Allowlist::parse(&profile.image)
+        .map_err(|(image, why)| format!("language `{}` has an unusable image `{image}` ({why}); tell the operator", profile.name))?;
+    let bounds = ArgBounds {
+        allowlist: &allowlist,
+        default_timeout: std::time::Duration::from_secs(profile.timeout_s),
+        max_timeout: std::time::Duration::from_secs(config.max_timeout_s),
+        clone_enabled: false,
+    };
+    // What is left to fail here is the size of the files together; run_job
+    // calls them `files`, this tool's caller knows them by other names.
+    job_args::parse_run_args(&run_args, &bounds).map_err(|error| error.0.replace("`files`", "`entrypoint_code` and `additional_files`"))
+}
+
+/// The result: isolator's text block, `isError` as isolator sets it, this
+/// server's run result as `structuredContent`, and pictures the code wrote.
+pub fn outcome(outcome: &RunOutcome) -> ToolOutcome {
+    ToolOutcome::Rendered {
+        text: result_text(outcome),
+        structured: job_result::outcome_json(outcome),
+        extra_content: job_result::image_blocks(outcome),
+        is_error: outcome.status != RunStatus::Succeeded,
+    }
+}
+
+/// isolator's text: `--- stdout ---\n…\n--- stderr ---\n…`, after
+/// `Execution Failed (<status>): <message>\n\n` when the code did not
+/// succeed. The status is isolator's word (`error`, `timeout`), so prompts
+/// written for isolator keep matching; ours is in `structuredContent`.
+pub fn result_text(outcome: &RunOutcome) -> String {
+    let output = format!(
+        "--- stdout ---\n{}\n--- stderr ---\n{}",
+        String::from_utf8_lossy(&outcome.stdout),
+        String::from_utf8_lossy(&outcome.stderr)
+    );
+    match isolator_status(outcome.status) {
+        None => output,
+        Some(status) => format!("Execution Failed ({status}): {}\n\n{output}", outcome.message),
+    }
+}
+
+/// Remembers which task ids are `execute_code` runs, so `tasks/result`
+/// answers with this tool's result shape. In memory only: after a restart
+/// such a task's result comes back in `run_job`'s shape (the same
+/// structured content, its JSON as the text).
+pub fn remember_task(task_id: &str) {
+    let mut tasks = TASKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if tasks.len() >= MAX_REMEMBERED_TASKS {
+        tasks.clear();
+    }
+    tasks.insert(task_id.to_string());
+}
+
+pub fn is_task(task_id: &str) -> bool {
+    TASKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(task_id)
+}
+
+/// Bounds the task memory; past it, older tasks fall back as after a
+/// restart.
+const MAX_REMEMBERED_TASKS: usize = 10_000;
+
+static TASKS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+fn execute_code(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
+    let spec = match parse_execute_args(call.arguments, &ctx.config) {
+        Ok(spec) => spec,
+        Err(message) => return ToolOutcome::Failure(message),
+    };
+    match run_job::run_reporting_progress(ctx, call, &spec) {
+        Ok(run_outcome) => outcome(&run_outcome),
+        Err(why) => ToolOutcome::Failure(why),
+    }
+}
+
+/// isolator's statuses are `success`, `error` and `timeout`; a non-zero
+/// exit is `error` there (its README: the prefix is added "when the exit
+/// code is not 0, or on a timeout"), and so is anything that could not run.
+fn isolator_status(status: RunStatus) -> Option<&'static str> {
+    match status {
+        RunStatus::Succeeded => None,
+        RunStatus::TimedOut => Some("timeout"),
+        RunStatus::Failed | RunStatus::Error => Some("error"),
+        RunStatus::Cancelled => Some("cancelled"),
+    }
+}
+
+/// Where the code comes from: a snippet, or `language` + `entrypoint_code`.
+struct Source {
+    language: String,
+    code: String,
+    /// The snippet's own file name (`hello.py`); `None` for inline code.
+    filename: Option<String>,
+}
+
+fn parse_source(arguments: &Map<String, Value>, config: &Config) -> Result<Source, String> {
+    let snippet_name = optional_string(arguments, "snippet_name")?;
+    let language = optional_string(arguments, "language")?;
+    let code = optional_string(arguments, "entrypoint_code")?;
+    const EITHER: &str = "send either `snippet_name`, or `language` with `entrypoint_code`";
+    match (snippet_name, language, code) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+            Err(format!("`snippet_name` cannot be combined with `language` or `entrypoint_code`: {EITHER}"))
+        }
+        (Some(name), None, None) => {
+            let snippet = snippets::load(config.snippets_dir.as_deref(), &config.languages, name).map_err(|error| error.to_string())?;
+            Ok(Source { language: snippet.language, code: snippet.source, filename: Some(snippet.filename) })
+        }
+        (None, Some(language), Some(code)) => Ok(Source { language: language.to_string(), code: code.to_string(), filename: None }),
+        (None, Some(_), None) => Err(format!("`language` needs `entrypoint_code`, the code to run: {EITHER}")),
+        (None, None, Some(_)) => {
+            Err(format!("`entrypoint_code` needs `language` (one of: {}): {EITHER}", config.languages.names().join(", ")))
+        }
+        (None, None, None) => Err(format!("no code given: {EITHER}")),
+    }
+}
+
+/// A string argument; `None` when absent or null.
+fn optional_string<'a>(arguments: &'a Map<String, Value>, name: &str) -> Result<Option<&'a str>, String> {
+    match arguments.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text)),
+        Some(other) => Err(format!("`{name}` must be a string, not {}", crate::tools::json_kind(other))),
+    }
+}
+
+fn check_path(field: &str, path: &str) -> Result<String, String> {
+    job_args::check_relative_path(path).map_err(|why| format!("`{field}` `{}` {why}", crate::echo::shorten(path)))
+}
+
+/// `additional_files`: `[{filename, content}]` as in isolator, or
+/// `content_b64` for bytes that are not text.
+fn parse_additional_files(value: Option<&Value>, entrypoint: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let items = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(format!("`additional_files` must be an array of {{filename, content}}, not {}", crate::tools::json_kind(other)));
+        }
+    };
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let field = |name: &str| format!("additional_files[{index}].{name}");
+        let Value::Object(object) = item else {
+            return Err(format!("`additional_files[{index}]` must be an object {{filename, content}}"));
+        };
+        if let Some(unknown) = object.keys().find(|key| !["filename", "content", "content_b64"].contains(&key.as_str())) {
+            return Err(format!(
+                "unknown field `{}.{}`; accepted: filename, content, content_b64",
+                field("").trim_end_matches('.'),
+                crate::echo::shorten(unknown)
+            ));
+        }
+        let filename = match object.get("filename") {
+            Some(Value::String(filename)) => check_path(&field("filename"), filename)?,
+            _ => return Err(format!("`{}` is required and must be a string", field("filename"))),
+        };
+        if filename == entrypoint {
+            return Err(format!("`{}` `{filename}` is the entrypoint's file name; give it another name", field("filename")));
+        }
+        if files.iter().any(|(known, _)| *known == filename) {
+            return Err(format!("`{}` `{filename}` is given twice", field("filename")));
+        }
+        let content = match (object.get("content"), object.get("content_b64")) {
+            (Some(Value::String(text)), None) => text.clone().into_bytes(),
+            (None, Some(Value::String(encoded))) => base64::engine::general_purpose::STANDARD
+                .decode(encoded.trim())
+                .map_err(|error| format!("`{}` is not valid base64: {error}", field("content_b64")))?,
+            (Some(_), Some(_)) => return Err(format!("`additional_files[{index}]` has both `content` and `content_b64`; send one")),
+            (None, None) => return Err(format!("`additional_files[{index}]` needs `content` (text) or `content_b64` (bytes)")),
+            _ => return Err(format!("`{}` and `{}` must be strings", field("content"), field("content_b64"))),
+        };
+        files.push((filename, content));
+    }
+    Ok(files)
+}
+
+/// The `run_job` arguments this call stands for.
+fn run_job_arguments(profile: &Profile, filename: &str, files: &[(String, Vec<u8>)], timeout_s: u64) -> Map<String, Value> {
+    let files: Vec<Value> = files
+        .iter()
+        .map(|(path, content)| json!({"path": path, "content_b64": base64::engine::general_purpose::STANDARD.encode(content)}))
+        .collect();
+    let Value::Object(arguments) = json!({
+        "image": profile.image,
+        "command": profile.argv(filename),
+        "files": files,
+        "env": profile.env,
+        "limits": {"cpu": profile.cpu.as_str(), "memory": profile.memory.as_str()},
+        "timeout_s": timeout_s,
+    }) else {
+        unreachable!("json! of an object literal is an object")
+    };
+    arguments
+}
+
+fn description(config: &Config) -> String {
+    let languages: Vec<String> = config
+        .languages
+        .profiles
+        .values()
+        .map(|profile| format!("{} ({}, default file {}, {} s)", profile.name, profile.image, profile.filename, profile.timeout_s))
+        .collect();
+    let snippets = match &config.snippets_dir {
+        None => "No snippets folder is configured.".to_string(),
+        Some(dir) => match snippets::list(dir, &config.languages) {
+            Ok(entries) if entries.is_empty() => "The snippets folder is empty.".to_string(),
+            Ok(entries) => format!(
+                "Snippets when the server started: {} (resources/list has the current list, resources/read their source).",
+                entries.iter().map(|entry| entry.name.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+            Err(error) => format!("The snippets folder could not be listed at start: {error}."),
+        },
+    };
+    format!(
+        "Runs code in a fresh, isolated sandbox and waits for it (isolator-mcp's execute_code). Give either \
+         `snippet_name` (a file of the server's snippets folder, named without its extension, whose extension \
+         picks the language), or `language` with `entrypoint_code`; `entrypoint_filename` overrides the \
+         language's default file name and `additional_files` are written beside it (e.g. modules to import). \
+         Returns one text block `--- stdout ---\\n...\\n--- stderr ---\\n...`, prefixed with `Execution Failed \
+         (<status>): <message>` when the code did not succeed (non-zero exit, timeout, could not run; isError is \
+         then true), plus run_job's structured result and pictures the code wrote. There is no stdin (reads see \
+         end of file). Languages: {}. {snippets}",
+        languages.join("; ")
+    )
+}
+
+fn input_schema(config: &Config) -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "language": {"type": "string", "enum": config.languages.names(), "description": "required with entrypoint_code"},
+            "entrypoint_code": {"type": "string", "description": "the main file's content; required unless snippet_name is given"},
+            "entrypoint_filename": {"type": "string", "description": "the main file's name, e.g. main.py; default per language"},
+            "additional_files": {"type": "array", "description": "more files beside the entrypoint", "items": {
+                "type": "object",
+                "required": ["filename"],
+                "additionalProperties": false,
+                "properties": {
+                    "filename": {"type": "string", "description": "relative path"},
+                    "content": {"type": "string", "description": "text content"},
+                    "content_b64": {"type": "string", "description": "binary content, base64, instead of content"},
+                },
+            }},
+            "snippet_name": {"type": "string", "description": "a snippet of the server's folder, without extension; excludes language and entrypoint_code"},
+            "timeout_s": {"type": "integer", "minimum": 1, "maximum": config.max_timeout_s, "description": "seconds the code may run; default per language"},
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RawConfig;
+    use crate::engine::spec::RunReason;
+
+    fn config_with(snippets_dir: Option<&str>) -> Config {
+        let raw = RawConfig::from_lookup(|name| match name {
+            "MCP_K8S_SNIPPETS_DIR" => snippets_dir.map(str::to_string),
+            _ => None,
+        });
+        Config::from_raw(&raw).unwrap()
+    }
+
+    fn parse(arguments: Value) -> Result<RunSpec, String> {
+        let Value::Object(arguments) = arguments else { panic!("an object") };
+        parse_execute_args(&arguments, &config_with(None))
+    }
+
+    #[test]
+    fn inline_code_becomes_the_run_job_spec_of_its_profile() {
+        let spec = parse(json!({"language": "python", "entrypoint_code": "print(1)", "additional_files": [
+            {"filename": "lib/util.py", "content": "X = 1"}, {"filename": "data.bin", "content_b64": "AAE="}]}))
+        .unwrap();
+        assert_eq!(spec.image, "docker.io/library/python:3.12-slim");
+        assert_eq!(spec.command, ["python3", "main.py"]);
+        let files: Vec<(&str, &[u8])> = spec.files.iter().map(|file| (file.path.as_str(), file.content.as_slice())).collect();
+        assert_eq!(files, [("main.py", b"print(1)".as_slice()), ("lib/util.py", b"X = 1"), ("data.bin", &[0, 1])]);
+        assert_eq!(spec.timeout, std::time::Duration::from_secs(30));
+        assert_eq!(spec.memory_limit.unwrap().as_str(), "512Mi");
+        assert_eq!(spec.env["PYTHONUNBUFFERED"], "1");
+        let go =
+            parse(json!({"language": "go", "entrypoint_code": "package main", "entrypoint_filename": "hello.go", "timeout_s": 5})).unwrap();
+        assert_eq!((go.command.join(" "), go.timeout.as_secs()), ("go run hello.go".to_string(), 5));
+    }
+
+    #[test]
+    fn each_bad_combination_is_a_clear_error() {
+        let either = "send either `snippet_name`, or `language` with `entrypoint_code`";
+        let cases = [
+            (json!({}), format!("no code given: {either}")),
+            (json!({"language": "python"}), format!("`language` needs `entrypoint_code`, the code to run: {either}")),
+            (json!({"entrypoint_code": "x"}), format!("`entrypoint_code` needs `language` (one of: bash, go, javascript, python): {either}")),
+            (json!({"snippet_name": "a", "language": "python"}), format!("`snippet_name` cannot be combined with `language` or `entrypoint_code`: {either}")),
+            (json!({"snippet_name": "a", "entrypoint_code": "x"}), format!("`snippet_name` cannot be combined with `language` or `entrypoint_code`: {either}")),
+            (json!({"snippet_name": "a"}), "`snippet_name` needs a snippets folder, and this server has none (MCP_K8S_SNIPPETS_DIR); send `language` and `entrypoint_code` instead".to_string()),
+            (json!({"language": "ruby", "entrypoint_code": "x"}), "unknown `language` `ruby`; available: bash, go, javascript, python".to_string()),
+            (json!({"language": 3, "entrypoint_code": "x"}), "`language` must be a string, not an integer".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "image": "evil"}), "unknown argument `image`; accepted: language, entrypoint_code, entrypoint_filename, additional_files, snippet_name, timeout_s".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "entrypoint_filename": "../x.py"}), "`entrypoint_filename` `../x.py` must name a file inside the workdir (no `..`)".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "additional_files": {}}), "`additional_files` must be an array of {filename, content}, not an object".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"content": "y"}]}), "`additional_files[0].filename` is required and must be a string".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"filename": "main.py", "content": "y"}]}), "`additional_files[0].filename` `main.py` is the entrypoint's file name; give it another name".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"filename": "a", "content": "y"}, {"filename": "a", "content": "z"}]}), "`additional_files[1].filename` `a` is given twice".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"filename": "a"}]}), "`additional_files[0]` needs `content` (text) or `content_b64` (bytes)".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"filename": "a", "content": "y", "content_b64": "eQ=="}]}), "`additional_files[0]` has both `content` and `content_b64`; send one".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"filename": "a", "content_b64": "!"}]}), "`additional_files[0].content_b64` is not valid base64: Invalid symbol 33, offset 0.".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"filename": "a", "text": "y"}]}), "unknown field `additional_files[0].text`; accepted: filename, content, content_b64".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "timeout_s": 0}), "`timeout_s` must be a whole number from 1 to 600".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x".repeat(800 * 1024)}), "`entrypoint_code` and `additional_files` hold more than 786432 bytes with their paths, the most one run can carry (a Kubernetes Secret); put large inputs in the image, a `clone`, or the cache volume".to_string()),
+        ];
+        for (arguments, expected) in cases {
+            assert_eq!(parse(arguments.clone()).unwrap_err(), expected, "{arguments}");
+        }
+    }
+
+    #[test]
+    fn a_snippet_runs_with_the_profile_of_its_extension() {
+        let dir = std::env::temp_dir().join(format!("mcp-execute-snippets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("hello.js"), "console.log('hi')").unwrap();
+        let config = config_with(dir.to_str());
+        let Value::Object(arguments) = json!({"snippet_name": "hello"}) else { unreachable!() };
+        let spec = parse_execute_args(&arguments, &config).unwrap();
+        assert_eq!((spec.image.as_str(), spec.command.join(" ")), ("docker.io/library/node:22-slim", "node hello.js".to_string()));
+        let Value::Object(unknown) = json!({"snippet_name": "nope"}) else { unreachable!() };
+        assert_eq!(parse_execute_args(&unknown, &config).unwrap_err(), "no snippet named `nope`; available: hello");
+        assert!(description(&config).contains("Snippets when the server started: hello"), "{}", description(&config));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn outcome_of(status: RunStatus, reason: Option<RunReason>, message: &str) -> RunOutcome {
+        let mut outcome = RunOutcome::without_result("r1", status, reason.unwrap_or(RunReason::NonZeroExit), message.to_string());
+        outcome.reason = reason;
+        outcome.stdout = b"hi\n".to_vec();
+        outcome.stderr = b"oops".to_vec();
+        outcome
+    }
+
+    #[test]
+    fn the_result_text_is_isolators() {
+        let succeeded = outcome_of(RunStatus::Succeeded, None, "the command exited with code 0");
+        assert_eq!(result_text(&succeeded), "--- stdout ---\nhi\n\n--- stderr ---\noops");
+        let failed = outcome_of(RunStatus::Failed, Some(RunReason::NonZeroExit), "exited with code 1");
+        assert_eq!(result_text(&failed), "Execution Failed (error): exited with code 1\n\n--- stdout ---\nhi\n\n--- stderr ---\noops");
+        let timed_out = outcome_of(RunStatus::TimedOut, Some(RunReason::DeadlineExceeded), "ran past timeout_s (2 s)");
+        assert!(result_text(&timed_out).starts_with("Execution Failed (timeout): ran past timeout_s (2 s)\n\n--- stdout ---\nhi\n"));
+    }
+
+    #[test]
+    fn is_error_follows_isolator_and_the_structured_result_is_run_jobs() {
+        for (status, is_error_expected) in
+            [(RunStatus::Succeeded, false), (RunStatus::Failed, true), (RunStatus::TimedOut, true), (RunStatus::Error, true)]
+        {
+            let run_outcome = outcome_of(status, None, "m");
+            let ToolOutcome::Rendered { is_error, structured, .. } = outcome(&run_outcome) else { panic!("rendered") };
+            assert_eq!(is_error, is_error_expected, "{status:?}");
+            assert_eq!(structured, job_result::outcome_json(&run_outcome));
+        }
+    }
+}

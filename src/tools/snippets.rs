@@ -1,0 +1,345 @@
+//! Named snippets for `execute_code` (issue 15, isolator's `promptsDir`):
+//! each file of MCP_K8S_SNIPPETS_DIR is a snippet, its base name is the
+//! `snippet_name` and its extension picks the language profile. The folder
+//! is read at call time, with bounds on the number of files and on a
+//! snippet's size, so a snippet edited on disk is used as it is now. The
+//! same listing feeds the MCP resources (`snippet://<name>`).
+//!
+//! Knows files and names only: what a snippet is run with is
+//! `execute_code`'s, and the JSON-RPC shape of resources is `protocol`'s.
+
+use std::fmt;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use crate::languages::Languages;
+
+/// Directory entries looked at; a folder with more is refused rather than
+/// read half.
+pub const MAX_SNIPPET_FILES: usize = 1000;
+/// Largest snippet: it travels as an input file, and input files share
+/// `job_args::MAX_INPUT_BYTES` (768 KiB) with `additional_files`.
+pub const MAX_SNIPPET_BYTES: u64 = 256 * 1024;
+/// The URI scheme of snippet resources.
+pub const URI_PREFIX: &str = "snippet://";
+
+/// One file of the folder, as listed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub name: String,
+    /// Without the dot; empty when the file has none.
+    pub extension: String,
+    /// The profile its extension picks, if any.
+    pub language: Option<String>,
+    pub size: u64,
+    path: PathBuf,
+}
+
+impl Entry {
+    pub fn uri(&self) -> String {
+        format!("{URI_PREFIX}{}", self.name)
+    }
+
+    /// A MIME type for the resource, from the extension.
+    pub fn mime_type(&self) -> &'static str {
+        match self.extension.as_str() {
+            "py" => "text/x-python",
+            "js" | "mjs" | "cjs" => "text/javascript",
+            "ts" => "text/x-typescript",
+            "go" => "text/x-go",
+            "sh" | "bash" => "text/x-shellscript",
+            _ => "text/plain",
+        }
+    }
+}
+
+/// A snippet ready to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snippet {
+    pub name: String,
+    /// The file name in the folder (`hello.py`), also the entrypoint's.
+    pub filename: String,
+    pub language: String,
+    pub source: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// No MCP_K8S_SNIPPETS_DIR.
+    NotConfigured,
+    BadName {
+        name: String,
+        why: &'static str,
+    },
+    Unknown {
+        name: String,
+        available: Vec<String>,
+    },
+    /// Two files share the base name (`a.py` and `a.js`).
+    Ambiguous {
+        name: String,
+        files: Vec<String>,
+    },
+    NoProfile {
+        name: String,
+        extension: String,
+        extensions: Vec<String>,
+    },
+    TooLarge {
+        name: String,
+        size: u64,
+    },
+    TooManyFiles,
+    NotText {
+        name: String,
+    },
+    Read {
+        what: String,
+        message: String,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotConfigured => {
+                write!(
+                    formatter,
+                    "`snippet_name` needs a snippets folder, and this server has none (MCP_K8S_SNIPPETS_DIR); send `language` and `entrypoint_code` instead"
+                )
+            }
+            Error::BadName { name, why } => write!(formatter, "`snippet_name` `{}` {why}", crate::echo::shorten(name)),
+            Error::Unknown { name, available } if available.is_empty() => {
+                write!(formatter, "no snippet named `{}`; the snippets folder is empty", crate::echo::shorten(name))
+            }
+            Error::Unknown { name, available } => {
+                write!(formatter, "no snippet named `{}`; available: {}", crate::echo::shorten(name), available.join(", "))
+            }
+            Error::Ambiguous { name, files } => {
+                write!(formatter, "snippet `{name}` is ambiguous: the folder has {}; the operator must rename one", files.join(" and "))
+            }
+            Error::NoProfile { name, extension, extensions } => write!(
+                formatter,
+                "snippet `{name}` has extension `.{extension}`, which no language profile claims; known extensions: {}",
+                extensions.iter().map(|extension| format!(".{extension}")).collect::<Vec<_>>().join(", ")
+            ),
+            Error::TooLarge { name, size } => write!(formatter, "snippet `{name}` is {size} bytes; at most {MAX_SNIPPET_BYTES}"),
+            Error::TooManyFiles => {
+                write!(formatter, "the snippets folder has more than {MAX_SNIPPET_FILES} entries; the operator must thin it out")
+            }
+            Error::NotText { name } => write!(formatter, "snippet `{name}` is not UTF-8 text"),
+            Error::Read { what, message } => write!(formatter, "cannot read {what}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The folder's snippets, sorted by name. Hidden files, folders and names
+/// that `check_name` refuses are left out.
+pub fn list(dir: &Path, languages: &Languages) -> Result<Vec<Entry>, Error> {
+    let read_error = |error: std::io::Error| Error::Read { what: "the snippets folder".to_string(), message: error.to_string() };
+    let mut entries = Vec::new();
+    for (index, dir_entry) in std::fs::read_dir(dir).map_err(read_error)?.enumerate() {
+        if index >= MAX_SNIPPET_FILES {
+            return Err(Error::TooManyFiles);
+        }
+        let dir_entry = dir_entry.map_err(read_error)?;
+        let Ok(file_name) = dir_entry.file_name().into_string() else { continue };
+        // `metadata` follows symlinks: an operator may link snippets in.
+        let Ok(metadata) = std::fs::metadata(dir_entry.path()) else { continue };
+        if !metadata.is_file() {
+            continue;
+        }
+        let (name, extension) = split_name(&file_name);
+        if check_name(name).is_err() {
+            continue;
+        }
+        entries.push(Entry {
+            name: name.to_string(),
+            extension: extension.to_string(),
+            language: languages.by_extension(extension).map(|profile| profile.name.clone()),
+            size: metadata.len(),
+            path: dir_entry.path(),
+        });
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name).then(a.extension.cmp(&b.extension)));
+    Ok(entries)
+}
+
+/// The snippet `name`, read now.
+pub fn load(dir: Option<&Path>, languages: &Languages, name: &str) -> Result<Snippet, Error> {
+    let dir = dir.ok_or(Error::NotConfigured)?;
+    let entry = find(dir, languages, name)?;
+    let Some(language) = entry.language.clone() else {
+        let mut extensions: Vec<String> = languages.profiles.values().flat_map(|profile| profile.extensions.clone()).collect();
+        extensions.sort();
+        return Err(Error::NoProfile { name: entry.name, extension: entry.extension, extensions });
+    };
+    let source = read_source(&entry)?;
+    let filename = entry.path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    Ok(Snippet { name: entry.name, filename, language, source })
+}
+
+/// The entry named `name` and its source, for `resources/read`.
+pub fn read(dir: &Path, languages: &Languages, name: &str) -> Result<(Entry, String), Error> {
+    let entry = find(dir, languages, name)?;
+    let source = read_source(&entry)?;
+    Ok((entry, source))
+}
+
+/// A snippet name is a plain base name: no folders, not hidden, no
+/// control characters (isolator's names are file names without extension).
+pub fn check_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name.len() > 255 {
+        return Err("must be 1 to 255 characters");
+    }
+    if name.contains('/') || name.contains('\\') {
+        return Err("must be a plain name without folders");
+    }
+    if name.starts_with('.') {
+        return Err("must not start with `.` (hidden files are not snippets)");
+    }
+    if name.chars().any(char::is_control) {
+        return Err("must not contain control characters");
+    }
+    Ok(())
+}
+
+fn find(dir: &Path, languages: &Languages, name: &str) -> Result<Entry, Error> {
+    check_name(name).map_err(|why| Error::BadName { name: name.to_string(), why })?;
+    let entries = list(dir, languages)?;
+    let mut matching: Vec<Entry> = entries.iter().filter(|entry| entry.name == name).cloned().collect();
+    match matching.len() {
+        1 => Ok(matching.remove(0)),
+        0 => {
+            let mut available: Vec<String> = entries.into_iter().map(|entry| entry.name).collect();
+            available.dedup();
+            Err(Error::Unknown { name: name.to_string(), available })
+        }
+        _ => Err(Error::Ambiguous {
+            name: name.to_string(),
+            files: matching.iter().map(|entry| format!("`{}.{}`", entry.name, entry.extension)).collect(),
+        }),
+    }
+}
+
+/// Reads at most `MAX_SNIPPET_BYTES` + 1 bytes, so a file that grew since
+/// it was listed is still bounded.
+fn read_source(entry: &Entry) -> Result<String, Error> {
+    let read_error = |error: std::io::Error| Error::Read { what: format!("snippet `{}`", entry.name), message: error.to_string() };
+    let file = std::fs::File::open(&entry.path).map_err(read_error)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_SNIPPET_BYTES + 1).read_to_end(&mut bytes).map_err(read_error)?;
+    if bytes.len() as u64 > MAX_SNIPPET_BYTES {
+        return Err(Error::TooLarge { name: entry.name.clone(), size: bytes.len() as u64 });
+    }
+    String::from_utf8(bytes).map_err(|_| Error::NotText { name: entry.name.clone() })
+}
+
+/// `hello.py` → (`hello`, `py`); `Makefile` → (`Makefile`, ``). Only the
+/// last dot counts, as in isolator (`path.parse(file).name`).
+fn split_name(file_name: &str) -> (&str, &str) {
+    match file_name.rsplit_once('.') {
+        Some((name, extension)) if !name.is_empty() => (name, extension),
+        _ => (file_name, ""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Folder(PathBuf);
+
+    impl Folder {
+        fn new(tag: &str, files: &[(&str, &str)]) -> Folder {
+            let dir = std::env::temp_dir().join(format!("mcp-snippets-{}-{tag}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("sub")).unwrap();
+            for (name, content) in files {
+                std::fs::write(dir.join(name), content).unwrap();
+            }
+            Folder(dir)
+        }
+    }
+
+    impl Drop for Folder {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn languages() -> Languages {
+        Languages::load(None, 600).unwrap()
+    }
+
+    #[test]
+    fn names_are_checked() {
+        for (name, why) in [
+            ("", "must be 1 to 255 characters"),
+            ("../etc/passwd", "must be a plain name without folders"),
+            ("a/b", "must be a plain name without folders"),
+            (".hidden", "must not start with `.` (hidden files are not snippets)"),
+            ("a\nb", "must not contain control characters"),
+        ] {
+            assert_eq!(check_name(name), Err(why), "{name:?}");
+        }
+        assert_eq!(check_name("hello_world"), Ok(()));
+    }
+
+    #[test]
+    fn a_snippet_is_found_by_its_base_name_and_its_extension_picks_the_language() {
+        let folder = Folder::new("found", &[("hello.py", "print('hi')\n"), (".secret.py", "x"), ("notes.txt", "n")]);
+        let snippet = load(Some(&folder.0), &languages(), "hello").unwrap();
+        assert_eq!(
+            snippet,
+            Snippet { name: "hello".into(), filename: "hello.py".into(), language: "python".into(), source: "print('hi')\n".into() }
+        );
+        let names: Vec<String> = list(&folder.0, &languages()).unwrap().into_iter().map(|entry| entry.name).collect();
+        assert_eq!(names, ["hello", "notes"], "hidden files and folders are not listed");
+    }
+
+    #[test]
+    fn unknown_names_list_what_exists() {
+        let folder = Folder::new("unknown", &[("hello.py", ""), ("sum.go", "")]);
+        let error = load(Some(&folder.0), &languages(), "nope").unwrap_err();
+        assert_eq!(error.to_string(), "no snippet named `nope`; available: hello, sum");
+        assert_eq!(
+            load(Some(&folder.0), &languages(), ".secret").unwrap_err().to_string(),
+            "`snippet_name` `.secret` must not start with `.` (hidden files are not snippets)"
+        );
+        assert_eq!(load(None, &languages(), "hello").unwrap_err(), Error::NotConfigured);
+    }
+
+    #[test]
+    fn an_extension_without_a_profile_says_which_exist() {
+        let folder = Folder::new("noprofile", &[("notes.txt", "hello")]);
+        let error = load(Some(&folder.0), &languages(), "notes").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "snippet `notes` has extension `.txt`, which no language profile claims; known extensions: .bash, .cjs, .go, .js, .mjs, .py, .sh"
+        );
+    }
+
+    #[test]
+    fn two_files_with_one_base_name_are_refused() {
+        let folder = Folder::new("ambiguous", &[("a.py", ""), ("a.js", "")]);
+        assert_eq!(
+            load(Some(&folder.0), &languages(), "a").unwrap_err().to_string(),
+            "snippet `a` is ambiguous: the folder has `a.js` and `a.py`; the operator must rename one"
+        );
+    }
+
+    #[test]
+    fn large_and_binary_snippets_are_refused() {
+        let big = "x".repeat(MAX_SNIPPET_BYTES as usize + 1);
+        let folder = Folder::new("bounds", &[("big.py", &big)]);
+        std::fs::write(folder.0.join("bin.py"), [0xff, 0xfe]).unwrap();
+        assert_eq!(
+            load(Some(&folder.0), &languages(), "big").unwrap_err(),
+            Error::TooLarge { name: "big".into(), size: MAX_SNIPPET_BYTES + 1 }
+        );
+        assert_eq!(load(Some(&folder.0), &languages(), "bin").unwrap_err(), Error::NotText { name: "bin".into() });
+    }
+}

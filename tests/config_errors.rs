@@ -56,6 +56,12 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_WRITE_TIMEOUT_S", "-1", "MCP_K8S_WRITE_TIMEOUT_S: `-1` is not accepted"),
     ("MCP_K8S_ALLOWED_ORIGINS", "example.com", "MCP_K8S_ALLOWED_ORIGINS: `example.com` is not accepted"),
     ("MCP_K8S_SHUTDOWN_GRACE_S", "soon", "MCP_K8S_SHUTDOWN_GRACE_S: `soon` is not accepted"),
+    ("MCP_K8S_LANGUAGES", "/nonexistent/languages.json", "MCP_K8S_LANGUAGES: cannot read `/nonexistent/languages.json`"),
+    (
+        "MCP_K8S_SNIPPETS_DIR",
+        "/nonexistent/snippets",
+        "MCP_K8S_SNIPPETS_DIR: `/nonexistent/snippets` is not accepted; expected an existing folder",
+    ),
     ("MCP_K8S_LOG_LEVEL", "verbose", "MCP_K8S_LOG_LEVEL: `verbose` is not accepted"),
     ("MCP_K8S_TEST_TOOLS", "yes", "MCP_K8S_TEST_TOOLS: `yes` is not accepted"),
 ];

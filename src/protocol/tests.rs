@@ -428,3 +428,48 @@ fn calls_in_flight_are_bounded_by_the_bytes_they_hold() {
     let last = messages.last().unwrap();
     assert_eq!(last["result"]["structuredContent"], json!({ "slept_ms": 0 }), "{last}");
 }
+
+/// Issue 15: with a snippets folder, `resources` is declared and its files
+/// are listed and read as `snippet://` resources; without one, the methods
+/// are unknown (covered by `errors`).
+#[test]
+fn snippets_are_resources_when_a_folder_is_configured() {
+    let dir = std::env::temp_dir().join(format!("mcp-protocol-snippets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("hello.py"), "print('hi')\n").unwrap();
+    std::fs::write(dir.join("notes.txt"), "n").unwrap();
+    let dir_text = dir.to_string_lossy().into_owned();
+    let raw = RawConfig::from_lookup(|name| (name == "MCP_K8S_SNIPPETS_DIR").then(|| dir_text.clone()));
+    let server =
+        Arc::new(Server::new(tools::Ctx { config: Config::from_raw(&raw).unwrap(), engine: Err("no cluster in protocol tests".into()) }));
+    let session = Arc::new(Session::new());
+    let (_, initialized) = exchange(&server, &session, INITIALIZE);
+    assert_eq!(initialized[0]["result"]["capabilities"]["resources"], json!({}));
+    let (_, listed) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#);
+    assert_eq!(
+        listed[0]["result"]["resources"],
+        json!([
+            {"uri": "snippet://hello", "name": "hello", "mimeType": "text/x-python", "size": 12,
+             "description": "python snippet; run it with execute_code {\"snippet_name\": \"hello\"}"},
+            {"uri": "snippet://notes", "name": "notes", "mimeType": "text/plain", "size": 1,
+             "description": "no language profile claims `.txt`, so execute_code cannot run it"},
+        ])
+    );
+    let (_, read) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"snippet://hello"}}"#);
+    assert_eq!(read[0]["result"], json!({"contents": [{"uri": "snippet://hello", "mimeType": "text/x-python", "text": "print('hi')\n"}]}));
+    let (_, missing) =
+        exchange(&server, &session, r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"snippet://nope"}}"#);
+    assert_eq!(missing, [error(json!(3), -32002, "resource not found: no snippet named `nope`; available: hello, notes")]);
+    let (_, outside) =
+        exchange(&server, &session, r#"{"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"file:///etc/passwd"}}"#);
+    assert_eq!(outside, [error(json!(4), -32002, "resource not found: `file:///etc/passwd`; resources here are snippet://<name>")]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn resources_are_not_declared_without_a_snippets_folder() {
+    let server = server();
+    let session = Arc::new(Session::new());
+    let (_, initialized) = exchange(&server, &session, INITIALIZE);
+    assert_eq!(initialized[0]["result"]["capabilities"].get("resources"), None);
+}

@@ -205,3 +205,62 @@ def test_a_long_call_outlives_httpx_default_read_timeout(http_server):
                 assert result.structured_content == {"slept_ms": 8000}
 
     run(scenario)
+
+
+# ---------------------------------------------------------------------------
+# execute_code (issue 15): isolator's tool through the real SDK. A bad call
+# needs no cluster; the runs use the test cluster when `tests/cluster/up`
+# has left one, and say loudly that they were left out otherwise.
+
+CLUSTER_DIR = os.environ.get("MCP_K8S_TEST_CLUSTER_DIR", "/var/lib/mcp-k8s-test-cluster")
+PROJECT_IMAGE = os.environ.get("MCP_K8S_PROJECT_IMAGE") or "mcp-k8s-test.local/mcp-k8s-ephemeral-job:dev"
+
+
+def test_execute_code_with_no_source_is_an_is_error_result():
+    async def scenario():
+        async with connect("stdio", None) as (client, _):
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert "python" in tools["execute_code"].input_schema["properties"]["language"]["enum"]
+            result = await client.call_tool("execute_code", {"language": "python"})
+            assert result.is_error is True
+            assert result.structured_content is None
+            assert result.content[0].text.startswith("`language` needs `entrypoint_code`")
+
+    run(scenario)
+
+
+@asynccontextmanager
+async def cluster_client():
+    kubeconfig = os.path.join(CLUSTER_DIR, "server.kubeconfig")
+    if not os.path.exists(kubeconfig):
+        pytest.skip(f"LEFT OUT: no test cluster at {CLUSTER_DIR} (run tests/cluster/up)")
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as languages:
+        json.dump({"python": {"image": "mcp-k8s-test.local/python:3.11", "cpu": "500m", "memory": "128Mi"}}, languages)
+        languages.flush()
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "MCP_K8S_KUBECONFIG": kubeconfig,
+            "MCP_K8S_RUNNER_IMAGE": PROJECT_IMAGE,
+            "MCP_K8S_LANGUAGES": languages.name,
+            "MCP_K8S_DEFAULT_CPU": "50m",
+            "MCP_K8S_DEFAULT_MEMORY": "64Mi",
+        }
+        async with Client(stdio_client(StdioServerParameters(command=binary(), args=[], env=env))) as client:
+            yield client
+
+
+def test_execute_code_hello_world_and_a_failure_on_the_cluster():
+    async def scenario():
+        async with cluster_client() as client:
+            hello = await client.call_tool("execute_code", {"language": "python", "entrypoint_code": "print('hello, world')"})
+            assert hello.is_error is False
+            assert hello.content[0].text == "--- stdout ---\nhello, world\n\n--- stderr ---\n"
+            assert hello.structured_content["status"] == "succeeded"
+            # isError with structuredContent (the run result): the SDK
+            # accepts it and keeps both.
+            failed = await client.call_tool("execute_code", {"language": "python", "entrypoint_code": "import sys\nsys.exit(3)"})
+            assert failed.is_error is True
+            assert failed.content[0].text.startswith("Execution Failed (error): ")
+            assert failed.structured_content["exit_code"] == 3
+
+    run(scenario)

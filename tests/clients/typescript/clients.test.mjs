@@ -7,6 +7,8 @@ import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import path from "node:path";
+import fs from "node:fs";
+import os from "node:os";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -114,3 +116,56 @@ test("streamable-http: progress resets the request timeout only when asked", asy
     await client.close();
   }
 });
+
+// execute_code (issue 15): isolator's tool through the real SDK. A bad call
+// needs no cluster; the runs use the test cluster when `tests/cluster/up`
+// has left one, and are reported as skipped (LEFT OUT) otherwise.
+const clusterDir = process.env.MCP_K8S_TEST_CLUSTER_DIR || "/var/lib/mcp-k8s-test-cluster";
+const projectImage = process.env.MCP_K8S_PROJECT_IMAGE || "mcp-k8s-test.local/mcp-k8s-ephemeral-job:dev";
+
+test("stdio: execute_code without code is an isError result", async () => {
+  const client = new Client({ name: "ts-sdk-test", version: "1.0.0" });
+  await client.connect(transports.stdio());
+  try {
+    const result = await client.callTool({ name: "execute_code", arguments: { entrypoint_code: "print(1)" } });
+    assert.equal(result.isError, true);
+    assert.equal(result.structuredContent, undefined);
+    assert.match(result.content[0].text, /^`entrypoint_code` needs `language`/);
+  } finally {
+    await client.close();
+  }
+});
+
+const kubeconfig = path.join(clusterDir, "server.kubeconfig");
+const haveCluster = fs.existsSync(kubeconfig);
+test(
+  "stdio: execute_code hello world and a failing run on the cluster",
+  { skip: haveCluster ? false : `LEFT OUT: no test cluster at ${clusterDir} (run tests/cluster/up)` },
+  async () => {
+    const languagesFile = path.join(os.tmpdir(), `mcp-ts-languages-${process.pid}.json`);
+    fs.writeFileSync(languagesFile, JSON.stringify({ python: { image: "mcp-k8s-test.local/python:3.11", cpu: "500m", memory: "128Mi" } }));
+    const env = {
+      MCP_K8S_KUBECONFIG: kubeconfig,
+      MCP_K8S_RUNNER_IMAGE: projectImage,
+      MCP_K8S_LANGUAGES: languagesFile,
+      MCP_K8S_DEFAULT_CPU: "50m",
+      MCP_K8S_DEFAULT_MEMORY: "64Mi",
+    };
+    const client = new Client({ name: "ts-sdk-test", version: "1.0.0" });
+    await client.connect(new StdioClientTransport({ command: binary, args: [], env, stderr: "ignore" }));
+    try {
+      const hello = await client.callTool({ name: "execute_code", arguments: { language: "python", entrypoint_code: "print('hello, world')" } }, undefined, { timeout: 120_000 });
+      assert.equal(hello.isError, false);
+      assert.equal(hello.content[0].text, "--- stdout ---\nhello, world\n\n--- stderr ---\n");
+      assert.equal(hello.structuredContent.status, "succeeded");
+      // isError with structuredContent (the run result): the SDK accepts it.
+      const failed = await client.callTool({ name: "execute_code", arguments: { language: "python", entrypoint_code: "import sys\nsys.exit(3)" } }, undefined, { timeout: 120_000 });
+      assert.equal(failed.isError, true);
+      assert.match(failed.content[0].text, /^Execution Failed \(error\): /);
+      assert.equal(failed.structuredContent.exit_code, 3);
+    } finally {
+      await client.close();
+      fs.rmSync(languagesFile, { force: true });
+    }
+  },
+);

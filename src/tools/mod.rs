@@ -584,6 +584,10 @@ mod tests {
         assert_eq!(result["cache_mount_path"], Value::Null);
         assert_eq!(result["extra_env_names"], json!(["TOKEN"]));
         assert!(!result.to_string().contains("secret-value"));
+        let go = result["languages"].as_array().unwrap().iter().find(|language| language["language"] == "go").unwrap();
+        assert_eq!(go["image"], "golang:1.23");
+        assert_eq!(go["command"], json!(["go", "run", "{file}"]));
+        assert_eq!(result["snippets_available"], false);
     }
 
     #[test]

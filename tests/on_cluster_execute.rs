@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::StdioServer;
 use common::cluster::{self, PYTHON};
+use mcp_k8s_ephemeral_job::kube;
 use serde_json::{Value, json};
 
 const NODE: &str = "mcp-k8s-test.local/node:18";
@@ -229,7 +230,14 @@ fn a_task_augmented_call_answers_with_isolators_text() {
     let result = response(&server, id);
     assert_eq!(result["isError"], false, "{result}");
     assert_eq!(text(&result), "--- stdout ---\nfrom a task\n\n--- stderr ---\n");
-    cluster::assert_nothing_left(result["structuredContent"]["run_id"].as_str().unwrap());
+    // A task is a background job, whose Job is its result store for
+    // MCP_K8S_RESULT_TTL_S; the test deletes it, as cluster_background does.
+    let run_id = result["structuredContent"]["run_id"].as_str().unwrap();
+    let client = cluster::admin_client();
+    let name = format!("mcpk8s-{run_id}");
+    let _ = client.delete(kube::Resource::JOBS, cluster::NAMESPACE, &name);
+    let _ = client.delete(kube::Resource::SECRETS, cluster::NAMESPACE, &name);
+    cluster::assert_nothing_left(run_id);
 }
 
 /// Not an assertion on speed: measures what issue 15 asks to report, the

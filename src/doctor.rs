@@ -245,7 +245,7 @@ fn run_check_job(ctx: &engine::run::Ctx, image: &str, command: &[&str]) -> RunOu
         cpu_limit: None,
         memory_limit: None,
         timeout: Duration::from_secs(30),
-        workdir: "/work".to_string(),
+        workdir: sandbox::WORKDIR.to_string(),
         artifacts: Vec::new(),
         clone: None,
     };

@@ -12,13 +12,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::cancel::CancelToken;
 use crate::config::Config;
 use crate::engine;
-use crate::engine::cancel::CancelToken;
 use crate::engine::permissions::{self, Permission};
 use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
 use crate::kube;
-use crate::runner;
+use crate::sandbox;
 
 /// The result of one check: a line for the operator.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -207,11 +207,11 @@ fn check_image_runs(ctx: &engine::run::Ctx, what: &str, image: &str, command: &[
 /// says `max`, so a job of the runner image counts the threads it can
 /// start (`runner probe-pids`).
 fn check_pids_limit(ctx: &engine::run::Ctx, config: &Config) -> Check {
-    let ceiling = runner::PROBE_CEILING.to_string();
+    let ceiling = sandbox::PROBE_CEILING.to_string();
     let command = [config.runner_binary_path.as_str(), "runner", "probe-pids", "--ceiling", &ceiling];
     let outcome = run_check_job(ctx, &config.runner_image, &command);
     let stdout = String::from_utf8_lossy(&outcome.stdout);
-    let probe = stdout.lines().find_map(runner::probe::parse_probe_line);
+    let probe = stdout.lines().find_map(sandbox::probe::parse_probe_line);
     match (outcome.status, probe) {
         (RunStatus::Succeeded, Some(probe)) => pids_check(&probe),
         _ => Check::fail(format!("pids limit: the probe job did not report: {}", failure_text(&outcome))),
@@ -220,7 +220,7 @@ fn check_pids_limit(ctx: &engine::run::Ctx, config: &Config) -> Check {
 
 /// The verdict on one probe: a pod without a pid limit fails, since one
 /// fork storm can then exhaust the node's pids.
-fn pids_check(probe: &runner::probe::PidsProbe) -> Check {
+fn pids_check(probe: &sandbox::probe::PidsProbe) -> Check {
     if probe.limited {
         Check::pass(format!(
             "pids limit: a job pod can run about {} processes or threads (a probe's next thread was refused; the kubelet's podPidsLimit, container pids.max `{}`)",
@@ -245,7 +245,7 @@ fn run_check_job(ctx: &engine::run::Ctx, image: &str, command: &[&str]) -> RunOu
         cpu_limit: None,
         memory_limit: None,
         timeout: Duration::from_secs(30),
-        workdir: "/work".to_string(),
+        workdir: sandbox::WORKDIR.to_string(),
         artifacts: Vec::new(),
         clone: None,
     };
@@ -274,7 +274,7 @@ mod tests {
 
     #[test]
     fn a_pod_without_a_pid_limit_fails() {
-        let probe = |threads_started, limited| runner::probe::PidsProbe { threads_started, limited, own_pids_max: "max".into() };
+        let probe = |threads_started, limited| sandbox::probe::PidsProbe { threads_started, limited, own_pids_max: "max".into() };
         let limited = pids_check(&probe(1019, true));
         assert!(limited.passed && limited.text.contains("about 1020 processes"), "{limited:?}");
         let unlimited = pids_check(&probe(4096, false));

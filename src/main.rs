@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mcp_k8s_ephemeral_job::cancel::CancelToken;
 use mcp_k8s_ephemeral_job::config::{self, Config, RawConfig, Transport};
-use mcp_k8s_ephemeral_job::engine::cancel::CancelToken;
 use mcp_k8s_ephemeral_job::protocol::Server;
 use mcp_k8s_ephemeral_job::{engine, kube, log, tools, transport};
 use serde_json::json;

@@ -14,15 +14,15 @@ use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use mcp_k8s_ephemeral_job::cancel::CancelToken;
 use mcp_k8s_ephemeral_job::engine::background;
-use mcp_k8s_ephemeral_job::engine::cancel::CancelToken;
 use mcp_k8s_ephemeral_job::engine::jobs::{Jobs, Limits, Phase};
 use mcp_k8s_ephemeral_job::engine::run::{self, Ctx};
 use mcp_k8s_ephemeral_job::engine::slots::Slots;
 use mcp_k8s_ephemeral_job::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus};
 use mcp_k8s_ephemeral_job::engine::verdict;
 use mcp_k8s_ephemeral_job::quantity::Quantity;
-use mcp_k8s_ephemeral_job::runner::frame::{self, Frame, Output, RunResult, Started, Stream};
+use mcp_k8s_ephemeral_job::sandbox::frame::{self, Frame, Output, RunResult, Started, Stream};
 use serde_json::{Value, json};
 use support::fake_api::{FakeApi, Fault};
 

@@ -6,8 +6,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mcp_k8s_ephemeral_job::runner::frame::{self, ArtifactHeader, Frame, RunResult, Stream};
-use mcp_k8s_ephemeral_job::runner::{self, ExecOptions};
+use mcp_k8s_ephemeral_job::runner;
+use mcp_k8s_ephemeral_job::sandbox::args::{ExecOptions, exec_args, parse_exec};
+use mcp_k8s_ephemeral_job::sandbox::frame::{self, ArtifactHeader, Frame, RunResult, Stream};
 
 struct Run {
     exit_code: i32,
@@ -237,9 +238,9 @@ fn exec_args_round_trip_through_the_runner_parser() {
     opts.artifact_patterns = vec!["out/".into()];
     opts.disk_paths = vec!["/work".into(), "/tmp".into()];
     opts.disk_limit_bytes = 1 << 30;
-    let args = runner::exec_args(&opts);
+    let args = exec_args(&opts);
     assert_eq!(&args[..2], ["runner", "exec"]);
-    let parsed = runner::parse_exec(args[2..].iter().map(std::ffi::OsString::from).collect()).unwrap();
+    let parsed = parse_exec(args[2..].iter().map(std::ffi::OsString::from).collect()).unwrap();
     assert_eq!(parsed, opts);
     fs::remove_dir_all(&opts.workdir).unwrap();
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::engine::cancel::CancelToken;
+use crate::cancel::CancelToken;
 use crate::engine::classify;
 use crate::engine::jobs::{Lookup, Phase, Seen, View};
 use crate::engine::manifest;
@@ -36,7 +36,7 @@ use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
 use crate::engine::verdict::{self, DecidedBy, Ended, Recorded, Settled};
 use crate::kube;
 use crate::log;
-use crate::runner::frame::Stream;
+use crate::sandbox::frame::Stream;
 
 /// Annotations of a background Job (the expiry is `manifest`'s).
 pub const ANNOTATION_TOKEN: &str = "mcp-k8s-ephemeral-job/job-token";

@@ -25,8 +25,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec};
-use crate::runner;
-use crate::runner::init::{InputFile as ManifestEntry, MANIFEST_KEY};
+use crate::sandbox::args::{self, CloneOptions, ExecOptions, InitOptions};
+use crate::sandbox::frame::to_base64;
+use crate::sandbox::inputs::{self, InputFile as ManifestEntry, MANIFEST_KEY};
+use crate::sandbox::{BIN_DIR, CREDS_DIR, INPUTS_DIR, KILL_GRACE, TERMINATION_LOG, TMP_DIR};
 
 /// Label on every object we create, so the reaper and `list_jobs` find them.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -43,17 +45,8 @@ pub const ANNOTATION_EXPIRES_AT: &str = "mcp-k8s-ephemeral-job/expires-at";
 pub const MAIN_CONTAINER: &str = "main";
 pub const PREPARE_CONTAINER: &str = "prepare";
 pub const CLONE_CONTAINER: &str = "clone";
-/// Where the runner binary is copied to and run from in the pod.
-pub const BIN_DIR: &str = "/mcp/bin";
-pub const INPUTS_DIR: &str = "/mcp/inputs";
-/// Time the runner gives the command between SIGTERM and SIGKILL.
-pub const KILL_GRACE: Duration = Duration::from_secs(2);
 /// Slack on the pod deadline for collecting artifacts after the command.
 const COLLECT_SLACK: Duration = Duration::from_secs(30);
-/// The writable scratch folder of the main container, and its `$HOME` when
-/// nobody set one: with a read-only root it is the only writable place
-/// besides the workdir.
-pub const TMP_DIR: &str = "/tmp";
 /// Ephemeral storage the main container may use on top of the workdir
 /// size: its container log (the runner's frames: capped output and
 /// artifacts, about 25 MiB at the default caps), the runner copy (`bin`,
@@ -143,12 +136,12 @@ pub fn inputs_secret(spec: &RunSpec, policy: &Policy, run_id: &str, job_uid: &st
     let mut data = serde_json::Map::new();
     let mut entries = Vec::new();
     for (index, file) in spec.files.iter().enumerate() {
-        let key = format!("f{index}");
-        data.insert(key.clone(), json!(runner::frame::to_base64(&file.content)));
+        let key = inputs::content_key(index);
+        data.insert(key.clone(), json!(to_base64(&file.content)));
         entries.push(ManifestEntry { key, path: file.path.clone(), mode: file.mode });
     }
-    let manifest = serde_json::to_vec(&entries).unwrap_or_default();
-    data.insert(MANIFEST_KEY.to_string(), json!(runner::frame::to_base64(&manifest)));
+    let manifest = inputs::encode_manifest(&entries);
+    data.insert(MANIFEST_KEY.to_string(), json!(to_base64(&manifest)));
     let name = job_name(run_id);
     Some(json!({
         "apiVersion": "v1",
@@ -241,13 +234,14 @@ fn container_security(policy: &Policy) -> Value {
 }
 
 fn prepare_container(spec: &RunSpec, policy: &Policy) -> Value {
-    let mut command =
-        vec![policy.runner_binary_path.clone(), "runner".to_string(), "init".to_string(), "--copy-to".to_string(), runner_path()];
     let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR}), json!({"name": "work", "mountPath": spec.workdir})];
+    let mut init = InitOptions { copy_to: runner_path().into(), inputs: None };
     if !spec.files.is_empty() {
-        command.extend(["--inputs".to_string(), INPUTS_DIR.to_string(), "--workdir".to_string(), spec.workdir.clone()]);
+        init.inputs = Some((INPUTS_DIR.into(), spec.workdir.clone().into()));
         mounts.push(json!({"name": "inputs", "mountPath": INPUTS_DIR, "readOnly": true}));
     }
+    let mut command = vec![policy.runner_binary_path.clone()];
+    command.extend(args::init_args(&init));
     json!({
         "name": PREPARE_CONTAINER,
         "image": policy.runner_image,
@@ -271,14 +265,14 @@ fn prepare_container(spec: &RunSpec, policy: &Policy) -> Value {
 /// env reaches it too, for proxy settings.
 fn clone_container(spec: &RunSpec, clone_spec: &CloneSpec, clone_step: &CloneStep, policy: &Policy) -> Value {
     let dest = if clone_spec.subdir.is_empty() { spec.workdir.clone() } else { format!("{}/{}", spec.workdir, clone_spec.subdir) };
-    let options = runner::clone::CloneOptions {
+    let options = CloneOptions {
         repo_url: clone_spec.repo_url.clone(),
         git_ref: clone_spec.git_ref.clone(),
         dest: dest.into(),
-        creds_dir: runner::clone::CREDS_DIR.into(),
+        creds_dir: CREDS_DIR.into(),
     };
     let mut command = vec![runner_path()];
-    command.extend(runner::clone::clone_args(&options));
+    command.extend(args::clone_args(&options));
     let mut env = policy.extra_env.clone();
     env.insert("HOME".to_string(), "/tmp".to_string());
     let env: Vec<Value> = env.iter().map(|(name, value)| json!({"name": name, "value": escape_dollars(value)})).collect();
@@ -299,14 +293,14 @@ fn clone_container(spec: &RunSpec, clone_spec: &CloneSpec, clone_step: &CloneSte
         "volumeMounts": [
             {"name": "bin", "mountPath": BIN_DIR, "readOnly": true},
             {"name": "work", "mountPath": spec.workdir},
-            {"name": "git-creds", "mountPath": runner::clone::CREDS_DIR, "readOnly": true},
+            {"name": "git-creds", "mountPath": CREDS_DIR, "readOnly": true},
             {"name": "clone-tmp", "mountPath": "/tmp"},
         ],
     })
 }
 
 fn main_container(spec: &RunSpec, policy: &Policy) -> Value {
-    let exec_options = runner::ExecOptions {
+    let exec_options = ExecOptions {
         workdir: spec.workdir.clone().into(),
         timeout: spec.timeout,
         kill_grace: KILL_GRACE,
@@ -315,11 +309,11 @@ fn main_container(spec: &RunSpec, policy: &Policy) -> Value {
         artifact_patterns: spec.artifacts.clone(),
         disk_paths: writable_paths(spec),
         disk_limit_bytes: u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0),
-        termination_log: runner::TERMINATION_LOG.into(),
+        termination_log: TERMINATION_LOG.into(),
         argv: spec.command.clone(),
     };
     let mut command = vec![runner_path()];
-    command.extend(runner::exec_args(&exec_options));
+    command.extend(args::exec_args(&exec_options));
     // Operator-wide variables first, the caller's on top: the caller wins.
     let mut env = policy.extra_env.clone();
     env.extend(spec.env.clone());

@@ -2,7 +2,6 @@
 //! returns a `RunOutcome`. Knows Kubernetes through `kube`, nothing of MCP.
 
 pub mod background;
-pub mod cancel;
 pub mod classify;
 pub mod collect;
 pub mod jobs;

@@ -225,7 +225,7 @@ fn oom_message(facts: &Judged) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::frame::{self, Frame, Output, RunResult, Stream};
+    use crate::sandbox::frame::{self, Frame, Output, RunResult, Stream};
 
     fn result() -> RunResult {
         RunResult {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use crate::engine::cancel::CancelToken;
+use crate::cancel::CancelToken;
 use crate::engine::classify::{self, Finished, PodState};
 use crate::engine::collect::{Collector, LiveChunk};
 use crate::engine::jobs::Lookup;

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
+use crate::cancel::CancelToken;
 use crate::echo;
-use crate::engine::cancel::CancelToken;
 use crate::log::{self, Level};
 use crate::tools::{self, CallEvents, ToolOutcome};
 use jsonrpc::{ErrorCode, Message, Notification, Request, RequestId, Response, ResponseError};

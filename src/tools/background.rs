@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value, json};
 
+use crate::cancel::CancelToken;
 use crate::engine;
 use crate::engine::background::{self, Listed, Submitted};
-use crate::engine::cancel::CancelToken;
 use crate::engine::collect::LiveChunk;
 use crate::engine::jobs::{Phase, View};
 use crate::engine::run::Progress;

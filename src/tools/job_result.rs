@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Value, json};
 
 use crate::engine::spec::{Artifact, PhaseTimes, RunOutcome, RunReason, RunStatus};
-use crate::runner::frame;
+use crate::sandbox::frame;
 
 pub fn status_name(status: RunStatus) -> &'static str {
     status.name()

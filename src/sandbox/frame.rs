@@ -26,6 +26,12 @@ pub const VERSION: u32 = 1;
 pub const PREFIX: &str = "MCPK8S/1 ";
 /// Largest payload carried by one `Output` or `ArtifactChunk` frame.
 pub const CHUNK_BYTES: usize = 48 * 1024;
+/// Longest log line the engine keeps; the runner's own frames stay far
+/// below this (a chunk frame is about 4/3 of `CHUNK_BYTES`), so a longer
+/// line is something else (a process writing to the container's stdout
+/// directly) and is skipped.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+const _: () = assert!(CHUNK_BYTES * 2 < MAX_LINE_BYTES, "a chunk frame must fit in one kept line");
 
 /// Which of the command's streams a chunk of output came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

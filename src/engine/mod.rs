@@ -5,6 +5,7 @@ pub mod background;
 pub mod cancel;
 pub mod classify;
 pub mod collect;
+pub mod decide;
 pub mod jobs;
 pub mod manifest;
 pub mod outcome;

@@ -4,16 +4,18 @@
 //! outcome, and delete everything it created, whatever happened.
 //!
 //! Threads are scoped to the run: one follows the pod watch, one the log;
-//! the run's own thread decides. Cancellation (an MCP cancel, a shutdown)
-//! deletes the Job at once and returns what was read so far.
+//! the run's own thread is the shell around `decide::RunState`, the pure
+//! machine that owns every rule of when and why a run ends. The shell
+//! turns pods (through `classify`) and the follower's end into its events,
+//! does the I/O its steps ask for (follow the log, list the pod during an
+//! outage, read the Job's and the pod's events, report the start) and
+//! turns its verdict into the `Ended`. Cancellation (an MCP cancel, a
+//! shutdown) deletes the Job at once and returns what was read so far.
 //!
 //! API trouble does not end a run whose pod may still exist (issue 12,
 //! finding 10): the watch and the log are resumed (the log re-read from
-//! the start) for as long as the run's own deadlines allow, a 401/403
-//! right after a reconnect gets `DENIED_GRACE`, and a start timeout is
-//! only declared on a fresh view of the pod. A runner reporting a SIGTERM
-//! is `cancelled` only when this server asked; otherwise the pod's status
-//! says who stopped it (eviction, deletion).
+//! the start) for as long as the run's own deadlines allow, and a 401/403
+//! right after a reconnect gets `DENIED_GRACE`.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};

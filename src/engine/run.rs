@@ -568,6 +568,7 @@ impl<'scope> Shell<'scope, '_> {
                 }
                 Err(_) => Vec::new(),
             },
+            // The loop in `decide` ends the run itself; nothing to do here.
             Step::Done(_) => Vec::new(),
         }
     }

@@ -50,7 +50,9 @@ pub enum SandboxState {
     Unschedulable { message: String },
     /// The command runs: its output can be followed.
     Running,
-    /// It cannot start, and will not fix itself within the run.
+    /// It cannot start, and will not fix itself within the run. A state,
+    /// not an event like `Event::StartFailed`: a sandbox that is gone or
+    /// whose SIGTERM awaits evidence is judged first, as before.
     FailFast { reason: RunReason, message: String },
     /// The command (or the sandbox) ended; `ran`: the command's process
     /// started, so there is output to read.

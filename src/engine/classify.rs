@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
+use crate::engine::decide::{SandboxState, View};
 use crate::engine::manifest::{CLONE_CONTAINER, MAIN_CONTAINER, PREPARE_CONTAINER};
 use crate::engine::spec::RunReason;
 
@@ -26,25 +27,8 @@ pub enum PodState {
     Finished(Finished),
 }
 
-#[derive(Clone, Debug, PartialEq, Default)]
-pub struct Finished {
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    /// The container's terminated reason (`Completed`, `Error`, `OOMKilled`).
-    pub container_reason: Option<String>,
-    /// The container's terminated message: for `StartError`, the runtime's
-    /// text ("unable to set memory limit…", "argument list too long").
-    pub container_message: Option<String>,
-    /// The pod's status reason (`Evicted`, `DeadlineExceeded`).
-    pub pod_reason: Option<String>,
-    pub pod_message: Option<String>,
-    /// The pod's `DisruptionTarget` condition, `reason: message`: set by
-    /// the kubelet or the control plane when they stop a pod (eviction,
-    /// preemption, node shutdown), never by a plain delete.
-    pub disruption: Option<String>,
-    /// The pod has a `deletionTimestamp` or is gone: someone deleted it.
-    pub deleted: bool,
-}
+/// How a pod ended: the engine's neutral type, read from the pod here.
+pub use crate::engine::outcome::Finished;
 
 /// Waiting reasons that mean the image will not be pulled in this run.
 const IMAGE_PULL_FAILURES: &[&str] = &["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "ImageInspectError"];
@@ -314,6 +298,21 @@ fn disruption(status: &Value) -> Option<String> {
         Some(message) => format!("{reason}: {message}"),
         None => reason.to_string(),
     })
+}
+
+/// The decision's neutral view of a pod: what it is doing, how it ended
+/// (or that someone is deleting it), and what it would be judged on if it
+/// disappeared now.
+pub fn sandbox_view(pod: &Value) -> View {
+    let state = match pod_state(pod) {
+        PodState::Pending { .. } => SandboxState::Pending,
+        PodState::Unschedulable { message } => SandboxState::Unschedulable { message },
+        PodState::Running => SandboxState::Running,
+        PodState::FailFast { reason, message } => SandboxState::FailFast { reason, message },
+        PodState::Finished(finished) => SandboxState::Finished { ran: start_failure(&finished).is_none() },
+    };
+    let ended = finished_pod(pod).or_else(|| is_deleting(pod).then(|| deleted_pod(pod)));
+    View { state, ended, if_gone: deleted_pod(pod) }
 }
 
 #[cfg(test)]

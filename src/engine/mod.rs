@@ -4,6 +4,7 @@
 pub mod background;
 pub mod classify;
 pub mod collect;
+pub mod decide;
 pub mod jobs;
 pub mod manifest;
 pub mod outcome;

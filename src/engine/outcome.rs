@@ -4,9 +4,31 @@
 
 use std::time::Duration;
 
-use crate::engine::classify::{self, Finished};
+use crate::engine::classify;
 use crate::engine::collect::Collector;
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus, Truncation};
+
+/// How the sandbox ended, as the backend saw it (for Kubernetes: the
+/// pod's status, read by `classify`).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Finished {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The container's terminated reason (`Completed`, `Error`, `OOMKilled`).
+    pub container_reason: Option<String>,
+    /// The container's terminated message: for `StartError`, the runtime's
+    /// text ("unable to set memory limit…", "argument list too long").
+    pub container_message: Option<String>,
+    /// The pod's status reason (`Evicted`, `DeadlineExceeded`).
+    pub pod_reason: Option<String>,
+    pub pod_message: Option<String>,
+    /// The pod's `DisruptionTarget` condition, `reason: message`: set by
+    /// the kubelet or the control plane when they stop a pod (eviction,
+    /// preemption, node shutdown), never by a plain delete.
+    pub disruption: Option<String>,
+    /// The pod has a `deletionTimestamp` or is gone: someone deleted it.
+    pub deleted: bool,
+}
 
 /// The facts a finished run is judged on, besides the collected log.
 pub struct Judged<'a> {

@@ -4,16 +4,18 @@
 //! outcome, and delete everything it created, whatever happened.
 //!
 //! Threads are scoped to the run: one follows the pod watch, one the log;
-//! the run's own thread decides. Cancellation (an MCP cancel, a shutdown)
-//! deletes the Job at once and returns what was read so far.
+//! the run's own thread is the shell around `decide::RunState`, the pure
+//! machine that owns every rule of when and why a run ends. The shell
+//! turns pods (through `classify`) and the follower's end into its events,
+//! does the I/O its steps ask for (follow the log, list the pod during an
+//! outage, read the Job's and the pod's events, report the start) and
+//! turns its verdict into the `Ended`. Cancellation (an MCP cancel, a
+//! shutdown) deletes the Job at once and returns what was read so far.
 //!
 //! API trouble does not end a run whose pod may still exist (issue 12,
 //! finding 10): the watch and the log are resumed (the log re-read from
-//! the start) for as long as the run's own deadlines allow, a 401/403
-//! right after a reconnect gets `DENIED_GRACE`, and a start timeout is
-//! only declared on a fresh view of the pod. A runner reporting a SIGTERM
-//! is `cancelled` only when this server asked; otherwise the pod's status
-//! says who stopped it (eviction, deletion).
+//! the start) for as long as the run's own deadlines allow, and a 401/403
+//! right after a reconnect gets `DENIED_GRACE`.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
@@ -21,8 +23,9 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 
 use crate::cancel::CancelToken;
-use crate::engine::classify::{self, Finished, PodState};
+use crate::engine::classify::{self, Finished};
 use crate::engine::collect::{Collector, LiveChunk};
+use crate::engine::decide::{Away, Deadlines, Event, LogEnd, RunState, ServerEnd, Step, Verdict};
 use crate::engine::jobs::Lookup;
 use crate::engine::manifest;
 use crate::engine::outcome::{self, Judged};
@@ -58,8 +61,6 @@ pub enum Progress {
 pub const UNSCHEDULABLE_GRACE: Duration = Duration::from_secs(20);
 /// How long the log may take to end after the container has.
 const LOG_DRAIN: Duration = Duration::from_secs(30);
-/// How often Job events are checked while no pod exists.
-const EVENT_POLL: Duration = Duration::from_secs(2);
 
 /// A fresh run id: 128 random bits as 32 hex digits, unguessable, so it can
 /// double as a job token.
@@ -194,6 +195,11 @@ impl Followed {
             hard_deadline: now + manifest::pod_deadline(spec, policy) + HARD_DEADLINE_SLACK,
         }
     }
+
+    /// The deadlines the decision holds the run to.
+    pub fn deadlines(&self) -> Deadlines {
+        Deadlines { start: self.start_deadline, unschedulable_grace: self.unschedulable_grace, hard: self.hard_deadline }
+    }
 }
 
 /// Margin of `Followed::hard_deadline` over the pod's deadline.
@@ -307,12 +313,6 @@ enum Watched {
 /// whose caches are still cold after a restart (it answered 403 for a few
 /// seconds in issue 12, finding 10) before they count as a real refusal.
 pub const DENIED_GRACE: Duration = Duration::from_secs(30);
-/// How often the decision loop lists the pod itself while the watch is in
-/// trouble: a watch that reconnected to an unchanged pod says nothing.
-const OUTAGE_PROBE: Duration = Duration::from_secs(2);
-/// How long a runner that reported a SIGTERM nobody here sent waits for
-/// the pod's status to say who stopped it (eviction, deletion).
-const EVIDENCE_WAIT: Duration = Duration::from_secs(30);
 
 /// Follows the pod from creation to the end of the command, and judges
 /// it. Works the same for a pod that already finished: its log is read from
@@ -415,14 +415,8 @@ fn sleep_unless_aborted(delay: Duration, abort: &kube::watch::Abort) {
     }
 }
 
-/// Since when the pod watch has been failing, and why.
-struct Outage {
-    since: Instant,
-    why: String,
-    next_probe: Instant,
-}
-
-/// The run's decision loop; see the module doc.
+/// The run's decision loop: the machine in `decide` decides; this feeds it
+/// what the watch and the log follower report and does what it asks.
 fn decide<'scope>(
     ctx: &'scope Ctx,
     followed: &Followed,
@@ -432,173 +426,178 @@ fn decide<'scope>(
     pods: &mpsc::Receiver<Watched>,
     scope: &'scope std::thread::Scope<'scope, '_>,
 ) -> Ended {
-    let namespace = &ctx.policy.namespace;
-    let job_name = manifest::job_name(run_id);
-    let (start_deadline, hard_deadline) = (followed.start_deadline, followed.hard_deadline);
-    let mut last_pod: Option<Value> = None;
-    let mut pod_gone = false;
-    let mut unschedulable_since: Option<Instant> = None;
-    // The scheduler's last word, for a background run that waited for
-    // capacity up to its start timeout.
-    let mut last_unschedulable: Option<String> = None;
-    let mut next_event_poll = Instant::now() + EVENT_POLL;
-    let mut log = LogState::NotStarted;
-    let mut started_reported = false;
-    let mut outage: Option<Outage> = None;
-    let mut next_log_restart = Instant::now();
-    let mut evidence_deadline: Option<Instant> = None;
-
+    let mut machine = RunState::new(followed.deadlines(), Instant::now());
+    let mut shell = Shell { ctx, followed, run_id, cancel, on_progress, last_pod: None, log: LogState::NotStarted };
+    let mut queue = std::collections::VecDeque::new();
     loop {
-        if cancel.is_cancelled() {
-            return by_server(cancelled(run_id, log.stop()));
+        if queue.is_empty() {
+            queue.extend(shell.next_events(&machine, pods));
         }
-        let now = Instant::now();
-        // While the API does not answer, the pod may well have started:
-        // only a fresh view may say it did not (issue 12, finding 10).
-        if matches!(log, LogState::NotStarted) && now >= start_deadline && outage.is_none() {
-            // A background run waits for capacity up to here; if it never
-            // came, that is the reason to report. A sync run whose start
-            // timeout comes before its grace timed out while waiting, and
-            // says so.
-            let waited_for_capacity = followed.unschedulable_grace.is_none();
-            return by_server(match (unschedulable_since, &last_unschedulable) {
-                (Some(_), Some(message)) if waited_for_capacity => unschedulable(run_id, message),
-                _ => start_timeout(ctx, run_id, last_pod.as_ref()),
-            });
-        }
-        if now >= hard_deadline {
-            let facts = judged_facts(ctx, run_id, followed, None, cancel);
-            return by_server(past_hard_deadline(&facts, log.stop(), outage.as_ref()));
-        }
-        if last_pod.is_none() && now >= next_event_poll {
-            next_event_poll = now + EVENT_POLL;
-            if let Some((reason, message)) = job_failed_create(ctx, namespace, &job_name) {
-                return by_server(RunOutcome::without_result(run_id, RunStatus::Error, reason, refusal_message(reason, &message)));
-            }
-        }
-        if let Some(current) = &mut outage
-            && now >= current.next_probe
-        {
-            current.next_probe = now + OUTAGE_PROBE;
-            if let Ok(list) = ctx.client.list(kube::Resource::PODS, namespace, &run_pods(run_id)) {
-                log::info("the API server answers again", &[("run_id", run_id.into())]);
-                outage = None;
-                take_listed(list.items, &mut last_pod, &mut pod_gone);
-            }
-        }
-        match pods.recv_timeout(Duration::from_millis(200)) {
-            Ok(Watched::Listed(listed)) => {
-                outage = None;
-                take_listed(listed, &mut last_pod, &mut pod_gone);
-            }
-            Ok(Watched::Pod(pod)) => {
-                outage = None;
-                last_pod = Some(pod);
-            }
-            Ok(Watched::Gone(pod)) => {
-                outage = None;
-                let same = last_pod.as_ref().is_none_or(|last| last["metadata"]["name"] == pod["metadata"]["name"]);
-                if same {
-                    last_pod = Some(pod);
-                    pod_gone = true;
-                }
-            }
-            Ok(Watched::Trouble(why)) => {
-                if outage.is_none() {
-                    metrics::api_error("watch_pods");
-                    log::warn("the pod watch is failing; riding it out", &[("run_id", run_id.into()), ("error", why.as_str().into())]);
-                } else if outage.as_ref().is_some_and(|current| current.why != why) {
-                    log::debug("the pod watch is still failing", &[("run_id", run_id.into()), ("error", why.as_str().into())]);
-                }
-                outage.get_or_insert(Outage { since: now, why: String::new(), next_probe: now + OUTAGE_PROBE }).why = why;
-            }
-            Ok(Watched::Failed(message)) => {
-                metrics::api_error("watch_pods");
-                return by_server(watch_failed(run_id, log.stop(), &message));
-            }
-            // No news: the pod's state is judged again anyway, because
-            // some decisions (the unschedulable grace) depend on time alone.
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(200)),
-        }
-        // The runner's result is its last word: once the follower has it,
-        // the run is over even if the pod's status has not caught up,
-        // unless it says "stopped by SIGTERM" and nobody here asked: then
-        // the pod's status must say who did (issue 12, finding 2).
-        if let LogState::Following((handle, _)) = &log
-            && handle.is_finished()
-        {
-            let collector = std::mem::replace(&mut log, LogState::NotStarted).join(cancel);
-            let unexplained_stop = collector.result.as_ref().is_some_and(|result| result.terminated_by_request)
-                && !cancel_requested(ctx, run_id, cancel)
-                && pod_facts(last_pod.as_ref(), pod_gone).is_none();
-            if collector.result.is_some() && !unexplained_stop {
-                let facts = judged_facts(ctx, run_id, followed, pod_facts(last_pod.as_ref(), pod_gone), cancel);
-                return judged_with_pod(&facts, collector, last_pod.as_ref());
-            }
-            if unexplained_stop {
-                evidence_deadline = Some(now + EVIDENCE_WAIT);
-            }
-            // Wait for the pod's final status to say why.
-            log = LogState::Ended(Box::new(collector));
-        }
-        let Some(pod) = &last_pod else { continue };
-        let explained = pod_facts(Some(pod), pod_gone);
-        if pod_gone || evidence_deadline.is_some_and(|deadline| now >= deadline || explained.is_some()) {
-            let collector = log.join(cancel);
-            let facts = judged_facts(ctx, run_id, followed, explained, cancel);
-            return judged_with_pod(&facts, collector, Some(pod));
-        }
-        let state = classify::pod_state(pod);
-        if !matches!(state, PodState::Unschedulable { .. }) {
-            unschedulable_since = None;
-        }
-        match state {
-            PodState::Pending { .. } => {}
-            PodState::Unschedulable { message } => {
-                let since = *unschedulable_since.get_or_insert(now);
-                last_unschedulable = Some(message.clone());
-                if followed.unschedulable_grace.is_some_and(|grace| now.duration_since(since) >= grace) {
-                    return by_server(unschedulable(run_id, &message));
-                }
-            }
-            PodState::FailFast { reason, message } => {
-                return by_server(RunOutcome::without_result(run_id, RunStatus::Error, reason, message));
-            }
-            PodState::Running => {
-                if !started_reported {
-                    started_reported = true;
-                    on_progress(Progress::Started);
-                }
-                match &log {
-                    LogState::NotStarted => log = LogState::Following(start_follower(ctx, pod, 0, on_progress, scope)),
-                    // The log ended without a result while the container
-                    // still runs: the stream was cut (an API server
-                    // restart). Read it again from the start; what was
-                    // already reported live is not reported twice.
-                    LogState::Ended(collector) if collector.result.is_none() && now >= next_log_restart => {
-                        next_log_restart = now + Duration::from_secs(1);
-                        let reported = collector.live_stdout.len() + collector.live_stderr.len();
-                        log = LogState::Following(start_follower(ctx, pod, reported, on_progress, scope));
-                    }
-                    _ => {}
-                }
-            }
-            PodState::Finished(finished) => {
-                // A container the runtime never started has no log to wait for.
-                if matches!(log, LogState::NotStarted) && classify::start_failure(&finished).is_none() {
-                    log = LogState::Following(start_follower(ctx, pod, 0, on_progress, scope));
-                }
-                let collector = log.join(cancel);
-                let facts = judged_facts(ctx, run_id, followed, pod_facts(Some(pod), pod_gone), cancel);
-                return judged_with_pod(&facts, collector, Some(pod));
+        let Some(event) = queue.pop_front() else { continue };
+        for step in machine.on(event, Instant::now()) {
+            match step {
+                Step::Done(verdict) => return shell.ended(verdict),
+                step => queue.extend(shell.execute(step, scope)),
             }
         }
     }
 }
 
-fn by_server(outcome: RunOutcome) -> Ended {
-    Ended { outcome, by: DecidedBy::Server }
+/// The I/O side of the decision loop: the last pod as the API returned it
+/// (its name, its times, what it was doing) and the log follower.
+struct Shell<'scope, 'run> {
+    ctx: &'scope Ctx,
+    followed: &'run Followed,
+    run_id: &'run str,
+    cancel: &'run CancelToken,
+    on_progress: &'scope (dyn Fn(Progress) + Sync),
+    last_pod: Option<Value>,
+    log: LogState<'scope>,
+}
+
+impl<'scope> Shell<'scope, '_> {
+    /// What happened since the last look: a cancel, the watch's news (or a
+    /// tick after 200 ms without any), a follower that finished.
+    fn next_events(&mut self, machine: &RunState, pods: &mpsc::Receiver<Watched>) -> Vec<Event> {
+        if self.cancel.is_cancelled() {
+            return vec![Event::Cancelled];
+        }
+        let mut events = match pods.recv_timeout(Duration::from_millis(200)) {
+            Ok(watched) => self.watched(machine, watched),
+            Err(mpsc::RecvTimeoutError::Timeout) => vec![Event::Tick],
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                std::thread::sleep(Duration::from_millis(200));
+                vec![Event::Tick]
+            }
+        };
+        if let LogState::Following((handle, _)) = &self.log
+            && handle.is_finished()
+        {
+            let collector = std::mem::replace(&mut self.log, LogState::NotStarted).join(self.cancel);
+            let end = LogEnd {
+                has_result: collector.result.is_some(),
+                terminated_by_request: collector.result.as_ref().is_some_and(|result| result.terminated_by_request),
+                stop_asked_here: cancel_requested(self.ctx, self.run_id, self.cancel),
+                reported: collector.live_stdout.len() + collector.live_stderr.len(),
+            };
+            self.log = LogState::Ended(Box::new(collector));
+            events.push(Event::LogEnded(end));
+        }
+        events
+    }
+
+    fn watched(&mut self, machine: &RunState, watched: Watched) -> Vec<Event> {
+        match watched {
+            Watched::Listed(pods) => self.listed(pods),
+            Watched::Pod(pod) => vec![self.seen(pod)],
+            Watched::Gone(pod) => {
+                let same = self.last_pod.as_ref().is_none_or(|last| last["metadata"]["name"] == pod["metadata"]["name"]);
+                if !same {
+                    return vec![Event::ApiBack];
+                }
+                let view = classify::sandbox_view(&pod);
+                self.last_pod = Some(pod);
+                vec![Event::Gone(view)]
+            }
+            Watched::Trouble(why) => {
+                match machine.outage() {
+                    None => {
+                        metrics::api_error("watch_pods");
+                        log::warn(
+                            "the pod watch is failing; riding it out",
+                            &[("run_id", self.run_id.into()), ("error", why.as_str().into())],
+                        );
+                    }
+                    Some(current) if current != why => {
+                        log::debug("the pod watch is still failing", &[("run_id", self.run_id.into()), ("error", why.as_str().into())]);
+                    }
+                    Some(_) => {}
+                }
+                vec![Event::ApiTrouble(why)]
+            }
+            Watched::Failed(message) => {
+                metrics::api_error("watch_pods");
+                vec![Event::ApiFailed(message)]
+            }
+        }
+    }
+
+    fn seen(&mut self, pod: Value) -> Event {
+        let view = classify::sandbox_view(&pod);
+        self.last_pod = Some(pod);
+        Event::Seen(view)
+    }
+
+    /// A complete list of the run's pods: the newest is the one to judge;
+    /// an empty list after a pod was seen means it is gone (deleted while
+    /// the watch was away).
+    fn listed(&mut self, pods: Vec<Value>) -> Vec<Event> {
+        match newest_pod(pods) {
+            Some(pod) => vec![Event::ApiBack, self.seen(pod)],
+            None => match &self.last_pod {
+                Some(last) => vec![Event::ApiBack, Event::Gone(classify::sandbox_view(last))],
+                None => vec![Event::ApiBack],
+            },
+        }
+    }
+
+    /// Does what the machine asked; what came of it, as events.
+    fn execute(&mut self, step: Step, scope: &'scope std::thread::Scope<'scope, '_>) -> Vec<Event> {
+        match step {
+            Step::FollowOutput { reported } => {
+                if let Some(pod) = &self.last_pod {
+                    self.log = LogState::Following(start_follower(self.ctx, pod, reported, self.on_progress, scope));
+                }
+                Vec::new()
+            }
+            Step::ReportStarted => {
+                (self.on_progress)(Progress::Started);
+                Vec::new()
+            }
+            Step::PollStartFailures => {
+                let job_name = manifest::job_name(self.run_id);
+                match job_failed_create(self.ctx, &self.ctx.policy.namespace, &job_name) {
+                    Some((reason, message)) => vec![Event::StartFailed { reason, message: refusal_message(reason, &message) }],
+                    None => Vec::new(),
+                }
+            }
+            Step::ProbeSandbox => match self.ctx.client.list(kube::Resource::PODS, &self.ctx.policy.namespace, &run_pods(self.run_id)) {
+                Ok(list) => {
+                    log::info("the API server answers again", &[("run_id", self.run_id.into())]);
+                    self.listed(list.items)
+                }
+                Err(_) => Vec::new(),
+            },
+            // The loop in `decide` ends the run itself; nothing to do here.
+            Step::Done(_) => Vec::new(),
+        }
+    }
+
+    /// Turns the machine's verdict into the run's end.
+    fn ended(mut self, verdict: Verdict) -> Ended {
+        let run_id = self.run_id;
+        let end = match verdict {
+            Verdict::Judge { finished } => {
+                let collector = self.log.join(self.cancel);
+                let by = if collector.result.is_some() { DecidedBy::Runner } else { DecidedBy::Server };
+                let facts = judged_facts(self.ctx, run_id, self.followed, finished, self.cancel);
+                return Ended { outcome: judged_with_pod(&facts, collector, self.last_pod.as_ref()), by };
+            }
+            Verdict::Server(end) => end,
+        };
+        let outcome = match end {
+            ServerEnd::Cancelled => cancelled(run_id, self.log.stop()),
+            ServerEnd::StartTimeout => start_timeout(self.ctx, run_id, self.last_pod.as_ref()),
+            ServerEnd::Unschedulable { message } => unschedulable(run_id, &message),
+            ServerEnd::Refused { reason, message } => RunOutcome::without_result(run_id, RunStatus::Error, reason, message),
+            ServerEnd::PastHardDeadline { outage } => {
+                let facts = judged_facts(self.ctx, run_id, self.followed, None, self.cancel);
+                past_hard_deadline(&facts, self.log.stop(), outage.as_ref())
+            }
+            ServerEnd::WatchFailed { message } => watch_failed(run_id, self.log.stop(), &message),
+        };
+        Ended { outcome, by: DecidedBy::Server }
+    }
 }
 
 /// The judging facts besides the log, owned (the judge borrows them).
@@ -638,30 +637,15 @@ fn cancel_requested(ctx: &Ctx, run_id: &str, cancel: &CancelToken) -> bool {
     cancel.is_cancelled() || matches!(ctx.jobs.lookup(run_id), Lookup::Found(view) if view.cancel_requested)
 }
 
-/// The kubelet's final view of the pod, or the fact that it is gone or
-/// going; `None` while it has not ended and nobody deleted it.
-fn pod_facts(pod: Option<&Value>, gone: bool) -> Option<Finished> {
-    let pod = pod?;
-    match classify::finished_pod(pod) {
-        Some(mut finished) => {
-            finished.deleted |= gone;
-            Some(finished)
-        }
-        None if gone || classify::is_deleting(pod) => Some(classify::deleted_pod(pod)),
-        None => None,
-    }
-}
-
 /// Judges a run from its collected log and the pod's last known status.
-fn judged_with_pod(facts: &Facts, collector: Collector, pod: Option<&Value>) -> Ended {
-    let by = if collector.result.is_some() { DecidedBy::Runner } else { DecidedBy::Server };
+fn judged_with_pod(facts: &Facts, collector: Collector, pod: Option<&Value>) -> RunOutcome {
     let mut outcome = outcome::judge(&facts.judged(), collector);
     if let Some(pod) = pod {
         outcome.times.scheduled = classify::scheduled_at(pod);
         outcome.times.started = outcome.times.started.or_else(|| classify::main_started_at(pod));
         outcome.times.finished = outcome.times.finished.or_else(|| classify::main_finished_at(pod));
     }
-    Ended { outcome, by }
+    outcome
 }
 
 /// The pod did not start in time: says what it was doing, from its status
@@ -714,7 +698,7 @@ fn pod_events(ctx: &Ctx, pod_name: &str) -> Vec<Value> {
 
 /// The hard deadline passed: the pod's own deadline is behind us, so the
 /// kubelet has stopped the pod whatever this server saw.
-fn past_hard_deadline(facts: &Facts, collector: Collector, outage: Option<&Outage>) -> RunOutcome {
+fn past_hard_deadline(facts: &Facts, collector: Collector, outage: Option<&Away>) -> RunOutcome {
     let mut outcome = outcome::judge(&facts.judged(), collector);
     match outage {
         Some(outage) => {
@@ -722,7 +706,7 @@ fn past_hard_deadline(facts: &Facts, collector: Collector, outage: Option<&Outag
             outcome.reason = Some(RunReason::ApiError);
             outcome.message = format!(
                 "the API server has not answered for {} s ({}); the pod's own deadline has passed, so the kubelet stopped it, but its result could not be read; the output read so far is included",
-                outage.since.elapsed().as_secs(),
+                outage.duration.as_secs(),
                 outage.why
             );
         }
@@ -751,17 +735,6 @@ fn watch_failed(run_id: &str, collector: Collector, message: &str) -> RunOutcome
 
 fn run_pods(run_id: &str) -> kube::ListParams {
     kube::ListParams { label_selector: Some(format!("{}={run_id}", manifest::LABEL_RUN_ID)), field_selector: None }
-}
-
-/// A complete list of the run's pods: the newest is the one to judge; an
-/// empty list after a pod was seen means it is gone (deleted while the
-/// watch was away).
-fn take_listed(pods: Vec<Value>, last_pod: &mut Option<Value>, pod_gone: &mut bool) {
-    match newest_pod(pods) {
-        Some(pod) => *last_pod = Some(pod),
-        None if last_pod.is_some() => *pod_gone = true,
-        None => {}
-    }
 }
 
 /// The most recently created of the run's pods.
@@ -1021,15 +994,16 @@ mod tests {
     }
 
     #[test]
-    fn pod_facts_see_deletion_before_the_final_status() {
+    fn a_pods_view_sees_deletion_before_the_final_status() {
         let running = serde_json::json!({"metadata": {"name": "p"}, "status": {"phase": "Running"}});
-        assert_eq!(pod_facts(Some(&running), false), None);
-        assert!(pod_facts(Some(&running), true).unwrap().deleted);
+        let view = classify::sandbox_view(&running);
+        assert_eq!(view.ended, None);
+        assert!(view.if_gone.deleted, "a running pod that disappears was deleted");
         let deleting =
             serde_json::json!({"metadata": {"name": "p", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {"phase": "Running"}});
-        assert!(pod_facts(Some(&deleting), false).unwrap().deleted);
+        assert!(classify::sandbox_view(&deleting).ended.unwrap().deleted);
         let evicted = serde_json::json!({"metadata": {"name": "p"}, "status": {"phase": "Failed", "reason": "Evicted", "message": "m"}});
-        let facts = pod_facts(Some(&evicted), false).unwrap();
+        let facts = classify::sandbox_view(&evicted).ended.unwrap();
         assert_eq!((facts.pod_reason.as_deref(), facts.deleted), (Some("Evicted"), false));
     }
 }

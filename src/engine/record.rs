@@ -181,7 +181,8 @@ mod tests {
     #[test]
     fn malformed_or_missing_annotations() {
         let token = ("mcp-k8s-ephemeral-job/job-token", "t");
-        let cases: Vec<(&str, Vec<(&str, &str)>, Result<JobRecord, RecordError>)> = vec![
+        type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, Result<JobRecord, RecordError>);
+        let cases: Vec<Case> = vec![
             ("no annotations", vec![], Err(RecordError::MissingToken { job: "j".into() })),
             (
                 "a sync run's Job",

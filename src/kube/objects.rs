@@ -305,6 +305,74 @@ pub struct ObjectReference {
     pub uid: String,
 }
 
+/// Any object, when only its metadata is read (the reaper's Jobs and
+/// Secrets).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Object {
+    #[serde(default, deserialize_with = "lenient")]
+    pub metadata: ObjectMeta,
+}
+
+impl Object {
+    /// The metadata view of any object; empty for anything else.
+    pub fn from_value(value: &Value) -> Object {
+        view(value)
+    }
+}
+
+/// A Secret, for its keys: the values are kept as the API sent them
+/// (base64 text), never decoded here, and an odd value does not hide its
+/// key.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Secret {
+    #[serde(default, deserialize_with = "lenient")]
+    pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "lenient")]
+    pub data: BTreeMap<String, Value>,
+}
+
+impl Secret {
+    pub fn from_value(value: &Value) -> Secret {
+        view(value)
+    }
+}
+
+/// A PersistentVolumeClaim, for its phase.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct PersistentVolumeClaim {
+    #[serde(default, deserialize_with = "lenient")]
+    pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "lenient")]
+    pub status: ClaimStatus,
+}
+
+impl PersistentVolumeClaim {
+    pub fn from_value(value: &Value) -> PersistentVolumeClaim {
+        view(value)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct ClaimStatus {
+    /// `Pending`, `Bound` or `Lost`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub phase: Option<String>,
+}
+
+/// The answer of `GET /version`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Version {
+    #[serde(default, deserialize_with = "lenient")]
+    pub git_version: Option<String>,
+}
+
+impl Version {
+    pub fn from_value(value: &Value) -> Version {
+        view(value)
+    }
+}
+
 /// A list answer: its items and the collection's `resourceVersion`.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(bound = "T: DeserializeOwned + Default")]
@@ -428,6 +496,17 @@ mod tests {
         assert_eq!(job.finished_condition().and_then(|c| c.last_transition_time.as_deref()), Some("2026-01-01T00:01:00Z"));
         let running = Job::from_value(&json!({"status": {"conditions": [{"type": "Failed", "status": "False"}]}}));
         assert_eq!(running.finished_condition(), None);
+    }
+
+    #[test]
+    fn metadata_secrets_claims_and_the_version() {
+        let secret = Secret::from_value(&json!({"metadata": {"name": "git", "annotations": {"a": "b"}}, "data": {"github.com": "dG9r"}}));
+        assert_eq!(secret.data.keys().collect::<Vec<_>>(), ["github.com"]);
+        assert_eq!(Object::from_value(&json!({"metadata": {"name": "git", "annotations": {"a": "b"}}})).metadata.annotations["a"], "b");
+        let claim = PersistentVolumeClaim::from_value(&json!({"status": {"phase": "Bound"}}));
+        assert_eq!(claim.status.phase.as_deref(), Some("Bound"));
+        assert_eq!(Version::from_value(&json!({"gitVersion": "v1.31.0", "major": "1"})).git_version.as_deref(), Some("v1.31.0"));
+        assert_eq!(Version::from_value(&json!([])), Version::default());
     }
 
     #[test]

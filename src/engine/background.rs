@@ -318,9 +318,10 @@ fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
         .client
         .get_if_exists(kube::Resource::JOBS, namespace, &manifest::job_name(run_id))
         .map_err(|error| Error::Api { what: "look up the Job", message: error.to_string() })?;
+    // A Job without a record (no token) is not a background run's.
     let job = job.map(|job| Job::from_value(&job));
-    let found = job.and_then(|job| Some((JobRecord::from_job(&job).ok()?, job)));
-    let Some((job_record, job)) = found.filter(|(job_record, _)| job_record.token == token) else {
+    let job_record = job.as_ref().and_then(|job| JobRecord::from_job(job).ok());
+    let (Some(job), Some(job_record)) = (job, job_record.filter(|job_record| job_record.token == token)) else {
         return Err(gone(ctx, token));
     };
     let recorded = job_record.outcome.clone();

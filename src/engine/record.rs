@@ -8,6 +8,11 @@
 //! running (or older) server must still read, so none of them may change.
 //! The verdict's text is `verdict`'s (`encode_recorded` / `decode`), the
 //! expiry's key is `manifest`'s (sync runs carry it too, for the reaper).
+//! The deadlines and the memory limit are not in the record: the Job's
+//! spec already holds them (`activeDeadlineSeconds`, the main container's
+//! limits, written by the golden-tested `manifest`), and a second copy in
+//! an annotation could only disagree; readers take them from the typed
+//! Job view. The output is not kept either (issue 12, finding 9).
 //! Knows the annotations, not how a run is followed or judged; the move
 //! to `backend/kubernetes/record.rs` is planned (architecture-next.md).
 

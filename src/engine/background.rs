@@ -660,6 +660,26 @@ mod tests {
         };
         assert_eq!(command_summary(&spec(&["python3", "-c", "TOKEN=secret"])), "python:3.12 python3");
         assert_eq!(command_summary(&spec(&["/usr/local/bin/tool", "--password=x"])), "python:3.12 tool");
+        // What submit writes through `manifest` is what every reader gets back.
+        let retention = manifest::Retention {
+            expires_at: "2026-01-01T01:00:00.000Z".into(),
+            finished_ttl: Duration::from_secs(300),
+            background: Some(background_annotations(&spec(&["/bin/sh", "-c", "exit 3"]), "tok")),
+        };
+        let mut job = json!({"kind": "Job", "metadata": {"name": "j", "labels": {}}, "spec": {}});
+        manifest::apply_retention(&mut job, &retention);
+        let job_record = JobRecord::from_job(&Job::from_value(&job)).unwrap();
+        assert_eq!(
+            job_record,
+            JobRecord {
+                token: "tok".into(),
+                timeout_s: Some(5),
+                command: "python:3.12 sh".into(),
+                expires_at: Some("2026-01-01T01:00:00.000Z".into()),
+                cancelled_at: None,
+                outcome: None,
+            }
+        );
         let long = "x".repeat(70);
         assert_eq!(command_summary(&spec(&[&long])), format!("python:3.12 {}…", "x".repeat(64)));
     }

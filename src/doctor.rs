@@ -18,6 +18,7 @@ use crate::engine;
 use crate::engine::permissions::{self, Permission};
 use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
 use crate::kube;
+use crate::kube::objects;
 use crate::sandbox;
 
 /// The result of one check: a line for the operator.
@@ -92,7 +93,7 @@ fn check_api(client: &kube::Client) -> Check {
     match client.version() {
         Ok(version) => Check::pass(format!(
             "Kubernetes API answers: {} ({})",
-            version["gitVersion"].as_str().unwrap_or("unknown version"),
+            objects::Version::from_value(&version).git_version.as_deref().unwrap_or("unknown version"),
             client.description()
         )),
         Err(error) => Check::fail(format!("Kubernetes API: {error} ({})", client.description())),
@@ -151,7 +152,8 @@ fn check_permission(client: &kube::Client, namespace: &str, permission: &Permiss
 fn check_cache_pvc(client: &kube::Client, namespace: &str, pvc: &str) -> Check {
     match client.get_if_exists(kube::Resource::PERSISTENT_VOLUME_CLAIMS, namespace, pvc) {
         Ok(Some(claim)) => {
-            let phase = claim["status"]["phase"].as_str().unwrap_or("unknown");
+            let claim = objects::PersistentVolumeClaim::from_value(&claim);
+            let phase = claim.status.phase.as_deref().unwrap_or("unknown");
             Check::pass(format!("MCP_K8S_CACHE_PVC: PersistentVolumeClaim `{pvc}` exists (phase {phase})"))
         }
         Ok(None) => Check::fail(format!(
@@ -166,8 +168,7 @@ fn check_cache_pvc(client: &kube::Client, namespace: &str, pvc: &str) -> Check {
 fn check_clone_secret(client: &kube::Client, namespace: &str, secret: &str) -> Check {
     match client.get_if_exists(kube::Resource::SECRETS, namespace, secret) {
         Ok(Some(object)) => {
-            let keys: Vec<&String> = object["data"].as_object().map(|data| data.keys().collect()).unwrap_or_default();
-            let keys: Vec<String> = keys.iter().map(|key| format!("`{key}`")).collect();
+            let keys: Vec<String> = objects::Secret::from_value(&object).data.keys().map(|key| format!("`{key}`")).collect();
             if keys.is_empty() {
                 Check::fail(format!(
                     "MCP_K8S_CLONE_SECRET: Secret `{secret}` has no keys; add one token per git host (key: the host, `host_port` with a port)"

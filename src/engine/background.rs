@@ -31,29 +31,19 @@ use crate::cancel::CancelToken;
 use crate::engine::classify;
 use crate::engine::jobs::{Lookup, Phase, Seen, View};
 use crate::engine::manifest;
+use crate::engine::record::{self, JobRecord};
 use crate::engine::run::{self, Ctx, Followed, Progress};
 use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
 use crate::engine::verdict::{self, DecidedBy, Ended, Recorded, Settled};
 use crate::kube;
+use crate::kube::objects::{Job, Pod};
 use crate::log;
 use crate::sandbox::frame::Stream;
-
-/// Annotations of a background Job (the expiry is `manifest`'s).
-pub const ANNOTATION_TOKEN: &str = "mcp-k8s-ephemeral-job/job-token";
-pub const ANNOTATION_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
-/// The image and the program's name, so `list_jobs` can tell runs apart.
-/// Not the arguments: they are the caller's data (scripts, sometimes
-/// secrets), and a Job annotation keeps them in etcd, and its backups, for
-/// the whole retention (issue 12, finding 9).
-pub const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
-/// Set by `cancel`: the run was stopped on purpose, even if its pod (and
-/// the partial output in its log) is gone when another process looks.
-pub const ANNOTATION_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
 
 /// How long the runner may take to report the output so far after a
 /// cancel deleted its pod, before the follower is stopped outright.
 const CANCEL_DRAIN: Duration = Duration::from_secs(15);
-/// Longest program name kept in `ANNOTATION_COMMAND`.
+/// Longest program name kept in `record::ANNOTATION_COMMAND`.
 const PROGRAM_NAME_CHARS: usize = 64;
 /// A follower that re-attaches gets at least this long to see the pod
 /// before the start or hard deadline (counted from the Job's creation)
@@ -170,7 +160,7 @@ pub fn submit(ctx: &Ctx, spec: &RunSpec) -> Result<Submitted, Error> {
             return Err(Error::Refused { message: outcome.message });
         }
     };
-    let created_at = time_of(&created.job["metadata"]["creationTimestamp"]);
+    let created_at = time_of(Job::from_value(&created.job).metadata.creation_timestamp.as_deref());
     start_follower(ctx, &run_id, followed, created_at, cancel);
     Ok(Submitted { token, run_id })
 }
@@ -215,7 +205,8 @@ pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
         .client
         .get_if_exists(kube::Resource::JOBS, namespace, &manifest::job_name(&run_id))
         .map_err(|error| Error::Api { what: "look up the Job", message: error.to_string() })?;
-    if job.as_ref().is_some_and(|job| job_finished_at(job).is_some() || verdict::recorded(job).is_some()) {
+    let job = job.map(|job| Job::from_value(&job));
+    if job.as_ref().is_some_and(|job| job_finished_at(job).is_some() || verdict::recorded_view(job).is_some()) {
         // Let this process's follower take the ended run's result first, so
         // a fetch_job right after this answer has it.
         ctx.jobs.wait(&run_id, Instant::now() + CANCEL_DRAIN, &CancelToken::new(), &mut Seen::default(), &mut |_, _| {});
@@ -224,7 +215,7 @@ pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
     let Some(follower) = ctx.jobs.request_cancel(&run_id) else {
         return Err(Error::Unknown { token: token.to_string() });
     };
-    let patch = json!({"metadata": {"annotations": {ANNOTATION_CANCELLED_AT: log::rfc3339_utc(SystemTime::now())}}});
+    let patch = json!({"metadata": {"annotations": record::cancel_mark(SystemTime::now())}});
     if let Err(error) = ctx.client.merge_patch(kube::Resource::JOBS, namespace, &manifest::job_name(&run_id), &patch) {
         // The run is still stopped; only another process's view of why
         // its pod vanished is poorer.
@@ -327,10 +318,13 @@ fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
         .client
         .get_if_exists(kube::Resource::JOBS, namespace, &manifest::job_name(run_id))
         .map_err(|error| Error::Api { what: "look up the Job", message: error.to_string() })?;
-    let Some(job) = job.filter(|job| annotation(job, ANNOTATION_TOKEN) == Some(token)) else {
+    // A Job without a record (no token) is not a background run's.
+    let job = job.map(|job| Job::from_value(&job));
+    let job_record = job.as_ref().and_then(|job| JobRecord::from_job(job).ok());
+    let (Some(job), Some(job_record)) = (job, job_record.filter(|job_record| job_record.token == token)) else {
         return Err(gone(ctx, token));
     };
-    let recorded = verdict::recorded(&job);
+    let recorded = job_record.outcome.clone();
     let ended_at = recorded.as_ref().and_then(|recorded| recorded.ended_at).or_else(|| job_finished_at(&job));
     if ended_at.is_some_and(|at| at + ctx.jobs.limits().result_ttl <= SystemTime::now()) {
         // The TTL controller has not got to it yet; the result is expired
@@ -341,31 +335,31 @@ fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
         .client
         .list(kube::Resource::PODS, namespace, &run_selector(run_id))
         .map_err(|error| Error::Api { what: "list the job's pods", message: error.to_string() })?;
-    let pod = pods.items.into_iter().max_by_key(|pod| pod["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_string());
-    let created = time_of(&job["metadata"]["creationTimestamp"]);
+    let pod = pods.items.iter().map(Pod::from_value).max_by_key(|pod| pod.metadata.creation_timestamp.clone().unwrap_or_default());
+    let created = time_of(job.metadata.creation_timestamp.as_deref());
     let cancel = CancelToken::new();
     if !ctx.jobs.insert_found(run_id, token, created.unwrap_or_else(SystemTime::now), cancel.clone()) {
         return Ok(());
     }
     log::info("re-attaching to a background job", &[("run_id", run_id.into())]);
-    let followed = followed_from_job(ctx, &job);
+    let followed = followed_from_job(ctx, &job, &job_record);
     match (&recorded, &pod) {
         // The runner's verdict, and its log is still there: read the
         // output; `follow_to_end` keeps the recorded verdict.
         (Some(recorded), Some(_)) if recorded.by == DecidedBy::Runner => follow_to_end(ctx, run_id, &followed, created, &cancel),
         (Some(recorded), _) => {
-            let outcome = outcome_without_pod(run_id, &job, created, Some(recorded));
+            let outcome = outcome_without_pod(run_id, &job_record, created, Some(recorded));
             ctx.jobs.finish(run_id, outcome, ended_at.unwrap_or_else(SystemTime::now));
         }
         (None, None) if job_finished_at(&job).is_some() => {
-            let ended = Ended { outcome: outcome_without_pod(run_id, &job, created, None), by: DecidedBy::Server };
+            let ended = Ended { outcome: outcome_without_pod(run_id, &job_record, created, None), by: DecidedBy::Server };
             record_and_finish(ctx, run_id, ended, ended_at.unwrap_or_else(SystemTime::now));
         }
-        (None, Some(pod)) if job_finished_at(&job).is_some() || classify::finished_pod(pod).is_some() => {
+        (None, Some(pod)) if job_finished_at(&job).is_some() || classify::finished_pod_view(pod).is_some() => {
             follow_to_end(ctx, run_id, &followed, created, &cancel);
         }
         (None, pod) => {
-            if pod.as_ref().is_some_and(|pod| classify::pod_state(pod) == classify::PodState::Running) {
+            if pod.as_ref().is_some_and(|pod| classify::pod_state_view(pod) == classify::PodState::Running) {
                 ctx.jobs.set_phase(run_id, Phase::Running);
             }
             start_follower(ctx, run_id, followed, created, cancel);
@@ -408,9 +402,10 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
     // The Job as it is now: whether another process cancelled it, and when
     // it ended if that was before this process re-read it.
     let job = ctx.client.get_if_exists(kube::Resource::JOBS, &ctx.policy.namespace, &manifest::job_name(run_id));
-    let job = job.ok().flatten().unwrap_or_default();
+    let job = job.ok().flatten().map(|job| Job::from_value(&job)).unwrap_or_default();
+    let marked_cancelled = JobRecord::from_job(&job).is_ok_and(|job_record| job_record.cancelled_at.is_some());
     let cancel_requested = matches!(ctx.jobs.lookup(run_id), Lookup::Found(view) if view.cancel_requested);
-    if (cancel_requested || annotation(&job, ANNOTATION_CANCELLED_AT).is_some()) && mark_cancelled(&mut ended.outcome) {
+    if (cancel_requested || marked_cancelled) && mark_cancelled(&mut ended.outcome) {
         ended.by = DecidedBy::Server;
     }
     run::log_finished(run_id, &ended.outcome, started);
@@ -454,9 +449,9 @@ fn mark_cancelled(outcome: &mut RunOutcome) -> bool {
 
 /// The outcome of a finished Job whose pod (and so its log) is gone, or
 /// whose verdict was recorded by the process that decided it.
-fn outcome_without_pod(run_id: &str, job: &Value, created: Option<SystemTime>, recorded: Option<&Recorded>) -> RunOutcome {
+fn outcome_without_pod(run_id: &str, job_record: &JobRecord, created: Option<SystemTime>, recorded: Option<&Recorded>) -> RunOutcome {
     let cancelled = recorded.is_none_or(|recorded| recorded.status == RunStatus::Cancelled);
-    let mut outcome = match annotation(job, ANNOTATION_CANCELLED_AT).filter(|_| cancelled) {
+    let mut outcome = match job_record.cancelled_at.as_deref().filter(|_| cancelled) {
         Some(at) => {
             // An earlier version wrote the output's tail onto the Job for
             // this case; the caller's output does not belong in etcd for
@@ -503,8 +498,8 @@ fn delete_pods(ctx: &Ctx, run_id: &str) {
             return;
         }
     };
-    for pod in pods {
-        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    for pod in pods.iter().map(Pod::from_value) {
+        let name = pod.metadata.name.as_str();
         if let Err(error) = ctx.client.delete(kube::Resource::PODS, namespace, name) {
             log::warn("could not delete the job's pod", &[("pod", name.into()), ("error", error.to_string().into())]);
         }
@@ -517,16 +512,17 @@ fn run_selector(run_id: &str) -> kube::ListParams {
 
 /// The deadlines and judging facts of a Job this process did not create,
 /// counted from the Job's creation (with `ATTACH_GRACE` to see the pod).
-fn followed_from_job(ctx: &Ctx, job: &Value) -> Followed {
-    let pod_spec = &job["spec"]["template"]["spec"];
-    let pod_deadline = Duration::from_secs(pod_spec["activeDeadlineSeconds"].as_u64().unwrap_or(0));
-    let timeout = annotation(job, ANNOTATION_TIMEOUT_S).and_then(|text| text.parse().ok()).map(Duration::from_secs);
-    let memory_limit = pod_spec["containers"]
-        .as_array()
-        .and_then(|containers| containers.iter().find(|container| container["name"] == manifest::MAIN_CONTAINER))
-        .and_then(|main| main["resources"]["limits"]["memory"].as_str())
-        .map(str::to_string);
-    let age = time_of(&job["metadata"]["creationTimestamp"])
+fn followed_from_job(ctx: &Ctx, job: &Job, job_record: &JobRecord) -> Followed {
+    let pod_spec = &job.spec.template.spec;
+    let pod_deadline = Duration::from_secs(pod_spec.active_deadline_seconds.unwrap_or(0));
+    let timeout = job_record.timeout_s.map(Duration::from_secs);
+    let memory_limit = pod_spec
+        .containers
+        .iter()
+        .find(|container| container.name == manifest::MAIN_CONTAINER)
+        .and_then(|main| main.resources.limits.get("memory"))
+        .cloned();
+    let age = time_of(job.metadata.creation_timestamp.as_deref())
         .and_then(|created| SystemTime::now().duration_since(created).ok())
         .unwrap_or_default();
     let now = Instant::now();
@@ -541,40 +537,48 @@ fn followed_from_job(ctx: &Ctx, job: &Value) -> Followed {
 }
 
 fn listed_job(ctx: &Ctx, job: &Value) -> Option<Listed> {
-    let token = annotation(job, ANNOTATION_TOKEN)?.to_string();
+    let job = Job::from_value(job);
+    let job_record = JobRecord::from_job(&job).ok()?;
+    let token = job_record.token.clone();
     let (run_id, _) = parse_token(&token)?;
     let known = match ctx.jobs.lookup(&run_id) {
         Lookup::Found(view) if view.token == token => Some(view),
         _ => None,
     };
-    let recorded = verdict::recorded(job);
+    let recorded = job_record.outcome;
     let phase = match &known {
         Some(view) => view.phase,
-        None if job_finished_at(job).is_some() || recorded.is_some() => Phase::Finished,
-        None if job["status"]["active"].as_u64().unwrap_or(0) > 0 => Phase::Running,
+        None if job_finished_at(&job).is_some() || recorded.is_some() => Phase::Finished,
+        None if job.status.active > 0 => Phase::Running,
         None => Phase::Pending,
     };
     Some(Listed {
         token,
-        created: time_of(&job["metadata"]["creationTimestamp"]),
+        created: time_of(job.metadata.creation_timestamp.as_deref()),
         phase,
         result_status: known
             .as_ref()
             .and_then(|view| view.outcome.as_ref())
             .map(|outcome| outcome.status)
             .or(recorded.map(|recorded| recorded.status)),
-        cancelled: annotation(job, ANNOTATION_CANCELLED_AT).is_some() || known.is_some_and(|view| view.cancel_requested),
-        command: annotation(job, ANNOTATION_COMMAND).unwrap_or_default().to_string(),
-        expires_at: annotation(job, manifest::ANNOTATION_EXPIRES_AT).unwrap_or_default().to_string(),
+        cancelled: job_record.cancelled_at.is_some() || known.is_some_and(|view| view.cancel_requested),
+        command: job_record.command,
+        expires_at: job_record.expires_at.unwrap_or_default(),
     })
 }
 
+/// The record a new background Job starts with; `manifest` adds the
+/// expiry, `cancel` and `verdict` the rest later.
 fn background_annotations(spec: &RunSpec, token: &str) -> serde_json::Map<String, Value> {
-    let mut annotations = serde_json::Map::new();
-    annotations.insert(ANNOTATION_TOKEN.to_string(), json!(token));
-    annotations.insert(ANNOTATION_TIMEOUT_S.to_string(), json!(spec.timeout.as_secs().to_string()));
-    annotations.insert(ANNOTATION_COMMAND.to_string(), json!(command_summary(spec)));
-    annotations
+    let job_record = JobRecord {
+        token: token.to_string(),
+        timeout_s: Some(spec.timeout.as_secs()),
+        command: command_summary(spec),
+        expires_at: None,
+        cancelled_at: None,
+        outcome: None,
+    };
+    job_record.to_annotations().into_iter().map(|(key, value)| (key, Value::String(value))).collect()
 }
 
 /// `image program`: the program's file name without its folder or its
@@ -589,12 +593,9 @@ fn command_summary(spec: &RunSpec) -> String {
 }
 
 /// When the Job reached `Complete` or `Failed`, if it has.
-fn job_finished_at(job: &Value) -> Option<SystemTime> {
-    let conditions = job["status"]["conditions"].as_array()?;
-    let finished = conditions
-        .iter()
-        .find(|condition| matches!(condition["type"].as_str(), Some("Complete" | "Failed")) && condition["status"] == "True")?;
-    Some(time_of(&finished["lastTransitionTime"]).unwrap_or_else(SystemTime::now))
+fn job_finished_at(job: &Job) -> Option<SystemTime> {
+    let finished = job.finished_condition()?;
+    Some(time_of(finished.last_transition_time.as_deref()).unwrap_or_else(SystemTime::now))
 }
 
 /// The error for a token whose Job is not in the cluster: expired if its
@@ -611,12 +612,8 @@ fn expired(ctx: &Ctx, token: &str) -> Error {
     Error::Expired { token: token.to_string(), result_ttl_s: ctx.jobs.limits().result_ttl.as_secs() }
 }
 
-fn annotation<'a>(object: &'a Value, name: &str) -> Option<&'a str> {
-    object["metadata"]["annotations"][name].as_str()
-}
-
-fn time_of(value: &Value) -> Option<SystemTime> {
-    classify::parse_time(value.as_str()?)
+fn time_of(text: Option<&str>) -> Option<SystemTime> {
+    classify::parse_time(text?)
 }
 
 #[cfg(test)]
@@ -663,6 +660,26 @@ mod tests {
         };
         assert_eq!(command_summary(&spec(&["python3", "-c", "TOKEN=secret"])), "python:3.12 python3");
         assert_eq!(command_summary(&spec(&["/usr/local/bin/tool", "--password=x"])), "python:3.12 tool");
+        // What submit writes through `manifest` is what every reader gets back.
+        let retention = manifest::Retention {
+            expires_at: "2026-01-01T01:00:00.000Z".into(),
+            finished_ttl: Duration::from_secs(300),
+            background: Some(background_annotations(&spec(&["/bin/sh", "-c", "exit 3"]), "tok")),
+        };
+        let mut job = json!({"kind": "Job", "metadata": {"name": "j", "labels": {}}, "spec": {}});
+        manifest::apply_retention(&mut job, &retention);
+        let job_record = JobRecord::from_job(&Job::from_value(&job)).unwrap();
+        assert_eq!(
+            job_record,
+            JobRecord {
+                token: "tok".into(),
+                timeout_s: Some(5),
+                command: "python:3.12 sh".into(),
+                expires_at: Some("2026-01-01T01:00:00.000Z".into()),
+                cancelled_at: None,
+                outcome: None,
+            }
+        );
         let long = "x".repeat(70);
         assert_eq!(command_summary(&spec(&[&long])), format!("python:3.12 {}…", "x".repeat(64)));
     }
@@ -684,12 +701,12 @@ mod tests {
 
     #[test]
     fn a_job_is_finished_by_its_complete_or_failed_condition() {
-        let job = |conditions: Value| json!({"status": {"conditions": conditions}});
+        let job = |conditions: Value| Job::from_value(&json!({"status": {"conditions": conditions}}));
         let at = "2026-01-01T00:00:00Z";
         assert!(job_finished_at(&job(json!([{"type": "Complete", "status": "True", "lastTransitionTime": at}]))).is_some());
         assert!(job_finished_at(&job(json!([{"type": "Failed", "status": "True", "lastTransitionTime": at}]))).is_some());
         assert!(job_finished_at(&job(json!([{"type": "Suspended", "status": "True"}]))).is_none());
         assert!(job_finished_at(&job(json!([{"type": "Failed", "status": "False"}]))).is_none());
-        assert!(job_finished_at(&json!({})).is_none());
+        assert!(job_finished_at(&Job::default()).is_none());
     }
 }

@@ -1,7 +1,9 @@
 //! Reading a pod's status (and the Job's events) into what the run loop
 //! needs to decide: keep waiting, start reading the log, stop early with a
-//! reason, or finish. Pure functions over the API's JSON, so each case is a
-//! fixture-driven test.
+//! reason, or finish. Pure functions over the typed views of
+//! `kube::objects`, so each case is a fixture-driven test. The functions
+//! over `&Value` are thin wrappers for callers that still hold the API's
+//! JSON; each reads the view once and calls its `_view` twin.
 
 use std::time::SystemTime;
 
@@ -10,6 +12,7 @@ use serde_json::Value;
 use crate::engine::decide::{SandboxState, View};
 use crate::engine::manifest::{CLONE_CONTAINER, MAIN_CONTAINER, PREPARE_CONTAINER};
 use crate::engine::spec::RunReason;
+use crate::kube::objects::{Condition, ContainerStatus, Event, Pod, PodStatus, StateTerminated};
 
 /// What a pod's status says about the run.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,8 +45,12 @@ const START_FAILURES: &[&str] = &["CreateContainerError", "RunContainerError"];
 const TERMINATED_WITHOUT_STARTING: &[&str] = &["StartError", "ContainerCannotRun"];
 
 pub fn pod_state(pod: &Value) -> PodState {
-    let status = &pod["status"];
-    let phase = status["phase"].as_str().unwrap_or("");
+    pod_state_view(&Pod::from_value(pod))
+}
+
+pub fn pod_state_view(pod: &Pod) -> PodState {
+    let status = &pod.status;
+    let phase = status.phase.as_deref().unwrap_or("");
     let init_steps = [
         (PREPARE_CONTAINER, "the runner image", RunReason::InputFailed),
         (CLONE_CONTAINER, "the clone image (MCP_K8S_CLONE_IMAGE)", RunReason::CloneFailed),
@@ -53,13 +60,12 @@ pub fn pod_state(pod: &Value) -> PodState {
             return state;
         }
     }
-    let main = container_status(status, "containerStatuses", MAIN_CONTAINER);
+    let main = main_container(status);
     if let Some(main) = main {
-        let terminated = &main["state"]["terminated"];
-        if terminated.is_object() {
+        if let Some(terminated) = &main.state.terminated {
             return PodState::Finished(finished(status, Some(terminated)));
         }
-        if main["state"]["running"].is_object() {
+        if main.state.running.is_some() {
             return PodState::Running;
         }
         if let Some(state) = main_start_failure(main) {
@@ -75,16 +81,20 @@ pub fn pod_state(pod: &Value) -> PodState {
     if let Some(message) = unschedulable_message(status) {
         return PodState::Unschedulable { message };
     }
-    let waiting = main.map(|main| &main["state"]["waiting"]);
+    let waiting = main.and_then(|main| main.state.waiting.as_ref());
     PodState::Pending {
-        waiting_reason: waiting.and_then(|w| w["reason"].as_str()).map(str::to_string),
-        message: waiting.and_then(|w| w["message"].as_str()).map(str::to_string),
+        waiting_reason: waiting.and_then(|waiting| waiting.reason.clone()),
+        message: waiting.and_then(|waiting| waiting.message.clone()),
     }
 }
 
 /// Whether someone asked for the pod to go (`metadata.deletionTimestamp`).
 pub fn is_deleting(pod: &Value) -> bool {
-    pod["metadata"]["deletionTimestamp"].is_string()
+    is_deleting_view(&Pod::from_value(pod))
+}
+
+pub fn is_deleting_view(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
 }
 
 /// The main container's process never ran: the runtime refused to start
@@ -103,8 +113,12 @@ pub fn start_failure(finished: &Finished) -> Option<String> {
 /// event without its `Pulled`), running an init step, or the container's
 /// waiting reason. `events` are the pod's, oldest first.
 pub fn start_progress(pod: Option<&Value>, events: &[Value]) -> String {
+    start_progress_view(pod.map(Pod::from_value).as_ref(), &Event::from_values(events))
+}
+
+pub fn start_progress_view(pod: Option<&Pod>, events: &[Event]) -> String {
     let Some(pod) = pod else { return "the pod was not created yet".to_string() };
-    let status = &pod["status"];
+    let status = &pod.status;
     if let Some(message) = unschedulable_message(status) {
         return format!("no node could take the pod yet: {message}");
     }
@@ -112,17 +126,17 @@ pub fn start_progress(pod: Option<&Value>, events: &[Value]) -> String {
         return format!("the kubelet was still pulling the image `{image}`");
     }
     for (name, what) in [(PREPARE_CONTAINER, "preparing the workdir"), (CLONE_CONTAINER, "cloning the repository")] {
-        if container_status(status, "initContainerStatuses", name).is_some_and(|init| init["state"]["running"].is_object()) {
+        if container_status(&status.init_container_statuses, name).is_some_and(|init| init.state.running.is_some()) {
             return format!("the init container `{name}` was still {what}");
         }
     }
-    let waiting = container_status(status, "containerStatuses", MAIN_CONTAINER).map(|main| &main["state"]["waiting"]);
-    match waiting.and_then(|waiting| waiting["reason"].as_str()) {
-        Some(reason) => match waiting.and_then(|waiting| waiting["message"].as_str()).filter(|message| !message.is_empty()) {
+    let waiting = main_container(status).and_then(|main| main.state.waiting.as_ref());
+    match waiting.and_then(|waiting| waiting.reason.as_deref()) {
+        Some(reason) => match waiting.and_then(|waiting| waiting.message.as_deref()).filter(|message| !message.is_empty()) {
             Some(message) => format!("the container was waiting: {reason}: {message}"),
             None => format!("the container was waiting: {reason}"),
         },
-        None => format!("the pod was {}", status["phase"].as_str().unwrap_or("Pending")),
+        None => format!("the pod was {}", status.phase.as_deref().unwrap_or("Pending")),
     }
 }
 
@@ -130,29 +144,44 @@ pub fn start_progress(pod: Option<&Value>, events: &[Value]) -> String {
 /// quota, LimitRange, Pod Security or validation. Returns the reason and
 /// the API's message.
 pub fn failed_create(events: &[Value]) -> Option<(RunReason, String)> {
-    let event = events.iter().rev().find(|event| event["reason"] == "FailedCreate")?;
-    let message = event["message"].as_str().unwrap_or("the pod could not be created").to_string();
+    failed_create_view(&Event::from_values(events))
+}
+
+pub fn failed_create_view(events: &[Event]) -> Option<(RunReason, String)> {
+    let event = events.iter().rev().find(|event| event.reason.as_deref() == Some("FailedCreate"))?;
+    let message = event.message.as_deref().unwrap_or("the pod could not be created").to_string();
     let reason = if message.contains("exceeded quota") { RunReason::QuotaExceeded } else { RunReason::Rejected };
     Some((reason, message))
 }
 
 /// Instants of the phases, read from the pod's status.
 pub fn scheduled_at(pod: &Value) -> Option<SystemTime> {
-    let conditions = pod["status"]["conditions"].as_array()?;
-    let scheduled = conditions.iter().find(|c| c["type"] == "PodScheduled" && c["status"] == "True")?;
-    parse_time(scheduled["lastTransitionTime"].as_str()?)
+    scheduled_at_view(&Pod::from_value(pod))
+}
+
+pub fn scheduled_at_view(pod: &Pod) -> Option<SystemTime> {
+    let scheduled = pod.status.conditions.iter().find(|condition| condition.is_true("PodScheduled"))?;
+    parse_time(scheduled.last_transition_time.as_deref()?)
 }
 
 pub fn main_started_at(pod: &Value) -> Option<SystemTime> {
-    let main = container_status(&pod["status"], "containerStatuses", MAIN_CONTAINER)?;
-    let state = &main["state"];
-    let started = state["running"]["startedAt"].as_str().or_else(|| state["terminated"]["startedAt"].as_str())?;
+    main_started_at_view(&Pod::from_value(pod))
+}
+
+pub fn main_started_at_view(pod: &Pod) -> Option<SystemTime> {
+    let state = &main_container(&pod.status)?.state;
+    let running = state.running.as_ref().and_then(|running| running.started_at.as_deref());
+    let started = running.or_else(|| state.terminated.as_ref().and_then(|terminated| terminated.started_at.as_deref()))?;
     parse_time(started)
 }
 
 pub fn main_finished_at(pod: &Value) -> Option<SystemTime> {
-    let main = container_status(&pod["status"], "containerStatuses", MAIN_CONTAINER)?;
-    parse_time(main["state"]["terminated"]["finishedAt"].as_str()?)
+    main_finished_at_view(&Pod::from_value(pod))
+}
+
+pub fn main_finished_at_view(pod: &Pod) -> Option<SystemTime> {
+    let terminated = main_container(&pod.status)?.state.terminated.as_ref()?;
+    parse_time(terminated.finished_at.as_deref()?)
 }
 
 /// Parses the API's RFC 3339 timestamps (`2026-11-29T20:14:53Z`, with or
@@ -161,27 +190,31 @@ pub fn parse_time(text: &str) -> Option<SystemTime> {
     crate::kube::auth::parse_rfc3339(text)
 }
 
-fn container_status<'a>(status: &'a Value, list: &str, name: &str) -> Option<&'a Value> {
-    status[list].as_array()?.iter().find(|c| c["name"] == name)
+fn container_status<'a>(statuses: &'a [ContainerStatus], name: &str) -> Option<&'a ContainerStatus> {
+    statuses.iter().find(|container| container.name == name)
+}
+
+fn main_container(status: &PodStatus) -> Option<&ContainerStatus> {
+    container_status(&status.container_statuses, MAIN_CONTAINER)
 }
 
 /// The image of a `Pulling` event that no `Pulled` (or failure) event for
 /// the same image answers. Events of one second have no reliable order,
 /// so this looks for the answer anywhere in the list.
-fn image_being_pulled(events: &[Value]) -> Option<String> {
-    let quoted = |event: &Value| -> Option<String> {
-        let message = event["message"].as_str()?;
+fn image_being_pulled(events: &[Event]) -> Option<String> {
+    let quoted = |event: &Event| -> Option<String> {
+        let message = event.message.as_deref()?;
         let start = message.find('"')? + 1;
         let end = start + message[start..].find('"')?;
         Some(message[start..end].to_string())
     };
     let answered = |image: &str| {
         events.iter().any(|event| {
-            matches!(event["reason"].as_str(), Some("Pulled" | "Failed" | "BackOff" | "ErrImageNeverPull"))
+            matches!(event.reason.as_deref(), Some("Pulled" | "Failed" | "BackOff" | "ErrImageNeverPull"))
                 && quoted(event).as_deref() == Some(image)
         })
     };
-    events.iter().filter(|event| event["reason"] == "Pulling").filter_map(quoted).find(|image| !answered(image))
+    events.iter().filter(|event| event.reason.as_deref() == Some("Pulling")).filter_map(quoted).find(|image| !answered(image))
 }
 
 fn start_failure_message(reason: &str, message: &str) -> String {
@@ -192,21 +225,21 @@ fn start_failure_message(reason: &str, message: &str) -> String {
 
 /// The main container waiting with `CreateContainerError` or
 /// `RunContainerError`: the runtime failed to start it (issue 12, 5).
-fn main_start_failure(main: &Value) -> Option<PodState> {
-    let waiting = &main["state"]["waiting"];
-    let reason = waiting["reason"].as_str()?;
+fn main_start_failure(main: &ContainerStatus) -> Option<PodState> {
+    let waiting = main.state.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref()?;
     if !START_FAILURES.contains(&reason) {
         return None;
     }
-    let message = waiting["message"].as_str().map(str::trim).filter(|message| !message.is_empty()).unwrap_or("no message");
+    let message = waiting.message.as_deref().map(str::trim).filter(|message| !message.is_empty()).unwrap_or("no message");
     Some(PodState::FailFast { reason: RunReason::StartFailed, message: start_failure_message(reason, message) })
 }
 
-fn fail_fast_from_waiting(container: &Value, what: &str) -> Option<PodState> {
-    let waiting = &container["state"]["waiting"];
-    let reason = waiting["reason"].as_str()?;
-    let message = waiting["message"].as_str().unwrap_or("").trim();
-    let image = container["image"].as_str().unwrap_or("?");
+fn fail_fast_from_waiting(container: &ContainerStatus, what: &str) -> Option<PodState> {
+    let waiting = container.state.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref()?;
+    let message = waiting.message.as_deref().unwrap_or("").trim();
+    let image = container.image.as_deref().unwrap_or("?");
     if IMAGE_PULL_FAILURES.contains(&reason) {
         return Some(PodState::FailFast {
             reason: RunReason::ImagePullFailed,
@@ -229,19 +262,20 @@ fn fail_fast_from_waiting(container: &Value, what: &str) -> Option<PodState> {
 /// clone: git's output tail, token masked) as the termination message; with
 /// FallbackToLogsOnError the kubelet uses the log tail when the runner died
 /// before writing it.
-fn init_container_state(status: &Value, name: &str, image: &str, reason: RunReason) -> Option<PodState> {
-    let container = container_status(status, "initContainerStatuses", name)?;
+fn init_container_state(status: &PodStatus, name: &str, image: &str, reason: RunReason) -> Option<PodState> {
+    let container = container_status(&status.init_container_statuses, name)?;
     if let Some(state) = fail_fast_from_waiting(container, image) {
         return Some(state);
     }
-    let terminated = &container["state"]["terminated"];
-    if !terminated.is_object() || terminated["exitCode"].as_i64() == Some(0) {
+    let terminated = container.state.terminated.as_ref()?;
+    if terminated.exit_code == Some(0) {
         return None;
     }
-    let detail = terminated["message"].as_str().unwrap_or("").trim();
+    let detail = terminated.message.as_deref().unwrap_or("").trim();
     let detail = detail.strip_prefix("mcp-k8s-ephemeral-job runner: ").unwrap_or(detail);
     let detail = if detail.is_empty() { "no message" } else { detail };
-    let exit_code = &terminated["exitCode"];
+    // `null` for a missing code, as the JSON it was once printed from said.
+    let exit_code = terminated.exit_code.map_or_else(|| "null".to_string(), |code| code.to_string());
     let message = match reason {
         RunReason::CloneFailed => format!("cloning the repository failed (exit code {exit_code}): {detail}"),
         _ => format!("preparing the pod failed (exit code {exit_code}): {detail}; check the input files and MCP_K8S_RUNNER_IMAGE"),
@@ -249,22 +283,22 @@ fn init_container_state(status: &Value, name: &str, image: &str, reason: RunReas
     Some(PodState::FailFast { reason, message })
 }
 
-fn unschedulable_message(status: &Value) -> Option<String> {
-    let conditions = status["conditions"].as_array()?;
-    let condition = conditions.iter().find(|c| c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable")?;
-    Some(condition["message"].as_str().unwrap_or("no node can run the pod").to_string())
+fn unschedulable_message(status: &PodStatus) -> Option<String> {
+    let condition = status.conditions.iter().find(|condition| {
+        condition.type_ == "PodScheduled" && condition.status == "False" && condition.reason.as_deref() == Some("Unschedulable")
+    })?;
+    Some(condition.message.as_deref().unwrap_or("no node can run the pod").to_string())
 }
 
-fn finished(status: &Value, terminated: Option<&Value>) -> Finished {
-    let exit_code = terminated.and_then(|t| t["exitCode"].as_i64()).map(|code| code as i32);
+fn finished(status: &PodStatus, terminated: Option<&StateTerminated>) -> Finished {
     Finished {
-        exit_code,
-        signal: terminated.and_then(|t| t["signal"].as_i64()).map(|signal| signal as i32),
-        container_reason: terminated.and_then(|t| t["reason"].as_str()).map(str::to_string),
-        container_message: terminated.and_then(|t| t["message"].as_str()).map(str::to_string),
-        pod_reason: status["reason"].as_str().map(str::to_string),
-        pod_message: status["message"].as_str().map(str::to_string),
-        disruption: disruption(status),
+        exit_code: terminated.and_then(|terminated| terminated.exit_code).map(|code| code as i32),
+        signal: terminated.and_then(|terminated| terminated.signal).map(|signal| signal as i32),
+        container_reason: terminated.and_then(|terminated| terminated.reason.clone()),
+        container_message: terminated.and_then(|terminated| terminated.message.clone()),
+        pod_reason: status.reason.clone(),
+        pod_message: status.message.clone(),
+        disruption: disruption(&status.conditions),
         deleted: false,
     }
 }
@@ -272,9 +306,13 @@ fn finished(status: &Value, terminated: Option<&Value>) -> Finished {
 /// Reads a finished pod, with its deletion mark (the `Finished` of
 /// `pod_state` does not see metadata).
 pub fn finished_pod(pod: &Value) -> Option<Finished> {
-    match pod_state(pod) {
+    finished_pod_view(&Pod::from_value(pod))
+}
+
+pub fn finished_pod_view(pod: &Pod) -> Option<Finished> {
+    match pod_state_view(pod) {
         PodState::Finished(mut finished) => {
-            finished.deleted = is_deleting(pod);
+            finished.deleted = is_deleting_view(pod);
             Some(finished)
         }
         _ => None,
@@ -284,17 +322,18 @@ pub fn finished_pod(pod: &Value) -> Option<Finished> {
 /// The facts of a pod that is gone or going without a final status: what
 /// its status said last, and that it was deleted.
 pub fn deleted_pod(pod: &Value) -> Finished {
-    let status = &pod["status"];
-    let main = container_status(status, "containerStatuses", MAIN_CONTAINER);
-    let terminated = main.map(|main| &main["state"]["terminated"]).filter(|terminated| terminated.is_object());
-    Finished { deleted: true, ..finished(status, terminated) }
+    deleted_pod_view(&Pod::from_value(pod))
 }
 
-fn disruption(status: &Value) -> Option<String> {
-    let conditions = status["conditions"].as_array()?;
-    let condition = conditions.iter().find(|c| c["type"] == "DisruptionTarget" && c["status"] == "True")?;
-    let reason = condition["reason"].as_str().unwrap_or("DisruptionTarget");
-    Some(match condition["message"].as_str().filter(|message| !message.is_empty()) {
+pub fn deleted_pod_view(pod: &Pod) -> Finished {
+    let terminated = main_container(&pod.status).and_then(|main| main.state.terminated.as_ref());
+    Finished { deleted: true, ..finished(&pod.status, terminated) }
+}
+
+fn disruption(conditions: &[Condition]) -> Option<String> {
+    let condition = conditions.iter().find(|condition| condition.is_true("DisruptionTarget"))?;
+    let reason = condition.reason.as_deref().unwrap_or("DisruptionTarget");
+    Some(match condition.message.as_deref().filter(|message| !message.is_empty()) {
         Some(message) => format!("{reason}: {message}"),
         None => reason.to_string(),
     })

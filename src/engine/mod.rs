@@ -10,6 +10,7 @@ pub mod manifest;
 pub mod outcome;
 pub mod permissions;
 pub mod reaper;
+pub mod record;
 pub mod run;
 pub mod slots;
 pub mod spec;

@@ -12,12 +12,11 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
-
 use crate::engine::classify;
 use crate::engine::manifest;
 use crate::engine::run::Ctx;
 use crate::kube;
+use crate::kube::objects::{Object, ObjectMeta};
 use crate::log;
 
 /// How often the reaper looks.
@@ -52,8 +51,9 @@ pub fn reap_once(ctx: &Ctx) -> usize {
                 continue;
             }
         };
-        for object in objects.iter().filter(|object| is_expired(object, now)) {
-            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let expired = objects.iter().map(|object| Object::from_value(object).metadata).filter(|metadata| is_expired(metadata, now));
+        for metadata in expired {
+            let name = metadata.name.as_str();
             // Background propagation: a Job's pods go with it.
             match ctx.client.delete(resource, &ctx.policy.namespace, name) {
                 Ok(_) => {
@@ -67,28 +67,33 @@ pub fn reap_once(ctx: &Ctx) -> usize {
     reaped
 }
 
-/// Whether `object`'s expiry annotation is set and has passed.
-pub fn is_expired(object: &Value, now: SystemTime) -> bool {
-    object["metadata"]["annotations"][manifest::ANNOTATION_EXPIRES_AT]
-        .as_str()
-        .and_then(classify::parse_time)
+/// Whether the object's expiry annotation is set and has passed.
+pub fn is_expired(metadata: &ObjectMeta, now: SystemTime) -> bool {
+    metadata
+        .annotations
+        .get(manifest::ANNOTATION_EXPIRES_AT)
+        .and_then(|text| classify::parse_time(text))
         .is_some_and(|expires_at| expires_at <= now)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
+
+    fn expired(object: &Value, now: SystemTime) -> bool {
+        is_expired(&Object::from_value(object).metadata, now)
+    }
 
     #[test]
     fn only_a_passed_expiry_counts() {
         let now = classify::parse_time("2026-01-01T12:00:00Z").unwrap();
         let object = |expires_at: Value| json!({"metadata": {"annotations": {manifest::ANNOTATION_EXPIRES_AT: expires_at}}});
-        assert!(is_expired(&object(json!("2026-01-01T11:59:59Z")), now));
-        assert!(is_expired(&object(json!("2026-01-01T12:00:00Z")), now));
-        assert!(!is_expired(&object(json!("2026-01-01T12:00:01Z")), now));
-        assert!(!is_expired(&object(json!("not a time")), now));
-        assert!(!is_expired(&json!({"metadata": {}}), now), "objects without the annotation are left alone");
+        assert!(expired(&object(json!("2026-01-01T11:59:59Z")), now));
+        assert!(expired(&object(json!("2026-01-01T12:00:00Z")), now));
+        assert!(!expired(&object(json!("2026-01-01T12:00:01Z")), now));
+        assert!(!expired(&object(json!("not a time")), now));
+        assert!(!expired(&json!({"metadata": {}}), now), "objects without the annotation are left alone");
     }
 
     #[test]
@@ -100,7 +105,7 @@ mod tests {
         manifest::apply_retention(&mut job, &retention);
         manifest::apply_retention(&mut secret, &retention);
         let after = classify::parse_time("2026-01-01T12:00:01Z").unwrap();
-        assert!(is_expired(&job, after) && is_expired(&secret, after));
+        assert!(expired(&job, after) && expired(&secret, after));
         assert_eq!(job["spec"]["ttlSecondsAfterFinished"], 300);
         assert!(secret.get("spec").is_none(), "only Jobs have a TTL");
         assert!(job["metadata"]["labels"].get(manifest::LABEL_MODE).is_none(), "sync runs are not listed");

@@ -27,6 +27,7 @@ use crate::engine::manifest;
 use crate::engine::run::Ctx;
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus};
 use crate::kube;
+use crate::kube::objects;
 use crate::log;
 
 /// The verdict of a run, on its Job.
@@ -116,7 +117,12 @@ pub fn settle(ctx: &Ctx, run_id: &str, ended: &Ended, record: Record) -> Result<
 
 /// The verdict on `job`, if one was written.
 pub fn recorded(job: &Value) -> Option<Recorded> {
-    decode(job["metadata"]["annotations"][ANNOTATION_OUTCOME].as_str()?)
+    recorded_view(&objects::Job::from_value(job))
+}
+
+/// The verdict on the view of a Job, if one was written.
+pub fn recorded_view(job: &objects::Job) -> Option<Recorded> {
+    decode(job.metadata.annotations.get(ANNOTATION_OUTCOME)?)
 }
 
 /// `outcome` with the recorded verdict in place of its own (the output it
@@ -148,14 +154,28 @@ pub fn encode(outcome: &RunOutcome, by: DecidedBy, ended_at: SystemTime) -> Stri
         message.truncate(cut);
         message.push('…');
     }
+    encode_recorded(&Recorded {
+        status: outcome.status,
+        reason: outcome.reason,
+        message,
+        exit_code: outcome.exit_code,
+        signal: outcome.signal,
+        by,
+        ended_at: Some(ended_at),
+    })
+}
+
+/// The annotation's text for a verdict as it stands (pure): the one
+/// format `encode` writes and `decode` reads.
+pub fn encode_recorded(recorded: &Recorded) -> String {
     json!({
-        "status": outcome.status.name(),
-        "reason": outcome.reason.map(RunReason::name),
-        "message": message,
-        "exit_code": outcome.exit_code,
-        "signal": outcome.signal,
-        "by": match by { DecidedBy::Runner => "runner", DecidedBy::Server => "server" },
-        "ended_at": log::rfc3339_utc(ended_at),
+        "status": recorded.status.name(),
+        "reason": recorded.reason.map(RunReason::name),
+        "message": recorded.message,
+        "exit_code": recorded.exit_code,
+        "signal": recorded.signal,
+        "by": match recorded.by { DecidedBy::Runner => "runner", DecidedBy::Server => "server" },
+        "ended_at": recorded.ended_at.map(log::rfc3339_utc),
     })
     .to_string()
 }
@@ -163,13 +183,14 @@ pub fn encode(outcome: &RunOutcome, by: DecidedBy, ended_at: SystemTime) -> Stri
 /// The inverse of `encode`; `None` for text it did not write.
 pub fn decode(text: &str) -> Option<Recorded> {
     let value: Value = serde_json::from_str(text).ok()?;
-    let status = RunStatus::from_name(value["status"].as_str()?)?;
-    let reason = match &value["reason"] {
+    let field = |key: &str| value.get(key).unwrap_or(&Value::Null);
+    let status = RunStatus::from_name(field("status").as_str()?)?;
+    let reason = match field("reason") {
         Value::Null => None,
         name => Some(RunReason::from_name(name.as_str()?)?),
     };
-    let number = |key: &str| value[key].as_i64().and_then(|number| i32::try_from(number).ok());
-    let by = match value["by"].as_str()? {
+    let number = |key: &str| field(key).as_i64().and_then(|number| i32::try_from(number).ok());
+    let by = match field("by").as_str()? {
         "runner" => DecidedBy::Runner,
         "server" => DecidedBy::Server,
         _ => return None,
@@ -177,11 +198,11 @@ pub fn decode(text: &str) -> Option<Recorded> {
     Some(Recorded {
         status,
         reason,
-        message: value["message"].as_str().unwrap_or_default().to_string(),
+        message: field("message").as_str().unwrap_or_default().to_string(),
         exit_code: number("exit_code"),
         signal: number("signal"),
         by,
-        ended_at: value["ended_at"].as_str().and_then(classify::parse_time),
+        ended_at: field("ended_at").as_str().and_then(classify::parse_time),
     })
 }
 
@@ -194,12 +215,13 @@ fn write(ctx: &Ctx, run_id: &str, ended: &Ended) -> Result<Settled, kube::Error>
     let mut last_conflict = None;
     for _ in 0..PATCH_ATTEMPTS {
         let Some(job) = ctx.client.get_if_exists(kube::Resource::JOBS, namespace, &name)? else { return Ok(Settled::NoJob) };
-        if let Some(recorded) = recorded(&job) {
+        let job = objects::Job::from_value(&job);
+        if let Some(recorded) = recorded_view(&job) {
             return Ok(Settled::AlreadyRecorded(recorded));
         }
-        let resource_version = job["metadata"]["resourceVersion"].as_str().unwrap_or_default();
+        let resource_version = &job.metadata.resource_version;
         let mut patch = json!({"metadata": {"resourceVersion": resource_version, "annotations": {ANNOTATION_OUTCOME: text}}});
-        if ended.by == DecidedBy::Server && !job_finished(&job) {
+        if ended.by == DecidedBy::Server && job.finished_condition().is_none() {
             patch["spec"] = json!({"activeDeadlineSeconds": 1});
         }
         match ctx.client.merge_patch(kube::Resource::JOBS, namespace, &name, &patch) {
@@ -240,20 +262,12 @@ fn delete_live_pods(ctx: &Ctx, run_id: &str) {
             return;
         }
     };
-    for pod in pods.iter().filter(|pod| classify::finished_pod(pod).is_none()) {
-        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    for pod in pods.iter().map(objects::Pod::from_value).filter(|pod| classify::finished_pod_view(pod).is_none()) {
+        let name = pod.metadata.name.as_str();
         if let Err(error) = ctx.client.delete(kube::Resource::PODS, namespace, name) {
             log::warn("could not delete the run's pod", &[("pod", name.into()), ("error", error.to_string().into())]);
         }
     }
-}
-
-fn job_finished(job: &Value) -> bool {
-    job["status"]["conditions"].as_array().is_some_and(|conditions| {
-        conditions
-            .iter()
-            .any(|condition| matches!(condition["type"].as_str(), Some("Complete" | "Failed")) && condition["status"] == "True")
-    })
 }
 
 #[cfg(test)]

@@ -12,10 +12,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::backend::kubernetes::permissions::{self, Permission};
 use crate::cancel::CancelToken;
 use crate::config::Config;
 use crate::engine;
-use crate::engine::permissions::{self, Permission};
 use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
 use crate::kube;
 use crate::kube::objects;

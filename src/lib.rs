@@ -18,6 +18,7 @@
 //! `/metrics` serves; `doctor` checks the cluster set-up against the
 //! configuration.
 
+pub mod backend;
 pub mod cancel;
 pub mod config;
 pub mod doctor;

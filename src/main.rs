@@ -14,7 +14,7 @@ use std::time::Duration;
 use mcp_k8s_ephemeral_job::cancel::CancelToken;
 use mcp_k8s_ephemeral_job::config::{self, Config, RawConfig, Transport};
 use mcp_k8s_ephemeral_job::protocol::Server;
-use mcp_k8s_ephemeral_job::{engine, kube, log, tools, transport};
+use mcp_k8s_ephemeral_job::{backend, engine, kube, log, tools, transport};
 use serde_json::json;
 
 const NAME: &str = "mcp-k8s-ephemeral-job";
@@ -130,7 +130,7 @@ fn serve(raw: &RawConfig) -> ExitCode {
         return ExitCode::from(2);
     }
     if let Ok(engine) = &engine
-        && let Err(error) = engine::reaper::start(engine.clone(), engine::reaper::REAP_EVERY)
+        && let Err(error) = backend::kubernetes::reaper::start(engine.clone(), backend::kubernetes::reaper::REAP_EVERY)
     {
         log::error("could not start the reaper", &[("error", json!(error.to_string()))]);
         return ExitCode::from(1);

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use common::StdioServer;
 use common::cluster::{self, BUSYBOX, NAMESPACE};
-use mcp_k8s_ephemeral_job::engine::permissions::REQUIRED;
+use mcp_k8s_ephemeral_job::backend::kubernetes::permissions::REQUIRED;
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::{Value, json};
 
@@ -543,7 +543,7 @@ impl Drop for CacheVolume {
 }
 
 /// A namespace of its own with a ServiceAccount whose Role is
-/// `engine::permissions::REQUIRED` minus one verb, and a kubeconfig with a
+/// `backend::kubernetes::permissions::REQUIRED` minus one verb, and a kubeconfig with a
 /// token for it: the shared namespace's Role stays untouched.
 struct DoctorNamespace {
     name: String,

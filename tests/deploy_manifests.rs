@@ -7,8 +7,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use mcp_k8s_ephemeral_job::backend::kubernetes::manifest::{LABEL_MANAGED_BY, MANAGED_BY};
 use mcp_k8s_ephemeral_job::config::SETTINGS;
-use mcp_k8s_ephemeral_job::engine::manifest::{LABEL_MANAGED_BY, MANAGED_BY};
 use serde_json::Value;
 
 fn deploy_dir() -> PathBuf {

@@ -1,11 +1,11 @@
-//! `deploy/role.yaml` grants exactly what `engine::permissions::REQUIRED`
+//! `deploy/role.yaml` grants exactly what `backend::kubernetes::permissions::REQUIRED`
 //! says the server needs: nothing missing (runs would fail with 403) and
 //! nothing extra (least privilege). `doctor` checks the same list against a
 //! live cluster.
 
 use std::collections::BTreeSet;
 
-use mcp_k8s_ephemeral_job::engine::permissions::REQUIRED;
+use mcp_k8s_ephemeral_job::backend::kubernetes::permissions::REQUIRED;
 
 /// (API group, resource or resource/subresource, verb).
 type Grant = (String, String, String);
@@ -51,6 +51,6 @@ fn the_shipped_role_grants_exactly_what_the_server_needs() {
     assert!(missing.is_empty(), "deploy/role.yaml lacks (group, resource, verb): {missing:?}");
     assert!(
         extra.is_empty(),
-        "deploy/role.yaml grants more than engine::permissions::REQUIRED: {extra:?}; add them there with a reason, or drop them"
+        "deploy/role.yaml grants more than backend::kubernetes::permissions::REQUIRED: {extra:?}; add them there with a reason, or drop them"
     );
 }

@@ -27,11 +27,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+use crate::backend::kubernetes::classify;
+use crate::backend::kubernetes::manifest;
+use crate::backend::kubernetes::record::{self, JobRecord};
 use crate::cancel::CancelToken;
-use crate::engine::classify;
 use crate::engine::jobs::{Lookup, Phase, Seen, View};
-use crate::engine::manifest;
-use crate::engine::record::{self, JobRecord};
 use crate::engine::run::{self, Ctx, Followed, Progress};
 use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
 use crate::engine::verdict::{self, DecidedBy, Ended, Recorded, Settled};

@@ -2,15 +2,10 @@
 //! returns a `RunOutcome`. Knows Kubernetes through `kube`, nothing of MCP.
 
 pub mod background;
-pub mod classify;
 pub mod collect;
 pub mod decide;
 pub mod jobs;
-pub mod manifest;
 pub mod outcome;
-pub mod permissions;
-pub mod reaper;
-pub mod record;
 pub mod run;
 pub mod slots;
 pub mod spec;

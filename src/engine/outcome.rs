@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::engine::classify;
+use crate::backend::kubernetes::classify;
 use crate::engine::collect::Collector;
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus, Truncation};
 

@@ -22,12 +22,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
+use crate::backend::kubernetes::classify::{self, Finished};
+use crate::backend::kubernetes::manifest;
 use crate::cancel::CancelToken;
-use crate::engine::classify::{self, Finished};
 use crate::engine::collect::{Collector, LiveChunk};
 use crate::engine::decide::{Away, Deadlines, Event, LogEnd, RunState, ServerEnd, Step, Verdict};
 use crate::engine::jobs::Lookup;
-use crate::engine::manifest;
 use crate::engine::outcome::{self, Judged};
 use crate::engine::slots::{SlotError, Slots};
 use crate::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus};

@@ -22,8 +22,8 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use crate::engine::classify;
-use crate::engine::manifest;
+use crate::backend::kubernetes::classify;
+use crate::backend::kubernetes::manifest;
 use crate::engine::run::Ctx;
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus};
 use crate::kube;

@@ -30,7 +30,7 @@ pub fn client(name: &str) -> Client {
 
 /// Admin credentials in the jobs namespace, for tests of the client itself
 /// that need verbs the server's Role does not grant (it grants exactly
-/// `engine::permissions::REQUIRED`, see deploy/role.yaml).
+/// `backend::kubernetes::permissions::REQUIRED`, see deploy/role.yaml).
 pub fn admin_client_in_jobs_namespace() -> Client {
     let source = Source::KubeconfigFile { path: kubeconfig("admin.kubeconfig"), context: None };
     let mut config = source.load().unwrap_or_else(|error| panic!("admin.kubeconfig: {error}"));

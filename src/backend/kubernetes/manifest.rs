@@ -39,7 +39,7 @@ pub const LABEL_RUN_ID: &str = "mcp-k8s-ephemeral-job/run-id";
 pub const LABEL_MODE: &str = "mcp-k8s-ephemeral-job/mode";
 pub const MODE_BACKGROUND: &str = "background";
 /// Annotation (RFC 3339, UTC) after which the reaper deletes the object,
-/// whoever created it: see `engine::reaper`.
+/// whoever created it: see `backend::kubernetes::reaper`.
 pub const ANNOTATION_EXPIRES_AT: &str = "mcp-k8s-ephemeral-job/expires-at";
 /// Names of the containers, used when reading statuses and logs.
 pub const MAIN_CONTAINER: &str = "main";

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::SystemTime;
 
-use crate::engine::manifest;
+use crate::backend::kubernetes::manifest;
 use crate::engine::verdict::{self, Recorded};
 use crate::kube::objects::Job;
 use crate::log;
@@ -122,7 +122,7 @@ pub fn cancel_mark(at: SystemTime) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::classify;
+    use crate::backend::kubernetes::classify;
     use crate::engine::spec::{RunReason, RunStatus};
     use crate::engine::verdict::DecidedBy;
 

@@ -9,8 +9,8 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
+use crate::backend::kubernetes::manifest::{CLONE_CONTAINER, MAIN_CONTAINER, PREPARE_CONTAINER};
 use crate::engine::decide::{SandboxState, View};
-use crate::engine::manifest::{CLONE_CONTAINER, MAIN_CONTAINER, PREPARE_CONTAINER};
 use crate::engine::spec::RunReason;
 use crate::kube::objects::{Condition, ContainerStatus, Event, Pod, PodStatus, StateTerminated};
 

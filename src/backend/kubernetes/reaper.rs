@@ -12,8 +12,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::engine::classify;
-use crate::engine::manifest;
+use crate::backend::kubernetes::classify;
+use crate::backend::kubernetes::manifest;
 use crate::engine::run::Ctx;
 use crate::kube;
 use crate::kube::objects::{Object, ObjectMeta};

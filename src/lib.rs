@@ -32,5 +32,6 @@ pub mod protocol;
 pub mod quantity;
 pub mod runner;
 pub mod sandbox;
+pub mod time;
 pub mod tools;
 pub mod transport;

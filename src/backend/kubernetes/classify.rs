@@ -187,7 +187,7 @@ pub fn main_finished_at_view(pod: &Pod) -> Option<SystemTime> {
 /// Parses the API's RFC 3339 timestamps (`2026-11-29T20:14:53Z`, with or
 /// without fractional seconds); one parser serves the client and the engine.
 pub fn parse_time(text: &str) -> Option<SystemTime> {
-    crate::kube::auth::parse_rfc3339(text)
+    crate::time::parse_rfc3339(text)
 }
 
 fn container_status<'a>(statuses: &'a [ContainerStatus], name: &str) -> Option<&'a ContainerStatus> {

@@ -147,6 +147,9 @@ fn issue_12_containerd_killed_and_restarted_mid_run_fails_nothing() {
     let (found_bg_run_id, _) = faults::wait_running_with_marker(&bg_marker, Duration::from_secs(120));
     assert_eq!(found_bg_run_id, bg_run_id, "the background marker found the background run");
     assert_ne!(run_id, bg_run_id, "the sync marker found the sync run");
+    // The process check at the end can see the runs' processes at all.
+    assert!(!processes_with(&sync_marker).is_empty(), "the sync run's shell is visible in /proc");
+    assert!(!processes_with(&bg_marker).is_empty(), "the background run's shell is visible in /proc");
 
     let mut containerd = Containerd::running();
     containerd.kill();

@@ -46,13 +46,12 @@ impl Check {
 /// Runs every check, handing each to `report` as soon as it is done (the
 /// last one starts a pod and takes a few seconds). Returns true when all
 /// passed.
-pub fn run(config: &Config, ctx: &engine::run::Ctx, report: &mut dyn FnMut(&Check)) -> bool {
+pub fn run(config: &Config, ctx: &engine::run::Ctx, client: &kube::Client, report: &mut dyn FnMut(&Check)) -> bool {
     let mut all_passed = true;
     let mut emit = |check: Check| {
         all_passed &= check.passed;
         report(&check);
     };
-    let client = &ctx.client;
     emit(check_api(client));
     emit(check_namespace(client, &config.namespace));
     for permission in permissions::REQUIRED {

@@ -77,14 +77,14 @@ fn doctor(raw: &RawConfig) -> ExitCode {
         Err(code) => return code,
     };
     log::set_stderr_level(log::Level::Warning);
-    let engine = match connect_engine(&config) {
-        Ok(engine) => engine,
+    let (engine, client) = match connect_engine(&config) {
+        Ok(connected) => connected,
         Err(message) => {
             println!("FAIL  Kubernetes credentials: {message}");
             return ExitCode::from(1);
         }
     };
-    let passed = mcp_k8s_ephemeral_job::doctor::run(&config, &engine, &mut |check| println!("{}", check.line()));
+    let passed = mcp_k8s_ephemeral_job::doctor::run(&config, &engine, &client, &mut |check| println!("{}", check.line()));
     if passed {
         println!("all checks passed");
         ExitCode::SUCCESS
@@ -109,8 +109,8 @@ fn serve(raw: &RawConfig) -> ExitCode {
         log::info("MCP_K8S_SIDECAR_IMAGE is set but unused: the in-pod runner replaced the sidecar", &[]);
     }
     let stop = CancelToken::new();
-    let engine = connect_engine(&config);
-    match (&engine, &config.kubeconfig) {
+    let connected = connect_engine(&config);
+    match (&connected, &config.kubeconfig) {
         // A kubeconfig named explicitly is a setting like any other: wrong,
         // it stops the server instead of failing every call. Said once: an
         // earlier version also logged it as a JSON line just before.
@@ -123,14 +123,15 @@ fn serve(raw: &RawConfig) -> ExitCode {
         }
         (Ok(_), _) => {}
     }
-    if let Ok(engine) = &engine
-        && let Err(message) = mcp_k8s_ephemeral_job::doctor::check_at_start(&config, &engine.client)
+    if let Ok((_, client)) = &connected
+        && let Err(message) = mcp_k8s_ephemeral_job::doctor::check_at_start(&config, client)
     {
         eprintln!("{NAME}: {message}");
         return ExitCode::from(2);
     }
+    let engine = connected.map(|(engine, _)| engine);
     if let Ok(engine) = &engine
-        && let Err(error) = backend::kubernetes::reaper::start(engine.clone(), backend::kubernetes::reaper::REAP_EVERY)
+        && let Err(error) = engine::reaper::start(engine.backend.clone(), engine::reaper::REAP_EVERY)
     {
         log::error("could not start the reaper", &[("error", json!(error.to_string()))]);
         return ExitCode::from(1);
@@ -186,13 +187,14 @@ fn watch_signals(stop: &CancelToken, server: &Arc<Server>) -> std::io::Result<()
 /// Loads the cluster credentials and builds the engine. A server without
 /// usable credentials still starts (clients can connect and are told why
 /// jobs cannot run); the caller says so, once.
-fn connect_engine(config: &Config) -> Result<engine::run::Ctx, String> {
+fn connect_engine(config: &Config) -> Result<(engine::run::Ctx, kube::Client), String> {
     let source = kube::Source::select(config.kubeconfig.as_deref(), None);
     let client = kube::Client::new(&source).map_err(|error| credentials_message(&error))?;
     log_credentials(config, &client);
-    Ok(engine::run::Ctx {
-        client,
-        policy: engine_policy(config),
+    let policy = engine_policy(config);
+    let ctx = engine::run::Ctx {
+        backend: Arc::new(backend::kubernetes::Kubernetes::new(client.clone(), policy.clone())),
+        policy,
         slots: engine::slots::Slots::new(config.max_concurrent as usize, config.max_queued as usize),
         // Background runs in flight are capped like sync runs plus their
         // queue; see engine::background for why they take no slot.
@@ -200,7 +202,8 @@ fn connect_engine(config: &Config) -> Result<engine::run::Ctx, String> {
             Duration::from_secs(config.result_ttl_s),
             (config.max_concurrent + config.max_queued) as usize,
         )),
-    })
+    };
+    Ok((ctx, client))
 }
 
 /// The start-up error for credentials that did not load. Where to set a

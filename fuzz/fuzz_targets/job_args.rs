@@ -81,5 +81,5 @@ fuzz_target!(|data: &[u8]| {
     if let Some(secret) = manifest::inputs_secret(&run_spec, &POLICY, "fuzz0123", "uid-fuzz") {
         let _ = secret.to_string();
     }
-    let _ = manifest::pod_deadline(&run_spec, &POLICY);
+    let _ = mcp_k8s_ephemeral_job::engine::spec::run_deadline(&run_spec, &POLICY);
 });

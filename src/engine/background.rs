@@ -25,25 +25,20 @@
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{Value, json};
-
-use crate::backend::kubernetes::classify;
-use crate::backend::kubernetes::manifest;
-use crate::backend::kubernetes::record::{self, JobRecord};
 use crate::cancel::CancelToken;
+use crate::engine::backend::{BackgroundRecord, Keep, Settled, Stop, Stored};
+use crate::engine::decide::SandboxState;
 use crate::engine::jobs::{Lookup, Phase, Seen, View};
 use crate::engine::run::{self, Ctx, Followed, Progress};
-use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
-use crate::engine::verdict::{self, DecidedBy, Ended, Recorded, Settled};
-use crate::kube;
-use crate::kube::objects::{Job, Pod};
+use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
+use crate::engine::verdict::{self, DecidedBy, Ended, Recorded};
 use crate::log;
 use crate::sandbox::frame::Stream;
 
 /// How long the runner may take to report the output so far after a
 /// cancel deleted its pod, before the follower is stopped outright.
 const CANCEL_DRAIN: Duration = Duration::from_secs(15);
-/// Longest program name kept in `record::ANNOTATION_COMMAND`.
+/// Longest program name kept in a run's record.
 const PROGRAM_NAME_CHARS: usize = 64;
 /// A follower that re-attaches gets at least this long to see the pod
 /// before the start or hard deadline (counted from the Job's creation)
@@ -146,21 +141,20 @@ pub fn submit(ctx: &Ctx, spec: &RunSpec) -> Result<Submitted, Error> {
     // Nobody waits on a background run, so it waits for capacity (a node
     // freeing CPU) up to its start timeout instead of the sync grace.
     followed.unschedulable_grace = None;
-    let retention = manifest::Retention {
-        expires_at: run::rfc3339_after(
-            manifest::pod_deadline(spec, &ctx.policy) + manifest::JOB_DEADLINE_SLACK + ctx.jobs.limits().result_ttl,
-        ),
-        finished_ttl: ctx.jobs.limits().result_ttl,
-        background: Some(background_annotations(spec, &token)),
+    let result_ttl = ctx.jobs.limits().result_ttl;
+    let keep = Keep::Background {
+        record: BackgroundRecord { token: token.clone(), timeout_s: spec.timeout.as_secs(), command: command_summary(spec) },
+        result_ttl,
+        expires_at: SystemTime::now() + run_deadline(spec, &ctx.policy) + run::EXPIRY_SLACK + result_ttl,
     };
-    let created = match run::create(ctx, spec, &run_id, &retention) {
+    let created = match run::create(ctx, spec, &run_id, keep) {
         Ok(created) => created,
         Err(outcome) => {
             ctx.jobs.remove(&run_id);
             return Err(Error::Refused { message: outcome.message });
         }
     };
-    let created_at = time_of(Job::from_value(&created.job).metadata.creation_timestamp.as_deref());
+    let created_at = created.created_at;
     start_follower(ctx, &run_id, followed, created_at, cancel);
     Ok(Submitted { token, run_id })
 }
@@ -198,15 +192,10 @@ pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
     if view.phase == Phase::Finished {
         return Err(Error::AlreadyFinished { token: token.to_string() });
     }
-    let namespace = &ctx.policy.namespace;
-    // A Job that already ended, but whose log is still being read here,
-    // must keep its pod: the result is in that log.
-    let job = ctx
-        .client
-        .get_if_exists(kube::Resource::JOBS, namespace, &manifest::job_name(&run_id))
-        .map_err(|error| Error::Api { what: "look up the Job", message: error.to_string() })?;
-    let job = job.map(|job| Job::from_value(&job));
-    if job.as_ref().is_some_and(|job| job_finished_at(job).is_some() || verdict::recorded_view(job).is_some()) {
+    // A run that already ended, but whose output is still being read
+    // here, must keep its sandbox: the result is in that output.
+    let stored = ctx.backend.find(&run_id).map_err(api)?;
+    if stored.as_ref().is_some_and(|stored| stored.ended_at.is_some() || stored.verdict.is_some()) {
         // Let this process's follower take the ended run's result first, so
         // a fetch_job right after this answer has it.
         ctx.jobs.wait(&run_id, Instant::now() + CANCEL_DRAIN, &CancelToken::new(), &mut Seen::default(), &mut |_, _| {});
@@ -215,13 +204,12 @@ pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
     let Some(follower) = ctx.jobs.request_cancel(&run_id) else {
         return Err(Error::Unknown { token: token.to_string() });
     };
-    let patch = json!({"metadata": {"annotations": record::cancel_mark(SystemTime::now())}});
-    if let Err(error) = ctx.client.merge_patch(kube::Resource::JOBS, namespace, &manifest::job_name(&run_id), &patch) {
+    if let Err(error) = ctx.backend.mark_cancelled(&run_id, SystemTime::now()) {
         // The run is still stopped; only another process's view of why
-        // its pod vanished is poorer.
-        log::warn("could not mark the job cancelled", &[("run_id", run_id.as_str().into()), ("error", error.to_string().into())]);
+        // its sandbox vanished is poorer.
+        log::warn("could not mark the run cancelled", &[("run_id", run_id.as_str().into()), ("error", error.to_string().into())]);
     }
-    delete_pods(ctx, &run_id);
+    stop_all(ctx, &run_id);
     let thread_ctx = ctx.clone();
     let thread_run_id = run_id.clone();
     let spawned = std::thread::Builder::new()
@@ -252,26 +240,13 @@ fn finish_cancel(ctx: &Ctx, run_id: &str, follower: &CancelToken) {
         follower.cancel();
         ctx.jobs.wait(run_id, Instant::now() + CANCEL_DRAIN, &never, &mut seen, &mut |_, _| {});
     }
-    delete_pods(ctx, run_id);
+    stop_all(ctx, run_id);
 }
 
 /// The background Jobs in the namespace, newest first.
 pub fn list(ctx: &Ctx) -> Result<Vec<Listed>, Error> {
-    let params = kube::ListParams {
-        label_selector: Some(format!(
-            "{}={},{}={}",
-            manifest::LABEL_MANAGED_BY,
-            manifest::MANAGED_BY,
-            manifest::LABEL_MODE,
-            manifest::MODE_BACKGROUND
-        )),
-        field_selector: None,
-    };
-    let jobs = ctx
-        .client
-        .list(kube::Resource::JOBS, &ctx.policy.namespace, &params)
-        .map_err(|error| Error::Api { what: "list the background Jobs", message: error.to_string() })?;
-    let mut listed: Vec<Listed> = jobs.items.iter().filter_map(|job| listed_job(ctx, job)).collect();
+    let stored = ctx.backend.list().map_err(api)?;
+    let mut listed: Vec<Listed> = stored.iter().filter_map(|stored| listed_run(ctx, stored)).collect();
     listed.sort_by_key(|listed| std::cmp::Reverse(listed.created));
     Ok(listed)
 }
@@ -313,53 +288,42 @@ fn ensure_known(ctx: &Ctx, token: &str) -> Result<(String, View), Error> {
 /// Job must carry exactly this token, so a token with a forged time does
 /// not reach it.
 fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
-    let namespace = &ctx.policy.namespace;
-    let job = ctx
-        .client
-        .get_if_exists(kube::Resource::JOBS, namespace, &manifest::job_name(run_id))
-        .map_err(|error| Error::Api { what: "look up the Job", message: error.to_string() })?;
-    // A Job without a record (no token) is not a background run's.
-    let job = job.map(|job| Job::from_value(&job));
-    let job_record = job.as_ref().and_then(|job| JobRecord::from_job(job).ok());
-    let (Some(job), Some(job_record)) = (job, job_record.filter(|job_record| job_record.token == token)) else {
+    let stored = ctx.backend.find(run_id).map_err(api)?;
+    let Some(stored) = stored.filter(|stored| stored.token == token) else {
         return Err(gone(ctx, token));
     };
-    let recorded = job_record.outcome.clone();
-    let ended_at = recorded.as_ref().and_then(|recorded| recorded.ended_at).or_else(|| job_finished_at(&job));
+    let recorded = stored.verdict.clone();
+    let ended_at = recorded.as_ref().and_then(|recorded| recorded.ended_at).or(stored.ended_at);
     if ended_at.is_some_and(|at| at + ctx.jobs.limits().result_ttl <= SystemTime::now()) {
-        // The TTL controller has not got to it yet; the result is expired
-        // all the same.
+        // The backend's expiry has not got to it yet; the result is
+        // expired all the same.
         return Err(expired(ctx, token));
     }
-    let pods = ctx
-        .client
-        .list(kube::Resource::PODS, namespace, &run_selector(run_id))
-        .map_err(|error| Error::Api { what: "list the job's pods", message: error.to_string() })?;
-    let pod = pods.items.iter().map(Pod::from_value).max_by_key(|pod| pod.metadata.creation_timestamp.clone().unwrap_or_default());
-    let created = time_of(job.metadata.creation_timestamp.as_deref());
+    let created = stored.created_at;
     let cancel = CancelToken::new();
     if !ctx.jobs.insert_found(run_id, token, created.unwrap_or_else(SystemTime::now), cancel.clone()) {
         return Ok(());
     }
     log::info("re-attaching to a background job", &[("run_id", run_id.into())]);
-    let followed = followed_from_job(ctx, &job, &job_record);
-    match (&recorded, &pod) {
-        // The runner's verdict, and its log is still there: read the
-        // output; `follow_to_end` keeps the recorded verdict.
+    let followed = followed_from_stored(ctx, &stored);
+    let sandbox_state = stored.sandbox.as_ref().map(|sighting| &sighting.view.state);
+    match (&recorded, sandbox_state) {
+        // The runner's verdict, and its output is still there: read it;
+        // `follow_to_end` keeps the recorded verdict.
         (Some(recorded), Some(_)) if recorded.by == DecidedBy::Runner => follow_to_end(ctx, run_id, &followed, created, &cancel),
         (Some(recorded), _) => {
-            let outcome = outcome_without_pod(run_id, &job_record, created, Some(recorded));
+            let outcome = outcome_without_sandbox(run_id, &stored, created, Some(recorded));
             ctx.jobs.finish(run_id, outcome, ended_at.unwrap_or_else(SystemTime::now));
         }
-        (None, None) if job_finished_at(&job).is_some() => {
-            let ended = Ended { outcome: outcome_without_pod(run_id, &job_record, created, None), by: DecidedBy::Server };
+        (None, None) if stored.ended_at.is_some() => {
+            let ended = Ended { outcome: outcome_without_sandbox(run_id, &stored, created, None), by: DecidedBy::Server };
             record_and_finish(ctx, run_id, ended, ended_at.unwrap_or_else(SystemTime::now));
         }
-        (None, Some(pod)) if job_finished_at(&job).is_some() || classify::finished_pod_view(pod).is_some() => {
+        (None, Some(state)) if stored.ended_at.is_some() || matches!(state, SandboxState::Finished { .. }) => {
             follow_to_end(ctx, run_id, &followed, created, &cancel);
         }
-        (None, pod) => {
-            if pod.as_ref().is_some_and(|pod| classify::pod_state_view(pod) == classify::PodState::Running) {
+        (None, state) => {
+            if state == Some(&SandboxState::Running) {
                 ctx.jobs.set_phase(run_id, Phase::Running);
             }
             start_follower(ctx, run_id, followed, created, cancel);
@@ -387,8 +351,8 @@ fn start_follower(ctx: &Ctx, run_id: &str, followed: Followed, created: Option<S
 
 fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<SystemTime>, cancel: &CancelToken) {
     let started = Instant::now();
-    // Re-attached runs may have one too; deleting a missing Secret is no error.
-    let inputs = run::InputsSecret::new(true);
+    // Re-attached runs may have inputs too; dropping missing ones is no error.
+    let inputs = run::InputsUsed::new();
     let on_progress = |progress: Progress| {
         inputs.on_progress(ctx, run_id, &progress);
         match progress {
@@ -399,17 +363,17 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
     };
     let mut ended = run::follow(ctx, followed, run_id, cancel, &on_progress);
     ended.outcome.times.created = created;
-    // The Job as it is now: whether another process cancelled it, and when
-    // it ended if that was before this process re-read it.
-    let job = ctx.client.get_if_exists(kube::Resource::JOBS, &ctx.policy.namespace, &manifest::job_name(run_id));
-    let job = job.ok().flatten().map(|job| Job::from_value(&job)).unwrap_or_default();
-    let marked_cancelled = JobRecord::from_job(&job).is_ok_and(|job_record| job_record.cancelled_at.is_some());
+    // The record as it is now: whether another process cancelled the run,
+    // and when it ended if that was before this process re-read it.
+    let stored = ctx.backend.find(run_id).ok().flatten();
+    let marked_cancelled = stored.as_ref().is_some_and(|stored| stored.cancelled_at.is_some());
     let cancel_requested = matches!(ctx.jobs.lookup(run_id), Lookup::Found(view) if view.cancel_requested);
     if (cancel_requested || marked_cancelled) && mark_cancelled(&mut ended.outcome) {
         ended.by = DecidedBy::Server;
     }
     run::log_finished(run_id, &ended.outcome, started);
-    record_and_finish(ctx, run_id, ended, job_finished_at(&job).unwrap_or_else(SystemTime::now));
+    let ended_at = stored.and_then(|stored| stored.ended_at).unwrap_or_else(SystemTime::now);
+    record_and_finish(ctx, run_id, ended, ended_at);
 }
 
 /// Makes the end final on the Job (issue 12, findings 1 and 11), then
@@ -418,9 +382,9 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
 /// entry goes, and the next `fetch_job` reads the cluster again, so this
 /// process never holds a result the Job does not.
 fn record_and_finish(ctx: &Ctx, run_id: &str, mut ended: Ended, ended_at: SystemTime) {
-    match verdict::settle(ctx, run_id, &ended, verdict::Record::Yes) {
+    match verdict::settle(ctx.backend.as_ref(), run_id, &ended, verdict::Record::Yes) {
         Ok(Settled::AlreadyRecorded(recorded)) => verdict::apply(&mut ended.outcome, &recorded),
-        Ok(Settled::Recorded | Settled::NoJob) => {}
+        Ok(Settled::Recorded | Settled::NoRecord) => {}
         Err(error) => {
             log::warn(
                 "the outcome could not be recorded on the job; the next fetch_job reads the cluster again",
@@ -430,7 +394,7 @@ fn record_and_finish(ctx: &Ctx, run_id: &str, mut ended: Ended, ended_at: System
             return;
         }
     }
-    run::delete_inputs_secret(ctx, run_id);
+    ctx.backend.inputs_used(run_id);
     ctx.jobs.finish(run_id, ended.outcome, ended_at);
 }
 
@@ -447,11 +411,11 @@ fn mark_cancelled(outcome: &mut RunOutcome) -> bool {
     true
 }
 
-/// The outcome of a finished Job whose pod (and so its log) is gone, or
-/// whose verdict was recorded by the process that decided it.
-fn outcome_without_pod(run_id: &str, job_record: &JobRecord, created: Option<SystemTime>, recorded: Option<&Recorded>) -> RunOutcome {
+/// The outcome of a finished run whose sandbox (and so its output) is
+/// gone, or whose verdict was recorded by the process that decided it.
+fn outcome_without_sandbox(run_id: &str, stored: &Stored, created: Option<SystemTime>, recorded: Option<&Recorded>) -> RunOutcome {
     let cancelled = recorded.is_none_or(|recorded| recorded.status == RunStatus::Cancelled);
-    let mut outcome = match job_record.cancelled_at.as_deref().filter(|_| cancelled) {
+    let mut outcome = match stored.cancelled_at.as_deref().filter(|_| cancelled) {
         Some(at) => {
             // An earlier version wrote the output's tail onto the Job for
             // this case; the caller's output does not belong in etcd for
@@ -489,96 +453,56 @@ fn outcome_without_pod(run_id: &str, job_record: &JobRecord, created: Option<Sys
     outcome
 }
 
-fn delete_pods(ctx: &Ctx, run_id: &str) {
-    let namespace = &ctx.policy.namespace;
-    let pods = match ctx.client.list(kube::Resource::PODS, namespace, &run_selector(run_id)) {
-        Ok(pods) => pods.items,
-        Err(error) => {
-            log::warn("could not list the job's pods to cancel it", &[("run_id", run_id.into()), ("error", error.to_string().into())]);
-            return;
-        }
-    };
-    for pod in pods.iter().map(Pod::from_value) {
-        let name = pod.metadata.name.as_str();
-        if let Err(error) = ctx.client.delete(kube::Resource::PODS, namespace, name) {
-            log::warn("could not delete the job's pod", &[("pod", name.into()), ("error", error.to_string().into())]);
-        }
+/// Deletes every sandbox of a cancelled run. Failures are the backend's
+/// to log: the run's own deadline stops it anyway.
+fn stop_all(ctx: &Ctx, run_id: &str) {
+    if let Err(error) = ctx.backend.stop(run_id, Stop::All) {
+        log::warn("could not stop the run's sandboxes", &[("run_id", run_id.into()), ("error", error.to_string().into())]);
     }
 }
 
-fn run_selector(run_id: &str) -> kube::ListParams {
-    kube::ListParams { label_selector: Some(format!("{}={run_id}", manifest::LABEL_RUN_ID)), field_selector: None }
-}
-
-/// The deadlines and judging facts of a Job this process did not create,
-/// counted from the Job's creation (with `ATTACH_GRACE` to see the pod).
-fn followed_from_job(ctx: &Ctx, job: &Job, job_record: &JobRecord) -> Followed {
-    let pod_spec = &job.spec.template.spec;
-    let pod_deadline = Duration::from_secs(pod_spec.active_deadline_seconds.unwrap_or(0));
-    let timeout = job_record.timeout_s.map(Duration::from_secs);
-    let memory_limit = pod_spec
-        .containers
-        .iter()
-        .find(|container| container.name == manifest::MAIN_CONTAINER)
-        .and_then(|main| main.resources.limits.get("memory"))
-        .cloned();
-    let age = time_of(job.metadata.creation_timestamp.as_deref())
-        .and_then(|created| SystemTime::now().duration_since(created).ok())
-        .unwrap_or_default();
+/// The deadlines and judging facts of a run this process did not create,
+/// counted from its creation (with `ATTACH_GRACE` to see the sandbox).
+fn followed_from_stored(ctx: &Ctx, stored: &Stored) -> Followed {
+    let age = stored.created_at.and_then(|created| SystemTime::now().duration_since(created).ok()).unwrap_or_default();
     let now = Instant::now();
     let since_creation = |after: Duration| (now + after.saturating_sub(age)).max(now + ATTACH_GRACE);
     Followed {
-        timeout: timeout.unwrap_or(pod_deadline),
-        memory_limit,
+        timeout: stored.timeout.unwrap_or(stored.run_deadline),
+        memory_limit: stored.memory_limit.clone(),
         start_deadline: since_creation(ctx.policy.start_timeout),
         unschedulable_grace: None,
-        hard_deadline: since_creation(pod_deadline + run::HARD_DEADLINE_SLACK),
+        hard_deadline: since_creation(stored.run_deadline + run::HARD_DEADLINE_SLACK),
     }
 }
 
-fn listed_job(ctx: &Ctx, job: &Value) -> Option<Listed> {
-    let job = Job::from_value(job);
-    let job_record = JobRecord::from_job(&job).ok()?;
-    let token = job_record.token.clone();
+fn listed_run(ctx: &Ctx, stored: &Stored) -> Option<Listed> {
+    let token = stored.token.clone();
     let (run_id, _) = parse_token(&token)?;
     let known = match ctx.jobs.lookup(&run_id) {
         Lookup::Found(view) if view.token == token => Some(view),
         _ => None,
     };
-    let recorded = job_record.outcome;
+    let recorded = stored.verdict.as_ref();
     let phase = match &known {
         Some(view) => view.phase,
-        None if job_finished_at(&job).is_some() || recorded.is_some() => Phase::Finished,
-        None if job.status.active > 0 => Phase::Running,
+        None if stored.ended_at.is_some() || recorded.is_some() => Phase::Finished,
+        None if stored.active => Phase::Running,
         None => Phase::Pending,
     };
     Some(Listed {
         token,
-        created: time_of(job.metadata.creation_timestamp.as_deref()),
+        created: stored.created_at,
         phase,
         result_status: known
             .as_ref()
             .and_then(|view| view.outcome.as_ref())
             .map(|outcome| outcome.status)
             .or(recorded.map(|recorded| recorded.status)),
-        cancelled: job_record.cancelled_at.is_some() || known.is_some_and(|view| view.cancel_requested),
-        command: job_record.command,
-        expires_at: job_record.expires_at.unwrap_or_default(),
+        cancelled: stored.cancelled_at.is_some() || known.is_some_and(|view| view.cancel_requested),
+        command: stored.command.clone(),
+        expires_at: stored.expires_at.clone(),
     })
-}
-
-/// The record a new background Job starts with; `manifest` adds the
-/// expiry, `cancel` and `verdict` the rest later.
-fn background_annotations(spec: &RunSpec, token: &str) -> serde_json::Map<String, Value> {
-    let job_record = JobRecord {
-        token: token.to_string(),
-        timeout_s: Some(spec.timeout.as_secs()),
-        command: command_summary(spec),
-        expires_at: None,
-        cancelled_at: None,
-        outcome: None,
-    };
-    job_record.to_annotations().into_iter().map(|(key, value)| (key, Value::String(value))).collect()
 }
 
 /// `image program`: the program's file name without its folder or its
@@ -590,12 +514,6 @@ fn command_summary(spec: &RunSpec) -> String {
         Some((cut, _)) => format!("{} {}…", spec.image, &name[..cut]),
         None => format!("{} {name}", spec.image),
     }
-}
-
-/// When the Job reached `Complete` or `Failed`, if it has.
-fn job_finished_at(job: &Job) -> Option<SystemTime> {
-    let finished = job.finished_condition()?;
-    Some(time_of(finished.last_transition_time.as_deref()).unwrap_or_else(SystemTime::now))
 }
 
 /// The error for a token whose Job is not in the cluster: expired if its
@@ -612,8 +530,8 @@ fn expired(ctx: &Ctx, token: &str) -> Error {
     Error::Expired { token: token.to_string(), result_ttl_s: ctx.jobs.limits().result_ttl.as_secs() }
 }
 
-fn time_of(text: Option<&str>) -> Option<SystemTime> {
-    classify::parse_time(text?)
+fn api(error: crate::engine::backend::Error) -> Error {
+    Error::Api { what: error.what, message: error.message }
 }
 
 #[cfg(test)]
@@ -660,26 +578,6 @@ mod tests {
         };
         assert_eq!(command_summary(&spec(&["python3", "-c", "TOKEN=secret"])), "python:3.12 python3");
         assert_eq!(command_summary(&spec(&["/usr/local/bin/tool", "--password=x"])), "python:3.12 tool");
-        // What submit writes through `manifest` is what every reader gets back.
-        let retention = manifest::Retention {
-            expires_at: "2026-01-01T01:00:00.000Z".into(),
-            finished_ttl: Duration::from_secs(300),
-            background: Some(background_annotations(&spec(&["/bin/sh", "-c", "exit 3"]), "tok")),
-        };
-        let mut job = json!({"kind": "Job", "metadata": {"name": "j", "labels": {}}, "spec": {}});
-        manifest::apply_retention(&mut job, &retention);
-        let job_record = JobRecord::from_job(&Job::from_value(&job)).unwrap();
-        assert_eq!(
-            job_record,
-            JobRecord {
-                token: "tok".into(),
-                timeout_s: Some(5),
-                command: "python:3.12 sh".into(),
-                expires_at: Some("2026-01-01T01:00:00.000Z".into()),
-                cancelled_at: None,
-                outcome: None,
-            }
-        );
         let long = "x".repeat(70);
         assert_eq!(command_summary(&spec(&[&long])), format!("python:3.12 {}…", "x".repeat(64)));
     }
@@ -697,16 +595,5 @@ mod tests {
             assert_eq!(mark_cancelled(&mut outcome), before != after, "{before:?}");
             assert_eq!(outcome.status, after, "{before:?}");
         }
-    }
-
-    #[test]
-    fn a_job_is_finished_by_its_complete_or_failed_condition() {
-        let job = |conditions: Value| Job::from_value(&json!({"status": {"conditions": conditions}}));
-        let at = "2026-01-01T00:00:00Z";
-        assert!(job_finished_at(&job(json!([{"type": "Complete", "status": "True", "lastTransitionTime": at}]))).is_some());
-        assert!(job_finished_at(&job(json!([{"type": "Failed", "status": "True", "lastTransitionTime": at}]))).is_some());
-        assert!(job_finished_at(&job(json!([{"type": "Suspended", "status": "True"}]))).is_none());
-        assert!(job_finished_at(&job(json!([{"type": "Failed", "status": "False"}]))).is_none());
-        assert!(job_finished_at(&Job::default()).is_none());
     }
 }

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use crate::backend::kubernetes::classify;
 use crate::engine::collect::Collector;
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus, Truncation};
 
@@ -28,6 +27,9 @@ pub struct Finished {
     pub disruption: Option<String>,
     /// The pod has a `deletionTimestamp` or is gone: someone deleted it.
     pub deleted: bool,
+    /// The runtime never started the command's process; its text, for the
+    /// caller as it is.
+    pub start_failure: Option<String>,
 }
 
 /// The facts a finished run is judged on, besides the collected log.
@@ -148,7 +150,7 @@ fn process_creations(count: u64) -> String {
 
 fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOutcome) -> RunOutcome {
     let pod_reason = facts.finished.and_then(|f| f.pod_reason.as_deref());
-    let start_failure = facts.finished.and_then(classify::start_failure);
+    let start_failure = facts.finished.and_then(|finished| finished.start_failure.clone());
     let (status, reason, message) = if facts.cancel_requested {
         cancelled()
     } else if let Some(message) = start_failure {
@@ -412,6 +414,11 @@ mod tests {
             container_reason: Some("StartError".into()),
             container_message: Some("unable to set memory limit to 64 (current usage: 2117632)".into()),
             exit_code: Some(128),
+            // What the backend reads from such a status (`classify`).
+            start_failure: Some(
+                "the container runtime could not start the command (StartError): unable to set memory limit to 64 (current usage: 2117632)"
+                    .into(),
+            ),
             ..Finished::default()
         };
         // (name, runner result, kubelet view, this server cancelled, status, reason, text the message must hold)

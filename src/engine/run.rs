@@ -1,45 +1,36 @@
-//! One run, start to finish: take a slot, create the Job (and its inputs
-//! Secret), watch the pod, fail fast with a reason when it cannot start,
-//! follow the main container's log while the command runs, judge the
-//! outcome, and delete everything it created, whatever happened.
+//! One run, start to finish: take a slot, create the sandbox through the
+//! backend, follow it (its watch and the runner's output), let the
+//! decision (`decide`) say when and how it ended, judge the outcome, and
+//! remove everything it created, whatever happened.
 //!
-//! Threads are scoped to the run: one follows the pod watch, one the log;
-//! the run's own thread is the shell around `decide::RunState`, the pure
-//! machine that owns every rule of when and why a run ends. The shell
-//! turns pods (through `classify`) and the follower's end into its events,
-//! does the I/O its steps ask for (follow the log, list the pod during an
-//! outage, read the Job's and the pod's events, report the start) and
-//! turns its verdict into the `Ended`. Cancellation (an MCP cancel, a
-//! shutdown) deletes the Job at once and returns what was read so far.
+//! Threads are scoped to the run: the backend's watch thread reports the
+//! sandbox, one thread reads the output; the run's own thread feeds both
+//! to the state machine and does what its steps ask. Cancellation (an MCP
+//! cancel, a shutdown) ends the run at once with what was read so far.
 //!
-//! API trouble does not end a run whose pod may still exist (issue 12,
-//! finding 10): the watch and the log are resumed (the log re-read from
-//! the start) for as long as the run's own deadlines allow, and a 401/403
-//! right after a reconnect gets `DENIED_GRACE`.
+//! Knows no backend: everything about the sandbox goes through
+//! `engine::backend::Backend`.
 
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::Value;
-
-use crate::backend::kubernetes::classify::{self, Finished};
-use crate::backend::kubernetes::manifest;
 use crate::cancel::CancelToken;
+use crate::engine::backend::{Abort, Backend, Created, Keep, NewRun, OutputError, Sighting, Watched};
 use crate::engine::collect::{Collector, LiveChunk};
 use crate::engine::decide::{Away, Deadlines, Event, LogEnd, RunState, ServerEnd, Step, Verdict};
 use crate::engine::jobs::Lookup;
-use crate::engine::outcome::{self, Judged};
+use crate::engine::outcome::{self, Finished, Judged};
 use crate::engine::slots::{SlotError, Slots};
-use crate::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus};
+use crate::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
 use crate::engine::verdict::{self, DecidedBy, Ended};
-use crate::kube;
 use crate::log;
 use crate::metrics;
 
 /// Everything a run needs from the server: shared by all runs.
 #[derive(Clone)]
 pub struct Ctx {
-    pub client: kube::Client,
+    /// Where sandboxes run.
+    pub backend: Arc<dyn Backend>,
     pub policy: Policy,
     pub slots: Slots,
     /// Background runs known to this process (`engine::background`).
@@ -93,75 +84,44 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
     };
     let _in_flight = metrics::track(metrics::Gauge::RunsInFlight);
     let started = Instant::now();
-    let namespace = ctx.policy.namespace.clone();
-    let job_name = manifest::job_name(run_id);
-    // The server deletes the Job itself; the annotation and the short TTL
-    // only matter when it could not (crash, lost connection).
-    let retention = manifest::Retention {
-        expires_at: rfc3339_after(manifest::pod_deadline(spec, &ctx.policy) + manifest::JOB_DEADLINE_SLACK),
-        finished_ttl: ctx.policy.finished_ttl,
-        background: None,
-    };
+    // The server removes the run itself; the expiry only matters when it
+    // could not (crash, lost connection).
+    let keep = Keep::UntilRemoved { expires_at: SystemTime::now() + run_deadline(spec, &ctx.policy) + EXPIRY_SLACK };
     let followed = Followed::from_spec(spec, &ctx.policy);
-    let created = match create(ctx, spec, run_id, &retention) {
+    let created = match create(ctx, spec, run_id, keep) {
         Ok(created) => created,
         Err(outcome) => return *outcome,
     };
-    let _cleanup = Cleanup { client: &ctx.client, namespace: &namespace, job_name: &job_name, job: true, secret: created.has_secret };
-    on_progress(Progress::Created { job_name: job_name.clone() });
-    let inputs = InputsSecret::new(created.has_secret);
+    let _cleanup = Remove { backend: ctx.backend.as_ref(), run_id };
+    on_progress(Progress::Created { job_name: created.name.clone() });
+    let inputs = InputsUsed::new();
     let on_progress = |progress: Progress| {
         inputs.on_progress(ctx, run_id, &progress);
         on_progress(progress)
     };
     let ended = follow(ctx, &followed, run_id, cancel, &on_progress);
-    // The Job is deleted below; an end decided here also stops its pods at
-    // once, so nothing runs after the answer (issue 12, findings 1 and 3).
-    let settled = verdict::settle(ctx, run_id, &ended, verdict::Record::No);
+    // Everything is removed below; an end decided here also stops the
+    // sandbox at once, so nothing runs after the answer (issue 12,
+    // findings 1 and 3).
+    let settled = verdict::settle(ctx.backend.as_ref(), run_id, &ended, verdict::Record::No);
     let mut outcome = ended.outcome;
     if let Err(error) = settled {
-        outcome.notes.push(format!("the pod could not be stopped through the API ({error}); it ends at its own deadline"));
+        outcome.notes.push(format!("the sandbox could not be stopped ({error}); it ends at its own deadline"));
     }
-    outcome.times.created = classify_time(&created.job["metadata"]["creationTimestamp"]);
+    outcome.times.created = created.created_at;
     log_finished(run_id, &outcome, started);
     outcome
 }
 
-/// What `create` made.
-pub struct Created {
-    /// The Job as stored by the API server.
-    pub job: Value,
-    pub has_secret: bool,
-}
+/// Margin of a run's expiry over its deadline, for the backend's reaper.
+pub const EXPIRY_SLACK: Duration = Duration::from_secs(60);
 
-/// Creates the Job and its inputs Secret, marked with `retention`. Leaves
-/// nothing behind when it fails: the refusal comes back as an outcome
+/// Creates the run's sandbox. A refusal comes back as the run's outcome
 /// (boxed: it is large, and the happy path should not carry it).
-pub fn create(ctx: &Ctx, spec: &RunSpec, run_id: &str, retention: &manifest::Retention) -> Result<Created, Box<RunOutcome>> {
-    let namespace = &ctx.policy.namespace;
-    let job_name = manifest::job_name(run_id);
-    let mut cleanup = Cleanup { client: &ctx.client, namespace, job_name: &job_name, job: false, secret: false };
-    let mut job_manifest = manifest::job(spec, &ctx.policy, run_id);
-    manifest::apply_retention(&mut job_manifest, retention);
-    let job = ctx.client.create(kube::Resource::JOBS, namespace, &job_manifest).map_err(|error| {
-        metrics::api_error("create_job");
-        Box::new(api_refusal(run_id, "create the Job", &error))
-    })?;
-    cleanup.job = true;
-    log::info("job created", &[("run_id", run_id.into()), ("job", job_name.as_str().into())]);
-    let job_uid = job["metadata"]["uid"].as_str().unwrap_or_default();
-    let mut has_secret = false;
-    if let Some(mut secret) = manifest::inputs_secret(spec, &ctx.policy, run_id, job_uid) {
-        manifest::apply_retention(&mut secret, retention);
-        ctx.client.create(kube::Resource::SECRETS, namespace, &secret).map_err(|error| {
-            metrics::api_error("create_secret");
-            Box::new(api_refusal(run_id, "create the inputs Secret", &error))
-        })?;
-        has_secret = true;
-    }
-    // Everything exists: from here on the caller owns it.
-    cleanup.job = false;
-    Ok(Created { job, has_secret })
+pub fn create(ctx: &Ctx, spec: &RunSpec, run_id: &str, keep: Keep) -> Result<Created, Box<RunOutcome>> {
+    ctx.backend
+        .create(&NewRun { run_id, spec, keep })
+        .map_err(|refused| Box::new(RunOutcome::without_result(run_id, RunStatus::Error, refused.reason, refused.message)))
 }
 
 /// What following a run needs besides its id: the deadlines it is held to
@@ -192,7 +152,7 @@ impl Followed {
             memory_limit: spec.memory_limit.as_ref().map(|quantity| quantity.as_str().to_string()),
             start_deadline: now + policy.start_timeout,
             unschedulable_grace: Some(UNSCHEDULABLE_GRACE),
-            hard_deadline: now + manifest::pod_deadline(spec, policy) + HARD_DEADLINE_SLACK,
+            hard_deadline: now + run_deadline(spec, policy) + HARD_DEADLINE_SLACK,
         }
     }
 
@@ -205,41 +165,30 @@ impl Followed {
 /// Margin of `Followed::hard_deadline` over the pod's deadline.
 pub const HARD_DEADLINE_SLACK: Duration = Duration::from_secs(30);
 
-/// Deletes a run's inputs Secret as soon as its command starts (issue 12,
-/// finding 9): the inputs may hold secrets, and once the main container
-/// runs, `prepare` has written them and nothing reads the Secret again.
-/// Only once; the end of the run deletes it anyway (a 404 is no error).
-pub struct InputsSecret {
+/// Lets the backend drop a run's inputs as soon as its command starts
+/// (issue 12, finding 9): the inputs may hold secrets, and once the
+/// command runs nothing reads them again. Only once; the end of the run
+/// removes them anyway.
+pub struct InputsUsed {
     pending: std::sync::atomic::AtomicBool,
 }
 
-impl InputsSecret {
-    pub fn new(exists: bool) -> InputsSecret {
-        InputsSecret { pending: std::sync::atomic::AtomicBool::new(exists) }
+impl InputsUsed {
+    pub fn new() -> InputsUsed {
+        InputsUsed { pending: std::sync::atomic::AtomicBool::new(true) }
     }
 
     /// Called with every progress of the run.
     pub fn on_progress(&self, ctx: &Ctx, run_id: &str, progress: &Progress) {
         if matches!(progress, Progress::Started) && self.pending.swap(false, std::sync::atomic::Ordering::Relaxed) {
-            delete_inputs_secret(ctx, run_id);
+            ctx.backend.inputs_used(run_id);
         }
     }
 }
 
-/// Deletes `run_id`'s inputs Secret; a background run calls it once its pod
-/// is done with the inputs. Failures are logged: the Secret is owned by the
-/// Job, so the garbage collector removes it with the Job anyway.
-pub fn delete_inputs_secret(ctx: &Ctx, run_id: &str) {
-    delete_secret(&ctx.client, &ctx.policy.namespace, &manifest::job_name(run_id));
-}
-
-fn delete_secret(client: &kube::Client, namespace: &str, name: &str) {
-    if let Err(error) = client.delete(kube::Resource::SECRETS, namespace, name) {
-        metrics::api_error("delete_secret");
-        log::warn(
-            "inputs secret not deleted; the garbage collector will remove it with its Job",
-            &[("secret", name.into()), ("error", error.to_string().into())],
-        );
+impl Default for InputsUsed {
+    fn default() -> InputsUsed {
+        InputsUsed::new()
     }
 }
 
@@ -262,157 +211,27 @@ pub fn log_finished(run_id: &str, outcome: &RunOutcome, started: Instant) {
     );
 }
 
-/// `now + after` as RFC 3339 UTC, for expiry annotations.
-pub fn rfc3339_after(after: Duration) -> String {
-    log::rfc3339_utc(SystemTime::now() + after)
-}
-
-/// Deletes what the run created when it goes out of scope: on success,
+/// Removes what the run created when it goes out of scope: on success,
 /// failure, timeout, cancellation or a panic in between.
-struct Cleanup<'a> {
-    client: &'a kube::Client,
-    namespace: &'a str,
-    job_name: &'a str,
-    job: bool,
-    secret: bool,
+struct Remove<'a> {
+    backend: &'a dyn Backend,
+    run_id: &'a str,
 }
 
-impl Drop for Cleanup<'_> {
+impl Drop for Remove<'_> {
     fn drop(&mut self) {
-        // Background propagation: the Job goes at once and the garbage
-        // collector removes the pod; nothing here waits for it.
-        if self.job
-            && let Err(error) = self.client.delete(kube::Resource::JOBS, self.namespace, self.job_name)
-        {
-            metrics::api_error("delete_job");
-            log::warn(
-                "job not deleted; ttlSecondsAfterFinished and the reaper will remove it",
-                &[("job", self.job_name.into()), ("error", error.to_string().into())],
-            );
-        }
-        if self.secret {
-            delete_secret(self.client, self.namespace, self.job_name);
-        }
+        self.backend.remove(self.run_id);
     }
 }
 
-/// What the pod watch thread tells the decision loop.
-enum Watched {
-    /// The complete set of the run's pods (at the start, after a re-list).
-    Listed(Vec<Value>),
-    Pod(Value),
-    /// A `DELETED` event: the pod is gone.
-    Gone(Value),
-    /// The watch failed and is being retried; the text says why.
-    Trouble(String),
-    /// The watch failed in a way retrying cannot fix.
-    Failed(String),
-}
-
-/// How long 401/403 answers to the watch are taken for an API server
-/// whose caches are still cold after a restart (it answered 403 for a few
-/// seconds in issue 12, finding 10) before they count as a real refusal.
-pub const DENIED_GRACE: Duration = Duration::from_secs(30);
-
-/// Follows the pod from creation to the end of the command, and judges
+/// Follows the sandbox from creation to the end of the command, and judges
 /// it. Works the same for a pod that already finished: its log is read from
 /// the start. The caller makes the end final (`verdict::settle`).
 pub fn follow(ctx: &Ctx, followed: &Followed, run_id: &str, cancel: &CancelToken, on_progress: &(dyn Fn(Progress) + Sync)) -> Ended {
-    let namespace = &ctx.policy.namespace;
-    let params = kube::watch::WatchParams { list: run_pods(run_id), ..kube::watch::WatchParams::default() };
-    let watcher = ctx.client.watch(kube::Resource::PODS, namespace, params);
-    let watch_abort = watcher.abort_handle();
-    let (sender, receiver) = mpsc::channel::<Watched>();
-    std::thread::scope(|scope| {
-        scope.spawn(move || watch_pods(watcher, &sender));
-        let ended = decide(ctx, followed, run_id, cancel, on_progress, &receiver, scope);
-        watch_abort.abort();
-        ended
-    })
-}
-
-/// Feeds pod events to the decision loop until it stops listening. API
-/// trouble is retried here for as long as the run lasts (the decision
-/// loop's deadlines bound it), except refusals that outlive `DENIED_GRACE`
-/// and answers that retrying cannot change.
-fn watch_pods(mut watcher: kube::watch::Watcher, sender: &mpsc::Sender<Watched>) {
-    let abort = watcher.abort_handle();
-    let mut health = WatchHealth::default();
-    loop {
-        let sent = match watcher.next() {
-            Ok(event) => {
-                health.on_success();
-                match event {
-                    kube::watch::WatchEvent::Listed(pods) => sender.send(Watched::Listed(pods)).is_ok(),
-                    kube::watch::WatchEvent::Added(pod) | kube::watch::WatchEvent::Modified(pod) => sender.send(Watched::Pod(pod)).is_ok(),
-                    kube::watch::WatchEvent::Deleted(pod) => sender.send(Watched::Gone(pod)).is_ok(),
-                }
-            }
-            Err(_) if abort.is_aborted() => return,
-            Err(error) => match health.on_error(&error, Instant::now()) {
-                Some(delay) => {
-                    let sent = sender.send(Watched::Trouble(error.to_string())).is_ok();
-                    sleep_unless_aborted(delay, &abort);
-                    sent
-                }
-                None => {
-                    let _ = sender.send(Watched::Failed(error.to_string()));
-                    return;
-                }
-            },
-        };
-        if !sent {
-            return;
-        }
-    }
-}
-
-/// Which watch errors are retried, and after how long (pure, for tests).
-#[derive(Debug, Default)]
-struct WatchHealth {
-    failures: u32,
-    /// Start of the current run of 401/403 answers.
-    denied_since: Option<Instant>,
-}
-
-impl WatchHealth {
-    fn on_success(&mut self) {
-        self.failures = 0;
-        self.denied_since = None;
-    }
-
-    /// The delay before the next try, or `None` to give up.
-    fn on_error(&mut self, error: &kube::Error, now: Instant) -> Option<Duration> {
-        let retry = if error.is_forbidden() || error.is_unauthorized() {
-            let since = *self.denied_since.get_or_insert(now);
-            now.duration_since(since) < DENIED_GRACE
-        } else {
-            // A refusal right after this counts as "right after reconnecting".
-            self.denied_since = None;
-            is_transient(error)
-        };
-        if !retry {
-            return None;
-        }
-        self.failures = self.failures.saturating_add(1);
-        Some(Duration::from_millis(250).saturating_mul(1 << self.failures.min(4)).min(Duration::from_secs(4)))
-    }
-}
-
-/// Errors an API server that is restarting or overloaded gives.
-fn is_transient(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Transport { .. } => true,
-        kube::Error::Api { status, .. } => matches!(status.code, 408 | 410 | 429 | 500..=599),
-        _ => false,
-    }
-}
-
-fn sleep_unless_aborted(delay: Duration, abort: &kube::watch::Abort) {
-    let deadline = Instant::now() + delay;
-    while !abort.is_aborted() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let watch = ctx.backend.watch(run_id);
+    let ended = std::thread::scope(|scope| decide(ctx, followed, run_id, cancel, on_progress, &watch.events, scope));
+    watch.abort.abort();
+    ended
 }
 
 /// The run's decision loop: the machine in `decide` decides; this feeds it
@@ -427,7 +246,7 @@ fn decide<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
 ) -> Ended {
     let mut machine = RunState::new(followed.deadlines(), Instant::now());
-    let mut shell = Shell { ctx, followed, run_id, cancel, on_progress, last_pod: None, log: LogState::NotStarted };
+    let mut shell = Shell { ctx, followed, run_id, cancel, on_progress, last: None, log: LogState::NotStarted };
     let mut queue = std::collections::VecDeque::new();
     loop {
         if queue.is_empty() {
@@ -451,7 +270,8 @@ struct Shell<'scope, 'run> {
     run_id: &'run str,
     cancel: &'run CancelToken,
     on_progress: &'scope (dyn Fn(Progress) + Sync),
-    last_pod: Option<Value>,
+    /// The sandbox as last seen: its name (to read its output) and times.
+    last: Option<Sighting>,
     log: LogState<'scope>,
 }
 
@@ -488,54 +308,53 @@ impl<'scope> Shell<'scope, '_> {
 
     fn watched(&mut self, machine: &RunState, watched: Watched) -> Vec<Event> {
         match watched {
-            Watched::Listed(pods) => self.listed(pods),
-            Watched::Pod(pod) => vec![self.seen(pod)],
-            Watched::Gone(pod) => {
-                let same = self.last_pod.as_ref().is_none_or(|last| last["metadata"]["name"] == pod["metadata"]["name"]);
+            Watched::Listed(newest) => self.listed(newest),
+            Watched::Seen(sighting) => vec![self.seen(sighting)],
+            Watched::Gone(sighting) => {
+                let same = self.last.as_ref().is_none_or(|last| last.sandbox == sighting.sandbox);
                 if !same {
                     return vec![Event::ApiBack];
                 }
-                let view = classify::sandbox_view(&pod);
-                self.last_pod = Some(pod);
+                let view = sighting.view.clone();
+                self.last = Some(sighting);
                 vec![Event::Gone(view)]
             }
             Watched::Trouble(why) => {
                 match machine.outage() {
                     None => {
-                        metrics::api_error("watch_pods");
+                        metrics::api_error("watch_sandbox");
                         log::warn(
-                            "the pod watch is failing; riding it out",
+                            "the sandbox watch is failing; riding it out",
                             &[("run_id", self.run_id.into()), ("error", why.as_str().into())],
                         );
                     }
                     Some(current) if current != why => {
-                        log::debug("the pod watch is still failing", &[("run_id", self.run_id.into()), ("error", why.as_str().into())]);
+                        log::debug("the sandbox watch is still failing", &[("run_id", self.run_id.into()), ("error", why.as_str().into())]);
                     }
                     Some(_) => {}
                 }
                 vec![Event::ApiTrouble(why)]
             }
             Watched::Failed(message) => {
-                metrics::api_error("watch_pods");
+                metrics::api_error("watch_sandbox");
                 vec![Event::ApiFailed(message)]
             }
         }
     }
 
-    fn seen(&mut self, pod: Value) -> Event {
-        let view = classify::sandbox_view(&pod);
-        self.last_pod = Some(pod);
+    fn seen(&mut self, sighting: Sighting) -> Event {
+        let view = sighting.view.clone();
+        self.last = Some(sighting);
         Event::Seen(view)
     }
 
-    /// A complete list of the run's pods: the newest is the one to judge;
-    /// an empty list after a pod was seen means it is gone (deleted while
-    /// the watch was away).
-    fn listed(&mut self, pods: Vec<Value>) -> Vec<Event> {
-        match newest_pod(pods) {
-            Some(pod) => vec![Event::ApiBack, self.seen(pod)],
-            None => match &self.last_pod {
-                Some(last) => vec![Event::ApiBack, Event::Gone(classify::sandbox_view(last))],
+    /// A complete look: the newest sandbox is the one to judge; none after
+    /// one was seen means it is gone (deleted while the watch was away).
+    fn listed(&mut self, newest: Option<Sighting>) -> Vec<Event> {
+        match newest {
+            Some(sighting) => vec![Event::ApiBack, self.seen(sighting)],
+            None => match &self.last {
+                Some(last) => vec![Event::ApiBack, Event::Gone(last.view.clone())],
                 None => vec![Event::ApiBack],
             },
         }
@@ -545,8 +364,8 @@ impl<'scope> Shell<'scope, '_> {
     fn execute(&mut self, step: Step, scope: &'scope std::thread::Scope<'scope, '_>) -> Vec<Event> {
         match step {
             Step::FollowOutput { reported } => {
-                if let Some(pod) = &self.last_pod {
-                    self.log = LogState::Following(start_follower(self.ctx, pod, reported, self.on_progress, scope));
+                if let Some(last) = &self.last {
+                    self.log = LogState::Following(start_follower(self.ctx, &last.sandbox, reported, self.on_progress, scope));
                 }
                 Vec::new()
             }
@@ -554,17 +373,14 @@ impl<'scope> Shell<'scope, '_> {
                 (self.on_progress)(Progress::Started);
                 Vec::new()
             }
-            Step::PollStartFailures => {
-                let job_name = manifest::job_name(self.run_id);
-                match job_failed_create(self.ctx, &self.ctx.policy.namespace, &job_name) {
-                    Some((reason, message)) => vec![Event::StartFailed { reason, message: refusal_message(reason, &message) }],
-                    None => Vec::new(),
-                }
-            }
-            Step::ProbeSandbox => match self.ctx.client.list(kube::Resource::PODS, &self.ctx.policy.namespace, &run_pods(self.run_id)) {
-                Ok(list) => {
-                    log::info("the API server answers again", &[("run_id", self.run_id.into())]);
-                    self.listed(list.items)
+            Step::PollStartFailures => match self.ctx.backend.start_failure(self.run_id) {
+                Some((reason, message)) => vec![Event::StartFailed { reason, message }],
+                None => Vec::new(),
+            },
+            Step::ProbeSandbox => match self.ctx.backend.probe(self.run_id) {
+                Ok(newest) => {
+                    log::info("the backend answers again", &[("run_id", self.run_id.into())]);
+                    self.listed(newest)
                 }
                 Err(_) => Vec::new(),
             },
@@ -581,13 +397,13 @@ impl<'scope> Shell<'scope, '_> {
                 let collector = self.log.join(self.cancel);
                 let by = if collector.result.is_some() { DecidedBy::Runner } else { DecidedBy::Server };
                 let facts = judged_facts(self.ctx, run_id, self.followed, finished, self.cancel);
-                return Ended { outcome: judged_with_pod(&facts, collector, self.last_pod.as_ref()), by };
+                return Ended { outcome: judged_with_times(&facts, collector, self.last.as_ref()), by };
             }
             Verdict::Server(end) => end,
         };
         let outcome = match end {
             ServerEnd::Cancelled => cancelled(run_id, self.log.stop()),
-            ServerEnd::StartTimeout => start_timeout(self.ctx, run_id, self.last_pod.as_ref()),
+            ServerEnd::StartTimeout => start_timeout(self.ctx, run_id),
             ServerEnd::Unschedulable { message } => unschedulable(run_id, &message),
             ServerEnd::Refused { reason, message } => RunOutcome::without_result(run_id, RunStatus::Error, reason, message),
             ServerEnd::PastHardDeadline { outage } => {
@@ -637,13 +453,13 @@ fn cancel_requested(ctx: &Ctx, run_id: &str, cancel: &CancelToken) -> bool {
     cancel.is_cancelled() || matches!(ctx.jobs.lookup(run_id), Lookup::Found(view) if view.cancel_requested)
 }
 
-/// Judges a run from its collected log and the pod's last known status.
-fn judged_with_pod(facts: &Facts, collector: Collector, pod: Option<&Value>) -> RunOutcome {
+/// Judges a run from its collected log and the sandbox's last known times.
+fn judged_with_times(facts: &Facts, collector: Collector, last: Option<&Sighting>) -> RunOutcome {
     let mut outcome = outcome::judge(&facts.judged(), collector);
-    if let Some(pod) = pod {
-        outcome.times.scheduled = classify::scheduled_at(pod);
-        outcome.times.started = outcome.times.started.or_else(|| classify::main_started_at(pod));
-        outcome.times.finished = outcome.times.finished.or_else(|| classify::main_finished_at(pod));
+    if let Some(last) = last {
+        outcome.times.scheduled = last.times.scheduled;
+        outcome.times.started = outcome.times.started.or(last.times.started);
+        outcome.times.finished = outcome.times.finished.or(last.times.finished);
     }
     outcome
 }
@@ -663,9 +479,8 @@ fn unschedulable(run_id: &str, message: &str) -> RunOutcome {
     )
 }
 
-fn start_timeout(ctx: &Ctx, run_id: &str, pod: Option<&Value>) -> RunOutcome {
-    let events = pod.and_then(|pod| pod["metadata"]["name"].as_str()).map(|name| pod_events(ctx, name)).unwrap_or_default();
-    let progress = classify::start_progress(pod, &events);
+fn start_timeout(ctx: &Ctx, run_id: &str) -> RunOutcome {
+    let progress = ctx.backend.start_progress(run_id);
     RunOutcome::without_result(
         run_id,
         RunStatus::Error,
@@ -675,25 +490,6 @@ fn start_timeout(ctx: &Ctx, run_id: &str, pod: Option<&Value>) -> RunOutcome {
             ctx.policy.start_timeout.as_secs()
         ),
     )
-}
-
-/// The pod's events, oldest first; none when they cannot be read.
-fn pod_events(ctx: &Ctx, pod_name: &str) -> Vec<Value> {
-    let params =
-        kube::ListParams { label_selector: None, field_selector: Some(format!("involvedObject.kind=Pod,involvedObject.name={pod_name}")) };
-    let mut events = match ctx.client.list(kube::Resource::EVENTS, &ctx.policy.namespace, &params) {
-        Ok(list) => list.items,
-        Err(_) => {
-            metrics::api_error("list_events");
-            return Vec::new();
-        }
-    };
-    let time = |event: &Value| {
-        let text = event["lastTimestamp"].as_str().or_else(|| event["eventTime"].as_str()).unwrap_or_default();
-        text.to_string()
-    };
-    events.sort_by_key(time);
-    events
 }
 
 /// The hard deadline passed: the pod's own deadline is behind us, so the
@@ -731,15 +527,6 @@ fn watch_failed(run_id: &str, collector: Collector, message: &str) -> RunOutcome
     outcome.stdout = collector.live_stdout;
     outcome.stderr = collector.live_stderr;
     outcome
-}
-
-fn run_pods(run_id: &str) -> kube::ListParams {
-    kube::ListParams { label_selector: Some(format!("{}={run_id}", manifest::LABEL_RUN_ID)), field_selector: None }
-}
-
-/// The most recently created of the run's pods.
-fn newest_pod(pods: Vec<Value>) -> Option<Value> {
-    pods.into_iter().max_by_key(|pod| pod["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_string())
 }
 
 type Follower<'scope> = (std::thread::ScopedJoinHandle<'scope, Collector>, StreamStop);
@@ -791,7 +578,7 @@ impl LogState<'_> {
 #[derive(Clone, Default)]
 struct StreamStop {
     stopped: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    current: std::sync::Arc<std::sync::Mutex<Option<kube::watch::Abort>>>,
+    current: std::sync::Arc<std::sync::Mutex<Option<Abort>>>,
 }
 
 impl StreamStop {
@@ -807,7 +594,7 @@ impl StreamStop {
     }
 
     /// Registers the stream now open; closes it at once if already stopped.
-    fn set(&self, abort: kube::watch::Abort) {
+    fn set(&self, abort: Abort) {
         let mut current = self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if self.is_stopped() {
             abort.abort();
@@ -821,45 +608,42 @@ impl StreamStop {
 /// first `already_reported` live bytes were reported by an earlier reader.
 fn start_follower<'scope>(
     ctx: &'scope Ctx,
-    pod: &Value,
+    sandbox: &str,
     already_reported: usize,
     on_progress: &'scope (dyn Fn(Progress) + Sync),
     scope: &'scope std::thread::Scope<'scope, '_>,
 ) -> Follower<'scope> {
-    let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let sandbox = sandbox.to_string();
     let stop = StreamStop::default();
     let follower_stop = stop.clone();
-    let handle = scope.spawn(move || follow_log(ctx, &pod_name, &follower_stop, already_reported, on_progress));
+    let handle = scope.spawn(move || follow_output(ctx, &sandbox, &follower_stop, already_reported, on_progress));
     (handle, stop)
 }
 
-/// Reads the followed log into a collector. A stream that breaks before the
-/// result arrived is opened again from the start (the collector restarts,
-/// so nothing is counted twice, and live output already reported is not
-/// reported again). A container that is not ready yet (400) and an API
-/// server that does not answer are waited for: the decision loop's
-/// deadlines stop this reader, so it never gives up on its own, except
-/// when the pod is gone (404).
-fn follow_log(
+/// Reads the followed output into a collector. A stream that breaks
+/// before the result arrived is opened again from the start (the collector
+/// restarts, so nothing is counted twice, and live output already reported
+/// is not reported again). An output not ready yet and a backend that does
+/// not answer are waited for: the decision's deadlines stop this reader,
+/// so it never gives up on its own, except when the sandbox is gone.
+fn follow_output(
     ctx: &Ctx,
-    pod_name: &str,
+    sandbox: &str,
     stop: &StreamStop,
     mut already_reported: usize,
     on_progress: &(dyn Fn(Progress) + Sync),
 ) -> Collector {
     let policy = &ctx.policy;
-    let params = kube::LogParams { container: Some(manifest::MAIN_CONTAINER.to_string()), ..kube::LogParams::default() };
     let mut collector = Collector::new(policy.max_output_bytes, policy.max_artifact_bytes);
     let mut failures = 0u32;
     while !stop.is_stopped() {
-        let mut stream = match ctx.client.follow_pod_logs(&policy.namespace, pod_name, &params) {
-            Ok(stream) => stream,
-            Err(error) if error.is_not_found() => {
-                metrics::api_error("follow_log");
-                collector.problems.push(format!("the log could not be read: {error}"));
+        let mut output = match ctx.backend.output(sandbox) {
+            Ok(output) => output,
+            Err(OutputError::Gone(why)) => {
+                collector.problems.push(why);
                 break;
             }
-            Err(_) => {
+            Err(OutputError::Unavailable(_)) => {
                 failures = failures.saturating_add(1);
                 let delay = Duration::from_millis(300).saturating_mul(failures.min(7));
                 let until = Instant::now() + delay;
@@ -869,10 +653,10 @@ fn follow_log(
                 continue;
             }
         };
-        stop.set(stream.abort_handle());
+        stop.set(output.abort.clone());
         let mut fresh = Collector::new(policy.max_output_bytes, policy.max_artifact_bytes);
         let mut seen = 0usize;
-        let read = fresh.read_all(&mut stream, &mut |mut chunk| {
+        let read = fresh.read_all(&mut output.reader, &mut |mut chunk| {
             let end = seen + chunk.bytes.len();
             if end > already_reported {
                 chunk.bytes.drain(..already_reported.saturating_sub(seen));
@@ -901,109 +685,4 @@ fn cancelled(run_id: &str, collector: Collector) -> RunOutcome {
     outcome.truncated.stdout = true;
     outcome.truncated.stderr = true;
     outcome
-}
-
-fn job_failed_create(ctx: &Ctx, namespace: &str, job_name: &str) -> Option<(RunReason, String)> {
-    let params =
-        kube::ListParams { label_selector: None, field_selector: Some(format!("involvedObject.kind=Job,involvedObject.name={job_name}")) };
-    // A failed look is not fatal: the start timeout still ends the run.
-    let events = match ctx.client.list(kube::Resource::EVENTS, namespace, &params) {
-        Ok(events) => events,
-        Err(_) => {
-            metrics::api_error("list_events");
-            return None;
-        }
-    };
-    classify::failed_create(&events.items)
-}
-
-fn refusal_message(reason: RunReason, api_message: &str) -> String {
-    match reason {
-        RunReason::QuotaExceeded => format!(
-            "the namespace's ResourceQuota has no room for this pod: {api_message}; wait for other runs to finish, lower limits, or ask the operator to raise the quota"
-        ),
-        _ => format!("the cluster refused the pod: {api_message}"),
-    }
-}
-
-fn api_refusal(run_id: &str, what: &str, error: &kube::Error) -> RunOutcome {
-    let reason = if error.is_quota_exceeded() {
-        RunReason::QuotaExceeded
-    } else if (error.is_forbidden() && error.permission_denied().is_none()) || error.is_invalid() {
-        // An RBAC refusal is the server's own missing permission, not the
-        // pod being refused: it stays ApiError, whose message names the
-        // verb and resource to grant (issue 12, finding 13).
-        RunReason::Rejected
-    } else {
-        RunReason::ApiError
-    };
-    let message = match reason {
-        RunReason::QuotaExceeded | RunReason::Rejected => refusal_message(reason, &error.to_string()),
-        _ => format!("could not {what}: {error}; the run did not start"),
-    };
-    RunOutcome::without_result(run_id, RunStatus::Error, reason, message)
-}
-
-fn classify_time(value: &Value) -> Option<SystemTime> {
-    classify::parse_time(value.as_str()?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn api_error(code: u16) -> kube::Error {
-        let status = kube::error::Status { code, reason: String::new(), message: String::new(), ..kube::error::Status::default() };
-        kube::Error::Api { verb: "GET", path: "/api/v1/namespaces/ns/pods?watch=1".into(), status: Box::new(status) }
-    }
-
-    fn refused() -> kube::Error {
-        kube::Error::Transport { verb: "GET", path: "/api/v1/namespaces/ns/pods".into(), message: "Connection refused".into() }
-    }
-
-    /// Issue 12, finding 10: an outage is ridden out, a 403 right after it
-    /// gets `DENIED_GRACE`, a refusal that lasts ends the run.
-    #[test]
-    fn issue_12_10_watch_errors_are_retried_within_bounds() {
-        let start = Instant::now();
-        let mut health = WatchHealth::default();
-        for second in 0..25 {
-            assert!(health.on_error(&refused(), start + Duration::from_secs(second)).is_some(), "refused at {second} s");
-        }
-        assert!(health.on_error(&api_error(503), start + Duration::from_secs(26)).is_some());
-        let back = start + Duration::from_secs(27);
-        assert!(health.on_error(&api_error(403), back).is_some(), "403 right after the outage");
-        assert!(health.on_error(&api_error(403), back + Duration::from_secs(29)).is_some());
-        assert!(health.on_error(&api_error(403), back + DENIED_GRACE).is_none(), "403 for DENIED_GRACE is real");
-        let mut health = WatchHealth::default();
-        assert!(health.on_error(&api_error(401), start).is_some());
-        health.on_success();
-        assert!(health.on_error(&api_error(403), start + Duration::from_secs(40)).is_some(), "a success resets the grace");
-        assert!(WatchHealth::default().on_error(&api_error(404), start).is_none(), "the namespace is gone");
-        let decode = kube::Error::Decode { verb: "GET", path: "/x".into(), message: "bad".into() };
-        assert!(WatchHealth::default().on_error(&decode, start).is_none());
-    }
-
-    #[test]
-    fn retry_delays_grow_and_stay_bounded() {
-        let mut health = WatchHealth::default();
-        let delays: Vec<Duration> = (0..8).filter_map(|_| health.on_error(&refused(), Instant::now())).collect();
-        assert_eq!(delays[0], Duration::from_millis(500));
-        assert!(delays.windows(2).all(|pair| pair[0] <= pair[1]));
-        assert_eq!(*delays.last().unwrap(), Duration::from_secs(4));
-    }
-
-    #[test]
-    fn a_pods_view_sees_deletion_before_the_final_status() {
-        let running = serde_json::json!({"metadata": {"name": "p"}, "status": {"phase": "Running"}});
-        let view = classify::sandbox_view(&running);
-        assert_eq!(view.ended, None);
-        assert!(view.if_gone.deleted, "a running pod that disappears was deleted");
-        let deleting =
-            serde_json::json!({"metadata": {"name": "p", "deletionTimestamp": "2026-01-01T00:00:00Z"}, "status": {"phase": "Running"}});
-        assert!(classify::sandbox_view(&deleting).ended.unwrap().deleted);
-        let evicted = serde_json::json!({"metadata": {"name": "p"}, "status": {"phase": "Failed", "reason": "Evicted", "message": "m"}});
-        let facts = classify::sandbox_view(&evicted).ended.unwrap();
-        assert_eq!((facts.pod_reason.as_deref(), facts.deleted), (Some("Evicted"), false));
-    }
 }

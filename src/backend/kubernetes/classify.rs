@@ -291,7 +291,7 @@ fn unschedulable_message(status: &PodStatus) -> Option<String> {
 }
 
 fn finished(status: &PodStatus, terminated: Option<&StateTerminated>) -> Finished {
-    Finished {
+    let mut finished = Finished {
         exit_code: terminated.and_then(|terminated| terminated.exit_code).map(|code| code as i32),
         signal: terminated.and_then(|terminated| terminated.signal).map(|signal| signal as i32),
         container_reason: terminated.and_then(|terminated| terminated.reason.clone()),
@@ -300,7 +300,10 @@ fn finished(status: &PodStatus, terminated: Option<&StateTerminated>) -> Finishe
         pod_message: status.message.clone(),
         disruption: disruption(&status.conditions),
         deleted: false,
-    }
+        start_failure: None,
+    };
+    finished.start_failure = start_failure(&finished);
+    finished
 }
 
 /// Reads a finished pod, with its deletion mark (the `Finished` of
@@ -342,16 +345,16 @@ fn disruption(conditions: &[Condition]) -> Option<String> {
 /// The decision's neutral view of a pod: what it is doing, how it ended
 /// (or that someone is deleting it), and what it would be judged on if it
 /// disappeared now.
-pub fn sandbox_view(pod: &Value) -> View {
-    let state = match pod_state(pod) {
+pub fn sandbox_view(pod: &Pod) -> View {
+    let state = match pod_state_view(pod) {
         PodState::Pending { .. } => SandboxState::Pending,
         PodState::Unschedulable { message } => SandboxState::Unschedulable { message },
         PodState::Running => SandboxState::Running,
         PodState::FailFast { reason, message } => SandboxState::FailFast { reason, message },
-        PodState::Finished(finished) => SandboxState::Finished { ran: start_failure(&finished).is_none() },
+        PodState::Finished(finished) => SandboxState::Finished { ran: finished.start_failure.is_none() },
     };
-    let ended = finished_pod(pod).or_else(|| is_deleting(pod).then(|| deleted_pod(pod)));
-    View { state, ended, if_gone: deleted_pod(pod) }
+    let ended = finished_pod_view(pod).or_else(|| is_deleting_view(pod).then(|| deleted_pod_view(pod)));
+    View { state, ended, if_gone: deleted_pod_view(pod) }
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec};
+use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, run_deadline};
 use crate::sandbox::args::{self, CloneOptions, ExecOptions, InitOptions};
 use crate::sandbox::frame::to_base64;
 use crate::sandbox::inputs::{self, InputFile as ManifestEntry, MANIFEST_KEY};
@@ -45,8 +45,6 @@ pub const ANNOTATION_EXPIRES_AT: &str = "mcp-k8s-ephemeral-job/expires-at";
 pub const MAIN_CONTAINER: &str = "main";
 pub const PREPARE_CONTAINER: &str = "prepare";
 pub const CLONE_CONTAINER: &str = "clone";
-/// Slack on the pod deadline for collecting artifacts after the command.
-const COLLECT_SLACK: Duration = Duration::from_secs(30);
 /// Ephemeral storage the main container may use on top of the workdir
 /// size: its container log (the runner's frames: capped output and
 /// artifacts, about 25 MiB at the default caps), the runner copy (`bin`,
@@ -64,7 +62,7 @@ pub fn job_name(run_id: &str) -> String {
 /// The Job for one run.
 pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
     let name = job_name(run_id);
-    let pod_deadline = pod_deadline(spec, policy);
+    let pod_deadline = run_deadline(spec, policy);
     let mut volumes = vec![
         json!({"name": "work", "emptyDir": {"sizeLimit": policy.workdir_size_limit.as_str()}}),
         json!({"name": "bin", "emptyDir": {"sizeLimit": "64Mi"}}),
@@ -162,13 +160,6 @@ pub fn inputs_secret(spec: &RunSpec, policy: &Policy, run_id: &str, job_uid: &st
         },
         "data": data,
     }))
-}
-
-/// The pod's own deadline: start budget + command timeout + kill grace +
-/// time to collect artifacts. The runner enforces `timeout_s` itself; this
-/// only catches a pod that never gets that far.
-pub fn pod_deadline(spec: &RunSpec, policy: &Policy) -> Duration {
-    policy.start_timeout + spec.timeout + KILL_GRACE + COLLECT_SLACK
 }
 
 /// How long an object of this run may outlive its creation before the

@@ -1,5 +1,6 @@
 //! The reaper: deletes Jobs and Secrets labelled as ours whose expiry
-//! annotation has passed, at start and then periodically, so a server that
+//! annotation has passed (the engine calls it at start and then
+//! periodically), so a server that
 //! crashed (or lost its connection) leaves nothing behind for long.
 //!
 //! Every object we create carries `manifest::ANNOTATION_EXPIRES_AT`: for a
@@ -10,41 +11,24 @@
 //! the annotation are left to `ttlSecondsAfterFinished` and the garbage
 //! collector. Knows Kubernetes; nothing of MCP.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use crate::backend::kubernetes::classify;
 use crate::backend::kubernetes::manifest;
-use crate::engine::run::Ctx;
 use crate::kube;
 use crate::kube::objects::{Object, ObjectMeta};
 use crate::log;
 
-/// How often the reaper looks.
-pub const REAP_EVERY: Duration = Duration::from_secs(60);
-
-/// Reaps once now, then every `every`, on its own thread, for the life of
-/// the process.
-pub fn start(ctx: Ctx, every: Duration) -> std::io::Result<()> {
-    std::thread::Builder::new().name("reaper".into()).spawn(move || {
-        loop {
-            reap_once(&ctx);
-            std::thread::sleep(every);
-        }
-    })?;
-    Ok(())
-}
-
 /// Deletes every expired Job and Secret; returns how many went. Failures
 /// are logged and retried next round.
-pub fn reap_once(ctx: &Ctx) -> usize {
-    let now = SystemTime::now();
+pub fn reap_once(client: &kube::Client, namespace: &str, now: SystemTime) -> usize {
     let mut reaped = 0;
     for resource in [kube::Resource::JOBS, kube::Resource::SECRETS] {
         let params = kube::ListParams {
             label_selector: Some(format!("{}={}", manifest::LABEL_MANAGED_BY, manifest::MANAGED_BY)),
             field_selector: None,
         };
-        let objects = match ctx.client.list(resource, &ctx.policy.namespace, &params) {
+        let objects = match client.list(resource, namespace, &params) {
             Ok(list) => list.items,
             Err(error) => {
                 log::warn("reaper could not list", &[("resource", resource.plural.into()), ("error", error.to_string().into())]);
@@ -55,7 +39,7 @@ pub fn reap_once(ctx: &Ctx) -> usize {
         for metadata in expired {
             let name = metadata.name.as_str();
             // Background propagation: a Job's pods go with it.
-            match ctx.client.delete(resource, &ctx.policy.namespace, name) {
+            match client.delete(resource, namespace, name) {
                 Ok(_) => {
                     reaped += 1;
                     log::info("reaped an expired object", &[("resource", resource.plural.into()), ("name", name.into())]);
@@ -80,6 +64,7 @@ pub fn is_expired(metadata: &ObjectMeta, now: SystemTime) -> bool {
 mod tests {
     use super::*;
     use serde_json::{Value, json};
+    use std::time::Duration;
 
     fn expired(object: &Value, now: SystemTime) -> bool {
         is_expired(&Object::from_value(object).metadata, now)

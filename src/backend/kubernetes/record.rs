@@ -18,10 +18,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::backend::kubernetes::manifest;
-use crate::engine::verdict::{self, Recorded};
+use crate::engine::backend::{BackgroundRecord, Settled, Stored};
+use crate::engine::verdict::{self, DecidedBy, Recorded};
+use crate::kube;
 use crate::kube::objects::Job;
 use crate::log;
 
@@ -37,6 +39,9 @@ pub const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
 /// Set by `cancel`: the run was stopped on purpose, even if its pod (and
 /// the partial output in its log) is gone when another process looks.
 pub const ANNOTATION_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
+/// The verdict of a run (`engine::verdict`'s text): every replica and a
+/// restarted server read it before judging anything.
+pub const ANNOTATION_OUTCOME: &str = "mcp-k8s-ephemeral-job/outcome";
 
 /// What a background Job's annotations say.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,7 +93,7 @@ impl JobRecord {
             command: text(ANNOTATION_COMMAND).unwrap_or_default(),
             expires_at: text(manifest::ANNOTATION_EXPIRES_AT),
             cancelled_at: text(ANNOTATION_CANCELLED_AT),
-            outcome: annotations.get(verdict::ANNOTATION_OUTCOME).and_then(|text| verdict::decode(text)),
+            outcome: annotations.get(ANNOTATION_OUTCOME).and_then(|text| verdict::decode(text)),
         })
     }
 
@@ -108,7 +113,7 @@ impl JobRecord {
             annotations.insert(ANNOTATION_CANCELLED_AT.to_string(), cancelled_at.clone());
         }
         if let Some(outcome) = &self.outcome {
-            annotations.insert(verdict::ANNOTATION_OUTCOME.to_string(), verdict::encode_recorded(outcome));
+            annotations.insert(ANNOTATION_OUTCOME.to_string(), verdict::encode_recorded(outcome));
         }
         annotations
     }
@@ -117,6 +122,83 @@ impl JobRecord {
 /// The annotations of a merge patch that marks a run cancelled at `at`.
 pub fn cancel_mark(at: SystemTime) -> BTreeMap<String, String> {
     BTreeMap::from([(ANNOTATION_CANCELLED_AT.to_string(), log::rfc3339_utc(at))])
+}
+
+/// The annotations `submit` writes on a background Job.
+pub fn background_annotations(background: &BackgroundRecord) -> serde_json::Map<String, serde_json::Value> {
+    let job_record = JobRecord {
+        token: background.token.clone(),
+        timeout_s: Some(background.timeout_s),
+        command: background.command.clone(),
+        expires_at: None,
+        cancelled_at: None,
+        outcome: None,
+    };
+    job_record.to_annotations().into_iter().map(|(key, value)| (key, serde_json::Value::String(value))).collect()
+}
+
+/// A background Job as the engine sees it; `None` for a Job that is not
+/// one (no token) or whose run id cannot be read.
+pub fn stored(job: &Job) -> Option<Stored> {
+    let record = JobRecord::from_job(job).ok()?;
+    let run_id = job.metadata.labels.get(manifest::LABEL_RUN_ID)?.clone();
+    let pod_spec = &job.spec.template.spec;
+    let memory_limit = pod_spec
+        .containers
+        .iter()
+        .find(|container| container.name == manifest::MAIN_CONTAINER)
+        .and_then(|main| main.resources.limits.get("memory"))
+        .cloned();
+    let time = |text: Option<&str>| crate::time::parse_rfc3339(text?);
+    let ended_at = job.finished_condition().map(|finished| time(finished.last_transition_time.as_deref()).unwrap_or_else(SystemTime::now));
+    Some(Stored {
+        run_id,
+        token: record.token,
+        command: record.command,
+        created_at: time(job.metadata.creation_timestamp.as_deref()),
+        ended_at,
+        active: job.status.active > 0,
+        timeout: record.timeout_s.map(Duration::from_secs),
+        run_deadline: Duration::from_secs(pod_spec.active_deadline_seconds.unwrap_or(0)),
+        memory_limit,
+        expires_at: record.expires_at.unwrap_or_default(),
+        cancelled_at: record.cancelled_at,
+        verdict: record.outcome,
+        sandbox: None,
+    })
+}
+
+/// Attempts at the conditional patch when another writer got in between.
+const PATCH_ATTEMPTS: usize = 4;
+
+/// Writes the verdict onto the Job, first writer wins (the Job's
+/// `resourceVersion` is the patch's precondition). A verdict this server
+/// decided also gets the deadline that makes the Job controller end the
+/// Job and start no other pod.
+pub fn write_verdict(client: &kube::Client, namespace: &str, run_id: &str, verdict: &Recorded) -> Result<Settled, kube::Error> {
+    let name = manifest::job_name(run_id);
+    let text = verdict::encode_recorded(verdict);
+    let mut last_conflict = None;
+    for _ in 0..PATCH_ATTEMPTS {
+        let Some(job) = client.get_if_exists(kube::Resource::JOBS, namespace, &name)? else { return Ok(Settled::NoRecord) };
+        let job = Job::from_value(&job);
+        if let Some(recorded) = job.metadata.annotations.get(ANNOTATION_OUTCOME).and_then(|text| verdict::decode(text)) {
+            return Ok(Settled::AlreadyRecorded(recorded));
+        }
+        let resource_version = &job.metadata.resource_version;
+        let mut patch = serde_json::json!({"metadata": {"resourceVersion": resource_version, "annotations": {ANNOTATION_OUTCOME: text}}});
+        if verdict.by == DecidedBy::Server && job.finished_condition().is_none() {
+            patch["spec"] = serde_json::json!({"activeDeadlineSeconds": 1});
+        }
+        match client.merge_patch(kube::Resource::JOBS, namespace, &name, &patch) {
+            Ok(_) => return Ok(Settled::Recorded),
+            // Someone changed the Job since it was read: read it again.
+            Err(error) if error.is_conflict() => last_conflict = Some(error),
+            Err(error) if error.is_not_found() => return Ok(Settled::NoRecord),
+            Err(error) => return Err(error),
+        }
+    }
+    Err(last_conflict.unwrap_or_else(|| kube::Error::Config(format!("the Job `{name}` kept changing while its outcome was written"))))
 }
 
 #[cfg(test)]
@@ -222,5 +304,25 @@ mod tests {
         }
         let error = JobRecord::from_annotations("job-x", &BTreeMap::new()).unwrap_err();
         assert_eq!(error.to_string(), "the Job `job-x` has no `mcp-k8s-ephemeral-job/job-token` annotation; it is not a background run");
+    }
+
+    #[test]
+    fn a_background_job_ends_with_its_complete_or_failed_condition() {
+        let job = |conditions: serde_json::Value| {
+            Job::from_value(&serde_json::json!({
+                "metadata": {"labels": {manifest::LABEL_RUN_ID: "r"}, "annotations": {ANNOTATION_TOKEN: "t"}},
+                "status": {"conditions": conditions}
+            }))
+        };
+        let ended = |conditions| stored(&job(conditions)).unwrap().ended_at;
+        let at = "2026-01-01T00:00:00Z";
+        assert_eq!(
+            ended(serde_json::json!([{"type": "Complete", "status": "True", "lastTransitionTime": at}])),
+            crate::time::parse_rfc3339(at)
+        );
+        assert!(ended(serde_json::json!([{"type": "Failed", "status": "True", "lastTransitionTime": at}])).is_some());
+        assert!(ended(serde_json::json!([{"type": "Suspended", "status": "True"}])).is_none());
+        assert!(ended(serde_json::json!([{"type": "Failed", "status": "False"}])).is_none());
+        assert!(stored(&Job::default()).is_none(), "a Job without a token is no background run");
     }
 }

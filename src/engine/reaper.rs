@@ -1,0 +1,24 @@
+//! The reaper's clock: asks the backend to delete every expired object
+//! this server created, at start and then every `REAP_EVERY`, so a server
+//! that crashed (or lost its connection) leaves nothing behind for long.
+//! What "expired" means and how it is deleted is the backend's.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::engine::backend::Backend;
+
+/// How often the reaper looks.
+pub const REAP_EVERY: Duration = Duration::from_secs(60);
+
+/// Reaps once now, then every `every`, on its own thread, for the life of
+/// the process.
+pub fn start(backend: Arc<dyn Backend>, every: Duration) -> std::io::Result<()> {
+    std::thread::Builder::new().name("reaper".into()).spawn(move || {
+        loop {
+            backend.reap(SystemTime::now());
+            std::thread::sleep(every);
+        }
+    })?;
+    Ok(())
+}

@@ -8,12 +8,11 @@
 //! adds the pod, writes the runner's frames into the log and ends the
 //! container. Each injected fault is checked to have fired.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::support::fake_api::{FakeApi, Fault};
 use mcp_k8s_ephemeral_job::engine::background;
 use mcp_k8s_ephemeral_job::engine::cancel::CancelToken;
 use mcp_k8s_ephemeral_job::engine::jobs::{Jobs, Limits, Phase};
@@ -24,7 +23,6 @@ use mcp_k8s_ephemeral_job::engine::verdict;
 use mcp_k8s_ephemeral_job::quantity::Quantity;
 use mcp_k8s_ephemeral_job::runner::frame::{self, Frame, Output, RunResult, Started, Stream};
 use serde_json::{Value, json};
-use support::fake_api::{FakeApi, Fault};
 
 const NAMESPACE: &str = "live-ns";
 const JOBS: &str = "/apis/batch/v1/namespaces/live-ns/jobs";
@@ -66,14 +64,14 @@ fn spec() -> RunSpec {
 }
 
 /// A fresh server process's context: its own (empty) job store.
-fn new_ctx(fake: &FakeApi, start_timeout: Duration) -> (Ctx, support::TempDir) {
-    let (client, temp) = support::connect(fake);
+fn new_ctx(fake: &FakeApi, start_timeout: Duration) -> (Ctx, crate::support::TempDir) {
+    let (client, temp) = crate::support::connect(fake);
     let jobs = Jobs::new(Limits::new(Duration::from_secs(600), 4));
     (Ctx { client, policy: Policy { start_timeout, ..policy() }, slots: Slots::new(4, 4), jobs }, temp)
 }
 
 /// Starts a run on its own thread; returns its run id and the handle.
-fn start_run(fake: &FakeApi) -> (String, thread::JoinHandle<RunOutcome>, support::TempDir) {
+fn start_run(fake: &FakeApi) -> (String, thread::JoinHandle<RunOutcome>, crate::support::TempDir) {
     let (ctx, temp) = new_ctx(fake, policy().start_timeout);
     let run_id = run::new_run_id();
     let thread_run_id = run_id.clone();

@@ -4,15 +4,13 @@
 //! `Retry-After` for idempotent calls but not for creates, a 401 re-runs the
 //! exec plugin once, stalls hit the read timeout, and aborts end streams.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::fake_api::{FakeApi, Fault};
+use crate::support::{TempDir, connect, fast_options, render_fixture};
 use mcp_k8s_ephemeral_job::kube::watch::{WatchEvent, WatchParams, Watcher};
 use mcp_k8s_ephemeral_job::kube::{Client, Error, ListParams, Resource, Source};
 use serde_json::json;
-use support::fake_api::{FakeApi, Fault};
-use support::{TempDir, connect, fast_options, render_fixture};
 
 const PODS: &str = "/api/v1/namespaces/live-ns/pods";
 
@@ -281,7 +279,7 @@ fn unauthorized_once_reruns_the_exec_plugin_and_recovers() {
         "config/bin/plugin.sh",
         "#!/bin/sh\nd=$(dirname \"$0\")\necho x >> \"$d/runs\"\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\"}}'\n",
     );
-    let ca_data = support::base64(&fake.pki.ca_pem);
+    let ca_data = crate::support::base64(&fake.pki.ca_pem);
     let text = render_fixture("live/exec-v1beta1.yaml", &[("SERVER", &fake.url), ("CA_DATA", &ca_data)]);
     let path = temp.write("config/kubeconfig", &text);
     let client = Client::with_options(&Source::KubeconfigFile { path, context: None }, fast_options()).unwrap();

@@ -6,13 +6,11 @@
 //! Secret deleted once the command runs; a background job waiting for
 //! capacity up to its start timeout; ten cancels at once answered at once.
 
-mod common;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::StdioServer;
-use common::cluster::{self, BUSYBOX, NAMESPACE, PYTHON};
+use crate::support::cluster::{self, BUSYBOX, NAMESPACE, PYTHON};
+use crate::support::server::StdioServer;
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::{Value, json};
 

@@ -8,13 +8,11 @@
 //! outage is in `cluster_outage.rs`, apart, because it stops the API for
 //! everyone on the cluster.
 
-mod common;
-mod faults;
-
 use std::time::{Duration, Instant};
 
-use common::cluster::{self, BUSYBOX, NAMESPACE};
-use faults::Cleanup;
+use crate::support::cluster::{self, BUSYBOX, NAMESPACE};
+use crate::support::faults;
+use crate::support::faults::Cleanup;
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::json;
 

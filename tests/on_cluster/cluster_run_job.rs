@@ -2,13 +2,11 @@
 //! with the ServiceAccount kubeconfig: one test per field, status and
 //! reason of the contract, and after each, nothing left in the cluster.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::{self, BUSYBOX, NONEXISTENT_IMAGE, PYTHON};
+use crate::support::server::StdioServer;
 use base64::Engine as _;
-use common::StdioServer;
-use common::cluster::{self, BUSYBOX, NONEXISTENT_IMAGE, PYTHON};
 use serde_json::{Value, json};
 
 /// A server connected to the test cluster, with extra settings on top.

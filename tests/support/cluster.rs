@@ -1,10 +1,11 @@
 //! The real test cluster, as `tests/cluster/up` leaves it: where its
-//! kubeconfigs are, which images it has, and an admin client for checking
-//! what the server did. A missing cluster fails the test with a message
-//! naming `tests/cluster/up`; it never passes silently.
+//! kubeconfigs are, which images it has, admin clients for checking what the
+//! server did, and a server under test connected to it. A missing cluster
+//! fails the test with a message naming `tests/cluster/up`; it never passes
+//! silently. It knows nothing of the fake API server (`fake_api`).
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mcp_k8s_ephemeral_job::kube;
 
@@ -23,7 +24,11 @@ pub fn project_image() -> String {
 }
 
 pub fn dir() -> PathBuf {
-    let dir = PathBuf::from(std::env::var("MCP_K8S_TEST_CLUSTER_DIR").unwrap_or_else(|_| "/var/lib/mcp-k8s-test-cluster".into()));
+    // Empty counts as unset, as in `tests/cluster/lib.sh` (`${VAR:-default}`).
+    let dir = std::env::var_os("MCP_K8S_TEST_CLUSTER_DIR")
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/lib/mcp-k8s-test-cluster"));
     assert!(
         dir.join("admin.kubeconfig").exists(),
         "no test cluster at {}: run `tests/cluster/up` first (the README's test command does)",
@@ -47,8 +52,50 @@ pub fn server_kubeconfig() -> PathBuf {
 }
 
 pub fn admin_client() -> kube::Client {
+    client("admin.kubeconfig")
+}
+
+/// A client from one of the cluster's kubeconfigs (`admin.kubeconfig`,
+/// `server.kubeconfig`).
+pub fn client(name: &str) -> kube::Client {
+    let path = dir().join(name);
+    assert!(path.is_file(), "the test cluster has no `{}`; start it with `tests/cluster/up` (as root)", path.display());
+    let source = kube::Source::KubeconfigFile { path, context: None };
+    kube::Client::new(&source).unwrap_or_else(|error| panic!("client from {name}: {error}"))
+}
+
+/// Admin credentials in the jobs namespace, for tests of the client itself
+/// that need verbs the server's Role does not grant (it grants exactly
+/// `engine::permissions::REQUIRED`, see deploy/role.yaml).
+pub fn admin_client_in_jobs_namespace() -> kube::Client {
     let source = kube::Source::KubeconfigFile { path: admin_kubeconfig(), context: None };
-    kube::Client::new(&source).expect("the admin kubeconfig loads")
+    let mut config = source.load().unwrap_or_else(|error| panic!("admin.kubeconfig: {error}"));
+    config.namespace = namespace();
+    kube::Client::from_config(config, kube::Options::default()).unwrap_or_else(|error| panic!("client from admin.kubeconfig: {error}"))
+}
+
+/// A value from the cluster's `env` file (`KEY=VALUE` lines).
+pub fn env_value(key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(dir().join("env")).ok()?;
+    text.lines().find_map(|line| line.strip_prefix(&format!("{key}=")).map(str::to_string))
+}
+
+/// The busybox image as the cluster's `env` file names it (`BUSYBOX` unless
+/// the cluster was built with another).
+pub fn busybox_image() -> String {
+    env_value("IMAGE_BUSYBOX").unwrap_or_else(|| BUSYBOX.to_string())
+}
+
+/// The jobs namespace as the cluster's `env` file names it (`NAMESPACE` unless
+/// the cluster was built with another).
+pub fn namespace() -> String {
+    env_value("NAMESPACE").unwrap_or_else(|| NAMESPACE.to_string())
+}
+
+/// A name no other test run uses.
+pub fn unique_name(prefix: &str) -> String {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    format!("{prefix}-{}-{nanos:09}", std::process::id() % 100_000)
 }
 
 /// The environment a server under test gets: the ServiceAccount kubeconfig
@@ -66,11 +113,11 @@ pub fn server_env() -> Vec<(String, String)> {
 
 /// A server on stdio connected to the test cluster (`server_env`), with
 /// `extra` settings on top, initialized.
-pub fn server(extra: &[(&str, &str)]) -> super::StdioServer {
+pub fn server(extra: &[(&str, &str)]) -> super::server::StdioServer {
     let mut env = server_env();
     env.extend(extra.iter().map(|(name, value)| (name.to_string(), value.to_string())));
     let env_refs: Vec<(&str, &str)> = env.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-    let mut server = super::StdioServer::start(&env_refs);
+    let mut server = super::server::StdioServer::start(&env_refs);
     server.initialize();
     server
 }
@@ -97,4 +144,33 @@ pub fn assert_nothing_left_in(namespace: &str, run_id: &str) {
         assert!(Instant::now() < deadline, "run {run_id} left objects behind: {left:?}");
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// The restricted-compliant pod spec issue 2 asks for.
+pub fn restricted_pod_spec(image: &str, script: &str) -> serde_json::Value {
+    serde_json::json!({
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": false,
+        "enableServiceLinks": false,
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": 65532,
+            "seccompProfile": { "type": "RuntimeDefault" },
+        },
+        "containers": [{
+            "name": "main",
+            "image": image,
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", script],
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "capabilities": { "drop": ["ALL"] },
+                "readOnlyRootFilesystem": true,
+            },
+            "resources": {
+                "requests": { "cpu": "50m", "memory": "32Mi" },
+                "limits": { "cpu": "500m", "memory": "64Mi" },
+            },
+        }],
+    })
 }

@@ -3,17 +3,14 @@
 //! request left in flight while the test breaks something, the pods of a
 //! run, and cleanup of background Jobs (kept for the retention by design).
 
-// Each suite uses a different part of this module.
-#![allow(dead_code)]
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::{Value, json};
 
-use crate::common::StdioServer;
-use crate::common::cluster::{self, NAMESPACE};
+use super::cluster::{self, NAMESPACE};
+use super::server::StdioServer;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(100);
 

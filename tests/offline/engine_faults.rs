@@ -122,7 +122,7 @@ fn play_successful_pod(fake: &FakeApi, run_id: &str) {
     fake.insert(PODS, pod(run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
     fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
     fake.append_log(NAMESPACE, &name, &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
-    thread::sleep(Duration::from_millis(300));
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
     fake.append_log(NAMESPACE, &name, &frame_line(Frame::Captured(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
     fake.append_log(NAMESPACE, &name, &frame_line(result_frame(b"hi\n")));
     fake.finish_log(NAMESPACE, &name);
@@ -147,6 +147,7 @@ fn a_pod_watch_dropped_mid_run_resumes() {
     play_successful_pod(&fake, &run_id);
     let outcome = handle.join().unwrap();
     assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
+    fake.assert_fired("watch=");
 }
 
 #[test]
@@ -157,6 +158,7 @@ fn an_api_server_answering_503_for_a_while_is_ridden_out() {
     play_successful_pod(&fake, &run_id);
     let outcome = handle.join().unwrap();
     assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
+    fake.assert_fired("GET /api/v1/namespaces/live-ns/pods");
 }
 
 #[test]
@@ -167,6 +169,7 @@ fn a_broken_log_stream_is_opened_again() {
     play_successful_pod(&fake, &run_id);
     let outcome = handle.join().unwrap();
     assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
+    fake.assert_fired("/log?");
 }
 
 #[test]
@@ -178,6 +181,7 @@ fn server_errors_while_deleting_are_retried() {
     let outcome = handle.join().unwrap();
     assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
     assert!(fake.count("DELETE /apis/batch/v1") >= 3, "two failed deletes and one that worked");
+    fake.assert_fired("DELETE /apis/batch/v1");
 }
 
 #[test]
@@ -193,7 +197,7 @@ fn a_container_killed_before_its_result_is_result_lost_with_live_output() {
         &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"partial\n") })),
         false,
     );
-    thread::sleep(Duration::from_millis(300));
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
     fake.finish_log(NAMESPACE, &name);
     fake.update(PODS, &name, |pod| {
         pod["status"]["phase"] = "Failed".into();
@@ -215,7 +219,7 @@ fn play_sigterm(fake: &FakeApi, run_id: &str, change: fn(&mut Value)) {
     let name = pod_name(run_id);
     fake.insert(PODS, pod(run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
     fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
-    thread::sleep(Duration::from_millis(300));
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
     fake.update(PODS, &name, change);
     let result = RunResult { exit_code: None, signal: Some(15), terminated_by_request: true, finished_at_ms: 2, ..RunResult::started(1) };
     fake.append_log(NAMESPACE, &name, &frame_line(Frame::Result(result)));
@@ -282,8 +286,7 @@ fn issue_12_10_an_api_outage_and_403s_after_it_do_not_fail_a_run_that_succeeds()
     fake.insert(PODS, pod(&run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
     fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
     fake.append_log(NAMESPACE, &name, &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
-    wait_for("the log follower", || fake.count("/log?") >= 1);
-    thread::sleep(Duration::from_millis(300));
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
 
     // Rules match in order: the outage first, then what follows it.
     fake.inject_for("", Fault::Stall(Duration::ZERO), Duration::from_secs(3));
@@ -304,6 +307,7 @@ fn issue_12_10_an_api_outage_and_403s_after_it_do_not_fail_a_run_that_succeeds()
     assert!(fake.fired("") > 0, "the outage never hit a request");
     assert!(fake.fired("/log?") > 0, "the log outage never hit a request");
     assert!(fake.fired("watch=") > 0, "the 403s after the outage never fired");
+    assert!(fake.streams_cut() >= 1, "no watch or followed log was open when the API went away");
 }
 
 fn submit(ctx: &Ctx) -> background::Submitted {

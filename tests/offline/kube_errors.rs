@@ -157,6 +157,7 @@ fn forbidden_job_creation_names_the_verb_and_the_resource() {
     fake.inject("POST /apis/batch/v1/namespaces/live-ns/jobs", Fault::Status { code: 403, retry_after: None }, 1);
     let error = client.create(Resource::JOBS, "live-ns", &json!({ "metadata": { "name": "j" } })).unwrap_err();
     assert!(error.is_forbidden() && error.permission_denied().is_none(), "{error}");
+    fake.assert_fired("POST /apis/batch/v1/namespaces/live-ns/jobs");
 }
 
 #[test]

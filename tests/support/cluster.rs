@@ -98,6 +98,16 @@ pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}-{}-{nanos:09}", std::process::id() % 100_000)
 }
 
+/// Taken by every test that asks for more memory than the node has (24Gi,
+/// 30Gi): two of them at once pass the namespace's quota (32Gi of requests,
+/// deploy/resourcequota.yaml) and fail as "exceeded quota" instead of
+/// Unschedulable. One lock for the whole cluster tier, since its files now
+/// share one process; hold it until the run's pods are gone.
+pub fn more_memory_than_the_node() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The environment a server under test gets: the ServiceAccount kubeconfig
 /// (exactly the shipped Role's permissions), the test images, small
 /// requests so many runs fit on the one node.

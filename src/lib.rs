@@ -21,7 +21,6 @@
 pub mod backend;
 pub mod cancel;
 pub mod config;
-pub mod doctor;
 pub mod echo;
 pub mod engine;
 pub mod images;

@@ -84,7 +84,8 @@ fn doctor(raw: &RawConfig) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let passed = mcp_k8s_ephemeral_job::doctor::run(&config, &engine, &client, &mut |check| println!("{}", check.line()));
+    let passed =
+        mcp_k8s_ephemeral_job::backend::kubernetes::doctor::run(&config, &engine, &client, &mut |check| println!("{}", check.line()));
     if passed {
         println!("all checks passed");
         ExitCode::SUCCESS
@@ -124,7 +125,7 @@ fn serve(raw: &RawConfig) -> ExitCode {
         (Ok(_), _) => {}
     }
     if let Ok((_, client)) = &connected
-        && let Err(message) = mcp_k8s_ephemeral_job::doctor::check_at_start(&config, client)
+        && let Err(message) = mcp_k8s_ephemeral_job::backend::kubernetes::doctor::check_at_start(&config, client)
     {
         eprintln!("{NAME}: {message}");
         return ExitCode::from(2);

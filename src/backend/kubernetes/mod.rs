@@ -3,12 +3,14 @@
 //! `manifest` builds the objects, `classify` reads pod status into the
 //! engine's neutral views, `watch` follows the run's pods, `record` keeps a
 //! background run's record and verdict in the Job's annotations, `reaper`
-//! deletes what expired, `permissions` lists the RBAC the server needs.
+//! deletes what expired, `permissions` lists the RBAC the server needs,
+//! `doctor` checks a cluster's set-up against the configuration.
 //!
 //! Speaks to the API server only through `kube`; decides nothing about a
 //! run's end (the engine's `decide` does).
 
 pub mod classify;
+pub mod doctor;
 pub mod manifest;
 pub mod permissions;
 pub mod reaper;

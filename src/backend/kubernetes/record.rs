@@ -124,6 +124,11 @@ pub fn cancel_mark(at: SystemTime) -> BTreeMap<String, String> {
     BTreeMap::from([(ANNOTATION_CANCELLED_AT.to_string(), log::rfc3339_utc(at))])
 }
 
+/// The verdict recorded on a Job as the API returned it, if any.
+pub fn recorded(job: &serde_json::Value) -> Option<Recorded> {
+    verdict::decode(Job::from_value(job).metadata.annotations.get(ANNOTATION_OUTCOME)?)
+}
+
 /// The annotations `submit` writes on a background Job.
 pub fn background_annotations(background: &BackgroundRecord) -> serde_json::Map<String, serde_json::Value> {
     let job_record = JobRecord {

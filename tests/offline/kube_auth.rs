@@ -4,8 +4,6 @@
 //! refresh, failures), oidc id-token, impersonation, CA bundles,
 //! insecure-skip-tls-verify, tls-server-name, proxy-url and in-cluster.
 
-mod support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -13,10 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::fake_api::{Accept, FakeApi, FakeOptions};
+use crate::support::pki::{Pki, key_fixture};
+use crate::support::{TempDir, base64, fast_options, render_fixture};
 use mcp_k8s_ephemeral_job::kube::{Client, ListParams, Options, Resource, Source};
-use support::fake_api::{Accept, FakeApi, FakeOptions};
-use support::pki::{Pki, key_fixture};
-use support::{TempDir, base64, fast_options, render_fixture};
 
 /// Renders `live/<fixture>` into `<temp>/config/kubeconfig` so relative
 /// paths in it point into `<temp>/config/`.

@@ -4,15 +4,13 @@
 //! refuses a non-compliant pod with a clear error and admits a compliant one;
 //! a followed log delivers lines as they are printed.
 
-mod support;
-
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
+use crate::support::cluster;
 use mcp_k8s_ephemeral_job::kube::watch::{WatchEvent, WatchParams, Watcher};
 use mcp_k8s_ephemeral_job::kube::{Client, ListParams, LogParams, Resource};
 use serde_json::{Value, json};
-use support::cluster;
 
 fn job(name: &str, script: &str, ttl_s: u32) -> Value {
     json!({

@@ -8,23 +8,21 @@
 //! adds the pod, writes the runner's frames into the log and ends the
 //! container. Each injected fault is checked to have fired.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::support::fake_api::{FakeApi, Fault};
+use mcp_k8s_ephemeral_job::backend::kubernetes::{Kubernetes, record};
 use mcp_k8s_ephemeral_job::cancel::CancelToken;
 use mcp_k8s_ephemeral_job::engine::background;
 use mcp_k8s_ephemeral_job::engine::jobs::{Jobs, Limits, Phase};
 use mcp_k8s_ephemeral_job::engine::run::{self, Ctx};
 use mcp_k8s_ephemeral_job::engine::slots::Slots;
 use mcp_k8s_ephemeral_job::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus};
-use mcp_k8s_ephemeral_job::engine::verdict;
 use mcp_k8s_ephemeral_job::quantity::Quantity;
 use mcp_k8s_ephemeral_job::sandbox::frame::{self, Frame, Output, RunResult, Started, Stream};
 use serde_json::{Value, json};
-use support::fake_api::{FakeApi, Fault};
 
 const NAMESPACE: &str = "live-ns";
 const JOBS: &str = "/apis/batch/v1/namespaces/live-ns/jobs";
@@ -66,14 +64,15 @@ fn spec() -> RunSpec {
 }
 
 /// A fresh server process's context: its own (empty) job store.
-fn new_ctx(fake: &FakeApi, start_timeout: Duration) -> (Ctx, support::TempDir) {
-    let (client, temp) = support::connect(fake);
+fn new_ctx(fake: &FakeApi, start_timeout: Duration) -> (Ctx, crate::support::TempDir) {
+    let (client, temp) = crate::support::connect(fake);
     let jobs = Jobs::new(Limits::new(Duration::from_secs(600), 4));
-    (Ctx { client, policy: Policy { start_timeout, ..policy() }, slots: Slots::new(4, 4), jobs }, temp)
+    let policy = Policy { start_timeout, ..policy() };
+    (Ctx { backend: std::sync::Arc::new(Kubernetes::new(client, policy.clone())), policy, slots: Slots::new(4, 4), jobs }, temp)
 }
 
 /// Starts a run on its own thread; returns its run id and the handle.
-fn start_run(fake: &FakeApi) -> (String, thread::JoinHandle<RunOutcome>, support::TempDir) {
+fn start_run(fake: &FakeApi) -> (String, thread::JoinHandle<RunOutcome>, crate::support::TempDir) {
     let (ctx, temp) = new_ctx(fake, policy().start_timeout);
     let run_id = run::new_run_id();
     let thread_run_id = run_id.clone();
@@ -124,7 +123,7 @@ fn play_successful_pod(fake: &FakeApi, run_id: &str) {
     fake.insert(PODS, pod(run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
     fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
     fake.append_log(NAMESPACE, &name, &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
-    thread::sleep(Duration::from_millis(300));
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
     fake.append_log(NAMESPACE, &name, &frame_line(Frame::Captured(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
     fake.append_log(NAMESPACE, &name, &frame_line(result_frame(b"hi\n")));
     fake.finish_log(NAMESPACE, &name);
@@ -149,6 +148,7 @@ fn a_pod_watch_dropped_mid_run_resumes() {
     play_successful_pod(&fake, &run_id);
     let outcome = handle.join().unwrap();
     assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
+    fake.assert_fired("watch=");
 }
 
 #[test]
@@ -159,6 +159,7 @@ fn an_api_server_answering_503_for_a_while_is_ridden_out() {
     play_successful_pod(&fake, &run_id);
     let outcome = handle.join().unwrap();
     assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
+    fake.assert_fired("GET /api/v1/namespaces/live-ns/pods");
 }
 
 #[test]
@@ -169,6 +170,7 @@ fn a_broken_log_stream_is_opened_again() {
     play_successful_pod(&fake, &run_id);
     let outcome = handle.join().unwrap();
     assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
+    fake.assert_fired("/log?");
 }
 
 #[test]
@@ -180,6 +182,7 @@ fn server_errors_while_deleting_are_retried() {
     let outcome = handle.join().unwrap();
     assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
     assert!(fake.count("DELETE /apis/batch/v1") >= 3, "two failed deletes and one that worked");
+    fake.assert_fired("DELETE /apis/batch/v1");
 }
 
 #[test]
@@ -195,7 +198,7 @@ fn a_container_killed_before_its_result_is_result_lost_with_live_output() {
         &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"partial\n") })),
         false,
     );
-    thread::sleep(Duration::from_millis(300));
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
     fake.finish_log(NAMESPACE, &name);
     fake.update(PODS, &name, |pod| {
         pod["status"]["phase"] = "Failed".into();
@@ -217,7 +220,7 @@ fn play_sigterm(fake: &FakeApi, run_id: &str, change: fn(&mut Value)) {
     let name = pod_name(run_id);
     fake.insert(PODS, pod(run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
     fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
-    thread::sleep(Duration::from_millis(300));
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
     fake.update(PODS, &name, change);
     let result = RunResult { exit_code: None, signal: Some(15), terminated_by_request: true, finished_at_ms: 2, ..RunResult::started(1) };
     fake.append_log(NAMESPACE, &name, &frame_line(Frame::Result(result)));
@@ -284,8 +287,7 @@ fn issue_12_10_an_api_outage_and_403s_after_it_do_not_fail_a_run_that_succeeds()
     fake.insert(PODS, pod(&run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
     fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
     fake.append_log(NAMESPACE, &name, &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
-    wait_for("the log follower", || fake.count("/log?") >= 1);
-    thread::sleep(Duration::from_millis(300));
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
 
     // Rules match in order: the outage first, then what follows it.
     fake.inject_for("", Fault::Stall(Duration::ZERO), Duration::from_secs(3));
@@ -306,6 +308,7 @@ fn issue_12_10_an_api_outage_and_403s_after_it_do_not_fail_a_run_that_succeeds()
     assert!(fake.fired("") > 0, "the outage never hit a request");
     assert!(fake.fired("/log?") > 0, "the log outage never hit a request");
     assert!(fake.fired("watch=") > 0, "the 403s after the outage never fired");
+    assert!(fake.streams_cut() >= 1, "no watch or followed log was open when the API went away");
 }
 
 fn submit(ctx: &Ctx) -> background::Submitted {
@@ -343,7 +346,7 @@ fn issue_12_1_and_3_a_start_timeout_is_final_for_every_process() {
     assert_eq!(outcome.reason, Some(RunReason::StartTimeout), "{}", outcome.message);
     assert!(outcome.message.contains("still pulling the image `busybox:1`"), "{}", outcome.message);
     let job = fake.object(JOBS, &job_name).expect("a background Job is kept");
-    let recorded = verdict::recorded(&job).expect("the verdict is on the Job");
+    let recorded = record::recorded(&job).expect("the verdict is on the Job");
     assert_eq!(recorded.reason, Some(RunReason::StartTimeout));
     assert_eq!(job["spec"]["activeDeadlineSeconds"], 1, "the Job controller ends it");
     assert!(fake.object(PODS, &name).is_none(), "the pending pod was deleted");
@@ -367,10 +370,10 @@ fn issue_12_4_the_first_fetch_after_a_restart_has_the_result() {
     let submitted = submit(&first);
     play_successful_pod(&fake, &submitted.run_id);
     let job_name = format!("mcpk8s-{}", submitted.run_id);
-    wait_for("the verdict", || fake.object(JOBS, &job_name).is_some_and(|job| verdict::recorded(&job).is_some()));
+    wait_for("the verdict", || fake.object(JOBS, &job_name).is_some_and(|job| record::recorded(&job).is_some()));
     // As if the first process was SIGKILLed before it could record it.
     fake.update(JOBS, &job_name, |job| {
-        job["metadata"]["annotations"].as_object_mut().unwrap().remove(verdict::ANNOTATION_OUTCOME);
+        job["metadata"]["annotations"].as_object_mut().unwrap().remove(record::ANNOTATION_OUTCOME);
     });
 
     let (second, _temp2) = new_ctx(&fake, Duration::from_secs(30));
@@ -379,7 +382,7 @@ fn issue_12_4_the_first_fetch_after_a_restart_has_the_result() {
     let outcome = view.outcome.unwrap();
     assert_eq!((outcome.status, outcome.stdout.as_slice()), (RunStatus::Succeeded, &b"hi\n"[..]), "{}", outcome.message);
     let job = fake.object(JOBS, &job_name).unwrap();
-    assert_eq!(verdict::recorded(&job).map(|recorded| recorded.status), Some(RunStatus::Succeeded), "recorded again");
+    assert_eq!(record::recorded(&job).map(|recorded| recorded.status), Some(RunStatus::Succeeded), "recorded again");
 }
 
 /// Issue 12, finding 11: a verdict that could not be written onto the Job
@@ -400,5 +403,5 @@ fn issue_12_11_a_verdict_that_could_not_be_recorded_is_not_cached() {
     let outcome = view.outcome.expect("done");
     assert_eq!((outcome.status, outcome.stdout.as_slice()), (RunStatus::Succeeded, &b"hi\n"[..]), "{}", outcome.message);
     let job = fake.object(JOBS, &job_name).unwrap();
-    assert_eq!(verdict::recorded(&job).map(|recorded| recorded.status), Some(RunStatus::Succeeded));
+    assert_eq!(record::recorded(&job).map(|recorded| recorded.status), Some(RunStatus::Succeeded));
 }

@@ -8,24 +8,21 @@
 //! outage is in `cluster_outage.rs`, apart, because it stops the API for
 //! everyone on the cluster.
 
-mod common;
-mod faults;
-
 use std::time::{Duration, Instant};
 
-use common::cluster::{self, BUSYBOX, NAMESPACE};
-use faults::Cleanup;
+use crate::support::cluster::{self, BUSYBOX, NAMESPACE};
+use crate::support::faults;
+use crate::support::faults::Cleanup;
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::json;
 
-/// The two tests that ask for more memory than the node has take turns:
-/// together they would pass the namespace's quota (32Gi of requests).
-static MORE_MEMORY_THAN_THE_NODE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// More than the node's 23 GiB, within the quota and the LimitRange.
 const TOO_MUCH_MEMORY: &str = "24Gi";
 
+/// The tests that ask for more memory than the node has take turns, with
+/// those of the other cluster files too (see `cluster::more_memory_than_the_node`).
 fn take_turn() -> std::sync::MutexGuard<'static, ()> {
-    MORE_MEMORY_THAN_THE_NODE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    cluster::more_memory_than_the_node()
 }
 
 #[test]

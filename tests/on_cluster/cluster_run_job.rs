@@ -2,13 +2,11 @@
 //! with the ServiceAccount kubeconfig: one test per field, status and
 //! reason of the contract, and after each, nothing left in the cluster.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::{self, BUSYBOX, NONEXISTENT_IMAGE, PYTHON};
+use crate::support::server::StdioServer;
 use base64::Engine as _;
-use common::StdioServer;
-use common::cluster::{self, BUSYBOX, NONEXISTENT_IMAGE, PYTHON};
 use serde_json::{Value, json};
 
 /// A server connected to the test cluster, with extra settings on top.
@@ -154,6 +152,8 @@ fn an_image_that_does_not_exist_fails_fast_with_the_reason() {
 
 #[test]
 fn a_request_no_node_can_satisfy_is_unschedulable() {
+    // 30Gi: not beside another such test, or the quota refuses one of them.
+    let _turn = cluster::more_memory_than_the_node();
     let mut server = server(&[]);
     let out = run(&mut server, json!({"image": BUSYBOX, "command": ["true"], "limits": {"memory": "30Gi"}}));
     assert_eq!(out["status"], "error", "{out}");

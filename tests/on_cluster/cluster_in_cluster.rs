@@ -10,15 +10,13 @@
 //! and deletes them at the end. The image is `tests/build-project-image`'s
 //! (`cluster::project_image`).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::{self, BUSYBOX};
+use crate::support::server::{HttpResponse, INITIALIZE, raw_request, raw_request_within};
 use base64::Engine as _;
-use common::cluster::{self, BUSYBOX};
-use common::{HttpResponse, INITIALIZE, raw_request, raw_request_within};
 use serde_json::json;
 
 /// Only this test knows it; the server must never log it.

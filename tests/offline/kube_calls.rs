@@ -3,16 +3,14 @@
 //! followed), events, access reviews, and the typed errors built from the
 //! API's `Status` bodies.
 
-mod support;
-
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
+use crate::support::connect;
+use crate::support::fake_api::FakeApi;
 use mcp_k8s_ephemeral_job::kube::watch::{WatchEvent, WatchParams};
 use mcp_k8s_ephemeral_job::kube::{AccessCheck, ListParams, LogParams, Resource};
 use serde_json::json;
-use support::connect;
-use support::fake_api::FakeApi;
 
 const JOBS: &str = "/apis/batch/v1/namespaces/live-ns/jobs";
 const PODS: &str = "/api/v1/namespaces/live-ns/pods";

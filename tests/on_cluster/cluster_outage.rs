@@ -14,17 +14,15 @@
 //! API server. `PrivateApiServer` kills its process when dropped, also
 //! when the test fails; nothing of the cluster is changed.
 
-mod common;
-mod faults;
-
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::cluster::{self, BUSYBOX};
-use faults::Cleanup;
+use crate::support::cluster::{self, BUSYBOX};
+use crate::support::faults;
+use crate::support::faults::Cleanup;
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::json;
 

@@ -9,8 +9,6 @@
 //! and median probe latency); `bench/hostile` collects them. The tests
 //! take turns (one lock), so the figures are not skewed by each other.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{HttpServer, INITIALIZE};
+use crate::support::server::{HttpServer, INITIALIZE};
 
 const TOKEN: &str = "hostile-suite-token";
 

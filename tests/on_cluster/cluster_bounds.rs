@@ -6,13 +6,11 @@
 //! Secret deleted once the command runs; a background job waiting for
 //! capacity up to its start timeout; ten cancels at once answered at once.
 
-mod common;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::StdioServer;
-use common::cluster::{self, BUSYBOX, NAMESPACE, PYTHON};
+use crate::support::cluster::{self, BUSYBOX, NAMESPACE, PYTHON};
+use crate::support::server::StdioServer;
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::{Value, json};
 
@@ -226,6 +224,8 @@ fn the_inputs_secret_is_gone_once_the_command_runs() {
 /// grace; they now wait for capacity up to MCP_K8S_START_TIMEOUT_S.
 #[test]
 fn a_background_job_waits_for_capacity_up_to_its_start_timeout() {
+    // 30Gi: not beside another such test, or the quota refuses one of them.
+    let _turn = cluster::more_memory_than_the_node();
     let mut server = cluster::server(&[("MCP_K8S_START_TIMEOUT_S", "35")]);
     let started = Instant::now();
     let submitted = ok(&mut server, "submit_job", json!({"image": BUSYBOX, "command": ["true"], "limits": {"memory": "30Gi"}}));

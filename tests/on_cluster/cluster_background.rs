@@ -4,13 +4,11 @@
 //! nothing; the reaper cleaning up after a crashed server; and the same
 //! runs seen as MCP tasks through raw JSON-RPC.
 
-mod common;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::StdioServer;
-use common::cluster::{self, BUSYBOX, NAMESPACE};
+use crate::support::cluster::{self, BUSYBOX, NAMESPACE};
+use crate::support::server::StdioServer;
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::{Value, json};
 

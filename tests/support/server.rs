@@ -1,8 +1,7 @@
-//! Shared helpers for the end-to-end tests: start the built binary over
-//! stdio or HTTP and talk to it with nothing but std (a raw HTTP/1.1 client,
-//! so tests control every header, including Host).
-
-#![allow(dead_code)] // Each test binary uses a different subset.
+//! The server under test as a process: start the built binary over stdio or
+//! HTTP and talk to it with nothing but std (a raw HTTP/1.1 client, so tests
+//! control every header, including Host). It knows no cluster and no fake
+//! API server; `cluster::server` combines this with the real cluster.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -12,8 +11,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-pub mod cluster;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-k8s-ephemeral-job");
 

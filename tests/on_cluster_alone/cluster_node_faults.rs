@@ -10,16 +10,14 @@
 //! rewrites its pid file, also when the test fails, so `tests/cluster/down`
 //! and `status` keep working.
 
-mod common;
-mod faults;
-
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use common::cluster::{self, BUSYBOX};
+use crate::support::cluster::{self, BUSYBOX};
+use crate::support::faults;
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::json;
 

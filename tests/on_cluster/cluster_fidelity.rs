@@ -2,16 +2,14 @@
 //! the real test cluster must give the same `Status` bodies (code, reason,
 //! message, details, causes) and the same watch event sequence.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::fake_api::FakeApi;
+use crate::support::{cluster, connect};
 use mcp_k8s_ephemeral_job::kube::error::Status;
 use mcp_k8s_ephemeral_job::kube::watch::{WatchEvent, WatchParams};
 use mcp_k8s_ephemeral_job::kube::{Client, ListParams, Resource};
 use serde_json::json;
-use support::fake_api::FakeApi;
-use support::{cluster, connect};
 
 /// The error `call` gives on both servers, with the namespace made neutral.
 fn both(call: impl Fn(&Client) -> Result<(), mcp_k8s_ephemeral_job::kube::Error>) -> (Status, Status) {

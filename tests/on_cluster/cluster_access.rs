@@ -3,10 +3,8 @@
 //! both work, and what the Role does not allow fails with a clear Forbidden
 //! error naming verb and resource.
 
-mod support;
-
+use crate::support::cluster;
 use mcp_k8s_ephemeral_job::kube::{AccessCheck, ListParams, Resource};
-use support::cluster;
 
 #[test]
 fn admin_kubeconfig_with_client_certificates_works() {

@@ -1,10 +1,8 @@
 //! The built binary over stdio: what an MCP host that spawns it sees.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{StdioServer, command, send_signal, wait_exit};
+use crate::support::server::{StdioServer, command, send_signal, wait_exit};
 use serde_json::{Value, json};
 
 fn test_server() -> StdioServer {

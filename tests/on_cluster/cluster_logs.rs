@@ -3,13 +3,11 @@
 //! the most verbose log level, leaves none of them in the logs (and the
 //! values do reach the caller, so the test is not vacuous).
 
-mod common;
-
 use std::time::Duration;
 
+use crate::support::cluster::{self, BUSYBOX};
+use crate::support::server::StdioServer;
 use base64::Engine as _;
-use common::StdioServer;
-use common::cluster::{self, BUSYBOX};
 use serde_json::json;
 
 const IN_COMMAND: &str = "sk-live-command-4b1d9e";
@@ -41,7 +39,10 @@ fn secrets_in_command_env_and_files_never_reach_the_logs() {
     cluster::assert_nothing_left(structured["run_id"].as_str().expect("run_id"));
 
     server.close_stdin();
-    assert!(common::wait_exit(&mut server.child, Duration::from_secs(30)).is_some(), "the server exits at the end of stdin");
+    assert!(
+        crate::support::server::wait_exit(&mut server.child, Duration::from_secs(30)).is_some(),
+        "the server exits at the end of stdin"
+    );
     // The reader thread ends at the pipe's end, which closes the channel.
     let mut logs = Vec::new();
     while let Ok(line) = server.stderr.recv_timeout(Duration::from_secs(5)) {

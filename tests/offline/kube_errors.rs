@@ -6,18 +6,16 @@
 //! answered, does not spend the whole retry budget. All against the fake API
 //! server with certificates made at test time.
 
-mod support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::support::fake_api::{Accept, FakeApi, Fault};
+use crate::support::pki::Pki;
+use crate::support::{TempDir, base64, fast_options, render_fixture};
 use mcp_k8s_ephemeral_job::kube::{Client, Error, Options, Resource, Source};
 use serde_json::json;
-use support::fake_api::{Accept, FakeApi, Fault};
-use support::pki::Pki;
-use support::{TempDir, base64, fast_options, render_fixture};
 
 /// Renders `live/<fixture>` into `<temp>/config/kubeconfig` with the CA given.
 fn render_with_ca(fake: &FakeApi, temp: &TempDir, fixture: &str, ca_pem: &str, extra: &[(&str, &str)]) -> PathBuf {
@@ -159,6 +157,7 @@ fn forbidden_job_creation_names_the_verb_and_the_resource() {
     fake.inject("POST /apis/batch/v1/namespaces/live-ns/jobs", Fault::Status { code: 403, retry_after: None }, 1);
     let error = client.create(Resource::JOBS, "live-ns", &json!({ "metadata": { "name": "j" } })).unwrap_err();
     assert!(error.is_forbidden() && error.permission_denied().is_none(), "{error}");
+    fake.assert_fired("POST /apis/batch/v1/namespaces/live-ns/jobs");
 }
 
 #[test]

@@ -1,13 +1,11 @@
 //! The built binary over HTTP: Streamable HTTP at /mcp, legacy SSE, health
 //! endpoints, and every refusal (auth, Origin, Host, sessions, sizes).
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{HttpResponse, HttpServer, INITIALIZE, LegacyStream, send_signal, wait_exit};
+use crate::support::server::{HttpResponse, HttpServer, INITIALIZE, LegacyStream, send_signal, wait_exit};
 use serde_json::json;
 
 const PING: &str = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
@@ -244,7 +242,8 @@ fn a_long_call_accepting_sse_gets_keepalive_comments_then_its_answer() {
     let headers =
         [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"), ("Mcp-Session-Id", session.as_str())];
     // A read timeout like httpx's: this request fails if 5 s pass in silence.
-    let response = common::raw_request_within(&server.addr, "POST", "/mcp", &headers, call.as_bytes(), Duration::from_secs(5));
+    let response =
+        crate::support::server::raw_request_within(&server.addr, "POST", "/mcp", &headers, call.as_bytes(), Duration::from_secs(5));
     assert_eq!(response.status, 200);
     assert_eq!(response.header("content-type"), Some("text/event-stream"));
     let comments = response.body.matches(": keepalive\n\n").count();
@@ -398,7 +397,7 @@ fn sigterm_stops_accepting_and_lets_the_running_call_answer() {
 #[test]
 fn a_port_in_use_fails_with_exit_code_1() {
     let server = HttpServer::start(&[]);
-    let output = common::command(&[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_ADDR", &server.addr)]).output().unwrap();
+    let output = crate::support::server::command(&[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_ADDR", &server.addr)]).output().unwrap();
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("serving failed"));
 }

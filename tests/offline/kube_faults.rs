@@ -4,15 +4,13 @@
 //! `Retry-After` for idempotent calls but not for creates, a 401 re-runs the
 //! exec plugin once, stalls hit the read timeout, and aborts end streams.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::fake_api::{FakeApi, Fault};
+use crate::support::{TempDir, connect, fast_options, render_fixture};
 use mcp_k8s_ephemeral_job::kube::watch::{WatchEvent, WatchParams, Watcher};
 use mcp_k8s_ephemeral_job::kube::{Client, Error, ListParams, Resource, Source};
 use serde_json::json;
-use support::fake_api::{FakeApi, Fault};
-use support::{TempDir, connect, fast_options, render_fixture};
 
 const PODS: &str = "/api/v1/namespaces/live-ns/pods";
 
@@ -59,6 +57,7 @@ fn watch_closed_mid_stream_resumes_from_the_last_resource_version() {
     assert_eq!(targets.len(), 2);
     assert!(targets[0].contains("resourceVersion=1&"), "{}", targets[0]);
     assert!(targets[1].contains("resourceVersion=2&"), "resumed after b: {}", targets[1]);
+    fake.assert_fired("watch=1");
 }
 
 #[test]
@@ -93,6 +92,7 @@ fn watch_gone_error_event_relists() {
     assert_eq!(next(&mut watcher), "LISTED a,b", "re-listed after the 410 ERROR event");
     fake.insert(PODS, pod("c"));
     assert_eq!(next(&mut watcher), "ADDED c");
+    fake.assert_fired("watch=1");
 }
 
 #[test]
@@ -106,6 +106,7 @@ fn watch_from_a_compacted_resource_version_relists() {
     fake.insert(PODS, pod("b"));
     fake.compact();
     assert_eq!(next(&mut watcher), "LISTED b", "history is gone: the new full set");
+    assert!(fake.compacted_served() >= 1, "no watch was answered 410 for the compacted history");
 }
 
 #[test]
@@ -117,6 +118,7 @@ fn watch_gone_http_status_relists() {
     assert_eq!(next(&mut watcher), "LISTED a");
     fake.inject("watch=1", Fault::Status { code: 410, retry_after: None }, 1);
     assert_eq!(next(&mut watcher), "LISTED a");
+    fake.assert_fired("watch=1");
 }
 
 #[test]
@@ -130,6 +132,7 @@ fn watch_retries_server_errors_then_continues() {
     fake.insert(PODS, pod("b"));
     assert_eq!(next(&mut watcher), "ADDED b");
     assert_eq!(watch_targets(&fake).len(), 3);
+    fake.assert_fired("watch=1");
 }
 
 #[test]
@@ -146,6 +149,7 @@ fn watch_stall_hits_the_read_timeout_and_reconnects() {
     let elapsed = started.elapsed();
     // timeoutSeconds (1 s) + read timeout (2 s) of silence, then a new watch.
     assert!(elapsed >= Duration::from_secs(3) && elapsed < Duration::from_secs(10), "{elapsed:?}");
+    fake.assert_fired("watch=1");
 }
 
 #[test]
@@ -156,6 +160,7 @@ fn watch_forbidden_is_returned() {
     fake.inject("GET /api/v1/namespaces/live-ns/pods", Fault::Status { code: 403, retry_after: None }, 1);
     let error = watcher.next().unwrap_err();
     assert!(error.is_forbidden(), "{error}");
+    fake.assert_fired("GET /api/v1/namespaces/live-ns/pods");
 }
 
 #[test]
@@ -183,6 +188,7 @@ fn too_many_requests_honours_retry_after() {
     client.version().unwrap();
     assert!(started.elapsed() >= Duration::from_secs(1), "waited for Retry-After");
     assert_eq!(fake.count("GET /version"), 2);
+    fake.assert_fired("GET /version");
 }
 
 /// Which verbs are retried on which answers: (method, fault, answers injected, expected outcome, requests seen).
@@ -215,6 +221,7 @@ fn retry_policy_by_verb_and_status() {
             _ => client.create(Resource::PODS, "live-ns", &pod(&name)).map(|_| ()),
         };
         let seen = fake.count(&format!("{method} {PODS}"));
+        fake.assert_fired(&format!("{method} {PODS}"));
         if result.is_ok() != *succeeds || seen != *requests {
             failures.push(format!("{method} {code} retry_after={retry_after:?}: result {result:?}, {seen} requests"));
         }
@@ -233,6 +240,7 @@ fn persistent_server_errors_give_up_after_the_retry_budget() {
     let error = client.version().unwrap_err();
     assert_eq!(error.to_string(), "GET /version: 500 InternalError: Internal error occurred: injected fault");
     assert_eq!(fake.count("GET /version"), 1 + fast_options().max_retries as usize);
+    fake.assert_fired("GET /version");
 }
 
 #[test]
@@ -244,6 +252,7 @@ fn stalled_get_is_retried_after_the_read_timeout() {
     client.version().unwrap();
     let elapsed = started.elapsed();
     assert!(elapsed >= Duration::from_secs(2) && elapsed < Duration::from_secs(8), "{elapsed:?}");
+    fake.assert_fired("GET /version");
 }
 
 #[test]
@@ -256,6 +265,7 @@ fn stalled_create_is_not_retried() {
     assert!(matches!(error, Error::Transport { .. }), "{error}");
     assert!(error.to_string().starts_with("POST /apis/batch/v1/namespaces/live-ns/jobs: "), "{error}");
     assert_eq!(fake.count("POST /apis/batch/v1"), 1, "the create may have happened: never repeated");
+    fake.assert_fired("POST /apis/batch/v1");
 }
 
 #[test]
@@ -281,7 +291,7 @@ fn unauthorized_once_reruns_the_exec_plugin_and_recovers() {
         "config/bin/plugin.sh",
         "#!/bin/sh\nd=$(dirname \"$0\")\necho x >> \"$d/runs\"\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\"}}'\n",
     );
-    let ca_data = support::base64(&fake.pki.ca_pem);
+    let ca_data = crate::support::base64(&fake.pki.ca_pem);
     let text = render_fixture("live/exec-v1beta1.yaml", &[("SERVER", &fake.url), ("CA_DATA", &ca_data)]);
     let path = temp.write("config/kubeconfig", &text);
     let client = Client::with_options(&Source::KubeconfigFile { path, context: None }, fast_options()).unwrap();
@@ -290,4 +300,5 @@ fn unauthorized_once_reruns_the_exec_plugin_and_recovers() {
     let runs = std::fs::read_to_string(temp.path.join("config/bin/runs")).unwrap().lines().count();
     assert_eq!(runs, 2, "first run, then one re-run after the 401");
     assert_eq!(fake.count("GET /version"), 2);
+    fake.assert_fired("GET /version");
 }

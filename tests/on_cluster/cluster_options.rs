@@ -12,17 +12,15 @@
 //! at, with a certificate from a throwaway CA that reaches git through the
 //! clone Secret's `_ca.crt` key.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::{self, BUSYBOX, NAMESPACE};
+use crate::support::server::StdioServer;
 use base64::Engine as _;
-use common::StdioServer;
-use common::cluster::{self, BUSYBOX, NAMESPACE};
 use mcp_k8s_ephemeral_job::backend::kubernetes::permissions::REQUIRED;
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::{Value, json};
@@ -223,7 +221,7 @@ fn doctor_fails_naming_the_permission_a_role_lacks() {
 /// The server binary with `environment(settings)`.
 fn binary(settings: &[(&str, &str)]) -> Command {
     let env = environment(settings);
-    common::command(&env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect::<Vec<_>>())
+    crate::support::server::command(&env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect::<Vec<_>>())
 }
 
 fn server_with(settings: &[(&str, &str)]) -> StdioServer {

@@ -4,8 +4,6 @@
 //! hundredth call"). The unit tests in `config` check the wording; this
 //! checks the process really stops, for every variable of the table.
 
-mod common;
-
 use std::process::Stdio;
 
 use mcp_k8s_ephemeral_job::config::SETTINGS;
@@ -66,7 +64,7 @@ const ANY_VALUE: &[&str] = &["MCP_K8S_AUTH_TOKEN"];
 #[test]
 fn every_bad_setting_stops_the_server_naming_the_variable() {
     for (variable, value, expected) in CASES {
-        let output = common::command(&[(variable, value)]).arg("serve").stdin(Stdio::null()).output().unwrap();
+        let output = crate::support::server::command(&[(variable, value)]).arg("serve").stdin(Stdio::null()).output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{variable}={value}: {stderr}");
         assert!(stderr.contains(expected), "{variable}={value}\n got: {stderr}\nwant: {expected}");
@@ -86,7 +84,8 @@ fn the_table_covers_every_setting() {
 
 #[test]
 fn the_sidecar_image_is_accepted_and_said_to_be_unused() {
-    let output = common::command(&[("MCP_K8S_SIDECAR_IMAGE", "busybox:1.36")]).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let output =
+        crate::support::server::command(&[("MCP_K8S_SIDECAR_IMAGE", "busybox:1.36")]).arg("serve").stdin(Stdio::null()).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("MCP_K8S_SIDECAR_IMAGE is set but unused"), "{stderr}");
@@ -97,7 +96,7 @@ fn the_sidecar_image_is_accepted_and_said_to_be_unused() {
 #[test]
 fn a_wrong_kubeconfig_field_is_said_once_without_the_where_to_look_hint() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/kubeconfig/errors/no-server.yaml");
-    let output = common::command(&[("MCP_K8S_KUBECONFIG", path)]).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let output = crate::support::server::command(&[("MCP_K8S_KUBECONFIG", path)]).arg("serve").stdin(Stdio::null()).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("MCP_K8S_KUBECONFIG: invalid configuration: cluster has no server defined: cluster `test`"), "{stderr}");
@@ -107,7 +106,7 @@ fn a_wrong_kubeconfig_field_is_said_once_without_the_where_to_look_hint() {
 
 #[test]
 fn no_credentials_at_all_are_said_once_with_where_to_look() {
-    let output = common::command(&[("HOME", "/nonexistent-home")]).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let output = crate::support::server::command(&[("HOME", "/nonexistent-home")]).arg("serve").stdin(Stdio::null()).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "the server still starts: {stderr}");
     assert_eq!(stderr.matches("no configuration has been provided").count(), 1, "said once: {stderr}");
@@ -135,7 +134,7 @@ fn the_context_namespace_is_logged_as_ignored() {
         (&[("MCP_K8S_KUBECONFIG", &path_text), ("MCP_K8S_NAMESPACE", "team-a")], "team-a", None),
     ];
     for (env, namespace, ignored) in cases {
-        let output = common::command(env).arg("serve").stdin(Stdio::null()).output().unwrap();
+        let output = crate::support::server::command(env).arg("serve").stdin(Stdio::null()).output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         let credentials = stderr.lines().find(|line| line.contains("\"kubernetes credentials\"")).unwrap_or_else(|| panic!("{stderr}"));
         assert!(credentials.contains(&format!("\"namespace\":\"{namespace}\"")), "{credentials}");

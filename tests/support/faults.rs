@@ -1,10 +1,8 @@
-//! Helpers of the real-cluster fault suites (`cluster_faults.rs`,
-//! `cluster_outage.rs`, issue 12): MCP calls to a server over stdio, a
+//! Helpers of the real-cluster fault suites (`on_cluster::cluster_faults`,
+//! `on_cluster::cluster_outage`, `on_cluster_alone::cluster_node_faults`,
+//! issue 12): MCP calls to a server over stdio, a
 //! request left in flight while the test breaks something, the pods of a
 //! run, and cleanup of background Jobs (kept for the retention by design).
-
-// Each suite uses a different part of this module.
-#![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -12,8 +10,8 @@ use std::time::{Duration, Instant};
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::{Value, json};
 
-use crate::common::StdioServer;
-use crate::common::cluster::{self, NAMESPACE};
+use super::cluster::{self, NAMESPACE};
+use super::server::StdioServer;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(100);
 

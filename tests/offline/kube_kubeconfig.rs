@@ -3,13 +3,11 @@
 //! paths against the defining file, JSON and `null` lists, context and
 //! namespace selection, in-cluster files, and kubectl's error texts.
 
-mod support;
-
 use std::path::PathBuf;
 
+use crate::support::{TempDir, fixture_path};
 use mcp_k8s_ephemeral_job::kube::kubeconfig::{CredentialsConfig, Kubeconfig, in_cluster, join_host_port};
 use mcp_k8s_ephemeral_job::kube::{Client, Source};
-use support::{TempDir, fixture_path};
 
 fn merged() -> Vec<PathBuf> {
     vec![fixture_path("merge/first.yaml"), fixture_path("merge/other/second.yaml")]

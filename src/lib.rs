@@ -15,6 +15,7 @@
 //! configuration.
 
 pub mod config;
+pub mod docker;
 pub mod doctor;
 pub mod echo;
 pub mod engine;

@@ -551,6 +551,16 @@ impl Client {
         self.bytes(self.request("DELETE", self.versioned(&path))).map(|_| ())
     }
 
+    /// `GET /volumes/{name}`, with a missing volume as `false`.
+    pub fn volume_exists(&self, name: &str) -> Result<bool, Error> {
+        let path = format!("/volumes/{}", container_segment(name)?);
+        match self.bytes(self.request("GET", self.versioned(&path))) {
+            Ok(_) => Ok(true),
+            Err(error) if error.is_not_found() => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
     /// `GET /containers/json?all=1&filters=`: every container (running or
     /// not) matching `filters`.
     pub fn container_list(&self, filters: &Filters) -> Result<Vec<objects::ContainerSummary>, Error> {

@@ -71,8 +71,17 @@ pub struct ContainerSpec {
     /// The signal `docker stop` (and a daemon shutdown) sends first.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub stop_signal: String,
+    /// Mount points that get an anonymous volume: writable under a read-only
+    /// root, filled by `put_archive` before the start, and removed with the
+    /// container (`container_remove` passes `v=1`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub volumes: BTreeMap<String, EmptyObject>,
     pub host_config: HostConfig,
 }
+
+/// `{}`: the value of each `Volumes` entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EmptyObject {}
 
 /// `HostConfig` of a create body: limits, mounts, security, network.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -128,6 +137,23 @@ pub struct ContainerInspect {
     pub state: ContainerState,
     pub config: ContainerConfig,
     pub restart_count: i64,
+    #[serde(deserialize_with = "null_as_default")]
+    pub mounts: Vec<MountPoint>,
+}
+
+/// One of `Mounts` of a container inspect.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct MountPoint {
+    /// `volume`, `bind` or `tmpfs`.
+    #[serde(rename = "Type")]
+    pub kind: String,
+    /// The volume's name (empty for binds).
+    pub name: String,
+    pub source: String,
+    pub destination: String,
+    #[serde(rename = "RW")]
+    pub rw: bool,
 }
 
 /// `State` of a container inspect.

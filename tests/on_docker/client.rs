@@ -346,20 +346,40 @@ fn create_start_wait_remove_of_true_is_timed() {
     let client = client();
     let cleanup = Cleanup::new(&client, "bench");
     let n_runs: usize = std::env::var("MCP_K8S_DOCKER_BENCH_RUNS").ok().and_then(|runs| runs.parse().ok()).unwrap_or(1);
-    let mut durations = Vec::new();
+    // Per run: create, start, wait, remove, and the whole cycle.
+    let mut phases: [Vec<Duration>; 5] = Default::default();
     for run_idx in 0..n_runs {
         let spec = hardened(&cleanup, &["true"]);
         let started = Instant::now();
         let id = client.container_create(&format!("{}-{run_idx}", cleanup.value), &spec).expect("create").id;
+        let created = Instant::now();
         client.container_start(&id).expect("start");
+        let running = Instant::now();
         let waited = client.container_wait(&id, WaitCondition::NotRunning, WAIT, None).expect("wait");
+        let exited = Instant::now();
         client.container_remove(&id).expect("remove");
-        durations.push(started.elapsed());
+        let removed = Instant::now();
         assert_eq!(waited.status_code, 0);
+        for (phase, duration) in
+            phases.iter_mut().zip([created - started, running - created, exited - running, removed - exited, removed - started])
+        {
+            phase.push(duration);
+        }
     }
-    durations.sort();
-    let p50 = durations[durations.len() / 2];
-    let p95 = durations[(durations.len() * 95 / 100).min(durations.len() - 1)];
-    eprintln!("docker client create+start+wait+remove of `true`: {n_runs} runs, p50 {p50:?}, p95 {p95:?}");
+    let percentile = |durations: &mut Vec<Duration>, percent: usize| {
+        durations.sort();
+        durations[(durations.len() * percent / 100).min(durations.len() - 1)].as_secs_f64()
+    };
+    let [create, start, wait, remove, cycle] = &mut phases;
+    eprintln!(
+        "docker client create+start+wait+remove, hardened {n_runs:3} runs  p50 {:.3} s  p95 {:.3} s  \
+         (p50 create {:.3}, start {:.3}, wait {:.3}, remove {:.3})",
+        percentile(cycle, 50),
+        percentile(cycle, 95),
+        percentile(create, 50),
+        percentile(start, 50),
+        percentile(wait, 50),
+        percentile(remove, 50),
+    );
     assert!(client.container_list(&cleanup.filters()).expect("list").is_empty());
 }

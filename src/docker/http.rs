@@ -292,12 +292,18 @@ impl<R: BufRead> BufRead for Body<R> {
 
 impl<R: BufRead> Read for Body<R> {
     fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
-        let available = self.fill_buf()?;
-        let amount = available.len().min(buffer.len());
-        buffer[..amount].copy_from_slice(&available[..amount]);
-        self.consume(amount);
-        Ok(amount)
+        read_through_buffer(self, buffer)
     }
+}
+
+/// `Read::read` for a type whose `BufRead` does the work: copies from
+/// `fill_buf` and consumes what was copied.
+pub fn read_through_buffer(reader: &mut impl BufRead, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let available = reader.fill_buf()?;
+    let amount = available.len().min(buffer.len());
+    buffer[..amount].copy_from_slice(&available[..amount]);
+    reader.consume(amount);
+    Ok(amount)
 }
 
 /// Reads a whole body, failing when it is longer than `limit` bytes.

@@ -196,11 +196,7 @@ impl<R: BufRead> BufRead for Demux<R> {
 
 impl<R: BufRead> Read for Demux<R> {
     fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
-        let available = self.fill_buf()?;
-        let amount = available.len().min(buffer.len());
-        buffer[..amount].copy_from_slice(&available[..amount]);
-        self.consume(amount);
-        Ok(amount)
+        crate::docker::http::read_through_buffer(self, buffer)
     }
 }
 
@@ -268,11 +264,7 @@ impl BufRead for LogStream {
 
 impl Read for LogStream {
     fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
-        let available = self.fill_buf()?;
-        let amount = available.len().min(buffer.len());
-        buffer[..amount].copy_from_slice(&available[..amount]);
-        self.consume(amount);
-        Ok(amount)
+        crate::docker::http::read_through_buffer(self, buffer)
     }
 }
 

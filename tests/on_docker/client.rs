@@ -28,14 +28,19 @@ struct Finished {
 /// backend makes for one run.
 fn run_to_exit(client: &docker::Client, name: &str, spec: &ContainerSpec) -> Finished {
     let created = client.container_create(name, spec).expect("create");
-    client.container_start(&created.id).expect("start");
-    let waited = client.container_wait(&created.id, WaitCondition::NotRunning, WAIT, None).expect("wait");
-    let mut logs = client.container_logs(&created.id, &docker::LogParams { follow: true, idle_timeout: Some(WAIT) }).expect("logs");
+    start_to_exit(client, &created.id)
+}
+
+/// `run_to_exit` of a container already created.
+fn start_to_exit(client: &docker::Client, id: &str) -> Finished {
+    client.container_start(id).expect("start");
+    let waited = client.container_wait(id, WaitCondition::NotRunning, WAIT, None).expect("wait");
+    let mut logs = client.container_logs(id, &docker::LogParams { follow: true, idle_timeout: Some(WAIT) }).expect("logs");
     let mut stdout = String::new();
     logs.read_to_string(&mut stdout).expect("read stdout");
     let stderr = String::from_utf8_lossy(logs.stderr_head()).into_owned();
-    let state = client.container_inspect(&created.id).expect("inspect").state;
-    Finished { id: created.id, wait_status: waited.status_code, stdout, stderr, state }
+    let state = client.container_inspect(id).expect("inspect").state;
+    Finished { id: id.to_string(), wait_status: waited.status_code, stdout, stderr, state }
 }
 
 #[test]
@@ -251,13 +256,9 @@ fn put_archive_writes_files_into_a_created_container() {
     ])
     .expect("archive");
     client.container_put_archive(&id, "/", &archive).expect("put archive");
-    client.container_start(&id).expect("start");
-    let waited = client.container_wait(&id, WaitCondition::NotRunning, WAIT, None).expect("wait");
-    let mut logs = client.container_logs(&id, &docker::LogParams::default()).expect("logs");
-    let mut stdout = String::new();
-    logs.read_to_string(&mut stdout).expect("stdout");
-    assert_eq!(waited.status_code, 0, "{}", String::from_utf8_lossy(logs.stderr_head()));
-    assert_eq!(stdout, "from the archive\n640 65532:65532\n");
+    let finished = start_to_exit(&client, &id);
+    assert_eq!(finished.wait_status, 0, "{}", finished.stderr);
+    assert_eq!(finished.stdout, "from the archive\n640 65532:65532\n");
 }
 
 #[test]
@@ -288,13 +289,9 @@ fn an_anonymous_volume_is_writable_under_a_read_only_root_and_goes_with_the_cont
     ])
     .expect("archive");
     client.container_put_archive(&id, "/work", &archive).expect("put archive into the volume");
-    client.container_start(&id).expect("start");
-    let waited = client.container_wait(&id, WaitCondition::NotRunning, WAIT, None).expect("wait");
-    let mut logs = client.container_logs(&id, &docker::LogParams::default()).expect("logs");
-    let mut stdout = String::new();
-    logs.read_to_string(&mut stdout).expect("stdout");
-    assert_eq!(waited.status_code, 0, "{}", String::from_utf8_lossy(logs.stderr_head()));
-    assert_eq!(stdout, "input\nwrote\nroot-readonly\n");
+    let finished = start_to_exit(&client, &id);
+    assert_eq!(finished.wait_status, 0, "{}", finished.stderr);
+    assert_eq!(finished.stdout, "input\nwrote\nroot-readonly\n");
     let mounts = client.container_inspect(&id).expect("inspect").mounts;
     let volume = mounts.iter().find(|mount| mount.destination == "/work").expect("the /work mount");
     assert_eq!(volume.kind, "volume");

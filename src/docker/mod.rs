@@ -471,6 +471,14 @@ impl Client {
         self.progress(request)
     }
 
+    /// `DELETE /images/{name}`: untags it, and deletes it when no other tag
+    /// or container uses it. A missing image is `Error::NotFound`, one a
+    /// container uses `Error::Conflict`.
+    pub fn image_remove(&self, image: &str) -> Result<(), Error> {
+        let path = format!("/images/{}", image_segment(image)?);
+        self.bytes(self.request("DELETE", self.versioned(&path))).map(|_| ())
+    }
+
     /// `POST /containers/create?name=`; `name` empty lets Docker choose one.
     pub fn container_create(&self, name: &str, spec: &objects::ContainerSpec) -> Result<objects::CreatedContainer, Error> {
         let mut path = "/containers/create".to_string();

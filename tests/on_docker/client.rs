@@ -380,3 +380,64 @@ fn create_start_wait_remove_of_true_is_timed() {
     );
     assert!(client.container_list(&cleanup.filters()).expect("list").is_empty());
 }
+
+#[test]
+fn image_load_reads_a_docker_archive_and_the_image_can_be_removed_again() {
+    let client = client();
+    let name = format!("mcp-k8s-test.local/on-docker-load:{}", std::process::id());
+    let _ = client.image_remove(&name);
+    let layer =
+        tar::archive(&[tar::Entry { path: "hello.txt", kind: tar::EntryKind::File(b"hi\n"), mode: 0o644, uid: 0, gid: 0 }]).expect("layer");
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux", "config": {"Cmd": ["/hello"]},
+        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{}", sha256_hex(&layer))]},
+    })
+    .to_string();
+    let manifest = serde_json::json!([{"Config": "config.json", "RepoTags": [name], "Layers": ["layer.tar"]}]).to_string();
+    let archive = tar::archive(&[
+        tar::Entry { path: "manifest.json", kind: tar::EntryKind::File(manifest.as_bytes()), mode: 0o644, uid: 0, gid: 0 },
+        tar::Entry { path: "config.json", kind: tar::EntryKind::File(config.as_bytes()), mode: 0o644, uid: 0, gid: 0 },
+        tar::Entry { path: "layer.tar", kind: tar::EntryKind::File(&layer), mode: 0o644, uid: 0, gid: 0 },
+    ])
+    .expect("archive");
+    let path = std::env::temp_dir().join(format!("on-docker-load-{}.tar", std::process::id()));
+    std::fs::write(&path, &archive).expect("write the archive");
+    let loaded = client.image_load(&path, WAIT);
+    std::fs::remove_file(&path).expect("remove the archive");
+    loaded.expect("load");
+    let image = client.image_inspect(&name).expect("the loaded image");
+    assert_eq!(image.id, format!("sha256:{}", sha256_hex(config.as_bytes())), "the image id is the config's digest");
+    assert_eq!(image.config.cmd, ["/hello"]);
+    client.image_remove(&name).expect("remove");
+    assert!(!client.image_exists(&name).expect("inspect"));
+    assert!(client.image_remove(&name).unwrap_err().is_not_found());
+}
+
+#[test]
+fn image_load_of_something_that_is_not_an_image_fails_with_the_daemons_reason() {
+    let client = client();
+    let archive =
+        tar::archive(&[tar::Entry { path: "junk", kind: tar::EntryKind::File(b"junk"), mode: 0o644, uid: 0, gid: 0 }]).expect("archive");
+    let path = std::env::temp_dir().join(format!("on-docker-junk-{}.tar", std::process::id()));
+    std::fs::write(&path, &archive).expect("write the archive");
+    let loaded = client.image_load(&path, WAIT);
+    std::fs::remove_file(&path).expect("remove the archive");
+    let error = loaded.unwrap_err();
+    assert!(matches!(error, docker::Error::Status { .. } | docker::Error::Progress { .. }), "{error}");
+}
+
+#[test]
+fn a_pull_from_an_unreachable_registry_fails_at_once_with_the_daemons_reason() {
+    // The test engine has no registry (air-gapped): the pull call itself is
+    // what this checks, and that its failure is an error, not a 200.
+    let client = client();
+    let started = Instant::now();
+    let error = client.image_pull("mcp-k8s-test.local/no-such-image:0", Duration::from_secs(20)).unwrap_err();
+    assert!(matches!(error, docker::Error::Status { .. } | docker::Error::Progress { .. }), "{error}");
+    assert!(error.to_string().contains("mcp-k8s-test.local"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes).as_ref().iter().map(|byte| format!("{byte:02x}")).collect()
+}

@@ -24,7 +24,7 @@ dockerd_pid() { # -> pid of our dockerd if it runs
   [[ -s "$PIDFILE" ]] || return 1
   p="$(cat "$PIDFILE")"
   [[ -d /proc/$p ]] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null || return 1
-  [[ "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)" == *dockerd*"$SOCK"* ]] || return 1
+  [[ "$(tr '\0' ' ' 2>/dev/null < "/proc/$p/cmdline")" == *dockerd*"$SOCK"* ]] || return 1
   echo "$p"
 }
 

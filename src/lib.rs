@@ -21,6 +21,7 @@
 pub mod backend;
 pub mod cancel;
 pub mod config;
+pub mod docker;
 pub mod echo;
 pub mod engine;
 pub mod images;

@@ -20,7 +20,7 @@ pub mod watch;
 use std::time::SystemTime;
 
 use crate::engine::backend::{
-    self, Abort, Backend, Created, Keep, NewRun, Output, OutputError, Refused, Settled, Sighting, Stop, Stored, Watch,
+    self, Abort, Backend, Created, Keep, NewRun, Output, OutputError, Refused, Settled, Sighting, Stop, Stored, Watch, Wording,
 };
 use crate::engine::spec::{Policy, RunReason};
 use crate::engine::verdict::Recorded;
@@ -265,7 +265,20 @@ impl Backend for Kubernetes {
     fn reap(&self, now: SystemTime) -> usize {
         reaper::reap_once(&self.client, self.namespace(), now)
     }
+
+    fn wording(&self) -> &'static Wording {
+        &WORDING
+    }
 }
+
+/// What Kubernetes users call the parts of a run.
+pub const WORDING: Wording = Wording {
+    sandbox: "pod",
+    stopper: "the kubelet",
+    pids_limit: "the kubelet's podPidsLimit",
+    outside_deleters: "kubectl delete, a controller, a node drain",
+    api: "the API server",
+};
 
 /// The retention of a run's objects, as annotations and the Job's TTL.
 fn retention(run: &NewRun, policy: &Policy) -> manifest::Retention {

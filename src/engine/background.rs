@@ -62,7 +62,7 @@ pub enum Error {
     /// Too many background runs in flight.
     Full { running: usize },
     /// The cluster refused to create the run; the message says why.
-    Refused { message: String },
+    Refused { reason: Option<RunReason>, message: String },
     /// `cancel` on a run that has already finished.
     AlreadyFinished { token: String },
     /// An API call failed.
@@ -84,7 +84,7 @@ impl fmt::Display for Error {
                 formatter,
                 "{running} background jobs are in flight, the most this server allows (MCP_K8S_MAX_CONCURRENT + MCP_K8S_MAX_QUEUED); fetch or cancel some, then retry"
             ),
-            Error::Refused { message } => write!(formatter, "{message}"),
+            Error::Refused { message, .. } => write!(formatter, "{message}"),
             Error::AlreadyFinished { token } => {
                 write!(formatter, "job `{token}` has already finished; fetch_job returns its result")
             }
@@ -151,7 +151,7 @@ pub fn submit(ctx: &Ctx, spec: &RunSpec) -> Result<Submitted, Error> {
         Ok(created) => created,
         Err(outcome) => {
             ctx.jobs.remove(&run_id);
-            return Err(Error::Refused { message: outcome.message });
+            return Err(Error::Refused { reason: outcome.reason, message: outcome.message });
         }
     };
     let created_at = created.created_at;

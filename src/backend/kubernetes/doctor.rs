@@ -213,22 +213,18 @@ struct ClusterObject {
     kind: &'static str,
     /// `runtimeclasses.node.k8s.io`, for the ClusterRole that lets doctor look.
     resource_name: &'static str,
-    /// What a pod naming a missing one gets.
-    when_missing: &'static str,
 }
 
 const RUNTIME_CLASSES: ClusterObject = ClusterObject {
     resource: kube::Resource { api_path: "/apis/node.k8s.io/v1", plural: "runtimeclasses", namespaced: false },
     kind: "RuntimeClass",
     resource_name: "runtimeclasses.node.k8s.io",
-    when_missing: "every job pod would be refused",
 };
 
 const PRIORITY_CLASSES: ClusterObject = ClusterObject {
     resource: kube::Resource { api_path: "/apis/scheduling.k8s.io/v1", plural: "priorityclasses", namespaced: false },
     kind: "PriorityClass",
     resource_name: "priorityclasses.scheduling.k8s.io",
-    when_missing: "every job pod would be refused",
 };
 
 /// RuntimeClasses and PriorityClasses are cluster-scoped, so the server's
@@ -240,8 +236,7 @@ fn check_cluster_object(client: &kube::Client, object: &ClusterObject, name: &st
     match client.get_if_exists(object.resource, "", name) {
         Ok(Some(_)) => Check::pass(format!("{kind} `{name}` exists")),
         Ok(None) => Check::fail(format!(
-            "{kind} `{name}` does not exist; {}: create it, or change MCP_K8S_POD_TEMPLATE (or MCP_K8S_RUNTIME_CLASS)",
-            object.when_missing
+            "{kind} `{name}` does not exist; every job pod would be refused: create it, or change MCP_K8S_POD_TEMPLATE (or MCP_K8S_RUNTIME_CLASS)"
         )),
         Err(error) if error.is_forbidden() => Check::pass(format!(
             "{kind} `{name}`: not checked (cluster-scoped; a ClusterRole granting `get` on `{}` lets doctor look)",

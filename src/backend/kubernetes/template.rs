@@ -568,6 +568,29 @@ dnsConfig:
     }
 
     #[test]
+    fn the_runtime_class_setting_and_the_template_must_agree() {
+        let dir = std::env::temp_dir().join(format!("mcp-pod-template-rc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("template.yaml");
+        std::fs::write(&path, "runtimeClassName: gvisor\n").unwrap();
+        let config_with = |runtime_class: Option<&str>| {
+            let raw = crate::config::RawConfig {
+                pod_template: Some(path.display().to_string()),
+                runtime_class: runtime_class.map(str::to_string),
+                ..crate::config::RawConfig::default()
+            };
+            Config::from_raw(&raw).unwrap()
+        };
+        assert!(from_config(&config_with(None)).unwrap().is_some());
+        assert!(from_config(&config_with(Some("gvisor"))).unwrap().is_some());
+        let message = from_config(&config_with(Some("kata"))).unwrap_err().to_string();
+        assert!(message.contains("runtimeClassName `gvisor` differs from MCP_K8S_RUNTIME_CLASS `kata`"), "{message}");
+        let unset = Config::from_raw(&crate::config::RawConfig::default()).unwrap();
+        assert!(from_config(&unset).unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_file_too_large_is_refused_before_it_is_read() {
         let dir = std::env::temp_dir().join(format!("mcp-pod-template-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -4,7 +4,8 @@
 //! engine's neutral views, `watch` follows the run's pods, `record` keeps a
 //! background run's record and verdict in the Job's annotations, `reaper`
 //! deletes what expired, `permissions` lists the RBAC the server needs,
-//! `doctor` checks a cluster's set-up against the configuration.
+//! `template` checks the operator's pod template (merged into every Job by
+//! `manifest`), `doctor` checks a cluster's set-up against the configuration.
 //!
 //! Speaks to the API server only through `kube`; decides nothing about a
 //! run's end (the engine's `decide` does).

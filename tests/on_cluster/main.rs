@@ -19,3 +19,4 @@ mod cluster_logs;
 mod cluster_options;
 mod cluster_outage;
 mod cluster_run_job;
+mod pod_template;

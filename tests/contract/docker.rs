@@ -1,0 +1,13 @@
+//! The contract table on the Docker backend: the `on_docker` tier includes
+//! this file as its `contract` module (`cargo test --test on_docker
+//! contract::`), against the test dockerd (`tests/docker/up`, or the daemon
+//! `DOCKER_HOST` names) with the static runner binary that
+//! `tests/build-project-image` builds. A build without the Docker backend
+//! fails every case with `harness::NO_DOCKER_BACKEND`; nothing is skipped.
+
+#[path = "cases.rs"]
+mod cases;
+#[path = "harness.rs"]
+mod harness;
+
+const BACKEND: harness::Kind = harness::Kind::Docker;

@@ -9,5 +9,10 @@
 mod cases;
 #[path = "harness.rs"]
 mod harness;
+// The helper tree of every tier. This tier's main.rs did not include it
+// when this was written, so the module brings its own; once main.rs has
+// `mod support`, `use crate::support;` (as in kubernetes.rs) does.
+#[path = "../support/mod.rs"]
+mod support;
 
 const BACKEND: harness::Kind = harness::Kind::Docker;

@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::cluster;
-use crate::support::faults;
-use crate::support::server::StdioServer;
+use super::support::cluster;
+use super::support::faults;
+use super::support::server::StdioServer;
 
 /// The backend a tier runs the table on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

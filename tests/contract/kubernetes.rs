@@ -7,5 +7,7 @@
 mod cases;
 #[path = "harness.rs"]
 mod harness;
+// The tier's helper tree, where the harness finds it (`super::support`).
+use crate::support;
 
 const BACKEND: harness::Kind = harness::Kind::Kubernetes;

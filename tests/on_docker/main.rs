@@ -7,10 +7,8 @@
 //! with the test's own value, and a `Cleanup` guard removes them all, so a
 //! failing test leaves nothing behind either.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod client;
+
 /// The contract table (tests/contract/), on the Docker backend.
 #[path = "../contract/docker.rs"]
 mod contract;

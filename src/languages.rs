@@ -388,7 +388,7 @@ fn env_field(value: &Value) -> Result<BTreeMap<String, String>, String> {
     };
     let mut env = BTreeMap::new();
     for (name, value) in object {
-        if !crate::config::is_env_name(name) {
+        if !is_env_name(name) {
             return Err(format!("`{}` is not a variable name (letters, digits and '_')", crate::echo::shorten(name)));
         }
         let Value::String(value) = value else {
@@ -397,6 +397,14 @@ fn env_field(value: &Value) -> Result<BTreeMap<String, String>, String> {
         env.insert(name.clone(), value.clone());
     }
     Ok(env)
+}
+
+/// `config::is_env_name`'s rule (Kubernetes' `C_IDENTIFIER`), repeated
+/// because `config` imports this module and not the other way round
+/// (tests/offline/architecture.rs).
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|first| first.is_ascii_alphabetic() || first == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 fn kind(value: &Value) -> &'static str {

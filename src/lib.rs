@@ -7,7 +7,11 @@
 //! lifecycle) → `tools` (schemas, arguments → `RunSpec`, outcomes → results)
 //! → `engine` (runs, background jobs, manifests) → `kube` (the REST client).
 //! `runner` is the in-pod half: the same binary, started as the job's
-//! entrypoint, knows nothing of MCP or of the API server.
+//! entrypoint, knows nothing of MCP or of the API server. `sandbox` is the
+//! contract between the two (frames, the runner's command lines, the inputs
+//! manifest, shared defaults): the engine and the runner import it, never
+//! each other. `cancel` is the stop flag the protocol sets and the engine
+//! reads.
 //! `languages` holds `execute_code`'s language profiles.
 //! `config` turns the environment and flags into a checked `Config`; `echo`
 //! shortens caller input quoted in errors; `log`
@@ -15,8 +19,10 @@
 //! `/metrics` serves; `doctor` checks the cluster set-up against the
 //! configuration.
 
+pub mod backend;
+pub mod cancel;
 pub mod config;
-pub mod doctor;
+pub mod docker;
 pub mod echo;
 pub mod engine;
 pub mod images;
@@ -27,5 +33,7 @@ pub mod metrics;
 pub mod protocol;
 pub mod quantity;
 pub mod runner;
+pub mod sandbox;
+pub mod time;
 pub mod tools;
 pub mod transport;

@@ -1,5 +1,5 @@
 //! Fuzz target: a container log → the runner's frame decoder
-//! (`runner::frame::decode`) and the engine's reassembly
+//! (`sandbox::frame::decode`) and the engine's reassembly
 //! (`engine::collect::Collector::read_all`), with small caps. Checks that
 //! nothing panics, that a decoded frame encodes back to one line that decodes
 //! to the same frame, and that the collector keeps to its caps whatever the
@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use mcp_k8s_ephemeral_job::engine::collect::Collector;
-use mcp_k8s_ephemeral_job::runner::frame;
+use mcp_k8s_ephemeral_job::sandbox::frame;
 
 const MAX_OUTPUT_BYTES: u64 = 64;
 const MAX_ARTIFACT_BYTES: u64 = 128;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use mcp_k8s_ephemeral_job::config::{Config, RawConfig};
-use mcp_k8s_ephemeral_job::engine::manifest;
+use mcp_k8s_ephemeral_job::backend::kubernetes::manifest;
 use mcp_k8s_ephemeral_job::engine::spec::{CacheVolume, CloneStep, Policy};
 use mcp_k8s_ephemeral_job::tools::job_args::{self, MAX_INPUT_BYTES};
 use mcp_k8s_ephemeral_job::tools::run_job::arg_bounds;
@@ -81,5 +81,5 @@ fuzz_target!(|data: &[u8]| {
     if let Some(secret) = manifest::inputs_secret(&run_spec, &POLICY, "fuzz0123", "uid-fuzz") {
         let _ = secret.to_string();
     }
-    let _ = manifest::pod_deadline(&run_spec, &POLICY);
+    let _ = mcp_k8s_ephemeral_job::engine::spec::run_deadline(&run_spec, &POLICY);
 });

@@ -25,35 +25,20 @@
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{Value, json};
-
-use crate::engine::cancel::CancelToken;
-use crate::engine::classify;
+use crate::cancel::CancelToken;
+use crate::engine::backend::{BackgroundRecord, Keep, Settled, Stop, Stored, Wording};
+use crate::engine::decide::SandboxState;
 use crate::engine::jobs::{Lookup, Phase, Seen, View};
-use crate::engine::manifest;
 use crate::engine::run::{self, Ctx, Followed, Progress};
-use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
-use crate::engine::verdict::{self, DecidedBy, Ended, Recorded, Settled};
-use crate::kube;
+use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
+use crate::engine::verdict::{self, DecidedBy, Ended, Recorded};
 use crate::log;
-use crate::runner::frame::Stream;
-
-/// Annotations of a background Job (the expiry is `manifest`'s).
-pub const ANNOTATION_TOKEN: &str = "mcp-k8s-ephemeral-job/job-token";
-pub const ANNOTATION_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
-/// The image and the program's name, so `list_jobs` can tell runs apart.
-/// Not the arguments: they are the caller's data (scripts, sometimes
-/// secrets), and a Job annotation keeps them in etcd, and its backups, for
-/// the whole retention (issue 12, finding 9).
-pub const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
-/// Set by `cancel`: the run was stopped on purpose, even if its pod (and
-/// the partial output in its log) is gone when another process looks.
-pub const ANNOTATION_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
+use crate::sandbox::frame::Stream;
 
 /// How long the runner may take to report the output so far after a
 /// cancel deleted its pod, before the follower is stopped outright.
 const CANCEL_DRAIN: Duration = Duration::from_secs(15);
-/// Longest program name kept in `ANNOTATION_COMMAND`.
+/// Longest program name kept in a run's record.
 const PROGRAM_NAME_CHARS: usize = 64;
 /// A follower that re-attaches gets at least this long to see the pod
 /// before the start or hard deadline (counted from the Job's creation)
@@ -77,7 +62,7 @@ pub enum Error {
     /// Too many background runs in flight.
     Full { running: usize },
     /// The cluster refused to create the run; the message says why.
-    Refused { message: String },
+    Refused { reason: Option<RunReason>, message: String },
     /// `cancel` on a run that has already finished.
     AlreadyFinished { token: String },
     /// An API call failed.
@@ -99,7 +84,7 @@ impl fmt::Display for Error {
                 formatter,
                 "{running} background jobs are in flight, the most this server allows (MCP_K8S_MAX_CONCURRENT + MCP_K8S_MAX_QUEUED); fetch or cancel some, then retry"
             ),
-            Error::Refused { message } => write!(formatter, "{message}"),
+            Error::Refused { message, .. } => write!(formatter, "{message}"),
             Error::AlreadyFinished { token } => {
                 write!(formatter, "job `{token}` has already finished; fetch_job returns its result")
             }
@@ -156,21 +141,20 @@ pub fn submit(ctx: &Ctx, spec: &RunSpec) -> Result<Submitted, Error> {
     // Nobody waits on a background run, so it waits for capacity (a node
     // freeing CPU) up to its start timeout instead of the sync grace.
     followed.unschedulable_grace = None;
-    let retention = manifest::Retention {
-        expires_at: run::rfc3339_after(
-            manifest::pod_deadline(spec, &ctx.policy) + manifest::JOB_DEADLINE_SLACK + ctx.jobs.limits().result_ttl,
-        ),
-        finished_ttl: ctx.jobs.limits().result_ttl,
-        background: Some(background_annotations(spec, &token)),
+    let result_ttl = ctx.jobs.limits().result_ttl;
+    let keep = Keep::Background {
+        record: BackgroundRecord { token: token.clone(), timeout_s: spec.timeout.as_secs(), command: command_summary(spec) },
+        result_ttl,
+        expires_at: SystemTime::now() + run_deadline(spec, &ctx.policy) + run::EXPIRY_SLACK + result_ttl,
     };
-    let created = match run::create(ctx, spec, &run_id, &retention) {
+    let created = match run::create(ctx, spec, &run_id, keep) {
         Ok(created) => created,
         Err(outcome) => {
             ctx.jobs.remove(&run_id);
-            return Err(Error::Refused { message: outcome.message });
+            return Err(Error::Refused { reason: outcome.reason, message: outcome.message });
         }
     };
-    let created_at = time_of(&created.job["metadata"]["creationTimestamp"]);
+    let created_at = created.created_at;
     start_follower(ctx, &run_id, followed, created_at, cancel);
     Ok(Submitted { token, run_id })
 }
@@ -208,14 +192,10 @@ pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
     if view.phase == Phase::Finished {
         return Err(Error::AlreadyFinished { token: token.to_string() });
     }
-    let namespace = &ctx.policy.namespace;
-    // A Job that already ended, but whose log is still being read here,
-    // must keep its pod: the result is in that log.
-    let job = ctx
-        .client
-        .get_if_exists(kube::Resource::JOBS, namespace, &manifest::job_name(&run_id))
-        .map_err(|error| Error::Api { what: "look up the Job", message: error.to_string() })?;
-    if job.as_ref().is_some_and(|job| job_finished_at(job).is_some() || verdict::recorded(job).is_some()) {
+    // A run that already ended, but whose output is still being read
+    // here, must keep its sandbox: the result is in that output.
+    let stored = ctx.backend.find(&run_id).map_err(api)?;
+    if stored.as_ref().is_some_and(|stored| stored.ended_at.is_some() || stored.verdict.is_some()) {
         // Let this process's follower take the ended run's result first, so
         // a fetch_job right after this answer has it.
         ctx.jobs.wait(&run_id, Instant::now() + CANCEL_DRAIN, &CancelToken::new(), &mut Seen::default(), &mut |_, _| {});
@@ -224,13 +204,12 @@ pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
     let Some(follower) = ctx.jobs.request_cancel(&run_id) else {
         return Err(Error::Unknown { token: token.to_string() });
     };
-    let patch = json!({"metadata": {"annotations": {ANNOTATION_CANCELLED_AT: log::rfc3339_utc(SystemTime::now())}}});
-    if let Err(error) = ctx.client.merge_patch(kube::Resource::JOBS, namespace, &manifest::job_name(&run_id), &patch) {
+    if let Err(error) = ctx.backend.mark_cancelled(&run_id, SystemTime::now()) {
         // The run is still stopped; only another process's view of why
-        // its pod vanished is poorer.
-        log::warn("could not mark the job cancelled", &[("run_id", run_id.as_str().into()), ("error", error.to_string().into())]);
+        // its sandbox vanished is poorer.
+        log::warn("could not mark the run cancelled", &[("run_id", run_id.as_str().into()), ("error", error.to_string().into())]);
     }
-    delete_pods(ctx, &run_id);
+    stop_all(ctx, &run_id);
     let thread_ctx = ctx.clone();
     let thread_run_id = run_id.clone();
     let spawned = std::thread::Builder::new()
@@ -261,26 +240,13 @@ fn finish_cancel(ctx: &Ctx, run_id: &str, follower: &CancelToken) {
         follower.cancel();
         ctx.jobs.wait(run_id, Instant::now() + CANCEL_DRAIN, &never, &mut seen, &mut |_, _| {});
     }
-    delete_pods(ctx, run_id);
+    stop_all(ctx, run_id);
 }
 
 /// The background Jobs in the namespace, newest first.
 pub fn list(ctx: &Ctx) -> Result<Vec<Listed>, Error> {
-    let params = kube::ListParams {
-        label_selector: Some(format!(
-            "{}={},{}={}",
-            manifest::LABEL_MANAGED_BY,
-            manifest::MANAGED_BY,
-            manifest::LABEL_MODE,
-            manifest::MODE_BACKGROUND
-        )),
-        field_selector: None,
-    };
-    let jobs = ctx
-        .client
-        .list(kube::Resource::JOBS, &ctx.policy.namespace, &params)
-        .map_err(|error| Error::Api { what: "list the background Jobs", message: error.to_string() })?;
-    let mut listed: Vec<Listed> = jobs.items.iter().filter_map(|job| listed_job(ctx, job)).collect();
+    let stored = ctx.backend.list().map_err(api)?;
+    let mut listed: Vec<Listed> = stored.iter().filter_map(|stored| listed_run(ctx, stored)).collect();
     listed.sort_by_key(|listed| std::cmp::Reverse(listed.created));
     Ok(listed)
 }
@@ -322,50 +288,43 @@ fn ensure_known(ctx: &Ctx, token: &str) -> Result<(String, View), Error> {
 /// Job must carry exactly this token, so a token with a forged time does
 /// not reach it.
 fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
-    let namespace = &ctx.policy.namespace;
-    let job = ctx
-        .client
-        .get_if_exists(kube::Resource::JOBS, namespace, &manifest::job_name(run_id))
-        .map_err(|error| Error::Api { what: "look up the Job", message: error.to_string() })?;
-    let Some(job) = job.filter(|job| annotation(job, ANNOTATION_TOKEN) == Some(token)) else {
+    let stored = ctx.backend.find(run_id).map_err(api)?;
+    let Some(stored) = stored.filter(|stored| stored.token == token) else {
         return Err(gone(ctx, token));
     };
-    let recorded = verdict::recorded(&job);
-    let ended_at = recorded.as_ref().and_then(|recorded| recorded.ended_at).or_else(|| job_finished_at(&job));
+    let recorded = stored.verdict.clone();
+    let ended_at = recorded.as_ref().and_then(|recorded| recorded.ended_at).or(stored.ended_at);
     if ended_at.is_some_and(|at| at + ctx.jobs.limits().result_ttl <= SystemTime::now()) {
-        // The TTL controller has not got to it yet; the result is expired
-        // all the same.
+        // The backend's expiry has not got to it yet; the result is
+        // expired all the same.
         return Err(expired(ctx, token));
     }
-    let pods = ctx
-        .client
-        .list(kube::Resource::PODS, namespace, &run_selector(run_id))
-        .map_err(|error| Error::Api { what: "list the job's pods", message: error.to_string() })?;
-    let pod = pods.items.into_iter().max_by_key(|pod| pod["metadata"]["creationTimestamp"].as_str().unwrap_or_default().to_string());
-    let created = time_of(&job["metadata"]["creationTimestamp"]);
+    let created = stored.created_at;
     let cancel = CancelToken::new();
     if !ctx.jobs.insert_found(run_id, token, created.unwrap_or_else(SystemTime::now), cancel.clone()) {
         return Ok(());
     }
     log::info("re-attaching to a background job", &[("run_id", run_id.into())]);
-    let followed = followed_from_job(ctx, &job);
-    match (&recorded, &pod) {
-        // The runner's verdict, and its log is still there: read the
-        // output; `follow_to_end` keeps the recorded verdict.
+    let followed = followed_from_stored(ctx, &stored);
+    let sandbox_state = stored.sandbox.as_ref().map(|sighting| &sighting.view.state);
+    match (&recorded, sandbox_state) {
+        // The runner's verdict, and its output is still there: read it;
+        // `follow_to_end` keeps the recorded verdict.
         (Some(recorded), Some(_)) if recorded.by == DecidedBy::Runner => follow_to_end(ctx, run_id, &followed, created, &cancel),
         (Some(recorded), _) => {
-            let outcome = outcome_without_pod(run_id, &job, created, Some(recorded));
+            let outcome = outcome_without_sandbox(run_id, ctx.backend.wording(), &stored, created, Some(recorded));
             ctx.jobs.finish(run_id, outcome, ended_at.unwrap_or_else(SystemTime::now));
         }
-        (None, None) if job_finished_at(&job).is_some() => {
-            let ended = Ended { outcome: outcome_without_pod(run_id, &job, created, None), by: DecidedBy::Server };
+        (None, None) if stored.ended_at.is_some() => {
+            let ended =
+                Ended { outcome: outcome_without_sandbox(run_id, ctx.backend.wording(), &stored, created, None), by: DecidedBy::Server };
             record_and_finish(ctx, run_id, ended, ended_at.unwrap_or_else(SystemTime::now));
         }
-        (None, Some(pod)) if job_finished_at(&job).is_some() || classify::finished_pod(pod).is_some() => {
+        (None, Some(state)) if stored.ended_at.is_some() || matches!(state, SandboxState::Finished { .. }) => {
             follow_to_end(ctx, run_id, &followed, created, &cancel);
         }
-        (None, pod) => {
-            if pod.as_ref().is_some_and(|pod| classify::pod_state(pod) == classify::PodState::Running) {
+        (None, state) => {
+            if state == Some(&SandboxState::Running) {
                 ctx.jobs.set_phase(run_id, Phase::Running);
             }
             start_follower(ctx, run_id, followed, created, cancel);
@@ -393,8 +352,8 @@ fn start_follower(ctx: &Ctx, run_id: &str, followed: Followed, created: Option<S
 
 fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<SystemTime>, cancel: &CancelToken) {
     let started = Instant::now();
-    // Re-attached runs may have one too; deleting a missing Secret is no error.
-    let inputs = run::InputsSecret::new(true);
+    // Re-attached runs may have inputs too; dropping missing ones is no error.
+    let inputs = run::InputsUsed::new();
     let on_progress = |progress: Progress| {
         inputs.on_progress(ctx, run_id, &progress);
         match progress {
@@ -405,16 +364,17 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
     };
     let mut ended = run::follow(ctx, followed, run_id, cancel, &on_progress);
     ended.outcome.times.created = created;
-    // The Job as it is now: whether another process cancelled it, and when
-    // it ended if that was before this process re-read it.
-    let job = ctx.client.get_if_exists(kube::Resource::JOBS, &ctx.policy.namespace, &manifest::job_name(run_id));
-    let job = job.ok().flatten().unwrap_or_default();
+    // The record as it is now: whether another process cancelled the run,
+    // and when it ended if that was before this process re-read it.
+    let stored = ctx.backend.find(run_id).ok().flatten();
+    let marked_cancelled = stored.as_ref().is_some_and(|stored| stored.cancelled_at.is_some());
     let cancel_requested = matches!(ctx.jobs.lookup(run_id), Lookup::Found(view) if view.cancel_requested);
-    if (cancel_requested || annotation(&job, ANNOTATION_CANCELLED_AT).is_some()) && mark_cancelled(&mut ended.outcome) {
+    if (cancel_requested || marked_cancelled) && mark_cancelled(&mut ended.outcome, ctx.backend.wording()) {
         ended.by = DecidedBy::Server;
     }
     run::log_finished(run_id, &ended.outcome, started);
-    record_and_finish(ctx, run_id, ended, job_finished_at(&job).unwrap_or_else(SystemTime::now));
+    let ended_at = stored.and_then(|stored| stored.ended_at).unwrap_or_else(SystemTime::now);
+    record_and_finish(ctx, run_id, ended, ended_at);
 }
 
 /// Makes the end final on the Job (issue 12, findings 1 and 11), then
@@ -423,9 +383,9 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
 /// entry goes, and the next `fetch_job` reads the cluster again, so this
 /// process never holds a result the Job does not.
 fn record_and_finish(ctx: &Ctx, run_id: &str, mut ended: Ended, ended_at: SystemTime) {
-    match verdict::settle(ctx, run_id, &ended, verdict::Record::Yes) {
+    match verdict::settle(ctx.backend.as_ref(), run_id, &ended, verdict::Record::Yes) {
         Ok(Settled::AlreadyRecorded(recorded)) => verdict::apply(&mut ended.outcome, &recorded),
-        Ok(Settled::Recorded | Settled::NoJob) => {}
+        Ok(Settled::Recorded | Settled::NoRecord) => {}
         Err(error) => {
             log::warn(
                 "the outcome could not be recorded on the job; the next fetch_job reads the cluster again",
@@ -435,28 +395,34 @@ fn record_and_finish(ctx: &Ctx, run_id: &str, mut ended: Ended, ended_at: System
             return;
         }
     }
-    run::delete_inputs_secret(ctx, run_id);
+    ctx.backend.inputs_used(run_id);
     ctx.jobs.finish(run_id, ended.outcome, ended_at);
 }
 
 /// A cancelled run whose runner could not report in time ends as
 /// `cancelled`, not as a lost result; one that finished on its own first
 /// keeps its real outcome. Returns whether it changed the outcome.
-fn mark_cancelled(outcome: &mut RunOutcome) -> bool {
+fn mark_cancelled(outcome: &mut RunOutcome, wording: &Wording) -> bool {
     if matches!(outcome.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled) {
         return false;
     }
     outcome.status = RunStatus::Cancelled;
     outcome.reason = Some(RunReason::Cancelled);
-    outcome.message = "the job was cancelled (cancel_job) and its pod deleted; the output read so far is included".into();
+    outcome.message = format!("the job was cancelled (cancel_job) and its {} deleted; the output read so far is included", wording.sandbox);
     true
 }
 
-/// The outcome of a finished Job whose pod (and so its log) is gone, or
-/// whose verdict was recorded by the process that decided it.
-fn outcome_without_pod(run_id: &str, job: &Value, created: Option<SystemTime>, recorded: Option<&Recorded>) -> RunOutcome {
+/// The outcome of a finished run whose sandbox (and so its output) is
+/// gone, or whose verdict was recorded by the process that decided it.
+fn outcome_without_sandbox(
+    run_id: &str,
+    wording: &Wording,
+    stored: &Stored,
+    created: Option<SystemTime>,
+    recorded: Option<&Recorded>,
+) -> RunOutcome {
     let cancelled = recorded.is_none_or(|recorded| recorded.status == RunStatus::Cancelled);
-    let mut outcome = match annotation(job, ANNOTATION_CANCELLED_AT).filter(|_| cancelled) {
+    let mut outcome = match stored.cancelled_at.as_deref().filter(|_| cancelled) {
         Some(at) => {
             // An earlier version wrote the output's tail onto the Job for
             // this case; the caller's output does not belong in etcd for
@@ -478,7 +444,10 @@ fn outcome_without_pod(run_id: &str, job: &Value, created: Option<SystemTime>, r
             Some(recorded) => {
                 let mut outcome = verdict::outcome_of(run_id, recorded);
                 if recorded.by == DecidedBy::Runner {
-                    outcome.notes.push("the pod and its log are gone, so the output cannot be returned; the status is the one recorded when the job ended".into());
+                    outcome.notes.push(format!(
+                        "the {} and its output are gone, so the output cannot be returned; the status is the one recorded when the job ended",
+                        wording.sandbox
+                    ));
                 }
                 outcome
             }
@@ -486,7 +455,10 @@ fn outcome_without_pod(run_id: &str, job: &Value, created: Option<SystemTime>, r
                 run_id,
                 RunStatus::Error,
                 RunReason::ResultLost,
-                "the Job finished but its pod and log are gone (deleted or garbage-collected), so the result cannot be read; submit the job again".into(),
+                format!(
+                    "the job finished but its {} and output are gone (deleted or garbage-collected), so the result cannot be read; submit the job again",
+                    wording.sandbox
+                ),
             ),
         },
     };
@@ -494,87 +466,56 @@ fn outcome_without_pod(run_id: &str, job: &Value, created: Option<SystemTime>, r
     outcome
 }
 
-fn delete_pods(ctx: &Ctx, run_id: &str) {
-    let namespace = &ctx.policy.namespace;
-    let pods = match ctx.client.list(kube::Resource::PODS, namespace, &run_selector(run_id)) {
-        Ok(pods) => pods.items,
-        Err(error) => {
-            log::warn("could not list the job's pods to cancel it", &[("run_id", run_id.into()), ("error", error.to_string().into())]);
-            return;
-        }
-    };
-    for pod in pods {
-        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-        if let Err(error) = ctx.client.delete(kube::Resource::PODS, namespace, name) {
-            log::warn("could not delete the job's pod", &[("pod", name.into()), ("error", error.to_string().into())]);
-        }
+/// Deletes every sandbox of a cancelled run. Failures are the backend's
+/// to log: the run's own deadline stops it anyway.
+fn stop_all(ctx: &Ctx, run_id: &str) {
+    if let Err(error) = ctx.backend.stop(run_id, Stop::All) {
+        log::warn("could not stop the run's sandboxes", &[("run_id", run_id.into()), ("error", error.to_string().into())]);
     }
 }
 
-fn run_selector(run_id: &str) -> kube::ListParams {
-    kube::ListParams { label_selector: Some(format!("{}={run_id}", manifest::LABEL_RUN_ID)), field_selector: None }
-}
-
-/// The deadlines and judging facts of a Job this process did not create,
-/// counted from the Job's creation (with `ATTACH_GRACE` to see the pod).
-fn followed_from_job(ctx: &Ctx, job: &Value) -> Followed {
-    let pod_spec = &job["spec"]["template"]["spec"];
-    let pod_deadline = Duration::from_secs(pod_spec["activeDeadlineSeconds"].as_u64().unwrap_or(0));
-    let timeout = annotation(job, ANNOTATION_TIMEOUT_S).and_then(|text| text.parse().ok()).map(Duration::from_secs);
-    let memory_limit = pod_spec["containers"]
-        .as_array()
-        .and_then(|containers| containers.iter().find(|container| container["name"] == manifest::MAIN_CONTAINER))
-        .and_then(|main| main["resources"]["limits"]["memory"].as_str())
-        .map(str::to_string);
-    let age = time_of(&job["metadata"]["creationTimestamp"])
-        .and_then(|created| SystemTime::now().duration_since(created).ok())
-        .unwrap_or_default();
+/// The deadlines and judging facts of a run this process did not create,
+/// counted from its creation (with `ATTACH_GRACE` to see the sandbox).
+fn followed_from_stored(ctx: &Ctx, stored: &Stored) -> Followed {
+    let age = stored.created_at.and_then(|created| SystemTime::now().duration_since(created).ok()).unwrap_or_default();
     let now = Instant::now();
     let since_creation = |after: Duration| (now + after.saturating_sub(age)).max(now + ATTACH_GRACE);
     Followed {
-        timeout: timeout.unwrap_or(pod_deadline),
-        memory_limit,
+        timeout: stored.timeout.unwrap_or(stored.run_deadline),
+        memory_limit: stored.memory_limit.clone(),
         start_deadline: since_creation(ctx.policy.start_timeout),
         unschedulable_grace: None,
-        hard_deadline: since_creation(pod_deadline + run::HARD_DEADLINE_SLACK),
+        hard_deadline: since_creation(stored.run_deadline + run::HARD_DEADLINE_SLACK),
     }
 }
 
-fn listed_job(ctx: &Ctx, job: &Value) -> Option<Listed> {
-    let token = annotation(job, ANNOTATION_TOKEN)?.to_string();
+fn listed_run(ctx: &Ctx, stored: &Stored) -> Option<Listed> {
+    let token = stored.token.clone();
     let (run_id, _) = parse_token(&token)?;
     let known = match ctx.jobs.lookup(&run_id) {
         Lookup::Found(view) if view.token == token => Some(view),
         _ => None,
     };
-    let recorded = verdict::recorded(job);
+    let recorded = stored.verdict.as_ref();
     let phase = match &known {
         Some(view) => view.phase,
-        None if job_finished_at(job).is_some() || recorded.is_some() => Phase::Finished,
-        None if job["status"]["active"].as_u64().unwrap_or(0) > 0 => Phase::Running,
+        None if stored.ended_at.is_some() || recorded.is_some() => Phase::Finished,
+        None if stored.active => Phase::Running,
         None => Phase::Pending,
     };
     Some(Listed {
         token,
-        created: time_of(&job["metadata"]["creationTimestamp"]),
+        created: stored.created_at,
         phase,
         result_status: known
             .as_ref()
             .and_then(|view| view.outcome.as_ref())
             .map(|outcome| outcome.status)
             .or(recorded.map(|recorded| recorded.status)),
-        cancelled: annotation(job, ANNOTATION_CANCELLED_AT).is_some() || known.is_some_and(|view| view.cancel_requested),
-        command: annotation(job, ANNOTATION_COMMAND).unwrap_or_default().to_string(),
-        expires_at: annotation(job, manifest::ANNOTATION_EXPIRES_AT).unwrap_or_default().to_string(),
+        cancelled: stored.cancelled_at.is_some() || known.is_some_and(|view| view.cancel_requested),
+        command: stored.command.clone(),
+        expires_at: stored.expires_at.clone(),
     })
-}
-
-fn background_annotations(spec: &RunSpec, token: &str) -> serde_json::Map<String, Value> {
-    let mut annotations = serde_json::Map::new();
-    annotations.insert(ANNOTATION_TOKEN.to_string(), json!(token));
-    annotations.insert(ANNOTATION_TIMEOUT_S.to_string(), json!(spec.timeout.as_secs().to_string()));
-    annotations.insert(ANNOTATION_COMMAND.to_string(), json!(command_summary(spec)));
-    annotations
 }
 
 /// `image program`: the program's file name without its folder or its
@@ -586,15 +527,6 @@ fn command_summary(spec: &RunSpec) -> String {
         Some((cut, _)) => format!("{} {}…", spec.image, &name[..cut]),
         None => format!("{} {name}", spec.image),
     }
-}
-
-/// When the Job reached `Complete` or `Failed`, if it has.
-fn job_finished_at(job: &Value) -> Option<SystemTime> {
-    let conditions = job["status"]["conditions"].as_array()?;
-    let finished = conditions
-        .iter()
-        .find(|condition| matches!(condition["type"].as_str(), Some("Complete" | "Failed")) && condition["status"] == "True")?;
-    Some(time_of(&finished["lastTransitionTime"]).unwrap_or_else(SystemTime::now))
 }
 
 /// The error for a token whose Job is not in the cluster: expired if its
@@ -611,12 +543,8 @@ fn expired(ctx: &Ctx, token: &str) -> Error {
     Error::Expired { token: token.to_string(), result_ttl_s: ctx.jobs.limits().result_ttl.as_secs() }
 }
 
-fn annotation<'a>(object: &'a Value, name: &str) -> Option<&'a str> {
-    object["metadata"]["annotations"][name].as_str()
-}
-
-fn time_of(value: &Value) -> Option<SystemTime> {
-    classify::parse_time(value.as_str()?)
+fn api(error: crate::engine::backend::Error) -> Error {
+    Error::Api { what: error.what, message: error.message }
 }
 
 #[cfg(test)]
@@ -677,19 +605,8 @@ mod tests {
         ];
         for (before, after) in cases {
             let mut outcome = RunOutcome::without_result("r", before, RunReason::ResultLost, "m".into());
-            assert_eq!(mark_cancelled(&mut outcome), before != after, "{before:?}");
+            assert_eq!(mark_cancelled(&mut outcome, &crate::engine::outcome::POD_WORDING), before != after, "{before:?}");
             assert_eq!(outcome.status, after, "{before:?}");
         }
-    }
-
-    #[test]
-    fn a_job_is_finished_by_its_complete_or_failed_condition() {
-        let job = |conditions: Value| json!({"status": {"conditions": conditions}});
-        let at = "2026-01-01T00:00:00Z";
-        assert!(job_finished_at(&job(json!([{"type": "Complete", "status": "True", "lastTransitionTime": at}]))).is_some());
-        assert!(job_finished_at(&job(json!([{"type": "Failed", "status": "True", "lastTransitionTime": at}]))).is_some());
-        assert!(job_finished_at(&job(json!([{"type": "Suspended", "status": "True"}]))).is_none());
-        assert!(job_finished_at(&job(json!([{"type": "Failed", "status": "False"}]))).is_none());
-        assert!(job_finished_at(&json!({})).is_none());
     }
 }

@@ -5,12 +5,8 @@
 use std::io::BufRead;
 
 use crate::engine::spec::Artifact;
-use crate::runner::frame::{self, Frame, RunResult, Stream};
+use crate::sandbox::frame::{self, Frame, MAX_LINE_BYTES, RunResult, Stream};
 
-/// Longest log line kept; the runner's own frames stay far below this, so
-/// a longer line is something else (a process writing to the container's
-/// stdout directly) and is skipped.
-pub const MAX_LINE_BYTES: usize = 1 << 20;
 /// Room for the runner's "bytes omitted" marker on top of the output cap.
 const CAPTURE_MARKER_SLACK: usize = 256;
 
@@ -212,7 +208,7 @@ pub fn read_line_bounded(reader: &mut dyn BufRead, line: &mut Vec<u8>, max: usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::frame::{ArtifactChunk, ArtifactHeader, Output};
+    use crate::sandbox::frame::{ArtifactChunk, ArtifactHeader, Output};
 
     fn line(frame: Frame) -> String {
         frame::encode(&frame)

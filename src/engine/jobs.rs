@@ -18,9 +18,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::engine::cancel::CancelToken;
+use crate::cancel::CancelToken;
 use crate::engine::spec::RunOutcome;
-use crate::runner::frame::Stream;
+use crate::sandbox::frame::Stream;
 
 /// How much the store may hold.
 #[derive(Clone, Debug)]

@@ -1,14 +1,14 @@
-//! The job engine: turns a checked `RunSpec` into a Job, follows it and
-//! returns a `RunOutcome`. Knows Kubernetes through `kube`, nothing of MCP.
+//! The run engine, backend-neutral: turns a checked `RunSpec` into a
+//! sandbox through the port in `backend`, follows it, lets `decide` (a pure
+//! state machine) say how it ended, and returns a `RunOutcome`. Knows no
+//! Kubernetes, no Docker and nothing of MCP.
 
+pub mod backend;
 pub mod background;
-pub mod cancel;
-pub mod classify;
 pub mod collect;
+pub mod decide;
 pub mod jobs;
-pub mod manifest;
 pub mod outcome;
-pub mod permissions;
 pub mod reaper;
 pub mod run;
 pub mod slots;

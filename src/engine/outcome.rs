@@ -4,9 +4,34 @@
 
 use std::time::Duration;
 
-use crate::engine::classify::{self, Finished};
+use crate::engine::backend::Wording;
 use crate::engine::collect::Collector;
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus, Truncation};
+
+/// How the sandbox ended, as the backend saw it (for Kubernetes: the
+/// pod's status, read by `classify`).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Finished {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The container's terminated reason (`Completed`, `Error`, `OOMKilled`).
+    pub container_reason: Option<String>,
+    /// The container's terminated message: for `StartError`, the runtime's
+    /// text ("unable to set memory limit…", "argument list too long").
+    pub container_message: Option<String>,
+    /// The pod's status reason (`Evicted`, `DeadlineExceeded`).
+    pub pod_reason: Option<String>,
+    pub pod_message: Option<String>,
+    /// The pod's `DisruptionTarget` condition, `reason: message`: set by
+    /// the kubelet or the control plane when they stop a pod (eviction,
+    /// preemption, node shutdown), never by a plain delete.
+    pub disruption: Option<String>,
+    /// The pod has a `deletionTimestamp` or is gone: someone deleted it.
+    pub deleted: bool,
+    /// The runtime never started the command's process; its text, for the
+    /// caller as it is.
+    pub start_failure: Option<String>,
+}
 
 /// The facts a finished run is judged on, besides the collected log.
 pub struct Judged<'a> {
@@ -18,6 +43,8 @@ pub struct Judged<'a> {
     /// cancel). Only then is a runner that got SIGTERM `cancelled`: the
     /// runner cannot tell who sent the signal (issue 12, finding 2).
     pub cancel_requested: bool,
+    /// What the backend's users call its parts.
+    pub wording: &'a Wording,
 }
 
 /// Builds the outcome of a run whose main container ran. `collector` holds
@@ -87,7 +114,11 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
     } else if result.pids_fork_failures > 0 && result.exit_code != Some(0) {
         // Before OOM: a fork storm under a memory limit fills memory too,
         // and "raise limits.memory" would be the wrong advice.
-        (RunStatus::Failed, Some(RunReason::PidsExhausted), pids_message(result.pids_fork_failures, result.oom_killed || oom_by_kubelet))
+        (
+            RunStatus::Failed,
+            Some(RunReason::PidsExhausted),
+            pids_message(facts.wording, result.pids_fork_failures, result.oom_killed || oom_by_kubelet),
+        )
     } else if result.oom_killed || oom_by_kubelet {
         (RunStatus::Failed, Some(RunReason::OomKilled), oom_message(facts))
     } else if result.exit_code == Some(0) {
@@ -100,8 +131,10 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
     };
     if result.pids_fork_failures > 0 && reason != Some(RunReason::PidsExhausted) {
         outcome.notes.push(format!(
-            "{} refused: the pod reached its process limit (the kubelet's podPidsLimit)",
-            process_creations(result.pids_fork_failures)
+            "{} refused: the {} reached its process limit ({})",
+            process_creations(result.pids_fork_failures),
+            facts.wording.sandbox,
+            facts.wording.pids_limit
         ));
     }
     outcome.status = status;
@@ -112,10 +145,12 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
 
 /// Issue 12, finding 7: a fork storm used to end as OOMKilled with the
 /// advice to raise limits.memory.
-fn pids_message(fork_failures: u64, also_oom: bool) -> String {
+fn pids_message(wording: &Wording, fork_failures: u64, also_oom: bool) -> String {
     let oom = if also_oom { "; it also ran out of memory, which so many processes cause" } else { "" };
     format!(
-        "the command reached the pod's process limit (the kubelet's podPidsLimit): {} failed with EAGAIN{oom}; start fewer processes or threads",
+        "the command reached the {}'s process limit ({}): {} failed with EAGAIN{oom}; start fewer processes or threads",
+        wording.sandbox,
+        wording.pids_limit,
         process_creations(fork_failures)
     )
 }
@@ -126,7 +161,7 @@ fn process_creations(count: u64) -> String {
 
 fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOutcome) -> RunOutcome {
     let pod_reason = facts.finished.and_then(|f| f.pod_reason.as_deref());
-    let start_failure = facts.finished.and_then(classify::start_failure);
+    let start_failure = facts.finished.and_then(|finished| finished.start_failure.clone());
     let (status, reason, message) = if facts.cancel_requested {
         cancelled()
     } else if let Some(message) = start_failure {
@@ -139,16 +174,18 @@ fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOu
         (
             RunStatus::TimedOut,
             RunReason::DeadlineExceeded,
-            "the pod's deadline passed before the runner could report; the output so far is included".to_string(),
+            format!("the {}'s deadline passed before the runner could report; the output so far is included", facts.wording.sandbox),
         )
     } else if facts.finished.is_some_and(|f| f.deleted) {
-        (RunStatus::Error, RunReason::PodDeleted, POD_DELETED.to_string())
+        (RunStatus::Error, RunReason::PodDeleted, deleted_message(facts.wording))
     } else {
         (
             RunStatus::Error,
             RunReason::ResultLost,
-            "the pod ended without the runner's result (the container was killed or its log was lost); the live output so far is included"
-                .to_string(),
+            format!(
+                "the {} ended without the runner's result (the command's process was killed or its output was lost); the live output so far is included",
+                facts.wording.sandbox
+            ),
         )
     };
     outcome.status = status;
@@ -157,7 +194,12 @@ fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOu
     outcome
 }
 
-const POD_DELETED: &str = "the pod was deleted by something other than this server (kubectl delete, a controller, a node drain), so the command was stopped; the output so far is included; run the job again";
+fn deleted_message(wording: &Wording) -> String {
+    format!(
+        "the {} was deleted by something other than this server ({}), so the command was stopped; the output so far is included; run the job again",
+        wording.sandbox, wording.outside_deleters
+    )
+}
 
 /// A runner that reports SIGTERM: a cancel when this server asked for one,
 /// else whatever the pod's status says stopped it.
@@ -172,11 +214,14 @@ fn stopped_on_request(facts: &Judged) -> (RunStatus, RunReason, String) {
         return (
             RunStatus::TimedOut,
             RunReason::DeadlineExceeded,
-            "the pod's deadline passed and the kubelet stopped the command; the output so far is included".to_string(),
+            format!(
+                "the {}'s deadline passed and {} stopped the command; the output so far is included",
+                facts.wording.sandbox, facts.wording.stopper
+            ),
         );
     }
     if facts.finished.is_some_and(|f| f.deleted) {
-        return (RunStatus::Error, RunReason::PodDeleted, POD_DELETED.to_string());
+        return (RunStatus::Error, RunReason::PodDeleted, deleted_message(facts.wording));
     }
     (
         RunStatus::Error,
@@ -199,7 +244,8 @@ fn eviction_message(facts: &Judged) -> Option<String> {
         finished.disruption.clone()?
     };
     Some(format!(
-        "the pod was evicted: {}; the workdir may have outgrown its size limit (MCP_K8S_WORKDIR_SIZE), or the node ran short of resources",
+        "the {} was evicted: {}; the workdir may have outgrown its size limit (MCP_K8S_WORKDIR_SIZE), or the node ran short of resources",
+        facts.wording.sandbox,
         text.trim()
     ))
 }
@@ -222,10 +268,21 @@ fn oom_message(facts: &Judged) -> String {
     }
 }
 
+/// The Kubernetes backend's words, for the engine's own tests (which may
+/// not import a backend).
+#[cfg(test)]
+pub(crate) const POD_WORDING: Wording = Wording {
+    sandbox: "pod",
+    stopper: "the kubelet",
+    pids_limit: "the kubelet's podPidsLimit",
+    outside_deleters: "kubectl delete, a controller, a node drain",
+    api: "the API server",
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::frame::{self, Frame, Output, RunResult, Stream};
+    use crate::sandbox::frame::{self, Frame, Output, RunResult, Stream};
 
     fn result() -> RunResult {
         RunResult {
@@ -257,6 +314,7 @@ mod tests {
             memory_limit: Some("64Mi"),
             finished: finished.as_ref(),
             cancel_requested,
+            wording: &POD_WORDING,
         };
         judge(&facts, collector)
     }
@@ -390,6 +448,11 @@ mod tests {
             container_reason: Some("StartError".into()),
             container_message: Some("unable to set memory limit to 64 (current usage: 2117632)".into()),
             exit_code: Some(128),
+            // What the backend reads from such a status (`classify`).
+            start_failure: Some(
+                "the container runtime could not start the command (StartError): unable to set memory limit to 64 (current usage: 2117632)"
+                    .into(),
+            ),
             ..Finished::default()
         };
         // (name, runner result, kubelet view, this server cancelled, status, reason, text the message must hold)

@@ -1,108 +1,24 @@
-//! The reaper: deletes Jobs and Secrets labelled as ours whose expiry
-//! annotation has passed, at start and then periodically, so a server that
-//! crashed (or lost its connection) leaves nothing behind for long.
-//!
-//! Every object we create carries `manifest::ANNOTATION_EXPIRES_AT`: for a
-//! sync run its pod deadline plus slack (the server normally deletes it
-//! long before), for a background run that plus the result retention. The
-//! annotation is written by whichever replica created the object and read
-//! by any, so replicas never reap each other's live runs. Objects without
-//! the annotation are left to `ttlSecondsAfterFinished` and the garbage
-//! collector. Knows Kubernetes; nothing of MCP.
+//! The reaper's clock: asks the backend to delete every expired object
+//! this server created, at start and then every `REAP_EVERY`, so a server
+//! that crashed (or lost its connection) leaves nothing behind for long.
+//! What "expired" means and how it is deleted is the backend's.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
-
-use crate::engine::classify;
-use crate::engine::manifest;
-use crate::engine::run::Ctx;
-use crate::kube;
-use crate::log;
+use crate::engine::backend::Backend;
 
 /// How often the reaper looks.
 pub const REAP_EVERY: Duration = Duration::from_secs(60);
 
 /// Reaps once now, then every `every`, on its own thread, for the life of
 /// the process.
-pub fn start(ctx: Ctx, every: Duration) -> std::io::Result<()> {
+pub fn start(backend: Arc<dyn Backend>, every: Duration) -> std::io::Result<()> {
     std::thread::Builder::new().name("reaper".into()).spawn(move || {
         loop {
-            reap_once(&ctx);
+            backend.reap(SystemTime::now());
             std::thread::sleep(every);
         }
     })?;
     Ok(())
-}
-
-/// Deletes every expired Job and Secret; returns how many went. Failures
-/// are logged and retried next round.
-pub fn reap_once(ctx: &Ctx) -> usize {
-    let now = SystemTime::now();
-    let mut reaped = 0;
-    for resource in [kube::Resource::JOBS, kube::Resource::SECRETS] {
-        let params = kube::ListParams {
-            label_selector: Some(format!("{}={}", manifest::LABEL_MANAGED_BY, manifest::MANAGED_BY)),
-            field_selector: None,
-        };
-        let objects = match ctx.client.list(resource, &ctx.policy.namespace, &params) {
-            Ok(list) => list.items,
-            Err(error) => {
-                log::warn("reaper could not list", &[("resource", resource.plural.into()), ("error", error.to_string().into())]);
-                continue;
-            }
-        };
-        for object in objects.iter().filter(|object| is_expired(object, now)) {
-            let name = object["metadata"]["name"].as_str().unwrap_or_default();
-            // Background propagation: a Job's pods go with it.
-            match ctx.client.delete(resource, &ctx.policy.namespace, name) {
-                Ok(_) => {
-                    reaped += 1;
-                    log::info("reaped an expired object", &[("resource", resource.plural.into()), ("name", name.into())]);
-                }
-                Err(error) => log::warn("reaper could not delete", &[("name", name.into()), ("error", error.to_string().into())]),
-            }
-        }
-    }
-    reaped
-}
-
-/// Whether `object`'s expiry annotation is set and has passed.
-pub fn is_expired(object: &Value, now: SystemTime) -> bool {
-    object["metadata"]["annotations"][manifest::ANNOTATION_EXPIRES_AT]
-        .as_str()
-        .and_then(classify::parse_time)
-        .is_some_and(|expires_at| expires_at <= now)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn only_a_passed_expiry_counts() {
-        let now = classify::parse_time("2026-01-01T12:00:00Z").unwrap();
-        let object = |expires_at: Value| json!({"metadata": {"annotations": {manifest::ANNOTATION_EXPIRES_AT: expires_at}}});
-        assert!(is_expired(&object(json!("2026-01-01T11:59:59Z")), now));
-        assert!(is_expired(&object(json!("2026-01-01T12:00:00Z")), now));
-        assert!(!is_expired(&object(json!("2026-01-01T12:00:01Z")), now));
-        assert!(!is_expired(&object(json!("not a time")), now));
-        assert!(!is_expired(&json!({"metadata": {}}), now), "objects without the annotation are left alone");
-    }
-
-    #[test]
-    fn the_reaper_reads_the_expiry_every_job_and_secret_is_given() {
-        let retention =
-            manifest::Retention { expires_at: "2026-01-01T12:00:00Z".into(), finished_ttl: Duration::from_secs(300), background: None };
-        let mut job = json!({"kind": "Job", "metadata": {"labels": {}}, "spec": {}});
-        let mut secret = json!({"kind": "Secret", "metadata": {"labels": {}}});
-        manifest::apply_retention(&mut job, &retention);
-        manifest::apply_retention(&mut secret, &retention);
-        let after = classify::parse_time("2026-01-01T12:00:01Z").unwrap();
-        assert!(is_expired(&job, after) && is_expired(&secret, after));
-        assert_eq!(job["spec"]["ttlSecondsAfterFinished"], 300);
-        assert!(secret.get("spec").is_none(), "only Jobs have a TTL");
-        assert!(job["metadata"]["labels"].get(manifest::LABEL_MODE).is_none(), "sync runs are not listed");
-    }
 }

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crate::engine::cancel::CancelToken;
+use crate::cancel::CancelToken;
 
 #[derive(Clone)]
 pub struct Slots {

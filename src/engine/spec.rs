@@ -45,6 +45,17 @@ pub struct CloneSpec {
     pub subdir: String,
 }
 
+/// Slack on a run's deadline for collecting artifacts after the command.
+const COLLECT_SLACK: Duration = Duration::from_secs(30);
+
+/// The sandbox's own deadline, counted from its creation: start budget +
+/// command timeout + kill grace + time to collect artifacts. The runner
+/// enforces `timeout_s` itself; this only catches a sandbox that never gets
+/// that far, and every backend holds its sandbox to it.
+pub fn run_deadline(spec: &RunSpec, policy: &Policy) -> Duration {
+    policy.start_timeout + spec.timeout + crate::sandbox::KILL_GRACE + COLLECT_SLACK
+}
+
 /// What the operator configured, the same for every run.
 #[derive(Clone, Debug)]
 pub struct Policy {

@@ -1,40 +1,29 @@
-//! A run ends once (issue 12): its verdict is written onto its Job before
-//! anyone is told, and an end this server decided (start timeout,
+//! A run ends once (issue 12): its verdict is recorded by the backend
+//! before anyone is told, and an end this server decided (start timeout,
 //! unschedulable, lost result, an API failure it gave up on...) stops the
-//! sandbox for good first, so that a pod cannot run after the caller was
-//! told it did not.
+//! sandbox for good first, so that it cannot run after the caller was told
+//! it did not.
 //!
-//! The verdict is the annotation `ANNOTATION_OUTCOME`: status, reason,
-//! message, exit code and signal, who decided (the runner's result frame or
-//! this server) and when. Every replica and a restarted server read it
-//! before judging anything, and a process that finds one already written
-//! takes it instead of its own: the first writer wins, through the Job's
-//! `resourceVersion` as a precondition on the patch. Output is not part of
-//! it: a process re-reads that from the pod's log while the pod exists.
+//! The verdict is status, reason, message, exit code and signal, who
+//! decided (the runner's result frame or this server) and when, as one
+//! JSON text the backend keeps with the run (a Job annotation, a label).
+//! Every replica and a restarted server read it before judging anything,
+//! and a process that finds one already written takes it instead of its
+//! own: the first writer wins. Output is not part of it: a process re-reads
+//! that from the sandbox while it exists.
 //!
-//! Stopping for good: the Job's `activeDeadlineSeconds` is set to 1, so the
-//! Job controller fails the Job and deletes its pods and never creates
-//! another, then the run's pods that have not ended are deleted at once
-//! (a pod being deleted never starts a container). Knows Kubernetes and the
-//! engine's types; nothing of MCP.
+//! Knows the engine's types and the port; no backend, nothing of MCP.
 
 use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use crate::engine::classify;
-use crate::engine::manifest;
-use crate::engine::run::Ctx;
+use crate::engine::backend::{Backend, Error, Settled, Stop};
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus};
-use crate::kube;
 use crate::log;
 
-/// The verdict of a run, on its Job.
-pub const ANNOTATION_OUTCOME: &str = "mcp-k8s-ephemeral-job/outcome";
-/// Longest message kept in the annotation; annotations share 256 KiB.
+/// Longest message kept in a record (Kubernetes annotations share 256 KiB).
 const MESSAGE_CHARS: usize = 2000;
-/// Attempts at the conditional patch when another writer got in between.
-const PATCH_ATTEMPTS: usize = 4;
 
 /// Who decided a run's end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,7 +43,7 @@ pub struct Ended {
     pub by: DecidedBy,
 }
 
-/// A verdict read from a Job.
+/// A verdict as recorded with a run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Recorded {
     pub status: RunStatus,
@@ -66,57 +55,36 @@ pub struct Recorded {
     pub ended_at: Option<SystemTime>,
 }
 
-/// What `settle` found.
-#[derive(Debug, PartialEq)]
-pub enum Settled {
-    /// This process's verdict is now the Job's.
-    Recorded,
-    /// Another process (or an earlier life of this one) wrote first: its
-    /// verdict is the run's.
-    AlreadyRecorded(Recorded),
-    /// Nothing to record on: the Job is gone (a sync run, or deleted).
-    NoJob,
-}
-
-/// Whether the Job keeps the verdict: background Jobs do (any process
-/// reads it); a sync run's Job is deleted right after.
+/// Whether the verdict is recorded: background runs' are (any process
+/// reads it); a sync run's objects are removed right after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record {
     Yes,
     No,
 }
 
-/// Makes `ended` final: records it on the Job (with `Record::Yes`) and,
-/// when this server decided it, stops the run's pods for good. An `Err`
-/// means the verdict could not be written (the API did not answer): the
-/// caller must not present it as the run's final result.
-pub fn settle(ctx: &Ctx, run_id: &str, ended: &Ended, record: Record) -> Result<Settled, kube::Error> {
+/// Makes `ended` final: records it (with `Record::Yes`) and, when this
+/// server decided it, stops the run's sandbox for good. An `Err` means the
+/// verdict could not be written (the backend did not answer): the caller
+/// must not present it as the run's final result.
+pub fn settle(backend: &dyn Backend, run_id: &str, ended: &Ended, record: Record) -> Result<Settled, Error> {
     if ended.by == DecidedBy::Runner && record == Record::No {
-        return Ok(Settled::NoJob);
+        return Ok(Settled::NoRecord);
     }
     match record {
-        // A verdict that could not be written decides nothing yet: the pod
-        // is left alone, and the next reader judges again.
+        // A verdict that could not be written decides nothing yet: the
+        // sandbox is left alone, and the next reader judges again.
         Record::Yes => {
-            let settled = write(ctx, run_id, ended)?;
+            let settled = backend.record(run_id, &recorded_of(ended, SystemTime::now()))?;
             if ended.by == DecidedBy::Server && settled == Settled::Recorded {
-                delete_live_pods(ctx, run_id);
+                backend.stop(run_id, Stop::Live)?;
             }
             Ok(settled)
         }
-        // A sync run's caller is told either way, so its pods go even if
-        // the Job could not be patched.
-        Record::No => {
-            let stopped = stop_job(ctx, run_id);
-            delete_live_pods(ctx, run_id);
-            stopped.map(|()| Settled::NoJob)
-        }
+        // A sync run's caller is told either way, so its sandbox goes even
+        // if the stop could not be recorded.
+        Record::No => backend.stop(run_id, Stop::ForGood).map(|()| Settled::NoRecord),
     }
-}
-
-/// The verdict on `job`, if one was written.
-pub fn recorded(job: &Value) -> Option<Recorded> {
-    decode(job["metadata"]["annotations"][ANNOTATION_OUTCOME].as_str()?)
 }
 
 /// `outcome` with the recorded verdict in place of its own (the output it
@@ -141,21 +109,42 @@ pub fn outcome_of(run_id: &str, recorded: &Recorded) -> RunOutcome {
     outcome
 }
 
-/// The annotation's text (pure).
-pub fn encode(outcome: &RunOutcome, by: DecidedBy, ended_at: SystemTime) -> String {
+/// The verdict of `ended` at `ended_at`, its message cut to what a record
+/// keeps (pure).
+pub fn recorded_of(ended: &Ended, ended_at: SystemTime) -> Recorded {
+    let outcome = &ended.outcome;
     let mut message = outcome.message.clone();
     if let Some((cut, _)) = message.char_indices().nth(MESSAGE_CHARS) {
         message.truncate(cut);
         message.push('…');
     }
+    Recorded {
+        status: outcome.status,
+        reason: outcome.reason,
+        message,
+        exit_code: outcome.exit_code,
+        signal: outcome.signal,
+        by: ended.by,
+        ended_at: Some(ended_at),
+    }
+}
+
+/// The verdict's text for `outcome` (pure).
+pub fn encode(outcome: &RunOutcome, by: DecidedBy, ended_at: SystemTime) -> String {
+    encode_recorded(&recorded_of(&Ended { outcome: outcome.clone(), by }, ended_at))
+}
+
+/// The annotation's text for a verdict as it stands (pure): the one
+/// format `encode` writes and `decode` reads.
+pub fn encode_recorded(recorded: &Recorded) -> String {
     json!({
-        "status": outcome.status.name(),
-        "reason": outcome.reason.map(RunReason::name),
-        "message": message,
-        "exit_code": outcome.exit_code,
-        "signal": outcome.signal,
-        "by": match by { DecidedBy::Runner => "runner", DecidedBy::Server => "server" },
-        "ended_at": log::rfc3339_utc(ended_at),
+        "status": recorded.status.name(),
+        "reason": recorded.reason.map(RunReason::name),
+        "message": recorded.message,
+        "exit_code": recorded.exit_code,
+        "signal": recorded.signal,
+        "by": match recorded.by { DecidedBy::Runner => "runner", DecidedBy::Server => "server" },
+        "ended_at": recorded.ended_at.map(log::rfc3339_utc),
     })
     .to_string()
 }
@@ -163,13 +152,14 @@ pub fn encode(outcome: &RunOutcome, by: DecidedBy, ended_at: SystemTime) -> Stri
 /// The inverse of `encode`; `None` for text it did not write.
 pub fn decode(text: &str) -> Option<Recorded> {
     let value: Value = serde_json::from_str(text).ok()?;
-    let status = RunStatus::from_name(value["status"].as_str()?)?;
-    let reason = match &value["reason"] {
+    let field = |key: &str| value.get(key).unwrap_or(&Value::Null);
+    let status = RunStatus::from_name(field("status").as_str()?)?;
+    let reason = match field("reason") {
         Value::Null => None,
         name => Some(RunReason::from_name(name.as_str()?)?),
     };
-    let number = |key: &str| value[key].as_i64().and_then(|number| i32::try_from(number).ok());
-    let by = match value["by"].as_str()? {
+    let number = |key: &str| field(key).as_i64().and_then(|number| i32::try_from(number).ok());
+    let by = match field("by").as_str()? {
         "runner" => DecidedBy::Runner,
         "server" => DecidedBy::Server,
         _ => return None,
@@ -177,82 +167,11 @@ pub fn decode(text: &str) -> Option<Recorded> {
     Some(Recorded {
         status,
         reason,
-        message: value["message"].as_str().unwrap_or_default().to_string(),
+        message: field("message").as_str().unwrap_or_default().to_string(),
         exit_code: number("exit_code"),
         signal: number("signal"),
         by,
-        ended_at: value["ended_at"].as_str().and_then(classify::parse_time),
-    })
-}
-
-/// Writes the verdict, first writer wins. A Job this server decided to
-/// stop also gets the deadline that makes the Job controller end it.
-fn write(ctx: &Ctx, run_id: &str, ended: &Ended) -> Result<Settled, kube::Error> {
-    let namespace = &ctx.policy.namespace;
-    let name = manifest::job_name(run_id);
-    let text = encode(&ended.outcome, ended.by, SystemTime::now());
-    let mut last_conflict = None;
-    for _ in 0..PATCH_ATTEMPTS {
-        let Some(job) = ctx.client.get_if_exists(kube::Resource::JOBS, namespace, &name)? else { return Ok(Settled::NoJob) };
-        if let Some(recorded) = recorded(&job) {
-            return Ok(Settled::AlreadyRecorded(recorded));
-        }
-        let resource_version = job["metadata"]["resourceVersion"].as_str().unwrap_or_default();
-        let mut patch = json!({"metadata": {"resourceVersion": resource_version, "annotations": {ANNOTATION_OUTCOME: text}}});
-        if ended.by == DecidedBy::Server && !job_finished(&job) {
-            patch["spec"] = json!({"activeDeadlineSeconds": 1});
-        }
-        match ctx.client.merge_patch(kube::Resource::JOBS, namespace, &name, &patch) {
-            Ok(_) => return Ok(Settled::Recorded),
-            // Someone changed the Job since it was read: read it again.
-            Err(error) if error.is_conflict() => last_conflict = Some(error),
-            Err(error) if error.is_not_found() => return Ok(Settled::NoJob),
-            Err(error) => return Err(error),
-        }
-    }
-    Err(last_conflict.unwrap_or_else(|| kube::Error::Config(format!("the Job `{name}` kept changing while its outcome was written"))))
-}
-
-/// Sets the Job's deadline so that its controller deletes its pods and
-/// creates no other (a sync run's Job is deleted right after anyway; this
-/// closes the gap until the garbage collector gets to the pods).
-fn stop_job(ctx: &Ctx, run_id: &str) -> Result<(), kube::Error> {
-    let patch = json!({"spec": {"activeDeadlineSeconds": 1}});
-    match ctx.client.merge_patch(kube::Resource::JOBS, &ctx.policy.namespace, &manifest::job_name(run_id), &patch) {
-        Ok(_) => Ok(()),
-        // Gone already, or finished (a finished Job refuses nothing here,
-        // but an older API server may): either way it starts no pod.
-        Err(error) if error.is_not_found() || error.is_invalid() => Ok(()),
-        Err(error) => Err(error),
-    }
-}
-
-/// Deletes the run's pods that have not ended; ended ones keep their log.
-/// Failures are logged: the Job's deadline and the pod's own deadline
-/// stop the pod anyway.
-fn delete_live_pods(ctx: &Ctx, run_id: &str) {
-    let namespace = &ctx.policy.namespace;
-    let params = kube::ListParams { label_selector: Some(format!("{}={run_id}", manifest::LABEL_RUN_ID)), field_selector: None };
-    let pods = match ctx.client.list(kube::Resource::PODS, namespace, &params) {
-        Ok(pods) => pods.items,
-        Err(error) => {
-            log::warn("could not list the run's pods to stop them", &[("run_id", run_id.into()), ("error", error.to_string().into())]);
-            return;
-        }
-    };
-    for pod in pods.iter().filter(|pod| classify::finished_pod(pod).is_none()) {
-        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-        if let Err(error) = ctx.client.delete(kube::Resource::PODS, namespace, name) {
-            log::warn("could not delete the run's pod", &[("pod", name.into()), ("error", error.to_string().into())]);
-        }
-    }
-}
-
-fn job_finished(job: &Value) -> bool {
-    job["status"]["conditions"].as_array().is_some_and(|conditions| {
-        conditions
-            .iter()
-            .any(|condition| matches!(condition["type"].as_str(), Some("Complete" | "Failed")) && condition["status"] == "True")
+        ended_at: field("ended_at").as_str().and_then(crate::time::parse_rfc3339),
     })
 }
 
@@ -265,7 +184,7 @@ mod tests {
         let mut outcome =
             RunOutcome::without_result("r", RunStatus::Error, RunReason::Unschedulable, "no node can run the pod: 0/1 nodes".into());
         outcome.exit_code = Some(3);
-        let at = classify::parse_time("2026-01-01T00:00:00Z").unwrap();
+        let at = crate::time::parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
         let recorded = decode(&encode(&outcome, DecidedBy::Server, at)).unwrap();
         assert_eq!(
             recorded,

@@ -32,6 +32,7 @@
 pub mod auth;
 pub mod error;
 pub mod kubeconfig;
+pub mod objects;
 pub mod tls;
 pub mod watch;
 

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
+use crate::cancel::CancelToken;
 use crate::echo;
-use crate::engine::cancel::CancelToken;
 use crate::log::{self, Level};
 use crate::tools::{self, CallEvents, ToolOutcome};
 use jsonrpc::{ErrorCode, Message, Notification, Request, RequestId, Response, ResponseError};
@@ -193,7 +193,7 @@ impl Server {
             // Declared only with a snippets folder; otherwise -32601, as for
             // any undeclared capability.
             method if resources::METHODS.contains(&method) => match &self.ctx.config.snippets_dir {
-                Some(dir) => resources::handle(method, dir, &self.ctx.config.languages, &params),
+                Some(dir) => resources::handle(method, dir, &self.ctx.config, &params),
                 None => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`"))),
             },
             "logging/setLevel" => set_log_level(session, &params),

@@ -13,23 +13,23 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use super::jsonrpc::{ErrorCode, ResponseError};
-use crate::languages::Languages;
+use crate::config::Config;
 use crate::tools::snippets::{self, Entry};
 
 /// Methods this module answers.
 pub const METHODS: [&str; 3] = ["resources/list", "resources/read", "resources/templates/list"];
 
-/// Answers one of `METHODS`.
-pub fn handle(method: &str, dir: &Path, languages: &Languages, params: &Map<String, Value>) -> Result<Value, ResponseError> {
+/// Answers one of `METHODS` from the snippets folder `dir`.
+pub fn handle(method: &str, dir: &Path, config: &Config, params: &Map<String, Value>) -> Result<Value, ResponseError> {
     match method {
-        "resources/list" => list(dir, languages, params),
-        "resources/read" => read(dir, languages, params),
+        "resources/list" => list(dir, config, params),
+        "resources/read" => read(dir, config, params),
         // Every snippet is listed by its own URI: there are no templates.
         _ => Ok(json!({ "resourceTemplates": [] })),
     }
 }
 
-fn list(dir: &Path, languages: &Languages, params: &Map<String, Value>) -> Result<Value, ResponseError> {
+fn list(dir: &Path, config: &Config, params: &Map<String, Value>) -> Result<Value, ResponseError> {
     // One page: the folder is bounded (snippets::MAX_SNIPPET_FILES).
     if let Some(cursor) = params.get("cursor").filter(|cursor| !cursor.is_null()) {
         return Err(ResponseError::new(
@@ -37,12 +37,13 @@ fn list(dir: &Path, languages: &Languages, params: &Map<String, Value>) -> Resul
             format!("unknown cursor {}; resources/list has a single page", crate::echo::shorten(&cursor.to_string())),
         ));
     }
-    let entries = snippets::list(dir, languages).map_err(|error| ResponseError::new(ErrorCode::InternalError, error.to_string()))?;
+    let entries =
+        snippets::list(dir, &config.languages).map_err(|error| ResponseError::new(ErrorCode::InternalError, error.to_string()))?;
     let resources: Vec<Value> = entries.iter().map(resource_json).collect();
     Ok(json!({ "resources": resources }))
 }
 
-fn read(dir: &Path, languages: &Languages, params: &Map<String, Value>) -> Result<Value, ResponseError> {
+fn read(dir: &Path, config: &Config, params: &Map<String, Value>) -> Result<Value, ResponseError> {
     let uri = match params.get("uri") {
         Some(Value::String(uri)) => uri,
         Some(_) => return Err(ResponseError::new(ErrorCode::InvalidParams, "`uri` must be a string")),
@@ -56,7 +57,7 @@ fn read(dir: &Path, languages: &Languages, params: &Map<String, Value>) -> Resul
             snippets::URI_PREFIX
         )));
     };
-    match snippets::read(dir, languages, name) {
+    match snippets::read(dir, &config.languages, name) {
         Ok((entry, source)) => Ok(json!({ "contents": [{ "uri": entry.uri(), "mimeType": entry.mime_type(), "text": source }] })),
         Err(error @ (snippets::Error::Unknown { .. } | snippets::Error::BadName { .. })) => {
             Err(not_found(format!("resource not found: {error}")))

@@ -13,7 +13,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use crate::runner::capture::{FrameSink, write_frame};
-use crate::runner::frame::{self, ArtifactChunk, ArtifactHeader, Frame};
+use crate::sandbox::frame::{self, ArtifactChunk, ArtifactHeader, Frame};
 
 /// Upper bound on files considered, so a workdir with millions of files
 /// cannot exhaust the runner's memory.

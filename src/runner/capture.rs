@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 
-use crate::runner::frame::{self, Frame, Output, Stream};
+use crate::sandbox::frame::{self, Frame, Output, Stream};
 
 /// Head and tail of a byte stream under a total cap.
 ///

@@ -28,8 +28,8 @@ use std::process::Command;
 
 use base64::Engine as _;
 
-/// Where the engine mounts the clone Secret in the `clone` container.
-pub const CREDS_DIR: &str = "/mcp/git-creds";
+use crate::sandbox::args::{self, CloneOptions, CredentialOptions};
+
 /// Secret key with extra CA certificates; never a host key, since host keys
 /// never start with `_`.
 pub const CA_BUNDLE_KEY: &str = "_ca.crt";
@@ -37,15 +37,6 @@ pub const CA_BUNDLE_KEY: &str = "_ca.crt";
 pub const TOKEN_USERNAME: &str = "oauth2";
 /// How much of git's output a failure message keeps (the end holds the error).
 const OUTPUT_TAIL_BYTES: usize = 2048;
-
-/// Options of `runner clone`, as the engine writes them into the pod spec.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CloneOptions {
-    pub repo_url: String,
-    pub git_ref: String,
-    pub dest: PathBuf,
-    pub creds_dir: PathBuf,
-}
 
 /// The Secret key holding the token for `authority` (`host` or
 /// `host:port`, as git reports it): lowercase, `:` replaced by `_`, and the
@@ -61,44 +52,6 @@ pub fn authority_of(repo_url: &str) -> Option<&str> {
     let rest = repo_url.strip_prefix("https://")?;
     let authority = rest.split(['/', '?', '#']).next()?;
     (!authority.is_empty()).then_some(authority)
-}
-
-/// Builds the argument list of `runner clone` for a pod spec; the inverse
-/// of `parse_clone`.
-pub fn clone_args(options: &CloneOptions) -> Vec<String> {
-    vec![
-        "runner".to_string(),
-        "clone".to_string(),
-        "--repo-url".to_string(),
-        options.repo_url.clone(),
-        "--ref".to_string(),
-        options.git_ref.clone(),
-        "--dest".to_string(),
-        options.dest.to_string_lossy().into_owned(),
-        "--creds-dir".to_string(),
-        options.creds_dir.to_string_lossy().into_owned(),
-    ]
-}
-
-pub fn parse_clone(args: Vec<std::ffi::OsString>) -> Result<CloneOptions, String> {
-    use lexopt::prelude::*;
-    let mut parser = lexopt::Parser::from_args(args);
-    let (mut repo_url, mut git_ref, mut dest, mut creds_dir) = (None, None, None, None);
-    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
-        match arg {
-            Long("repo-url") => repo_url = Some(text_value(&mut parser)?),
-            Long("ref") => git_ref = Some(text_value(&mut parser)?),
-            Long("dest") => dest = Some(PathBuf::from(text_value(&mut parser)?)),
-            Long("creds-dir") => creds_dir = Some(PathBuf::from(text_value(&mut parser)?)),
-            other => return Err(other.unexpected().to_string()),
-        }
-    }
-    Ok(CloneOptions {
-        repo_url: repo_url.ok_or("runner clone needs --repo-url")?,
-        git_ref: git_ref.ok_or("runner clone needs --ref")?,
-        dest: dest.ok_or("runner clone needs --dest")?,
-        creds_dir: creds_dir.ok_or("runner clone needs --creds-dir")?,
-    })
 }
 
 /// Checks the repository out; `Err` carries git's masked output tail.
@@ -131,23 +84,13 @@ pub fn run_clone(options: &CloneOptions) -> Result<i32, String> {
 /// `runner credential --creds-dir DIR ACTION`: git's credential helper
 /// protocol (`git help credential`). Only `get` answers; `store` and
 /// `erase` do nothing, since nothing is ever stored.
-pub fn run_credential(args: Vec<std::ffi::OsString>) -> Result<i32, String> {
-    use lexopt::prelude::*;
-    let mut parser = lexopt::Parser::from_args(args);
-    let (mut creds_dir, mut action) = (None, None);
-    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
-        match arg {
-            Long("creds-dir") => creds_dir = Some(PathBuf::from(text_value(&mut parser)?)),
-            Value(value) => action = Some(value.to_string_lossy().into_owned()),
-            other => return Err(other.unexpected().to_string()),
-        }
-    }
-    let creds_dir = creds_dir.ok_or("runner credential needs --creds-dir")?;
+pub fn run_credential(options: &CredentialOptions) -> Result<i32, String> {
+    let CredentialOptions { creds_dir, action } = options;
     if action.as_deref() != Some("get") {
         return Ok(0);
     }
     let request = read_credential_request(std::io::stdin().lock());
-    if let Some(answer) = credential_answer(&request, &creds_dir) {
+    if let Some(answer) = credential_answer(&request, creds_dir) {
         let mut stdout = std::io::stdout().lock();
         stdout.write_all(answer.as_bytes()).map_err(|error| format!("cannot answer git: {error}"))?;
     }
@@ -191,7 +134,7 @@ fn git_config(options: &CloneOptions) -> Result<Vec<String>, String> {
     let mut config = vec![
         // An empty value clears helpers from the image's system config.
         "credential.helper=".to_string(),
-        format!("credential.helper={} runner credential --creds-dir {}", exe.display(), options.creds_dir.display()),
+        format!("credential.helper={}", args::credential_helper(&exe, &options.creds_dir)),
         // The workdir volume belongs to root (group: the pod's fsGroup).
         "safe.directory=*".to_string(),
         "init.defaultBranch=main".to_string(),
@@ -315,10 +258,6 @@ impl Secrets {
     }
 }
 
-fn text_value(parser: &mut lexopt::Parser) -> Result<String, String> {
-    parser.value().map_err(|error| error.to_string()).map(|value| value.to_string_lossy().into_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,18 +282,6 @@ mod tests {
         assert_eq!(authority_of("https://h:8443"), Some("h:8443"));
         assert_eq!(authority_of("http://h/x"), None);
         assert_eq!(authority_of("https:///x"), None);
-    }
-
-    #[test]
-    fn args_round_trip() {
-        let options = CloneOptions {
-            repo_url: "https://h/r.git".into(),
-            git_ref: "v1.0".into(),
-            dest: "/work/repo".into(),
-            creds_dir: CREDS_DIR.into(),
-        };
-        let args = clone_args(&options).into_iter().skip(2).map(Into::into).collect();
-        assert_eq!(parse_clone(args), Ok(options));
     }
 
     #[test]

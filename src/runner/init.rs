@@ -2,28 +2,15 @@
 //! shared volume the main container starts from, and writes the caller's
 //! input files into the workdir from the per-run Secret.
 //!
-//! The Secret cannot use file paths as keys (keys are `[-._a-zA-Z0-9]+`), so
-//! it holds `manifest.json` (a list of `InputFile`) and one key per file.
-//! The engine writes that layout; this module reads it.
+//! The layout of the inputs (a manifest and one key per file) is
+//! `sandbox::inputs`: the engine writes it, this module reads it.
 
 use std::fs;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-/// Name of the manifest key in the inputs Secret.
-pub const MANIFEST_KEY: &str = "manifest.json";
-
-/// One input file: which Secret key holds its bytes, where it goes under the
-/// workdir, and its permission bits.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct InputFile {
-    pub key: String,
-    pub path: String,
-    pub mode: u32,
-}
+use crate::sandbox::inputs::{self, MANIFEST_KEY};
 
 /// Copies the running binary to `destination` with mode 0555, so that a
 /// non-root main container can execute it but not change it.
@@ -45,7 +32,7 @@ pub fn write_inputs(inputs_dir: &Path, workdir: &Path) -> Result<usize, String> 
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(error) => return Err(format!("cannot read `{}`: {error}", manifest_path.display())),
     };
-    let files: Vec<InputFile> = serde_json::from_slice(&manifest).map_err(|error| format!("input manifest is not valid: {error}"))?;
+    let files = inputs::decode_manifest(&manifest)?;
     for file in &files {
         let target = join_inside(workdir, &file.path)?;
         let content =
@@ -75,6 +62,7 @@ fn join_inside(base: &Path, relative: &str) -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::inputs::{InputFile, content_key, encode_manifest};
 
     #[test]
     fn inputs_are_written_with_their_modes_and_paths_are_confined() {
@@ -84,10 +72,10 @@ mod tests {
         fs::create_dir_all(&inputs).unwrap();
         fs::create_dir_all(&workdir).unwrap();
         let manifest = vec![
-            InputFile { key: "f0".into(), path: "main.py".into(), mode: 0o644 },
-            InputFile { key: "f1".into(), path: "bin/run.sh".into(), mode: 0o755 },
+            InputFile { key: content_key(0), path: "main.py".into(), mode: 0o644 },
+            InputFile { key: content_key(1), path: "bin/run.sh".into(), mode: 0o755 },
         ];
-        fs::write(inputs.join(MANIFEST_KEY), serde_json::to_vec(&manifest).unwrap()).unwrap();
+        fs::write(inputs.join(MANIFEST_KEY), encode_manifest(&manifest)).unwrap();
         fs::write(inputs.join("f0"), "print(1)").unwrap();
         fs::write(inputs.join("f1"), "#!/bin/sh").unwrap();
         assert_eq!(write_inputs(&inputs, &workdir), Ok(2));

@@ -4,7 +4,8 @@
 //! MCP or of the API server.
 //!
 //! Subcommands, all hidden from `--help` (the engine writes their
-//! arguments into the pod spec; people do not type them):
+//! arguments into the pod spec; people do not type them; the command lines
+//! are `sandbox::args`, the frames `sandbox::frame`):
 //! - `runner init --copy-to FILE [--inputs DIR --workdir DIR]` in the init
 //!   container: copy this binary into the shared volume, write input files;
 //! - `runner clone ...` in the `clone` init container, and `runner
@@ -17,7 +18,6 @@ pub mod artifacts;
 pub mod capture;
 pub mod clone;
 pub mod disk;
-pub mod frame;
 pub mod init;
 pub mod probe;
 pub mod process;
@@ -30,27 +30,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::runner::capture::{FrameSink, HeadTail};
-use crate::runner::frame::{Frame, RunResult, Started, Stream};
-
-/// Where the kubelet picks up the termination message by default.
-pub const TERMINATION_LOG: &str = "/dev/termination-log";
-
-/// Options of `runner exec`, as the engine writes them into the pod spec.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ExecOptions {
-    pub workdir: PathBuf,
-    pub timeout: Duration,
-    pub kill_grace: Duration,
-    pub max_output_bytes: usize,
-    pub max_artifact_bytes: u64,
-    pub artifact_patterns: Vec<String>,
-    /// Folders the command may write and the limit of each (`disk`); no
-    /// watching with a limit of 0.
-    pub disk_paths: Vec<PathBuf>,
-    pub disk_limit_bytes: u64,
-    pub termination_log: PathBuf,
-    pub argv: Vec<String>,
-}
+use crate::sandbox::args::{self as argv, ExecOptions, InitOptions};
+use crate::sandbox::frame::{self, Frame, RunResult, Started, Stream};
+use crate::sandbox::{self, TERMINATION_LOG};
 
 /// Runs the runner with the arguments after `runner`; returns the process
 /// exit code.
@@ -59,12 +41,12 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let subcommand = args.next().map(|arg| arg.to_string_lossy().into_owned());
     let rest: Vec<OsString> = args.collect();
     let outcome = match subcommand.as_deref() {
-        Some("init") => parse_init(rest).and_then(|options| run_init(&options)),
-        Some("exec") => parse_exec(rest).map(|options| run_exec(&options)),
-        Some("clone") => clone::parse_clone(rest).and_then(|options| clone::run_clone(&options)),
-        Some("credential") => clone::run_credential(rest),
-        Some("probe-pids") => parse_probe(rest).map(|ceiling| {
-            println!("{}", probe::probe_line(&probe::probe_pids(ceiling)));
+        Some("init") => argv::parse_init(rest).and_then(|options| run_init(&options)),
+        Some("exec") => argv::parse_exec(rest).map(|options| run_exec(&options)),
+        Some("clone") => argv::parse_clone(rest).and_then(|options| clone::run_clone(&options)),
+        Some("credential") => argv::parse_credential(rest).and_then(|options| clone::run_credential(&options)),
+        Some("probe-pids") => argv::parse_probe(rest).map(|ceiling| {
+            println!("{}", sandbox::probe::probe_line(&probe::probe_pids(ceiling)));
             0
         }),
         other => Err(format!(
@@ -82,140 +64,12 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
 }
 
-/// Builds the argument list of `runner exec` for a pod spec; the inverse of
-/// `parse_exec`, so both sides of the contract live in one file.
-pub fn exec_args(options: &ExecOptions) -> Vec<String> {
-    let mut args = vec![
-        "runner".to_string(),
-        "exec".to_string(),
-        "--workdir".to_string(),
-        options.workdir.to_string_lossy().into_owned(),
-        "--timeout-ms".to_string(),
-        options.timeout.as_millis().to_string(),
-        "--kill-grace-ms".to_string(),
-        options.kill_grace.as_millis().to_string(),
-        "--max-output-bytes".to_string(),
-        options.max_output_bytes.to_string(),
-        "--max-artifact-bytes".to_string(),
-        options.max_artifact_bytes.to_string(),
-        "--termination-log".to_string(),
-        options.termination_log.to_string_lossy().into_owned(),
-    ];
-    for pattern in &options.artifact_patterns {
-        args.push("--artifact".to_string());
-        args.push(pattern.clone());
-    }
-    if options.disk_limit_bytes > 0 {
-        args.push("--disk-limit-bytes".to_string());
-        args.push(options.disk_limit_bytes.to_string());
-        for path in &options.disk_paths {
-            args.push("--disk-path".to_string());
-            args.push(path.to_string_lossy().into_owned());
-        }
-    }
-    args.push("--".to_string());
-    args.extend(options.argv.iter().cloned());
-    args
-}
-
-struct InitOptions {
-    copy_to: PathBuf,
-    inputs: Option<PathBuf>,
-    workdir: Option<PathBuf>,
-}
-
-fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
-    use lexopt::prelude::*;
-    let mut parser = lexopt::Parser::from_args(args);
-    let (mut copy_to, mut inputs, mut workdir) = (None, None, None);
-    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
-        match arg {
-            Long("copy-to") => copy_to = Some(PathBuf::from(value(&mut parser)?)),
-            Long("inputs") => inputs = Some(PathBuf::from(value(&mut parser)?)),
-            Long("workdir") => workdir = Some(PathBuf::from(value(&mut parser)?)),
-            other => return Err(other.unexpected().to_string()),
-        }
-    }
-    let copy_to = copy_to.ok_or("runner init needs --copy-to")?;
-    if inputs.is_some() != workdir.is_some() {
-        return Err("runner init needs --inputs and --workdir together".into());
-    }
-    Ok(InitOptions { copy_to, inputs, workdir })
-}
-
 fn run_init(options: &InitOptions) -> Result<i32, String> {
     init::copy_self(&options.copy_to).map_err(|error| format!("cannot copy the runner to `{}`: {error}", options.copy_to.display()))?;
-    if let (Some(inputs), Some(workdir)) = (&options.inputs, &options.workdir) {
+    if let Some((inputs, workdir)) = &options.inputs {
         init::write_inputs(inputs, workdir)?;
     }
     Ok(0)
-}
-
-pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
-    use lexopt::prelude::*;
-    let mut parser = lexopt::Parser::from_args(args);
-    let mut options = ExecOptions {
-        workdir: PathBuf::from("/work"),
-        timeout: Duration::from_secs(60),
-        kill_grace: Duration::from_secs(2),
-        max_output_bytes: 1 << 20,
-        max_artifact_bytes: 10 << 20,
-        artifact_patterns: Vec::new(),
-        disk_paths: Vec::new(),
-        disk_limit_bytes: 0,
-        termination_log: PathBuf::from(TERMINATION_LOG),
-        argv: Vec::new(),
-    };
-    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
-        match arg {
-            Long("workdir") => options.workdir = PathBuf::from(value(&mut parser)?),
-            Long("timeout-ms") => options.timeout = Duration::from_millis(number(&mut parser, "--timeout-ms")?),
-            Long("kill-grace-ms") => options.kill_grace = Duration::from_millis(number(&mut parser, "--kill-grace-ms")?),
-            Long("max-output-bytes") => options.max_output_bytes = number(&mut parser, "--max-output-bytes")? as usize,
-            Long("max-artifact-bytes") => options.max_artifact_bytes = number(&mut parser, "--max-artifact-bytes")?,
-            Long("artifact") => options.artifact_patterns.push(value(&mut parser)?),
-            Long("disk-path") => options.disk_paths.push(PathBuf::from(value(&mut parser)?)),
-            Long("disk-limit-bytes") => options.disk_limit_bytes = number(&mut parser, "--disk-limit-bytes")?,
-            Long("termination-log") => options.termination_log = PathBuf::from(value(&mut parser)?),
-            Value(first) => {
-                options.argv.push(first.to_string_lossy().into_owned());
-                for raw in parser.raw_args().map_err(|error| error.to_string())? {
-                    options.argv.push(raw.to_string_lossy().into_owned());
-                }
-            }
-            other => return Err(other.unexpected().to_string()),
-        }
-    }
-    if options.argv.is_empty() {
-        return Err("runner exec needs a command after `--`".into());
-    }
-    Ok(options)
-}
-
-/// Threads `probe-pids` starts at most unless told otherwise: well above
-/// the podPidsLimit an operator would choose, well below what a node has.
-pub const PROBE_CEILING: u64 = 4096;
-
-fn parse_probe(args: Vec<OsString>) -> Result<u64, String> {
-    use lexopt::prelude::*;
-    let mut parser = lexopt::Parser::from_args(args);
-    let mut ceiling = PROBE_CEILING;
-    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
-        match arg {
-            Long("ceiling") => ceiling = number(&mut parser, "--ceiling")?,
-            other => return Err(other.unexpected().to_string()),
-        }
-    }
-    Ok(ceiling)
-}
-
-fn value(parser: &mut lexopt::Parser) -> Result<String, String> {
-    parser.value().map_err(|error| error.to_string()).map(|value| value.to_string_lossy().into_owned())
-}
-
-fn number(parser: &mut lexopt::Parser, name: &str) -> Result<u64, String> {
-    let text = value(parser)?;
-    text.parse().map_err(|_| format!("{name} takes a whole number, not `{text}`"))
 }
 
 /// Runs the command and writes every frame; returns the runner's exit code.

@@ -5,24 +5,14 @@
 //! tell. Starting threads until the kernel refuses one can: threads count
 //! against the pids controller like processes do.
 //!
-//! Prints one line of `key=value` words that `doctor` reads back
-//! (`probe_line`, `parse_probe_line`); knows nothing of the API server.
+//! Prints one line of `key=value` words that `doctor` reads back (its
+//! format is `sandbox::probe`); knows nothing of the API server.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// What one probe found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PidsProbe {
-    /// Threads started before the kernel refused one, or `ceiling`.
-    pub threads_started: u64,
-    /// True when a thread was refused (EAGAIN) below `ceiling`.
-    pub limited: bool,
-    /// The container cgroup's own `pids.max`, as written there (`max`, a
-    /// number, or `unknown` when unreadable).
-    pub own_pids_max: String,
-}
+use crate::sandbox::probe::PidsProbe;
 
 /// Starts up to `ceiling` idle threads, counts them and lets them go.
 pub fn probe_pids(ceiling: u64) -> PidsProbe {
@@ -54,28 +44,6 @@ pub fn probe_pids(ceiling: u64) -> PidsProbe {
     PidsProbe { threads_started, limited, own_pids_max: own_pids_max() }
 }
 
-/// The probe as the one line `runner probe-pids` prints.
-pub fn probe_line(probe: &PidsProbe) -> String {
-    format!("threads_started={} limited={} own_pids_max={}", probe.threads_started, probe.limited, probe.own_pids_max)
-}
-
-/// The inverse of `probe_line`; `None` for anything else.
-pub fn parse_probe_line(line: &str) -> Option<PidsProbe> {
-    let mut threads_started = None;
-    let mut limited = None;
-    let mut own_pids_max = None;
-    for word in line.split_whitespace() {
-        let (key, value) = word.split_once('=')?;
-        match key {
-            "threads_started" => threads_started = value.parse().ok(),
-            "limited" => limited = value.parse().ok(),
-            "own_pids_max" => own_pids_max = Some(value.to_string()),
-            _ => {}
-        }
-    }
-    Some(PidsProbe { threads_started: threads_started?, limited: limited?, own_pids_max: own_pids_max? })
-}
-
 fn own_pids_max() -> String {
     ["/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max"]
         .iter()
@@ -87,15 +55,6 @@ fn own_pids_max() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_probe_line_round_trips() {
-        let probe = PidsProbe { threads_started: 1019, limited: true, own_pids_max: "max".into() };
-        assert_eq!(probe_line(&probe), "threads_started=1019 limited=true own_pids_max=max");
-        assert_eq!(parse_probe_line(&probe_line(&probe)), Some(probe));
-        assert_eq!(parse_probe_line("mcp-k8s-ephemeral-job 0.1.0"), None);
-        assert_eq!(parse_probe_line("threads_started=3"), None);
-    }
 
     #[test]
     fn a_small_ceiling_is_reached_without_a_limit() {

@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value, json};
 
+use crate::cancel::CancelToken;
 use crate::engine;
 use crate::engine::background::{self, Listed, Submitted};
-use crate::engine::cancel::CancelToken;
 use crate::engine::collect::LiveChunk;
 use crate::engine::jobs::{Phase, View};
 use crate::engine::run::Progress;
@@ -478,7 +478,11 @@ mod tests {
             ),
             (background::Error::AlreadyFinished { token: token.clone() }, true, "has already finished"),
             (background::Error::Full { running: 110 }, false, "110 background jobs are in flight"),
-            (background::Error::Refused { message: "quota".into() }, false, "quota"),
+            (
+                background::Error::Refused { reason: Some(crate::engine::spec::RunReason::QuotaExceeded), message: "quota".into() },
+                false,
+                "quota",
+            ),
             (background::Error::Api { what: "list the background Jobs", message: "connection refused".into() }, false, "retry shortly"),
         ];
         for (error, invalid, expected) in cases {

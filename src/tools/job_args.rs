@@ -14,7 +14,7 @@ use crate::images::Allowlist;
 use crate::quantity::{Quantity, Resource};
 
 /// Default working directory, as in the original.
-pub const DEFAULT_WORKDIR: &str = "/work";
+pub use crate::sandbox::WORKDIR as DEFAULT_WORKDIR;
 /// Input files travel in one Secret, whose data the API server caps at
 /// 1 MiB (base64 in the request); this leaves room for the file list and
 /// metadata. Contents and paths count against it together.

@@ -4,10 +4,10 @@
 
 use std::time::{Duration, SystemTime};
 
+use base64::Engine as _;
 use serde_json::{Value, json};
 
 use crate::engine::spec::{Artifact, PhaseTimes, RunOutcome, RunReason, RunStatus};
-use crate::runner::frame;
 
 pub fn status_name(status: RunStatus) -> &'static str {
     status.name()
@@ -46,7 +46,7 @@ pub fn outcome_json(outcome: &RunOutcome) -> Value {
     result["artifacts"] = Value::Array(outcome.artifacts.iter().map(artifact_json).collect());
     for (name, bytes) in [("stdout_b64", &outcome.stdout), ("stderr_b64", &outcome.stderr)] {
         if std::str::from_utf8(bytes).is_err() {
-            result[name] = Value::String(frame::to_base64(bytes));
+            result[name] = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
         }
     }
     result
@@ -61,7 +61,7 @@ pub fn image_blocks(outcome: &RunOutcome) -> Vec<Value> {
             let content = artifact.content.as_ref()?;
             let mime_type = image_mime_type(content)?;
             let mut block = json!({"type": "image", "mimeType": mime_type});
-            block["data"] = Value::String(frame::to_base64(content));
+            block["data"] = Value::String(base64::engine::general_purpose::STANDARD.encode(content));
             Some(block)
         })
         .collect()
@@ -89,7 +89,8 @@ fn artifact_json(artifact: &Artifact) -> Value {
         "mode": format!("{:04o}", artifact.mode),
         "sha256": artifact.sha256,
     });
-    value["content_b64"] = artifact.content.as_ref().map_or(Value::Null, |content| Value::String(frame::to_base64(content)));
+    value["content_b64"] =
+        artifact.content.as_ref().map_or(Value::Null, |content| Value::String(base64::engine::general_purpose::STANDARD.encode(content)));
     value
 }
 

@@ -22,8 +22,8 @@ use std::fmt;
 
 use serde_json::{Map, Value, json};
 
+use crate::cancel::CancelToken;
 use crate::config::Config;
-use crate::engine::cancel::CancelToken;
 use crate::log::Level;
 
 /// Everything a tool handler may use besides its call. The engine's context
@@ -404,8 +404,8 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         "max_concurrent": config.max_concurrent,
         "disk": {
             "size_limit": config.workdir_size.as_str(),
-            "tmp": crate::engine::manifest::TMP_DIR,
-            "home": crate::engine::manifest::TMP_DIR,
+            "tmp": crate::sandbox::TMP_DIR,
+            "home": crate::sandbox::TMP_DIR,
             "read_only_root": true,
         },
         "clone_available": config.clone.is_some(),

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::config::Config;
 use crate::engine;
 use crate::engine::run::Progress;
-use crate::runner::frame::Stream;
+use crate::sandbox::frame::Stream;
 use crate::tools::job_args::{self, ArgBounds};
 use crate::tools::job_result;
 use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome};

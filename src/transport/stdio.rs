@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::engine::cancel::CancelToken;
+use crate::cancel::CancelToken;
 use crate::log;
 use crate::protocol::jsonrpc::{self, ErrorCode, Rejection, ResponseError};
 use crate::protocol::{Outbox, Outgoing, Server, Session};

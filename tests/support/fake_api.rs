@@ -7,9 +7,12 @@
 //! get, list with label and field selectors, delete, watch with history and
 //! bookmarks, pod logs, SelfSubjectAccessReview, /version) and can inject
 //! faults: any status (with `Retry-After`), a stall, a watch closed
-//! mid-stream, a 410 `ERROR` event. Status bodies and watch framing copy the
-//! real apiserver's (checked by `tests/cluster_fidelity.rs`). It knows
-//! nothing of the client under test.
+//! mid-stream, a 410 `ERROR` event, a compacted history, cut streams. Every
+//! fault counts the requests it answered, and a `FakeApi` dropped with an
+//! injected fault that never fired fails the test: a fault test whose fault
+//! was never served proves nothing. Status bodies and watch framing copy the
+//! real apiserver's (checked by `tests/on_cluster/cluster_fidelity.rs`). It
+//! knows nothing of the client under test.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -109,12 +112,16 @@ struct State {
     history: Vec<HistoryEntry>,
     /// Watches from a resourceVersion below this get a 410 `ERROR` event.
     compacted_below: u64,
+    /// Watches answered that 410 because of `compact`.
+    compacted_served: usize,
     /// `namespace/pod` → log.
     logs: BTreeMap<String, PodLog>,
     faults: Vec<FaultRule>,
     /// Bumped by `cut_streams`: open watches and followed logs of an older
     /// epoch drop their connection.
     stream_epoch: u64,
+    /// Watches and followed logs dropped by `cut_streams`.
+    streams_cut: usize,
     accept: Accept,
     /// (verb, resource) pairs SelfSubjectAccessReview denies.
     denied: Vec<(String, String)>,
@@ -134,6 +141,8 @@ struct PodLog {
     finished: bool,
     /// Answer 400 "waiting to start" while set.
     waiting: bool,
+    /// The most bytes of `text` written to one follower so far.
+    followed_up_to: usize,
 }
 
 struct FaultRule {
@@ -166,6 +175,11 @@ impl FakeApi {
             }
         });
         FakeApi { url: format!("https://127.0.0.1:{port}"), port, pki, shared }
+    }
+
+    /// Matchers of injected faults that answered no request.
+    fn unfired(&self) -> Vec<String> {
+        self.state().faults.iter().filter(|rule| rule.fired == 0).map(|rule| rule.matcher.clone()).collect()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -233,6 +247,23 @@ impl FakeApi {
         self.state().faults.iter().filter(|rule| rule.matcher == matcher).map(|rule| rule.fired).sum()
     }
 
+    /// Asserts that the fault injected for `matcher` answered at least one
+    /// request; call it at the end of a fault test.
+    pub fn assert_fired(&self, matcher: &str) {
+        let fired = self.fired(matcher);
+        assert!(fired >= 1, "the fault injected for `{matcher}` was never served, so the test proved nothing");
+    }
+
+    /// Watches answered 410 because their resourceVersion was below `compact`.
+    pub fn compacted_served(&self) -> usize {
+        self.state().compacted_served
+    }
+
+    /// Watches and followed logs that `cut_streams` dropped.
+    pub fn streams_cut(&self) -> usize {
+        self.state().streams_cut
+    }
+
     /// Drops every open watch and followed log, as an API server that dies does.
     pub fn cut_streams(&self) {
         self.state().stream_epoch += 1;
@@ -265,8 +296,16 @@ impl FakeApi {
         let log = state.logs.entry(format!("{namespace}/{pod}")).or_default();
         log.text = text.to_string();
         log.waiting = waiting;
+        // A new text: what followers had of the old one says nothing.
+        log.followed_up_to = 0;
         drop(state);
         self.shared.changed.notify_all();
+    }
+
+    /// Whether a follower of the pod's log has been sent all of it so far:
+    /// what a test waits for instead of sleeping before the next event.
+    pub fn log_followed(&self, namespace: &str, pod: &str) -> bool {
+        self.state().logs.get(&format!("{namespace}/{pod}")).is_some_and(|log| log.followed_up_to >= log.text.len() && !log.text.is_empty())
     }
 
     pub fn append_log(&self, namespace: &str, pod: &str, text: &str) {
@@ -282,6 +321,17 @@ impl FakeApi {
         state.logs.entry(format!("{namespace}/{pod}")).or_default().finished = true;
         drop(state);
         self.shared.changed.notify_all();
+    }
+}
+
+impl Drop for FakeApi {
+    /// A test whose injected fault never fired fails here, unless it is
+    /// already failing (a second panic would abort the test process).
+    fn drop(&mut self) {
+        let unfired = self.unfired();
+        if !unfired.is_empty() && !std::thread::panicking() {
+            panic!("faults injected for {unfired:?} were never served: the test did not exercise them");
+        }
     }
 }
 
@@ -689,6 +739,9 @@ fn watch(shared: &Shared, request: &Request, route: &Route, fault: Option<Fault>
         (state.compacted_below, state.stream_epoch)
     };
     if matches!(fault, Some(Fault::GoneEvent)) || (from != 0 && from < compacted) {
+        if !matches!(fault, Some(Fault::GoneEvent)) {
+            shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).compacted_served += 1;
+        }
         let message = format!("too old resource version: {from} ({})", compacted.max(from + 1));
         let event = json!({ "type": "ERROR", "object": status_json(410, "Expired", &message, Value::Null) });
         let _ = write_chunk(stream, &format!("{event}\n"));
@@ -700,9 +753,10 @@ fn watch(shared: &Shared, request: &Request, route: &Route, fault: Option<Fault>
     let mut bookmark_sent = false;
     loop {
         let (events, current) = {
-            let state = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut state = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             if state.stream_epoch != epoch {
                 // Cut: no final chunk, like a connection that died.
+                state.streams_cut += 1;
                 return false;
             }
             let events: Vec<Value> = state
@@ -788,8 +842,9 @@ fn pod_log(shared: &Shared, request: &Request, namespace: &str, pod: &str, strea
     let epoch = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).stream_epoch;
     loop {
         let (text, finished) = {
-            let state = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut state = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             if state.stream_epoch != epoch {
+                state.streams_cut += 1;
                 return false;
             }
             let log = state.logs.get(&key);
@@ -800,6 +855,10 @@ fn pod_log(shared: &Shared, request: &Request, namespace: &str, pod: &str, strea
                 return false;
             }
             sent = text.len();
+            let mut state = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(log) = state.logs.get_mut(&key) {
+                log.followed_up_to = log.followed_up_to.max(sent);
+            }
         }
         if finished {
             return end_chunks(stream);

@@ -1,14 +1,23 @@
-//! Shared helpers for the kube client tests: the fake API server, test
-//! certificates, temporary directories, kubeconfig fixtures with
-//! placeholders, and fast client options. Each test file includes this with
-//! `mod support;`.
+//! The one helper tree of every test tier (`tests/offline`, `tests/on_cluster`,
+//! `tests/on_cluster_alone`; each `main.rs` includes it with
+//! `#[path = "../support/mod.rs"] mod support;`):
+//! - `server`: the built binary over stdio or HTTP, and a raw HTTP client;
+//! - `fake_api` and `pki`: the fake Kubernetes API server and its certificates;
+//! - `cluster`: the real test cluster of `tests/cluster/up`;
+//! - `faults`: MCP calls and cleanup for the real-cluster fault suites;
+//! - here: temporary directories, kubeconfig fixtures with placeholders, and
+//!   fast client options for the kube client tests.
+//!
+//! It holds no tests; the tiers decide what runs where.
 
-// Each test file uses a different part of this module.
+// Each tier uses a different part of this tree.
 #![allow(dead_code)]
 
 pub mod cluster;
 pub mod fake_api;
+pub mod faults;
 pub mod pki;
+pub mod server;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::budget::{Budget, Reservation};
 use super::head::{self, Framing, Head, HeadError, HeadLimits, Method, Version};
-use crate::engine::cancel::CancelToken;
+use crate::cancel::CancelToken;
 
 /// The bounds one connection works under.
 #[derive(Clone, Debug)]

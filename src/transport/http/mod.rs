@@ -42,8 +42,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::cancel::CancelToken;
 use crate::config::Config;
-use crate::engine::cancel::CancelToken;
 use crate::log;
 use crate::protocol::Server;
 use budget::{Budget, Counter, CounterGuard};

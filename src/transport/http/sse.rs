@@ -282,7 +282,7 @@ impl<'a> SseStream<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::cancel::CancelToken;
+    use crate::cancel::CancelToken;
     use crate::transport::http::conn::ConnLimits;
     use crate::transport::http::head::{self, HeadLimits};
     use std::net::TcpListener;

@@ -1,0 +1,419 @@
+//! The Job and the inputs Secret for one run, built in code from a checked
+//! `RunSpec` and the operator's `Policy`. Pure and deterministic (sorted env,
+//! fixed names), so tests compare JSON text. Never built from caller YAML.
+//!
+//! Pod shape: an init container `prepare` from the runner image copies this
+//! binary into a shared volume and writes the input files; the `main`
+//! container runs the caller's image with the runner as its command (no
+//! shell or exec needed). With `clone`, a second init container `clone`
+//! from the operator's git image runs the copied runner's `runner clone`,
+//! and only it mounts the clone Secret. Every container passes the
+//! restricted Pod Security Standard and has resources; the pod gets no ServiceAccount token.
+//!
+//! Disk (issue 12, finding 6): every container's root file system is
+//! read-only, so nothing can be written outside the volumes below, and every
+//! volume is an `emptyDir` with a size limit. The caller's command writes to
+//! the workdir and to `/tmp` (also its `$HOME` unless the caller or the
+//! operator sets one). The runner's watcher (`runner::disk`) stops the
+//! command within a fraction of a second once both together hold more than
+//! `MCP_K8S_WORKDIR_SIZE`; behind it, the kubelet evicts the pod (about a
+//! minute late) past each volume's size limit or the main container's
+//! ephemeral-storage limit.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::backend::kubernetes::template::PodTemplate;
+use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, run_deadline};
+use crate::sandbox::args::{self, CloneOptions, ExecOptions, InitOptions};
+use crate::sandbox::frame::to_base64;
+use crate::sandbox::inputs::{self, InputFile as ManifestEntry, MANIFEST_KEY};
+use crate::sandbox::{BIN_DIR, CREDS_DIR, INPUTS_DIR, KILL_GRACE, TERMINATION_LOG, TMP_DIR};
+
+/// Label on every object we create, so the reaper and `list_jobs` find them.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "mcp-k8s-ephemeral-job";
+/// Label carrying the run id, on the Job, its pod and its Secret.
+pub const LABEL_RUN_ID: &str = "mcp-k8s-ephemeral-job/run-id";
+/// Label on background Jobs only, so `list_jobs` selects them in one call.
+pub const LABEL_MODE: &str = "mcp-k8s-ephemeral-job/mode";
+pub const MODE_BACKGROUND: &str = "background";
+/// Annotation (RFC 3339, UTC) after which the reaper deletes the object,
+/// whoever created it: see `backend::kubernetes::reaper`.
+pub const ANNOTATION_EXPIRES_AT: &str = "mcp-k8s-ephemeral-job/expires-at";
+/// Names of the containers, used when reading statuses and logs.
+pub const MAIN_CONTAINER: &str = "main";
+pub const PREPARE_CONTAINER: &str = "prepare";
+pub const CLONE_CONTAINER: &str = "clone";
+/// Ephemeral storage the main container may use on top of the workdir
+/// size: its container log (the runner's frames: capped output and
+/// artifacts, about 25 MiB at the default caps), the runner copy (`bin`,
+/// about 4 MiB) and what the runtime writes itself.
+const STORAGE_SLACK_BYTES: i128 = 256 << 20;
+/// What the main container asks the scheduler for: small, so that the
+/// workdir bound does not reserve a node's disk for runs that write little.
+const MAIN_STORAGE_REQUEST: &str = "64Mi";
+
+/// Name of the Job (and of its Secret) for a run id.
+pub fn job_name(run_id: &str) -> String {
+    format!("mcpk8s-{run_id}")
+}
+
+/// The Job for one run.
+pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
+    let name = job_name(run_id);
+    let pod_deadline = run_deadline(spec, policy);
+    let mut volumes = vec![
+        json!({"name": "work", "emptyDir": {"sizeLimit": policy.workdir_size_limit.as_str()}}),
+        json!({"name": "bin", "emptyDir": {"sizeLimit": "64Mi"}}),
+    ];
+    if has_tmp_volume(spec) {
+        volumes.push(json!({"name": "tmp", "emptyDir": {"sizeLimit": policy.workdir_size_limit.as_str()}}));
+    }
+    if !spec.files.is_empty() {
+        volumes.push(json!({
+            "name": "inputs",
+            "secret": {"secretName": name, "defaultMode": 0o444},
+        }));
+    }
+    if let Some(cache) = &policy.cache {
+        volumes.push(json!({"name": "cache", "persistentVolumeClaim": {"claimName": cache.claim_name}}));
+    }
+    let mut init_containers = vec![prepare_container(spec, policy)];
+    if let (Some(clone_spec), Some(clone_step)) = (&spec.clone, &policy.clone) {
+        volumes.push(json!({"name": "git-creds", "secret": {"secretName": clone_step.secret_name, "defaultMode": 0o440}}));
+        volumes.push(json!({"name": "clone-tmp", "emptyDir": {"sizeLimit": "64Mi"}}));
+        init_containers.push(clone_container(spec, clone_spec, clone_step, policy));
+    }
+    let mut pod_spec = json!({
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": pod_deadline.as_secs(),
+        "automountServiceAccountToken": false,
+        "enableServiceLinks": false,
+        "terminationGracePeriodSeconds": 5,
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": policy.run_as_user,
+            "runAsGroup": policy.run_as_user,
+            "fsGroup": policy.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "initContainers": init_containers,
+        "containers": [main_container(spec, policy)],
+        "volumes": volumes,
+    });
+    if let Some(runtime_class) = &policy.runtime_class {
+        pod_spec["runtimeClassName"] = json!(runtime_class);
+    }
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": policy.namespace, "labels": labels(run_id)},
+        "spec": {
+            "backoffLimit": 0,
+            "completions": 1,
+            "parallelism": 1,
+            // A backstop only: the pod's own deadline ends the run with its
+            // logs intact, while a Job-level deadline deletes the pod.
+            "activeDeadlineSeconds": (pod_deadline + JOB_DEADLINE_SLACK).as_secs(),
+            "ttlSecondsAfterFinished": policy.finished_ttl.as_secs(),
+            "template": {
+                "metadata": {"labels": labels(run_id)},
+                "spec": pod_spec,
+            },
+        },
+    })
+}
+
+/// The Secret holding the input files, owned by the Job so that deleting
+/// the Job (or the garbage collector) removes it. `None` without files.
+pub fn inputs_secret(spec: &RunSpec, policy: &Policy, run_id: &str, job_uid: &str) -> Option<Value> {
+    if spec.files.is_empty() {
+        return None;
+    }
+    let mut data = serde_json::Map::new();
+    let mut entries = Vec::new();
+    for (index, file) in spec.files.iter().enumerate() {
+        let key = inputs::content_key(index);
+        data.insert(key.clone(), json!(to_base64(&file.content)));
+        entries.push(ManifestEntry { key, path: file.path.clone(), mode: file.mode });
+    }
+    let manifest = inputs::encode_manifest(&entries);
+    data.insert(MANIFEST_KEY.to_string(), json!(to_base64(&manifest)));
+    let name = job_name(run_id);
+    Some(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": name,
+            "namespace": policy.namespace,
+            "labels": labels(run_id),
+            "ownerReferences": [{
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name,
+                "uid": job_uid,
+                "controller": false,
+                "blockOwnerDeletion": false,
+            }],
+        },
+        "data": data,
+    }))
+}
+
+/// Merges the operator's pod template into a Job built by `job`: its pod
+/// spec fields, labels and annotations go onto the pod, never over a field
+/// or key the server set (the template's checks refuse those anyway;
+/// `runtimeClassName` can only agree with `MCP_K8S_RUNTIME_CLASS`). Pure,
+/// like `job`, and never given anything from a caller.
+pub fn apply_pod_template(job: &mut Value, template: &PodTemplate) {
+    let pod = &mut job["spec"]["template"];
+    if let Value::Object(pod_spec) = &mut pod["spec"] {
+        for (field, value) in &template.pod_spec {
+            pod_spec.entry(field.clone()).or_insert_with(|| value.clone());
+        }
+    }
+    merge_strings(&mut pod["metadata"]["labels"], &template.labels);
+    if !template.annotations.is_empty() {
+        merge_strings(&mut pod["metadata"]["annotations"], &template.annotations);
+    }
+}
+
+/// How long an object of this run may outlive its creation before the
+/// reaper deletes it, and how long the TTL controller keeps its finished
+/// Job. Sync runs keep theirs briefly (the server deletes them itself);
+/// background runs keep theirs for the result retention.
+pub struct Retention {
+    /// RFC 3339 UTC, written to `ANNOTATION_EXPIRES_AT`.
+    pub expires_at: String,
+    pub finished_ttl: Duration,
+    /// Background runs: extra annotations (`engine::background` owns
+    /// their names) and the mode label.
+    pub background: Option<serde_json::Map<String, Value>>,
+}
+
+/// Applies `retention` to a Job (or Secret) built above: pure, so the
+/// manifest stays deterministic for a given `Retention`.
+pub fn apply_retention(object: &mut Value, retention: &Retention) {
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(ANNOTATION_EXPIRES_AT.to_string(), json!(retention.expires_at));
+    if let Some(extra) = &retention.background {
+        annotations.extend(extra.clone());
+        object["metadata"]["labels"][LABEL_MODE] = json!(MODE_BACKGROUND);
+    }
+    object["metadata"]["annotations"] = Value::Object(annotations);
+    if object["kind"] == "Job" {
+        object["spec"]["ttlSecondsAfterFinished"] = json!(retention.finished_ttl.as_secs());
+    }
+}
+
+/// The Job-level deadline's margin over the pod's (see `job`).
+pub const JOB_DEADLINE_SLACK: Duration = Duration::from_secs(60);
+
+/// Kubernetes expands `$(VAR)` in `command`, `args` and env values; `$$`
+/// is its escape for a literal `$`. Doubling every `$` therefore reaches
+/// the process exactly as the caller wrote it.
+pub fn escape_dollars(text: &str) -> String {
+    text.replace('$', "$$")
+}
+
+/// Adds `extra` to the string map at `into` (made one if it is null),
+/// keeping every key already there.
+fn merge_strings(into: &mut Value, extra: &std::collections::BTreeMap<String, String>) {
+    if into.is_null() {
+        *into = json!({});
+    }
+    if let Value::Object(map) = into {
+        for (key, value) in extra {
+            map.entry(key.clone()).or_insert_with(|| json!(value));
+        }
+    }
+}
+
+fn labels(run_id: &str) -> Value {
+    json!({LABEL_MANAGED_BY: MANAGED_BY, LABEL_RUN_ID: run_id})
+}
+
+fn runner_path() -> String {
+    format!("{BIN_DIR}/mcp-k8s-ephemeral-job")
+}
+
+/// The same for every container. The root is read-only everywhere: an
+/// earlier version left the main container's writable, and a job wrote
+/// 1.5 GB to /tmp past every bound (issue 12, finding 6).
+fn container_security(policy: &Policy) -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": false,
+        "readOnlyRootFilesystem": true,
+        "runAsNonRoot": true,
+        "runAsUser": policy.run_as_user,
+        "runAsGroup": policy.run_as_user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    })
+}
+
+fn prepare_container(spec: &RunSpec, policy: &Policy) -> Value {
+    let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR}), json!({"name": "work", "mountPath": spec.workdir})];
+    let mut init = InitOptions { copy_to: runner_path().into(), inputs: None };
+    if !spec.files.is_empty() {
+        init.inputs = Some((INPUTS_DIR.into(), spec.workdir.clone().into()));
+        mounts.push(json!({"name": "inputs", "mountPath": INPUTS_DIR, "readOnly": true}));
+    }
+    let mut command = vec![policy.runner_binary_path.clone()];
+    command.extend(args::init_args(&init));
+    json!({
+        "name": PREPARE_CONTAINER,
+        "image": policy.runner_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command.iter().map(|arg| escape_dollars(arg)).collect::<Vec<_>>(),
+        // Its root is read-only and it writes only to volumes, so its own
+        // ephemeral storage is its log: a few lines.
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "32Mi", "ephemeral-storage": "1Mi"},
+            "limits": {"cpu": "500m", "memory": "128Mi", "ephemeral-storage": "64Mi"},
+        },
+        "securityContext": container_security(policy),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": mounts,
+    })
+}
+
+/// Checks the repository out into the workdir. Runs the runner copied by
+/// `prepare` in the operator's git image, so the image needs only git (and
+/// the `sh` git uses to start its credential helper). The operator's extra
+/// env reaches it too, for proxy settings.
+fn clone_container(spec: &RunSpec, clone_spec: &CloneSpec, clone_step: &CloneStep, policy: &Policy) -> Value {
+    let dest = if clone_spec.subdir.is_empty() { spec.workdir.clone() } else { format!("{}/{}", spec.workdir, clone_spec.subdir) };
+    let options = CloneOptions {
+        repo_url: clone_spec.repo_url.clone(),
+        git_ref: clone_spec.git_ref.clone(),
+        dest: dest.into(),
+        creds_dir: CREDS_DIR.into(),
+    };
+    let mut command = vec![runner_path()];
+    command.extend(args::clone_args(&options));
+    let mut env = policy.extra_env.clone();
+    env.insert("HOME".to_string(), "/tmp".to_string());
+    let env: Vec<Value> = env.iter().map(|(name, value)| json!({"name": name, "value": escape_dollars(value)})).collect();
+    json!({
+        "name": CLONE_CONTAINER,
+        "image": clone_step.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command.iter().map(|arg| escape_dollars(arg)).collect::<Vec<_>>(),
+        "env": env,
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "1Mi"},
+            "limits": {"cpu": "1", "memory": "512Mi", "ephemeral-storage": "64Mi"},
+        },
+        "securityContext": container_security(policy),
+        // The runner writes git's masked output tail to the termination
+        // log; the classifier turns it into the CloneFailed message.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [
+            {"name": "bin", "mountPath": BIN_DIR, "readOnly": true},
+            {"name": "work", "mountPath": spec.workdir},
+            {"name": "git-creds", "mountPath": CREDS_DIR, "readOnly": true},
+            {"name": "clone-tmp", "mountPath": "/tmp"},
+        ],
+    })
+}
+
+fn main_container(spec: &RunSpec, policy: &Policy) -> Value {
+    let exec_options = ExecOptions {
+        workdir: spec.workdir.clone().into(),
+        timeout: spec.timeout,
+        kill_grace: KILL_GRACE,
+        max_output_bytes: policy.max_output_bytes as usize,
+        max_artifact_bytes: policy.max_artifact_bytes,
+        artifact_patterns: spec.artifacts.clone(),
+        disk_paths: writable_paths(spec),
+        disk_limit_bytes: u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0),
+        termination_log: TERMINATION_LOG.into(),
+        argv: spec.command.clone(),
+    };
+    let mut command = vec![runner_path()];
+    command.extend(args::exec_args(&exec_options));
+    // Operator-wide variables first, the caller's on top: the caller wins.
+    let mut env = policy.extra_env.clone();
+    env.extend(spec.env.clone());
+    // The root is read-only, so an image's own HOME (often under /root or
+    // /home) is not writable; tools that keep caches there get /tmp.
+    env.entry("HOME".to_string()).or_insert_with(|| TMP_DIR.to_string());
+    let env: Vec<Value> = env.iter().map(|(name, value)| json!({"name": name, "value": escape_dollars(value)})).collect();
+    // /tmp comes before the workdir, which may lie under it: mounts are
+    // made in order, and a later one over an earlier one stays visible.
+    let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR, "readOnly": true})];
+    if has_tmp_volume(spec) {
+        mounts.push(json!({"name": "tmp", "mountPath": TMP_DIR}));
+    }
+    mounts.push(json!({"name": "work", "mountPath": spec.workdir}));
+    if let Some(cache) = &policy.cache {
+        mounts.push(json!({"name": "cache", "mountPath": cache.mount_path}));
+    }
+    json!({
+        "name": MAIN_CONTAINER,
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command.iter().map(|arg| escape_dollars(arg)).collect::<Vec<_>>(),
+        "workingDir": spec.workdir,
+        "env": env,
+        "resources": main_resources(spec, policy),
+        "securityContext": container_security(policy),
+        "volumeMounts": mounts,
+    })
+}
+
+/// The original's rules: the defaults are requests; CPU and memory limits
+/// only when the caller asks; a memory limit raises the memory request to
+/// match, and a CPU limit below the default request lowers the request (a
+/// request above its limit is invalid). Ephemeral storage always has a
+/// limit: disk is the one bound the caller cannot choose.
+fn main_resources(spec: &RunSpec, policy: &Policy) -> Value {
+    let mut cpu_request = policy.default_cpu.clone();
+    let mut memory_request = policy.default_memory.clone();
+    let mut limits = serde_json::Map::new();
+    if let Some(cpu) = &spec.cpu_limit {
+        if *cpu < cpu_request {
+            cpu_request = cpu.clone();
+        }
+        limits.insert("cpu".into(), json!(cpu.as_str()));
+    }
+    if let Some(memory) = &spec.memory_limit {
+        memory_request = memory.clone();
+        limits.insert("memory".into(), json!(memory.as_str()));
+    }
+    limits.insert("ephemeral-storage".into(), json!(main_storage_limit(policy)));
+    json!({
+        "requests": {"cpu": cpu_request.as_str(), "memory": memory_request.as_str(), "ephemeral-storage": MAIN_STORAGE_REQUEST},
+        "limits": Value::Object(limits),
+    })
+}
+
+/// The main container's ephemeral-storage limit, in bytes: the workdir size
+/// plus `STORAGE_SLACK_BYTES`. The kubelet counts the pod's emptyDir
+/// volumes, logs and writable layers against the sum of its containers'
+/// limits, so this bounds the workdir and /tmp together.
+fn main_storage_limit(policy: &Policy) -> String {
+    let workdir_bytes = policy.workdir_size_limit.nanos() / 1_000_000_000;
+    (workdir_bytes + STORAGE_SLACK_BYTES).to_string()
+}
+
+/// What the runner's disk watcher measures: the workdir, and /tmp when it
+/// is a volume of its own. `MCP_K8S_WORKDIR_SIZE` is their limit together.
+fn writable_paths(spec: &RunSpec) -> Vec<std::path::PathBuf> {
+    let mut paths = vec![std::path::PathBuf::from(&spec.workdir)];
+    if has_tmp_volume(spec) {
+        paths.push(TMP_DIR.into());
+    }
+    paths
+}
+
+/// A workdir of exactly /tmp is the scratch folder itself; a second volume
+/// at the same path would make the pod invalid.
+fn has_tmp_volume(spec: &RunSpec) -> bool {
+    spec.workdir != TMP_DIR
+}

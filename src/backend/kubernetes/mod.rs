@@ -1,0 +1,351 @@
+//! The Kubernetes backend: a run is a Job (with an inputs Secret it owns)
+//! whose pod runs the caller's image with the runner as its entrypoint.
+//! `manifest` builds the objects, `classify` reads pod status into the
+//! engine's neutral views, `watch` follows the run's pods, `record` keeps a
+//! background run's record and verdict in the Job's annotations, `reaper`
+//! deletes what expired, `permissions` lists the RBAC the server needs,
+//! `template` checks the operator's pod template (merged into every Job by
+//! `manifest`), `doctor` checks a cluster's set-up against the configuration.
+//!
+//! Speaks to the API server only through `kube`; decides nothing about a
+//! run's end (the engine's `decide` does).
+
+pub mod classify;
+pub mod doctor;
+pub mod manifest;
+pub mod permissions;
+pub mod reaper;
+pub mod record;
+pub mod template;
+pub mod watch;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::backend::kubernetes::template::PodTemplate;
+use crate::engine::backend::{
+    self, Abort, Backend, Created, Keep, NewRun, Output, OutputError, Refused, Settled, Sighting, Stop, Stored, Watch, Wording,
+};
+use crate::engine::spec::{Policy, RunReason};
+use crate::engine::verdict::Recorded;
+use crate::kube::objects::{Event, Job, Pod};
+use crate::kube::{self, ListParams, Resource};
+use crate::log;
+use crate::metrics;
+
+/// Runs on a cluster, in `policy.namespace`.
+#[derive(Clone)]
+pub struct Kubernetes {
+    pub client: kube::Client,
+    pub policy: Policy,
+    /// The operator's pod template (`MCP_K8S_POD_TEMPLATE`), checked at
+    /// start; merged into every Job this backend creates. Kept here, not in
+    /// the engine's `Policy`, because its fields are Kubernetes' own.
+    pub pod_template: Option<Arc<PodTemplate>>,
+}
+
+impl Kubernetes {
+    pub fn new(client: kube::Client, policy: Policy) -> Kubernetes {
+        Kubernetes { client, policy, pod_template: None }
+    }
+
+    pub fn with_pod_template(mut self, pod_template: Option<PodTemplate>) -> Kubernetes {
+        self.pod_template = pod_template.map(Arc::new);
+        self
+    }
+
+    fn namespace(&self) -> &str {
+        &self.policy.namespace
+    }
+
+    /// The run's pods, as typed views.
+    fn pods(&self, run_id: &str) -> Result<Vec<Pod>, kube::Error> {
+        let list = self.client.list(Resource::PODS, self.namespace(), &run_pods(run_id))?;
+        Ok(list.items.iter().map(Pod::from_value).collect())
+    }
+
+    fn job(&self, run_id: &str) -> Result<Option<Job>, kube::Error> {
+        let job = self.client.get_if_exists(Resource::JOBS, self.namespace(), &manifest::job_name(run_id))?;
+        Ok(job.as_ref().map(Job::from_value))
+    }
+
+    fn delete_secret(&self, name: &str) {
+        if let Err(error) = self.client.delete(Resource::SECRETS, self.namespace(), name) {
+            metrics::api_error("delete_secret");
+            log::warn(
+                "inputs secret not deleted; the garbage collector will remove it with its Job",
+                &[("secret", name.into()), ("error", error.to_string().into())],
+            );
+        }
+    }
+
+    /// Deletes the run's pods that `keep` does not spare. Failures are
+    /// logged: the Job's deadline and the pod's own deadline stop the pod
+    /// anyway.
+    fn delete_pods(&self, run_id: &str, spare_finished: bool) {
+        let pods = match self.pods(run_id) {
+            Ok(pods) => pods,
+            Err(error) => {
+                log::warn("could not list the run's pods to stop them", &[("run_id", run_id.into()), ("error", error.to_string().into())]);
+                return;
+            }
+        };
+        for pod in pods.iter().filter(|pod| !spare_finished || classify::finished_pod_view(pod).is_none()) {
+            let name = pod.metadata.name.as_str();
+            if let Err(error) = self.client.delete(Resource::PODS, self.namespace(), name) {
+                log::warn("could not delete the run's pod", &[("pod", name.into()), ("error", error.to_string().into())]);
+            }
+        }
+    }
+
+    /// Sets the Job's deadline so that its controller deletes its pods and
+    /// creates no other.
+    fn stop_job(&self, run_id: &str) -> Result<(), kube::Error> {
+        let patch = serde_json::json!({"spec": {"activeDeadlineSeconds": 1}});
+        match self.client.merge_patch(Resource::JOBS, self.namespace(), &manifest::job_name(run_id), &patch) {
+            Ok(_) => Ok(()),
+            // Gone already, or finished (a finished Job refuses nothing here,
+            // but an older API server may): either way it starts no pod.
+            Err(error) if error.is_not_found() || error.is_invalid() => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The pod's events, oldest first; none when they cannot be read.
+    fn pod_events(&self, pod_name: &str) -> Vec<Event> {
+        let params =
+            ListParams { label_selector: None, field_selector: Some(format!("involvedObject.kind=Pod,involvedObject.name={pod_name}")) };
+        let mut events = match self.client.list(Resource::EVENTS, self.namespace(), &params) {
+            Ok(list) => Event::from_values(&list.items),
+            Err(_) => {
+                metrics::api_error("list_events");
+                return Vec::new();
+            }
+        };
+        events.sort_by_key(|event| event.last_timestamp.clone().or_else(|| event.event_time.clone()).unwrap_or_default());
+        events
+    }
+}
+
+impl Backend for Kubernetes {
+    /// The Job, then its inputs Secret (owned by the Job); nothing is left
+    /// when either is refused.
+    fn create(&self, run: &NewRun) -> Result<Created, Refused> {
+        let namespace = self.namespace();
+        let name = manifest::job_name(run.run_id);
+        let retention = retention(run, &self.policy);
+        let mut job_manifest = manifest::job(run.spec, &self.policy, run.run_id);
+        if let Some(pod_template) = &self.pod_template {
+            manifest::apply_pod_template(&mut job_manifest, pod_template);
+        }
+        manifest::apply_retention(&mut job_manifest, &retention);
+        let job = self.client.create(Resource::JOBS, namespace, &job_manifest).map_err(|error| {
+            metrics::api_error("create_job");
+            refusal("create the Job", &error)
+        })?;
+        log::info("job created", &[("run_id", run.run_id.into()), ("job", name.as_str().into())]);
+        let job = Job::from_value(&job);
+        if let Some(mut secret) = manifest::inputs_secret(run.spec, &self.policy, run.run_id, &job.metadata.uid) {
+            manifest::apply_retention(&mut secret, &retention);
+            if let Err(error) = self.client.create(Resource::SECRETS, namespace, &secret) {
+                metrics::api_error("create_secret");
+                self.remove(run.run_id);
+                return Err(refusal("create the inputs Secret", &error));
+            }
+        }
+        Ok(Created { name, created_at: time_of(job.metadata.creation_timestamp.as_deref()) })
+    }
+
+    fn watch(&self, run_id: &str) -> Watch {
+        watch::start(self.client.clone(), self.namespace().to_string(), run_pods(run_id))
+    }
+
+    fn probe(&self, run_id: &str) -> Result<Option<Sighting>, backend::Error> {
+        let pods = self.pods(run_id).map_err(|error| api_error("list the run's pods", &error))?;
+        Ok(watch::newest(pods).map(|pod| watch::sighting(&pod)))
+    }
+
+    fn start_failure(&self, run_id: &str) -> Option<(RunReason, String)> {
+        let job_name = manifest::job_name(run_id);
+        let params =
+            ListParams { label_selector: None, field_selector: Some(format!("involvedObject.kind=Job,involvedObject.name={job_name}")) };
+        // A failed look is not fatal: the start timeout still ends the run.
+        let events = match self.client.list(Resource::EVENTS, self.namespace(), &params) {
+            Ok(events) => Event::from_values(&events.items),
+            Err(_) => {
+                metrics::api_error("list_events");
+                return None;
+            }
+        };
+        let (reason, message) = classify::failed_create_view(&events)?;
+        Some((reason, refusal_message(reason, &message)))
+    }
+
+    fn start_progress(&self, run_id: &str) -> String {
+        let pod = self.pods(run_id).ok().and_then(watch::newest);
+        let events = pod.as_ref().map(|pod| self.pod_events(&pod.metadata.name)).unwrap_or_default();
+        classify::start_progress_view(pod.as_ref(), &events)
+    }
+
+    /// The main container's log: a container that is not ready yet (400)
+    /// and an API server away are worth another try; a pod that is gone
+    /// (404) is not.
+    fn output(&self, sandbox: &str) -> Result<Output, OutputError> {
+        let params = kube::LogParams { container: Some(manifest::MAIN_CONTAINER.to_string()), ..kube::LogParams::default() };
+        match self.client.follow_pod_logs(self.namespace(), sandbox, &params) {
+            Ok(stream) => {
+                let handle = stream.abort_handle();
+                Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) })
+            }
+            Err(error) if error.is_not_found() => {
+                metrics::api_error("follow_log");
+                Err(OutputError::Gone(format!("the log could not be read: {error}")))
+            }
+            Err(error) => Err(OutputError::Unavailable(error.to_string())),
+        }
+    }
+
+    fn inputs_used(&self, run_id: &str) {
+        self.delete_secret(&manifest::job_name(run_id));
+    }
+
+    fn stop(&self, run_id: &str, how: Stop) -> Result<(), backend::Error> {
+        match how {
+            Stop::ForGood => {
+                let stopped = self.stop_job(run_id);
+                self.delete_pods(run_id, true);
+                stopped.map_err(|error| api_error("stop the Job", &error))
+            }
+            Stop::Live => {
+                self.delete_pods(run_id, true);
+                Ok(())
+            }
+            Stop::All => {
+                self.delete_pods(run_id, false);
+                Ok(())
+            }
+        }
+    }
+
+    /// Background propagation: the Job goes at once and the garbage
+    /// collector removes the pod; nothing here waits for it.
+    fn remove(&self, run_id: &str) {
+        let name = manifest::job_name(run_id);
+        if let Err(error) = self.client.delete(Resource::JOBS, self.namespace(), &name) {
+            metrics::api_error("delete_job");
+            log::warn(
+                "job not deleted; ttlSecondsAfterFinished and the reaper will remove it",
+                &[("job", name.as_str().into()), ("error", error.to_string().into())],
+            );
+        }
+        self.delete_secret(&name);
+    }
+
+    fn find(&self, run_id: &str) -> Result<Option<Stored>, backend::Error> {
+        let Some(job) = self.job(run_id).map_err(|error| api_error("look up the Job", &error))? else { return Ok(None) };
+        let Some(mut stored) = record::stored(&job) else { return Ok(None) };
+        let pods = self.pods(run_id).map_err(|error| api_error("list the job's pods", &error))?;
+        stored.sandbox = watch::newest(pods).map(|pod| watch::sighting(&pod));
+        Ok(Some(stored))
+    }
+
+    fn list(&self) -> Result<Vec<Stored>, backend::Error> {
+        let params = ListParams {
+            label_selector: Some(format!(
+                "{}={},{}={}",
+                manifest::LABEL_MANAGED_BY,
+                manifest::MANAGED_BY,
+                manifest::LABEL_MODE,
+                manifest::MODE_BACKGROUND
+            )),
+            field_selector: None,
+        };
+        let jobs =
+            self.client.list(Resource::JOBS, self.namespace(), &params).map_err(|error| api_error("list the background Jobs", &error))?;
+        Ok(jobs.items.iter().map(Job::from_value).filter_map(|job| record::stored(&job)).collect())
+    }
+
+    fn record(&self, run_id: &str, verdict: &Recorded) -> Result<Settled, backend::Error> {
+        record::write_verdict(&self.client, self.namespace(), run_id, verdict)
+            .map_err(|error| api_error("record the outcome on the Job", &error))
+    }
+
+    fn mark_cancelled(&self, run_id: &str, at: SystemTime) -> Result<(), backend::Error> {
+        let patch = serde_json::json!({"metadata": {"annotations": record::cancel_mark(at)}});
+        self.client
+            .merge_patch(Resource::JOBS, self.namespace(), &manifest::job_name(run_id), &patch)
+            .map(|_| ())
+            .map_err(|error| api_error("mark the Job cancelled", &error))
+    }
+
+    fn reap(&self, now: SystemTime) -> usize {
+        reaper::reap_once(&self.client, self.namespace(), now)
+    }
+
+    fn wording(&self) -> &'static Wording {
+        &WORDING
+    }
+}
+
+/// What Kubernetes users call the parts of a run.
+pub const WORDING: Wording = Wording {
+    sandbox: "pod",
+    stopper: "the kubelet",
+    pids_limit: "the kubelet's podPidsLimit",
+    outside_deleters: "kubectl delete, a controller, a node drain",
+    api: "the API server",
+};
+
+/// The retention of a run's objects, as annotations and the Job's TTL.
+fn retention(run: &NewRun, policy: &Policy) -> manifest::Retention {
+    match &run.keep {
+        Keep::UntilRemoved { expires_at } => {
+            manifest::Retention { expires_at: log::rfc3339_utc(*expires_at), finished_ttl: policy.finished_ttl, background: None }
+        }
+        Keep::Background { record: background, result_ttl, expires_at } => manifest::Retention {
+            expires_at: log::rfc3339_utc(*expires_at),
+            finished_ttl: *result_ttl,
+            background: Some(record::background_annotations(background)),
+        },
+    }
+}
+
+fn run_pods(run_id: &str) -> ListParams {
+    ListParams { label_selector: Some(format!("{}={run_id}", manifest::LABEL_RUN_ID)), field_selector: None }
+}
+
+fn api_error(what: &'static str, error: &kube::Error) -> backend::Error {
+    backend::Error { what, message: error.to_string() }
+}
+
+fn refusal_message(reason: RunReason, api_message: &str) -> String {
+    match reason {
+        RunReason::QuotaExceeded => format!(
+            "the namespace's ResourceQuota has no room for this pod: {api_message}; wait for other runs to finish, lower limits, or ask the operator to raise the quota"
+        ),
+        _ => format!("the cluster refused the pod: {api_message}"),
+    }
+}
+
+/// A refused create as the run's reason: quota, admission, or the API.
+fn refusal(what: &str, error: &kube::Error) -> Refused {
+    let reason = if error.is_quota_exceeded() {
+        RunReason::QuotaExceeded
+    } else if (error.is_forbidden() && error.permission_denied().is_none()) || error.is_invalid() {
+        // An RBAC refusal is the server's own missing permission, not the
+        // pod being refused: it stays ApiError, whose message names the
+        // verb and resource to grant (issue 12, finding 13).
+        RunReason::Rejected
+    } else {
+        RunReason::ApiError
+    };
+    let message = match reason {
+        RunReason::QuotaExceeded | RunReason::Rejected => refusal_message(reason, &error.to_string()),
+        _ => format!("could not {what}: {error}; the run did not start"),
+    };
+    Refused { reason, message }
+}
+
+fn time_of(text: Option<&str>) -> Option<SystemTime> {
+    crate::time::parse_rfc3339(text?)
+}

@@ -1,0 +1,272 @@
+//! The engine's port: what a run needs from the place its sandbox lives.
+//! The engine owns this interface and every backend (`crate::backend::*`)
+//! implements it, so the engine imports no backend at all: `main` picks
+//! one and hands it over as `Arc<dyn Backend>`.
+//!
+//! A backend speaks its own API and translates both ways: a `NewRun` into
+//! its objects, its objects' status into neutral `Sighting`s (the
+//! `decide::View` the state machine judges, plus the sandbox's name and
+//! times), its record of a background run into a `Stored`. It makes no
+//! decision about a run's end; `decide` does.
+//!
+//! Knows nothing of Kubernetes, Docker or MCP.
+
+use std::fmt;
+use std::io::BufRead;
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, SystemTime};
+
+use crate::engine::decide::View;
+use crate::engine::spec::{RunReason, RunSpec};
+use crate::engine::verdict::Recorded;
+
+/// Where sandboxes run. Blocking calls, from any thread.
+pub trait Backend: Send + Sync {
+    /// Creates the run's sandbox (not yet started is fine: the watch says
+    /// when it runs). A refusal leaves nothing behind.
+    fn create(&self, run: &NewRun) -> Result<Created, Refused>;
+
+    /// Starts following the run's sandbox: a thread of the backend's sends
+    /// what it sees until `Watch::abort` (or the receiver is dropped).
+    fn watch(&self, run_id: &str) -> Watch;
+
+    /// A fresh look, for when the watch is in trouble: `Ok(None)` when the
+    /// run has no sandbox (yet, or any more).
+    fn probe(&self, run_id: &str) -> Result<Option<Sighting>, Error>;
+
+    /// A refusal to create the sandbox that came after `create` returned
+    /// (the Job controller's quota refusal): reason and a message that says
+    /// what to do.
+    fn start_failure(&self, run_id: &str) -> Option<(RunReason, String)>;
+
+    /// What the sandbox was doing when its start timed out ("pulling image
+    /// x"), for the `StartTimeout` message.
+    fn start_progress(&self, run_id: &str) -> String;
+
+    /// The runner's output stream (its frames) from the first byte,
+    /// followed until the sandbox ends.
+    fn output(&self, sandbox: &str) -> Result<Output, OutputError>;
+
+    /// The run's inputs were read by the sandbox and may go (they can hold
+    /// secrets). Failures are the backend's to log.
+    fn inputs_used(&self, run_id: &str);
+
+    /// Stops the run's sandboxes; see `Stop`.
+    fn stop(&self, run_id: &str, how: Stop) -> Result<(), Error>;
+
+    /// Deletes everything of a run nobody will read again (a sync run's
+    /// end). Failures are logged: the backend's own expiry removes it.
+    fn remove(&self, run_id: &str);
+
+    /// A background run's record, if its sandbox (or its record) exists.
+    fn find(&self, run_id: &str) -> Result<Option<Stored>, Error>;
+
+    /// Every background run's record, in no order.
+    fn list(&self) -> Result<Vec<Stored>, Error>;
+
+    /// Writes the verdict onto the run's record unless one is there: the
+    /// first writer wins, every process reads the same.
+    fn record(&self, run_id: &str, verdict: &Recorded) -> Result<Settled, Error>;
+
+    /// Marks the run cancelled on its record, for processes that find its
+    /// sandbox gone.
+    fn mark_cancelled(&self, run_id: &str, at: SystemTime) -> Result<(), Error>;
+
+    /// Deletes every expired object this server created; how many.
+    fn reap(&self, now: SystemTime) -> usize;
+
+    /// The words this backend's users know its parts by, for messages.
+    fn wording(&self) -> &'static Wording;
+}
+
+/// What the engine's messages call a backend's parts, so that a message
+/// names what the caller can look at ("the pod", "the container").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wording {
+    /// The sandbox: "pod", "container".
+    pub sandbox: &'static str,
+    /// What stops a sandbox at its own deadline: "the kubelet".
+    pub stopper: &'static str,
+    /// The process limit, by the name an operator sets it with.
+    pub pids_limit: &'static str,
+    /// Who else deletes sandboxes, as examples.
+    pub outside_deleters: &'static str,
+    /// The API the server talks to: "the API server", "the Docker daemon".
+    pub api: &'static str,
+}
+
+/// A run to create.
+pub struct NewRun<'a> {
+    pub run_id: &'a str,
+    pub spec: &'a RunSpec,
+    pub keep: Keep,
+}
+
+/// How long a run's objects outlive its end.
+#[derive(Clone, Debug)]
+pub enum Keep {
+    /// A sync run: the engine removes it at its end; `expires_at` is the
+    /// backstop should the server die first.
+    UntilRemoved { expires_at: SystemTime },
+    /// A background run: kept `result_ttl` after its end for any process
+    /// to read, with its record.
+    Background { record: BackgroundRecord, result_ttl: Duration, expires_at: SystemTime },
+}
+
+/// What a process that did not create a background run needs to know of
+/// it. Not the command's arguments: they are the caller's data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackgroundRecord {
+    pub token: String,
+    pub timeout_s: u64,
+    /// `image program`, for `list_jobs`.
+    pub command: String,
+}
+
+/// What `create` made.
+#[derive(Clone, Debug)]
+pub struct Created {
+    /// The backend's name for the run's objects (a Job's name).
+    pub name: String,
+    pub created_at: Option<SystemTime>,
+}
+
+/// A creation the backend refused; `reason` for the outcome.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Refused {
+    pub reason: RunReason,
+    pub message: String,
+}
+
+/// One look at a sandbox.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sighting {
+    /// The backend's name of the sandbox (a pod's name): `output` takes it.
+    pub sandbox: String,
+    pub view: View,
+    pub times: Times,
+}
+
+/// When the sandbox reached each phase, as far as the backend knows.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Times {
+    pub scheduled: Option<SystemTime>,
+    pub started: Option<SystemTime>,
+    pub finished: Option<SystemTime>,
+}
+
+/// What the watch thread reports.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Watched {
+    /// A complete look (at the start, after a reconnect): the newest
+    /// sandbox, or none.
+    Listed(Option<Sighting>),
+    Seen(Sighting),
+    /// The sandbox is gone; its last look.
+    Gone(Sighting),
+    /// The watch fails and is being retried; why.
+    Trouble(String),
+    /// The watch failed in a way retrying cannot fix.
+    Failed(String),
+}
+
+/// A running watch.
+pub struct Watch {
+    pub events: mpsc::Receiver<Watched>,
+    pub abort: Abort,
+}
+
+/// The output stream of a sandbox, and how to close it from elsewhere.
+pub struct Output {
+    pub reader: Box<dyn BufRead + Send>,
+    pub abort: Abort,
+}
+
+/// Why the output could not be opened.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputError {
+    /// The sandbox is gone: there is nothing to wait for.
+    Gone(String),
+    /// Not yet, or the API is away: worth another try.
+    Unavailable(String),
+}
+
+/// How `Backend::stop` stops a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The server decided the end: no sandbox of the run may run or start
+    /// again, ever (issue 12, findings 1 and 3).
+    ForGood,
+    /// The sandboxes that have not ended go; ended ones keep their output.
+    Live,
+    /// Every sandbox of the run goes (a cancel).
+    All,
+}
+
+/// What `record` found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Settled {
+    /// This process's verdict is now the run's.
+    Recorded,
+    /// Another process (or an earlier life of this one) wrote first.
+    AlreadyRecorded(Recorded),
+    /// There is no record to write on (the run's objects are gone).
+    NoRecord,
+}
+
+/// A background run as its backend keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stored {
+    pub run_id: String,
+    pub token: String,
+    pub command: String,
+    pub created_at: Option<SystemTime>,
+    /// When the backend saw the run end, if it did.
+    pub ended_at: Option<SystemTime>,
+    /// A sandbox of the run is running.
+    pub active: bool,
+    /// The command's timeout, and the whole run's deadline from creation.
+    pub timeout: Option<Duration>,
+    pub run_deadline: Duration,
+    pub memory_limit: Option<String>,
+    pub expires_at: String,
+    pub cancelled_at: Option<String>,
+    pub verdict: Option<Recorded>,
+    /// The newest sandbox (`find` only; `list` leaves it out).
+    pub sandbox: Option<Sighting>,
+}
+
+/// A backend call that failed; the text says what and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Error {
+    pub what: &'static str,
+    pub message: String,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "could not {}: {}", self.what, self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Stops a stream from another thread.
+#[derive(Clone)]
+pub struct Abort(Arc<dyn Fn() + Send + Sync>);
+
+impl Abort {
+    pub fn new(abort: impl Fn() + Send + Sync + 'static) -> Abort {
+        Abort(Arc::new(abort))
+    }
+
+    pub fn abort(&self) {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for Abort {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("Abort")
+    }
+}

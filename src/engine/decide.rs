@@ -1,0 +1,759 @@
+//! The run's decision, as a pure state machine: backend-neutral events in
+//! (a fresh view of the sandbox, a start failure, the end of the log, API
+//! trouble, a tick, a cancel), steps out (follow the output, probe the
+//! sandbox, look for start failures, report the start, end with a verdict).
+//!
+//! It owns every rule about when a run ends and why: the start timeout
+//! (only on a fresh view), the unschedulable grace, fail-fast start
+//! failures, the result before the status, a log cut while the command
+//! runs, the hard deadline, riding out an API outage, and a SIGTERM nobody
+//! here sent (wait for the sandbox to say who did).
+//!
+//! It deliberately knows no Kubernetes, no JSON, no threads and no clock:
+//! time comes in with each event, and the shell (`run::follow`) does the
+//! I/O each step asks for and turns the verdict into an outcome.
+
+use std::time::{Duration, Instant};
+
+use crate::engine::outcome::Finished;
+use crate::engine::spec::RunReason;
+
+/// How often start failures are looked for while no sandbox exists.
+const START_FAILURE_POLL: Duration = Duration::from_secs(2);
+/// How often the sandbox is probed while the event stream is in trouble:
+/// a stream that reconnected to an unchanged sandbox says nothing.
+const OUTAGE_PROBE: Duration = Duration::from_secs(2);
+/// How long a runner that reported a SIGTERM nobody here sent waits for
+/// the sandbox's status to say who stopped it (eviction, deletion).
+const EVIDENCE_WAIT: Duration = Duration::from_secs(30);
+/// Least time between two restarts of a log that ended without a result.
+const LOG_RESTART: Duration = Duration::from_secs(1);
+
+/// The deadlines a run is held to.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadlines {
+    /// When a sandbox that has not started is given up on.
+    pub start: Instant,
+    /// How long the sandbox may stay unschedulable; `None` waits for
+    /// capacity up to `start` (a background run).
+    pub unschedulable_grace: Option<Duration>,
+    /// Only reached if the runner and the backend both failed to end it.
+    pub hard: Instant,
+}
+
+/// What the sandbox is doing, in the backend's own words made neutral.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SandboxState {
+    /// Not decisive yet: scheduling, pulling, preparing.
+    Pending,
+    /// No node can take it (yet); the scheduler's message.
+    Unschedulable { message: String },
+    /// The command runs: its output can be followed.
+    Running,
+    /// It cannot start, and will not fix itself within the run. A state,
+    /// not an event like `Event::StartFailed`: a sandbox that is gone or
+    /// whose SIGTERM awaits evidence is judged first, as before.
+    FailFast { reason: RunReason, message: String },
+    /// The command (or the sandbox) ended; `ran`: the command's process
+    /// started, so there is output to read.
+    Finished { ran: bool },
+}
+
+/// A fresh view of the run's sandbox.
+#[derive(Clone, Debug, PartialEq)]
+pub struct View {
+    pub state: SandboxState,
+    /// How it ended, when its status says so or someone is deleting it;
+    /// `None` while it runs and nobody asked it to go.
+    pub ended: Option<Finished>,
+    /// What it is judged on if it disappears now: its last status, marked
+    /// deleted.
+    pub if_gone: Finished,
+}
+
+/// How the output follower stopped.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogEnd {
+    /// The runner's result frame arrived.
+    pub has_result: bool,
+    /// The result says the command was stopped by a SIGTERM.
+    pub terminated_by_request: bool,
+    /// This server asked for the run to stop (a cancel).
+    pub stop_asked_here: bool,
+    /// Live output bytes already reported to the caller.
+    pub reported: usize,
+}
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// A fresh view of the sandbox (an event, a list, a probe).
+    Seen(View),
+    /// The sandbox is gone; its last view.
+    Gone(View),
+    /// The backend refused to create the sandbox (quota, policy).
+    StartFailed { reason: RunReason, message: String },
+    /// The output follower stopped.
+    LogEnded(LogEnd),
+    /// The event stream fails and is being retried; why.
+    ApiTrouble(String),
+    /// The API answered again, with nothing new about the sandbox.
+    ApiBack,
+    /// The event stream failed in a way retrying cannot fix.
+    ApiFailed(String),
+    /// Time passed.
+    Tick,
+    /// The caller cancelled the run.
+    Cancelled,
+}
+
+/// What the shell is asked to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Follow the command's output from the start; the first `reported`
+    /// live bytes were already reported.
+    FollowOutput { reported: usize },
+    /// List the sandbox and feed what was found (`ApiBack`, `Seen`, `Gone`).
+    ProbeSandbox,
+    /// Look for a refused creation and feed `StartFailed` if there is one.
+    PollStartFailures,
+    /// Tell the caller the command started.
+    ReportStarted,
+    /// The run is over.
+    Done(Verdict),
+}
+
+/// How the run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// Judge from the output (waiting for the follower to finish) and
+    /// `finished`, the sandbox's facts if it ended. The runner decided if
+    /// its result frame was read; else this server did.
+    Judge { finished: Option<Finished> },
+    /// This server ended the run without the runner's result: the sandbox
+    /// must be stopped for good before the answer goes out.
+    Server(ServerEnd),
+}
+
+/// An end this server decided.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServerEnd {
+    /// A cancel: stop the output, return what was read.
+    Cancelled,
+    /// The sandbox did not start in time; the shell says what it was doing.
+    StartTimeout,
+    /// No node could take the sandbox; the scheduler's last message.
+    Unschedulable { message: String },
+    /// It could not start, for `reason`.
+    Refused { reason: RunReason, message: String },
+    /// The hard deadline passed without an end; `outage` when the API was
+    /// away at the time.
+    PastHardDeadline { outage: Option<Away> },
+    /// The event stream failed for good.
+    WatchFailed { message: String },
+}
+
+/// How long the API was away, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Away {
+    pub duration: Duration,
+    pub why: String,
+}
+
+/// Where the reading of the output stands.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Log {
+    NotStarted,
+    Following,
+    Ended { has_result: bool, reported: usize },
+}
+
+/// Since when the event stream has been failing, and why.
+#[derive(Debug)]
+struct Outage {
+    since: Instant,
+    why: String,
+    next_probe: Instant,
+}
+
+/// One run's decision state.
+#[derive(Debug)]
+pub struct RunState {
+    deadlines: Deadlines,
+    view: Option<View>,
+    gone: bool,
+    unschedulable_since: Option<Instant>,
+    /// The scheduler's last word, for a run that waited for capacity.
+    last_unschedulable: Option<String>,
+    next_start_poll: Instant,
+    log: Log,
+    started_reported: bool,
+    outage: Option<Outage>,
+    next_log_restart: Instant,
+    evidence_deadline: Option<Instant>,
+}
+
+impl RunState {
+    pub fn new(deadlines: Deadlines, now: Instant) -> RunState {
+        RunState {
+            deadlines,
+            view: None,
+            gone: false,
+            unschedulable_since: None,
+            last_unschedulable: None,
+            next_start_poll: now + START_FAILURE_POLL,
+            log: Log::NotStarted,
+            started_reported: false,
+            outage: None,
+            next_log_restart: now,
+            evidence_deadline: None,
+        }
+    }
+
+    /// Why the event stream is failing, while it is.
+    pub fn outage(&self) -> Option<&str> {
+        self.outage.as_ref().map(|outage| outage.why.as_str())
+    }
+
+    /// Takes `event` at `now`; the steps to take, in order. After a
+    /// `Step::Done` the run is over.
+    pub fn on(&mut self, event: Event, now: Instant) -> Vec<Step> {
+        if event == Event::Cancelled {
+            return vec![Step::Done(Verdict::Server(ServerEnd::Cancelled))];
+        }
+        // Deadlines are judged on what was known before this event: a view
+        // that ends an outage must first be acted on (issue 12, finding 10).
+        if let Some(verdict) = self.past_deadline(now) {
+            return vec![Step::Done(verdict)];
+        }
+        let mut steps = Vec::new();
+        if let Some(verdict) = self.apply(event, now) {
+            return vec![Step::Done(verdict)];
+        }
+        if let Some(verdict) = self.judge_sandbox(now, &mut steps) {
+            steps.push(Step::Done(verdict));
+            return steps;
+        }
+        self.polls(now, &mut steps);
+        steps
+    }
+
+    fn past_deadline(&self, now: Instant) -> Option<Verdict> {
+        // While the API does not answer, the sandbox may well have started:
+        // only a fresh view may say it did not.
+        if self.log == Log::NotStarted && now >= self.deadlines.start && self.outage.is_none() {
+            // A run that waits for capacity reports that it never came; a
+            // sync run whose start timeout comes before its grace timed out.
+            let waited_for_capacity = self.deadlines.unschedulable_grace.is_none();
+            return Some(Verdict::Server(match (self.unschedulable_since, &self.last_unschedulable) {
+                (Some(_), Some(message)) if waited_for_capacity => ServerEnd::Unschedulable { message: message.clone() },
+                _ => ServerEnd::StartTimeout,
+            }));
+        }
+        if now >= self.deadlines.hard {
+            let outage = self.outage.as_ref().map(|outage| Away { duration: now.duration_since(outage.since), why: outage.why.clone() });
+            return Some(Verdict::Server(ServerEnd::PastHardDeadline { outage }));
+        }
+        None
+    }
+
+    fn apply(&mut self, event: Event, now: Instant) -> Option<Verdict> {
+        match event {
+            Event::Seen(view) => {
+                self.outage = None;
+                self.view = Some(view);
+            }
+            Event::Gone(view) => {
+                self.outage = None;
+                self.view = Some(view);
+                self.gone = true;
+            }
+            Event::ApiBack => self.outage = None,
+            Event::ApiTrouble(why) => {
+                self.outage.get_or_insert(Outage { since: now, why: String::new(), next_probe: now + OUTAGE_PROBE }).why = why;
+            }
+            Event::ApiFailed(message) => return Some(Verdict::Server(ServerEnd::WatchFailed { message })),
+            Event::StartFailed { reason, message } => return Some(Verdict::Server(ServerEnd::Refused { reason, message })),
+            Event::LogEnded(end) => return self.log_ended(end, now),
+            Event::Tick | Event::Cancelled => {}
+        }
+        None
+    }
+
+    /// The runner's result is its last word: the run is over even if the
+    /// sandbox's status has not caught up, unless it says "stopped by
+    /// SIGTERM" and nobody here asked: then the sandbox's status must say
+    /// who did (issue 12, finding 2).
+    fn log_ended(&mut self, end: LogEnd, now: Instant) -> Option<Verdict> {
+        let explained = self.facts();
+        let unexplained_stop = end.terminated_by_request && !end.stop_asked_here && explained.is_none();
+        if end.has_result && !unexplained_stop {
+            return Some(Verdict::Judge { finished: explained });
+        }
+        if unexplained_stop {
+            self.evidence_deadline = Some(now + EVIDENCE_WAIT);
+        }
+        // Wait for the sandbox's final status to say why.
+        self.log = Log::Ended { has_result: end.has_result, reported: end.reported };
+        None
+    }
+
+    /// The sandbox's end, or the fact that it is gone or going; `None`
+    /// while it has not ended and nobody deleted it.
+    fn facts(&self) -> Option<Finished> {
+        let view = self.view.as_ref()?;
+        match &view.ended {
+            Some(ended) => Some(Finished { deleted: ended.deleted || self.gone, ..ended.clone() }),
+            None if self.gone => Some(view.if_gone.clone()),
+            None => None,
+        }
+    }
+
+    fn judge_sandbox(&mut self, now: Instant, steps: &mut Vec<Step>) -> Option<Verdict> {
+        let state = self.view.as_ref()?.state.clone();
+        let explained = self.facts();
+        if self.gone || self.evidence_deadline.is_some_and(|deadline| now >= deadline || explained.is_some()) {
+            return Some(Verdict::Judge { finished: explained });
+        }
+        if !matches!(state, SandboxState::Unschedulable { .. }) {
+            self.unschedulable_since = None;
+        }
+        match state {
+            SandboxState::Pending => None,
+            SandboxState::Unschedulable { message } => {
+                let since = *self.unschedulable_since.get_or_insert(now);
+                self.last_unschedulable = Some(message.clone());
+                let past_grace = self.deadlines.unschedulable_grace.is_some_and(|grace| now.duration_since(since) >= grace);
+                past_grace.then_some(Verdict::Server(ServerEnd::Unschedulable { message }))
+            }
+            SandboxState::FailFast { reason, message } => Some(Verdict::Server(ServerEnd::Refused { reason, message })),
+            SandboxState::Running => {
+                self.running(now, steps);
+                None
+            }
+            SandboxState::Finished { ran } => {
+                // A command the runtime never started has no output to wait for.
+                if self.log == Log::NotStarted && ran {
+                    steps.push(Step::FollowOutput { reported: 0 });
+                }
+                Some(Verdict::Judge { finished: explained })
+            }
+        }
+    }
+
+    fn running(&mut self, now: Instant, steps: &mut Vec<Step>) {
+        if !self.started_reported {
+            self.started_reported = true;
+            steps.push(Step::ReportStarted);
+        }
+        match self.log {
+            Log::NotStarted => {
+                self.log = Log::Following;
+                steps.push(Step::FollowOutput { reported: 0 });
+            }
+            // The log ended without a result while the command still runs:
+            // the stream was cut (an API server restart). Read it again
+            // from the start; what was reported live is not reported twice.
+            Log::Ended { has_result: false, reported } if now >= self.next_log_restart => {
+                self.next_log_restart = now + LOG_RESTART;
+                self.log = Log::Following;
+                steps.push(Step::FollowOutput { reported });
+            }
+            _ => {}
+        }
+    }
+
+    fn polls(&mut self, now: Instant, steps: &mut Vec<Step>) {
+        if self.view.is_none() && now >= self.next_start_poll {
+            self.next_start_poll = now + START_FAILURE_POLL;
+            steps.push(Step::PollStartFailures);
+        }
+        if let Some(outage) = &mut self.outage
+            && now >= outage.next_probe
+        {
+            outage.next_probe = now + OUTAGE_PROBE;
+            steps.push(Step::ProbeSandbox);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::collect::Collector;
+    use crate::engine::outcome::{self, Judged};
+
+    fn secs(seconds: u64) -> Duration {
+        Duration::from_secs(seconds)
+    }
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    /// A caller who waits: start timeout 60 s, grace 20 s, hard deadline 100 s.
+    fn sync(t0: Instant) -> Deadlines {
+        Deadlines { start: t0 + secs(60), unschedulable_grace: Some(secs(20)), hard: t0 + secs(100) }
+    }
+
+    /// A sync run whose start timeout (10 s) comes before its grace.
+    fn quick_start(t0: Instant) -> Deadlines {
+        Deadlines { start: t0 + secs(10), ..sync(t0) }
+    }
+
+    /// A background run: waits for capacity up to its start deadline.
+    fn background(t0: Instant) -> Deadlines {
+        Deadlines { unschedulable_grace: None, ..sync(t0) }
+    }
+
+    fn view(state: SandboxState) -> View {
+        View { state, ended: None, if_gone: Finished { deleted: true, ..Finished::default() } }
+    }
+
+    fn seen(state: SandboxState) -> Event {
+        Event::Seen(view(state))
+    }
+
+    fn running() -> Event {
+        seen(SandboxState::Running)
+    }
+
+    fn unschedulable(message: &str) -> Event {
+        seen(SandboxState::Unschedulable { message: message.into() })
+    }
+
+    fn finished(facts: &Finished) -> Event {
+        Event::Seen(View {
+            state: SandboxState::Finished { ran: true },
+            ended: Some(facts.clone()),
+            if_gone: Finished { deleted: true, ..facts.clone() },
+        })
+    }
+
+    fn exited(code: i32) -> Finished {
+        Finished { exit_code: Some(code), container_reason: Some("Error".into()), ..Finished::default() }
+    }
+
+    fn oom() -> Finished {
+        Finished { exit_code: Some(137), container_reason: Some("OOMKilled".into()), ..Finished::default() }
+    }
+
+    fn evicted() -> Finished {
+        Finished { pod_reason: Some("Evicted".into()), pod_message: Some("ephemeral storage".into()), ..Finished::default() }
+    }
+
+    fn deleted() -> Finished {
+        Finished { deleted: true, ..Finished::default() }
+    }
+
+    fn log_end(has_result: bool, terminated_by_request: bool, stop_asked_here: bool, reported: usize) -> Event {
+        Event::LogEnded(LogEnd { has_result, terminated_by_request, stop_asked_here, reported })
+    }
+
+    fn result() -> Event {
+        log_end(true, false, false, 0)
+    }
+
+    fn cut(reported: usize) -> Event {
+        log_end(false, false, false, reported)
+    }
+
+    fn sigterm(asked_here: bool) -> Event {
+        log_end(true, true, asked_here, 0)
+    }
+
+    fn judge(finished: Option<Finished>) -> Vec<Step> {
+        vec![Step::Done(Verdict::Judge { finished })]
+    }
+
+    fn server(end: ServerEnd) -> Vec<Step> {
+        vec![Step::Done(Verdict::Server(end))]
+    }
+
+    /// Feeds `script` (time after t0, event) to a new machine; the steps
+    /// of the last event, after checking that no earlier one ended the run.
+    fn play(deadlines: fn(Instant) -> Deadlines, script: Vec<(Duration, Event)>) -> Vec<Step> {
+        let t0 = Instant::now();
+        let mut machine = RunState::new(deadlines(t0), t0);
+        let count = script.len();
+        let mut last = Vec::new();
+        for (index, (at, event)) in script.into_iter().enumerate() {
+            last = machine.on(event, t0 + at);
+            let ended = last.iter().any(|step| matches!(step, Step::Done(_)));
+            assert!(!ended || index + 1 == count, "ended early, at event {index}: {last:?}");
+        }
+        last
+    }
+
+    /// Every rule of a run's end, one row each: (rule, deadlines, events,
+    /// the steps of the last event).
+    #[test]
+    fn every_rule_of_a_runs_end() {
+        type Row = (&'static str, fn(Instant) -> Deadlines, Vec<(Duration, Event)>, Vec<Step>);
+        let refused_pull = || ServerEnd::Refused { reason: RunReason::ImagePullFailed, message: "`nope:1` could not be pulled".into() };
+        let rows: Vec<Row> = vec![
+            (
+                "a pod that has not started by the start deadline is a start timeout, described by the shell",
+                sync,
+                vec![(secs(0), seen(SandboxState::Pending)), (secs(60), Event::Tick)],
+                server(ServerEnd::StartTimeout),
+            ),
+            (
+                "no start timeout is declared while the API is away: the pod is probed instead",
+                sync,
+                vec![(secs(0), seen(SandboxState::Pending)), (secs(50), Event::ApiTrouble("refused".into())), (secs(61), Event::Tick)],
+                vec![Step::ProbeSandbox],
+            ),
+            (
+                "a start timeout is declared on the first fresh view after the outage",
+                sync,
+                vec![
+                    (secs(0), seen(SandboxState::Pending)),
+                    (secs(50), Event::ApiTrouble("refused".into())),
+                    (secs(61), Event::ApiBack),
+                    (secs(62), Event::Tick),
+                ],
+                server(ServerEnd::StartTimeout),
+            ),
+            (
+                "a pod seen running after an outage over the start deadline is followed, not timed out",
+                sync,
+                vec![(secs(0), seen(SandboxState::Pending)), (secs(50), Event::ApiTrouble("refused".into())), (secs(61), running())],
+                vec![Step::ReportStarted, Step::FollowOutput { reported: 0 }],
+            ),
+            (
+                "a sync run unschedulable for its 20 s grace ends unschedulable",
+                sync,
+                vec![(secs(0), unschedulable("0/1 nodes")), (secs(19), Event::Tick), (secs(20), Event::Tick)],
+                server(ServerEnd::Unschedulable { message: "0/1 nodes".into() }),
+            ),
+            (
+                "a sync run whose start deadline comes before its grace is a start timeout",
+                quick_start,
+                vec![(secs(0), unschedulable("0/1 nodes")), (secs(10), Event::Tick)],
+                server(ServerEnd::StartTimeout),
+            ),
+            (
+                "a background run waits for capacity up to its start deadline and says the scheduler's last word",
+                background,
+                vec![
+                    (secs(0), unschedulable("first")),
+                    (secs(30), unschedulable("0/3 nodes")),
+                    (secs(59), Event::Tick),
+                    (secs(60), Event::Tick),
+                ],
+                server(ServerEnd::Unschedulable { message: "0/3 nodes".into() }),
+            ),
+            (
+                "a pod that becomes schedulable again starts its grace anew",
+                sync,
+                vec![
+                    (secs(0), unschedulable("0/1 nodes")),
+                    (secs(15), seen(SandboxState::Pending)),
+                    (secs(16), unschedulable("0/1 nodes")),
+                    (secs(35), Event::Tick),
+                    (secs(36), Event::Tick),
+                ],
+                server(ServerEnd::Unschedulable { message: "0/1 nodes".into() }),
+            ),
+            (
+                "an image that cannot be pulled fails fast with its reason",
+                sync,
+                vec![(
+                    secs(0),
+                    seen(SandboxState::FailFast { reason: RunReason::ImagePullFailed, message: "`nope:1` could not be pulled".into() }),
+                )],
+                server(refused_pull()),
+            ),
+            (
+                "while no pod exists, start failures are looked for every 2 s",
+                sync,
+                vec![(secs(1), Event::Tick), (secs(2), Event::Tick)],
+                vec![Step::PollStartFailures],
+            ),
+            (
+                "a creation the quota refused ends the run while no pod exists",
+                sync,
+                vec![
+                    (secs(2), Event::Tick),
+                    (secs(2), Event::StartFailed { reason: RunReason::QuotaExceeded, message: "exceeded quota".into() }),
+                ],
+                server(ServerEnd::Refused { reason: RunReason::QuotaExceeded, message: "exceeded quota".into() }),
+            ),
+            (
+                "the runner's result ends the run even while the pod still says Running",
+                sync,
+                vec![(secs(0), running()), (secs(5), result())],
+                judge(None),
+            ),
+            (
+                "the result is judged with what the pod said last (being deleted)",
+                sync,
+                vec![
+                    (secs(0), running()),
+                    (secs(4), Event::Seen(View { ended: Some(deleted()), ..view(SandboxState::Running) })),
+                    (secs(5), result()),
+                ],
+                judge(Some(deleted())),
+            ),
+            (
+                "a log cut while the command runs is followed again, without reporting twice",
+                sync,
+                vec![(secs(0), running()), (secs(5), cut(42))],
+                vec![Step::FollowOutput { reported: 42 }],
+            ),
+            (
+                "a log cut again within the second is not followed again yet",
+                sync,
+                vec![(secs(0), running()), (secs(5), cut(42)), (ms(5500), cut(50))],
+                vec![],
+            ),
+            (
+                "a log cut again is followed again a second after the last restart",
+                sync,
+                vec![(secs(0), running()), (secs(5), cut(42)), (ms(5500), cut(50)), (secs(6), Event::Tick)],
+                vec![Step::FollowOutput { reported: 50 }],
+            ),
+            (
+                "a log that ended without a result and a finished pod are judged from the pod's facts",
+                sync,
+                vec![(secs(0), running()), (secs(5), cut(42)), (secs(6), finished(&exited(3)))],
+                judge(Some(exited(3))),
+            ),
+            (
+                "a pod found finished is followed from the start before it is judged",
+                sync,
+                vec![(secs(0), finished(&exited(0)))],
+                vec![Step::FollowOutput { reported: 0 }, Step::Done(Verdict::Judge { finished: Some(exited(0)) })],
+            ),
+            (
+                "a command the runtime never started has no output to wait for",
+                sync,
+                vec![(secs(0), Event::Seen(View { state: SandboxState::Finished { ran: false }, ..view(SandboxState::Pending) }))],
+                judge(None),
+            ),
+            (
+                "the hard deadline with partial output and a live API is this server's timeout",
+                sync,
+                vec![(secs(0), running()), (secs(100), Event::Tick)],
+                server(ServerEnd::PastHardDeadline { outage: None }),
+            ),
+            (
+                "the hard deadline during an outage says how long the API was away",
+                sync,
+                vec![(secs(0), running()), (secs(70), Event::ApiTrouble("connection refused".into())), (secs(100), Event::Tick)],
+                server(ServerEnd::PastHardDeadline { outage: Some(Away { duration: secs(30), why: "connection refused".into() }) }),
+            ),
+            (
+                "a cancel ends the run with what was read",
+                sync,
+                vec![(secs(0), running()), (secs(5), Event::Cancelled)],
+                server(ServerEnd::Cancelled),
+            ),
+            ("a SIGTERM this server asked for is judged at once", sync, vec![(secs(0), running()), (secs(5), sigterm(true))], judge(None)),
+            (
+                "a SIGTERM nobody here sent waits for the pod to say who stopped it",
+                sync,
+                vec![(secs(0), running()), (secs(5), sigterm(false)), (secs(34), Event::Tick)],
+                vec![],
+            ),
+            (
+                "a SIGTERM nobody here sent is judged as it is after 30 s without evidence",
+                sync,
+                vec![(secs(0), running()), (secs(5), sigterm(false)), (secs(35), Event::Tick)],
+                judge(None),
+            ),
+            (
+                "a SIGTERM nobody here sent, then the kubelet's eviction, is judged with the eviction",
+                sync,
+                vec![(secs(0), running()), (secs(5), sigterm(false)), (secs(8), finished(&evicted()))],
+                judge(Some(evicted())),
+            ),
+            (
+                "a SIGTERM nobody here sent, then the pod gone, is judged as deleted",
+                sync,
+                vec![(secs(0), running()), (secs(5), sigterm(false)), (secs(8), Event::Gone(view(SandboxState::Running)))],
+                judge(Some(deleted())),
+            ),
+            (
+                "a SIGTERM with the pod already being deleted is judged at once",
+                sync,
+                vec![
+                    (secs(0), running()),
+                    (secs(4), Event::Seen(View { ended: Some(deleted()), ..view(SandboxState::Running) })),
+                    (secs(5), sigterm(false)),
+                ],
+                judge(Some(deleted())),
+            ),
+            (
+                "a pod deleted from outside is judged with its deleted facts",
+                sync,
+                vec![(secs(0), running()), (secs(5), Event::Gone(view(SandboxState::Running)))],
+                judge(Some(deleted())),
+            ),
+            (
+                "a finished pod that then disappears is judged with its status, marked deleted",
+                sync,
+                vec![(secs(0), running()), (secs(5), Event::Gone(View { ended: Some(exited(1)), ..view(SandboxState::Running) }))],
+                judge(Some(Finished { deleted: true, ..exited(1) })),
+            ),
+            (
+                "an outage is ridden out: the pod is probed every 2 s while the watch fails",
+                sync,
+                vec![(secs(0), running()), (secs(5), Event::ApiTrouble("refused".into())), (secs(6), Event::Tick), (secs(7), Event::Tick)],
+                vec![Step::ProbeSandbox],
+            ),
+            (
+                "an outage is over when the API answers: no more probes, and the run goes on",
+                sync,
+                vec![
+                    (secs(0), running()),
+                    (secs(5), Event::ApiTrouble("refused".into())),
+                    (secs(7), Event::ApiBack),
+                    (secs(9), Event::Tick),
+                ],
+                vec![],
+            ),
+            (
+                "a watch that failed for good is this server's end, with the output so far",
+                sync,
+                vec![(secs(0), running()), (secs(5), Event::ApiFailed("403 forbidden".into()))],
+                server(ServerEnd::WatchFailed { message: "403 forbidden".into() }),
+            ),
+            ("the start is reported once", sync, vec![(secs(0), running()), (secs(1), running())], vec![]),
+        ];
+        for (rule, deadlines, script, expected) in rows {
+            assert_eq!(play(deadlines, script), expected, "{rule}");
+        }
+    }
+
+    /// What a judgement over the pod's facts makes of them, with no result.
+    fn judged(facts: Finished) -> crate::engine::spec::RunOutcome {
+        let steps = play(sync, vec![(secs(0), running()), (secs(5), finished(&facts))]);
+        let [Step::Done(Verdict::Judge { finished })] = steps.as_slice() else { panic!("not judged: {steps:?}") };
+        let facts = Judged {
+            run_id: "r",
+            timeout: secs(5),
+            memory_limit: Some("64Mi"),
+            finished: finished.as_ref(),
+            cancel_requested: false,
+            wording: &outcome::POD_WORDING,
+        };
+        outcome::judge(&facts, Collector::new(100, 100))
+    }
+
+    #[test]
+    fn an_oom_kill_needs_the_sandboxs_evidence_and_a_plain_137_is_an_exit_code() {
+        let killed = judged(oom());
+        assert_eq!(killed.reason, Some(RunReason::OomKilled), "{}", killed.message);
+        let plain = judged(exited(137));
+        assert_ne!(plain.reason, Some(RunReason::OomKilled), "{}", plain.message);
+        assert_eq!(plain.exit_code, Some(137));
+    }
+
+    #[test]
+    fn an_eviction_and_an_outside_deletion_are_not_cancels() {
+        assert_eq!(judged(evicted()).reason, Some(RunReason::Evicted));
+        assert_eq!(judged(Finished { deleted: true, ..exited(143) }).reason, Some(RunReason::PodDeleted));
+    }
+}

@@ -1,0 +1,316 @@
+//! The runner's command lines: what the engine writes into the pod spec
+//! (`*_args`: options → argv) and what the runner reads back (`parse_*`:
+//! argv → options), side by side so that each pair stays the inverse of the
+//! other. Covers `runner init`, `runner exec`, `runner clone`, `runner
+//! credential` (written by the runner itself into git's config) and
+//! `runner probe-pids`. The argv given to `parse_*` starts after the
+//! subcommand. Knows nothing of what the runner does with the options.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::sandbox::{KILL_GRACE, PROBE_CEILING, TERMINATION_LOG, WORKDIR};
+
+/// Options of `runner exec`, as the engine writes them into the pod spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecOptions {
+    pub workdir: PathBuf,
+    pub timeout: Duration,
+    pub kill_grace: Duration,
+    pub max_output_bytes: usize,
+    pub max_artifact_bytes: u64,
+    pub artifact_patterns: Vec<String>,
+    /// Folders the command may write and the limit of each (`disk`); no
+    /// watching with a limit of 0.
+    pub disk_paths: Vec<PathBuf>,
+    pub disk_limit_bytes: u64,
+    pub termination_log: PathBuf,
+    pub argv: Vec<String>,
+}
+
+/// Options of `runner clone`, as the engine writes them into the pod spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CloneOptions {
+    pub repo_url: String,
+    pub git_ref: String,
+    pub dest: PathBuf,
+    pub creds_dir: PathBuf,
+}
+
+/// Options of `runner init`: where to copy the runner and, for a run with
+/// input files, where the inputs are mounted and the workdir they go to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InitOptions {
+    pub copy_to: PathBuf,
+    pub inputs: Option<(PathBuf, PathBuf)>,
+}
+
+/// Options of `runner credential`: the mounted clone Secret and git's
+/// action (`get`, `store`, `erase`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CredentialOptions {
+    pub creds_dir: PathBuf,
+    pub action: Option<String>,
+}
+
+/// Builds the argument list of `runner exec` for a pod spec; the inverse of
+/// `parse_exec`.
+pub fn exec_args(options: &ExecOptions) -> Vec<String> {
+    let mut args = vec![
+        "runner".to_string(),
+        "exec".to_string(),
+        "--workdir".to_string(),
+        options.workdir.to_string_lossy().into_owned(),
+        "--timeout-ms".to_string(),
+        options.timeout.as_millis().to_string(),
+        "--kill-grace-ms".to_string(),
+        options.kill_grace.as_millis().to_string(),
+        "--max-output-bytes".to_string(),
+        options.max_output_bytes.to_string(),
+        "--max-artifact-bytes".to_string(),
+        options.max_artifact_bytes.to_string(),
+        "--termination-log".to_string(),
+        options.termination_log.to_string_lossy().into_owned(),
+    ];
+    for pattern in &options.artifact_patterns {
+        args.push("--artifact".to_string());
+        args.push(pattern.clone());
+    }
+    if options.disk_limit_bytes > 0 {
+        args.push("--disk-limit-bytes".to_string());
+        args.push(options.disk_limit_bytes.to_string());
+        for path in &options.disk_paths {
+            args.push("--disk-path".to_string());
+            args.push(path.to_string_lossy().into_owned());
+        }
+    }
+    args.push("--".to_string());
+    args.extend(options.argv.iter().cloned());
+    args
+}
+
+pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut options = ExecOptions {
+        workdir: PathBuf::from(WORKDIR),
+        timeout: Duration::from_secs(60),
+        kill_grace: KILL_GRACE,
+        max_output_bytes: 1 << 20,
+        max_artifact_bytes: 10 << 20,
+        artifact_patterns: Vec::new(),
+        disk_paths: Vec::new(),
+        disk_limit_bytes: 0,
+        termination_log: PathBuf::from(TERMINATION_LOG),
+        argv: Vec::new(),
+    };
+    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
+        match arg {
+            Long("workdir") => options.workdir = PathBuf::from(value(&mut parser)?),
+            Long("timeout-ms") => options.timeout = Duration::from_millis(number(&mut parser, "--timeout-ms")?),
+            Long("kill-grace-ms") => options.kill_grace = Duration::from_millis(number(&mut parser, "--kill-grace-ms")?),
+            Long("max-output-bytes") => options.max_output_bytes = number(&mut parser, "--max-output-bytes")? as usize,
+            Long("max-artifact-bytes") => options.max_artifact_bytes = number(&mut parser, "--max-artifact-bytes")?,
+            Long("artifact") => options.artifact_patterns.push(value(&mut parser)?),
+            Long("disk-path") => options.disk_paths.push(PathBuf::from(value(&mut parser)?)),
+            Long("disk-limit-bytes") => options.disk_limit_bytes = number(&mut parser, "--disk-limit-bytes")?,
+            Long("termination-log") => options.termination_log = PathBuf::from(value(&mut parser)?),
+            Value(first) => {
+                options.argv.push(first.to_string_lossy().into_owned());
+                for raw in parser.raw_args().map_err(|error| error.to_string())? {
+                    options.argv.push(raw.to_string_lossy().into_owned());
+                }
+            }
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    if options.argv.is_empty() {
+        return Err("runner exec needs a command after `--`".into());
+    }
+    Ok(options)
+}
+
+/// Builds the argument list of `runner clone` for a pod spec; the inverse
+/// of `parse_clone`.
+pub fn clone_args(options: &CloneOptions) -> Vec<String> {
+    vec![
+        "runner".to_string(),
+        "clone".to_string(),
+        "--repo-url".to_string(),
+        options.repo_url.clone(),
+        "--ref".to_string(),
+        options.git_ref.clone(),
+        "--dest".to_string(),
+        options.dest.to_string_lossy().into_owned(),
+        "--creds-dir".to_string(),
+        options.creds_dir.to_string_lossy().into_owned(),
+    ]
+}
+
+pub fn parse_clone(args: Vec<OsString>) -> Result<CloneOptions, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let (mut repo_url, mut git_ref, mut dest, mut creds_dir) = (None, None, None, None);
+    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
+        match arg {
+            Long("repo-url") => repo_url = Some(value(&mut parser)?),
+            Long("ref") => git_ref = Some(value(&mut parser)?),
+            Long("dest") => dest = Some(PathBuf::from(value(&mut parser)?)),
+            Long("creds-dir") => creds_dir = Some(PathBuf::from(value(&mut parser)?)),
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    Ok(CloneOptions {
+        repo_url: repo_url.ok_or("runner clone needs --repo-url")?,
+        git_ref: git_ref.ok_or("runner clone needs --ref")?,
+        dest: dest.ok_or("runner clone needs --dest")?,
+        creds_dir: creds_dir.ok_or("runner clone needs --creds-dir")?,
+    })
+}
+
+/// Builds the argument list of `runner init` for a pod spec; the inverse
+/// of `parse_init`.
+pub fn init_args(options: &InitOptions) -> Vec<String> {
+    let mut args = vec!["runner".to_string(), "init".to_string(), "--copy-to".to_string(), options.copy_to.to_string_lossy().into_owned()];
+    if let Some((inputs, workdir)) = &options.inputs {
+        args.extend([
+            "--inputs".to_string(),
+            inputs.to_string_lossy().into_owned(),
+            "--workdir".to_string(),
+            workdir.to_string_lossy().into_owned(),
+        ]);
+    }
+    args
+}
+
+pub fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let (mut copy_to, mut inputs, mut workdir) = (None, None, None);
+    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
+        match arg {
+            Long("copy-to") => copy_to = Some(PathBuf::from(value(&mut parser)?)),
+            Long("inputs") => inputs = Some(PathBuf::from(value(&mut parser)?)),
+            Long("workdir") => workdir = Some(PathBuf::from(value(&mut parser)?)),
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    let copy_to = copy_to.ok_or("runner init needs --copy-to")?;
+    match (inputs, workdir) {
+        (Some(inputs), Some(workdir)) => Ok(InitOptions { copy_to, inputs: Some((inputs, workdir)) }),
+        (None, None) => Ok(InitOptions { copy_to, inputs: None }),
+        _ => Err("runner init needs --inputs and --workdir together".into()),
+    }
+}
+
+/// The value of `runner credential`'s helper setting in git's config: git
+/// appends the action (`get`, ...) when it calls it.
+pub fn credential_helper(runner: &std::path::Path, creds_dir: &std::path::Path) -> String {
+    format!("{} runner credential --creds-dir {}", runner.display(), creds_dir.display())
+}
+
+pub fn parse_credential(args: Vec<OsString>) -> Result<CredentialOptions, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let (mut creds_dir, mut action) = (None, None);
+    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
+        match arg {
+            Long("creds-dir") => creds_dir = Some(PathBuf::from(value(&mut parser)?)),
+            Value(value) => action = Some(value.to_string_lossy().into_owned()),
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    Ok(CredentialOptions { creds_dir: creds_dir.ok_or("runner credential needs --creds-dir")?, action })
+}
+
+/// `runner probe-pids [--ceiling N]`: the ceiling, `PROBE_CEILING` unless
+/// given.
+pub fn parse_probe(args: Vec<OsString>) -> Result<u64, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut ceiling = PROBE_CEILING;
+    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
+        match arg {
+            Long("ceiling") => ceiling = number(&mut parser, "--ceiling")?,
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    Ok(ceiling)
+}
+
+fn value(parser: &mut lexopt::Parser) -> Result<String, String> {
+    parser.value().map_err(|error| error.to_string()).map(|value| value.to_string_lossy().into_owned())
+}
+
+fn number(parser: &mut lexopt::Parser, name: &str) -> Result<u64, String> {
+    let text = value(parser)?;
+    text.parse().map_err(|_| format!("{name} takes a whole number, not `{text}`"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `parse_*` gets: the argv after `runner <subcommand>`.
+    fn after_subcommand(args: Vec<String>) -> Vec<OsString> {
+        args.into_iter().skip(2).map(Into::into).collect()
+    }
+
+    #[test]
+    fn exec_args_round_trip() {
+        let options = ExecOptions {
+            workdir: "/src".into(),
+            timeout: Duration::from_millis(1500),
+            kill_grace: Duration::from_millis(300),
+            max_output_bytes: 4096,
+            max_artifact_bytes: 8192,
+            artifact_patterns: vec!["out/*.txt".into(), "report.json".into()],
+            disk_paths: vec!["/src".into(), "/tmp".into()],
+            disk_limit_bytes: 1 << 30,
+            termination_log: "/tmp/term".into(),
+            argv: vec!["sh".into(), "-c".into(), "echo --not-an-option".into()],
+        };
+        assert_eq!(parse_exec(after_subcommand(exec_args(&options))), Ok(options));
+    }
+
+    #[test]
+    fn exec_defaults_are_the_shared_ones() {
+        let options = parse_exec(vec!["--".into(), "true".into()]).unwrap();
+        assert_eq!(options.workdir, PathBuf::from(WORKDIR));
+        assert_eq!(options.kill_grace, KILL_GRACE);
+        assert_eq!(options.termination_log, PathBuf::from(TERMINATION_LOG));
+        assert!(parse_exec(vec![]).is_err());
+        assert!(parse_exec(vec!["--timeout-ms".into(), "soon".into(), "--".into(), "true".into()]).is_err());
+    }
+
+    #[test]
+    fn clone_args_round_trip() {
+        let options = CloneOptions {
+            repo_url: "https://h/r.git".into(),
+            git_ref: "v1.0".into(),
+            dest: "/work/repo".into(),
+            creds_dir: crate::sandbox::CREDS_DIR.into(),
+        };
+        assert_eq!(parse_clone(after_subcommand(clone_args(&options))), Ok(options));
+    }
+
+    #[test]
+    fn init_args_round_trip() {
+        for inputs in [None, Some(("/mcp/inputs".into(), "/work".into()))] {
+            let options = InitOptions { copy_to: "/mcp/bin/runner".into(), inputs };
+            assert_eq!(parse_init(after_subcommand(init_args(&options))), Ok(options));
+        }
+        let half = vec!["--copy-to".into(), "/x".into(), "--inputs".into(), "/i".into()];
+        assert!(parse_init(half).is_err());
+    }
+
+    #[test]
+    fn credential_and_probe_args() {
+        let helper = credential_helper("/mcp/bin/runner".as_ref(), "/creds".as_ref());
+        let args = helper.split(' ').skip(3).chain(["get"]).map(Into::into).collect();
+        assert_eq!(parse_credential(args), Ok(CredentialOptions { creds_dir: "/creds".into(), action: Some("get".into()) }));
+        assert_eq!(parse_probe(vec![]), Ok(PROBE_CEILING));
+        assert_eq!(parse_probe(vec!["--ceiling".into(), "8".into()]), Ok(8));
+    }
+}

@@ -1,0 +1,247 @@
+//! The wire format between the in-pod runner and the server: framed,
+//! versioned lines on the runner's stdout, which the server reads back from
+//! the container log (followed while the command runs).
+//!
+//! Every frame is one line `MCPK8S/1 <kind> <json>` so that it survives the
+//! kubelet's log handling (CRI splits long lines into partial records and
+//! joins them again when serving the log) and can be parsed one line at a
+//! time with bounded memory. Payload bytes travel as base64 inside the JSON,
+//! in chunks of at most `CHUNK_BYTES`, so no line grows past ~90 KiB: the
+//! final output and every artifact are sent as chunk frames, never inside
+//! the result frame. (A first version put the captured output into the
+//! result frame; at the 1 MiB default cap that line passed 2.7 MiB and the
+//! reader's line bound dropped the whole result.)
+//! Lines that do not start with the prefix are not ours (for example a
+//! message from the container runtime) and are ignored by the reader.
+//!
+//! Both halves live here: the runner encodes, the engine decodes. A change
+//! to the format bumps `VERSION`; the engine rejects versions it does not know.
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+/// The format version written in every line's prefix.
+pub const VERSION: u32 = 1;
+/// Prefix of every frame line, including the version.
+pub const PREFIX: &str = "MCPK8S/1 ";
+/// Largest payload carried by one `Output` or `ArtifactChunk` frame.
+pub const CHUNK_BYTES: usize = 48 * 1024;
+/// Longest log line the engine keeps; the runner's own frames stay far
+/// below this (a chunk frame is about 4/3 of `CHUNK_BYTES`), so a longer
+/// line is something else (a process writing to the container's stdout
+/// directly) and is skipped.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+const _: () = assert!(CHUNK_BYTES * 2 < MAX_LINE_BYTES, "a chunk frame must fit in one kept line");
+
+/// Which of the command's streams a chunk of output came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// One frame. The order on the wire is: `Started`, any number of `Output`
+/// (live output, capped), then after the command ends the `Captured` chunks
+/// (head and tail of stdout, then of stderr), the `Artifact` headers each
+/// followed by their `ArtifactChunk`s, and `Result` last. A log that
+/// ends without `Result` means the runner was killed before it could finish.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Frame {
+    Started(Started),
+    Output(Output),
+    /// A chunk of the final, capped capture of a stream (head and tail).
+    Captured(Output),
+    Artifact(ArtifactHeader),
+    ArtifactChunk(ArtifactChunk),
+    Result(RunResult),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Started {
+    /// Milliseconds since the Unix epoch when the command was started.
+    pub started_at_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Output {
+    pub stream: Stream,
+    pub data_b64: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactHeader {
+    /// Path relative to the workdir, with `/` separators.
+    pub path: String,
+    pub size: u64,
+    pub mode: u32,
+    pub sha256: String,
+    /// False when the file did not fit under the artifact cap: its metadata
+    /// is reported, its content is not, and no chunks follow.
+    pub content_included: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactChunk {
+    pub data_b64: String,
+}
+
+/// How the command ended, as the runner saw it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// The exit code, or `None` when the command was killed by a signal or
+    /// never started.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the command, if one did.
+    pub signal: Option<i32>,
+    /// True when the runner stopped the command because `timeout_s` passed.
+    pub timed_out: bool,
+    /// True when the runner stopped the command because it was told to stop
+    /// (SIGTERM to the container, as on pod deletion).
+    pub terminated_by_request: bool,
+    /// True when the kernel's OOM killer fired in this container's cgroup.
+    pub oom_killed: bool,
+    /// Process creations (fork, clone, threads) the pids controller refused
+    /// while the command ran: the pod reached its pid limit (the kubelet's
+    /// `podPidsLimit`). Zero when none were, or when the cgroup's
+    /// `pids.events` cannot be read. Absent from older runners' frames.
+    #[serde(default)]
+    pub pids_fork_failures: u64,
+    /// Set when the runner stopped the command because a folder it may
+    /// write outgrew its limit (`runner::disk`): which one, and by how much.
+    #[serde(default)]
+    pub disk_limit_exceeded: Option<String>,
+    /// Set when the command could not be started at all (not found, not
+    /// executable, bad workdir): the operating system's message.
+    pub start_error: Option<String>,
+    pub started_at_ms: u64,
+    pub finished_at_ms: u64,
+    /// Bytes of each stream's final capture sent in `Captured` frames, so
+    /// the reader can tell whether all of them arrived.
+    pub stdout_captured_bytes: u64,
+    pub stderr_captured_bytes: u64,
+    pub stdout_total_bytes: u64,
+    pub stderr_total_bytes: u64,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    /// How many `Artifact` frames were written before this one.
+    pub artifact_count: u32,
+    /// True when some matching files were left out or sent without content.
+    pub artifacts_truncated: bool,
+    /// Problems that did not stop the run but lost something (an unreadable
+    /// file, a workdir scan error), so the caller is told, not just a log.
+    pub notes: Vec<String>,
+}
+
+impl RunResult {
+    /// A result for a command started at `started_at_ms` about which
+    /// nothing else is known yet; the runner fills it in as the run ends.
+    pub fn started(started_at_ms: u64) -> RunResult {
+        RunResult {
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            terminated_by_request: false,
+            oom_killed: false,
+            pids_fork_failures: 0,
+            disk_limit_exceeded: None,
+            start_error: None,
+            started_at_ms,
+            finished_at_ms: 0,
+            stdout_captured_bytes: 0,
+            stderr_captured_bytes: 0,
+            stdout_total_bytes: 0,
+            stderr_total_bytes: 0,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            artifact_count: 0,
+            artifacts_truncated: false,
+            notes: Vec::new(),
+        }
+    }
+}
+
+/// Encodes one frame as a full line, newline included.
+pub fn encode(frame: &Frame) -> String {
+    // Serialising these plain structs cannot fail: every key is a string and
+    // there are no maps with non-string keys or floats.
+    let json = serde_json::to_string(frame).unwrap_or_else(|_| String::from("{}"));
+    format!("{PREFIX}{json}\n")
+}
+
+/// Why a line could not be decoded.
+#[derive(Debug, PartialEq)]
+pub enum DecodeError {
+    /// The line carries our marker with a version this build does not know.
+    UnknownVersion(String),
+    /// The line has our prefix but its JSON is not a frame.
+    Malformed(String),
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::UnknownVersion(prefix) => write!(
+                formatter,
+                "runner frame version `{prefix}` is not supported; use the runner image built with this server (MCP_K8S_RUNNER_IMAGE)"
+            ),
+            DecodeError::Malformed(message) => write!(formatter, "malformed runner frame: {message}"),
+        }
+    }
+}
+
+/// Decodes one log line. `Ok(None)` means the line is not a frame at all.
+pub fn decode(line: &str) -> Result<Option<Frame>, DecodeError> {
+    let line = line.trim_end_matches(['\n', '\r']);
+    if let Some(json) = line.strip_prefix(PREFIX) {
+        return serde_json::from_str(json).map(Some).map_err(|error| DecodeError::Malformed(error.to_string()));
+    }
+    if let Some(rest) = line.strip_prefix("MCPK8S/") {
+        let version = rest.split(' ').next().unwrap_or_default();
+        return Err(DecodeError::UnknownVersion(format!("MCPK8S/{version}")));
+    }
+    Ok(None)
+}
+
+pub fn to_base64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub fn from_base64(text: &str) -> Result<Vec<u8>, DecodeError> {
+    base64::engine::general_purpose::STANDARD.decode(text).map_err(|error| DecodeError::Malformed(format!("bad base64 in frame: {error}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_round_trips_as_one_line() {
+        let frames = [
+            Frame::Started(Started { started_at_ms: 5 }),
+            Frame::Output(Output { stream: Stream::Stderr, data_b64: to_base64(b"a\nb") }),
+            Frame::Artifact(ArtifactHeader { path: "out/x.png".into(), size: 3, mode: 0o644, sha256: "ab".into(), content_included: true }),
+            Frame::ArtifactChunk(ArtifactChunk { data_b64: to_base64(&[0, 255, 10]) }),
+        ];
+        for frame in frames {
+            let line = encode(&frame);
+            assert!(line.starts_with(PREFIX));
+            assert_eq!(line.matches('\n').count(), 1, "{line}");
+            assert_eq!(decode(&line), Ok(Some(frame)));
+        }
+    }
+
+    #[test]
+    fn foreign_lines_are_not_frames() {
+        for line in ["", "hello", "MCPK8S", "mcpk8s/1 result {}"] {
+            assert_eq!(decode(line), Ok(None), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_version_and_bad_json_are_errors() {
+        assert_eq!(decode("MCPK8S/9 {\"kind\":\"started\"}"), Err(DecodeError::UnknownVersion("MCPK8S/9".into())));
+        assert!(matches!(decode("MCPK8S/1 {not json"), Err(DecodeError::Malformed(_))));
+    }
+}

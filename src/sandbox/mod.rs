@@ -1,0 +1,37 @@
+//! The contract between the server and the in-sandbox runner, and nothing
+//! else: the frame format the runner writes and the engine reads
+//! (`frame`), the command lines the engine writes into the pod spec and the
+//! runner parses (`args`), the inputs manifest (`inputs`), the probe line
+//! `doctor` reads back (`probe`), and the defaults both sides agree on
+//! (here). Each of these is defined once, so the two halves cannot drift.
+//!
+//! Deliberately knows no Kubernetes, no MCP and no run logic: it imports
+//! nothing from the crate, and both `engine` and `runner` import it.
+
+pub mod args;
+pub mod frame;
+pub mod inputs;
+pub mod probe;
+
+use std::time::Duration;
+
+/// The command's working directory when the caller names none.
+pub const WORKDIR: &str = "/work";
+/// Where the runner binary is copied to and run from in the sandbox.
+pub const BIN_DIR: &str = "/mcp/bin";
+/// Where the inputs (manifest and contents, see `inputs`) are mounted for
+/// `runner init`.
+pub const INPUTS_DIR: &str = "/mcp/inputs";
+/// Where the clone Secret is mounted in the `clone` container.
+pub const CREDS_DIR: &str = "/mcp/git-creds";
+/// The writable scratch folder of the main container, and its `$HOME` when
+/// nobody set one: with a read-only root it is the only writable place
+/// besides the workdir.
+pub const TMP_DIR: &str = "/tmp";
+/// Where the kubelet picks up the termination message by default.
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
+/// Time the runner gives the command between SIGTERM and SIGKILL.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+/// Threads `probe-pids` starts at most unless told otherwise: well above
+/// the podPidsLimit an operator would choose, well below what a node has.
+pub const PROBE_CEILING: u64 = 4096;

@@ -1,0 +1,51 @@
+//! The line `runner probe-pids` prints and `doctor` reads back: one line of
+//! `key=value` words describing the process limit a pod really has. Only the
+//! format lives here; the measuring is the runner's (`runner::probe`).
+
+/// What one probe found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PidsProbe {
+    /// Threads started before the kernel refused one, or `ceiling`.
+    pub threads_started: u64,
+    /// True when a thread was refused (EAGAIN) below `ceiling`.
+    pub limited: bool,
+    /// The container cgroup's own `pids.max`, as written there (`max`, a
+    /// number, or `unknown` when unreadable).
+    pub own_pids_max: String,
+}
+
+/// The probe as the one line `runner probe-pids` prints.
+pub fn probe_line(probe: &PidsProbe) -> String {
+    format!("threads_started={} limited={} own_pids_max={}", probe.threads_started, probe.limited, probe.own_pids_max)
+}
+
+/// The inverse of `probe_line`; `None` for anything else.
+pub fn parse_probe_line(line: &str) -> Option<PidsProbe> {
+    let mut threads_started = None;
+    let mut limited = None;
+    let mut own_pids_max = None;
+    for word in line.split_whitespace() {
+        let (key, value) = word.split_once('=')?;
+        match key {
+            "threads_started" => threads_started = value.parse().ok(),
+            "limited" => limited = value.parse().ok(),
+            "own_pids_max" => own_pids_max = Some(value.to_string()),
+            _ => {}
+        }
+    }
+    Some(PidsProbe { threads_started: threads_started?, limited: limited?, own_pids_max: own_pids_max? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_line_round_trips() {
+        let probe = PidsProbe { threads_started: 1019, limited: true, own_pids_max: "max".into() };
+        assert_eq!(probe_line(&probe), "threads_started=1019 limited=true own_pids_max=max");
+        assert_eq!(parse_probe_line(&probe_line(&probe)), Some(probe));
+        assert_eq!(parse_probe_line("mcp-k8s-ephemeral-job 0.1.0"), None);
+        assert_eq!(parse_probe_line("threads_started=3"), None);
+    }
+}

@@ -1,0 +1,160 @@
+//! Every setting, given a bad value, stops the built binary at start with
+//! exit code 2 and a message naming the variable (issue 7: "a wrong setting
+//! must stop the server at start with a clear message, not fail the
+//! hundredth call"). The unit tests in `config` check the wording; this
+//! checks the process really stops, for every variable of the table.
+
+use std::process::Stdio;
+
+use mcp_k8s_ephemeral_job::config::SETTINGS;
+
+/// (variable, bad value, part of the message). Some variables need a
+/// partner to reach their own check (both-or-neither pairs).
+const CASES: &[(&str, &str, &str)] = &[
+    ("MCP_K8S_TRANSPORT", "grpc", "MCP_K8S_TRANSPORT: `grpc` is not accepted"),
+    ("MCP_K8S_ADDR", "8080", "MCP_K8S_ADDR: `8080` is not accepted"),
+    ("MCP_K8S_NAMESPACE", "Prod", "MCP_K8S_NAMESPACE: `Prod` is not accepted"),
+    ("MCP_K8S_KUBECONFIG", "/nonexistent/kubeconfig", "MCP_K8S_KUBECONFIG: "),
+    ("MCP_K8S_DEFAULT_TIMEOUT_S", "700", "MCP_K8S_DEFAULT_TIMEOUT_S: `700` is above MCP_K8S_MAX_TIMEOUT_S (600)"),
+    ("MCP_K8S_MAX_TIMEOUT_S", "30", "MCP_K8S_DEFAULT_TIMEOUT_S: `60` is above MCP_K8S_MAX_TIMEOUT_S (30)"),
+    ("MCP_K8S_MAX_TIMEOUT_S", "ten", "MCP_K8S_MAX_TIMEOUT_S: `ten` is not accepted"),
+    ("MCP_K8S_MAX_OUTPUT_BYTES", "12", "MCP_K8S_MAX_OUTPUT_BYTES: `12` is out of range"),
+    ("MCP_K8S_MAX_ARTIFACT_BYTES", "-1", "MCP_K8S_MAX_ARTIFACT_BYTES: `-1` is not accepted"),
+    ("MCP_K8S_DEFAULT_CPU", "one", "MCP_K8S_DEFAULT_CPU: `one` is not accepted; expected a Kubernetes quantity"),
+    ("MCP_K8S_DEFAULT_MEMORY", "512MB", "MCP_K8S_DEFAULT_MEMORY: `512MB` is not accepted"),
+    ("MCP_K8S_MAX_CONCURRENT", "0", "MCP_K8S_MAX_CONCURRENT: `0` is out of range"),
+    ("MCP_K8S_ALLOWED_IMAGES", "python:3,bad image", "MCP_K8S_ALLOWED_IMAGES: `bad image` is not accepted"),
+    ("MCP_K8S_SIDECAR_IMAGE", "busy box", "MCP_K8S_SIDECAR_IMAGE: `busy box` is not accepted"),
+    ("MCP_K8S_CLONE_IMAGE", "alpine/git", "MCP_K8S_CLONE_IMAGE is set but MCP_K8S_CLONE_SECRET is not"),
+    ("MCP_K8S_CLONE_SECRET", "git-tokens", "MCP_K8S_CLONE_SECRET is set but MCP_K8S_CLONE_IMAGE is not"),
+    ("MCP_K8S_CACHE_PVC", "cache", "MCP_K8S_CACHE_PVC is set but MCP_K8S_CACHE_MOUNT_PATH is not"),
+    ("MCP_K8S_CACHE_MOUNT_PATH", "/cache", "MCP_K8S_CACHE_MOUNT_PATH is set but MCP_K8S_CACHE_PVC is not"),
+    ("MCP_K8S_JOB_EXTRA_ENV", "{not json", "MCP_K8S_JOB_EXTRA_ENV: `<JSON not shown>` is not accepted; expected a JSON object"),
+    ("MCP_K8S_RUNNER_IMAGE", "a b", "MCP_K8S_RUNNER_IMAGE: `a b` is not accepted"),
+    ("MCP_K8S_RUNNER_BINARY_PATH", "bin/x", "MCP_K8S_RUNNER_BINARY_PATH: `bin/x` is not accepted"),
+    ("MCP_K8S_RUN_AS_USER", "0", "MCP_K8S_RUN_AS_USER: `0` is out of range"),
+    ("MCP_K8S_START_TIMEOUT_S", "1", "MCP_K8S_START_TIMEOUT_S: `1` is out of range"),
+    ("MCP_K8S_MAX_QUEUED", "many", "MCP_K8S_MAX_QUEUED: `many` is not accepted"),
+    ("MCP_K8S_RESULT_TTL_S", "5", "MCP_K8S_RESULT_TTL_S: `5` is out of range"),
+    ("MCP_K8S_WORKDIR_SIZE", "0", "MCP_K8S_WORKDIR_SIZE: `0` is not accepted"),
+    ("MCP_K8S_RUNTIME_CLASS", "gVisor", "MCP_K8S_RUNTIME_CLASS: `gVisor` is not accepted"),
+    ("MCP_K8S_POD_TEMPLATE", "/nonexistent/pod-template.yaml", "MCP_K8S_POD_TEMPLATE: cannot read `/nonexistent/pod-template.yaml`"),
+    ("MCP_K8S_MAX_MESSAGE_BYTES", "100", "MCP_K8S_MAX_MESSAGE_BYTES: `100` is out of range"),
+    ("MCP_K8S_MAX_INFLIGHT_BYTES", "0", "MCP_K8S_MAX_INFLIGHT_BYTES: `0` is out of range"),
+    ("MCP_K8S_MAX_REPLY_QUEUE_BYTES", "1k", "MCP_K8S_MAX_REPLY_QUEUE_BYTES: `1k` is not accepted"),
+    ("MCP_K8S_SESSION_TTL_S", "0", "MCP_K8S_SESSION_TTL_S: `0` is out of range"),
+    ("MCP_K8S_MAX_SESSIONS", "0", "MCP_K8S_MAX_SESSIONS: `0` is out of range"),
+    ("MCP_K8S_MAX_CONNECTIONS", "lots", "MCP_K8S_MAX_CONNECTIONS: `lots` is not accepted"),
+    ("MCP_K8S_MAX_HEADER_BYTES", "100", "MCP_K8S_MAX_HEADER_BYTES: `100` is out of range"),
+    ("MCP_K8S_MAX_HEADERS", "1", "MCP_K8S_MAX_HEADERS: `1` is out of range"),
+    ("MCP_K8S_BODY_BUDGET_BYTES", "1", "MCP_K8S_BODY_BUDGET_BYTES: `1` is out of range"),
+    ("MCP_K8S_MAX_REPLY_QUEUE_BYTES", "10", "MCP_K8S_MAX_REPLY_QUEUE_BYTES: `10` is out of range"),
+    ("MCP_K8S_HEAD_TIMEOUT_S", "0", "MCP_K8S_HEAD_TIMEOUT_S: `0` is out of range"),
+    ("MCP_K8S_BODY_TIMEOUT_S", "soon", "MCP_K8S_BODY_TIMEOUT_S: `soon` is not accepted"),
+    ("MCP_K8S_IDLE_TIMEOUT_S", "4000", "MCP_K8S_IDLE_TIMEOUT_S: `4000` is out of range"),
+    ("MCP_K8S_WRITE_TIMEOUT_S", "-1", "MCP_K8S_WRITE_TIMEOUT_S: `-1` is not accepted"),
+    ("MCP_K8S_ALLOWED_ORIGINS", "example.com", "MCP_K8S_ALLOWED_ORIGINS: `example.com` is not accepted"),
+    ("MCP_K8S_SHUTDOWN_GRACE_S", "soon", "MCP_K8S_SHUTDOWN_GRACE_S: `soon` is not accepted"),
+    ("MCP_K8S_LANGUAGES", "/nonexistent/languages.json", "MCP_K8S_LANGUAGES: cannot read `/nonexistent/languages.json`"),
+    (
+        "MCP_K8S_SNIPPETS_DIR",
+        "/nonexistent/snippets",
+        "MCP_K8S_SNIPPETS_DIR: `/nonexistent/snippets` is not accepted; expected an existing folder",
+    ),
+    ("MCP_K8S_LOG_LEVEL", "verbose", "MCP_K8S_LOG_LEVEL: `verbose` is not accepted"),
+    ("MCP_K8S_TEST_TOOLS", "yes", "MCP_K8S_TEST_TOOLS: `yes` is not accepted"),
+];
+
+/// Settings that take any value: there is nothing wrong to give them.
+const ANY_VALUE: &[&str] = &["MCP_K8S_AUTH_TOKEN"];
+
+#[test]
+fn every_bad_setting_stops_the_server_naming_the_variable() {
+    for (variable, value, expected) in CASES {
+        let output = crate::support::server::command(&[(variable, value)]).arg("serve").stdin(Stdio::null()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{variable}={value}: {stderr}");
+        assert!(stderr.contains(expected), "{variable}={value}\n got: {stderr}\nwant: {expected}");
+        assert!(output.stdout.is_empty(), "stdout belongs to the protocol");
+    }
+}
+
+#[test]
+fn the_table_covers_every_setting() {
+    let missing: Vec<&str> = SETTINGS
+        .iter()
+        .map(|setting| setting.env)
+        .filter(|env| !ANY_VALUE.contains(env) && !CASES.iter().any(|(variable, _, _)| variable == env))
+        .collect();
+    assert!(missing.is_empty(), "settings without a bad-value case: {missing:?}");
+}
+
+#[test]
+fn the_sidecar_image_is_accepted_and_said_to_be_unused() {
+    let output =
+        crate::support::server::command(&[("MCP_K8S_SIDECAR_IMAGE", "busybox:1.36")]).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("MCP_K8S_SIDECAR_IMAGE is set but unused"), "{stderr}");
+}
+
+/// Issue 12 #13: a kubeconfig with one wrong field is said once, without the
+/// "set MCP_K8S_KUBECONFIG..." hint that only fits when nothing was found.
+#[test]
+fn a_wrong_kubeconfig_field_is_said_once_without_the_where_to_look_hint() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/kubeconfig/errors/no-server.yaml");
+    let output = crate::support::server::command(&[("MCP_K8S_KUBECONFIG", path)]).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MCP_K8S_KUBECONFIG: invalid configuration: cluster has no server defined: cluster `test`"), "{stderr}");
+    assert_eq!(stderr.matches("cluster has no server defined").count(), 1, "said once: {stderr}");
+    assert!(!stderr.contains("set MCP_K8S_KUBECONFIG"), "a source was found: {stderr}");
+}
+
+#[test]
+fn no_credentials_at_all_are_said_once_with_where_to_look() {
+    let output = crate::support::server::command(&[("HOME", "/nonexistent-home")]).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "the server still starts: {stderr}");
+    assert_eq!(stderr.matches("no configuration has been provided").count(), 1, "said once: {stderr}");
+    assert!(
+        stderr.contains("no kubeconfig found at `/nonexistent-home/.kube/config` (not found); set MCP_K8S_KUBECONFIG or KUBECONFIG, or run in a pod with a ServiceAccount"),
+        "{stderr}"
+    );
+}
+
+/// The rule in the README: Jobs go to MCP_K8S_NAMESPACE (default
+/// `mcp-ephemeral`); the context's namespace is logged as ignored.
+#[test]
+fn the_context_namespace_is_logged_as_ignored() {
+    let dir = std::env::temp_dir().join(format!("mcp-config-namespace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kubeconfig");
+    let kubeconfig = "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n    insecure-skip-tls-verify: true\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n    namespace: team-a\nusers:\n- name: u\n  user:\n    token: t\n";
+    std::fs::write(&path, kubeconfig).unwrap();
+    let path_text = path.display().to_string();
+    // (environment, namespace used, namespace said to be ignored)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, Option<&'a str>);
+    let cases: &[Case] = &[
+        (&[("MCP_K8S_KUBECONFIG", &path_text)], "mcp-ephemeral", Some("team-a")),
+        (&[("MCP_K8S_KUBECONFIG", &path_text), ("MCP_K8S_NAMESPACE", "team-b")], "team-b", Some("team-a")),
+        (&[("MCP_K8S_KUBECONFIG", &path_text), ("MCP_K8S_NAMESPACE", "team-a")], "team-a", None),
+    ];
+    for (env, namespace, ignored) in cases {
+        let output = crate::support::server::command(env).arg("serve").stdin(Stdio::null()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let credentials = stderr.lines().find(|line| line.contains("\"kubernetes credentials\"")).unwrap_or_else(|| panic!("{stderr}"));
+        assert!(credentials.contains(&format!("\"namespace\":\"{namespace}\"")), "{credentials}");
+        assert!(credentials.contains("context namespace `team-a`"), "{credentials}");
+        let ignored_line = stderr.lines().find(|line| line.contains("namespace is ignored"));
+        match ignored {
+            Some(ignored) => {
+                let line = ignored_line.unwrap_or_else(|| panic!("{stderr}"));
+                assert!(line.contains(&format!("\"ignored_namespace\":\"{ignored}\"")), "{line}");
+                assert!(line.contains(&format!("\"namespace\":\"{namespace}\"")), "{line}");
+            }
+            None => assert!(ignored_line.is_none(), "{stderr}"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,407 @@
+//! The engine's run loop against the fake API server, for what a real
+//! cluster cannot do on demand: a pod watch dropped mid-run, an API server
+//! that answers 503 for a while, a log stream that breaks, 5xx while
+//! deleting, an outage with every stream cut and 403s after it, and the
+//! shapes of issue 12 (a start timeout that must stay final, a restart
+//! that must answer the truth at once, terminations nobody here asked
+//! for, a container that could not start). The test plays the kubelet: it
+//! adds the pod, writes the runner's frames into the log and ends the
+//! container. Each injected fault is checked to have fired.
+
+use std::collections::BTreeMap;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::support::fake_api::{FakeApi, Fault};
+use mcp_k8s_ephemeral_job::backend::kubernetes::{Kubernetes, record};
+use mcp_k8s_ephemeral_job::cancel::CancelToken;
+use mcp_k8s_ephemeral_job::engine::background;
+use mcp_k8s_ephemeral_job::engine::jobs::{Jobs, Limits, Phase};
+use mcp_k8s_ephemeral_job::engine::run::{self, Ctx};
+use mcp_k8s_ephemeral_job::engine::slots::Slots;
+use mcp_k8s_ephemeral_job::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus};
+use mcp_k8s_ephemeral_job::quantity::Quantity;
+use mcp_k8s_ephemeral_job::sandbox::frame::{self, Frame, Output, RunResult, Started, Stream};
+use serde_json::{Value, json};
+
+const NAMESPACE: &str = "live-ns";
+const JOBS: &str = "/apis/batch/v1/namespaces/live-ns/jobs";
+const PODS: &str = "/api/v1/namespaces/live-ns/pods";
+
+fn policy() -> Policy {
+    Policy {
+        namespace: NAMESPACE.into(),
+        runner_image: "runner:1".into(),
+        runner_binary_path: "/mcp-k8s-ephemeral-job".into(),
+        run_as_user: 65532,
+        default_cpu: Quantity::parse("100m").unwrap(),
+        default_memory: Quantity::parse("64Mi").unwrap(),
+        max_output_bytes: 1 << 20,
+        max_artifact_bytes: 1 << 20,
+        start_timeout: Duration::from_secs(30),
+        workdir_size_limit: Quantity::parse("1Gi").unwrap(),
+        extra_env: BTreeMap::new(),
+        cache: None,
+        finished_ttl: Duration::from_secs(300),
+        runtime_class: None,
+        clone: None,
+    }
+}
+
+fn spec() -> RunSpec {
+    RunSpec {
+        image: "busybox:1".into(),
+        command: vec!["echo".into(), "hi".into()],
+        files: Vec::new(),
+        env: BTreeMap::new(),
+        cpu_limit: None,
+        memory_limit: None,
+        timeout: Duration::from_secs(30),
+        workdir: "/work".into(),
+        artifacts: Vec::new(),
+        clone: None,
+    }
+}
+
+/// A fresh server process's context: its own (empty) job store.
+fn new_ctx(fake: &FakeApi, start_timeout: Duration) -> (Ctx, crate::support::TempDir) {
+    let (client, temp) = crate::support::connect(fake);
+    let jobs = Jobs::new(Limits::new(Duration::from_secs(600), 4));
+    let policy = Policy { start_timeout, ..policy() };
+    (Ctx { backend: std::sync::Arc::new(Kubernetes::new(client, policy.clone())), policy, slots: Slots::new(4, 4), jobs }, temp)
+}
+
+/// Starts a run on its own thread; returns its run id and the handle.
+fn start_run(fake: &FakeApi) -> (String, thread::JoinHandle<RunOutcome>, crate::support::TempDir) {
+    let (ctx, temp) = new_ctx(fake, policy().start_timeout);
+    let run_id = run::new_run_id();
+    let thread_run_id = run_id.clone();
+    let handle = thread::spawn(move || run::run(&ctx, &spec(), &thread_run_id, &CancelToken::new(), &|_| {}));
+    (run_id, handle, temp)
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn pod_name(run_id: &str) -> String {
+    format!("mcpk8s-{run_id}-abcde")
+}
+
+/// What the kubelet would report for the pod at each step.
+fn pod(run_id: &str, main_state: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod_name(run_id), "labels": {"mcp-k8s-ephemeral-job/run-id": run_id}},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "main", "state": main_state}]},
+    })
+}
+
+fn frame_line(frame: Frame) -> String {
+    frame::encode(&frame)
+}
+
+fn result_frame(stdout: &[u8]) -> Frame {
+    Frame::Result(RunResult {
+        exit_code: Some(0),
+        finished_at_ms: 2,
+        stdout_captured_bytes: stdout.len() as u64,
+        stdout_total_bytes: stdout.len() as u64,
+        ..RunResult::started(1)
+    })
+}
+
+/// Plays a pod that starts, prints `hi`, and exits 0.
+fn play_successful_pod(fake: &FakeApi, run_id: &str) {
+    wait_for("the Job", || fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_some());
+    let name = pod_name(run_id);
+    fake.set_log(NAMESPACE, &name, "", true);
+    fake.insert(PODS, pod(run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
+    fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
+    fake.append_log(NAMESPACE, &name, &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
+    fake.append_log(NAMESPACE, &name, &frame_line(Frame::Captured(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
+    fake.append_log(NAMESPACE, &name, &frame_line(result_frame(b"hi\n")));
+    fake.finish_log(NAMESPACE, &name);
+    fake.update(PODS, &name, |pod| {
+        pod["status"]["phase"] = "Succeeded".into();
+        pod["status"]["containerStatuses"][0]["state"] =
+            json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-01-01T00:00:01Z", "finishedAt": "2026-01-01T00:00:02Z"}});
+    });
+}
+
+fn assert_succeeded_and_cleaned(fake: &FakeApi, run_id: &str, outcome: &RunOutcome) {
+    assert_eq!(outcome.status, RunStatus::Succeeded, "{}: {:?}", outcome.message, outcome.notes);
+    assert_eq!(outcome.stdout, b"hi\n");
+    assert!(fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_none(), "the Job was deleted");
+}
+
+#[test]
+fn a_pod_watch_dropped_mid_run_resumes() {
+    let fake = FakeApi::start();
+    fake.inject("watch=", Fault::CloseAfterEvents(1), 2);
+    let (run_id, handle, _temp) = start_run(&fake);
+    play_successful_pod(&fake, &run_id);
+    let outcome = handle.join().unwrap();
+    assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
+    fake.assert_fired("watch=");
+}
+
+#[test]
+fn an_api_server_answering_503_for_a_while_is_ridden_out() {
+    let fake = FakeApi::start();
+    fake.inject("GET /api/v1/namespaces/live-ns/pods", Fault::Status { code: 503, retry_after: None }, 3);
+    let (run_id, handle, _temp) = start_run(&fake);
+    play_successful_pod(&fake, &run_id);
+    let outcome = handle.join().unwrap();
+    assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
+    fake.assert_fired("GET /api/v1/namespaces/live-ns/pods");
+}
+
+#[test]
+fn a_broken_log_stream_is_opened_again() {
+    let fake = FakeApi::start();
+    fake.inject("/log?", Fault::Status { code: 500, retry_after: None }, 2);
+    let (run_id, handle, _temp) = start_run(&fake);
+    play_successful_pod(&fake, &run_id);
+    let outcome = handle.join().unwrap();
+    assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
+    fake.assert_fired("/log?");
+}
+
+#[test]
+fn server_errors_while_deleting_are_retried() {
+    let fake = FakeApi::start();
+    fake.inject("DELETE /apis/batch/v1", Fault::Status { code: 500, retry_after: None }, 2);
+    let (run_id, handle, _temp) = start_run(&fake);
+    play_successful_pod(&fake, &run_id);
+    let outcome = handle.join().unwrap();
+    assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
+    assert!(fake.count("DELETE /apis/batch/v1") >= 3, "two failed deletes and one that worked");
+    fake.assert_fired("DELETE /apis/batch/v1");
+}
+
+#[test]
+fn a_container_killed_before_its_result_is_result_lost_with_live_output() {
+    let fake = FakeApi::start();
+    let (run_id, handle, _temp) = start_run(&fake);
+    wait_for("the Job", || fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_some());
+    let name = pod_name(&run_id);
+    fake.insert(PODS, pod(&run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
+    fake.set_log(
+        NAMESPACE,
+        &name,
+        &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"partial\n") })),
+        false,
+    );
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
+    fake.finish_log(NAMESPACE, &name);
+    fake.update(PODS, &name, |pod| {
+        pod["status"]["phase"] = "Failed".into();
+        pod["status"]["containerStatuses"][0]["state"] = json!({"terminated": {"exitCode": 137, "reason": "Error"}});
+    });
+    let outcome = handle.join().unwrap();
+    assert_eq!(outcome.status, RunStatus::Error, "{}", outcome.message);
+    assert_eq!(outcome.reason, Some(mcp_k8s_ephemeral_job::engine::spec::RunReason::ResultLost));
+    assert_eq!(outcome.stdout, b"partial\n");
+    assert!(outcome.truncated.stdout, "lost output is flagged, never silent");
+    assert_eq!(outcome.exit_code, Some(137));
+}
+
+/// Plays a running pod whose runner reports a SIGTERM (what it does for a
+/// cancel, an eviction and a `kubectl delete pod` alike), then ends it with
+/// the pod status `change` writes.
+fn play_sigterm(fake: &FakeApi, run_id: &str, change: fn(&mut Value)) {
+    wait_for("the Job", || fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_some());
+    let name = pod_name(run_id);
+    fake.insert(PODS, pod(run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
+    fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
+    fake.update(PODS, &name, change);
+    let result = RunResult { exit_code: None, signal: Some(15), terminated_by_request: true, finished_at_ms: 2, ..RunResult::started(1) };
+    fake.append_log(NAMESPACE, &name, &frame_line(Frame::Result(result)));
+    fake.finish_log(NAMESPACE, &name);
+    fake.update(PODS, &name, |pod| {
+        pod["status"]["phase"] = "Failed".into();
+        pod["status"]["containerStatuses"][0]["state"] = json!({"terminated": {"exitCode": 143, "reason": "Error"}});
+    });
+}
+
+#[test]
+fn issue_12_2_a_pod_deleted_from_outside_is_not_cancelled() {
+    let fake = FakeApi::start();
+    let (run_id, handle, _temp) = start_run(&fake);
+    play_sigterm(&fake, &run_id, |pod| pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:03Z".into());
+    let outcome = handle.join().unwrap();
+    assert_eq!((outcome.status, outcome.reason), (RunStatus::Error, Some(RunReason::PodDeleted)), "{}", outcome.message);
+    assert!(outcome.message.contains("other than this server"), "{}", outcome.message);
+}
+
+#[test]
+fn issue_12_2_an_eviction_is_evicted_with_the_kubelets_text() {
+    let fake = FakeApi::start();
+    let (run_id, handle, _temp) = start_run(&fake);
+    play_sigterm(&fake, &run_id, |pod| {
+        pod["status"]["reason"] = "Evicted".into();
+        pod["status"]["message"] = "Usage of EmptyDir volume \"work\" exceeds the limit \"1Gi\". ".into();
+    });
+    let outcome = handle.join().unwrap();
+    assert_eq!((outcome.status, outcome.reason), (RunStatus::Error, Some(RunReason::Evicted)), "{}", outcome.message);
+    assert!(outcome.message.contains("EmptyDir volume \"work\" exceeds the limit"), "{}", outcome.message);
+}
+
+#[test]
+fn issue_12_5_a_container_the_runtime_could_not_start_is_start_failed() {
+    let fake = FakeApi::start();
+    let (run_id, handle, _temp) = start_run(&fake);
+    wait_for("the Job", || fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_some());
+    let name = pod_name(&run_id);
+    fake.set_log(NAMESPACE, &name, "", false);
+    fake.finish_log(NAMESPACE, &name);
+    let mut failed = pod(
+        &run_id,
+        json!({"terminated": {"exitCode": 128, "reason": "StartError",
+        "message": "failed to create containerd task: failed to create shim task: OCI runtime create failed: unable to set memory limit to 64 (current usage: 2117632, peak usage: 2117632)"}}),
+    );
+    failed["status"]["phase"] = "Failed".into();
+    fake.insert(PODS, failed);
+    let outcome = handle.join().unwrap();
+    assert_eq!((outcome.status, outcome.reason), (RunStatus::Error, Some(RunReason::StartFailed)), "{}", outcome.message);
+    assert!(outcome.message.contains("unable to set memory limit to 64"), "{}", outcome.message);
+}
+
+/// Issue 12, finding 10: the API server goes away mid-run (every stream
+/// cut, every request failing for 3 s), then answers 403 to the next two
+/// watches (cold RBAC cache) while logs stay unreadable for 8 s; meanwhile
+/// the pod succeeds. The run succeeds, on a log read again from the start.
+#[test]
+fn issue_12_10_an_api_outage_and_403s_after_it_do_not_fail_a_run_that_succeeds() {
+    let fake = FakeApi::start();
+    let (run_id, handle, _temp) = start_run(&fake);
+    wait_for("the Job", || fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_some());
+    let name = pod_name(&run_id);
+    fake.insert(PODS, pod(&run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
+    fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
+    fake.append_log(NAMESPACE, &name, &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
+
+    // Rules match in order: the outage first, then what follows it.
+    fake.inject_for("", Fault::Stall(Duration::ZERO), Duration::from_secs(3));
+    fake.inject_for("/log?", Fault::Stall(Duration::ZERO), Duration::from_secs(8));
+    fake.inject("watch=", Fault::Status { code: 403, retry_after: None }, 2);
+    fake.cut_streams();
+    // The pod finishes while the API is away.
+    fake.append_log(NAMESPACE, &name, &frame_line(Frame::Captured(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
+    fake.append_log(NAMESPACE, &name, &frame_line(result_frame(b"hi\n")));
+    fake.finish_log(NAMESPACE, &name);
+    fake.update(PODS, &name, |pod| {
+        pod["status"]["phase"] = "Succeeded".into();
+        pod["status"]["containerStatuses"][0]["state"] = json!({"terminated": {"exitCode": 0, "reason": "Completed"}});
+    });
+
+    let outcome = handle.join().unwrap();
+    assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
+    assert!(fake.fired("") > 0, "the outage never hit a request");
+    assert!(fake.fired("/log?") > 0, "the log outage never hit a request");
+    assert!(fake.fired("watch=") > 0, "the 403s after the outage never fired");
+    assert!(fake.streams_cut() >= 1, "no watch or followed log was open when the API went away");
+}
+
+fn submit(ctx: &Ctx) -> background::Submitted {
+    let mut spec = spec();
+    spec.image = "busybox:1".into();
+    background::submit(ctx, &spec).expect("submit_job")
+}
+
+fn fetch(ctx: &Ctx, token: &str, wait: Duration) -> mcp_k8s_ephemeral_job::engine::jobs::View {
+    background::fetch(ctx, token, wait, &CancelToken::new(), &mut |_, _| {}).expect("fetch_job")
+}
+
+/// Issue 12, findings 1 and 3: a start timeout is final. The verdict is on
+/// the Job before the answer, the pod is gone and the Job cannot make
+/// another; a pod that "runs anyway" afterwards changes nothing for a new
+/// server process.
+#[test]
+fn issue_12_1_and_3_a_start_timeout_is_final_for_every_process() {
+    let fake = FakeApi::start();
+    let (first, _temp) = new_ctx(&fake, Duration::from_secs(3));
+    let submitted = submit(&first);
+    let job_name = format!("mcpk8s-{}", submitted.run_id);
+    wait_for("the Job", || fake.object(JOBS, &job_name).is_some());
+    let name = pod_name(&submitted.run_id);
+    let mut pending = pod(&submitted.run_id, json!({"waiting": {"reason": "PodInitializing"}}));
+    pending["status"]["phase"] = "Pending".into();
+    fake.insert(PODS, pending);
+    fake.insert(
+        "/api/v1/namespaces/live-ns/events",
+        json!({"metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": name}, "reason": "Pulling", "message": "Pulling image \"busybox:1\""}),
+    );
+
+    let view = fetch(&first, &submitted.token, Duration::from_secs(30));
+    let outcome = view.outcome.expect("done");
+    assert_eq!(outcome.reason, Some(RunReason::StartTimeout), "{}", outcome.message);
+    assert!(outcome.message.contains("still pulling the image `busybox:1`"), "{}", outcome.message);
+    let job = fake.object(JOBS, &job_name).expect("a background Job is kept");
+    let recorded = record::recorded(&job).expect("the verdict is on the Job");
+    assert_eq!(recorded.reason, Some(RunReason::StartTimeout));
+    assert_eq!(job["spec"]["activeDeadlineSeconds"], 1, "the Job controller ends it");
+    assert!(fake.object(PODS, &name).is_none(), "the pending pod was deleted");
+
+    // The kubelet "starts it anyway" (what 1b16dbf let happen).
+    fake.insert(PODS, pod(&submitted.run_id, json!({"terminated": {"exitCode": 0, "reason": "Completed"}})));
+    fake.set_log(NAMESPACE, &name, &frame_line(result_frame(b"")), false);
+    fake.finish_log(NAMESPACE, &name);
+    let (second, _temp2) = new_ctx(&fake, Duration::from_secs(3));
+    let view = fetch(&second, &submitted.token, Duration::ZERO);
+    let outcome = view.outcome.expect("the first fetch of a new process is done");
+    assert_eq!((outcome.status, outcome.reason), (RunStatus::Error, Some(RunReason::StartTimeout)), "{}", outcome.message);
+}
+
+/// Issue 12, finding 4: the first fetch of a restarted server answers a
+/// job that finished long ago with its result, not `pending`.
+#[test]
+fn issue_12_4_the_first_fetch_after_a_restart_has_the_result() {
+    let fake = FakeApi::start();
+    let (first, _temp) = new_ctx(&fake, Duration::from_secs(30));
+    let submitted = submit(&first);
+    play_successful_pod(&fake, &submitted.run_id);
+    let job_name = format!("mcpk8s-{}", submitted.run_id);
+    wait_for("the verdict", || fake.object(JOBS, &job_name).is_some_and(|job| record::recorded(&job).is_some()));
+    // As if the first process was SIGKILLed before it could record it.
+    fake.update(JOBS, &job_name, |job| {
+        job["metadata"]["annotations"].as_object_mut().unwrap().remove(record::ANNOTATION_OUTCOME);
+    });
+
+    let (second, _temp2) = new_ctx(&fake, Duration::from_secs(30));
+    let view = fetch(&second, &submitted.token, Duration::ZERO);
+    assert_eq!(view.phase, Phase::Finished, "the first fetch answers done");
+    let outcome = view.outcome.unwrap();
+    assert_eq!((outcome.status, outcome.stdout.as_slice()), (RunStatus::Succeeded, &b"hi\n"[..]), "{}", outcome.message);
+    let job = fake.object(JOBS, &job_name).unwrap();
+    assert_eq!(record::recorded(&job).map(|recorded| recorded.status), Some(RunStatus::Succeeded), "recorded again");
+}
+
+/// Issue 12, finding 11: a verdict that could not be written onto the Job
+/// (the API failed the patch) is not cached either; the next fetch reads
+/// the cluster again, records it, and answers the truth.
+#[test]
+fn issue_12_11_a_verdict_that_could_not_be_recorded_is_not_cached() {
+    let fake = FakeApi::start();
+    let (ctx, _temp) = new_ctx(&fake, Duration::from_secs(30));
+    let submitted = submit(&ctx);
+    let job_name = format!("mcpk8s-{}", submitted.run_id);
+    fake.inject(&format!("PATCH {JOBS}/{job_name}"), Fault::Status { code: 503, retry_after: None }, 1);
+    play_successful_pod(&fake, &submitted.run_id);
+    wait_for("the failed patch", || fake.fired(&format!("PATCH {JOBS}/{job_name}")) == 1);
+    wait_for("the entry to go", || matches!(ctx.jobs.lookup(&submitted.run_id), mcp_k8s_ephemeral_job::engine::jobs::Lookup::Missing));
+
+    let view = fetch(&ctx, &submitted.token, Duration::ZERO);
+    let outcome = view.outcome.expect("done");
+    assert_eq!((outcome.status, outcome.stdout.as_slice()), (RunStatus::Succeeded, &b"hi\n"[..]), "{}", outcome.message);
+    let job = fake.object(JOBS, &job_name).unwrap();
+    assert_eq!(record::recorded(&job).map(|recorded| recorded.status), Some(RunStatus::Succeeded));
+}

@@ -1,0 +1,534 @@
+//! The hostile-input suite for the HTTP transport (issue 11), without a
+//! cluster: each test starts the built binary on loopback, runs one class
+//! of attack while a second client keeps calling `GET /healthz` and an MCP
+//! `ping` on an established session, and asserts that the server is still
+//! alive, that every probe was answered (5 s per probe: a hang, not a slow
+//! machine), and that the server's peak RSS (VmHWM) stayed within 64 MiB.
+//!
+//! Each test prints one markdown table row (attack, peak RSS, probes, max
+//! and median probe latency); `bench/hostile` collects them. The tests
+//! take turns (one lock), so the figures are not skewed by each other.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::support::server::{HttpServer, INITIALIZE};
+
+const TOKEN: &str = "hostile-suite-token";
+
+/// `MCP_K8S_MAX_MESSAGE_BYTES` for the suite; the body budget is twice it.
+const MAX_MESSAGE_BYTES: usize = 2 << 20;
+
+const PEAK_RSS_LIMIT_KIB: u64 = 64 << 10;
+
+/// A probe that takes longer than this counts as a hang (a failure).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long floods of connections are held open: longer than a probe may
+/// take, so that a server frozen by them fails its probes.
+const HOLD: Duration = Duration::from_secs(7);
+
+/// One attack at a time: figures from parallel attacks would mean nothing.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+// ---------------------------------------------------------------------------
+// The attacks.
+
+#[test]
+fn huge_content_length_on_every_path_and_method() {
+    run_attack("huge Content-Length, every path and method", &[], Probes::MustSucceed, |target| {
+        let paths = ["/healthz", "/readyz", "/metrics", "/mcp", "/sse", "/messages?sessionId=x", "/nope"];
+        let methods = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"];
+        for path in paths {
+            for method in methods {
+                for token in [None, Some(TOKEN)] {
+                    let auth = token.map(|token| format!("X-MCP-AUTH: {token}\r\n")).unwrap_or_default();
+                    let head = format!(
+                        "{method} {path} HTTP/1.1\r\nHost: {}\r\n{auth}Content-Type: application/json\r\nContent-Length: 1125899906842624\r\n\r\n",
+                        target.addr
+                    );
+                    let status = status_of(&target.addr, head.as_bytes());
+                    assert!(status.is_some(), "{method} {path}: no answer");
+                    if (method, path, token.is_some()) == ("POST", "/mcp", true) {
+                        assert_eq!(status, Some(413), "{method} {path}");
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn six_hundred_idle_connections_declaring_a_body() {
+    run_attack("600 idle connections declaring a body", &[], Probes::MustSucceed, |target| {
+        let head = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\nContent-Length: 100000\r\n\r\n", target.addr);
+        let connections = open_many(&target.addr, 600, head.as_bytes());
+        thread::sleep(HOLD);
+        drop(connections);
+    });
+}
+
+#[test]
+fn six_hundred_connections_that_send_nothing() {
+    run_attack("600 connections sending nothing", &[], Probes::MustSucceed, |target| {
+        let connections = open_many(&target.addr, 600, b"");
+        thread::sleep(HOLD);
+        drop(connections);
+    });
+}
+
+#[test]
+fn unterminated_200_mb_header() {
+    run_attack("unterminated 200 MB header (x4)", &[], Probes::MustSucceed, |target| {
+        let senders: Vec<_> = (0..4)
+            .map(|_| {
+                let addr = target.addr.clone();
+                thread::spawn(move || {
+                    let head = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nX-Big: ");
+                    let line = vec![b'a'; 1 << 20];
+                    stream_until_refused(&addr, head.as_bytes(), &line, 200)
+                })
+            })
+            .collect();
+        for sender in senders {
+            let sent = sender.join().unwrap();
+            assert!(sent < 200 << 20, "the server read the whole 200 MB header");
+        }
+    });
+}
+
+#[test]
+fn two_million_tiny_headers() {
+    run_attack("2,000,000 tiny headers", &[], Probes::MustSucceed, |target| {
+        let head = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n", target.addr);
+        let headers = b"a: b\r\n".repeat(100_000);
+        let sent = stream_until_refused(&target.addr, head.as_bytes(), &headers, 20);
+        assert!(sent < 12_000_000, "the server read every header");
+    });
+}
+
+#[test]
+fn slowloris_heads() {
+    run_attack("slowloris: 200 heads, a byte every 500 ms", &[], Probes::MustSucceed, |target| {
+        let mut connections = open_many(&target.addr, 200, b"G");
+        let started = Instant::now();
+        let mut closed = vec![false; connections.len()];
+        // The head timeout is 2 s here: every connection is answered 408
+        // and closed long before the loop ends.
+        while started.elapsed() < Duration::from_secs(8) && closed.iter().any(|closed| !closed) {
+            for (connection, closed) in connections.iter_mut().zip(closed.iter_mut()) {
+                if !*closed && connection.write_all(b"E").is_err() {
+                    *closed = true;
+                }
+            }
+            thread::sleep(Duration::from_millis(500));
+        }
+        for connection in &connections {
+            let status = read_status(connection);
+            assert!(status.is_none() || status == Some(408), "{status:?}");
+        }
+    });
+}
+
+#[test]
+fn bodies_that_never_complete() {
+    run_attack("20 bodies that never complete (token)", &[], Probes::MustSucceed, |target| {
+        // 408 after the body timeout (3 s), or 503 when the budget stayed full.
+        for status in stalled_posts(target, "Content-Length: 500000", "{\"jsonrpc\":") {
+            assert!(matches!(status, Some(408 | 503)), "{status:?}");
+        }
+    });
+}
+
+#[test]
+fn unterminated_chunked_bodies() {
+    run_attack("20 unterminated chunked bodies (token)", &[], Probes::MustSucceed, |target| {
+        for status in stalled_posts(target, "Transfer-Encoding: chunked", "11\r\n{\"jsonrpc\":\"2.0\",\r\n") {
+            assert_eq!(status, Some(408));
+        }
+    });
+}
+
+/// 20 authenticated POSTs whose body starts with `body_start` and stops
+/// there; the status each got.
+fn stalled_posts(target: &Target, framing: &str, body_start: &str) -> Vec<Option<u16>> {
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nX-MCP-AUTH: {TOKEN}\r\nContent-Type: application/json\r\n{framing}\r\n\r\n{body_start}",
+        target.addr
+    );
+    open_many(&target.addr, 20, head.as_bytes()).iter().map(read_status).collect()
+}
+
+#[test]
+fn connection_upgrade_is_answered_and_closed() {
+    run_attack("50 Connection: upgrade requests", &[], Probes::MustSucceed, |target| {
+        for index in 0..50 {
+            let path = if index % 2 == 0 { "/mcp" } else { "/healthz" };
+            let head = format!(
+                "GET {path} HTTP/1.1\r\nHost: {}\r\nX-MCP-AUTH: {TOKEN}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n",
+                target.addr
+            );
+            let mut stream = connect(&target.addr);
+            stream.write_all(head.as_bytes()).unwrap();
+            let mut answer = Vec::new();
+            // The server closes after its answer: read_to_end ends.
+            stream.read_to_end(&mut answer).unwrap();
+            let text = String::from_utf8_lossy(&answer);
+            let expected = if path == "/mcp" { "HTTP/1.1 405" } else { "HTTP/1.1 200" };
+            assert!(text.starts_with(expected) && text.contains("Connection: close"), "{text}");
+        }
+    });
+}
+
+#[test]
+fn six_hundred_sse_streams_opened_then_closed() {
+    // While 512 streams hold every regular slot, new MCP requests are
+    // refused with 503; the probes are served from the reserve.
+    run_attack("600 /sse streams opened, then closed", &[], Probes::PingMayBeRefused, |target| {
+        let head = format!("GET /sse HTTP/1.1\r\nHost: {}\r\nX-MCP-AUTH: {TOKEN}\r\nAccept: text/event-stream\r\n\r\n", target.addr);
+        let streams = open_many(&target.addr, 600, head.as_bytes());
+        thread::sleep(Duration::from_secs(2));
+        drop(streams);
+        // Closed streams are noticed within a tick, not at the next 15 s
+        // keepalive: a second later every slot is free again.
+        thread::sleep(Duration::from_millis(1500));
+        assert_eq!(ping(&target.addr, &target.session).map(|(status, _)| status), Ok(200));
+        let more = open_many(&target.addr, 400, head.as_bytes());
+        let statuses: Vec<Option<u16>> = more.iter().map(read_status).collect();
+        assert!(statuses.iter().all(|status| *status == Some(200)), "slots were not freed: {statuses:?}");
+    });
+}
+
+#[test]
+fn eleven_hundred_initialize_without_delete() {
+    run_attack("1100 initialize without DELETE", &[], Probes::MustSucceed, |target| {
+        let first = initialize(&target.addr);
+        for _ in 0..1100 {
+            initialize(&target.addr);
+        }
+        // The least recently used sessions were evicted: a new client gets
+        // in, and the evicted one hears 404 (and would initialize again).
+        assert!(!initialize(&target.addr).is_empty());
+        assert_eq!(ping(&target.addr, &first).map(|(status, _)| status), Ok(404));
+    });
+}
+
+#[test]
+fn sse_client_that_never_reads_its_replies() {
+    run_attack("/sse client never reads 200 x 1 MB replies", &[], Probes::MustSucceed, |target| {
+        let mut stream = connect(&target.addr);
+        let head = format!("GET /sse HTTP/1.1\r\nHost: {}\r\nX-MCP-AUTH: {TOKEN}\r\nAccept: text/event-stream\r\n\r\n", target.addr);
+        stream.write_all(head.as_bytes()).unwrap();
+        let endpoint = read_endpoint(&stream);
+        let id = "i".repeat(1_000_000);
+        let message = format!(r#"{{"jsonrpc":"2.0","id":"{id}","method":"ping"}}"#);
+        let mut statuses = Vec::new();
+        for _ in 0..200 {
+            let headers = [("X-MCP-AUTH", TOKEN), ("Content-Type", "application/json")];
+            let status = request(&target.addr, "POST", &endpoint, &headers, message.as_bytes()).map(|(status, _)| status);
+            statuses.push(status.unwrap_or(0));
+        }
+        // The queue filled, the stream was dropped and its session ended.
+        assert_eq!(statuses.last(), Some(&404), "{statuses:?}");
+        assert!(statuses.iter().all(|status| *status == 202 || *status == 404), "{statuses:?}");
+        drop(stream);
+    });
+}
+
+#[test]
+fn concurrent_max_size_posts_with_the_token() {
+    run_attack("16 concurrent max-size POSTs + 4 of twice the size", &[], Probes::MustSucceed, |target| {
+        let pad = "p".repeat(MAX_MESSAGE_BYTES - 100);
+        let fits = Arc::new(format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{pad}"}}}}"#));
+        let too_large = Arc::new(format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{pad}{pad}"}}}}"#));
+        let posters: Vec<_> = (0..20)
+            .map(|index| {
+                let (addr, session) = (target.addr.clone(), target.session.clone());
+                let message = if index < 16 { Arc::clone(&fits) } else { Arc::clone(&too_large) };
+                thread::spawn(move || {
+                    let headers = [("X-MCP-AUTH", TOKEN), ("Content-Type", "application/json"), ("Mcp-Session-Id", session.as_str())];
+                    (0..3)
+                        .map(|_| request(&addr, "POST", "/mcp", &headers, message.as_bytes()).map(|(status, _)| status))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for (index, poster) in posters.into_iter().enumerate() {
+            for status in poster.join().unwrap() {
+                let status = status.unwrap_or(0);
+                // 503: the shared body budget stayed full for its wait.
+                let expected: &[u16] = if index < 16 { &[200, 503] } else { &[413, 0] };
+                assert!(expected.contains(&status), "poster {index}: {status}");
+            }
+        }
+    });
+}
+
+#[test]
+fn request_smuggling_shapes() {
+    run_attack("request smuggling shapes", &[], Probes::MustSucceed, |target| {
+        let cases: &[(&str, u16)] = &[
+            ("Content-Length: -1\r\n", 400),
+            ("Content-Length: +5\r\n", 400),
+            ("Content-Length: 5 5\r\n", 400),
+            ("Content-Length: 5, 5\r\n", 400),
+            ("Content-Length: 0x5\r\n", 400),
+            ("Content-Length: 5\r\nContent-Length: 40\r\n", 400),
+            ("Content-Length: 5\r\nContent-Length: 5\r\n", 400),
+            ("Host: evil.example.com\r\n", 400),
+            ("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", 400),
+            ("Transfer-Encoding: gzip, chunked\r\n", 501),
+            ("Transfer-Encoding: identity\r\n", 501),
+            ("Transfer-Encoding : chunked\r\n", 400),
+            ("X-Folded: a\r\n Transfer-Encoding: chunked\r\n", 400),
+            ("X-Bare: a\nContent-Length: 40\r\n", 400),
+            // A well-formed body nobody reads: the connection closes rather
+            // than take what follows as the next request.
+            ("Content-Length: 5\r\n", 405),
+        ];
+        for (headers, expected) in cases {
+            // A second request hides in the body; it must never be answered.
+            let smuggled = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+            let text = format!("POST /healthz HTTP/1.1\r\nHost: {}\r\n{headers}\r\nhello{smuggled}", target.addr);
+            let mut stream = connect(&target.addr);
+            stream.write_all(text.as_bytes()).unwrap();
+            let mut answer = Vec::new();
+            let _ = stream.read_to_end(&mut answer);
+            let answer = String::from_utf8_lossy(&answer);
+            assert!(answer.starts_with(&format!("HTTP/1.1 {expected} ")), "{headers:?}: {answer}");
+            assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "{headers:?}: answered twice: {answer}");
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------
+// The harness.
+
+/// What an attack needs to know about the server.
+struct Target {
+    addr: String,
+    /// The prober's session; attacks may ping on it too.
+    session: String,
+}
+
+/// Whether the ping probe may get 503 (every connection slot is inside a
+/// request, which the probe reserve does not serve).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Probes {
+    MustSucceed,
+    PingMayBeRefused,
+}
+
+#[derive(Default)]
+struct ProbeStats {
+    latencies: Vec<Duration>,
+    refused_pings: usize,
+    failures: Vec<String>,
+}
+
+fn run_attack(name: &str, env: &[(&str, &str)], probes: Probes, attack: impl FnOnce(&Target)) {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut server = start_server(env);
+    let target = Target { addr: server.addr.clone(), session: initialize(&server.addr) };
+    let stop = Arc::new(AtomicBool::new(false));
+    let prober = {
+        let (addr, session, stop) = (target.addr.clone(), target.session.clone(), Arc::clone(&stop));
+        thread::spawn(move || probe_until_stopped(&addr, &session, probes, &stop))
+    };
+    let started = Instant::now();
+    attack(&target);
+    let attack_time = started.elapsed();
+    thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::SeqCst);
+    let mut stats = prober.join().expect("the prober ran");
+    assert!(server.child.try_wait().unwrap().is_none(), "{name}: the server died");
+    for answer in [request(&target.addr, "GET", "/healthz", &[], b""), ping(&target.addr, &target.session)] {
+        assert!(matches!(answer, Ok((200, _))), "{name}: after the attack: {answer:?}");
+    }
+    let peak_kib = peak_rss_kib(server.child.id());
+    stats.latencies.sort();
+    let max = stats.latencies.last().copied().unwrap_or_default();
+    let median = stats.latencies.get(stats.latencies.len() / 2).copied().unwrap_or_default();
+    // A line of its own: the test harness prints `test … ... ` before it.
+    eprintln!(
+        "\n| {name} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} |",
+        peak_kib as f64 / 1024.0,
+        stats.latencies.len(),
+        stats.refused_pings,
+        max.as_secs_f64() * 1000.0,
+        median.as_secs_f64() * 1000.0,
+        attack_time.as_secs_f64()
+    );
+    assert!(stats.failures.is_empty(), "{name}: probes failed: {:#?}", stats.failures);
+    assert!(stats.latencies.len() >= 2, "{name}: too few probes ran");
+    assert!(peak_kib <= PEAK_RSS_LIMIT_KIB, "{name}: peak RSS {peak_kib} KiB is over {PEAK_RSS_LIMIT_KIB} KiB");
+}
+
+/// The suite's server: a token, a 2 MiB message cap with room for two in
+/// the body budget, and short timeouts so that attacks end quickly.
+fn start_server(env: &[(&str, &str)]) -> HttpServer {
+    let max_message = MAX_MESSAGE_BYTES.to_string();
+    let budget = (2 * MAX_MESSAGE_BYTES).to_string();
+    let mut all_env = vec![
+        ("MCP_K8S_AUTH_TOKEN", TOKEN),
+        ("MCP_K8S_MAX_MESSAGE_BYTES", max_message.as_str()),
+        ("MCP_K8S_BODY_BUDGET_BYTES", budget.as_str()),
+        ("MCP_K8S_HEAD_TIMEOUT_S", "2"),
+        ("MCP_K8S_BODY_TIMEOUT_S", "3"),
+        ("MCP_K8S_IDLE_TIMEOUT_S", "5"),
+        ("MCP_K8S_WRITE_TIMEOUT_S", "3"),
+    ];
+    all_env.extend_from_slice(env);
+    HttpServer::start(&all_env)
+}
+
+/// `GET /healthz` and a `ping` on `session`, over and over, each on a new
+/// connection and timed.
+fn probe_until_stopped(addr: &str, session: &str, probes: Probes, stop: &AtomicBool) -> ProbeStats {
+    let mut stats = ProbeStats::default();
+    while !stop.load(Ordering::SeqCst) {
+        let started = Instant::now();
+        match request(addr, "GET", "/healthz", &[], b"") {
+            Ok((200, body)) if body == "ok\n" && started.elapsed() <= PROBE_TIMEOUT => stats.latencies.push(started.elapsed()),
+            other => stats.failures.push(format!("healthz after {:?}: {other:?}", started.elapsed())),
+        }
+        let started = Instant::now();
+        match ping(addr, session) {
+            Ok((200, body)) if body.contains(r#""result":{}"#) && started.elapsed() <= PROBE_TIMEOUT => {
+                stats.latencies.push(started.elapsed());
+            }
+            Ok((503, body)) if probes == Probes::PingMayBeRefused && body.contains("MCP_K8S_MAX_CONNECTIONS") => {
+                stats.refused_pings += 1;
+            }
+            other => stats.failures.push(format!("ping after {:?}: {other:?}", started.elapsed())),
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    stats
+}
+
+fn initialize(addr: &str) -> String {
+    let headers = [("X-MCP-AUTH", TOKEN), ("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    let (status, head, _) = request_with_head(addr, "POST", "/mcp", &headers, INITIALIZE.as_bytes()).expect("initialize answers");
+    assert_eq!(status, 200, "initialize");
+    head.lines()
+        .find_map(|line| line.strip_prefix("Mcp-Session-Id: "))
+        .map(|id| id.trim().to_string())
+        .expect("initialize returns a session id")
+}
+
+fn ping(addr: &str, session: &str) -> Result<(u16, String), String> {
+    let headers = [
+        ("X-MCP-AUTH", TOKEN),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("Mcp-Session-Id", session),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    request(addr, "POST", "/mcp", &headers, br#"{"jsonrpc":"2.0","id":"probe","method":"ping"}"#)
+}
+
+/// One request on its own connection, within `PROBE_TIMEOUT` per read;
+/// status and body. Errors are values: a probe must not panic its thread.
+fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<(u16, String), String> {
+    request_with_head(addr, method, path, headers, body).map(|(status, _, body)| (status, body))
+}
+
+fn request_with_head(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<(u16, String, String), String> {
+    let socket_addr = addr.parse().map_err(|error| format!("{addr}: {error}"))?;
+    let mut stream = TcpStream::connect_timeout(&socket_addr, PROBE_TIMEOUT).map_err(|error| format!("connect: {error}"))?;
+    stream.set_read_timeout(Some(PROBE_TIMEOUT)).map_err(|error| error.to_string())?;
+    stream.set_write_timeout(Some(PROBE_TIMEOUT)).map_err(|error| error.to_string())?;
+    let mut text = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (name, value) in headers {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    text.push_str("\r\n");
+    stream.write_all(text.as_bytes()).map_err(|error| format!("write: {error}"))?;
+    // A refusal may come before the body is read; the answer still counts.
+    let _ = stream.write_all(body);
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).map_err(|error| format!("read: {error} after {} bytes", answer.len()))?;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = answer.split_once("\r\n\r\n").ok_or_else(|| format!("no complete head: {answer:?}"))?;
+    let status = head.split(' ').nth(1).and_then(|status| status.parse().ok()).ok_or_else(|| format!("no status: {head:?}"))?;
+    Ok((status, head.to_string(), body.to_string()))
+}
+
+fn connect(addr: &str) -> TcpStream {
+    let stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    stream.set_write_timeout(Some(Duration::from_secs(15))).unwrap();
+    stream
+}
+
+/// `count` connections that each sent `first_bytes` and are kept open.
+fn open_many(addr: &str, count: usize, first_bytes: &[u8]) -> Vec<TcpStream> {
+    (0..count)
+        .map(|_| {
+            let mut stream = connect(addr);
+            // The server may already have refused and closed it.
+            let _ = stream.write_all(first_bytes);
+            stream
+        })
+        .collect()
+}
+
+/// The status of the answer on `stream`, or `None` when it closed first.
+fn read_status(stream: &TcpStream) -> Option<u16> {
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).ok()?;
+    line.split(' ').nth(1)?.parse().ok()
+}
+
+/// Sends `head` alone and returns the status of the answer.
+fn status_of(addr: &str, head: &[u8]) -> Option<u16> {
+    let mut stream = connect(addr);
+    stream.write_all(head).ok()?;
+    let status = read_status(&stream);
+    let _ = stream.shutdown(Shutdown::Both);
+    status
+}
+
+/// Writes `head`, then `piece` up to `times` times, until the server stops
+/// taking bytes; returns how many bytes went out.
+fn stream_until_refused(addr: &str, head: &[u8], piece: &[u8], times: usize) -> usize {
+    let mut stream = connect(addr);
+    let mut sent = 0;
+    if stream.write_all(head).is_err() {
+        return 0;
+    }
+    for _ in 0..times {
+        match stream.write(piece) {
+            Ok(written) if written > 0 => sent += written,
+            _ => break,
+        }
+    }
+    sent
+}
+
+/// Reads the legacy stream up to its `endpoint` event, and no further.
+fn read_endpoint(stream: &TcpStream) -> String {
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("an SSE line");
+        if let Some(endpoint) = line.trim_end().strip_prefix("data: ") {
+            return endpoint.to_string();
+        }
+    }
+}
+
+/// VmHWM: the peak resident set of the process so far.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches(" kB").trim().parse().ok())
+        .expect("a VmHWM line")
+}

@@ -1,0 +1,31 @@
+//! The offline tier: every integration test that needs no cluster (the
+//! binary over stdio and HTTP, hostile clients, the kube client against the
+//! fake API server, the engine's fault handling, the in-pod runner, manifests,
+//! configuration, the README and deploy files, the architecture rules), in
+//! one test binary so the library is linked once. Run it with
+//! `cargo test --lib --test offline` (the README's offline loop).
+//!
+//! The tests share one process: none may set environment variables, change
+//! the current directory or bind a fixed port (servers under test are child
+//! processes with their own environment; ports are ephemeral).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod architecture;
+mod config_errors;
+mod deploy_manifests;
+mod deploy_role;
+mod engine_faults;
+mod hostile_http;
+mod hostile_stdio;
+mod http;
+mod kube_auth;
+mod kube_calls;
+mod kube_errors;
+mod kube_faults;
+mod kube_kubeconfig;
+mod manifest;
+mod readme_config;
+mod runner;
+mod stdio;

@@ -1,0 +1,229 @@
+//! The Job and Secret the engine builds, compared as JSON text with files
+//! under `fixtures/manifests/`. Set `UPDATE_FIXTURES=1` to rewrite them after
+//! an intended change, then review the diff.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mcp_k8s_ephemeral_job::backend::kubernetes::manifest;
+use mcp_k8s_ephemeral_job::backend::kubernetes::template::{self, PodTemplate};
+use mcp_k8s_ephemeral_job::engine::spec::{CacheVolume, CloneSpec, CloneStep, InputFile, Policy, RunSpec};
+use mcp_k8s_ephemeral_job::quantity::Quantity;
+
+fn policy() -> Policy {
+    Policy {
+        namespace: "mcp-ephemeral".into(),
+        runner_image: "mcp-k8s-test.local/mcp-k8s-ephemeral-job:dev".into(),
+        runner_binary_path: "/mcp-k8s-ephemeral-job".into(),
+        run_as_user: 65532,
+        default_cpu: Quantity::parse("1").unwrap(),
+        default_memory: Quantity::parse("512Mi").unwrap(),
+        max_output_bytes: 1 << 20,
+        max_artifact_bytes: 10 << 20,
+        start_timeout: Duration::from_secs(120),
+        workdir_size_limit: Quantity::parse("1Gi").unwrap(),
+        extra_env: BTreeMap::from([("CI".into(), "true".into()), ("SHARED".into(), "operator".into())]),
+        cache: None,
+        clone: None,
+        finished_ttl: Duration::from_secs(300),
+        runtime_class: None,
+    }
+}
+
+fn spec() -> RunSpec {
+    RunSpec {
+        image: "docker.io/library/python:3.12-slim".into(),
+        command: vec!["python3".into(), "-c".into(), "print('$(HOME)')".into()],
+        files: Vec::new(),
+        env: BTreeMap::from([("SHARED".into(), "caller".into()), ("A".into(), "$(B)".into())]),
+        cpu_limit: None,
+        memory_limit: None,
+        timeout: Duration::from_secs(60),
+        workdir: "/work".into(),
+        artifacts: Vec::new(),
+        clone: None,
+    }
+}
+
+fn check(name: &str, actual: &serde_json::Value) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/manifests").join(name);
+    let actual_text = serde_json::to_string_pretty(actual).unwrap() + "\n";
+    if std::env::var_os("UPDATE_FIXTURES").is_some() {
+        std::fs::write(&path, &actual_text).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}; run with UPDATE_FIXTURES=1 to create it", path.display()));
+    assert_eq!(actual_text, expected, "{name} differs; rerun with UPDATE_FIXTURES=1 and review the diff");
+}
+
+#[test]
+fn plain_run() {
+    check("plain-run.json", &manifest::job(&spec(), &policy(), "0123abcd"));
+}
+
+#[test]
+fn run_with_files_limits_and_cache() {
+    let mut spec = spec();
+    spec.files = vec![
+        InputFile { path: "main.py".into(), content: b"print(1)".to_vec(), mode: 0o644 },
+        InputFile { path: "bin/run".into(), content: vec![0, 1, 2], mode: 0o755 },
+    ];
+    spec.cpu_limit = Some(Quantity::parse("250m").unwrap());
+    spec.memory_limit = Some(Quantity::parse("1Gi").unwrap());
+    spec.artifacts = vec!["out/**".into()];
+    let mut policy = policy();
+    policy.cache = Some(CacheVolume { claim_name: "deps".into(), mount_path: "/cache".into() });
+    policy.runtime_class = Some("gvisor".into());
+    check("files-limits-cache.json", &manifest::job(&spec, &policy, "0123abcd"));
+    let secret = manifest::inputs_secret(&spec, &policy, "0123abcd", "uid-1").expect("a secret for files");
+    check("files-secret.json", &secret);
+}
+
+#[test]
+fn run_with_clone() {
+    let mut spec = spec();
+    spec.clone = Some(CloneSpec {
+        repo_url: "https://git.example.com:8443/org/$(repo).git".into(),
+        git_ref: "v1.2.0".into(),
+        subdir: "src/repo".into(),
+    });
+    let mut policy = policy();
+    policy.clone = Some(CloneStep { image: "mcp-k8s-test.local/git:2.39".into(), secret_name: "git-tokens".into() });
+    let job = manifest::job(&spec, &policy, "0123abcd");
+    check("clone.json", &job);
+    // Only the clone init container sees the Secret.
+    let pod = &job["spec"]["template"]["spec"];
+    let mounts_creds = |container: &serde_json::Value| container["volumeMounts"].to_string().contains("git-creds");
+    assert!(mounts_creds(&pod["initContainers"][1]));
+    assert!(!mounts_creds(&pod["initContainers"][0]) && !mounts_creds(&pod["containers"][0]));
+}
+
+#[test]
+fn clone_arguments_without_a_clone_step_add_nothing() {
+    let mut spec = spec();
+    spec.clone = Some(CloneSpec { repo_url: "https://h/r".into(), git_ref: "main".into(), subdir: String::new() });
+    assert_eq!(manifest::job(&spec, &policy(), "0123abcd"), manifest::job(&self::spec(), &policy(), "0123abcd"));
+}
+
+/// Issue 12, finding 6: the main container's root was writable with no
+/// ephemeral-storage limit, and a job wrote 1.5 GB to /tmp.
+#[test]
+fn every_container_has_a_read_only_root_and_bounded_storage() {
+    let mut spec = spec();
+    spec.clone = Some(CloneSpec { repo_url: "https://h/r".into(), git_ref: "main".into(), subdir: String::new() });
+    let mut policy = policy();
+    policy.clone = Some(CloneStep { image: "git".into(), secret_name: "tokens".into() });
+    let job = manifest::job(&spec, &policy, "0123abcd");
+    let pod = &job["spec"]["template"]["spec"];
+    let containers: Vec<&serde_json::Value> =
+        pod["initContainers"].as_array().unwrap().iter().chain(pod["containers"].as_array().unwrap()).collect();
+    assert_eq!(containers.len(), 3);
+    for container in containers {
+        let name = &container["name"];
+        assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true, "{name}");
+        assert!(container["resources"]["limits"]["ephemeral-storage"].is_string(), "{name}");
+        assert!(container["resources"]["requests"]["ephemeral-storage"].is_string(), "{name}");
+    }
+    for volume in pod["volumes"].as_array().unwrap() {
+        if volume.get("emptyDir").is_some() {
+            assert!(volume["emptyDir"]["sizeLimit"].is_string(), "{volume}");
+        }
+    }
+    // The workdir (1Gi) plus 256Mi for the log and the runner copy.
+    let main = &pod["containers"][0];
+    assert_eq!(main["resources"]["limits"]["ephemeral-storage"], ((1i64 << 30) + (256 << 20)).to_string());
+}
+
+#[test]
+fn home_is_the_writable_tmp_unless_someone_set_it() {
+    let home = |spec: &RunSpec, policy: &Policy| {
+        let job = manifest::job(spec, policy, "0123abcd");
+        let env = job["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap().clone();
+        env.iter().find(|var| var["name"] == "HOME").map(|var| var["value"].as_str().unwrap().to_string())
+    };
+    assert_eq!(home(&spec(), &policy()).as_deref(), Some("/tmp"));
+    let mut caller = spec();
+    caller.env.insert("HOME".into(), "/work/home".into());
+    assert_eq!(home(&caller, &policy()).as_deref(), Some("/work/home"));
+    let mut operator = policy();
+    operator.extra_env.insert("HOME".into(), "/cache/home".into());
+    assert_eq!(home(&spec(), &operator).as_deref(), Some("/cache/home"));
+}
+
+#[test]
+fn a_workdir_of_tmp_is_the_scratch_volume_itself() {
+    let mounts = |workdir: &str| {
+        let mut spec = spec();
+        spec.workdir = workdir.into();
+        let job = manifest::job(&spec, &policy(), "0123abcd");
+        let pod = &job["spec"]["template"]["spec"];
+        let paths: Vec<String> =
+            pod["containers"][0]["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap().to_string()).collect();
+        let has_tmp_volume = pod["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "tmp");
+        (paths, has_tmp_volume)
+    };
+    assert_eq!(mounts("/tmp"), (vec!["/mcp/bin".to_string(), "/tmp".to_string()], false));
+    // A workdir under /tmp is mounted after /tmp, so it stays visible.
+    assert_eq!(mounts("/tmp/src"), (vec!["/mcp/bin".to_string(), "/tmp".to_string(), "/tmp/src".to_string()], true));
+}
+
+#[test]
+fn no_files_no_secret() {
+    assert!(manifest::inputs_secret(&spec(), &policy(), "x", "uid").is_none());
+}
+
+#[test]
+fn dollar_signs_reach_the_process_literally() {
+    let cases = [("$(HOME)", "$$(HOME)"), ("$$", "$$$$"), ("a$b", "a$$b"), ("plain", "plain")];
+    for (raw, escaped) in cases {
+        assert_eq!(manifest::escape_dollars(raw), escaped);
+    }
+}
+
+fn full_template() -> PodTemplate {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/pod-template/full.yaml");
+    template::load(&path).unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// Issue 19: the operator's template adds its fields, labels and
+/// annotations to the pod, and nothing else of the Job changes.
+#[test]
+fn run_with_a_full_pod_template() {
+    let template = full_template();
+    let mut job = manifest::job(&spec(), &policy(), "0123abcd");
+    manifest::apply_pod_template(&mut job, &template);
+    check("pod-template.json", &job);
+    let mut pod = job["spec"]["template"].clone();
+    assert_eq!(pod["metadata"]["labels"]["team"], "platform");
+    assert_eq!(pod["metadata"]["annotations"]["example.com/cost-center"], "42");
+    assert_eq!(pod["spec"]["imagePullSecrets"][0]["name"], "registry-creds");
+    // Without the template's own fields, the pod is the plain one: the
+    // restricted Pod Security fields, containers and volumes are untouched.
+    let plain = manifest::job(&spec(), &policy(), "0123abcd");
+    for field in template.pod_spec.keys() {
+        pod["spec"].as_object_mut().unwrap().remove(field);
+    }
+    pod["metadata"]["labels"].as_object_mut().unwrap().remove("team");
+    pod["metadata"].as_object_mut().unwrap().remove("annotations");
+    assert_eq!(pod, plain["spec"]["template"]);
+    let mut without_pod = job.clone();
+    without_pod["spec"]["template"] = serde_json::Value::Null;
+    let mut plain_without_pod = plain.clone();
+    plain_without_pod["spec"]["template"] = serde_json::Value::Null;
+    assert_eq!(without_pod, plain_without_pod, "only the pod changes");
+}
+
+/// The server's own labels and `MCP_K8S_RUNTIME_CLASS` are never replaced
+/// by the template's.
+#[test]
+fn the_template_never_replaces_what_the_server_set() {
+    let mut template = full_template();
+    template.labels.insert(manifest::LABEL_RUN_ID.into(), "someone-else".into());
+    let mut policy = policy();
+    policy.runtime_class = Some("kata".into());
+    let mut job = manifest::job(&spec(), &policy, "0123abcd");
+    manifest::apply_pod_template(&mut job, &template);
+    assert_eq!(job["spec"]["template"]["metadata"]["labels"][manifest::LABEL_RUN_ID], "0123abcd");
+    assert_eq!(job["spec"]["template"]["spec"]["runtimeClassName"], "kata");
+}

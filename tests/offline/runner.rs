@@ -1,0 +1,295 @@
+//! The in-pod runner as a specification: each case runs a real command
+//! through `runner::run_exec_to` on this machine and checks the frames it
+//! writes, the same frames the engine later reads from the container log.
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mcp_k8s_ephemeral_job::runner;
+use mcp_k8s_ephemeral_job::sandbox::args::{ExecOptions, exec_args, parse_exec};
+use mcp_k8s_ephemeral_job::sandbox::frame::{self, ArtifactHeader, Frame, RunResult, Stream};
+
+struct Run {
+    exit_code: i32,
+    frames: Vec<Frame>,
+    workdir: PathBuf,
+}
+
+impl Run {
+    fn result(&self) -> &RunResult {
+        match self.frames.last() {
+            Some(Frame::Result(result)) => result,
+            other => panic!("the last frame is not the result: {other:?}"),
+        }
+    }
+    fn stdout(&self) -> Vec<u8> {
+        self.captured(Stream::Stdout)
+    }
+    fn stderr(&self) -> Vec<u8> {
+        self.captured(Stream::Stderr)
+    }
+    /// The final capture of a stream, reassembled from `Captured` chunks.
+    fn captured(&self, stream: Stream) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for frame in &self.frames {
+            if let Frame::Captured(output) = frame
+                && output.stream == stream
+            {
+                bytes.extend(frame::from_base64(&output.data_b64).unwrap());
+            }
+        }
+        let expected = match stream {
+            Stream::Stdout => self.result().stdout_captured_bytes,
+            Stream::Stderr => self.result().stderr_captured_bytes,
+        };
+        assert_eq!(bytes.len() as u64, expected, "the result counts the captured bytes");
+        bytes
+    }
+    fn live(&self, stream: Stream) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for frame in &self.frames {
+            if let Frame::Output(output) = frame
+                && output.stream == stream
+            {
+                bytes.extend(frame::from_base64(&output.data_b64).unwrap());
+            }
+        }
+        bytes
+    }
+    fn artifacts(&self) -> Vec<(ArtifactHeader, Vec<u8>)> {
+        let mut artifacts: Vec<(ArtifactHeader, Vec<u8>)> = Vec::new();
+        for frame in &self.frames {
+            match frame {
+                Frame::Artifact(header) => artifacts.push((header.clone(), Vec::new())),
+                Frame::ArtifactChunk(chunk) => artifacts.last_mut().unwrap().1.extend(frame::from_base64(&chunk.data_b64).unwrap()),
+                _ => {}
+            }
+        }
+        artifacts
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.workdir);
+    }
+}
+
+fn options(name: &str, argv: &[&str]) -> ExecOptions {
+    let workdir = std::env::temp_dir().join(format!("runner-spec-{}-{name}", std::process::id()));
+    let _ = fs::remove_dir_all(&workdir);
+    fs::create_dir_all(&workdir).unwrap();
+    ExecOptions {
+        workdir: workdir.clone(),
+        timeout: Duration::from_secs(30),
+        kill_grace: Duration::from_millis(500),
+        max_output_bytes: 1 << 20,
+        max_artifact_bytes: 1 << 20,
+        artifact_patterns: Vec::new(),
+        disk_paths: Vec::new(),
+        disk_limit_bytes: 0,
+        termination_log: workdir.join(".termination-log-unused"),
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn run(options: &ExecOptions) -> Run {
+    let (sink, buffer) = mcp_k8s_ephemeral_job::runner::capture::memory_sink();
+    let exit_code = runner::run_exec_to(options, &sink);
+    let text = String::from_utf8(buffer.lock().unwrap().clone()).expect("frames are UTF-8");
+    let frames = text.lines().map(|line| frame::decode(line).expect("valid frame").expect("only frames on the runner's stdout")).collect();
+    // The termination log is not an artifact candidate of interest here.
+    let _ = fs::remove_file(options.workdir.join(".termination-log-unused"));
+    Run { exit_code, frames, workdir: options.workdir.clone() }
+}
+
+#[test]
+fn stdout_and_stderr_come_back_apart_with_the_exit_code() {
+    let run = run(&options("streams", &["sh", "-c", "echo out; echo err >&2; exit 7"]));
+    assert!(matches!(run.frames.first(), Some(Frame::Started(_))));
+    assert_eq!(run.stdout(), b"out\n");
+    assert_eq!(run.stderr(), b"err\n");
+    assert_eq!(run.live(Stream::Stdout), b"out\n");
+    assert_eq!(run.live(Stream::Stderr), b"err\n");
+    assert_eq!(run.result().exit_code, Some(7));
+    assert_eq!(run.exit_code, 7);
+    assert!(!run.result().timed_out);
+}
+
+#[test]
+fn binary_output_is_kept_byte_for_byte() {
+    let run = run(&options("binary", &["sh", "-c", "printf '\\000\\377\\001'"]));
+    assert_eq!(run.stdout(), [0u8, 255, 1]);
+}
+
+#[test]
+fn output_over_the_cap_keeps_head_and_tail_and_says_so() {
+    let mut opts = options("cap", &["sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line$i; i=$((i+1)); done"]);
+    opts.max_output_bytes = 100;
+    let run = run(&opts);
+    let stdout = String::from_utf8(run.stdout()).unwrap();
+    assert!(run.result().stdout_truncated);
+    assert!(stdout.starts_with("line0\nline1\n"), "{stdout}");
+    assert!(stdout.ends_with("line1999\n"), "{stdout}");
+    assert!(stdout.contains("bytes omitted]"), "{stdout}");
+    assert!(run.result().stdout_total_bytes > 10_000);
+    assert_eq!(run.live(Stream::Stdout).len(), 100, "live output stops at the cap");
+}
+
+#[test]
+fn timeout_stops_the_command_and_keeps_partial_output() {
+    let mut opts = options("timeout", &["sh", "-c", "echo before; sleep 30; echo after"]);
+    opts.timeout = Duration::from_millis(500);
+    let run = run(&opts);
+    assert!(run.result().timed_out);
+    assert_eq!(run.stdout(), b"before\n");
+    assert_eq!(run.result().exit_code, None);
+    assert_eq!(run.result().signal, Some(libc::SIGTERM));
+}
+
+#[test]
+fn a_command_that_cannot_start_says_why() {
+    let run = run(&options("missing", &["/no/such/program", "arg"]));
+    let message = run.result().start_error.clone().expect("start error");
+    assert!(message.contains("/no/such/program"), "{message}");
+    assert_eq!(run.exit_code, 127);
+}
+
+#[test]
+fn a_background_process_does_not_outlive_the_command() {
+    let run = run(&options("leftover", &["sh", "-c", "sleep 60 & echo started"]));
+    assert_eq!(run.stdout(), b"started\n");
+    assert!(run.result().notes.is_empty(), "{:?}", run.result().notes);
+}
+
+#[test]
+fn new_and_changed_files_come_back_as_artifacts_inputs_do_not() {
+    let opts = options("artifacts", &["sh", "-c", "mkdir -p out && printf abc > out/result.txt && echo more >> changed.txt"]);
+    fs::write(opts.workdir.join("input.txt"), "untouched").unwrap();
+    fs::write(opts.workdir.join("changed.txt"), "first\n").unwrap();
+    let run = run(&opts);
+    let artifacts = run.artifacts();
+    let paths: Vec<&str> = artifacts.iter().map(|(header, _)| header.path.as_str()).collect();
+    assert_eq!(paths, ["changed.txt", "out/result.txt"]);
+    let (header, content) = &artifacts[1];
+    assert_eq!(content, b"abc");
+    assert_eq!(header.size, 3);
+    assert_eq!(header.sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_eq!(run.result().artifact_count, 2);
+    assert!(!run.result().artifacts_truncated);
+}
+
+#[test]
+fn artifact_patterns_select_files_and_the_cap_leaves_content_out() {
+    let mut opts = options("patterns", &["sh", "-c", "printf 1234567890 > big.log; printf xy > small.log; printf z > other.txt"]);
+    opts.artifact_patterns = vec!["*.log".into()];
+    opts.max_artifact_bytes = 5;
+    let run = run(&opts);
+    let artifacts = run.artifacts();
+    let summary: Vec<(&str, bool, usize)> = artifacts.iter().map(|(h, c)| (h.path.as_str(), h.content_included, c.len())).collect();
+    assert_eq!(summary, [("big.log", false, 0), ("small.log", true, 2)]);
+    assert_eq!(artifacts[0].0.size, 10);
+    assert!(run.result().artifacts_truncated);
+}
+
+/// Issue 12, finding 15: an artifact over the cap came back without
+/// content and with empty `notes`.
+#[test]
+fn an_artifact_over_the_cap_is_named_in_a_note_with_the_cap() {
+    let mut opts = options("over-cap-note", &["sh", "-c", "printf 1234567890 > big.log; printf xy > small.log"]);
+    opts.max_artifact_bytes = 5;
+    let run = run(&opts);
+    let notes = &run.result().notes;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].starts_with("`big.log` (10 bytes) was listed without content"), "{notes:?}");
+    assert!(notes[0].contains("the artifact cap is 5 bytes") && notes[0].contains("MCP_K8S_MAX_ARTIFACT_BYTES"), "{notes:?}");
+}
+
+/// Issue 12, finding 6: the kubelet's eviction comes about a minute after
+/// a folder outgrows its limit; the runner's own watcher stops the command
+/// within a fraction of a second and says how much each folder held.
+#[test]
+fn writing_past_the_disk_limit_stops_the_command_and_says_where() {
+    let script = "i=0; while [ $i -lt 200 ]; do head -c 65536 /dev/zero > fill-$i; i=$((i+1)); sleep 0.02; done; echo all-written";
+    let mut opts = options("disk-limit", &["sh", "-c", script]);
+    opts.disk_paths = vec![opts.workdir.clone()];
+    opts.disk_limit_bytes = 1 << 20;
+    opts.artifact_patterns = vec!["none".into()];
+    let run = run(&opts);
+    let result = run.result();
+    let message = result.disk_limit_exceeded.as_deref().expect("the disk limit was noticed");
+    assert!(message.contains("over the disk limit of 1048576 bytes (MCP_K8S_WORKDIR_SIZE)"), "{message}");
+    assert!(!result.terminated_by_request, "nobody asked for the stop");
+    assert!(!String::from_utf8_lossy(&run.stdout()).contains("all-written"), "the command was not stopped");
+    let written = fs::read_dir(&run.workdir).unwrap().count();
+    assert!(written < 100, "{written} files of 64 KiB written past a 1 MiB limit");
+}
+
+#[test]
+fn a_run_without_refused_forks_reports_none() {
+    let run = run(&options("no-pids-failures", &["true"]));
+    assert_eq!(run.result().pids_fork_failures, 0);
+}
+
+#[test]
+fn exec_args_round_trip_through_the_runner_parser() {
+    let mut opts = options("args", &["python3", "-c", "print('$(HOME)')", "--", "-x"]);
+    opts.artifact_patterns = vec!["out/".into()];
+    opts.disk_paths = vec!["/work".into(), "/tmp".into()];
+    opts.disk_limit_bytes = 1 << 30;
+    let args = exec_args(&opts);
+    assert_eq!(&args[..2], ["runner", "exec"]);
+    let parsed = parse_exec(args[2..].iter().map(std::ffi::OsString::from).collect()).unwrap();
+    assert_eq!(parsed, opts);
+    fs::remove_dir_all(&opts.workdir).unwrap();
+}
+
+#[test]
+fn sigterm_to_the_runner_stops_the_command_and_still_reports() {
+    let workdir = std::env::temp_dir().join(format!("runner-spec-{}-sigterm", std::process::id()));
+    fs::create_dir_all(&workdir).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-k8s-ephemeral-job"))
+        .args(["runner", "exec", "--workdir"])
+        .arg(&workdir)
+        .args(["--termination-log", "/dev/null", "--", "sh", "-c", "echo started; sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    // Wait until the command has printed, so the signal lands mid-run.
+    loop {
+        let mut line = String::new();
+        assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0, "runner ended early");
+        let is_output = matches!(frame::decode(&line), Ok(Some(Frame::Output(_))));
+        lines.push(line);
+        if is_output {
+            break;
+        }
+    }
+    // SAFETY: plain kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    child.wait().unwrap();
+    let frames: Vec<Frame> = rest.lines().filter_map(|line| frame::decode(line).ok().flatten()).collect();
+    let result = frames
+        .iter()
+        .find_map(|frame| match frame {
+            Frame::Result(result) => Some(result),
+            _ => None,
+        })
+        .expect("a result frame after SIGTERM");
+    assert!(result.terminated_by_request);
+    let captured: Vec<u8> = frames
+        .iter()
+        .filter_map(|frame| match frame {
+            Frame::Captured(output) if output.stream == Stream::Stdout => Some(frame::from_base64(&output.data_b64).unwrap()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(captured, b"started\n");
+    fs::remove_dir_all(&workdir).unwrap();
+}

@@ -1,0 +1,381 @@
+//! Background jobs on the real test cluster (issue 6), through the built
+//! binary over stdio: submit, long-poll, fetch twice, expiry, cancel with
+//! partial output, list; a SIGKILLed server and a second server losing
+//! nothing; the reaper cleaning up after a crashed server; and the same
+//! runs seen as MCP tasks through raw JSON-RPC.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::support::cluster::{self, BUSYBOX, NAMESPACE};
+use crate::support::server::StdioServer;
+use mcp_k8s_ephemeral_job::kube;
+use serde_json::{Value, json};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(100);
+
+/// A server connected to the test cluster, with extra settings on top.
+fn server(extra: &[(&str, &str)]) -> StdioServer {
+    cluster::server(extra)
+}
+
+/// One request; returns (its response, progress messages before it).
+fn request(server: &mut StdioServer, method: &str, params: Value) -> (Value, Vec<String>) {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    server.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string());
+    let mut progress = Vec::new();
+    loop {
+        let message = server.recv_within(Duration::from_secs(180));
+        if message["id"] == id {
+            return (message, progress);
+        }
+        if message["method"] == "notifications/progress" {
+            progress.push(message["params"]["message"].as_str().unwrap_or_default().to_string());
+        }
+    }
+}
+
+/// A tool call; returns (the tools/call result, progress messages).
+fn call(server: &mut StdioServer, name: &str, arguments: Value) -> (Value, Vec<String>) {
+    let params = json!({"name": name, "arguments": arguments, "_meta": {"progressToken": "p"}});
+    let (response, progress) = request(server, "tools/call", params);
+    (response["result"].clone(), progress)
+}
+
+/// A tool call that must succeed; its structured content.
+fn ok(server: &mut StdioServer, name: &str, arguments: Value) -> Value {
+    let (result, _) = call(server, name, arguments);
+    assert_eq!(result["isError"], false, "{name}: {result}");
+    result["structuredContent"].clone()
+}
+
+/// A tool call that must fail; its text.
+fn tool_error(server: &mut StdioServer, name: &str, arguments: Value) -> String {
+    let (result, _) = call(server, name, arguments);
+    assert_eq!(result["isError"], true, "{name}: {result}");
+    result["content"][0]["text"].as_str().unwrap().to_string()
+}
+
+fn submit(server: &mut StdioServer, command: &str) -> String {
+    let submitted = ok(server, "submit_job", json!({"image": BUSYBOX, "command": ["sh", "-c", command]}));
+    assert_eq!(submitted["status"], "submitted", "{submitted}");
+    submitted["job_token"].as_str().unwrap().to_string()
+}
+
+fn fetch(server: &mut StdioServer, token: &str, wait_s: u64) -> Value {
+    ok(server, "fetch_job", json!({"job_token": token, "wait_s": wait_s}))
+}
+
+/// Fetches until done (each poll waits up to 30 s).
+fn fetch_done(server: &mut StdioServer, token: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let view = fetch(server, token, 30);
+        if view["status"] == "done" {
+            return view;
+        }
+        assert!(Instant::now() < deadline, "{token} did not finish: {view}");
+    }
+}
+
+fn run_id_of(token: &str) -> &str {
+    &token[4..36]
+}
+
+/// Background Jobs are kept for the retention; tests delete theirs.
+struct Cleanup(Vec<String>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let client = cluster::admin_client();
+        for token in &self.0 {
+            let name = format!("mcpk8s-{}", run_id_of(token));
+            let _ = client.delete(kube::Resource::JOBS, NAMESPACE, &name);
+            let _ = client.delete(kube::Resource::SECRETS, NAMESPACE, &name);
+        }
+    }
+}
+
+fn job_of(token: &str) -> Option<Value> {
+    let name = format!("mcpk8s-{}", run_id_of(token));
+    cluster::admin_client().get_if_exists(kube::Resource::JOBS, NAMESPACE, &name).unwrap()
+}
+
+/// Waits until the Job reports Complete or Failed.
+fn wait_job_finished(token: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let job = job_of(token).expect("the job exists");
+        let finished = job["status"]["conditions"].as_array().is_some_and(|conditions| {
+            conditions.iter().any(|c| matches!(c["type"].as_str(), Some("Complete" | "Failed")) && c["status"] == "True")
+        });
+        if finished {
+            return;
+        }
+        assert!(Instant::now() < deadline, "job of {token} did not finish: {}", job["status"]);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn a_long_poll_returns_when_the_job_ends_and_the_result_can_be_fetched_twice() {
+    let mut server = server(&[]);
+    let token = submit(&mut server, "echo start; sleep 6; echo end >&2; exit 3");
+    let _cleanup = Cleanup(vec![token.clone()]);
+    let first = fetch(&mut server, &token, 0);
+    assert_eq!(first["status"], "running", "{first}");
+
+    let started = Instant::now();
+    let (result, progress) = call(&mut server, "fetch_job", json!({"job_token": token, "wait_s": 120}));
+    let done = &result["structuredContent"];
+    assert!(started.elapsed() < Duration::from_secs(100), "the long-poll sat out its wait: {:?}", started.elapsed());
+    assert_eq!(done["status"], "done", "{done}");
+    let outcome = &done["result"];
+    assert_eq!((outcome["status"].as_str(), outcome["exit_code"].as_i64()), (Some("failed"), Some(3)), "{outcome}");
+    assert_eq!((outcome["stdout"].as_str(), outcome["stderr"].as_str()), (Some("start\n"), Some("end\n")));
+    assert_eq!(outcome["run_id"], run_id_of(&token));
+    assert!(outcome["timings"]["created_at"].is_string(), "{outcome}");
+    assert!(progress.iter().any(|message| message.contains("[stderr] end")), "new output streams as progress: {progress:?}");
+
+    let again = fetch(&mut server, &token, 0);
+    assert_eq!(again["result"], *outcome, "a result can be fetched again");
+    let job = job_of(&token).expect("a finished background Job is kept for the retention");
+    assert_eq!(job["spec"]["ttlSecondsAfterFinished"], 3600);
+    assert_eq!(job["metadata"]["annotations"]["mcp-k8s-ephemeral-job/job-token"], token);
+}
+
+#[test]
+fn submit_checks_every_argument_before_creating_anything() {
+    let mut server = server(&[]);
+    let cases = [
+        (json!({"image": "evil:1", "command": ["true"]}), "image `evil:1` is not allowed"),
+        (json!({"image": BUSYBOX, "command": ["true"], "files": [{"path": "a", "content_b64": "%%%"}]}), "base64"),
+        (json!({"image": BUSYBOX, "command": ["true"], "limits": {"memory": "lots"}}), "lots"),
+        (json!({"image": BUSYBOX, "command": ["true"], "timeout_s": 100000}), "timeout_s"),
+        (json!({"image": BUSYBOX, "command": ["true"], "files": [{"path": "../x", "content_b64": ""}]}), "../x"),
+    ];
+    for (arguments, expected) in cases {
+        let text = tool_error(&mut server, "submit_job", arguments.clone());
+        assert!(text.contains(expected), "{arguments}: {text}");
+    }
+    let listed = ok(&mut server, "list_jobs", json!({}));
+    assert!(!listed.to_string().contains("evil"), "nothing was created: {listed}");
+}
+
+#[test]
+fn unknown_and_malformed_tokens_are_refused_by_name() {
+    let mut server = server(&[]);
+    let unknown =
+        format!("job-{}-{}", "0".repeat(32), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs());
+    let text = tool_error(&mut server, "fetch_job", json!({"job_token": unknown}));
+    assert!(text.starts_with(&format!("no such job: `{unknown}` names no job")), "{text}");
+    for token in ["job-nope", "../../etc"] {
+        let text = tool_error(&mut server, "fetch_job", json!({"job_token": token}));
+        assert!(text.starts_with(&format!("no such job: `{token}` is not a job_token this server hands out")), "{text}");
+    }
+    let text = tool_error(&mut server, "fetch_job", json!({"job_token": unknown, "wait_s": 121}));
+    assert!(text.contains("`wait_s`"), "{text}");
+}
+
+#[test]
+fn cancel_stops_the_job_and_keeps_its_partial_output() {
+    let mut server = server(&[]);
+    let token = submit(&mut server, "echo before-cancel; sleep 300; echo never");
+    let _cleanup = Cleanup(vec![token.clone()]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !fetch(&mut server, &token, 2)["stdout"].as_str().unwrap_or_default().contains("before-cancel") {
+        assert!(Instant::now() < deadline, "no output from {token}");
+    }
+    // cancel_job answers once the cancel is recorded and the pod deletion
+    // issued (issue 12, finding 15); fetch_job then has the result.
+    let started = Instant::now();
+    let cancelled = ok(&mut server, "cancel_job", json!({"job_token": token}));
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert_eq!(cancelled["cancel_requested"], true, "{cancelled}");
+    let cancelled = fetch_done(&mut server, &token);
+    let outcome = &cancelled["result"];
+    assert_eq!((outcome["status"].as_str(), outcome["reason"].as_str()), (Some("cancelled"), Some("Cancelled")), "{outcome}");
+    assert!(outcome["stdout"].as_str().unwrap().contains("before-cancel"), "{outcome}");
+    assert!(!outcome["stdout"].as_str().unwrap().contains("never"), "{outcome}");
+
+    assert_eq!(fetch(&mut server, &token, 0)["result"], *outcome, "the partial result stays fetchable");
+    let text = tool_error(&mut server, "cancel_job", json!({"job_token": token}));
+    assert!(text.contains("already finished"), "{text}");
+    let job = job_of(&token).expect("the Job is kept");
+    assert!(job["metadata"]["annotations"]["mcp-k8s-ephemeral-job/cancelled-at"].is_string(), "{job}");
+    let pods = cluster::admin_client()
+        .list(
+            kube::Resource::PODS,
+            NAMESPACE,
+            &kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/run-id={}", run_id_of(&token))), field_selector: None },
+        )
+        .unwrap();
+    let running: Vec<_> = pods.items.iter().filter(|pod| pod["metadata"]["deletionTimestamp"].is_null()).collect();
+    assert!(running.is_empty(), "the pod is deleted: {running:?}");
+
+    // A fresh server knows it was cancelled once the pod and its log are
+    // gone; the output is not kept in the cluster (issue 12, finding 9).
+    let job = job_of(&token).expect("the Job is kept");
+    assert!(job["metadata"]["annotations"]["mcp-k8s-ephemeral-job/cancelled-output"].is_null(), "{job}");
+    let gone_by = Instant::now() + Duration::from_secs(60);
+    let selector =
+        kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/run-id={}", run_id_of(&token))), field_selector: None };
+    while !cluster::admin_client().list(kube::Resource::PODS, NAMESPACE, &selector).unwrap().items.is_empty() {
+        assert!(Instant::now() < gone_by, "the cancelled pod did not go");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let mut other = self::server(&[]);
+    let seen = fetch(&mut other, &token, 30);
+    assert_eq!(seen["result"]["status"], "cancelled", "{seen}");
+    assert_eq!(seen["result"]["stdout"], "", "{seen}");
+    assert!(seen["result"]["message"].as_str().unwrap().contains("not kept in the cluster"), "{seen}");
+    assert_eq!(seen["result"]["truncated"]["stdout"], true, "{seen}");
+}
+
+#[test]
+fn list_jobs_finds_a_lost_token() {
+    let mut server = server(&[]);
+    let token = submit(&mut server, "sleep 3; echo listed-job");
+    let _cleanup = Cleanup(vec![token.clone()]);
+    let listed = ok(&mut server, "list_jobs", json!({}));
+    let entry = listed["jobs"].as_array().unwrap().iter().find(|job| job["job_token"] == token).cloned();
+    let entry = entry.unwrap_or_else(|| panic!("{token} not in {listed}"));
+    assert_eq!(entry["status"], "running", "{entry}");
+    // The image and the program, not the arguments (issue 12, finding 9).
+    assert_eq!(entry["command"], format!("{BUSYBOX} sh"), "{entry}");
+    assert!(entry["expires_at"].as_str().unwrap().ends_with('Z'), "{entry}");
+
+    fetch_done(&mut server, &token);
+    let listed = ok(&mut server, "list_jobs", json!({}));
+    let entry = listed["jobs"].as_array().unwrap().iter().find(|job| job["job_token"] == token).cloned().unwrap();
+    assert_eq!((entry["status"].as_str(), entry["result_status"].as_str()), (Some("done"), Some("succeeded")), "{entry}");
+}
+
+#[test]
+fn a_result_expires_after_the_retention() {
+    // 60 s is the smallest retention MCP_K8S_RESULT_TTL_S accepts.
+    let mut server = server(&[("MCP_K8S_RESULT_TTL_S", "60")]);
+    let token = submit(&mut server, "echo soon-gone");
+    let _cleanup = Cleanup(vec![token.clone()]);
+    let done = fetch_done(&mut server, &token);
+    assert_eq!(done["result"]["stdout"], "soon-gone\n");
+    std::thread::sleep(Duration::from_secs(62));
+    let text = tool_error(&mut server, "fetch_job", json!({"job_token": token}));
+    assert!(text.contains("has expired"), "{text}");
+    // A process that never saw it says the same, from the cluster alone,
+    // once the Job's own end (its condition may trail the runner's result
+    // by a second or two) is a retention ago.
+    let mut other = self::server(&[("MCP_K8S_RESULT_TTL_S", "60")]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (result, _) = call(&mut other, "fetch_job", json!({"job_token": token}));
+        if result["isError"] == true {
+            let text = result["content"][0]["text"].as_str().unwrap();
+            assert!(text.contains("has expired"), "{text}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "still fetchable: {result}");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn a_killed_server_loses_neither_running_jobs_nor_unfetched_results() {
+    let mut first = server(&[]);
+    let running = submit(&mut first, "sleep 10; echo long-done");
+    let finished = submit(&mut first, "echo short-done; echo to-stderr >&2");
+    let _cleanup = Cleanup(vec![running.clone(), finished.clone()]);
+    wait_job_finished(&finished);
+    assert_eq!(fetch(&mut first, &running, 0)["status"], "running");
+    first.child.kill().unwrap(); // SIGKILL: no shutdown code runs.
+    first.child.wait().unwrap();
+
+    let mut second = server(&[]);
+    let short = fetch_done(&mut second, &finished);
+    assert_eq!((short["result"]["stdout"].as_str(), short["result"]["stderr"].as_str()), (Some("short-done\n"), Some("to-stderr\n")));
+    assert_eq!(short["result"]["status"], "succeeded");
+    let long = fetch_done(&mut second, &running);
+    assert_eq!(long["result"]["stdout"], "long-done\n", "{long}");
+    assert_eq!(long["result"]["status"], "succeeded");
+}
+
+#[test]
+fn a_second_server_fetches_what_the_first_submitted() {
+    let mut first = server(&[]);
+    let mut second = server(&[]);
+    let token = submit(&mut first, "sleep 2; echo shared");
+    let _cleanup = Cleanup(vec![token.clone()]);
+    let from_second = fetch_done(&mut second, &token);
+    let from_first = fetch_done(&mut first, &token);
+    assert_eq!(from_second["result"]["stdout"], "shared\n");
+    assert_eq!(from_first["result"]["stdout"], from_second["result"]["stdout"]);
+    assert_eq!(from_first["result"]["status"], from_second["result"]["status"]);
+    let listed = ok(&mut second, "list_jobs", json!({}));
+    assert!(listed.to_string().contains(&token), "{listed}");
+}
+
+#[test]
+fn the_reaper_removes_what_a_crashed_server_left() {
+    let mut crashed = server(&[]);
+    let submitted = ok(
+        &mut crashed,
+        "submit_job",
+        json!({"image": BUSYBOX, "command": ["sleep", "300"], "files": [{"path": "in.txt", "content_b64": "aGk="}]}),
+    );
+    let token = submitted["job_token"].as_str().unwrap().to_string();
+    let _cleanup = Cleanup(vec![token.clone()]);
+    crashed.child.kill().unwrap();
+    crashed.child.wait().unwrap();
+    // Pretend the crash happened long ago: its expiry has passed.
+    let admin = cluster::admin_client();
+    let name = format!("mcpk8s-{}", run_id_of(&token));
+    let past = json!({"metadata": {"annotations": {"mcp-k8s-ephemeral-job/expires-at": "2020-01-01T00:00:00Z"}}});
+    admin.merge_patch(kube::Resource::JOBS, NAMESPACE, &name, &past).unwrap();
+    admin.merge_patch(kube::Resource::SECRETS, NAMESPACE, &name, &past).unwrap();
+
+    let _restarted = server(&[]);
+    cluster::assert_nothing_left(run_id_of(&token));
+}
+
+#[test]
+fn tasks_are_background_jobs_seen_through_mcp_tasks() {
+    let mut server = server(&[]);
+    let params = json!({
+        "name": "run_job",
+        "arguments": {"image": BUSYBOX, "command": ["sh", "-c", "sleep 2; echo from-a-task"]},
+        "task": {"ttl": 60000},
+    });
+    let (created, _) = request(&mut server, "tools/call", params);
+    let task = &created["result"]["task"];
+    assert_eq!(task["status"], "working", "{created}");
+    assert_eq!(task["ttl"], 3_600_000);
+    let task_id = task["taskId"].as_str().unwrap().to_string();
+    let _cleanup = Cleanup(vec![task_id.clone()]);
+    assert!(task_id.starts_with("job-"), "a task id is a job token: {task_id}");
+
+    let (got, _) = request(&mut server, "tasks/get", json!({"taskId": task_id}));
+    assert_eq!(got["result"]["taskId"], task_id, "{got}");
+    let (listed, _) = request(&mut server, "tasks/list", json!({}));
+    assert!(listed["result"]["tasks"].as_array().unwrap().iter().any(|task| task["taskId"] == task_id), "{listed}");
+
+    let (result, _) = request(&mut server, "tasks/result", json!({"taskId": task_id}));
+    let result = &result["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"]["stdout"], "from-a-task\n", "{result}");
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task_id);
+    let (got, _) = request(&mut server, "tasks/get", json!({"taskId": task_id}));
+    assert_eq!(got["result"]["status"], "completed", "{got}");
+    let fetched = fetch(&mut server, &task_id, 0);
+    assert_eq!(fetched["result"], result["structuredContent"], "the job token view shows the same run");
+    let (refused, _) = request(&mut server, "tasks/cancel", json!({"taskId": task_id}));
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+
+    let params = json!({"name": "run_job", "arguments": {"image": BUSYBOX, "command": ["sleep", "300"]}, "task": {}});
+    let (created, _) = request(&mut server, "tools/call", params);
+    let long_id = created["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    let _cleanup_long = Cleanup(vec![long_id.clone()]);
+    let (cancelled, _) = request(&mut server, "tasks/cancel", json!({"taskId": long_id}));
+    assert_eq!(cancelled["result"]["status"], "cancelled", "{cancelled}");
+    let (result, _) = request(&mut server, "tasks/result", json!({"taskId": long_id}));
+    assert_eq!(result["result"]["structuredContent"]["status"], "cancelled", "{result}");
+}

@@ -1,0 +1,220 @@
+//! Faults on the real test cluster (issue 12): a pod deleted from outside,
+//! a kubelet eviction (the workdir over its size limit), a container the
+//! runtime cannot start, a run no node can take (its verdict must hold for
+//! every process, and its pod must never run), a start timeout, and the
+//! server SIGKILLed with background jobs in flight (the first fetch of the
+//! next process has the results). Each ends with the right
+//! status and nothing of the run left in the cluster. The API-server
+//! outage is in `cluster_outage.rs`, apart, because it stops the API for
+//! everyone on the cluster.
+
+use std::time::{Duration, Instant};
+
+use crate::support::cluster::{self, BUSYBOX, NAMESPACE};
+use crate::support::faults;
+use crate::support::faults::Cleanup;
+use mcp_k8s_ephemeral_job::kube;
+use serde_json::json;
+
+/// More than the node's 23 GiB, within the quota and the LimitRange.
+const TOO_MUCH_MEMORY: &str = "24Gi";
+
+/// The tests that ask for more memory than the node has take turns, with
+/// those of the other cluster files too (see `cluster::more_memory_than_the_node`).
+fn take_turn() -> std::sync::MutexGuard<'static, ()> {
+    cluster::more_memory_than_the_node()
+}
+
+#[test]
+fn issue_12_2_a_pod_deleted_from_outside_is_pod_deleted_not_cancelled() {
+    let mut server = cluster::server(&[]);
+    let marker = faults::marker("deleted");
+    let script = format!("echo started-{marker}; sleep 120");
+    let id = faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["sh", "-c", script], "timeout_s": 150}));
+    let (run_id, pod) = faults::wait_running_with_marker(&marker, Duration::from_secs(120));
+    std::thread::sleep(Duration::from_secs(1));
+    // What `kubectl delete pod` does: a plain delete, by someone else.
+    cluster::admin_client().delete(kube::Resource::PODS, NAMESPACE, &pod).expect("delete the pod");
+
+    let result = faults::response(&server, id, Duration::from_secs(120));
+    let out = &result["structuredContent"];
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("PodDeleted")), "{out}");
+    assert!(out["message"].as_str().unwrap_or_default().contains("other than this server"), "{out}");
+    assert!(out["stdout"].as_str().unwrap_or_default().contains("started-"), "the output so far is kept: {out}");
+    cluster::assert_nothing_left(&run_id);
+}
+
+/// An eviction through the Eviction API (what `kubectl drain` and the
+/// node-pressure machinery's API path do): `Evicted` with its text, not
+/// `cancelled`.
+#[test]
+fn issue_12_2_an_evicted_pod_is_evicted_with_its_text_not_cancelled() {
+    let mut server = cluster::server(&[]);
+    let marker = faults::marker("evicted");
+    let script = format!("echo {marker}; sleep 170");
+    let id = faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["sh", "-c", script], "timeout_s": 180}));
+    let (run_id, pod) = faults::wait_running_with_marker(&marker, Duration::from_secs(120));
+    std::thread::sleep(Duration::from_secs(1));
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": NAMESPACE}});
+    let body = std::env::temp_dir().join(format!("eviction-{marker}.json"));
+    std::fs::write(&body, eviction.to_string()).expect("write the eviction");
+    let kubectl = cluster::cache_dir().join("bin/kubectl");
+    let status = std::process::Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(cluster::admin_kubeconfig())
+        .args(["create", "--raw", &format!("/api/v1/namespaces/{NAMESPACE}/pods/{pod}/eviction"), "-f"])
+        .arg(&body)
+        .status()
+        .expect("run kubectl");
+    let _ = std::fs::remove_file(&body);
+    assert!(status.success(), "kubectl create --raw .../eviction failed");
+
+    let result = faults::response(&server, id, Duration::from_secs(240));
+    let out = &result["structuredContent"];
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("Evicted")), "{out}");
+    assert!(out["message"].as_str().unwrap_or_default().contains("Eviction API"), "the eviction's text: {out}");
+    assert!(out["stdout"].as_str().unwrap_or_default().contains(&marker), "the output so far is kept: {out}");
+    cluster::assert_nothing_left(&run_id);
+}
+
+/// A workdir written past its bound: the runner stops the command itself
+/// (`DiskLimitExceeded`, issue 12 finding 6), or the kubelet evicts the
+/// pod first (`Evicted` with its text); never `cancelled`, never success.
+/// The command may end before its pod is ever seen running, so the test
+/// only waits for the answer.
+#[test]
+fn issue_12_6_a_workdir_over_its_bound_is_stopped_not_cancelled() {
+    let mut server = cluster::server(&[("MCP_K8S_WORKDIR_SIZE", "4Mi")]);
+    let marker = faults::marker("disk");
+    let script = format!("echo {marker}; dd if=/dev/zero of=big bs=1024 count=16384; sleep 170");
+    let id = faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["sh", "-c", script], "timeout_s": 180}));
+
+    let result = faults::response(&server, id, Duration::from_secs(240));
+    let out = &result["structuredContent"];
+    assert_ne!(out["status"], "cancelled", "nobody cancelled it: {out}");
+    let message = out["message"].as_str().unwrap_or_default();
+    match out["reason"].as_str() {
+        Some("Evicted") => {
+            assert_eq!(out["status"], "error", "{out}");
+            assert!(message.contains("EmptyDir volume \"work\" exceeds the limit"), "the kubelet's text: {message}");
+        }
+        Some("DiskLimitExceeded") => assert_eq!(out["status"], "failed", "{out}"),
+        other => panic!("expected DiskLimitExceeded (or the kubelet's Evicted), got {other:?}: {out}"),
+    }
+    cluster::assert_nothing_left(out["run_id"].as_str().expect("run_id"));
+}
+
+/// A memory limit of 64 bytes (a typo for 64Mi): the runtime cannot start
+/// the container. The caller gets the runtime's text as `StartFailed`, or
+/// (once arguments are checked for it) a refusal before anything is
+/// created; never `ResultLost`.
+#[test]
+fn issue_12_5_a_container_the_runtime_cannot_start_is_start_failed_with_its_text() {
+    let mut server = cluster::server(&[]);
+    let id = faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["echo", "never"], "limits": {"memory": "64"}}));
+    let result = faults::response(&server, id, Duration::from_secs(180));
+    if result["isError"] == true {
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("limits.memory"), "refused up front, naming the field: {text}");
+        return;
+    }
+    let out = &result["structuredContent"];
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("StartFailed")), "{out}");
+    assert!(out["message"].as_str().unwrap_or_default().contains("memory limit"), "the runtime's text: {out}");
+    eprintln!("issue 12 (5): {}", out["message"]);
+    cluster::assert_nothing_left(out["run_id"].as_str().expect("run_id"));
+}
+
+#[test]
+fn issue_12_1_an_unschedulable_job_is_final_for_every_process_and_never_runs() {
+    // Whichever the server applies to a background job that no node can
+    // take, the unschedulable grace or its start timeout, ends it here.
+    let mut first = cluster::server(&[("MCP_K8S_START_TIMEOUT_S", "20")]);
+    let marker = faults::marker("unschedulable");
+    let _turn = take_turn();
+    let arguments = json!({"image": BUSYBOX, "command": ["sh", "-c", format!("echo {marker}")], "limits": {"memory": TOO_MUCH_MEMORY}, "timeout_s": 30});
+    let token = faults::submit(&mut first, arguments);
+    let run_id = faults::run_id_of(&token);
+    let _cleanup = Cleanup(vec![run_id.clone()]);
+
+    let done = faults::fetch_done(&mut first, &token, Duration::from_secs(120));
+    assert_eq!(done["result"]["status"], "error", "{done}");
+    let reason = done["result"]["reason"].as_str().unwrap_or_default().to_string();
+    assert!(matches!(reason.as_str(), "Unschedulable" | "StartTimeout"), "{done}");
+    let job = cluster::admin_client().get(kube::Resource::JOBS, NAMESPACE, &faults::job_name(&run_id)).expect("the Job is kept");
+    let recorded = job["metadata"]["annotations"]["mcp-k8s-ephemeral-job/outcome"].as_str().unwrap_or_default().to_string();
+    assert!(recorded.contains(&reason), "the verdict is on the Job: {}", job["metadata"]);
+    assert_eq!(job["spec"]["activeDeadlineSeconds"], 1, "the Job controller stops it: {}", job["spec"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !faults::pods_of(&run_id).is_empty() {
+        assert!(Instant::now() < deadline, "the pending pod was not removed");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // A new process (a restart, a second replica) reads the same verdict.
+    drop(first);
+    let mut second = cluster::server(&[]);
+    let again = faults::fetch(&mut second, &token, 0);
+    assert_eq!(again["status"], "done", "{again}");
+    assert_eq!(again["result"]["reason"], reason.as_str(), "{again}");
+    assert!(faults::pods_of(&run_id).is_empty(), "no pod was created after the verdict");
+}
+
+/// A start timeout stops the pod for good and says what it was doing
+/// (here: waiting for a node, with the scheduler's text).
+#[test]
+fn issue_12_3_a_start_timeout_says_what_the_pod_was_doing_and_stops_it() {
+    let _turn = take_turn();
+    let mut server = cluster::server(&[("MCP_K8S_START_TIMEOUT_S", "5")]);
+    let id = faults::send_call(
+        &mut server,
+        "run_job",
+        json!({"image": BUSYBOX, "command": ["echo", "never"], "limits": {"memory": TOO_MUCH_MEMORY}}),
+    );
+    let result = faults::response(&server, id, Duration::from_secs(120));
+    let out = &result["structuredContent"];
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("StartTimeout")), "{out}");
+    let message = out["message"].as_str().unwrap_or_default();
+    assert!(message.contains("no node could take the pod yet") && message.contains("Insufficient memory"), "{message}");
+    assert!(message.contains("will not run"), "{message}");
+    cluster::assert_nothing_left(out["run_id"].as_str().expect("run_id"));
+}
+
+#[test]
+fn issue_12_4_after_a_sigkill_the_first_fetch_has_the_true_results() {
+    let mut first = cluster::server(&[]);
+    let tokens: Vec<String> = (0..3)
+        .map(|index| {
+            faults::submit(&mut first, json!({"image": BUSYBOX, "command": ["sh", "-c", format!("sleep 2; echo result-{index}")]}))
+        })
+        .collect();
+    let run_ids: Vec<String> = tokens.iter().map(|token| faults::run_id_of(token)).collect();
+    let _cleanup = Cleanup(run_ids.clone());
+    first.child.kill().expect("SIGKILL the server");
+    first.child.wait().expect("reap the server");
+
+    // Wait until every Job has ended, with no server watching.
+    let admin = cluster::admin_client();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for run_id in &run_ids {
+        loop {
+            let job = admin.get(kube::Resource::JOBS, NAMESPACE, &faults::job_name(run_id)).expect("the Job exists");
+            let ended = job["status"]["conditions"].as_array().is_some_and(|conditions| {
+                conditions.iter().any(|c| matches!(c["type"].as_str(), Some("Complete" | "Failed")) && c["status"] == "True")
+            });
+            if ended {
+                break;
+            }
+            assert!(Instant::now() < deadline, "job {run_id} did not end: {}", job["status"]);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    let mut second = cluster::server(&[]);
+    for (index, token) in tokens.iter().enumerate() {
+        let view = faults::fetch(&mut second, token, 0);
+        assert_eq!(view["status"], "done", "the first fetch after the restart: {view}");
+        assert_eq!(view["result"]["status"], "succeeded", "{view}");
+        assert_eq!(view["result"]["stdout"], format!("result-{index}\n"), "{view}");
+    }
+}

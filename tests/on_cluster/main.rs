@@ -1,0 +1,25 @@
+//! The cluster tier: tests against the real test cluster that
+//! `tests/cluster/up` builds (the server's runs, background jobs, bounds,
+//! options, faults and an API-server outage of the server's own), in one test
+//! binary. They fail, never skip, when the cluster is missing. Tests that
+//! break the node for every pod are in `tests/on_cluster_alone`, a binary of
+//! their own, because cargo runs test binaries one after another.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cluster_access;
+mod cluster_background;
+mod cluster_bounds;
+mod cluster_faults;
+mod cluster_fidelity;
+mod cluster_in_cluster;
+mod cluster_jobs;
+mod cluster_logs;
+mod cluster_options;
+mod cluster_outage;
+mod cluster_run_job;
+/// The contract table (tests/contract/), on the Kubernetes backend.
+#[path = "../contract/kubernetes.rs"]
+mod contract;
+mod pod_template;

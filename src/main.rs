@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_k8s_ephemeral_job::cancel::CancelToken;
-use mcp_k8s_ephemeral_job::config::{self, Config, RawConfig, Transport};
+use mcp_k8s_ephemeral_job::config::{self, BackendChoice, Config, DockerPull, RawConfig, Transport};
 use mcp_k8s_ephemeral_job::protocol::Server;
-use mcp_k8s_ephemeral_job::{backend, engine, kube, log, tools, transport};
+use mcp_k8s_ephemeral_job::{backend, docker, engine, kube, log, tools, transport};
 use serde_json::json;
 
 const NAME: &str = "mcp-k8s-ephemeral-job";
@@ -77,15 +77,18 @@ fn doctor(raw: &RawConfig) -> ExitCode {
         Err(code) => return code,
     };
     log::set_stderr_level(log::Level::Warning);
-    let (engine, client) = match connect_engine(&config) {
-        Ok(connected) => connected,
+    let passed = match connect_engine(&config) {
+        Ok(Connected::Kubernetes { ctx, client }) => {
+            backend::kubernetes::doctor::run(&config, &ctx, &client, &mut |check| println!("{}", check.line()))
+        }
+        Ok(Connected::Docker { ctx, client, options }) => {
+            backend::docker::doctor::run(&config, &ctx, &client, &options, &mut |check| println!("{}", check.line()))
+        }
         Err(message) => {
-            println!("FAIL  Kubernetes credentials: {message}");
+            println!("FAIL  backend: {message}");
             return ExitCode::from(1);
         }
     };
-    let passed =
-        mcp_k8s_ephemeral_job::backend::kubernetes::doctor::run(&config, &engine, &client, &mut |check| println!("{}", check.line()));
     if passed {
         println!("all checks passed");
         ExitCode::SUCCESS
@@ -115,22 +118,22 @@ fn serve(raw: &RawConfig) -> ExitCode {
         // A kubeconfig named explicitly is a setting like any other: wrong,
         // it stops the server instead of failing every call. Said once: an
         // earlier version also logged it as a JSON line just before.
-        (Err(message), Some(_)) => {
+        (Err(message), Some(_)) if config.backend != BackendChoice::Docker => {
             eprintln!("{NAME}: MCP_K8S_KUBECONFIG: {message}");
             return ExitCode::from(2);
         }
-        (Err(message), None) => {
-            log::error("no usable Kubernetes credentials; job tools will refuse calls", &[("error", json!(message))]);
+        (Err(message), _) => {
+            log::error("no usable backend; job tools will refuse calls", &[("error", json!(message))]);
         }
         (Ok(_), _) => {}
     }
-    if let Ok((_, client)) = &connected
-        && let Err(message) = mcp_k8s_ephemeral_job::backend::kubernetes::doctor::check_at_start(&config, client)
+    if let Ok(Connected::Kubernetes { client, .. }) = &connected
+        && let Err(message) = backend::kubernetes::doctor::check_at_start(&config, client)
     {
         eprintln!("{NAME}: {message}");
         return ExitCode::from(2);
     }
-    let engine = connected.map(|(engine, _)| engine);
+    let engine = connected.map(Connected::into_ctx);
     if let Ok(engine) = &engine
         && let Err(error) = engine::reaper::start(engine.backend.clone(), engine::reaper::REAP_EVERY)
     {
@@ -185,16 +188,86 @@ fn watch_signals(stop: &CancelToken, server: &Arc<Server>) -> std::io::Result<()
     Ok(())
 }
 
-/// Loads the cluster credentials and builds the engine. A server without
-/// usable credentials still starts (clients can connect and are told why
-/// jobs cannot run); the caller says so, once.
-fn connect_engine(config: &Config) -> Result<(engine::run::Ctx, kube::Client), String> {
+/// The engine on the backend it runs on, with that backend's client (for
+/// `doctor` and the start-up checks).
+enum Connected {
+    Kubernetes { ctx: engine::run::Ctx, client: kube::Client },
+    Docker { ctx: engine::run::Ctx, client: docker::Client, options: backend::docker::spec::Options },
+}
+
+impl Connected {
+    fn into_ctx(self) -> engine::run::Ctx {
+        match self {
+            Connected::Kubernetes { ctx, .. } | Connected::Docker { ctx, .. } => ctx,
+        }
+    }
+}
+
+/// Picks the backend (`MCP_K8S_BACKEND`), connects to it and builds the
+/// engine; says at start which one and why. A server without a usable
+/// backend still starts (clients can connect and are told why jobs cannot
+/// run); the caller says so, once.
+fn connect_engine(config: &Config) -> Result<Connected, String> {
+    match config.backend {
+        BackendChoice::Kubernetes => connect_kubernetes(config, "MCP_K8S_BACKEND=kubernetes"),
+        BackendChoice::Docker => connect_docker(config, "MCP_K8S_BACKEND=docker"),
+        BackendChoice::Auto => match connect_kubernetes(config, "MCP_K8S_BACKEND=auto and cluster credentials were found") {
+            Ok(connected) => Ok(connected),
+            // A kubeconfig named explicitly is the operator's choice of
+            // Kubernetes: its error is the one to report.
+            Err(message) if config.kubeconfig.is_some() => Err(message),
+            Err(kube_message) => connect_docker(config, "MCP_K8S_BACKEND=auto, no cluster credentials, and a Docker daemon answers")
+                .map_err(|docker_message| format!("no cluster credentials ({kube_message}) and no Docker daemon ({docker_message})")),
+        },
+    }
+}
+
+fn connect_kubernetes(config: &Config, why: &str) -> Result<Connected, String> {
     let source = kube::Source::select(config.kubeconfig.as_deref(), None);
     let client = kube::Client::new(&source).map_err(|error| credentials_message(&error))?;
+    log::info("backend: kubernetes", &[("why", json!(why))]);
     log_credentials(config, &client);
     let policy = engine_policy(config);
-    let ctx = engine::run::Ctx {
-        backend: Arc::new(backend::kubernetes::Kubernetes::new(client.clone(), policy.clone())),
+    let backend = Arc::new(backend::kubernetes::Kubernetes::new(client.clone(), policy.clone()));
+    Ok(Connected::Kubernetes { ctx: engine_ctx(config, policy, backend), client })
+}
+
+fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {
+    // MCP_K8S_DOCKER_HOST, else DOCKER_HOST as the Docker CLI reads it.
+    let docker_host = config.docker_host.clone().or_else(|| std::env::var("DOCKER_HOST").ok().filter(|value| !value.is_empty()));
+    let socket = docker::socket_path(docker_host.as_deref()).map_err(|error| error.to_string())?;
+    let client = docker::Client::connect(&socket, docker::Options::default()).map_err(|error| error.to_string())?;
+    let runner_binary = match &config.runner_binary {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()
+            .map_err(|error| format!("MCP_K8S_RUNNER_BINARY is unset and this executable's path is unknown: {error}"))?,
+    };
+    let options = backend::docker::spec::Options {
+        runner_binary: runner_binary.to_string_lossy().into_owned(),
+        network: config.docker_network.clone(),
+        pull: match config.docker_pull {
+            DockerPull::Never => backend::docker::spec::Pull::Never,
+            DockerPull::Missing => backend::docker::spec::Pull::Missing,
+        },
+    };
+    log::info(
+        "backend: docker",
+        &[
+            ("why", json!(why)),
+            ("socket", json!(client.socket().display().to_string())),
+            ("engine", json!(client.version().version)),
+            ("api_version", json!(client.api_version())),
+            ("runner_binary", json!(options.runner_binary)),
+        ],
+    );
+    let policy = engine_policy(config);
+    let backend = Arc::new(backend::docker::Docker::new(client.clone(), policy.clone(), options.clone()));
+    Ok(Connected::Docker { ctx: engine_ctx(config, policy, backend), client, options })
+}
+
+fn engine_ctx(config: &Config, policy: engine::spec::Policy, backend: Arc<dyn engine::backend::Backend>) -> engine::run::Ctx {
+    engine::run::Ctx {
+        backend,
         policy,
         slots: engine::slots::Slots::new(config.max_concurrent as usize, config.max_queued as usize),
         // Background runs in flight are capped like sync runs plus their
@@ -203,8 +276,7 @@ fn connect_engine(config: &Config) -> Result<(engine::run::Ctx, kube::Client), S
             Duration::from_secs(config.result_ttl_s),
             (config.max_concurrent + config.max_queued) as usize,
         )),
-    };
-    Ok((ctx, client))
+    }
 }
 
 /// The start-up error for credentials that did not load. Where to set a

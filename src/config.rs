@@ -383,7 +383,7 @@ impl Config {
             test_tools: parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?,
             backend: parse_backend(raw.backend.as_deref())?,
             docker_host: raw.docker_host.as_deref().map(parse_docker_host).transpose()?,
-            docker_network: raw.docker_network.clone(),
+            docker_network: raw.docker_network.as_deref().map(parse_docker_network).transpose()?,
             docker_pull: parse_docker_pull(raw.docker_pull.as_deref())?,
             runner_binary: raw
                 .runner_binary
@@ -462,6 +462,19 @@ fn parse_docker_pull(value: Option<&str>) -> Result<DockerPull, Error> {
         "missing" => Ok(DockerPull::Missing),
         other => Err(invalid("MCP_K8S_DOCKER_PULL", other, "one of never, missing")),
     }
+}
+
+/// A Docker network's name as Docker accepts it (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`).
+/// `host` is refused: it would give every job the host's network stack.
+fn parse_docker_network(value: &str) -> Result<String, Error> {
+    let mut chars = value.chars();
+    let valid = chars.next().is_some_and(|first| first.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        && value != "host";
+    if !valid {
+        return Err(invalid("MCP_K8S_DOCKER_NETWORK", value, "a Docker network's name (letters, digits, `_`, `.`, `-`), not `host`"));
+    }
+    Ok(value.to_string())
 }
 
 /// Only Unix sockets: the Docker client speaks nothing else.

@@ -330,32 +330,32 @@ fn a_container_removed_from_outside_is_not_cancelled() {
 fn a_sync_run_removed_from_outside_ends_at_once_and_says_so() {
     let mut server = server(&[]);
     let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let params = json!({"name": "run_job", "arguments": {"image": BUSYBOX, "command": ["sh", "-c", "echo up; sleep 300"]}});
+    let arguments = json!({"image": BUSYBOX, "command": ["sh", "-c", "echo up; sleep 300"]});
+    let params = json!({"name": "run_job", "arguments": arguments, "_meta": {"progressToken": "p"}});
     server.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string());
-    let client = client();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let container = loop {
-        let running = client
-            .container_list(&docker::Filters {
-                labels: vec!["mcp-k8s-ephemeral-job/role=run".into(), "mcp-k8s-ephemeral-job/mode=sync".into()],
-            })
-            .unwrap()
-            .into_iter()
-            .find(|container| container.state == "running");
-        if let Some(container) = running {
-            break container;
+    // The progress names the container (`created Job mcp-run-…`); once the
+    // command's output arrives as progress, it runs.
+    let mut container = None;
+    loop {
+        let message = server.recv_within(Duration::from_secs(30));
+        assert_ne!(message["id"], id, "ended before it was removed: {message}");
+        let text = message["params"]["message"].as_str().unwrap_or_default();
+        if let Some(name) = text.strip_prefix("created Job ") {
+            container = Some(name.to_string());
         }
-        assert!(Instant::now() < deadline, "no running container");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    std::thread::sleep(Duration::from_millis(500));
-    client.container_remove(&container.id).expect("docker rm -f");
+        if text.contains("up") && container.is_some() {
+            break;
+        }
+    }
+    let started = Instant::now();
+    client().container_remove(&container.unwrap()).expect("docker rm -f");
     let message = loop {
         let message = server.recv_within(Duration::from_secs(30));
         if message["id"] == id {
             break message;
         }
     };
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     let out = &message["result"]["structuredContent"];
     assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("PodDeleted")), "{out}");
     assert_nothing_left(out["run_id"].as_str().unwrap());

@@ -360,3 +360,23 @@ fn a_sync_run_removed_from_outside_ends_at_once_and_says_so() {
     assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("PodDeleted")), "{out}");
     assert_nothing_left(out["run_id"].as_str().unwrap());
 }
+
+#[test]
+fn the_reaper_removes_only_expired_containers_of_this_server() {
+    use mcp_k8s_ephemeral_job::backend::docker::{reaper, spec};
+    let client = client();
+    let cleanup = crate::Cleanup::new(&client, "reaper");
+    let make = |suffix: &str, labels: &[(&str, &str)]| {
+        let mut body = crate::hardened(&cleanup, &["true"]);
+        body.labels.extend(labels.iter().map(|(key, value)| (key.to_string(), value.to_string())));
+        client.container_create(&format!("{}-{suffix}", cleanup.value), &body).expect("create").id
+    };
+    let ours = (spec::LABEL_MANAGED_BY, spec::MANAGED_BY);
+    let expired = make("expired", &[ours, (spec::LABEL_EXPIRES_AT, "2026-01-01T00:00:00Z")]);
+    let current = make("current", &[ours, (spec::LABEL_EXPIRES_AT, "2099-01-01T00:00:00Z")]);
+    let foreign = make("foreign", &[(spec::LABEL_EXPIRES_AT, "2026-01-01T00:00:00Z")]);
+    reaper::reap_once(&client, std::time::SystemTime::now());
+    assert!(client.container_inspect(&expired).is_err_and(|error| error.is_not_found()), "the expired one goes");
+    assert!(client.container_inspect(&current).is_ok(), "one not yet expired stays");
+    assert!(client.container_inspect(&foreign).is_ok(), "one not labelled as ours stays");
+}

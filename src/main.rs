@@ -242,6 +242,14 @@ fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {
         None => std::env::current_exe()
             .map_err(|error| format!("MCP_K8S_RUNNER_BINARY is unset and this executable's path is unknown: {error}"))?,
     };
+    // Docker creates a missing bind source as an empty directory on the
+    // host (as root): the path is checked here so that never happens.
+    if !runner_binary.is_file() {
+        return Err(format!(
+            "MCP_K8S_RUNNER_BINARY: `{}` is not a file; set it to the static runner binary (this server's musl build)",
+            runner_binary.display()
+        ));
+    }
     let options = backend::docker::spec::Options {
         runner_binary: runner_binary.to_string_lossy().into_owned(),
         network: config.docker_network.clone(),

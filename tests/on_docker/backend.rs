@@ -380,3 +380,14 @@ fn the_reaper_removes_only_expired_containers_of_this_server() {
     assert!(client.container_inspect(&current).is_ok(), "one not yet expired stays");
     assert!(client.container_inspect(&foreign).is_ok(), "one not labelled as ours stays");
 }
+
+#[test]
+fn a_missing_runner_binary_is_named_and_no_host_path_is_created() {
+    let missing = format!("/tmp/mcp-k8s-no-runner-{}/runner", std::process::id());
+    let mut server = server(&[("MCP_K8S_RUNNER_BINARY", &missing)]);
+    let (result, _) = call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["true"]}));
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("MCP_K8S_RUNNER_BINARY") && text.contains(&missing), "{text}");
+    assert!(!std::path::Path::new(&missing).exists(), "Docker did not create the bind source");
+}

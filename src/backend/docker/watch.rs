@@ -8,7 +8,8 @@
 //! Polling rather than `/events`: one inspect over a local socket costs a
 //! millisecond, it cannot miss a state (a stream can, across a daemon
 //! restart), and it sees a `docker rm -f` the same way as an exit. The
-//! poll interval is the latency it adds to a run's end.
+//! poll interval (`POLL`, `SETTLED_POLL` once nothing changes) is the
+//! latency it adds to an end the log does not report.
 //!
 //! Knows the client and `classify`; decides nothing.
 
@@ -22,8 +23,14 @@ use crate::docker;
 use crate::engine::backend::{Abort, Sighting, Watch, Watched};
 use crate::log;
 
-/// How often the container is inspected.
+/// How often the container is inspected while it is changing (its start,
+/// a short command's end)...
 pub const POLL: Duration = Duration::from_millis(50);
+/// ...and once it has stayed the same for `SETTLED_AFTER` looks: a long
+/// command's end comes with its result on the log, which needs no poll,
+/// and ten runs at 20 inspects a second each would cost the daemon CPU.
+pub const SETTLED_POLL: Duration = Duration::from_millis(250);
+const SETTLED_AFTER: u32 = 40;
 /// The longest wait between two tries while the daemon does not answer.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
@@ -51,6 +58,8 @@ struct Poller {
     /// The container was seen gone; nothing more is sent.
     gone: bool,
     failures: u32,
+    /// Answers in a row that changed nothing.
+    unchanged: u32,
 }
 
 impl Poller {
@@ -73,7 +82,13 @@ impl Poller {
             (false, Some(seen), last) => {
                 let changed = last.as_ref() != Some(&seen);
                 self.last = Some(seen.clone());
-                if changed { vec![Watched::Seen(seen)] } else { Vec::new() }
+                if changed {
+                    self.unchanged = 0;
+                    vec![Watched::Seen(seen)]
+                } else {
+                    self.unchanged = self.unchanged.saturating_add(1);
+                    Vec::new()
+                }
             }
             (false, None, Some(last)) => {
                 self.gone = true;
@@ -83,6 +98,11 @@ impl Poller {
         };
         self.list_due = false;
         events
+    }
+
+    /// The wait before the next look after an answer.
+    fn interval(&self) -> Duration {
+        if self.unchanged < SETTLED_AFTER { POLL } else { SETTLED_POLL }
     }
 
     /// The event for a failed inspect, and how long to wait before the next.
@@ -98,7 +118,10 @@ fn feed(client: &docker::Client, name: &str, sender: &mpsc::Sender<Watched>, abo
     let mut poller = Poller::new();
     while !aborted.load(Ordering::Relaxed) {
         let (events, delay) = match client.container_inspect(name) {
-            Ok(inspect) => (poller.on_answer(Some(classify::sighting(&inspect))), POLL),
+            Ok(inspect) => {
+                let events = poller.on_answer(Some(classify::sighting(&inspect)));
+                (events, poller.interval())
+            }
             Err(error) if error.is_not_found() => (poller.on_answer(None), POLL),
             Err(error) => {
                 let (event, delay) = poller.on_trouble(error.to_string());
@@ -135,8 +158,14 @@ mod tests {
         let running = sighting(SandboxState::Running);
         assert_eq!(poller.on_answer(Some(running.clone())), [Watched::Listed(Some(running.clone()))]);
         assert!(poller.on_answer(Some(running.clone())).is_empty(), "no change, nothing sent");
+        assert_eq!(poller.interval(), POLL);
+        for _ in 0..SETTLED_AFTER {
+            poller.on_answer(Some(running.clone()));
+        }
+        assert_eq!(poller.interval(), SETTLED_POLL, "a container that stays the same is looked at less often");
         let finished = sighting(SandboxState::Finished { ran: true });
         assert_eq!(poller.on_answer(Some(finished.clone())), [Watched::Seen(finished.clone())]);
+        assert_eq!(poller.interval(), POLL, "a change brings the fast polls back");
         assert_eq!(poller.on_answer(None), [Watched::Gone(finished)]);
         assert!(poller.on_answer(None).is_empty());
     }

@@ -391,3 +391,12 @@ fn a_missing_runner_binary_is_named_and_no_host_path_is_created() {
     assert!(text.contains("MCP_K8S_RUNNER_BINARY") && text.contains(&missing), "{text}");
     assert!(!std::path::Path::new(&missing).exists(), "Docker did not create the bind source");
 }
+
+#[test]
+fn with_pulls_allowed_a_missing_image_is_pulled_and_its_failure_named() {
+    let mut server = server(&[("MCP_K8S_DOCKER_PULL", "missing")]);
+    let out = run(&mut server, json!({"image": MISSING_IMAGE, "command": ["true"]}));
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("ImagePullFailed")), "{out}");
+    let message = out["message"].as_str().unwrap();
+    assert!(message.contains(MISSING_IMAGE) && message.contains("could not be pulled"), "{message}");
+}

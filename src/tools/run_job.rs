@@ -121,7 +121,7 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 pub fn progress_message(progress: &Progress) -> String {
     match progress {
         Progress::Queued => "waiting for a free slot (MCP_K8S_MAX_CONCURRENT)".to_string(),
-        Progress::Created { job_name } => format!("created Job {job_name}"),
+        Progress::Created { what } => format!("created {what}"),
         Progress::Started => "the command started".to_string(),
         Progress::Output(chunk) => {
             let stream = match chunk.stream {

@@ -278,6 +278,7 @@ impl Backend for Docker {
 /// What Docker users call the parts of a run.
 pub const WORDING: Wording = Wording {
     sandbox: "container",
+    created: "container",
     stopper: "this server",
     pids_limit: "the container's pids limit, 1024",
     outside_deleters: "docker rm, docker kill, a cleanup script",

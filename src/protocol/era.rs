@@ -43,11 +43,7 @@ pub fn of_request(method: &str, params: &Map<String, Value>, hint: Hint) -> Era 
     if hint.initialized {
         return Era::Handshake;
     }
-    if method == "server/discover" || hint.modern_header || has_modern_envelope(params) {
-        Era::Modern
-    } else {
-        Era::Handshake
-    }
+    if method == "server/discover" || hint.modern_header || has_modern_envelope(params) { Era::Modern } else { Era::Handshake }
 }
 
 /// Whether `params._meta` holds any key of the modern envelope; a request

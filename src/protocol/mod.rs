@@ -373,7 +373,14 @@ impl Server {
                 arguments,
                 handle,
                 era,
-                events: Notifier { session: Arc::clone(session), outbox, progress_token, last_progress: Mutex::new(None), logger: name, era },
+                events: Notifier {
+                    session: Arc::clone(session),
+                    outbox,
+                    progress_token,
+                    last_progress: Mutex::new(None),
+                    logger: name,
+                    era,
+                },
             };
             let spawned = std::thread::Builder::new().name(format!("call-{name}")).spawn(move || running.run());
             if let Err(error) = spawned {

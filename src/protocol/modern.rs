@@ -54,7 +54,13 @@ struct Envelope {
 
 impl Server {
     /// Answers one modern-era request.
-    pub(super) fn on_modern_request(self: &std::sync::Arc<Self>, session: &std::sync::Arc<Session>, request: Request, outbox: Outbox, message_bytes: usize) {
+    pub(super) fn on_modern_request(
+        self: &std::sync::Arc<Self>,
+        session: &std::sync::Arc<Session>,
+        request: Request,
+        outbox: Outbox,
+        message_bytes: usize,
+    ) {
         let Request { id, mut params, method } = request;
         let envelope = match check_request(session.headers(), &method, &params) {
             Ok(envelope) => envelope,
@@ -68,10 +74,18 @@ impl Server {
                 // server decides, from the advertised extension.
                 params.remove("task");
                 let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
-                let as_task = envelope.tasks_extension && tools::background::TASK_TOOLS.contains(&name) && self.registry.find(name).is_some();
+                let as_task =
+                    envelope.tasks_extension && tools::background::TASK_TOOLS.contains(&name) && self.registry.find(name).is_some();
                 let started = if as_task {
                     let work = Work::Raw(tasks_extension::create);
-                    let call = CallStart { name: "tools/call", work, arguments: params, progress_token: None, message_bytes, era: EraCall::Modern { log_level: None } };
+                    let call = CallStart {
+                        name: "tools/call",
+                        work,
+                        arguments: params,
+                        progress_token: None,
+                        message_bytes,
+                        era: EraCall::Modern { log_level: None },
+                    };
                     self.spawn_call(session, &id, call, outbox.clone())
                 } else {
                     self.start_call(session, &id, params, outbox.clone(), message_bytes, EraCall::Modern { log_level: envelope.log_level })
@@ -85,7 +99,14 @@ impl Server {
                 if !envelope.tasks_extension {
                     Err(missing_tasks_extension(name))
                 } else {
-                    let call = CallStart { name, work: Work::Raw(handler), arguments: params, progress_token: None, message_bytes, era: EraCall::Modern { log_level: None } };
+                    let call = CallStart {
+                        name,
+                        work: Work::Raw(handler),
+                        arguments: params,
+                        progress_token: None,
+                        message_bytes,
+                        era: EraCall::Modern { log_level: None },
+                    };
                     match self.spawn_call(session, &id, call, outbox.clone()) {
                         Ok(()) => return,
                         Err(error) => Err(error),
@@ -94,7 +115,10 @@ impl Server {
             }
             method => Err(ResponseError::new(
                 ErrorCode::MethodNotFound,
-                format!("method not found: `{}` (revision 2026-07-28; `initialize`, `ping` and `logging/setLevel` belong to the handshake era)", echo::shorten(method)),
+                format!(
+                    "method not found: `{}` (revision 2026-07-28; `initialize`, `ping` and `logging/setLevel` belong to the handshake era)",
+                    echo::shorten(method)
+                ),
             )),
         };
         send_response(&outbox, &Response { id: Some(id), result: result.map(complete) });
@@ -123,12 +147,16 @@ fn check_request(headers: Option<&RequestHeaders>, method: &str, params: &Map<St
     };
     let version = match meta.get(META_PROTOCOL_VERSION) {
         Some(Value::String(version)) => version.as_str(),
-        Some(other) => return Err(invalid_params(format!("`_meta.{META_PROTOCOL_VERSION}` must be a string, not {}", tools::json_kind(other)))),
+        Some(other) => {
+            return Err(invalid_params(format!("`_meta.{META_PROTOCOL_VERSION}` must be a string, not {}", tools::json_kind(other))));
+        }
         None => return Err(invalid_params(format!("missing `_meta.{META_PROTOCOL_VERSION}`"))),
     };
     let capabilities = match meta.get(META_CLIENT_CAPABILITIES) {
         Some(Value::Object(capabilities)) => capabilities,
-        Some(other) => return Err(invalid_params(format!("`_meta.{META_CLIENT_CAPABILITIES}` must be an object, not {}", tools::json_kind(other)))),
+        Some(other) => {
+            return Err(invalid_params(format!("`_meta.{META_CLIENT_CAPABILITIES}` must be an object, not {}", tools::json_kind(other))));
+        }
         None => return Err(invalid_params(format!("missing `_meta.{META_CLIENT_CAPABILITIES}`"))),
     };
     if let Some(headers) = headers {
@@ -156,7 +184,8 @@ fn check_request(headers: Option<&RequestHeaders>, method: &str, params: &Map<St
         })?),
         Some(other) => return Err(invalid_params(format!("`_meta.{META_LOG_LEVEL}` must be a string, not {}", tools::json_kind(other)))),
     };
-    let tasks_extension = capabilities.get("extensions").and_then(Value::as_object).is_some_and(|extensions| extensions.contains_key(TASKS_EXTENSION));
+    let tasks_extension =
+        capabilities.get("extensions").and_then(Value::as_object).is_some_and(|extensions| extensions.contains_key(TASKS_EXTENSION));
     Ok(Envelope { tasks_extension, log_level })
 }
 
@@ -188,7 +217,10 @@ fn check_headers(headers: &RequestHeaders, method: &str, params: &Map<String, Va
                 ));
             }
             None => {
-                return Err(ResponseError::new(ErrorCode::HeaderMismatch, format!("missing header {header}; the body says `{}`", echo::shorten(expected))));
+                return Err(ResponseError::new(
+                    ErrorCode::HeaderMismatch,
+                    format!("missing header {header}; the body says `{}`", echo::shorten(expected)),
+                ));
             }
         }
     }

@@ -74,12 +74,11 @@ impl Server {
                 // server decides, from the advertised extension.
                 params.remove("task");
                 let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
-                let as_task =
-                    envelope.tasks_extension && tools::background::TASK_TOOLS.contains(&name) && self.registry.find(name).is_some();
-                let started = if as_task {
+                let task_tool = self.registry.find(name).map(|tool| tool.name).filter(|name| tools::background::TASK_TOOLS.contains(name));
+                let started = if let Some(tool_name) = task_tool.filter(|_| envelope.tasks_extension) {
                     let work = Work::Raw(tasks_extension::create);
                     let call = CallStart {
-                        name: "tools/call",
+                        name: tool_name,
                         work,
                         arguments: params,
                         progress_token: None,

@@ -70,6 +70,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_RESULT_TTL_S", Some("result-ttl-s"), "3600", "how long background job results are kept for fetch_job", |r| &mut r.result_ttl_s),
     setting("MCP_K8S_WORKDIR_SIZE", Some("workdir-size"), "1Gi", "what a job may write to its workdir and /tmp together (Kubernetes quantity)", |r| &mut r.workdir_size),
     setting("MCP_K8S_RUNTIME_CLASS", Some("runtime-class"), "", "RuntimeClass for job pods (e.g. gvisor); empty uses the cluster default", |r| &mut r.runtime_class),
+    setting("MCP_K8S_POD_TEMPLATE", Some("pod-template"), "", "YAML or JSON file with the operator's parts of every job pod: nodeSelector, tolerations, affinity, imagePullSecrets, labels... (see the README)", |r| &mut r.pod_template),
     setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "4194304", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
     setting("MCP_K8S_MAX_INFLIGHT_BYTES", Some("max-inflight-bytes"), "16777216", "bytes of tools/call messages whose calls are still running; more calls are refused until some finish", |r| &mut r.max_inflight_bytes),
     setting("MCP_K8S_MAX_REPLY_QUEUE_BYTES", Some("max-reply-queue-bytes"), "8388608", "bytes of replies waiting for one client that does not read: on stdio, stdin is then not read and notifications are dropped; an SSE client is disconnected and its calls cancelled", |r| &mut r.max_reply_queue_bytes),
@@ -120,6 +121,7 @@ pub struct RawConfig {
     pub result_ttl_s: Option<String>,
     pub workdir_size: Option<String>,
     pub runtime_class: Option<String>,
+    pub pod_template: Option<String>,
     pub max_message_bytes: Option<String>,
     pub max_inflight_bytes: Option<String>,
     pub max_reply_queue_bytes: Option<String>,
@@ -209,6 +211,10 @@ pub struct Config {
     pub result_ttl_s: u64,
     pub workdir_size: Quantity,
     pub runtime_class: Option<String>,
+    /// The operator's pod template file. Only its path is checked here:
+    /// `backend::kubernetes::template` reads and checks its content, since
+    /// its fields are Kubernetes' own.
+    pub pod_template: Option<PathBuf>,
     pub max_message_bytes: usize,
     /// Messages held by running calls, in bytes, past which new calls are
     /// refused (one call alone is always served).
@@ -336,6 +342,7 @@ impl Config {
             result_ttl_s: number(&raw.result_ttl_s, "MCP_K8S_RESULT_TTL_S", 3600, 60, 7 * 86_400)?,
             workdir_size: quantity(&raw.workdir_size, "MCP_K8S_WORKDIR_SIZE", "1Gi")?,
             runtime_class: raw.runtime_class.as_deref().map(|name| object_name(name, "MCP_K8S_RUNTIME_CLASS")).transpose()?,
+            pod_template: raw.pod_template.as_ref().map(PathBuf::from),
             max_message_bytes: max_message_bytes as usize,
             max_inflight_bytes: number(&raw.max_inflight_bytes, "MCP_K8S_MAX_INFLIGHT_BYTES", 16 << 20, 64 << 10, 1 << 32)? as usize,
             max_reply_queue_bytes: number(&raw.max_reply_queue_bytes, "MCP_K8S_MAX_REPLY_QUEUE_BYTES", 8 << 20, 64 << 10, 1 << 30)?

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mcp_k8s_ephemeral_job::backend::kubernetes::template::PodTemplate;
 use mcp_k8s_ephemeral_job::cancel::CancelToken;
 use mcp_k8s_ephemeral_job::config::{self, Config, RawConfig, Transport};
 use mcp_k8s_ephemeral_job::protocol::Server;
@@ -70,22 +71,36 @@ fn checked_config(raw: &RawConfig) -> Result<Config, ExitCode> {
     })
 }
 
+/// The operator's pod template, read and checked before any cluster call,
+/// so that a bad one stops the start (exit 2) even without credentials.
+fn checked_pod_template(config: &Config) -> Result<Option<PodTemplate>, ExitCode> {
+    backend::kubernetes::template::from_config(config).map_err(|error| {
+        eprintln!("{NAME}: {error}");
+        ExitCode::from(2)
+    })
+}
+
 /// One line per check on stdout; exit 1 when any fails.
 fn doctor(raw: &RawConfig) -> ExitCode {
     let config = match checked_config(raw) {
         Ok(config) => config,
         Err(code) => return code,
     };
+    let pod_template = match checked_pod_template(&config) {
+        Ok(pod_template) => pod_template,
+        Err(code) => return code,
+    };
     log::set_stderr_level(log::Level::Warning);
-    let (engine, client) = match connect_engine(&config) {
+    let (engine, client) = match connect_engine(&config, pod_template.clone()) {
         Ok(connected) => connected,
         Err(message) => {
             println!("FAIL  Kubernetes credentials: {message}");
             return ExitCode::from(1);
         }
     };
-    let passed =
-        mcp_k8s_ephemeral_job::backend::kubernetes::doctor::run(&config, &engine, &client, &mut |check| println!("{}", check.line()));
+    let passed = mcp_k8s_ephemeral_job::backend::kubernetes::doctor::run(&config, pod_template.as_ref(), &engine, &client, &mut |check| {
+        println!("{}", check.line())
+    });
     if passed {
         println!("all checks passed");
         ExitCode::SUCCESS
@@ -100,6 +115,10 @@ fn serve(raw: &RawConfig) -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
+    let pod_template = match checked_pod_template(&config) {
+        Ok(pod_template) => pod_template,
+        Err(code) => return code,
+    };
     log::set_stderr_level(config.log_level);
     if config.allowed_images.is_empty() {
         log::warn("MCP_K8S_ALLOWED_IMAGES is empty: every job will be refused", &[]);
@@ -110,7 +129,7 @@ fn serve(raw: &RawConfig) -> ExitCode {
         log::info("MCP_K8S_SIDECAR_IMAGE is set but unused: the in-pod runner replaced the sidecar", &[]);
     }
     let stop = CancelToken::new();
-    let connected = connect_engine(&config);
+    let connected = connect_engine(&config, pod_template);
     match (&connected, &config.kubeconfig) {
         // A kubeconfig named explicitly is a setting like any other: wrong,
         // it stops the server instead of failing every call. Said once: an
@@ -188,13 +207,13 @@ fn watch_signals(stop: &CancelToken, server: &Arc<Server>) -> std::io::Result<()
 /// Loads the cluster credentials and builds the engine. A server without
 /// usable credentials still starts (clients can connect and are told why
 /// jobs cannot run); the caller says so, once.
-fn connect_engine(config: &Config) -> Result<(engine::run::Ctx, kube::Client), String> {
+fn connect_engine(config: &Config, pod_template: Option<PodTemplate>) -> Result<(engine::run::Ctx, kube::Client), String> {
     let source = kube::Source::select(config.kubeconfig.as_deref(), None);
     let client = kube::Client::new(&source).map_err(|error| credentials_message(&error))?;
     log_credentials(config, &client);
     let policy = engine_policy(config);
     let ctx = engine::run::Ctx {
-        backend: Arc::new(backend::kubernetes::Kubernetes::new(client.clone(), policy.clone())),
+        backend: Arc::new(backend::kubernetes::Kubernetes::new(client.clone(), policy.clone()).with_pod_template(pod_template)),
         policy,
         slots: engine::slots::Slots::new(config.max_concurrent as usize, config.max_queued as usize),
         // Background runs in flight are capped like sync runs plus their

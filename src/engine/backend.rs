@@ -74,6 +74,25 @@ pub trait Backend: Send + Sync {
 
     /// Deletes every expired object this server created; how many.
     fn reap(&self, now: SystemTime) -> usize;
+
+    /// The words this backend's users know its parts by, for messages.
+    fn wording(&self) -> &'static Wording;
+}
+
+/// What the engine's messages call a backend's parts, so that a message
+/// names what the caller can look at ("the pod", "the container").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wording {
+    /// The sandbox: "pod", "container".
+    pub sandbox: &'static str,
+    /// What stops a sandbox at its own deadline: "the kubelet".
+    pub stopper: &'static str,
+    /// The process limit, by the name an operator sets it with.
+    pub pids_limit: &'static str,
+    /// Who else deletes sandboxes, as examples.
+    pub outside_deleters: &'static str,
+    /// The API the server talks to: "the API server", "the Docker daemon".
+    pub api: &'static str,
 }
 
 /// A run to create.

@@ -26,7 +26,7 @@ use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cancel::CancelToken;
-use crate::engine::backend::{BackgroundRecord, Keep, Settled, Stop, Stored};
+use crate::engine::backend::{BackgroundRecord, Keep, Settled, Stop, Stored, Wording};
 use crate::engine::decide::SandboxState;
 use crate::engine::jobs::{Lookup, Phase, Seen, View};
 use crate::engine::run::{self, Ctx, Followed, Progress};
@@ -62,7 +62,7 @@ pub enum Error {
     /// Too many background runs in flight.
     Full { running: usize },
     /// The cluster refused to create the run; the message says why.
-    Refused { message: String },
+    Refused { reason: Option<RunReason>, message: String },
     /// `cancel` on a run that has already finished.
     AlreadyFinished { token: String },
     /// An API call failed.
@@ -84,7 +84,7 @@ impl fmt::Display for Error {
                 formatter,
                 "{running} background jobs are in flight, the most this server allows (MCP_K8S_MAX_CONCURRENT + MCP_K8S_MAX_QUEUED); fetch or cancel some, then retry"
             ),
-            Error::Refused { message } => write!(formatter, "{message}"),
+            Error::Refused { message, .. } => write!(formatter, "{message}"),
             Error::AlreadyFinished { token } => {
                 write!(formatter, "job `{token}` has already finished; fetch_job returns its result")
             }
@@ -151,7 +151,7 @@ pub fn submit(ctx: &Ctx, spec: &RunSpec) -> Result<Submitted, Error> {
         Ok(created) => created,
         Err(outcome) => {
             ctx.jobs.remove(&run_id);
-            return Err(Error::Refused { message: outcome.message });
+            return Err(Error::Refused { reason: outcome.reason, message: outcome.message });
         }
     };
     let created_at = created.created_at;
@@ -312,11 +312,12 @@ fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
         // `follow_to_end` keeps the recorded verdict.
         (Some(recorded), Some(_)) if recorded.by == DecidedBy::Runner => follow_to_end(ctx, run_id, &followed, created, &cancel),
         (Some(recorded), _) => {
-            let outcome = outcome_without_sandbox(run_id, &stored, created, Some(recorded));
+            let outcome = outcome_without_sandbox(run_id, ctx.backend.wording(), &stored, created, Some(recorded));
             ctx.jobs.finish(run_id, outcome, ended_at.unwrap_or_else(SystemTime::now));
         }
         (None, None) if stored.ended_at.is_some() => {
-            let ended = Ended { outcome: outcome_without_sandbox(run_id, &stored, created, None), by: DecidedBy::Server };
+            let ended =
+                Ended { outcome: outcome_without_sandbox(run_id, ctx.backend.wording(), &stored, created, None), by: DecidedBy::Server };
             record_and_finish(ctx, run_id, ended, ended_at.unwrap_or_else(SystemTime::now));
         }
         (None, Some(state)) if stored.ended_at.is_some() || matches!(state, SandboxState::Finished { .. }) => {
@@ -368,7 +369,7 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
     let stored = ctx.backend.find(run_id).ok().flatten();
     let marked_cancelled = stored.as_ref().is_some_and(|stored| stored.cancelled_at.is_some());
     let cancel_requested = matches!(ctx.jobs.lookup(run_id), Lookup::Found(view) if view.cancel_requested);
-    if (cancel_requested || marked_cancelled) && mark_cancelled(&mut ended.outcome) {
+    if (cancel_requested || marked_cancelled) && mark_cancelled(&mut ended.outcome, ctx.backend.wording()) {
         ended.by = DecidedBy::Server;
     }
     run::log_finished(run_id, &ended.outcome, started);
@@ -401,19 +402,25 @@ fn record_and_finish(ctx: &Ctx, run_id: &str, mut ended: Ended, ended_at: System
 /// A cancelled run whose runner could not report in time ends as
 /// `cancelled`, not as a lost result; one that finished on its own first
 /// keeps its real outcome. Returns whether it changed the outcome.
-fn mark_cancelled(outcome: &mut RunOutcome) -> bool {
+fn mark_cancelled(outcome: &mut RunOutcome, wording: &Wording) -> bool {
     if matches!(outcome.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled) {
         return false;
     }
     outcome.status = RunStatus::Cancelled;
     outcome.reason = Some(RunReason::Cancelled);
-    outcome.message = "the job was cancelled (cancel_job) and its pod deleted; the output read so far is included".into();
+    outcome.message = format!("the job was cancelled (cancel_job) and its {} deleted; the output read so far is included", wording.sandbox);
     true
 }
 
 /// The outcome of a finished run whose sandbox (and so its output) is
 /// gone, or whose verdict was recorded by the process that decided it.
-fn outcome_without_sandbox(run_id: &str, stored: &Stored, created: Option<SystemTime>, recorded: Option<&Recorded>) -> RunOutcome {
+fn outcome_without_sandbox(
+    run_id: &str,
+    wording: &Wording,
+    stored: &Stored,
+    created: Option<SystemTime>,
+    recorded: Option<&Recorded>,
+) -> RunOutcome {
     let cancelled = recorded.is_none_or(|recorded| recorded.status == RunStatus::Cancelled);
     let mut outcome = match stored.cancelled_at.as_deref().filter(|_| cancelled) {
         Some(at) => {
@@ -437,7 +444,10 @@ fn outcome_without_sandbox(run_id: &str, stored: &Stored, created: Option<System
             Some(recorded) => {
                 let mut outcome = verdict::outcome_of(run_id, recorded);
                 if recorded.by == DecidedBy::Runner {
-                    outcome.notes.push("the pod and its log are gone, so the output cannot be returned; the status is the one recorded when the job ended".into());
+                    outcome.notes.push(format!(
+                        "the {} and its output are gone, so the output cannot be returned; the status is the one recorded when the job ended",
+                        wording.sandbox
+                    ));
                 }
                 outcome
             }
@@ -445,7 +455,10 @@ fn outcome_without_sandbox(run_id: &str, stored: &Stored, created: Option<System
                 run_id,
                 RunStatus::Error,
                 RunReason::ResultLost,
-                "the Job finished but its pod and log are gone (deleted or garbage-collected), so the result cannot be read; submit the job again".into(),
+                format!(
+                    "the job finished but its {} and output are gone (deleted or garbage-collected), so the result cannot be read; submit the job again",
+                    wording.sandbox
+                ),
             ),
         },
     };
@@ -592,7 +605,7 @@ mod tests {
         ];
         for (before, after) in cases {
             let mut outcome = RunOutcome::without_result("r", before, RunReason::ResultLost, "m".into());
-            assert_eq!(mark_cancelled(&mut outcome), before != after, "{before:?}");
+            assert_eq!(mark_cancelled(&mut outcome, &crate::engine::outcome::POD_WORDING), before != after, "{before:?}");
             assert_eq!(outcome.status, after, "{before:?}");
         }
     }

@@ -731,8 +731,14 @@ mod tests {
     fn judged(facts: Finished) -> crate::engine::spec::RunOutcome {
         let steps = play(sync, vec![(secs(0), running()), (secs(5), finished(&facts))]);
         let [Step::Done(Verdict::Judge { finished })] = steps.as_slice() else { panic!("not judged: {steps:?}") };
-        let facts =
-            Judged { run_id: "r", timeout: secs(5), memory_limit: Some("64Mi"), finished: finished.as_ref(), cancel_requested: false };
+        let facts = Judged {
+            run_id: "r",
+            timeout: secs(5),
+            memory_limit: Some("64Mi"),
+            finished: finished.as_ref(),
+            cancel_requested: false,
+            wording: &outcome::POD_WORDING,
+        };
         outcome::judge(&facts, Collector::new(100, 100))
     }
 

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::engine::backend::Wording;
 use crate::engine::collect::Collector;
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus, Truncation};
 
@@ -42,6 +43,8 @@ pub struct Judged<'a> {
     /// cancel). Only then is a runner that got SIGTERM `cancelled`: the
     /// runner cannot tell who sent the signal (issue 12, finding 2).
     pub cancel_requested: bool,
+    /// What the backend's users call its parts.
+    pub wording: &'a Wording,
 }
 
 /// Builds the outcome of a run whose main container ran. `collector` holds
@@ -111,7 +114,11 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
     } else if result.pids_fork_failures > 0 && result.exit_code != Some(0) {
         // Before OOM: a fork storm under a memory limit fills memory too,
         // and "raise limits.memory" would be the wrong advice.
-        (RunStatus::Failed, Some(RunReason::PidsExhausted), pids_message(result.pids_fork_failures, result.oom_killed || oom_by_kubelet))
+        (
+            RunStatus::Failed,
+            Some(RunReason::PidsExhausted),
+            pids_message(facts.wording, result.pids_fork_failures, result.oom_killed || oom_by_kubelet),
+        )
     } else if result.oom_killed || oom_by_kubelet {
         (RunStatus::Failed, Some(RunReason::OomKilled), oom_message(facts))
     } else if result.exit_code == Some(0) {
@@ -124,8 +131,10 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
     };
     if result.pids_fork_failures > 0 && reason != Some(RunReason::PidsExhausted) {
         outcome.notes.push(format!(
-            "{} refused: the pod reached its process limit (the kubelet's podPidsLimit)",
-            process_creations(result.pids_fork_failures)
+            "{} refused: the {} reached its process limit ({})",
+            process_creations(result.pids_fork_failures),
+            facts.wording.sandbox,
+            facts.wording.pids_limit
         ));
     }
     outcome.status = status;
@@ -136,10 +145,12 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
 
 /// Issue 12, finding 7: a fork storm used to end as OOMKilled with the
 /// advice to raise limits.memory.
-fn pids_message(fork_failures: u64, also_oom: bool) -> String {
+fn pids_message(wording: &Wording, fork_failures: u64, also_oom: bool) -> String {
     let oom = if also_oom { "; it also ran out of memory, which so many processes cause" } else { "" };
     format!(
-        "the command reached the pod's process limit (the kubelet's podPidsLimit): {} failed with EAGAIN{oom}; start fewer processes or threads",
+        "the command reached the {}'s process limit ({}): {} failed with EAGAIN{oom}; start fewer processes or threads",
+        wording.sandbox,
+        wording.pids_limit,
         process_creations(fork_failures)
     )
 }
@@ -163,16 +174,18 @@ fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOu
         (
             RunStatus::TimedOut,
             RunReason::DeadlineExceeded,
-            "the pod's deadline passed before the runner could report; the output so far is included".to_string(),
+            format!("the {}'s deadline passed before the runner could report; the output so far is included", facts.wording.sandbox),
         )
     } else if facts.finished.is_some_and(|f| f.deleted) {
-        (RunStatus::Error, RunReason::PodDeleted, POD_DELETED.to_string())
+        (RunStatus::Error, RunReason::PodDeleted, deleted_message(facts.wording))
     } else {
         (
             RunStatus::Error,
             RunReason::ResultLost,
-            "the pod ended without the runner's result (the container was killed or its log was lost); the live output so far is included"
-                .to_string(),
+            format!(
+                "the {} ended without the runner's result (the command's process was killed or its output was lost); the live output so far is included",
+                facts.wording.sandbox
+            ),
         )
     };
     outcome.status = status;
@@ -181,7 +194,12 @@ fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOu
     outcome
 }
 
-const POD_DELETED: &str = "the pod was deleted by something other than this server (kubectl delete, a controller, a node drain), so the command was stopped; the output so far is included; run the job again";
+fn deleted_message(wording: &Wording) -> String {
+    format!(
+        "the {} was deleted by something other than this server ({}), so the command was stopped; the output so far is included; run the job again",
+        wording.sandbox, wording.outside_deleters
+    )
+}
 
 /// A runner that reports SIGTERM: a cancel when this server asked for one,
 /// else whatever the pod's status says stopped it.
@@ -196,11 +214,14 @@ fn stopped_on_request(facts: &Judged) -> (RunStatus, RunReason, String) {
         return (
             RunStatus::TimedOut,
             RunReason::DeadlineExceeded,
-            "the pod's deadline passed and the kubelet stopped the command; the output so far is included".to_string(),
+            format!(
+                "the {}'s deadline passed and {} stopped the command; the output so far is included",
+                facts.wording.sandbox, facts.wording.stopper
+            ),
         );
     }
     if facts.finished.is_some_and(|f| f.deleted) {
-        return (RunStatus::Error, RunReason::PodDeleted, POD_DELETED.to_string());
+        return (RunStatus::Error, RunReason::PodDeleted, deleted_message(facts.wording));
     }
     (
         RunStatus::Error,
@@ -223,7 +244,8 @@ fn eviction_message(facts: &Judged) -> Option<String> {
         finished.disruption.clone()?
     };
     Some(format!(
-        "the pod was evicted: {}; the workdir may have outgrown its size limit (MCP_K8S_WORKDIR_SIZE), or the node ran short of resources",
+        "the {} was evicted: {}; the workdir may have outgrown its size limit (MCP_K8S_WORKDIR_SIZE), or the node ran short of resources",
+        facts.wording.sandbox,
         text.trim()
     ))
 }
@@ -245,6 +267,17 @@ fn oom_message(facts: &Judged) -> String {
             .to_string(),
     }
 }
+
+/// The Kubernetes backend's words, for the engine's own tests (which may
+/// not import a backend).
+#[cfg(test)]
+pub(crate) const POD_WORDING: Wording = Wording {
+    sandbox: "pod",
+    stopper: "the kubelet",
+    pids_limit: "the kubelet's podPidsLimit",
+    outside_deleters: "kubectl delete, a controller, a node drain",
+    api: "the API server",
+};
 
 #[cfg(test)]
 mod tests {
@@ -281,6 +314,7 @@ mod tests {
             memory_limit: Some("64Mi"),
             finished: finished.as_ref(),
             cancel_requested,
+            wording: &POD_WORDING,
         };
         judge(&facts, collector)
     }

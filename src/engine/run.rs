@@ -15,7 +15,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cancel::CancelToken;
-use crate::engine::backend::{Abort, Backend, Created, Keep, NewRun, OutputError, Sighting, Watched};
+use crate::engine::backend::{Abort, Backend, Created, Keep, NewRun, OutputError, Sighting, Watched, Wording};
 use crate::engine::collect::{Collector, LiveChunk};
 use crate::engine::decide::{Away, Deadlines, Event, LogEnd, RunState, ServerEnd, Step, Verdict};
 use crate::engine::jobs::Lookup;
@@ -402,15 +402,15 @@ impl<'scope> Shell<'scope, '_> {
             Verdict::Server(end) => end,
         };
         let outcome = match end {
-            ServerEnd::Cancelled => cancelled(run_id, self.log.stop()),
+            ServerEnd::Cancelled => cancelled(run_id, self.ctx.backend.wording(), self.log.stop()),
             ServerEnd::StartTimeout => start_timeout(self.ctx, run_id),
-            ServerEnd::Unschedulable { message } => unschedulable(run_id, &message),
+            ServerEnd::Unschedulable { message } => unschedulable(run_id, self.ctx.backend.wording(), &message),
             ServerEnd::Refused { reason, message } => RunOutcome::without_result(run_id, RunStatus::Error, reason, message),
             ServerEnd::PastHardDeadline { outage } => {
                 let facts = judged_facts(self.ctx, run_id, self.followed, None, self.cancel);
                 past_hard_deadline(&facts, self.log.stop(), outage.as_ref())
             }
-            ServerEnd::WatchFailed { message } => watch_failed(run_id, self.log.stop(), &message),
+            ServerEnd::WatchFailed { message } => watch_failed(run_id, self.ctx.backend.wording(), self.log.stop(), &message),
         };
         Ended { outcome, by: DecidedBy::Server }
     }
@@ -419,6 +419,7 @@ impl<'scope> Shell<'scope, '_> {
 /// The judging facts besides the log, owned (the judge borrows them).
 struct Facts {
     run_id: String,
+    wording: &'static Wording,
     timeout: Duration,
     memory_limit: Option<String>,
     finished: Option<Finished>,
@@ -433,6 +434,7 @@ impl Facts {
             memory_limit: self.memory_limit.as_deref(),
             finished: self.finished.as_ref(),
             cancel_requested: self.cancel_requested,
+            wording: self.wording,
         }
     }
 }
@@ -440,6 +442,7 @@ impl Facts {
 fn judged_facts(ctx: &Ctx, run_id: &str, followed: &Followed, finished: Option<Finished>, cancel: &CancelToken) -> Facts {
     Facts {
         run_id: run_id.to_string(),
+        wording: ctx.backend.wording(),
         timeout: followed.timeout,
         memory_limit: followed.memory_limit.clone(),
         finished,
@@ -464,46 +467,52 @@ fn judged_with_times(facts: &Facts, collector: Collector, last: Option<&Sighting
     outcome
 }
 
-/// The pod did not start in time: says what it was doing, from its status
-/// and events (issue 12, finding 3). The caller stops it for good.
-/// No node could take the pod within the grace (sync) or the start
-/// timeout (background); the pod is stopped by the caller of this.
-fn unschedulable(run_id: &str, message: &str) -> RunOutcome {
+/// No node could take the sandbox within the grace (sync) or the start
+/// timeout (background); the caller of this stops it for good.
+fn unschedulable(run_id: &str, wording: &Wording, message: &str) -> RunOutcome {
+    let sandbox = wording.sandbox;
     RunOutcome::without_result(
         run_id,
         RunStatus::Error,
         RunReason::Unschedulable,
         format!(
-            "no node can run the pod: {message}; the pod was deleted and will not run; lower limits.cpu / limits.memory or ask the operator for capacity"
+            "no node can run the {sandbox}: {message}; the {sandbox} was deleted and will not run; lower limits.cpu / limits.memory or ask the operator for capacity"
         ),
     )
 }
 
+/// The sandbox did not start in time: says what it was doing (issue 12,
+/// finding 3). The caller stops it for good.
 fn start_timeout(ctx: &Ctx, run_id: &str) -> RunOutcome {
     let progress = ctx.backend.start_progress(run_id);
+    let sandbox = ctx.backend.wording().sandbox;
     RunOutcome::without_result(
         run_id,
         RunStatus::Error,
         RunReason::StartTimeout,
         format!(
-            "the pod did not start within {} s (MCP_K8S_START_TIMEOUT_S): {progress}; the pod was stopped and the command will not run; retry, or ask the operator to raise MCP_K8S_START_TIMEOUT_S or pre-pull the image",
+            "the {sandbox} did not start within {} s (MCP_K8S_START_TIMEOUT_S): {progress}; the {sandbox} was stopped and the command will not run; retry, or ask the operator to raise MCP_K8S_START_TIMEOUT_S or pre-pull the image",
             ctx.policy.start_timeout.as_secs()
         ),
     )
 }
 
-/// The hard deadline passed: the pod's own deadline is behind us, so the
-/// kubelet has stopped the pod whatever this server saw.
+/// The hard deadline passed: the sandbox's own deadline is behind us, so
+/// the backend has stopped it whatever this server saw.
 fn past_hard_deadline(facts: &Facts, collector: Collector, outage: Option<&Away>) -> RunOutcome {
     let mut outcome = outcome::judge(&facts.judged(), collector);
     match outage {
         Some(outage) => {
             outcome.status = RunStatus::Error;
             outcome.reason = Some(RunReason::ApiError);
+            let wording = facts.wording;
             outcome.message = format!(
-                "the API server has not answered for {} s ({}); the pod's own deadline has passed, so the kubelet stopped it, but its result could not be read; the output read so far is included",
+                "{} has not answered for {} s ({}); the {}'s own deadline has passed, so {} stopped it, but its result could not be read; the output read so far is included",
+                wording.api,
                 outage.duration.as_secs(),
-                outage.why
+                outage.why,
+                wording.sandbox,
+                wording.stopper
             );
         }
         None => {
@@ -515,14 +524,17 @@ fn past_hard_deadline(facts: &Facts, collector: Collector, outage: Option<&Away>
     outcome
 }
 
-fn watch_failed(run_id: &str, collector: Collector, message: &str) -> RunOutcome {
+fn watch_failed(run_id: &str, wording: &Wording, collector: Collector, message: &str) -> RunOutcome {
     let mut outcome = RunOutcome::without_result(
         run_id,
         RunStatus::Error,
         RunReason::ApiError,
-        // Whether the pod could be stopped is said by the caller of
+        // Whether the sandbox could be stopped is said by the caller of
         // `follow` (a note when it could not): this text makes no claim.
-        format!("watching the pod failed: {message}; the server gave up on the run; check its permissions (mcp-k8s-ephemeral-job doctor)"),
+        format!(
+            "watching the {} failed: {message}; the server gave up on the run; check its permissions (mcp-k8s-ephemeral-job doctor)",
+            wording.sandbox
+        ),
     );
     outcome.stdout = collector.live_stdout;
     outcome.stderr = collector.live_stderr;
@@ -673,12 +685,12 @@ fn follow_output(
     collector
 }
 
-fn cancelled(run_id: &str, collector: Collector) -> RunOutcome {
+fn cancelled(run_id: &str, wording: &Wording, collector: Collector) -> RunOutcome {
     let mut outcome = RunOutcome::without_result(
         run_id,
         RunStatus::Cancelled,
         RunReason::Cancelled,
-        "the run was cancelled and its pod deleted; the output read so far is included".into(),
+        format!("the run was cancelled and its {} deleted; the output read so far is included", wording.sandbox),
     );
     outcome.stdout = collector.live_stdout;
     outcome.stderr = collector.live_stderr;

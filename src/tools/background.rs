@@ -469,7 +469,11 @@ mod tests {
             ),
             (background::Error::AlreadyFinished { token: token.clone() }, true, "has already finished"),
             (background::Error::Full { running: 110 }, false, "110 background jobs are in flight"),
-            (background::Error::Refused { message: "quota".into() }, false, "quota"),
+            (
+                background::Error::Refused { reason: Some(crate::engine::spec::RunReason::QuotaExceeded), message: "quota".into() },
+                false,
+                "quota",
+            ),
             (background::Error::Api { what: "list the background Jobs", message: "connection refused".into() }, false, "retry shortly"),
         ];
         for (error, invalid, expected) in cases {

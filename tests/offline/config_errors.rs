@@ -38,6 +38,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_RESULT_TTL_S", "5", "MCP_K8S_RESULT_TTL_S: `5` is out of range"),
     ("MCP_K8S_WORKDIR_SIZE", "0", "MCP_K8S_WORKDIR_SIZE: `0` is not accepted"),
     ("MCP_K8S_RUNTIME_CLASS", "gVisor", "MCP_K8S_RUNTIME_CLASS: `gVisor` is not accepted"),
+    ("MCP_K8S_POD_TEMPLATE", "/nonexistent/pod-template.yaml", "MCP_K8S_POD_TEMPLATE: cannot read `/nonexistent/pod-template.yaml`"),
     ("MCP_K8S_MAX_MESSAGE_BYTES", "100", "MCP_K8S_MAX_MESSAGE_BYTES: `100` is out of range"),
     ("MCP_K8S_MAX_INFLIGHT_BYTES", "0", "MCP_K8S_MAX_INFLIGHT_BYTES: `0` is out of range"),
     ("MCP_K8S_MAX_REPLY_QUEUE_BYTES", "1k", "MCP_K8S_MAX_REPLY_QUEUE_BYTES: `1k` is not accepted"),

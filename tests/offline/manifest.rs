@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mcp_k8s_ephemeral_job::backend::kubernetes::manifest;
+use mcp_k8s_ephemeral_job::backend::kubernetes::template::{self, PodTemplate};
 use mcp_k8s_ephemeral_job::engine::spec::{CacheVolume, CloneSpec, CloneStep, InputFile, Policy, RunSpec};
 use mcp_k8s_ephemeral_job::quantity::Quantity;
 
@@ -178,4 +179,51 @@ fn dollar_signs_reach_the_process_literally() {
     for (raw, escaped) in cases {
         assert_eq!(manifest::escape_dollars(raw), escaped);
     }
+}
+
+fn full_template() -> PodTemplate {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/pod-template/full.yaml");
+    template::load(&path).unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// Issue 19: the operator's template adds its fields, labels and
+/// annotations to the pod, and nothing else of the Job changes.
+#[test]
+fn run_with_a_full_pod_template() {
+    let template = full_template();
+    let mut job = manifest::job(&spec(), &policy(), "0123abcd");
+    manifest::apply_pod_template(&mut job, &template);
+    check("pod-template.json", &job);
+    let mut pod = job["spec"]["template"].clone();
+    assert_eq!(pod["metadata"]["labels"]["team"], "platform");
+    assert_eq!(pod["metadata"]["annotations"]["example.com/cost-center"], "42");
+    assert_eq!(pod["spec"]["imagePullSecrets"][0]["name"], "registry-creds");
+    // Without the template's own fields, the pod is the plain one: the
+    // restricted Pod Security fields, containers and volumes are untouched.
+    let plain = manifest::job(&spec(), &policy(), "0123abcd");
+    for field in template.pod_spec.keys() {
+        pod["spec"].as_object_mut().unwrap().remove(field);
+    }
+    pod["metadata"]["labels"].as_object_mut().unwrap().remove("team");
+    pod["metadata"].as_object_mut().unwrap().remove("annotations");
+    assert_eq!(pod, plain["spec"]["template"]);
+    let mut without_pod = job.clone();
+    without_pod["spec"]["template"] = serde_json::Value::Null;
+    let mut plain_without_pod = plain.clone();
+    plain_without_pod["spec"]["template"] = serde_json::Value::Null;
+    assert_eq!(without_pod, plain_without_pod, "only the pod changes");
+}
+
+/// The server's own labels and `MCP_K8S_RUNTIME_CLASS` are never replaced
+/// by the template's.
+#[test]
+fn the_template_never_replaces_what_the_server_set() {
+    let mut template = full_template();
+    template.labels.insert(manifest::LABEL_RUN_ID.into(), "someone-else".into());
+    let mut policy = policy();
+    policy.runtime_class = Some("kata".into());
+    let mut job = manifest::job(&spec(), &policy, "0123abcd");
+    manifest::apply_pod_template(&mut job, &template);
+    assert_eq!(job["spec"]["template"]["metadata"]["labels"][manifest::LABEL_RUN_ID], "0123abcd");
+    assert_eq!(job["spec"]["template"]["spec"]["runtimeClassName"], "kata");
 }

@@ -138,7 +138,7 @@ fn issue_12_10_an_api_server_down_25_s_mid_run_fails_nothing_that_succeeds() {
     // The outage really happened to this server: it said so in its log.
     let (mut warned, mut forbidden) = (false, false);
     while let Ok(line) = server.stderr.try_recv() {
-        warned |= line.contains("the pod watch is failing");
+        warned |= line.contains("the sandbox watch is failing");
         forbidden |= line.contains("still failing") && line.contains("403");
     }
     assert!(warned, "the server never saw the outage");

@@ -9,6 +9,10 @@
 
 mod client;
 
+/// The contract table (tests/contract/), on the Docker backend.
+#[path = "../contract/docker.rs"]
+mod contract;
+
 use std::path::PathBuf;
 use std::time::Duration;
 

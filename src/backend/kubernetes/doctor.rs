@@ -6,6 +6,10 @@
 //! The last checks run tiny jobs: the runner (and clone) image starts, and
 //! the pod's real process limit, which only a job can measure.
 //!
+//! The pod template's references (RuntimeClass, PriorityClass, image pull
+//! Secrets) are checked for existence only; the Secrets' content is never
+//! read.
+//!
 //! Knows `Config`, the engine (to run a tiny job), the runner's probe line
 //! and `kube`; nothing of MCP.
 
@@ -13,6 +17,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::backend::kubernetes::permissions::{self, Permission};
+use crate::backend::kubernetes::template::PodTemplate;
 use crate::cancel::CancelToken;
 use crate::config::Config;
 use crate::engine;
@@ -46,7 +51,13 @@ impl Check {
 /// Runs every check, handing each to `report` as soon as it is done (the
 /// last one starts a pod and takes a few seconds). Returns true when all
 /// passed.
-pub fn run(config: &Config, ctx: &engine::run::Ctx, client: &kube::Client, report: &mut dyn FnMut(&Check)) -> bool {
+pub fn run(
+    config: &Config,
+    pod_template: Option<&PodTemplate>,
+    ctx: &engine::run::Ctx,
+    client: &kube::Client,
+    report: &mut dyn FnMut(&Check),
+) -> bool {
     let mut all_passed = true;
     let mut emit = |check: Check| {
         all_passed &= check.passed;
@@ -62,6 +73,18 @@ pub fn run(config: &Config, ctx: &engine::run::Ctx, client: &kube::Client, repor
     }
     if let Some(clone) = &config.clone {
         emit(check_clone_secret(client, &config.namespace, &clone.secret));
+    }
+    let runtime_class = pod_template.and_then(PodTemplate::runtime_class_name).or(config.runtime_class.as_deref());
+    if let Some(runtime_class) = runtime_class {
+        emit(check_cluster_object(client, &RUNTIME_CLASSES, runtime_class));
+    }
+    if let Some(pod_template) = pod_template {
+        if let Some(priority_class) = pod_template.priority_class_name() {
+            emit(check_cluster_object(client, &PRIORITY_CLASSES, priority_class));
+        }
+        for secret in pod_template.image_pull_secrets() {
+            emit(check_pull_secret(client, &config.namespace, secret));
+        }
     }
     emit(check_allowlist(config));
     emit(check_image_runs(ctx, "runner image (MCP_K8S_RUNNER_IMAGE)", &config.runner_image, &[&config.runner_binary_path, "--version"]));
@@ -180,6 +203,61 @@ fn check_clone_secret(client: &kube::Client, namespace: &str, secret: &str) -> C
             "MCP_K8S_CLONE_SECRET: Secret `{secret}` does not exist in namespace `{namespace}`; create it with one token per git host, or unset MCP_K8S_CLONE_IMAGE and MCP_K8S_CLONE_SECRET"
         )),
         Err(error) => Check::fail(format!("MCP_K8S_CLONE_SECRET: cannot read Secret `{secret}`: {error}")),
+    }
+}
+
+/// A cluster-scoped object a job pod names, and how doctor says so.
+struct ClusterObject {
+    resource: kube::Resource,
+    /// `RuntimeClass`, as the operator knows it.
+    kind: &'static str,
+    /// `runtimeclasses.node.k8s.io`, for the ClusterRole that lets doctor look.
+    resource_name: &'static str,
+}
+
+const RUNTIME_CLASSES: ClusterObject = ClusterObject {
+    resource: kube::Resource { api_path: "/apis/node.k8s.io/v1", plural: "runtimeclasses", namespaced: false },
+    kind: "RuntimeClass",
+    resource_name: "runtimeclasses.node.k8s.io",
+};
+
+const PRIORITY_CLASSES: ClusterObject = ClusterObject {
+    resource: kube::Resource { api_path: "/apis/scheduling.k8s.io/v1", plural: "priorityclasses", namespaced: false },
+    kind: "PriorityClass",
+    resource_name: "priorityclasses.scheduling.k8s.io",
+};
+
+/// RuntimeClasses and PriorityClasses are cluster-scoped, so the server's
+/// namespaced Role cannot grant reading them: the check is optional. It
+/// passes, saying it could not look, unless the operator adds a ClusterRole
+/// with `get` on the resource (the server never needs one to run jobs).
+fn check_cluster_object(client: &kube::Client, object: &ClusterObject, name: &str) -> Check {
+    let kind = object.kind;
+    match client.get_if_exists(object.resource, "", name) {
+        Ok(Some(_)) => Check::pass(format!("{kind} `{name}` exists")),
+        Ok(None) => Check::fail(format!(
+            "{kind} `{name}` does not exist; every job pod would be refused: create it, or change MCP_K8S_POD_TEMPLATE (or MCP_K8S_RUNTIME_CLASS)"
+        )),
+        Err(error) if error.is_forbidden() => Check::pass(format!(
+            "{kind} `{name}`: not checked (cluster-scoped; a ClusterRole granting `get` on `{}` lets doctor look)",
+            object.resource_name
+        )),
+        Err(error) => Check::fail(format!("{kind} `{name}`: cannot read it: {error}")),
+    }
+}
+
+/// An image pull Secret exists. The server has no reason to read it (the
+/// kubelet does), so this asks with the `list` the reaper already holds,
+/// selected by name, and looks only at how many came back: no `get` on a
+/// Secret the server does not own, and nothing of it is kept or shown.
+fn check_pull_secret(client: &kube::Client, namespace: &str, secret: &str) -> Check {
+    let params = kube::ListParams { label_selector: None, field_selector: Some(format!("metadata.name={secret}")) };
+    match client.list(kube::Resource::SECRETS, namespace, &params) {
+        Ok(list) if !list.items.is_empty() => Check::pass(format!("imagePullSecrets: Secret `{secret}` exists in `{namespace}`")),
+        Ok(_) => Check::fail(format!(
+            "imagePullSecrets: Secret `{secret}` does not exist in namespace `{namespace}`; pods pulling from that registry would fail with ErrImagePull: create it (kubectl create secret docker-registry), or remove it from MCP_K8S_POD_TEMPLATE"
+        )),
+        Err(error) => Check::fail(format!("imagePullSecrets: cannot look for Secret `{secret}`: {error}")),
     }
 }
 

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::backend::kubernetes::template::PodTemplate;
 use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, run_deadline};
 use crate::sandbox::args::{self, CloneOptions, ExecOptions, InitOptions};
 use crate::sandbox::frame::to_base64;
@@ -162,6 +163,24 @@ pub fn inputs_secret(spec: &RunSpec, policy: &Policy, run_id: &str, job_uid: &st
     }))
 }
 
+/// Merges the operator's pod template into a Job built by `job`: its pod
+/// spec fields, labels and annotations go onto the pod, never over a field
+/// or key the server set (the template's checks refuse those anyway;
+/// `runtimeClassName` can only agree with `MCP_K8S_RUNTIME_CLASS`). Pure,
+/// like `job`, and never given anything from a caller.
+pub fn apply_pod_template(job: &mut Value, template: &PodTemplate) {
+    let pod = &mut job["spec"]["template"];
+    if let Value::Object(pod_spec) = &mut pod["spec"] {
+        for (field, value) in &template.pod_spec {
+            pod_spec.entry(field.clone()).or_insert_with(|| value.clone());
+        }
+    }
+    merge_strings(&mut pod["metadata"]["labels"], &template.labels);
+    if !template.annotations.is_empty() {
+        merge_strings(&mut pod["metadata"]["annotations"], &template.annotations);
+    }
+}
+
 /// How long an object of this run may outlive its creation before the
 /// reaper deletes it, and how long the TTL controller keeps its finished
 /// Job. Sync runs keep theirs briefly (the server deletes them itself);
@@ -198,6 +217,19 @@ pub const JOB_DEADLINE_SLACK: Duration = Duration::from_secs(60);
 /// the process exactly as the caller wrote it.
 pub fn escape_dollars(text: &str) -> String {
     text.replace('$', "$$")
+}
+
+/// Adds `extra` to the string map at `into` (made one if it is null),
+/// keeping every key already there.
+fn merge_strings(into: &mut Value, extra: &std::collections::BTreeMap<String, String>) {
+    if into.is_null() {
+        *into = json!({});
+    }
+    if let Value::Object(map) = into {
+        for (key, value) in extra {
+            map.entry(key.clone()).or_insert_with(|| json!(value));
+        }
+    }
 }
 
 fn labels(run_id: &str) -> Value {

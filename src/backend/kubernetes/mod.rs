@@ -4,7 +4,8 @@
 //! engine's neutral views, `watch` follows the run's pods, `record` keeps a
 //! background run's record and verdict in the Job's annotations, `reaper`
 //! deletes what expired, `permissions` lists the RBAC the server needs,
-//! `doctor` checks a cluster's set-up against the configuration.
+//! `template` checks the operator's pod template (merged into every Job by
+//! `manifest`), `doctor` checks a cluster's set-up against the configuration.
 //!
 //! Speaks to the API server only through `kube`; decides nothing about a
 //! run's end (the engine's `decide` does).
@@ -15,12 +16,15 @@ pub mod manifest;
 pub mod permissions;
 pub mod reaper;
 pub mod record;
+pub mod template;
 pub mod watch;
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::backend::kubernetes::template::PodTemplate;
 use crate::engine::backend::{
-    self, Abort, Backend, Created, Keep, NewRun, Output, OutputError, Refused, Settled, Sighting, Stop, Stored, Watch,
+    self, Abort, Backend, Created, Keep, NewRun, Output, OutputError, Refused, Settled, Sighting, Stop, Stored, Watch, Wording,
 };
 use crate::engine::spec::{Policy, RunReason};
 use crate::engine::verdict::Recorded;
@@ -34,11 +38,20 @@ use crate::metrics;
 pub struct Kubernetes {
     pub client: kube::Client,
     pub policy: Policy,
+    /// The operator's pod template (`MCP_K8S_POD_TEMPLATE`), checked at
+    /// start; merged into every Job this backend creates. Kept here, not in
+    /// the engine's `Policy`, because its fields are Kubernetes' own.
+    pub pod_template: Option<Arc<PodTemplate>>,
 }
 
 impl Kubernetes {
     pub fn new(client: kube::Client, policy: Policy) -> Kubernetes {
-        Kubernetes { client, policy }
+        Kubernetes { client, policy, pod_template: None }
+    }
+
+    pub fn with_pod_template(mut self, pod_template: Option<PodTemplate>) -> Kubernetes {
+        self.pod_template = pod_template.map(Arc::new);
+        self
     }
 
     fn namespace(&self) -> &str {
@@ -122,6 +135,9 @@ impl Backend for Kubernetes {
         let name = manifest::job_name(run.run_id);
         let retention = retention(run, &self.policy);
         let mut job_manifest = manifest::job(run.spec, &self.policy, run.run_id);
+        if let Some(pod_template) = &self.pod_template {
+            manifest::apply_pod_template(&mut job_manifest, pod_template);
+        }
         manifest::apply_retention(&mut job_manifest, &retention);
         let job = self.client.create(Resource::JOBS, namespace, &job_manifest).map_err(|error| {
             metrics::api_error("create_job");
@@ -265,7 +281,20 @@ impl Backend for Kubernetes {
     fn reap(&self, now: SystemTime) -> usize {
         reaper::reap_once(&self.client, self.namespace(), now)
     }
+
+    fn wording(&self) -> &'static Wording {
+        &WORDING
+    }
 }
+
+/// What Kubernetes users call the parts of a run.
+pub const WORDING: Wording = Wording {
+    sandbox: "pod",
+    stopper: "the kubelet",
+    pids_limit: "the kubelet's podPidsLimit",
+    outside_deleters: "kubectl delete, a controller, a node drain",
+    api: "the API server",
+};
 
 /// The retention of a run's objects, as annotations and the Job's TTL.
 fn retention(run: &NewRun, policy: &Policy) -> manifest::Retention {

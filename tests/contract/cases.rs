@@ -1,0 +1,217 @@
+//! The contract table (issue 14): one case per promise every backend makes,
+//! run unchanged on each backend its tier names (`super::BACKEND`), with the
+//! same expected results. A case says what the caller sees through MCP and
+//! that nothing of the run is left afterwards; how a backend keeps those
+//! promises is not its business (`harness.rs` hides the differences).
+//!
+//! Where the backends truly differ, the difference is an entry of
+//! `EXCEPTIONS` below, named where the case uses it, and nowhere else.
+
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use super::BACKEND;
+use super::harness::{BUSYBOX, Cleanup, Kind, MISSING_IMAGE, PYTHON, Server, assert_nothing_left, run_id_of_token};
+
+/// A difference between backends that the table allows, and why.
+pub struct Exception {
+    pub name: &'static str,
+    pub backend: Kind,
+    pub why: &'static str,
+}
+
+/// Every allowed difference. Adding one needs a reason a reader can check.
+pub const EXCEPTIONS: &[Exception] = &[Exception {
+    name: "missing-image-reason",
+    backend: Kind::Docker,
+    why: "images are never pulled unless the operator allows it (MCP_K8S_DOCKER_PULL), so a missing image is \
+          `ImageNotPresent` at once; issue 14 also allows `ImagePullFailed` when a pull was allowed and failed. \
+          Kubernetes always tries the pull (the kubelet's policy), so it is `ImagePullFailed` there.",
+}];
+
+/// The reason for exception `name` when it applies on this tier's backend.
+fn excepted(name: &str) -> Option<&'static str> {
+    let exception = EXCEPTIONS.iter().find(|exception| exception.name == name);
+    let exception = exception.unwrap_or_else(|| panic!("no exception named {name} in EXCEPTIONS"));
+    (exception.backend == BACKEND).then_some(exception.why)
+}
+
+fn server(extra: &[(&str, &str)]) -> Server {
+    Server::start(BACKEND, extra)
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn sh(script: &str) -> Value {
+    json!(["sh", "-c", script])
+}
+
+#[test]
+fn exit_zero_is_succeeded() {
+    let mut server = server(&[]);
+    let out = server.run(json!({"image": BUSYBOX, "command": sh("echo hello")}));
+    assert_eq!((out["status"].as_str(), out["exit_code"].as_i64()), (Some("succeeded"), Some(0)), "{out}");
+    assert_eq!(out["stdout"], "hello\n", "{out}");
+    assert_eq!(out["stderr"], "", "{out}");
+    assert!(out["timings"]["started_at"].is_string(), "{out}");
+}
+
+#[test]
+fn a_non_zero_exit_keeps_its_code_and_the_streams_apart() {
+    let mut server = server(&[]);
+    let id = server.send_call("run_job", json!({"image": BUSYBOX, "command": sh("echo to-stdout; echo to-stderr >&2; exit 3")}));
+    let called = server.answer(id);
+    let out = &called.result["structuredContent"];
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("failed"), Some("NonZeroExit")), "{out}");
+    assert_eq!(out["exit_code"], 3, "{out}");
+    assert_eq!(out["stdout"], "to-stdout\n", "{out}");
+    assert_eq!(out["stderr"], "to-stderr\n", "{out}");
+    assert!(called.progress.iter().any(|line| line.contains("to-stdout")), "live output reaches progress: {:?}", called.progress);
+    assert_nothing_left(BACKEND, out["run_id"].as_str().unwrap_or_default());
+}
+
+#[test]
+fn output_over_the_cap_keeps_head_and_tail_and_says_truncated() {
+    let mut server = server(&[("MCP_K8S_MAX_OUTPUT_BYTES", "2048")]);
+    let script = "i=0; while [ $i -lt 5000 ]; do echo line-$i; i=$((i+1)); done";
+    let out = server.run(json!({"image": BUSYBOX, "command": sh(script)}));
+    let stdout = out["stdout"].as_str().unwrap_or_default();
+    assert_eq!(out["truncated"]["stdout"], true, "{out}");
+    assert!(stdout.starts_with("line-0\n") && stdout.ends_with("line-4999\n"), "head and tail: {stdout}");
+    assert!(stdout.contains("bytes omitted]"), "{stdout}");
+    assert!(out["stdout_total_bytes"].as_u64().unwrap_or_default() > 40_000, "{out}");
+}
+
+#[test]
+fn an_artifact_comes_back_with_its_sha256() {
+    let mut server = server(&[]);
+    let out = server.run(json!({"image": BUSYBOX, "command": sh("printf hello > out.txt")}));
+    assert_eq!(out["status"], "succeeded", "{out}");
+    let artifact = &out["artifacts"][0];
+    assert_eq!(artifact["path"], "out.txt", "{out}");
+    // sha256("hello")
+    assert_eq!(artifact["sha256"], "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", "{out}");
+    assert_eq!(artifact["content_b64"], b64(b"hello"), "{out}");
+}
+
+#[test]
+fn a_timeout_keeps_the_partial_output_and_files() {
+    let mut server = server(&[]);
+    let started = Instant::now();
+    let out = server.run(json!({"image": BUSYBOX, "command": sh("echo partial; echo x > made.txt; sleep 60"), "timeout_s": 3}));
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("timeout"), Some("DeadlineExceeded")), "{out}");
+    assert_eq!(out["stdout"], "partial\n", "{out}");
+    assert_eq!(out["artifacts"][0]["path"], "made.txt", "{out}");
+    assert!(started.elapsed() < Duration::from_secs(50), "the timeout stopped the command: {:?}", started.elapsed());
+}
+
+#[test]
+fn running_out_of_memory_is_oomkilled() {
+    let mut server = server(&[]);
+    let program = "b = bytearray(400 * 1024 * 1024); print(len(b))";
+    let out = server.run(json!({"image": PYTHON, "command": ["python3", "-c", program], "limits": {"memory": "64Mi"}}));
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("failed"), Some("OOMKilled")), "{out}");
+    assert!(out["message"].as_str().unwrap_or_default().contains("limits.memory=64Mi"), "{out}");
+}
+
+#[test]
+fn a_missing_image_is_a_clear_error_naming_it() {
+    let mut server = server(&[]);
+    let started = Instant::now();
+    let out = server.run(json!({"image": MISSING_IMAGE, "command": ["true"]}));
+    assert_eq!(out["status"], "error", "{out}");
+    let reason = out["reason"].as_str().unwrap_or_default();
+    if let Some(why) = excepted("missing-image-reason") {
+        assert!(["ImageNotPresent", "ImagePullFailed"].contains(&reason), "{why}\n{out}");
+    } else {
+        assert_eq!(reason, "ImagePullFailed", "{out}");
+    }
+    assert!(out["message"].as_str().unwrap_or_default().contains(MISSING_IMAGE), "the message names the image: {out}");
+    assert!(started.elapsed() < Duration::from_secs(60), "fails fast, not after the start timeout: {:?}", started.elapsed());
+}
+
+#[test]
+fn an_mcp_cancel_stops_the_run_and_leaves_nothing() {
+    let mut server = server(&[]);
+    let id = server.send_call("run_job", json!({"image": BUSYBOX, "command": sh("echo begun; sleep 300")}));
+    let run_id = server.wait_progress(id, "begun");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "contract"}});
+    server.stdio.send(&cancel.to_string());
+    let cancelled_at = Instant::now();
+    assert_nothing_left(BACKEND, &run_id);
+    assert!(cancelled_at.elapsed() < Duration::from_secs(30), "the sandbox went at once: {:?}", cancelled_at.elapsed());
+    // MCP: a cancelled request gets no response; the partial output of a
+    // cancel is the next case's (cancel_job, whose caller asks for it).
+    let late = server.stdio.nothing_within(Duration::from_millis(500));
+    assert!(late.is_none(), "a cancelled request gets no response: {late:?}");
+}
+
+#[test]
+fn cancel_job_is_cancelled_with_the_partial_output() {
+    let mut server = server(&[]);
+    let token = server.submit(json!({"image": BUSYBOX, "command": sh("echo before-cancel; sleep 300; echo never")}));
+    let _cleanup = Cleanup::tokens(BACKEND, &[&token]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !server.ok("fetch_job", json!({"job_token": token, "wait_s": 2}))["stdout"].as_str().unwrap_or_default().contains("before-cancel")
+    {
+        assert!(Instant::now() < deadline, "no output from {token}");
+    }
+    let answered = server.ok("cancel_job", json!({"job_token": token}));
+    assert_eq!(answered["cancel_requested"], true, "{answered}");
+    let done = server.fetch_done(&token);
+    let out = &done["result"];
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("cancelled"), Some("Cancelled")), "{out}");
+    let stdout = out["stdout"].as_str().unwrap_or_default();
+    assert!(stdout.contains("before-cancel") && !stdout.contains("never"), "{out}");
+}
+
+#[test]
+fn submit_then_fetch_is_the_run_job_result() {
+    let mut server = server(&[]);
+    let token = server.submit(json!({"image": BUSYBOX, "command": sh("echo in-the-background; exit 4")}));
+    let _cleanup = Cleanup::tokens(BACKEND, &[&token]);
+    let done = server.fetch_done(&token);
+    let out = &done["result"];
+    assert_eq!((out["status"].as_str(), out["exit_code"].as_i64()), (Some("failed"), Some(4)), "{out}");
+    assert_eq!(out["stdout"], "in-the-background\n", "{out}");
+    assert_eq!(out["run_id"], run_id_of_token(&token), "{out}");
+    let again = server.ok("fetch_job", json!({"job_token": token, "wait_s": 0}));
+    assert_eq!(again["result"], *out, "a second fetch answers the same");
+}
+
+#[test]
+fn the_same_token_is_fetched_after_a_server_restart() {
+    let mut first = server(&[]);
+    let token = first.submit(json!({"image": BUSYBOX, "command": sh("echo before-restart; sleep 4; echo after-restart")}));
+    let _cleanup = Cleanup::tokens(BACKEND, &[&token]);
+    // Dropping the server SIGKILLs it: nothing of the run may depend on it.
+    drop(first);
+    let mut second = server(&[]);
+    let done = second.fetch_done(&token);
+    let out = &done["result"];
+    assert_eq!(out["status"], "succeeded", "{out}");
+    assert_eq!(out["stdout"], "before-restart\nafter-restart\n", "{out}");
+}
+
+#[test]
+fn list_jobs_lists_a_background_run() {
+    let mut server = server(&[]);
+    let token = server.submit(json!({"image": BUSYBOX, "command": sh("sleep 3; echo listed")}));
+    let _cleanup = Cleanup::tokens(BACKEND, &[&token]);
+    let entry = |server: &mut Server| {
+        let listed = server.ok("list_jobs", json!({}));
+        let found = listed["jobs"].as_array().and_then(|jobs| jobs.iter().find(|job| job["job_token"] == token.as_str()).cloned());
+        found.unwrap_or_else(|| panic!("{token} not in {listed}"))
+    };
+    let running = entry(&mut server);
+    assert_eq!(running["status"], "running", "{running}");
+    // The image and the program, never the arguments.
+    assert_eq!(running["command"], format!("{BUSYBOX} sh"), "{running}");
+    server.fetch_done(&token);
+    let done = entry(&mut server);
+    assert_eq!((done["status"].as_str(), done["result_status"].as_str()), (Some("done"), Some("succeeded")), "{done}");
+}

@@ -1,0 +1,316 @@
+//! The contract table's harness: a real server process over stdio on one
+//! backend (`Kind`), tool calls through MCP, and the check that a run left
+//! nothing behind. The cases (`cases.rs`) call only this, so the same case
+//! text runs on every backend.
+//!
+//! What differs per backend lives here and nowhere else: the server's
+//! settings, how to see a run's leftovers (Kubernetes: Jobs, pods and
+//! Secrets labelled with the run id; Docker: containers and volumes whose
+//! name or labels carry the run id) and how to remove a background run's
+//! kept objects. Every check selects by the run ids of this process's own
+//! runs, never by a broad label, so other tests on the same cluster or
+//! daemon keep their objects.
+//!
+//! It knows no expected result: those are the table's.
+
+// Each tier builds the harness for one backend; the other's half is unused
+// there.
+#![allow(dead_code)]
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::support::cluster;
+use super::support::faults;
+use super::support::server::StdioServer;
+
+/// The backend a tier runs the table on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Kubernetes,
+    Docker,
+}
+
+/// Images every backend has: the test cluster loads them into containerd,
+/// `tests/docker/up` into the test dockerd, under the same names.
+pub const BUSYBOX: &str = cluster::BUSYBOX;
+pub const PYTHON: &str = cluster::PYTHON;
+/// A reference no backend has and none can pull (nothing listens on
+/// loopback port 5000).
+pub const MISSING_IMAGE: &str = cluster::NONEXISTENT_IMAGE;
+
+/// The socket `tests/docker/up` makes, used when `DOCKER_HOST` is unset (the
+/// system's own Docker is never used by accident).
+const TEST_DOCKER_HOST: &str = "unix:///var/lib/mcp-k8s-test-docker/docker.sock";
+/// The static runner binary the Docker backend mounts into each container
+/// (`tests/build-project-image` builds it).
+const RUNNER_BINARY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/x86_64-unknown-linux-musl/release/mcp-k8s-ephemeral-job");
+/// What a Docker-tier case says when this build has no Docker backend, so a
+/// missing backend is a loud failure and never a silent skip.
+pub const NO_DOCKER_BACKEND: &str = "the Docker backend is not in this build (MCP_K8S_BACKEND=docker refused)";
+/// How long one message (a tool result, a progress notification) may take:
+/// a run on a busy shared cluster can wait for its image and its node.
+const MESSAGE_WAIT: Duration = Duration::from_secs(180);
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1000);
+
+/// A tool call's result and the progress messages that came before it.
+pub struct Called {
+    pub result: Value,
+    pub progress: Vec<String>,
+}
+
+/// The server under test on one backend.
+pub struct Server {
+    pub kind: Kind,
+    pub stdio: StdioServer,
+}
+
+impl Server {
+    /// A server on `kind` with `extra` settings on top, initialized.
+    pub fn start(kind: Kind, extra: &[(&str, &str)]) -> Server {
+        let stdio = match kind {
+            Kind::Kubernetes => cluster::server(extra),
+            Kind::Docker => start_on_docker(extra),
+        };
+        Server { kind, stdio }
+    }
+
+    /// Sends a `tools/call` (with a progress token) and returns its id
+    /// without waiting.
+    pub fn send_call(&mut self, tool: &str, arguments: Value) -> u64 {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let params = json!({"name": tool, "arguments": arguments, "_meta": {"progressToken": format!("p{id}")}});
+        self.stdio.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string());
+        id
+    }
+
+    /// Progress messages until the response to `id`, then that response's
+    /// result.
+    pub fn answer(&self, id: u64) -> Called {
+        let mut progress = Vec::new();
+        loop {
+            let message = self.stdio.recv_within(MESSAGE_WAIT);
+            if message["id"] == id {
+                return Called { result: message["result"].clone(), progress };
+            }
+            if message["method"] == "notifications/progress" {
+                progress.push(message["params"]["message"].as_str().unwrap_or_default().to_string());
+            }
+        }
+    }
+
+    pub fn call(&mut self, tool: &str, arguments: Value) -> Called {
+        let id = self.send_call(tool, arguments);
+        self.answer(id)
+    }
+
+    /// A tool call that must not be a tool error; its structured content.
+    pub fn ok(&mut self, tool: &str, arguments: Value) -> Value {
+        let called = self.call(tool, arguments);
+        assert_eq!(called.result["isError"], false, "{tool} on {:?}: {}", self.kind, called.result);
+        called.result["structuredContent"].clone()
+    }
+
+    /// `run_job` to its end; its structured result, after checking the run
+    /// left nothing behind.
+    pub fn run(&mut self, arguments: Value) -> Value {
+        let out = self.ok("run_job", arguments);
+        let run_id = out["run_id"].as_str().unwrap_or_else(|| panic!("no run_id in {out}"));
+        assert_nothing_left(self.kind, run_id);
+        out
+    }
+
+    /// `submit_job`; its token.
+    pub fn submit(&mut self, arguments: Value) -> String {
+        let submitted = self.ok("submit_job", arguments);
+        assert_eq!(submitted["status"], "submitted", "{submitted}");
+        submitted["job_token"].as_str().unwrap_or_else(|| panic!("no job_token in {submitted}")).to_string()
+    }
+
+    /// `fetch_job` until `done` (each poll waits up to 30 s).
+    pub fn fetch_done(&mut self, token: &str) -> Value {
+        let deadline = Instant::now() + MESSAGE_WAIT;
+        loop {
+            let view = self.ok("fetch_job", json!({"job_token": token, "wait_s": 30}));
+            if view["status"] == "done" {
+                return view;
+            }
+            assert!(Instant::now() < deadline, "{token} did not finish on {:?}: {view}", self.kind);
+        }
+    }
+
+    /// Waits for progress of request `id` containing `text`; returns the
+    /// run id named in the `created …` progress message (the backend's name
+    /// for the sandbox carries it on both backends).
+    pub fn wait_progress(&self, id: u64, text: &str) -> String {
+        let mut run_id = None;
+        loop {
+            let message = self.stdio.recv_within(MESSAGE_WAIT);
+            assert_ne!(message["id"], id, "request {id} ended before printing {text:?}: {message}");
+            let line = message["params"]["message"].as_str().unwrap_or_default();
+            if line.starts_with("created ") {
+                run_id = run_id_in(line);
+            }
+            if line.contains(text) {
+                return run_id.unwrap_or_else(|| panic!("no `created <name with the run id>` progress before {text:?}"));
+            }
+        }
+    }
+}
+
+/// A background run's token carries its run id (`job-<run id>-<seconds>`).
+pub fn run_id_of_token(token: &str) -> String {
+    faults::run_id_of(token)
+}
+
+/// The first 32-hex-digit word in `text`: a run id.
+fn run_id_in(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    (0..bytes.len().saturating_sub(31))
+        .find(|&start| bytes[start..start + 32].iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)))
+        .map(|start| text[start..start + 32].to_string())
+}
+
+// ---------------------------------------------------------------------------
+// Docker
+
+fn docker_host() -> String {
+    std::env::var("DOCKER_HOST").ok().filter(|host| !host.is_empty()).unwrap_or_else(|| TEST_DOCKER_HOST.to_string())
+}
+
+/// Starts the server with `MCP_K8S_BACKEND=docker` and fails loudly when
+/// this build does not take that setting: it exits naming it, or it ignores
+/// it and goes looking for Kubernetes credentials without a word of Docker.
+fn start_on_docker(extra: &[(&str, &str)]) -> StdioServer {
+    let host = docker_host();
+    let allowed = format!("{BUSYBOX},{PYTHON},{MISSING_IMAGE}");
+    let mut env = vec![
+        ("MCP_K8S_BACKEND", "docker"),
+        ("DOCKER_HOST", host.as_str()),
+        ("MCP_K8S_RUNNER_BINARY", RUNNER_BINARY),
+        ("MCP_K8S_ALLOWED_IMAGES", allowed.as_str()),
+    ];
+    env.extend_from_slice(extra);
+    let mut server = StdioServer::start(&env);
+    let log = start_log(&server);
+    let said = log.join("\n");
+    let mentions_docker = said.to_ascii_lowercase().contains("docker");
+    let exited = server.child.try_wait().ok().flatten().is_some();
+    let ignored = said.contains("no usable Kubernetes credentials") && !mentions_docker;
+    if (exited && said.contains("MCP_K8S_BACKEND")) || ignored {
+        panic!("{NO_DOCKER_BACKEND}; the server said:\n{said}");
+    }
+    assert!(!exited, "the server did not start on Docker ({host}); it said:\n{said}");
+    assert!(
+        std::path::Path::new(RUNNER_BINARY).is_file(),
+        "no runner binary at {RUNNER_BINARY}: build it with tests/build-project-image (or cargo build --release --target x86_64-unknown-linux-musl)"
+    );
+    server.initialize();
+    server
+}
+
+/// The server's log lines up to `serving MCP on stdio` (or its exit): where
+/// it says which backend it took and why.
+fn start_log(server: &StdioServer) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut lines = Vec::new();
+    while let Ok(line) = server.stderr.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        let serving = line.contains("serving MCP on stdio");
+        lines.push(line);
+        if serving {
+            break;
+        }
+    }
+    lines
+}
+
+/// The Docker CLI against the test daemon; its stdout.
+fn docker(args: &[&str]) -> String {
+    let output = Command::new("docker")
+        .args(args)
+        .env("DOCKER_HOST", docker_host())
+        .output()
+        .unwrap_or_else(|error| panic!("docker {args:?}: {error} (the Docker CLI comes with Debian's docker.io)"));
+    assert!(output.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Containers and volumes whose name or labels carry `run_id`. Anonymous
+/// volumes carry neither once their container is gone; the on_docker
+/// tier's own tests check that the backend removes them with the container.
+fn docker_leftovers(run_id: &str) -> Vec<String> {
+    let containers = docker(&["ps", "--all", "--no-trunc", "--format", "container {{.ID}} {{.Names}} {{.Labels}}"]);
+    let volumes = docker(&["volume", "ls", "--format", "volume {{.Name}} {{.Labels}}"]);
+    containers.lines().chain(volumes.lines()).filter(|line| line.contains(run_id)).map(str::to_string).collect()
+}
+
+fn docker_remove(run_id: &str) {
+    for line in docker_leftovers(run_id) {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some("container"), Some(id)) => drop(docker(&["rm", "--force", "--volumes", id])),
+            (Some("volume"), Some(name)) => drop(docker(&["volume", "rm", "--force", name])),
+            _ => {}
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Both
+
+/// Waits until nothing of `run_id` is left on `kind` (a pod or a container
+/// takes a moment to go).
+pub fn assert_nothing_left(kind: Kind, run_id: &str) {
+    match kind {
+        Kind::Kubernetes => cluster::assert_nothing_left(run_id),
+        Kind::Docker => {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let left = docker_leftovers(run_id);
+                if left.is_empty() {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "run {run_id} left objects behind: {left:?}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// Removes the objects a background run keeps for its result retention
+/// when dropped, then checks nothing of them is left.
+pub struct Cleanup {
+    pub kind: Kind,
+    pub run_ids: Vec<String>,
+}
+
+impl Cleanup {
+    /// For the background runs of these tokens.
+    pub fn tokens(kind: Kind, tokens: &[&str]) -> Cleanup {
+        Cleanup { kind, run_ids: tokens.iter().map(|token| run_id_of_token(token)).collect() }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        match self.kind {
+            // faults::Cleanup deletes the Jobs and Secrets and, unless the
+            // test is failing already, waits until nothing is left.
+            Kind::Kubernetes => drop(faults::Cleanup(std::mem::take(&mut self.run_ids))),
+            Kind::Docker => {
+                for run_id in &self.run_ids {
+                    docker_remove(run_id);
+                }
+                if !std::thread::panicking() {
+                    for run_id in &self.run_ids {
+                        assert_nothing_left(Kind::Docker, run_id);
+                    }
+                }
+            }
+        }
+    }
+}

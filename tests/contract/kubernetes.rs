@@ -1,0 +1,13 @@
+//! The contract table on the Kubernetes backend: the `on_cluster` tier
+//! includes this file as its `contract` module (`cargo test --test
+//! on_cluster contract::`). The cases and the harness are the same files
+//! the Docker tier includes; only `BACKEND` differs.
+
+#[path = "cases.rs"]
+mod cases;
+#[path = "harness.rs"]
+mod harness;
+// The tier's helper tree, where the harness finds it (`super::support`).
+use crate::support;
+
+const BACKEND: harness::Kind = harness::Kind::Kubernetes;

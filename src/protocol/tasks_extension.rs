@@ -3,7 +3,8 @@
 //! with the task's fields flat (`ttlMs`, `pollIntervalMs`); `tasks/get`
 //! answers the task with the tool's result inlined once it completed (an
 //! `isError` result is still `completed`); `tasks/cancel` answers an empty
-//! result and the next `tasks/get` shows `cancelled`. There is no
+//! result and the next `tasks/get` shows `cancelled`; `tasks/update` is
+//! refused, since no task here ever asks for input. There is no
 //! `tasks/result` and no `tasks/list` in this era.
 //!
 //! Backed by the same background runs as `submit_job` and the 2025-11-25
@@ -24,6 +25,7 @@ pub fn handler(method: &str) -> Option<(&'static str, RawHandler)> {
     match method {
         "tasks/get" => Some(("tasks/get", get)),
         "tasks/cancel" => Some(("tasks/cancel", cancel)),
+        "tasks/update" => Some(("tasks/update", update)),
         _ => None,
     }
 }
@@ -66,6 +68,18 @@ fn cancel(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
         background::task_cancel(ctx, task_id).map_err(response_error)?;
     }
     Ok(json!({}))
+}
+
+/// `tasks/update` answers a task's `inputRequests`; this server's tasks
+/// never ask for input (`input_required` never happens), so a known task
+/// refuses it and an unknown one is -32602 like everywhere else.
+fn update(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
+    let task_id = task_id(call)?;
+    background::task_status(ctx, task_id).map_err(response_error)?;
+    Err(super::invalid_params(format!(
+        "task `{}` is not waiting for input; this server's tasks never ask for any",
+        crate::echo::shorten(task_id)
+    )))
 }
 
 fn task_json(ctx: &tools::Ctx, state: &TaskState) -> Value {

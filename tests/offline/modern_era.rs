@@ -70,6 +70,7 @@ fn error_cases() -> Vec<(&'static str, Value, i64, u16)> {
         ),
         ("tasks/get without the extension", no_tasks_extension, -32021, 400),
         ("a panicking tool", request(10, "tools/call", json!({ "name": "test_panic" })), -32603, 500),
+        ("tasks/update without the extension", request(11, "tasks/update", json!({ "taskId": "abc", "inputResponses": {} })), -32021, 400),
     ]
 }
 

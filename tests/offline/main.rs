@@ -26,6 +26,7 @@ mod kube_errors;
 mod kube_faults;
 mod kube_kubeconfig;
 mod manifest;
+mod modern_era;
 mod readme_config;
 mod runner;
 mod stdio;

@@ -247,3 +247,32 @@ fn the_chart_version_and_app_version_are_the_crate_version() {
     assert_eq!(chart["version"], env!("CARGO_PKG_VERSION"), "{}", path.display());
     assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"), "the default image tag; {}", path.display());
 }
+
+#[test]
+fn network_service_and_env_values_land_where_values_yaml_says() {
+    let temp = TempDir::new("helm-values");
+    let values = temp.write(
+        "values.yaml",
+        &json!({
+            "namespaces": {"create": false},
+            "imagePullSecrets": [{"name": "regcred"}],
+            "jobsEgress": [{"to": [{"ipBlock": {"cidr": "203.0.113.10/32"}}], "ports": [{"protocol": "TCP", "port": 443}]}],
+            "serverIngressFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "agents"}}}],
+            "service": {"type": "NodePort"},
+            "extraEnv": [{"name": "MCP_K8S_LOG_LEVEL", "value": "debug"}],
+        })
+        .to_string(),
+    );
+    let objects = render(&[&values], &[]);
+    assert!(!objects.keys().any(|key| key.starts_with("Namespace ")), "namespaces.create=false: {:?}", objects.keys());
+    let jobs = &objects["NetworkPolicy mcp-ephemeral/mcp-ephemeral-jobs"]["spec"]["egress"];
+    assert_eq!(jobs.as_array().map(Vec::len), Some(2), "DNS, then jobsEgress: {jobs}");
+    assert_eq!(jobs[1]["to"][0]["ipBlock"]["cidr"], "203.0.113.10/32");
+    let server = &objects["NetworkPolicy mcp-system/mcp-k8s-ephemeral-job"]["spec"]["ingress"][0];
+    assert_eq!(server["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "agents");
+    assert_eq!(server["ports"][0]["port"], 8080, "still the HTTP port only");
+    assert_eq!(objects["Service mcp-system/mcp-k8s-ephemeral-job"]["spec"]["type"], "NodePort");
+    let deployment = deployment(&objects, "mcp-system");
+    assert_eq!(deployment["spec"]["template"]["spec"]["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(env_value(&deployment, "MCP_K8S_LOG_LEVEL"), "debug");
+}

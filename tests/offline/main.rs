@@ -17,6 +17,7 @@ mod config_errors;
 mod deploy_manifests;
 mod deploy_role;
 mod engine_faults;
+mod helm_chart;
 mod hostile_http;
 mod hostile_stdio;
 mod http;

@@ -90,6 +90,11 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_LANGUAGES", Some("languages"), "", "JSON file of execute_code language profiles that override or add to the built-in ones (python, javascript, go, bash)", |r| &mut r.languages),
     setting("MCP_K8S_SNIPPETS_DIR", Some("snippets-dir"), "", "folder of named snippets for execute_code's snippet_name, also served as MCP resources; empty means none", |r| &mut r.snippets_dir),
     setting("MCP_K8S_LOG_LEVEL", Some("log-level"), "info", "lowest level written to stderr: debug, info, notice, warning, error", |r| &mut r.log_level),
+    setting("MCP_K8S_BACKEND", Some("backend"), "auto", "where jobs run: kubernetes, docker, or auto (cluster credentials found: kubernetes; else a Docker daemon that answers: docker)", |r| &mut r.backend),
+    setting("MCP_K8S_DOCKER_HOST", Some("docker-host"), "", "the Docker daemon's socket, unix:///path; empty uses DOCKER_HOST, else unix:///var/run/docker.sock", |r| &mut r.docker_host),
+    setting("MCP_K8S_DOCKER_NETWORK", Some("docker-network"), "", "Docker network jobs may use; empty means network none", |r| &mut r.docker_network),
+    setting("MCP_K8S_DOCKER_PULL", Some("docker-pull"), "never", "whether the Docker backend pulls a missing image: never or missing", |r| &mut r.docker_pull),
+    setting("MCP_K8S_RUNNER_BINARY", Some("runner-binary"), "", "host path of the static runner binary the Docker backend mounts into jobs; empty means this server's own executable", |r| &mut r.runner_binary),
     setting("MCP_K8S_TEST_TOOLS", None, "", "1 registers diagnostic tools for tests (environment only)", |r| &mut r.test_tools),
 ];
 
@@ -144,6 +149,11 @@ pub struct RawConfig {
     pub snippets_dir: Option<String>,
     pub log_level: Option<String>,
     pub test_tools: Option<String>,
+    pub backend: Option<String>,
+    pub docker_host: Option<String>,
+    pub docker_network: Option<String>,
+    pub docker_pull: Option<String>,
+    pub runner_binary: Option<String>,
 }
 
 impl RawConfig {
@@ -241,6 +251,31 @@ pub struct Config {
     pub snippets_dir: Option<PathBuf>,
     pub log_level: Level,
     pub test_tools: bool,
+    pub backend: BackendChoice,
+    /// `unix://` socket of the Docker daemon; `None`: `DOCKER_HOST`, else
+    /// the default socket.
+    pub docker_host: Option<String>,
+    pub docker_network: Option<String>,
+    pub docker_pull: DockerPull,
+    /// `None`: this server's own executable.
+    pub runner_binary: Option<PathBuf>,
+}
+
+/// `MCP_K8S_BACKEND`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// Cluster credentials found: Kubernetes; else a Docker daemon that
+    /// answers: Docker.
+    Auto,
+    Kubernetes,
+    Docker,
+}
+
+/// `MCP_K8S_DOCKER_PULL`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DockerPull {
+    Never,
+    Missing,
 }
 
 /// Bounds of the HTTP transport (issue 11): what one client may make the
@@ -369,6 +404,15 @@ impl Config {
             snippets_dir: raw.snippets_dir.as_deref().map(parse_snippets_dir).transpose()?,
             log_level: parse_log_level(raw.log_level.as_deref())?,
             test_tools: parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?,
+            backend: parse_backend(raw.backend.as_deref())?,
+            docker_host: raw.docker_host.as_deref().map(parse_docker_host).transpose()?,
+            docker_network: raw.docker_network.as_deref().map(parse_docker_network).transpose()?,
+            docker_pull: parse_docker_pull(raw.docker_pull.as_deref())?,
+            runner_binary: raw
+                .runner_binary
+                .as_deref()
+                .map(|path| absolute_path(path, "MCP_K8S_RUNNER_BINARY").map(PathBuf::from))
+                .transpose()?,
         })
     }
 
@@ -424,6 +468,44 @@ fn parse_http_limits(raw: &RawConfig) -> Result<HttpLimits, Error> {
         idle_timeout_s: seconds(&raw.idle_timeout_s, "MCP_K8S_IDLE_TIMEOUT_S", 30)?,
         write_timeout_s: seconds(&raw.write_timeout_s, "MCP_K8S_WRITE_TIMEOUT_S", 30)?,
     })
+}
+
+fn parse_backend(value: Option<&str>) -> Result<BackendChoice, Error> {
+    match value.unwrap_or("auto") {
+        "auto" => Ok(BackendChoice::Auto),
+        "kubernetes" => Ok(BackendChoice::Kubernetes),
+        "docker" => Ok(BackendChoice::Docker),
+        other => Err(invalid("MCP_K8S_BACKEND", other, "one of auto, kubernetes, docker")),
+    }
+}
+
+fn parse_docker_pull(value: Option<&str>) -> Result<DockerPull, Error> {
+    match value.unwrap_or("never") {
+        "never" => Ok(DockerPull::Never),
+        "missing" => Ok(DockerPull::Missing),
+        other => Err(invalid("MCP_K8S_DOCKER_PULL", other, "one of never, missing")),
+    }
+}
+
+/// A Docker network's name as Docker accepts it (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`).
+/// `host` is refused: it would give every job the host's network stack.
+fn parse_docker_network(value: &str) -> Result<String, Error> {
+    let mut chars = value.chars();
+    let valid = chars.next().is_some_and(|first| first.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        && value != "host";
+    if !valid {
+        return Err(invalid("MCP_K8S_DOCKER_NETWORK", value, "a Docker network's name (letters, digits, `_`, `.`, `-`), not `host`"));
+    }
+    Ok(value.to_string())
+}
+
+/// Only Unix sockets: the Docker client speaks nothing else.
+fn parse_docker_host(value: &str) -> Result<String, Error> {
+    match value.strip_prefix("unix://") {
+        Some(path) if path.starts_with('/') => Ok(value.to_string()),
+        _ => Err(invalid("MCP_K8S_DOCKER_HOST", value, "unix:///path/to/docker.sock")),
+    }
 }
 
 fn parse_transport(value: Option<&str>) -> Result<Transport, Error> {

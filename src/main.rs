@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use mcp_k8s_ephemeral_job::backend::kubernetes::template::PodTemplate;
 use mcp_k8s_ephemeral_job::cancel::CancelToken;
-use mcp_k8s_ephemeral_job::config::{self, Config, RawConfig, Transport};
+use mcp_k8s_ephemeral_job::config::{self, BackendChoice, Config, DockerPull, RawConfig, Transport};
 use mcp_k8s_ephemeral_job::protocol::Server;
-use mcp_k8s_ephemeral_job::{backend, engine, kube, log, tools, transport};
+use mcp_k8s_ephemeral_job::{backend, docker, engine, kube, log, tools, transport};
 use serde_json::json;
 
 const NAME: &str = "mcp-k8s-ephemeral-job";
@@ -91,16 +91,18 @@ fn doctor(raw: &RawConfig) -> ExitCode {
         Err(code) => return code,
     };
     log::set_stderr_level(log::Level::Warning);
-    let (engine, client) = match connect_engine(&config, pod_template.clone()) {
-        Ok(connected) => connected,
+    let passed = match connect_engine(&config, pod_template.clone()) {
+        Ok(Connected::Kubernetes { ctx, client }) => {
+            backend::kubernetes::doctor::run(&config, pod_template.as_ref(), &ctx, &client, &mut |check| println!("{}", check.line()))
+        }
+        Ok(Connected::Docker { ctx, client, options }) => {
+            backend::docker::doctor::run(&config, &ctx, &client, &options, &mut |check| println!("{}", check.line()))
+        }
         Err(message) => {
-            println!("FAIL  Kubernetes credentials: {message}");
+            println!("FAIL  backend: {message}");
             return ExitCode::from(1);
         }
     };
-    let passed = mcp_k8s_ephemeral_job::backend::kubernetes::doctor::run(&config, pod_template.as_ref(), &engine, &client, &mut |check| {
-        println!("{}", check.line())
-    });
     if passed {
         println!("all checks passed");
         ExitCode::SUCCESS
@@ -134,22 +136,22 @@ fn serve(raw: &RawConfig) -> ExitCode {
         // A kubeconfig named explicitly is a setting like any other: wrong,
         // it stops the server instead of failing every call. Said once: an
         // earlier version also logged it as a JSON line just before.
-        (Err(message), Some(_)) => {
+        (Err(message), Some(_)) if config.backend != BackendChoice::Docker => {
             eprintln!("{NAME}: MCP_K8S_KUBECONFIG: {message}");
             return ExitCode::from(2);
         }
-        (Err(message), None) => {
-            log::error("no usable Kubernetes credentials; job tools will refuse calls", &[("error", json!(message))]);
+        (Err(message), _) => {
+            log::error("no usable backend; job tools will refuse calls", &[("error", json!(message))]);
         }
         (Ok(_), _) => {}
     }
-    if let Ok((_, client)) = &connected
-        && let Err(message) = mcp_k8s_ephemeral_job::backend::kubernetes::doctor::check_at_start(&config, client)
+    if let Ok(Connected::Kubernetes { client, .. }) = &connected
+        && let Err(message) = backend::kubernetes::doctor::check_at_start(&config, client)
     {
         eprintln!("{NAME}: {message}");
         return ExitCode::from(2);
     }
-    let engine = connected.map(|(engine, _)| engine);
+    let engine = connected.map(Connected::into_ctx);
     if let Ok(engine) = &engine
         && let Err(error) = engine::reaper::start(engine.backend.clone(), engine::reaper::REAP_EVERY)
     {
@@ -204,16 +206,94 @@ fn watch_signals(stop: &CancelToken, server: &Arc<Server>) -> std::io::Result<()
     Ok(())
 }
 
-/// Loads the cluster credentials and builds the engine. A server without
-/// usable credentials still starts (clients can connect and are told why
-/// jobs cannot run); the caller says so, once.
-fn connect_engine(config: &Config, pod_template: Option<PodTemplate>) -> Result<(engine::run::Ctx, kube::Client), String> {
+/// The engine on the backend it runs on, with that backend's client (for
+/// `doctor` and the start-up checks).
+enum Connected {
+    Kubernetes { ctx: engine::run::Ctx, client: kube::Client },
+    Docker { ctx: engine::run::Ctx, client: docker::Client, options: backend::docker::spec::Options },
+}
+
+impl Connected {
+    fn into_ctx(self) -> engine::run::Ctx {
+        match self {
+            Connected::Kubernetes { ctx, .. } | Connected::Docker { ctx, .. } => ctx,
+        }
+    }
+}
+
+/// Picks the backend (`MCP_K8S_BACKEND`), connects to it and builds the
+/// engine; says at start which one and why. A server without a usable
+/// backend still starts (clients can connect and are told why jobs cannot
+/// run); the caller says so, once.
+fn connect_engine(config: &Config, pod_template: Option<PodTemplate>) -> Result<Connected, String> {
+    match config.backend {
+        BackendChoice::Kubernetes => connect_kubernetes(config, pod_template, "MCP_K8S_BACKEND=kubernetes"),
+        BackendChoice::Docker => connect_docker(config, "MCP_K8S_BACKEND=docker"),
+        BackendChoice::Auto => match connect_kubernetes(config, pod_template, "MCP_K8S_BACKEND=auto and cluster credentials were found") {
+            Ok(connected) => Ok(connected),
+            // A kubeconfig named explicitly is the operator's choice of
+            // Kubernetes: its error is the one to report.
+            Err(message) if config.kubeconfig.is_some() => Err(message),
+            Err(kube_message) => connect_docker(config, "MCP_K8S_BACKEND=auto, no cluster credentials, and a Docker daemon answers")
+                .map_err(|docker_message| format!("no cluster credentials ({kube_message}) and no Docker daemon ({docker_message})")),
+        },
+    }
+}
+
+fn connect_kubernetes(config: &Config, pod_template: Option<PodTemplate>, why: &str) -> Result<Connected, String> {
     let source = kube::Source::select(config.kubeconfig.as_deref(), None);
     let client = kube::Client::new(&source).map_err(|error| credentials_message(&error))?;
+    log::info("backend: kubernetes", &[("why", json!(why))]);
     log_credentials(config, &client);
     let policy = engine_policy(config);
-    let ctx = engine::run::Ctx {
-        backend: Arc::new(backend::kubernetes::Kubernetes::new(client.clone(), policy.clone()).with_pod_template(pod_template)),
+    let backend = Arc::new(backend::kubernetes::Kubernetes::new(client.clone(), policy.clone()).with_pod_template(pod_template));
+    Ok(Connected::Kubernetes { ctx: engine_ctx(config, policy, backend), client })
+}
+
+fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {
+    // MCP_K8S_DOCKER_HOST, else DOCKER_HOST as the Docker CLI reads it.
+    let docker_host = config.docker_host.clone().or_else(|| std::env::var("DOCKER_HOST").ok().filter(|value| !value.is_empty()));
+    let socket = docker::socket_path(docker_host.as_deref()).map_err(|error| error.to_string())?;
+    let client = docker::Client::connect(&socket, docker::Options::default()).map_err(|error| error.to_string())?;
+    let runner_binary = match &config.runner_binary {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()
+            .map_err(|error| format!("MCP_K8S_RUNNER_BINARY is unset and this executable's path is unknown: {error}"))?,
+    };
+    // Docker creates a missing bind source as an empty directory on the
+    // host (as root): the path is checked here so that never happens.
+    if !runner_binary.is_file() {
+        return Err(format!(
+            "MCP_K8S_RUNNER_BINARY: `{}` is not a file; set it to the static runner binary (this server's musl build)",
+            runner_binary.display()
+        ));
+    }
+    let options = backend::docker::spec::Options {
+        runner_binary: runner_binary.to_string_lossy().into_owned(),
+        network: config.docker_network.clone(),
+        pull: match config.docker_pull {
+            DockerPull::Never => backend::docker::spec::Pull::Never,
+            DockerPull::Missing => backend::docker::spec::Pull::Missing,
+        },
+    };
+    log::info(
+        "backend: docker",
+        &[
+            ("why", json!(why)),
+            ("socket", json!(client.socket().display().to_string())),
+            ("engine", json!(client.version().version)),
+            ("api_version", json!(client.api_version())),
+            ("runner_binary", json!(options.runner_binary)),
+        ],
+    );
+    let policy = engine_policy(config);
+    let backend = Arc::new(backend::docker::Docker::new(client.clone(), policy.clone(), options.clone()));
+    Ok(Connected::Docker { ctx: engine_ctx(config, policy, backend), client, options })
+}
+
+fn engine_ctx(config: &Config, policy: engine::spec::Policy, backend: Arc<dyn engine::backend::Backend>) -> engine::run::Ctx {
+    engine::run::Ctx {
+        backend,
         policy,
         slots: engine::slots::Slots::new(config.max_concurrent as usize, config.max_queued as usize),
         // Background runs in flight are capped like sync runs plus their
@@ -222,8 +302,7 @@ fn connect_engine(config: &Config, pod_template: Option<PodTemplate>) -> Result<
             Duration::from_secs(config.result_ttl_s),
             (config.max_concurrent + config.max_queued) as usize,
         )),
-    };
-    Ok((ctx, client))
+    }
 }
 
 /// The start-up error for credentials that did not load. Where to set a

@@ -24,6 +24,8 @@ pub enum EntryKind<'a> {
 }
 
 const BLOCK: usize = 512;
+/// The path of the directory entry that stands for the destination itself.
+pub const ROOT: &str = "/";
 
 /// The archive's bytes, or why a path cannot be stored.
 pub fn archive(entries: &[Entry<'_>]) -> Result<Vec<u8>, String> {
@@ -43,8 +45,12 @@ pub fn archive(entries: &[Entry<'_>]) -> Result<Vec<u8>, String> {
 }
 
 fn header(entry: &Entry<'_>, size: u64) -> Result<[u8; BLOCK], String> {
-    let path = entry.path.trim_end_matches('/');
-    if path.is_empty() || path.starts_with('/') || path.split('/').any(|part| part.is_empty() || part == "..") {
+    // `/` as a directory is the destination itself: Docker applies its
+    // owner and mode (it skips an entry named `.`), which is how a volume's
+    // root becomes writable by a non-root user under a read-only root.
+    let is_root = entry.path == ROOT && entry.kind == EntryKind::Directory;
+    let path = if is_root { ROOT } else { entry.path.trim_end_matches('/') };
+    if !is_root && (path.is_empty() || path.starts_with('/') || path.split('/').any(|part| part.is_empty() || part == "..")) {
         return Err(format!("tar path `{}` must be relative, without empty parts or `..`", crate::echo::shorten(entry.path)));
     }
     if size >= 1 << 33 {

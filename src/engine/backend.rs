@@ -85,6 +85,8 @@ pub trait Backend: Send + Sync {
 pub struct Wording {
     /// The sandbox: "pod", "container".
     pub sandbox: &'static str,
+    /// What `create` makes, as progress names it: "Job", "container".
+    pub created: &'static str,
     /// What stops a sandbox at its own deadline: "the kubelet".
     pub stopper: &'static str,
     /// The process limit, by the name an operator sets it with.

@@ -273,6 +273,7 @@ fn oom_message(facts: &Judged) -> String {
 #[cfg(test)]
 pub(crate) const POD_WORDING: Wording = Wording {
     sandbox: "pod",
+    created: "Job",
     stopper: "the kubelet",
     pids_limit: "the kubelet's podPidsLimit",
     outside_deleters: "kubectl delete, a controller, a node drain",

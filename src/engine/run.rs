@@ -41,7 +41,10 @@ pub struct Ctx {
 #[derive(Debug, PartialEq)]
 pub enum Progress {
     Queued,
-    Created { job_name: String },
+    /// The backend made the run's objects: "Job mcpk8s-…", "container …".
+    Created {
+        what: String,
+    },
     Started,
     Output(LiveChunk),
 }
@@ -93,7 +96,7 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
         Err(outcome) => return *outcome,
     };
     let _cleanup = Remove { backend: ctx.backend.as_ref(), run_id };
-    on_progress(Progress::Created { job_name: created.name.clone() });
+    on_progress(Progress::Created { what: format!("{} {}", ctx.backend.wording().created, created.name) });
     let inputs = InputsUsed::new();
     let on_progress = |progress: Progress| {
         inputs.on_progress(ctx, run_id, &progress);

@@ -84,6 +84,13 @@ pub enum ErrorCode {
     InternalError,
     /// MCP's "resource not found" (revisions up to 2025-11-25).
     ResourceNotFound,
+    /// 2026-07-28: an HTTP header (`MCP-Protocol-Version`, `Mcp-Method`,
+    /// `Mcp-Name`) disagrees with the body.
+    HeaderMismatch,
+    /// 2026-07-28: the request needs a client capability it did not declare.
+    MissingRequiredClientCapability,
+    /// 2026-07-28: the request names a revision this server does not serve.
+    UnsupportedProtocolVersion,
 }
 
 impl ErrorCode {
@@ -95,6 +102,9 @@ impl ErrorCode {
             ErrorCode::InvalidParams => -32602,
             ErrorCode::InternalError => -32603,
             ErrorCode::ResourceNotFound => -32002,
+            ErrorCode::HeaderMismatch => -32020,
+            ErrorCode::MissingRequiredClientCapability => -32021,
+            ErrorCode::UnsupportedProtocolVersion => -32022,
         }
     }
 
@@ -106,6 +116,9 @@ impl ErrorCode {
             ErrorCode::InvalidParams,
             ErrorCode::InternalError,
             ErrorCode::ResourceNotFound,
+            ErrorCode::HeaderMismatch,
+            ErrorCode::MissingRequiredClientCapability,
+            ErrorCode::UnsupportedProtocolVersion,
         ]
         .into_iter()
         .find(|error_code| error_code.code() == code)
@@ -116,11 +129,18 @@ impl ErrorCode {
 pub struct ResponseError {
     pub code: ErrorCode,
     pub message: String,
+    /// The error's `data` member, when the code defines one (-32021, -32022).
+    pub data: Option<Value>,
 }
 
 impl ResponseError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ResponseError {
-        ResponseError { code, message: message.into() }
+        ResponseError { code, message: message.into(), data: None }
+    }
+
+    pub fn with_data(mut self, data: Value) -> ResponseError {
+        self.data = Some(data);
+        self
     }
 }
 
@@ -164,6 +184,9 @@ impl Response {
                 let mut error_object = Map::new();
                 error_object.insert("code".into(), error.code.code().into());
                 error_object.insert("message".into(), error.message.clone().into());
+                if let Some(data) = &error.data {
+                    error_object.insert("data".into(), data.clone());
+                }
                 object.insert("error".into(), Value::Object(error_object));
             }
         }

@@ -9,14 +9,20 @@
 //! message model; this file knows the MCP methods and nothing about bytes,
 //! sockets or HTTP.
 //!
-//! Only the `initialize` era (revisions 2024-11-05 to 2025-11-25) is served.
-//! Revision 2026-07-28 judges each request alone by its `_meta`; it will
-//! branch off in `Server::on_request` before the session checks.
+//! Two eras are served side by side: the `initialize` handshake
+//! (revisions 2024-11-05 to 2025-11-25, this file) and the stateless
+//! revision 2026-07-28 (`modern`). `era` decides which one a request
+//! belongs to, in `Server::on_request`; both run their calls through the
+//! same `start_call`/`spawn_call` below, and differ only in how a request
+//! is checked and how a result is tagged (`EraCall`).
 
+pub mod era;
 pub mod jsonrpc;
+pub mod modern;
 pub mod resources;
 pub mod scan;
 pub mod tasks;
+mod tasks_extension;
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -41,15 +47,19 @@ pub const LATEST_VERSION: &str = SUPPORTED_VERSIONS[0];
 
 pub const SERVER_NAME: &str = "mcp-k8s-ephemeral-job";
 
+/// What the server tells a client about itself, in both eras.
+const INSTRUCTIONS: &str = "Runs commands in throwaway Kubernetes pods. Call describe_environment first \
+                            to learn the allowed images, timeouts and size limits.";
+
 /// A message for the client, already serialized.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outgoing {
     Notification(String),
-    /// The answer to a request; `is_error` lets HTTP pick a status code for
-    /// requests made outside a session.
+    /// The answer to a request; `error` (its code, for an error) lets HTTP
+    /// pick a status code for requests made outside a session.
     Response {
         text: String,
-        is_error: bool,
+        error: Option<ErrorCode>,
     },
 }
 
@@ -74,6 +84,9 @@ pub enum Dispatch {
 pub struct Session {
     state: Mutex<SessionState>,
     calls: Mutex<HashMap<RequestId, CallHandle>>,
+    /// The headers of the HTTP request this session was made for (HTTP
+    /// outside a session); checked against a modern request's body.
+    headers: Option<modern::RequestHeaders>,
 }
 
 /// Tool calls can run in parallel up to this many per server; beyond it
@@ -89,7 +102,33 @@ pub struct Server {
 
 impl Session {
     pub fn new() -> Session {
-        Session { state: Mutex::new(SessionState { protocol_version: None, log_level: Level::Info }), calls: Mutex::new(HashMap::new()) }
+        let state = SessionState { protocol_version: None, log_level: Level::Info, era: None };
+        Session { state: Mutex::new(state), calls: Mutex::new(HashMap::new()), headers: None }
+    }
+
+    /// A session for one HTTP request made outside any session: it serves
+    /// a modern request (checked against `headers`) or an `initialize`,
+    /// after which the transport may keep it.
+    pub fn for_http_request(headers: modern::RequestHeaders) -> Session {
+        Session { headers: Some(headers), ..Session::new() }
+    }
+
+    /// The era of the last request this session served, `None` before any.
+    pub fn era(&self) -> Option<era::Era> {
+        lock(&self.state).era
+    }
+
+    fn headers(&self) -> Option<&modern::RequestHeaders> {
+        self.headers.as_ref()
+    }
+
+    fn era_hint(&self) -> era::Hint {
+        let modern_header = self
+            .headers
+            .as_ref()
+            .and_then(|headers| headers.protocol_version.as_deref())
+            .is_some_and(|version| !SUPPORTED_VERSIONS.contains(&version.trim()));
+        era::Hint { initialized: self.protocol_version().is_some(), modern_header }
     }
 
     /// The revision agreed in `initialize`, or `None` before it.
@@ -130,7 +169,7 @@ impl Server {
             Err(rejection) => {
                 // The code only: the message may quote caller input.
                 log::debug("invalid message", &[("code", json!(rejection.error.code.code()))]);
-                let _ = outbox.send(Outgoing::Response { text: rejection.to_text(), is_error: true });
+                let _ = outbox.send(Outgoing::Response { text: rejection.to_text(), error: Some(rejection.error.code) });
                 Dispatch::Reply
             }
             Ok(Message::Request(request)) => {
@@ -175,6 +214,11 @@ impl Server {
     /// `message_bytes` is the size of the message the request came in,
     /// which a call holds (as values) until it ends.
     fn on_request(self: &Arc<Self>, session: &Arc<Session>, request: Request, outbox: Outbox, message_bytes: usize) {
+        let era = era::of_request(&request.method, &request.params, session.era_hint());
+        lock(&session.state).era = Some(era);
+        if era == era::Era::Modern {
+            return self.on_modern_request(session, request, outbox, message_bytes);
+        }
         let Request { id, method, params } = request;
         let result = match method.as_str() {
             "initialize" => self.initialize(session, &params),
@@ -197,7 +241,7 @@ impl Server {
                 None => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`"))),
             },
             "logging/setLevel" => set_log_level(session, &params),
-            "tools/call" => match self.start_call(session, &id, params, outbox.clone(), message_bytes) {
+            "tools/call" => match self.start_call(session, &id, params, outbox.clone(), message_bytes, EraCall::Handshake) {
                 // The call's thread owns the response now.
                 Ok(()) => return,
                 Err(error) => Err(error),
@@ -205,7 +249,7 @@ impl Server {
             // Task methods may wait on the cluster: they get a call thread.
             method if let Some((name, handler)) = tasks::handler(method) => {
                 let work = Work::Raw(handler);
-                let call = CallStart { name, work, arguments: params, progress_token: None, message_bytes };
+                let call = CallStart { name, work, arguments: params, progress_token: None, message_bytes, era: EraCall::Handshake };
                 match self.spawn_call(session, &id, call, outbox.clone()) {
                     Ok(()) => return,
                     Err(error) => Err(error),
@@ -262,13 +306,8 @@ impl Server {
             "protocolVersion": version,
             // Only what is implemented: clients gate features on these.
             "capabilities": capabilities,
-            "serverInfo": {
-                "name": SERVER_NAME,
-                "title": "Ephemeral Kubernetes jobs",
-                "version": env!("CARGO_PKG_VERSION"),
-            },
-            "instructions": "Runs commands in throwaway Kubernetes pods. Call describe_environment first \
-                             to learn the allowed images, timeouts and size limits.",
+            "serverInfo": server_info(),
+            "instructions": INSTRUCTIONS,
         }))
     }
 
@@ -281,6 +320,7 @@ impl Server {
         mut params: Map<String, Value>,
         outbox: Outbox,
         message_bytes: usize,
+        era: EraCall,
     ) -> Result<(), ResponseError> {
         let name = match params.get("name") {
             Some(Value::String(name)) => name.as_str(),
@@ -302,8 +342,8 @@ impl Server {
                     format!("tool `{tool_name}` does not support tasks; call it without `task`"),
                 ));
             }
-            let call =
-                CallStart { name: tool_name, work: Work::Raw(tasks::create), arguments: params, progress_token: None, message_bytes };
+            let work = Work::Raw(tasks::create);
+            let call = CallStart { name: tool_name, work, arguments: params, progress_token: None, message_bytes, era };
             return self.spawn_call(session, request_id, call, outbox);
         }
         let arguments = match params.remove("arguments") {
@@ -311,7 +351,7 @@ impl Server {
             Some(Value::Object(arguments)) => arguments,
             Some(other) => return Err(invalid_params(format!("`arguments` must be an object, not {}", tools::json_kind(&other)))),
         };
-        let call = CallStart { name: tool_name, work: Work::Tool(handler), arguments, progress_token, message_bytes };
+        let call = CallStart { name: tool_name, work: Work::Tool(handler), arguments, progress_token, message_bytes, era };
         self.spawn_call(session, request_id, call, outbox)
     }
 
@@ -324,7 +364,7 @@ impl Server {
         call: CallStart,
         outbox: Outbox,
     ) -> Result<(), ResponseError> {
-        let CallStart { name, work, arguments, progress_token, message_bytes } = call;
+        let CallStart { name, work, arguments, progress_token, message_bytes, era } = call;
         let handle = CallHandle { cancel: CancelToken::new(), answer: Arc::new(AtomicBool::new(true)) };
         {
             let mut calls = lock(&session.calls);
@@ -343,7 +383,15 @@ impl Server {
                 work,
                 arguments,
                 handle,
-                events: Notifier { session: Arc::clone(session), outbox, progress_token, last_progress: Mutex::new(None), logger: name },
+                era,
+                events: Notifier {
+                    session: Arc::clone(session),
+                    outbox,
+                    progress_token,
+                    last_progress: Mutex::new(None),
+                    logger: name,
+                    era,
+                },
             };
             let spawned = std::thread::Builder::new().name(format!("call-{name}")).spawn(move || running.run());
             if let Err(error) = spawned {
@@ -365,6 +413,17 @@ struct CallStart {
     arguments: Map<String, Value>,
     progress_token: Option<RequestId>,
     message_bytes: usize,
+    era: EraCall,
+}
+
+/// What differs for a call between the eras.
+#[derive(Clone, Copy, Debug)]
+enum EraCall {
+    /// Logs at the session's level (`logging/setLevel`); plain results.
+    Handshake,
+    /// Logs only when the request's `_meta` names a level; results carry
+    /// `resultType`.
+    Modern { log_level: Option<Level> },
 }
 
 /// What the dispatcher knows per call: the token to cancel it and whether
@@ -380,6 +439,8 @@ struct SessionState {
     /// Lowest level sent as `notifications/message`; `logging/setLevel`
     /// changes it.
     log_level: Level,
+    /// The era of the last request served.
+    era: Option<era::Era>,
 }
 
 /// Every call in flight on the server, for shutdown, and the bytes of the
@@ -491,6 +552,7 @@ struct RunningCall {
     work: Work,
     arguments: Map<String, Value>,
     handle: CallHandle,
+    era: EraCall,
     events: Notifier,
 }
 
@@ -522,6 +584,10 @@ impl RunningCall {
                 "panic",
             ),
         };
+        let result = match self.era {
+            EraCall::Modern { .. } => result.map(modern::complete),
+            EraCall::Handshake => result,
+        };
         let answered = self.handle.answer.load(Ordering::SeqCst);
         log::info(
             "tool call finished",
@@ -551,6 +617,7 @@ struct Notifier {
     progress_token: Option<RequestId>,
     last_progress: Mutex<Option<f64>>,
     logger: &'static str,
+    era: EraCall,
 }
 
 impl CallEvents for Notifier {
@@ -576,7 +643,13 @@ impl CallEvents for Notifier {
     }
 
     fn log(&self, level: Level, message: &str) {
-        if level < lock(&self.session.state).log_level {
+        let lowest = match self.era {
+            EraCall::Handshake => lock(&self.session.state).log_level,
+            // 2026-07-28: no level in `_meta`, no log notifications.
+            EraCall::Modern { log_level: None } => return,
+            EraCall::Modern { log_level: Some(level) } => level,
+        };
+        if level < lowest {
             return;
         }
         let params = json!({ "level": level.as_str(), "logger": self.logger, "data": message });
@@ -588,6 +661,11 @@ impl CallEvents for Notifier {
 /// that show progress as text.
 fn number_json(number: f64) -> Value {
     if number.fract() == 0.0 && number.abs() < 9.0e15 { json!(number as i64) } else { json!(number) }
+}
+
+/// `serverInfo`, the same in both eras.
+fn server_info() -> Value {
+    json!({ "name": SERVER_NAME, "title": "Ephemeral Kubernetes jobs", "version": env!("CARGO_PKG_VERSION") })
 }
 
 fn is_known_method(method: &str) -> bool {
@@ -623,8 +701,8 @@ fn invalid_params(message: impl Into<String>) -> ResponseError {
 /// A send fails only when the receiver is gone (HTTP client disconnected,
 /// stdio writer stopped); there is nobody left to tell.
 fn send_response(outbox: &Outbox, response: &Response) {
-    let is_error = response.result.is_err();
-    let _ = outbox.send(Outgoing::Response { text: response.to_text(), is_error });
+    let error = response.result.as_ref().err().map(|error| error.code);
+    let _ = outbox.send(Outgoing::Response { text: response.to_text(), error });
 }
 
 fn send_notification(outbox: &Outbox, notification: &Notification) {

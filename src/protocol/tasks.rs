@@ -17,7 +17,7 @@ use crate::tools::{self, Call};
 pub const METHODS: [&str; 4] = ["tasks/get", "tasks/result", "tasks/list", "tasks/cancel"];
 
 /// How often a client should poll `tasks/get`, in milliseconds.
-const POLL_INTERVAL_MS: u64 = 2000;
+pub(super) const POLL_INTERVAL_MS: u64 = 2000;
 
 /// A handler for a request answered with a plain JSON-RPC result.
 pub type RawHandler = fn(&tools::Ctx, &Call<'_>) -> Result<Value, ResponseError>;
@@ -83,14 +83,9 @@ fn cancel(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
 }
 
 fn task_json(ctx: &tools::Ctx, state: &TaskState) -> Value {
-    let status = match state.status {
-        TaskStatus::Working => "working",
-        TaskStatus::Completed => "completed",
-        TaskStatus::Cancelled => "cancelled",
-    };
     let mut task = json!({
         "taskId": state.task_id,
-        "status": status,
+        "status": status_name(state.status),
         "createdAt": crate::log::rfc3339_utc(state.created),
         "lastUpdatedAt": crate::log::rfc3339_utc(state.updated),
         "ttl": ctx.config.result_ttl_s * 1000,
@@ -102,7 +97,16 @@ fn task_json(ctx: &tools::Ctx, state: &TaskState) -> Value {
     task
 }
 
-fn task_id<'a>(call: &'a Call<'_>) -> Result<&'a str, ResponseError> {
+/// The wire name of a task's status, in both eras.
+pub(super) fn status_name(status: TaskStatus) -> &'static str {
+    match status {
+        TaskStatus::Working => "working",
+        TaskStatus::Completed => "completed",
+        TaskStatus::Cancelled => "cancelled",
+    }
+}
+
+pub(super) fn task_id<'a>(call: &'a Call<'_>) -> Result<&'a str, ResponseError> {
     match call.arguments.get("taskId") {
         Some(Value::String(task_id)) => Ok(task_id),
         Some(other) => Err(invalid_params(format!("`taskId` must be a string, not {}", tools::json_kind(other)))),
@@ -112,7 +116,7 @@ fn task_id<'a>(call: &'a Call<'_>) -> Result<&'a str, ResponseError> {
 
 /// -32602 only for what the caller must change; an unreachable cluster or
 /// a full server is -32603 (issue 11, finding 14).
-fn response_error(error: CallError) -> ResponseError {
+pub(super) fn response_error(error: CallError) -> ResponseError {
     match error {
         CallError::Invalid(message) => invalid_params(message),
         CallError::Unavailable(message) => ResponseError::new(ErrorCode::InternalError, message),

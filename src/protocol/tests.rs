@@ -99,11 +99,11 @@ fn before_initialize_only_ping_and_initialize_are_served() {
             r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
             error(json!(2), -32600, "`tools/list` before `initialize`; initialize the session first"),
         ),
-        // Python 2.x probes with server/discover first: it must get an
-        // immediate -32601 (never -32022) to fall back to initialize.
+        // server/discover is the 2026-07-28 era's (protocol::modern): one
+        // without the envelope is refused for it, at once.
         (
             r#"{"jsonrpc":"2.0","id":3,"method":"server/discover","params":{"_meta":{}}}"#,
-            error(json!(3), -32601, "method not found: `server/discover`"),
+            error(json!(3), -32602, "missing `_meta.io.modelcontextprotocol/protocolVersion`"),
         ),
     ];
     for (input, expected) in cases {

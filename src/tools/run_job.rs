@@ -132,7 +132,7 @@ pub fn run_reporting_progress(ctx: &Ctx, call: &Call<'_>, spec: &engine::spec::R
 pub fn progress_message(progress: &Progress) -> String {
     match progress {
         Progress::Queued => "waiting for a free slot (MCP_K8S_MAX_CONCURRENT)".to_string(),
-        Progress::Created { job_name } => format!("created Job {job_name}"),
+        Progress::Created { what } => format!("created {what}"),
         Progress::Started => "the command started".to_string(),
         Progress::Output(chunk) => {
             let stream = match chunk.stream {

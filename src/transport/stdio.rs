@@ -278,7 +278,7 @@ fn read_loop(server: &Arc<Server>, max_message_bytes: usize, outbox: &Outbox, qu
 
 fn send_error(outbox: &Outbox, id: Option<String>, code: ErrorCode, message: String) {
     let text = Rejection { id, error: ResponseError::new(code, message) }.to_text();
-    let _ = outbox.send(Outgoing::Response { text, is_error: true });
+    let _ = outbox.send(Outgoing::Response { text, error: Some(code) });
 }
 
 /// The longest valid UTF-8 start of `bytes` (a cut may split a character).
@@ -373,7 +373,7 @@ mod tests {
     #[test]
     fn the_reply_queue_drops_notifications_over_its_cap_but_never_responses() {
         let queue = ReplyQueue::new(10);
-        let response = |text: &str| Outgoing::Response { text: text.into(), is_error: false };
+        let response = |text: &str| Outgoing::Response { text: text.into(), error: None };
         assert_eq!(queue.push(Outgoing::Notification("12345".into())), Queued::Queued);
         assert_eq!(queue.push(response("123456789")), Queued::Queued);
         assert_eq!(queue.push(Outgoing::Notification("n".into())), Queued::Dropped { n_dropped: 1 });

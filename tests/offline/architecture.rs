@@ -42,7 +42,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("backend", &["engine", "sandbox", "kube", "docker"]),
     // Only the Kubernetes backend imports `kube`, only the Docker one `docker`.
     ("backend/kubernetes", &["engine", "sandbox", "kube", "config"]),
-    ("backend/docker", &["engine", "sandbox", "docker"]),
+    ("backend/docker", &["engine", "sandbox", "docker", "config"]),
     ("kube", &[]),
     ("docker", &[]),
     // The in-sandbox entrypoint knows only the contract.

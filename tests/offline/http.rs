@@ -109,13 +109,15 @@ fn refusals() {
 }
 
 #[test]
-fn python_probe_server_discover_gets_a_4xx_json_rpc_error_at_once() {
+fn server_discover_with_a_partial_envelope_gets_a_4xx_json_rpc_error_at_once() {
+    // Revision 2026-07-28 is served now (tests/offline/modern_era.rs); an
+    // envelope without client capabilities is refused with -32602.
     let server = HttpServer::start(&[]);
     let started = Instant::now();
     let response = server.post(None, r#"{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#);
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(response.status, 400);
-    assert_eq!(response.json()["error"]["code"], -32601);
+    assert_eq!(response.json()["error"]["code"], -32602);
 }
 
 #[test]

@@ -8,7 +8,8 @@
 //! Each run renames the two namespaces to its own, so it never touches the
 //! shared `mcp-ephemeral` (other cluster tests run there at the same time)
 //! and deletes them at the end. The image is `tests/build-project-image`'s
-//! (`cluster::project_image`).
+//! (`cluster::project_image`). `helm_install.rs` reuses the checks and the
+//! helpers on the Helm chart's install.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,8 +20,8 @@ use crate::support::server::{HttpResponse, INITIALIZE, raw_request, raw_request_
 use base64::Engine as _;
 use serde_json::json;
 
-/// Only this test knows it; the server must never log it.
-const TOKEN: &str = "in-cluster-e2e-token-7f3a9c";
+/// Only these tests know it; the server must never log it.
+pub(crate) const TOKEN: &str = "in-cluster-e2e-token-7f3a9c";
 /// The node's address on the pod bridge, where kube-proxy serves NodePorts.
 const NODE_IP: &str = "10.244.0.1";
 
@@ -28,7 +29,14 @@ const NODE_IP: &str = "10.244.0.1";
 fn the_deployed_server_runs_a_job_over_http_with_its_token() {
     let deployment = Deployment::apply();
     let addr = deployment.wait_until_reachable();
+    assert_serves_a_job_with_its_token(&deployment, &addr);
+}
 
+/// The checks of a deployed server (`helm_install.rs` runs them on the
+/// chart's): the token is required, a run succeeds with the pod's own
+/// ServiceAccount, metrics count it, the logs leak nothing.
+pub(crate) fn assert_serves_a_job_with_its_token(deployment: &Deployment, addr: &str) {
+    let addr = addr.to_string();
     let refused = post(&addr, &[], INITIALIZE);
     assert_eq!(refused.status, 401, "no token: {}", refused.body);
     let wrong = post(&addr, &[("Authorization", "Bearer not-the-token")], INITIALIZE);
@@ -72,9 +80,9 @@ fn the_deployed_server_runs_a_job_over_http_with_its_token() {
 
 /// The server's objects in two namespaces of this test's own; deleted
 /// (with everything in them) on drop, whatever happened.
-struct Deployment {
-    jobs_namespace: String,
-    system_namespace: String,
+pub(crate) struct Deployment {
+    pub(crate) jobs_namespace: String,
+    pub(crate) system_namespace: String,
 }
 
 impl Deployment {
@@ -90,7 +98,7 @@ impl Deployment {
     }
 
     /// Waits for the rollout and for the NodePort to answer; the address.
-    fn wait_until_reachable(&self) -> String {
+    pub(crate) fn wait_until_reachable(&self) -> String {
         let rollout =
             run_kubectl(&["-n", &self.system_namespace, "rollout", "status", "deployment/mcp-k8s-ephemeral-job", "--timeout=180s"], None);
         assert!(
@@ -214,11 +222,11 @@ fn with_json<'a>(headers: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
 }
 
 /// kubectl as the cluster admin; panics with its stderr on failure.
-fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
+pub(crate) fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
     run_kubectl(args, stdin).unwrap_or_else(|error| panic!("kubectl {}: {error}", args.join(" ")))
 }
 
-fn run_kubectl(args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+pub(crate) fn run_kubectl(args: &[&str], stdin: Option<&str>) -> Result<String, String> {
     let kubectl = cluster_env("KUBECTL").unwrap_or_else(|| "/var/cache/mcp-k8s-test-cluster/bin/kubectl".into());
     let mut child = Command::new(kubectl)
         .arg("--kubeconfig")

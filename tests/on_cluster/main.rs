@@ -22,4 +22,5 @@ mod cluster_run_job;
 /// The contract table (tests/contract/), on the Kubernetes backend.
 #[path = "../contract/kubernetes.rs"]
 mod contract;
+mod helm_install;
 mod pod_template;

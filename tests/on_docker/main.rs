@@ -1,4 +1,5 @@
-//! The Docker tier: the `docker` client against a real Docker engine, the
+//! The Docker tier: the `docker` client (`client`) and the Docker backend
+//! through the built server (`backend`) against a real Docker engine, the
 //! one `tests/docker/up` starts (or any daemon `DOCKER_HOST` names). With no
 //! daemon these tests fail with a message naming `tests/docker/up`; they
 //! never pass silently. The offline tiers do not need Docker.
@@ -7,6 +8,10 @@
 //! with the test's own value, and a `Cleanup` guard removes them all, so a
 //! failing test leaves nothing behind either.
 
+#[path = "../support/mod.rs"]
+mod support;
+
+mod backend;
 mod client;
 
 /// The contract table (tests/contract/), on the Docker backend.
@@ -25,12 +30,17 @@ const TEST_SOCKET: &str = "/var/lib/mcp-k8s-test-docker/docker.sock";
 pub const TEST_LABEL: &str = "mcp-k8s-test/on-docker";
 pub const BUSYBOX: &str = "mcp-k8s-test.local/busybox:1.35";
 
-/// A client for the test engine, or a panic saying how to start it.
-pub fn client() -> docker::Client {
-    let socket = match std::env::var("DOCKER_HOST") {
+/// The test engine's socket: `DOCKER_HOST`'s, else `TEST_SOCKET`.
+pub fn socket() -> PathBuf {
+    match std::env::var("DOCKER_HOST") {
         Ok(value) if !value.is_empty() => docker::socket_path(Some(&value)).expect("DOCKER_HOST names a unix socket"),
         _ => PathBuf::from(TEST_SOCKET),
-    };
+    }
+}
+
+/// A client for the test engine, or a panic saying how to start it.
+pub fn client() -> docker::Client {
+    let socket = socket();
     let options = docker::Options { read_timeout: Duration::from_secs(30), ..docker::Options::default() };
     match docker::Client::connect(&socket, options) {
         Ok(client) => client,

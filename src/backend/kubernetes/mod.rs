@@ -290,6 +290,7 @@ impl Backend for Kubernetes {
 /// What Kubernetes users call the parts of a run.
 pub const WORDING: Wording = Wording {
     sandbox: "pod",
+    created: "Job",
     stopper: "the kubelet",
     pids_limit: "the kubelet's podPidsLimit",
     outside_deleters: "kubectl delete, a controller, a node drain",

@@ -69,9 +69,10 @@ pub fn preflight(access: &Access, head: &Head) -> Response {
     Response::empty(204)
         .with_header("Access-Control-Allow-Origin", origin)
         .with_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
+        // Revision 2026-07-28 clients also send Mcp-Method and Mcp-Name.
         .with_header(
             "Access-Control-Allow-Headers",
-            "content-type, accept, authorization, x-mcp-auth, mcp-session-id, mcp-protocol-version, last-event-id",
+            "content-type, accept, authorization, x-mcp-auth, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name, last-event-id",
         )
         .with_header("Access-Control-Expose-Headers", "Mcp-Session-Id")
         .with_header("Access-Control-Max-Age", "600")

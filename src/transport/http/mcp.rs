@@ -24,7 +24,9 @@ use super::sessions::SessionKind;
 use super::socket;
 use super::sse::{ANSWER_KEEPALIVE, End, SESSION_KEEPALIVE, SseStream, TICK};
 use crate::log;
+use crate::protocol::era::Era;
 use crate::protocol::jsonrpc::{self, ErrorCode};
+use crate::protocol::modern::RequestHeaders;
 use crate::protocol::{Dispatch, Outgoing, SUPPORTED_VERSIONS, Session};
 
 /// A POSTed request whose answer has not come within this, from a client
@@ -51,7 +53,9 @@ pub fn post(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cors) {
             Some(session) => (session, Some(id.to_string())),
             None => return answer(conn, head, error_response(404, "unknown or expired session; initialize a new one")),
         },
-        None => (Arc::new(Session::new()), None),
+        // Revision 2026-07-28 has no sessions: its requests come this way
+        // too, with the headers the protocol checks against the body.
+        None => (Arc::new(Session::for_http_request(request_headers(head))), None),
     };
     if session_id.is_some()
         && let Err(message) = check_protocol_version(head)
@@ -64,6 +68,10 @@ pub fn post(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cors) {
     // a call runs.
     drop((body, reservation));
     match dispatch {
+        // A 2026-07-28 notification needs no session.
+        Dispatch::Accepted if session_id.is_none() && names_modern_version(head) => {
+            answer(conn, head, Response::empty(202).with_headers(cors));
+        }
         Dispatch::Accepted if session_id.is_none() => {
             answer(conn, head, error_response(400, "missing Mcp-Session-Id header; initialize a session first"));
         }
@@ -77,10 +85,12 @@ pub fn post(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cors) {
                     Err(error) => return answer(conn, head, error_response(503, &error.to_string())),
                 }
             }
+            let modern = session_id.is_none() && session.era() == Some(Era::Modern);
             let reply = Reply {
                 headers,
                 wants_sse: accepts(head, "text/event-stream"),
                 outside_session: session_id.is_none() && !new_session,
+                stateless: modern.then(|| Arc::clone(&session)),
                 max_queued_bytes: state.max_reply_queue_bytes,
             };
             reply.send(conn, head, &replies);
@@ -153,6 +163,11 @@ struct Reply {
     /// A request made without a session that did not create one: its
     /// errors are answered with 400, so probing clients see a 4xx.
     outside_session: bool,
+    /// A 2026-07-28 request: its session is its own. Errors get the
+    /// spec's status codes, and a client that closes the connection
+    /// cancels the request (the era has no `notifications/cancelled` over
+    /// HTTP).
+    stateless: Option<Arc<Session>>,
     max_queued_bytes: usize,
 }
 
@@ -167,14 +182,19 @@ impl Reply {
         let started = Instant::now();
         loop {
             match replies.recv_timeout(TICK) {
-                Ok(Outgoing::Response { text, is_error }) => {
-                    let status = if is_error && self.outside_session { 400 } else { 200 };
+                Ok(Outgoing::Response { text, error }) => {
+                    let status = match (error, &self.stateless) {
+                        (Some(code), Some(_)) => modern_status(code),
+                        (Some(_), None) if self.outside_session => 400,
+                        _ => 200,
+                    };
                     return answer(conn, head, Response::json(status, text).with_headers(&self.headers));
                 }
                 Ok(Outgoing::Notification(_)) if !self.wants_sse => {}
                 Ok(Outgoing::Notification(text)) => return self.stream(conn, head, replies, Some(&text)),
                 Err(RecvTimeoutError::Timeout) if socket::peer_closed(conn.socket()) => {
                     log::debug("client left before its answer", &[]);
+                    self.cancel_if_stateless();
                     conn.close_after();
                     return;
                 }
@@ -206,8 +226,49 @@ impl Reply {
         };
         if end != End::Finished {
             log_stream_end("answer stream ended early", end);
+            self.cancel_if_stateless();
         }
     }
+
+    /// Revision 2026-07-28 over HTTP: closing the stream is the cancel.
+    /// A handshake-era disconnect is not (the call goes on, as before).
+    fn cancel_if_stateless(&self) {
+        if let Some(session) = &self.stateless {
+            if session.calls_in_flight() > 0 {
+                log::info("call cancelled: the client closed its stream", &[]);
+            }
+            session.cancel_all();
+        }
+    }
+}
+
+/// The status of a 2026-07-28 error response (Streamable HTTP, "Error
+/// handling"): a method the server lacks is 404, a request the client must
+/// change 400, a failure of the server 500.
+fn modern_status(code: ErrorCode) -> u16 {
+    match code {
+        ErrorCode::MethodNotFound => 404,
+        ErrorCode::InternalError => 500,
+        ErrorCode::ParseError
+        | ErrorCode::InvalidRequest
+        | ErrorCode::InvalidParams
+        // Not sent in this era (resources are served in the handshake era).
+        | ErrorCode::ResourceNotFound
+        | ErrorCode::HeaderMismatch
+        | ErrorCode::MissingRequiredClientCapability
+        | ErrorCode::UnsupportedProtocolVersion => 400,
+    }
+}
+
+/// The headers a 2026-07-28 request must repeat from its body.
+fn request_headers(head: &Head) -> RequestHeaders {
+    let header = |name: &str| head.header(name).map(str::to_string);
+    RequestHeaders { protocol_version: header("MCP-Protocol-Version"), method: header("Mcp-Method"), name: header("Mcp-Name") }
+}
+
+/// Whether `MCP-Protocol-Version` names a revision past the handshake era.
+fn names_modern_version(head: &Head) -> bool {
+    head.header("MCP-Protocol-Version").is_some_and(|version| !SUPPORTED_VERSIONS.contains(&version.trim()))
 }
 
 fn log_stream_end(message: &str, end: End) {

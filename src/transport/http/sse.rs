@@ -336,7 +336,7 @@ mod tests {
         let (mut conn, mut client, head) = connection();
         let (outbox, outgoing) = mpsc::channel();
         outbox.send(Outgoing::Notification("{\"n\":1}".into())).unwrap();
-        outbox.send(Outgoing::Response { text: "{\"r\":1}".into(), is_error: false }).unwrap();
+        outbox.send(Outgoing::Response { text: "{\"r\":1}".into(), error: None }).unwrap();
         let stream = SseStream::start(&mut conn, &head, &Vec::new(), 1 << 20, SESSION_KEEPALIVE).unwrap();
         assert_eq!(stream.pump(&outgoing, None, true), End::Finished);
         drop(conn);
@@ -353,7 +353,7 @@ mod tests {
         let stream = SseStream::start(&mut conn, &head, &Vec::new(), 1 << 20, Duration::from_millis(300)).unwrap();
         let answer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(1100));
-            outbox.send(Outgoing::Response { text: "{\"r\":1}".into(), is_error: false }).unwrap();
+            outbox.send(Outgoing::Response { text: "{\"r\":1}".into(), error: None }).unwrap();
         });
         assert_eq!(stream.pump(&outgoing, None, true), End::Finished);
         answer.join().unwrap();

@@ -71,3 +71,37 @@ def http_server_with_token():
     server = HttpServer({"MCP_K8S_AUTH_TOKEN": "pytest-token"})
     yield server
     server.stop()
+
+
+CLUSTER_DIR = pathlib.Path(os.environ.get("MCP_K8S_TEST_CLUSTER_DIR") or "/var/lib/mcp-k8s-test-cluster")
+
+
+def cluster_env() -> dict[str, str]:
+    """The settings that connect a server to the test cluster, as the Rust
+    cluster tests give them (tests/support/cluster.rs, `server_env`). Fails
+    loudly without a cluster: run_job needs one."""
+    kubeconfig = CLUSTER_DIR / "server.kubeconfig"
+    if not kubeconfig.exists():
+        pytest.fail(f"no test cluster at {CLUSTER_DIR}: run `tests/cluster/up` first (run_job needs it)")
+    values = dict(line.split("=", 1) for line in (CLUSTER_DIR / "env").read_text().splitlines() if "=" in line)
+    project_image = os.environ.get("MCP_K8S_PROJECT_IMAGE") or "mcp-k8s-test.local/mcp-k8s-ephemeral-job:dev"
+    return {
+        "MCP_K8S_KUBECONFIG": str(kubeconfig),
+        "MCP_K8S_ALLOWED_IMAGES": values.get("IMAGE_BUSYBOX", "mcp-k8s-test.local/busybox:1.35"),
+        "MCP_K8S_RUNNER_IMAGE": project_image,
+        "MCP_K8S_DEFAULT_CPU": "50m",
+        "MCP_K8S_DEFAULT_MEMORY": "64Mi",
+    }
+
+
+def busybox_image() -> str:
+    return cluster_env()["MCP_K8S_ALLOWED_IMAGES"]
+
+
+@pytest.fixture(scope="module")
+def cluster_http_servers():
+    """Two server processes on the same cluster: replicas behind one name."""
+    servers = [HttpServer(cluster_env()), HttpServer(cluster_env())]
+    yield servers
+    for server in servers:
+        server.stop()

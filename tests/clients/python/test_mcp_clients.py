@@ -1,8 +1,9 @@
 """The official MCP Python SDK (2.x) against the server over stdio,
 Streamable HTTP and legacy HTTP+SSE.
 
-Clients use the default `auto` mode: they probe `server/discover` first and
-must fall back to `initialize` at once.
+These are the handshake era's tests: clients run in `mode="legacy"` (the
+`initialize` handshake, as every client that does not speak 2026-07-28
+uses). The default `auto` mode now chooses 2026-07-28: test_modern_era.py.
 """
 
 import json
@@ -27,6 +28,7 @@ TRANSPORTS = ["stdio", "streamable-http", "sse"]
 @asynccontextmanager
 async def connect(transport: str, http_server, **client_options):
     """A connected client plus a function returning the server's log entries."""
+    client_options.setdefault("mode", "legacy")
     if transport == "stdio":
         with tempfile.NamedTemporaryFile("w+", suffix=".log") as errlog:
             # The SDK passes the child only an allow-list of variables, so the

@@ -1,0 +1,169 @@
+//! A container's state as the engine's neutral view (`decide::View`,
+//! `outcome::Finished`): created is pending, running runs, exited is
+//! finished. Pure, so each state is a table case.
+//!
+//! The facts are put in the fields the engine's judge reads: the kernel's
+//! OOM kill as `container_reason: OOMKilled` (so `outcome::judge` says
+//! `OOMKilled`), any other exit as its code (137 without the OOM flag is a
+//! SIGKILL from someone, not an OOM), a runtime that could not start the
+//! process as `start_failure`, and a container being removed (or gone) as
+//! `deleted`. Times: `FinishedAt` can be earlier than `StartedAt` on a
+//! short run, so no duration is taken from them.
+//!
+//! Knows the inspect answer; decides nothing about the run's end.
+
+use std::time::SystemTime;
+
+use crate::docker::objects::ContainerInspect;
+use crate::engine::backend::{Sighting, Times};
+use crate::engine::decide::{SandboxState, View};
+use crate::engine::outcome::Finished;
+
+/// Docker's time for "never": `0001-01-01T00:00:00Z`.
+const ZERO_TIME_PREFIX: &str = "0001-";
+
+/// A container as the engine sees it; `sandbox` is the container's name.
+pub fn sighting(inspect: &ContainerInspect) -> Sighting {
+    let started = time_of(&inspect.state.started_at);
+    let finished = if is_finished(inspect) { time_of(&inspect.state.finished_at) } else { None };
+    Sighting {
+        sandbox: inspect.name.trim_start_matches('/').to_string(),
+        view: view(inspect),
+        times: Times { scheduled: started, started, finished },
+    }
+}
+
+/// The decision's view of a container.
+pub fn view(inspect: &ContainerInspect) -> View {
+    let state = &inspect.state;
+    let finished = finished(inspect);
+    let sandbox_state = match state.status.as_str() {
+        "running" | "paused" | "restarting" => SandboxState::Running,
+        "exited" | "dead" | "removing" => SandboxState::Finished { ran: finished.start_failure.is_none() },
+        // `created`: the start comes right after the inputs are written.
+        _ if state.error.is_empty() => SandboxState::Pending,
+        _ => SandboxState::Finished { ran: false },
+    };
+    let ended = match state.status.as_str() {
+        "exited" | "dead" => Some(finished.clone()),
+        "removing" => Some(Finished { deleted: true, ..finished.clone() }),
+        _ if !state.error.is_empty() => Some(finished.clone()),
+        _ => None,
+    };
+    View { state: sandbox_state, ended, if_gone: Finished { deleted: true, ..finished } }
+}
+
+/// Whether the container ended (or is being removed).
+pub fn is_finished(inspect: &ContainerInspect) -> bool {
+    matches!(inspect.state.status.as_str(), "exited" | "dead" | "removing")
+}
+
+/// A running container (the `active` of a background run).
+pub fn is_running(inspect: &ContainerInspect) -> bool {
+    inspect.state.running
+}
+
+/// When it ended, if it did.
+pub fn finished_at(inspect: &ContainerInspect) -> Option<SystemTime> {
+    if is_finished(inspect) { time_of(&inspect.state.finished_at).or_else(|| Some(SystemTime::now())) } else { None }
+}
+
+fn finished(inspect: &ContainerInspect) -> Finished {
+    let state = &inspect.state;
+    let ended = is_finished(inspect);
+    let never_started = time_of(&state.started_at).is_none();
+    let start_failure = (!state.error.is_empty() && never_started).then(|| format!("the container could not start: {}", state.error));
+    let container_reason = if state.oom_killed {
+        Some("OOMKilled".to_string())
+    } else if ended {
+        Some(if state.exit_code == 0 { "Completed" } else { "Error" }.to_string())
+    } else {
+        None
+    };
+    Finished {
+        exit_code: ended.then(|| i32::try_from(state.exit_code).unwrap_or(i32::MAX)),
+        signal: None,
+        container_reason,
+        container_message: (!state.error.is_empty()).then(|| state.error.clone()),
+        pod_reason: None,
+        pod_message: None,
+        disruption: None,
+        deleted: false,
+        start_failure,
+    }
+}
+
+fn time_of(text: &str) -> Option<SystemTime> {
+    if text.is_empty() || text.starts_with(ZERO_TIME_PREFIX) {
+        return None;
+    }
+    crate::time::parse_rfc3339(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::docker::objects::ContainerState;
+
+    fn container(status: &str, exit_code: i64, oom_killed: bool, error: &str, started: bool) -> ContainerInspect {
+        let started_at = if started { "2026-12-01T10:00:00.5Z" } else { "0001-01-01T00:00:00Z" };
+        ContainerInspect {
+            name: "/mcp-run-r".into(),
+            state: ContainerState {
+                status: status.into(),
+                running: status == "running",
+                exit_code,
+                oom_killed,
+                error: error.into(),
+                started_at: started_at.into(),
+                // Earlier than the start, as Docker writes it for short runs.
+                finished_at: "2026-12-01T10:00:00.1Z".into(),
+                pid: 0,
+            },
+            ..ContainerInspect::default()
+        }
+    }
+
+    /// (case, container, state, ended: exit code and reason, deleted)
+    #[test]
+    fn container_states() {
+        let cases = [
+            ("created", container("created", 0, false, "", false), "Pending", None),
+            ("running", container("running", 0, false, "", true), "Running", None),
+            ("exit 0", container("exited", 0, false, "", true), "Finished { ran: true }", Some((Some(0), "Completed", false))),
+            ("exit 3", container("exited", 3, false, "", true), "Finished { ran: true }", Some((Some(3), "Error", false))),
+            ("OOM", container("exited", 137, true, "", true), "Finished { ran: true }", Some((Some(137), "OOMKilled", false))),
+            ("SIGKILL, no OOM", container("exited", 137, false, "", true), "Finished { ran: true }", Some((Some(137), "Error", false))),
+            ("removing", container("removing", 137, false, "", true), "Finished { ran: true }", Some((Some(137), "Error", true))),
+            (
+                "could not start",
+                container("created", 127, false, "exec: no such file", false),
+                "Finished { ran: false }",
+                Some((None, "", false)),
+            ),
+        ];
+        for (case, inspect, state, ended) in cases {
+            let view = view(&inspect);
+            assert_eq!(format!("{:?}", view.state), state, "{case}");
+            let got = view.ended.as_ref().map(|f| (f.exit_code, f.container_reason.clone().unwrap_or_default(), f.deleted));
+            assert_eq!(got, ended.map(|(code, reason, deleted)| (code, reason.to_string(), deleted)), "{case}");
+            assert!(view.if_gone.deleted, "{case}: gone means removed");
+        }
+    }
+
+    #[test]
+    fn a_failed_start_says_the_runtimes_words() {
+        let failed = view(&container("created", 127, false, "exec: no such file", false));
+        assert_eq!(failed.ended.unwrap().start_failure.as_deref(), Some("the container could not start: exec: no such file"));
+    }
+
+    #[test]
+    fn times_come_from_the_state_and_never_times_are_none() {
+        let created = sighting(&container("created", 0, false, "", false));
+        assert_eq!(created.sandbox, "mcp-run-r");
+        assert_eq!(created.times, Times::default());
+        let exited = sighting(&container("exited", 0, false, "", true));
+        assert!(exited.times.started.is_some() && exited.times.finished.is_some());
+        assert!(finished_at(&container("running", 0, false, "", true)).is_none());
+    }
+}

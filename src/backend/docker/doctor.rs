@@ -1,0 +1,184 @@
+//! `doctor` for the Docker backend: the daemon answers and speaks API 1.41
+//! or later, the allowed images are present (they are never pulled unless
+//! MCP_K8S_DOCKER_PULL=missing), the runner binary exists and is static
+//! (it runs inside images with any or no libc), and a check run goes
+//! through the engine exactly as a job would.
+//!
+//! Knows `Config`, the engine (to run a check job) and `docker`; nothing
+//! of MCP.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::backend::docker::spec;
+use crate::cancel::CancelToken;
+use crate::config::Config;
+use crate::docker;
+use crate::engine;
+use crate::engine::spec::{RunSpec, RunStatus};
+use crate::sandbox;
+
+/// One check's result: a line for the operator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    pub passed: bool,
+    pub text: String,
+}
+
+impl Check {
+    fn pass(text: impl Into<String>) -> Check {
+        Check { passed: true, text: text.into() }
+    }
+
+    fn fail(text: impl Into<String>) -> Check {
+        Check { passed: false, text: text.into() }
+    }
+
+    /// `ok    text` or `FAIL  text`, as the Kubernetes doctor prints.
+    pub fn line(&self) -> String {
+        format!("{}  {}", if self.passed { "ok  " } else { "FAIL" }, self.text)
+    }
+}
+
+/// Runs every check, handing each to `report` when done; true when all passed.
+pub fn run(
+    config: &Config,
+    ctx: &engine::run::Ctx,
+    client: &docker::Client,
+    options: &spec::Options,
+    report: &mut dyn FnMut(&Check),
+) -> bool {
+    let mut all_passed = true;
+    let mut emit = |check: Check| {
+        all_passed &= check.passed;
+        report(&check);
+    };
+    emit(check_daemon(client));
+    emit(check_storage(client));
+    let images: Vec<&String> = config.allowed_images.as_written.iter().filter(|image| !image.contains('*')).collect();
+    if images.is_empty() {
+        emit(Check::fail("MCP_K8S_ALLOWED_IMAGES names no image (patterns are not checked); every job would be refused"));
+    }
+    for image in &images {
+        emit(check_image(client, image, options.pull));
+    }
+    emit(check_runner_binary(&options.runner_binary));
+    if let Some(image) = images.first() {
+        emit(check_run(ctx, image));
+    }
+    all_passed
+}
+
+fn check_daemon(client: &docker::Client) -> Check {
+    match client.ping() {
+        Ok(()) => Check::pass(format!(
+            "Docker daemon at {} answers: engine {}, API {} (using {})",
+            client.socket().display(),
+            client.version().version,
+            client.version().api_version,
+            client.api_version()
+        )),
+        Err(error) => Check::fail(format!("Docker daemon: {error}")),
+    }
+}
+
+/// Informational: whether the storage driver could bound the workdir.
+fn check_storage(client: &docker::Client) -> Check {
+    match client.info() {
+        Ok(info) => Check::pass(format!(
+            "storage driver `{}`: the workdir's size is bounded by the runner's disk watch (MCP_K8S_WORKDIR_SIZE), not by the driver; /tmp is a tmpfs of that size",
+            info.driver
+        )),
+        Err(error) => Check::fail(format!("Docker daemon info: {error}")),
+    }
+}
+
+fn check_image(client: &docker::Client, image: &str, pull: spec::Pull) -> Check {
+    match (client.image_exists(image), pull) {
+        (Ok(true), _) => Check::pass(format!("image `{image}` is present")),
+        (Ok(false), spec::Pull::Missing) => {
+            Check::pass(format!("image `{image}` is not present; it is pulled at its first run (MCP_K8S_DOCKER_PULL=missing)"))
+        }
+        (Ok(false), spec::Pull::Never) => Check::fail(format!(
+            "image `{image}` is not present and MCP_K8S_DOCKER_PULL=never; load it (`docker pull`, `docker load`) or set MCP_K8S_DOCKER_PULL=missing"
+        )),
+        (Err(error), _) => Check::fail(format!("image `{image}`: {error}")),
+    }
+}
+
+fn check_runner_binary(path: &str) -> Check {
+    match std::fs::read(path) {
+        Ok(bytes) => match elf_is_static(&bytes) {
+            Some(true) => Check::pass(format!("runner binary `{path}` is a static ELF executable")),
+            Some(false) => Check::fail(format!(
+                "runner binary `{path}` is dynamically linked; set MCP_K8S_RUNNER_BINARY to a static (musl) build of this server"
+            )),
+            None => Check::fail(format!("runner binary `{path}` is not a 64-bit ELF executable; set MCP_K8S_RUNNER_BINARY")),
+        },
+        Err(error) => Check::fail(format!("runner binary `{path}`: {error}; set MCP_K8S_RUNNER_BINARY")),
+    }
+}
+
+/// `Some(true)` for a 64-bit little-endian ELF without a `PT_INTERP`
+/// program header (no dynamic loader), `None` for something else.
+pub fn elf_is_static(bytes: &[u8]) -> Option<bool> {
+    if bytes.get(..4)? != b"\x7fELF" || *bytes.get(4)? != 2 || *bytes.get(5)? != 1 {
+        return None;
+    }
+    let u16_at = |at: usize| Some(u16::from_le_bytes(bytes.get(at..at + 2)?.try_into().ok()?));
+    let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+    let program_headers = usize::try_from(u64::from_le_bytes(bytes.get(0x20..0x28)?.try_into().ok()?)).ok()?;
+    let entry_size = usize::from(u16_at(0x36)?);
+    let count = usize::from(u16_at(0x38)?);
+    const PT_INTERP: u32 = 3;
+    for index in 0..count {
+        if u32_at(program_headers.checked_add(index.checked_mul(entry_size)?)?)? == PT_INTERP {
+            return Some(false);
+        }
+    }
+    Some(true)
+}
+
+/// A tiny run through the engine: the image starts, the runner runs under
+/// the hardening, and the container goes again.
+fn check_run(ctx: &engine::run::Ctx, image: &str) -> Check {
+    let spec = RunSpec {
+        image: image.to_string(),
+        command: vec!["true".to_string()],
+        files: Vec::new(),
+        env: BTreeMap::new(),
+        cpu_limit: None,
+        memory_limit: None,
+        timeout: Duration::from_secs(30),
+        workdir: sandbox::WORKDIR.to_string(),
+        artifacts: Vec::new(),
+        clone: None,
+    };
+    let run_id = engine::run::new_run_id();
+    let outcome = engine::run::run(ctx, &spec, &run_id, &CancelToken::new(), &|_| {});
+    if outcome.status == RunStatus::Succeeded {
+        Check::pass(format!("a check container ran `true` in `{image}`"))
+    } else {
+        let reason = outcome.reason.map(|reason| format!("{}: ", reason.name())).unwrap_or_default();
+        Check::fail(format!("a check container in `{image}` did not succeed: {reason}{}", outcome.message))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_test_binary_is_an_elf_and_garbage_is_not() {
+        let own = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert!(elf_is_static(&own).is_some());
+        assert_eq!(elf_is_static(b"#!/bin/sh\n"), None);
+        assert_eq!(elf_is_static(b"\x7fELF"), None);
+    }
+
+    #[test]
+    fn lines_start_with_the_verdict() {
+        assert_eq!(Check::pass("a").line(), "ok    a");
+        assert_eq!(Check::fail("b").line(), "FAIL  b");
+    }
+}

@@ -1,0 +1,322 @@
+//! The Docker backend: a run is one fresh container on a Docker Engine
+//! (API 1.41 or later, over its Unix socket) running the caller's image
+//! with the runner, bind-mounted read-only from the host, as its
+//! entrypoint. `spec` builds the create body, `classify` reads container
+//! state into the engine's neutral views, `watch` follows the container,
+//! `record` keeps a background run's record, verdict and cancel mark in
+//! labels, `reaper` removes what expired, `doctor` checks a daemon against
+//! the configuration.
+//!
+//! A run: the image is looked up (pulled only when the operator allows),
+//! the container is created, its workdir volume gets the input files by
+//! `put-archive`, and it starts; the runner's stdout (its frames) is the
+//! container's log. Clone and the cache volume are Kubernetes-only for now
+//! and refused with the setting to unset.
+//!
+//! Speaks to the daemon only through `docker`; decides nothing about a
+//! run's end (the engine's `decide` does).
+
+pub mod classify;
+pub mod doctor;
+pub mod reaper;
+pub mod record;
+pub mod spec;
+pub mod watch;
+
+use std::time::{Duration, SystemTime};
+
+use crate::docker;
+use crate::engine::backend::{
+    self, Abort, Backend, Created, Keep, NewRun, Output, OutputError, Refused, Settled, Sighting, Stop, Stored, Watch, Wording,
+};
+use crate::engine::spec::{Policy, RunReason};
+use crate::engine::verdict::Recorded;
+use crate::log;
+use crate::metrics;
+
+/// Runs on one Docker daemon.
+#[derive(Clone)]
+pub struct Docker {
+    pub client: docker::Client,
+    pub policy: Policy,
+    pub options: spec::Options,
+}
+
+impl Docker {
+    pub fn new(client: docker::Client, policy: Policy, options: spec::Options) -> Docker {
+        Docker { client, policy, options }
+    }
+
+    /// The image is there, or pulled when the operator allows it.
+    fn ensure_image(&self, image: &str) -> Result<(), Refused> {
+        match self.client.image_exists(image) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(error) => return Err(api_refusal("look up the image", &error)),
+        }
+        if self.options.pull == spec::Pull::Never {
+            return Err(Refused {
+                reason: RunReason::ImagePullFailed,
+                message: format!(
+                    "image `{image}` is not present on the Docker daemon, and images are never pulled (MCP_K8S_DOCKER_PULL=never); load it (`docker pull`, `docker load`) or set MCP_K8S_DOCKER_PULL=missing"
+                ),
+            });
+        }
+        self.client.image_pull(image, self.policy.start_timeout).map_err(|error| Refused {
+            reason: RunReason::ImagePullFailed,
+            message: format!("image `{image}` is not present on the Docker daemon and could not be pulled: {error}"),
+        })
+    }
+
+    /// Creates, fills and starts the containers; the caller removes what
+    /// is left on a refusal.
+    fn create_and_start(&self, run: &NewRun, name: &str) -> Result<(), Refused> {
+        let body = spec::container(run, &self.policy, &self.options);
+        self.client.container_create(name, &body).map_err(|error| create_refusal(&error, &run.spec.image))?;
+        if let Keep::Background { .. } = run.keep {
+            let record = record::record_container(&run.spec.image, &body.labels);
+            self.client
+                .container_create(&record::container_name(record::ROLE_RECORD, run.run_id), &record)
+                .map_err(|error| create_refusal(&error, &run.spec.image))?;
+        }
+        let archive = spec::inputs_archive(run.spec, self.policy.run_as_user).map_err(|message| Refused {
+            reason: RunReason::InputFailed,
+            message: format!("the input files cannot be archived: {message}"),
+        })?;
+        self.client.container_put_archive(name, &run.spec.workdir, &archive).map_err(|error| Refused {
+            reason: RunReason::InputFailed,
+            message: format!("the input files could not be written into the container: {error}"),
+        })?;
+        self.client.container_start(name).map_err(|error| start_refusal(&error, &self.options.runner_binary))
+    }
+
+    fn kill(&self, run_id: &str, signal: &str) {
+        match self.client.container_kill(&spec::container_name(run_id), signal) {
+            // Not running (ended, or never started) or gone: nothing runs.
+            Ok(()) => {}
+            Err(error) if error.is_conflict() || error.is_not_found() => {}
+            Err(error) => log::warn(
+                "could not stop the run's container",
+                &[("run_id", run_id.into()), ("signal", signal.into()), ("error", error.to_string().into())],
+            ),
+        }
+    }
+
+    /// SIGTERM (the runner reports the output so far), then SIGKILL after
+    /// the runner's kill grace on a thread of its own.
+    fn stop_container(&self, run_id: &str) -> Result<(), backend::Error> {
+        match self.client.container_inspect(&spec::container_name(run_id)) {
+            Ok(inspect) if inspect.state.running => {}
+            Ok(_) => return Ok(()),
+            Err(error) if error.is_not_found() => return Ok(()),
+            Err(error) => return Err(api_error("look at the run's container", &error)),
+        }
+        self.kill(run_id, "TERM");
+        let backend = self.clone();
+        let run_id = run_id.to_string();
+        let spawned = std::thread::Builder::new().name("container-kill".into()).spawn(move || {
+            std::thread::sleep(crate::sandbox::KILL_GRACE + Duration::from_secs(1));
+            backend.kill(&run_id, "KILL");
+        });
+        if let Err(error) = spawned {
+            // The runner ends on the SIGTERM; only a runner that hangs
+            // outlives it, until its own timeout or the reaper.
+            log::warn("could not start the thread that kills a stopped container after its grace", &[("error", error.to_string().into())]);
+        }
+        Ok(())
+    }
+
+    fn find_stored(&self, run_id: &str, with_sandbox: bool) -> Result<Option<Stored>, docker::Error> {
+        let containers = record::containers_of(&self.client, run_id)?;
+        let inspect = match &containers.run {
+            Some(run) => match self.client.container_inspect(&run.id) {
+                Ok(inspect) => Some(inspect),
+                Err(error) if error.is_not_found() => None,
+                Err(error) => return Err(error),
+            },
+            None => None,
+        };
+        let Some(mut stored) = record::stored(run_id, &containers, inspect.as_ref()) else { return Ok(None) };
+        if with_sandbox {
+            stored.sandbox = inspect.as_ref().map(classify::sighting);
+        }
+        Ok(Some(stored))
+    }
+}
+
+impl Backend for Docker {
+    fn create(&self, run: &NewRun) -> Result<Created, Refused> {
+        if run.spec.clone.is_some() || self.policy.clone.is_some() {
+            return Err(Refused {
+                reason: RunReason::Rejected,
+                message: "`clone` is not supported on the Docker backend yet; unset MCP_K8S_CLONE_IMAGE and MCP_K8S_CLONE_SECRET, pass the files in `files`, or use MCP_K8S_BACKEND=kubernetes".to_string(),
+            });
+        }
+        if self.policy.cache.is_some() {
+            return Err(Refused {
+                reason: RunReason::Rejected,
+                message: "the cache volume is not supported on the Docker backend yet; unset MCP_K8S_CACHE_PVC and MCP_K8S_CACHE_MOUNT_PATH, or use MCP_K8S_BACKEND=kubernetes".to_string(),
+            });
+        }
+        self.ensure_image(&run.spec.image)?;
+        let name = spec::container_name(run.run_id);
+        if let Err(refused) = self.create_and_start(run, &name) {
+            metrics::api_error("create_container");
+            self.remove(run.run_id);
+            return Err(refused);
+        }
+        log::info("container started", &[("run_id", run.run_id.into()), ("container", name.as_str().into())]);
+        Ok(Created { name, created_at: Some(SystemTime::now()) })
+    }
+
+    fn watch(&self, run_id: &str) -> Watch {
+        watch::start(self.client.clone(), spec::container_name(run_id))
+    }
+
+    fn probe(&self, run_id: &str) -> Result<Option<Sighting>, backend::Error> {
+        match self.client.container_inspect(&spec::container_name(run_id)) {
+            Ok(inspect) => Ok(Some(classify::sighting(&inspect))),
+            Err(error) if error.is_not_found() => Ok(None),
+            Err(error) => Err(api_error("inspect the run's container", &error)),
+        }
+    }
+
+    /// Every refusal comes back from `create` itself.
+    fn start_failure(&self, _run_id: &str) -> Option<(RunReason, String)> {
+        None
+    }
+
+    fn start_progress(&self, run_id: &str) -> String {
+        match self.client.container_inspect(&spec::container_name(run_id)) {
+            Ok(inspect) => format!("the container was `{}`", inspect.state.status),
+            Err(error) => format!("the container could not be inspected: {error}"),
+        }
+    }
+
+    /// The container's log, followed: stdout carries the runner's frames
+    /// (stderr only the runner's own complaints, kept aside by the client).
+    fn output(&self, sandbox: &str) -> Result<Output, OutputError> {
+        let params = docker::LogParams { follow: true, idle_timeout: None };
+        match self.client.container_logs(sandbox, &params) {
+            Ok(stream) => {
+                let handle = stream.abort_handle();
+                Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) })
+            }
+            Err(error) if error.is_not_found() => Err(OutputError::Gone(format!("the log could not be read: {error}"))),
+            Err(error) => Err(OutputError::Unavailable(error.to_string())),
+        }
+    }
+
+    /// The inputs are files in the workdir, which the command owns now.
+    fn inputs_used(&self, _run_id: &str) {}
+
+    /// A container does not restart on its own (no restart policy), so a
+    /// stopped one never runs again: every kind of stop is the same, and
+    /// the container stays, with its log, until `remove` or the reaper.
+    fn stop(&self, run_id: &str, _how: Stop) -> Result<(), backend::Error> {
+        self.stop_container(run_id)
+    }
+
+    fn remove(&self, run_id: &str) {
+        let containers = match record::containers_of(&self.client, run_id) {
+            Ok(containers) => containers,
+            Err(error) => {
+                log::warn(
+                    "could not list the run's containers to remove them; the reaper will",
+                    &[("run_id", run_id.into()), ("error", error.to_string().into())],
+                );
+                return;
+            }
+        };
+        let all = [&containers.run, &containers.record, &containers.verdict, &containers.cancel];
+        for container in all.into_iter().flatten() {
+            match self.client.container_remove(&container.id) {
+                Ok(()) => {}
+                Err(error) if error.is_not_found() => {}
+                Err(error) => {
+                    metrics::api_error("remove_container");
+                    log::warn(
+                        "container not removed; the reaper will",
+                        &[("container", container.id.as_str().into()), ("error", error.to_string().into())],
+                    );
+                }
+            }
+        }
+    }
+
+    fn find(&self, run_id: &str) -> Result<Option<Stored>, backend::Error> {
+        self.find_stored(run_id, true).map_err(|error| api_error("look up the run's containers", &error))
+    }
+
+    fn list(&self) -> Result<Vec<Stored>, backend::Error> {
+        let runs = record::background_runs(&self.client).map_err(|error| api_error("list the background runs", &error))?;
+        let mut stored = Vec::new();
+        for (run_id, containers) in &runs {
+            let inspect = containers.run.as_ref().and_then(|run| self.client.container_inspect(&run.id).ok());
+            stored.extend(record::stored(run_id, containers, inspect.as_ref()));
+        }
+        Ok(stored)
+    }
+
+    fn record(&self, run_id: &str, verdict: &Recorded) -> Result<Settled, backend::Error> {
+        record::write_verdict(&self.client, run_id, verdict).map_err(|error| api_error("record the outcome", &error))
+    }
+
+    fn mark_cancelled(&self, run_id: &str, at: SystemTime) -> Result<(), backend::Error> {
+        record::mark_cancelled(&self.client, run_id, at).map_err(|error| api_error("mark the run cancelled", &error))
+    }
+
+    fn reap(&self, now: SystemTime) -> usize {
+        reaper::reap_once(&self.client, now)
+    }
+
+    fn wording(&self) -> &'static Wording {
+        &WORDING
+    }
+}
+
+/// What Docker users call the parts of a run.
+pub const WORDING: Wording = Wording {
+    sandbox: "container",
+    created: "container",
+    stopper: "this server",
+    pids_limit: "the container's pids limit, 1024",
+    outside_deleters: "docker rm, docker kill, a cleanup script",
+    api: "the Docker daemon",
+};
+
+fn api_error(what: &'static str, error: &docker::Error) -> backend::Error {
+    backend::Error { what, message: error.to_string() }
+}
+
+fn api_refusal(what: &str, error: &docker::Error) -> Refused {
+    Refused { reason: RunReason::ApiError, message: format!("could not {what}: {error}; the run did not start") }
+}
+
+/// A refused create: the image vanished, the daemon refused the body, or
+/// the daemon is away.
+fn create_refusal(error: &docker::Error, image: &str) -> Refused {
+    match error {
+        docker::Error::NotFound { .. } => {
+            Refused { reason: RunReason::ImagePullFailed, message: format!("image `{image}` is not present on the Docker daemon: {error}") }
+        }
+        docker::Error::Status { .. } => {
+            Refused { reason: RunReason::ContainerFailed, message: format!("the Docker daemon refused the container: {error}") }
+        }
+        _ => api_refusal("create the container", error),
+    }
+}
+
+/// A start the runtime refused: most often the runner binary (a bind of a
+/// path that does not exist, or a binary that cannot run in the image).
+fn start_refusal(error: &docker::Error, runner_binary: &str) -> Refused {
+    if error.is_unreachable() {
+        return api_refusal("start the container", error);
+    }
+    Refused {
+        reason: RunReason::StartFailed,
+        message: format!(
+            "the container could not start: {error}; check that MCP_K8S_RUNNER_BINARY (`{runner_binary}`) is a static Linux binary of this server on the daemon's host"
+        ),
+    }
+}

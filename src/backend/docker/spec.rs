@@ -1,0 +1,401 @@
+//! The container a run gets, as a pure function of the run and the
+//! operator's choices: the create body (`container`), its labels (`labels`)
+//! and the archive of its input files (`inputs_archive`). Deterministic
+//! (`BTreeMap` labels, sorted env), so its tests compare JSON text.
+//!
+//! The container runs the same contract as the Kubernetes pod's main
+//! container: the runner's `exec` argv from `sandbox::args`, the caller's
+//! image, the workdir and `/tmp` writable and the root read-only. What
+//! differs is how the pieces arrive: the runner is bind-mounted read-only
+//! from the host (no init container copies it), and the inputs are written
+//! into the workdir's anonymous volume with `put-archive` before the start
+//! (no Secret, no `prepare` step).
+//!
+//! Knows the Docker API's create body and the engine's spec; does no IO.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use crate::docker::objects::{ContainerSpec, EmptyObject, HostConfig};
+use crate::docker::tar;
+use crate::engine::backend::{Keep, NewRun};
+use crate::engine::spec::{Policy, RunSpec, run_deadline};
+use crate::log;
+use crate::sandbox::args::{self, ExecOptions};
+use crate::sandbox::{KILL_GRACE, TERMINATION_LOG, TMP_DIR};
+
+/// Every label key starts with this, so `docker ps --filter label=...`
+/// and the reaper find the server's objects and nothing else.
+pub const LABEL_PREFIX: &str = "mcp-k8s-ephemeral-job/";
+/// `managed-by=mcp-k8s-ephemeral-job` on every container the server makes.
+pub const LABEL_MANAGED_BY: &str = "mcp-k8s-ephemeral-job/managed-by";
+pub const MANAGED_BY: &str = "mcp-k8s-ephemeral-job";
+pub const LABEL_RUN_ID: &str = "mcp-k8s-ephemeral-job/run-id";
+/// `run` (the sandbox), `verdict` or `cancel` (see `record`).
+pub const LABEL_ROLE: &str = "mcp-k8s-ephemeral-job/role";
+pub const ROLE_RUN: &str = "run";
+/// `sync` or `background`.
+pub const LABEL_MODE: &str = "mcp-k8s-ephemeral-job/mode";
+pub const MODE_SYNC: &str = "sync";
+pub const MODE_BACKGROUND: &str = "background";
+/// RFC 3339 UTC: after it the reaper removes the container.
+pub const LABEL_EXPIRES_AT: &str = "mcp-k8s-ephemeral-job/expires-at";
+/// The sandbox's own deadline from creation, in seconds (`run_deadline`).
+pub const LABEL_RUN_DEADLINE_S: &str = "mcp-k8s-ephemeral-job/run-deadline-s";
+/// The memory limit as the caller or the default gave it (`512Mi`).
+pub const LABEL_MEMORY_LIMIT: &str = "mcp-k8s-ephemeral-job/memory-limit";
+pub const LABEL_TOKEN: &str = "mcp-k8s-ephemeral-job/job-token";
+pub const LABEL_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
+/// `image program`, never the arguments (issue 12, finding 9).
+pub const LABEL_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
+
+/// Where the runner binary is mounted inside the container: the path it
+/// has in a pod (`sandbox::BIN_DIR`), so argv and messages read the same.
+pub const RUNNER_PATH: &str = "/mcp/bin/mcp-k8s-ephemeral-job";
+/// The container's process limit. Kubernetes leaves this to the kubelet's
+/// `podPidsLimit`; here the server sets it: enough for builds and test
+/// runners, not for a fork bomb to starve the host.
+pub const PIDS_LIMIT: i64 = 1024;
+
+/// What the operator chose for the Docker backend, apart from `Policy`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The static runner binary on the daemon's host, mounted read-only.
+    pub runner_binary: String,
+    /// A network runs may use; `None` is network `none`.
+    pub network: Option<String>,
+    pub pull: Pull,
+}
+
+/// Whether a missing image may be pulled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pull {
+    /// Air-gapped: a missing image is the run's error.
+    Never,
+    /// Pulled once when the daemon does not have it.
+    Missing,
+}
+
+/// The container's name for a run; the sandbox name `output` takes.
+pub fn container_name(run_id: &str) -> String {
+    format!("mcp-run-{run_id}")
+}
+
+/// The create body of a run's container.
+pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerSpec {
+    let spec = run.spec;
+    let exec_options = ExecOptions {
+        workdir: spec.workdir.clone().into(),
+        timeout: spec.timeout,
+        kill_grace: KILL_GRACE,
+        max_output_bytes: policy.max_output_bytes as usize,
+        max_artifact_bytes: policy.max_artifact_bytes,
+        artifact_patterns: spec.artifacts.clone(),
+        disk_paths: writable_paths(spec),
+        disk_limit_bytes: u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0),
+        // Not writable here (/dev belongs to root); the runner skips it,
+        // and nothing on Docker reads it: the result frame is the result.
+        termination_log: TERMINATION_LOG.into(),
+        argv: spec.command.clone(),
+    };
+    // Operator-wide variables first, the caller's on top: the caller wins.
+    let mut env = policy.extra_env.clone();
+    env.extend(spec.env.clone());
+    // The root is read-only, so an image's own HOME is not writable.
+    env.entry("HOME".to_string()).or_insert_with(|| TMP_DIR.to_string());
+    let mut tmpfs = BTreeMap::new();
+    if has_tmp_mount(spec) {
+        tmpfs.insert(TMP_DIR.to_string(), tmp_options(policy));
+    }
+    let memory = memory_bytes(spec, policy);
+    ContainerSpec {
+        image: spec.image.clone(),
+        entrypoint: Some(vec![RUNNER_PATH.to_string()]),
+        cmd: args::exec_args(&exec_options),
+        env: env.iter().map(|(name, value)| format!("{name}={value}")).collect(),
+        working_dir: spec.workdir.clone(),
+        user: format!("{0}:{0}", policy.run_as_user),
+        labels: labels(run, policy),
+        attach_stdout: true,
+        attach_stderr: true,
+        tty: false,
+        open_stdin: false,
+        // The runner forwards SIGTERM to the command and reports.
+        stop_signal: "SIGTERM".to_string(),
+        volumes: BTreeMap::from([(spec.workdir.clone(), EmptyObject {})]),
+        host_config: HostConfig {
+            readonly_rootfs: true,
+            cap_drop: vec!["ALL".to_string()],
+            // No profile named: Docker's default seccomp profile applies.
+            security_opt: vec!["no-new-privileges".to_string()],
+            pids_limit: Some(PIDS_LIMIT),
+            memory,
+            // Equal to the memory limit: no swap, so an OOM is an OOM.
+            memory_swap: memory,
+            nano_cpus: cpu_nanos(spec, policy),
+            tmpfs,
+            binds: vec![format!("{}:{RUNNER_PATH}:ro", options.runner_binary)],
+            network_mode: options.network.clone().unwrap_or_else(|| "none".to_string()),
+            // overlay2 on ext4 refuses `size` (only xfs with pquota has it),
+            // so the workdir is bounded by the runner's disk watch alone.
+            storage_opt: BTreeMap::new(),
+            auto_remove: false,
+        },
+    }
+}
+
+/// The labels of a run's container: ownership, expiry and, for a
+/// background run, its record (see `record`).
+pub fn labels(run: &NewRun, policy: &Policy) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    labels.insert(LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string());
+    labels.insert(LABEL_RUN_ID.to_string(), run.run_id.to_string());
+    labels.insert(LABEL_ROLE.to_string(), ROLE_RUN.to_string());
+    labels.insert(LABEL_RUN_DEADLINE_S.to_string(), run_deadline(run.spec, policy).as_secs().to_string());
+    labels.insert(LABEL_MEMORY_LIMIT.to_string(), memory_limit(run.spec, policy));
+    let (mode, expires_at) = match &run.keep {
+        Keep::UntilRemoved { expires_at } => (MODE_SYNC, *expires_at),
+        Keep::Background { record, expires_at, .. } => {
+            labels.insert(LABEL_TOKEN.to_string(), record.token.clone());
+            labels.insert(LABEL_TIMEOUT_S.to_string(), record.timeout_s.to_string());
+            labels.insert(LABEL_COMMAND.to_string(), record.command.clone());
+            (MODE_BACKGROUND, *expires_at)
+        }
+    };
+    labels.insert(LABEL_MODE.to_string(), mode.to_string());
+    labels.insert(LABEL_EXPIRES_AT.to_string(), log::rfc3339_utc(expires_at));
+    labels
+}
+
+/// The workdir's contents as a tar for `put-archive` into the workdir: its
+/// root (`/`) owned by the run's user, so the command may write there, each
+/// input's parent folders, then the files.
+pub fn inputs_archive(spec: &RunSpec, uid: u32) -> Result<Vec<u8>, String> {
+    let mut folders: Vec<String> = Vec::new();
+    for file in &spec.files {
+        let mut parent = String::new();
+        for part in file.path.split('/').rev().skip(1).collect::<Vec<_>>().into_iter().rev() {
+            parent = if parent.is_empty() { format!("{part}/") } else { format!("{parent}{part}/") };
+            if !folders.contains(&parent) {
+                folders.push(parent.clone());
+            }
+        }
+    }
+    let mut entries = vec![tar::Entry { path: tar::ROOT, kind: tar::EntryKind::Directory, mode: 0o755, uid, gid: uid }];
+    entries.extend(folders.iter().map(|folder| tar::Entry { path: folder, kind: tar::EntryKind::Directory, mode: 0o755, uid, gid: uid }));
+    entries.extend(spec.files.iter().map(|file| tar::Entry {
+        path: &file.path,
+        kind: tar::EntryKind::File(&file.content),
+        mode: file.mode,
+        uid,
+        gid: uid,
+    }));
+    tar::archive(&entries)
+}
+
+/// The expiry of a run's objects, for the reaper.
+pub fn expires_at(labels: &BTreeMap<String, String>) -> Option<SystemTime> {
+    crate::time::parse_rfc3339(labels.get(LABEL_EXPIRES_AT)?)
+}
+
+/// The sandbox's deadline from its creation, as the labels say.
+pub fn labelled_run_deadline(labels: &BTreeMap<String, String>) -> Duration {
+    Duration::from_secs(labels.get(LABEL_RUN_DEADLINE_S).and_then(|text| text.parse().ok()).unwrap_or(0))
+}
+
+fn memory_limit(spec: &RunSpec, policy: &Policy) -> String {
+    spec.memory_limit.as_ref().unwrap_or(&policy.default_memory).as_str().to_string()
+}
+
+fn memory_bytes(spec: &RunSpec, policy: &Policy) -> i64 {
+    let quantity = spec.memory_limit.as_ref().unwrap_or(&policy.default_memory);
+    i64::try_from(quantity.nanos() / 1_000_000_000).unwrap_or(0)
+}
+
+fn cpu_nanos(spec: &RunSpec, policy: &Policy) -> i64 {
+    let quantity = spec.cpu_limit.as_ref().unwrap_or(&policy.default_cpu);
+    i64::try_from(quantity.nanos()).unwrap_or(0)
+}
+
+/// `/tmp` as tmpfs, bounded like the workdir, writable by everyone with
+/// the sticky bit as a normal `/tmp` is.
+fn tmp_options(policy: &Policy) -> String {
+    let bytes = u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0);
+    if bytes == 0 { "rw,nosuid,nodev,mode=1777".to_string() } else { format!("rw,nosuid,nodev,mode=1777,size={bytes}") }
+}
+
+fn writable_paths(spec: &RunSpec) -> Vec<std::path::PathBuf> {
+    let mut paths = vec![std::path::PathBuf::from(&spec.workdir)];
+    if has_tmp_mount(spec) {
+        paths.push(TMP_DIR.into());
+    }
+    paths
+}
+
+/// A workdir of exactly /tmp is the scratch folder itself: the volume
+/// takes the place of the tmpfs.
+fn has_tmp_mount(spec: &RunSpec) -> bool {
+    spec.workdir != TMP_DIR
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::backend::BackgroundRecord;
+    use crate::engine::spec::InputFile;
+    use crate::quantity::Quantity;
+    use std::time::UNIX_EPOCH;
+
+    pub fn policy() -> Policy {
+        Policy {
+            namespace: "unused".into(),
+            runner_image: "unused".into(),
+            runner_binary_path: "/unused".into(),
+            run_as_user: 65532,
+            default_cpu: Quantity::parse("1").unwrap(),
+            default_memory: Quantity::parse("512Mi").unwrap(),
+            max_output_bytes: 1 << 20,
+            max_artifact_bytes: 10 << 20,
+            start_timeout: Duration::from_secs(120),
+            workdir_size_limit: Quantity::parse("1Gi").unwrap(),
+            extra_env: BTreeMap::from([("A".to_string(), "operator".to_string())]),
+            cache: None,
+            clone: None,
+            finished_ttl: Duration::from_secs(300),
+            runtime_class: None,
+        }
+    }
+
+    pub fn run_spec() -> RunSpec {
+        RunSpec {
+            image: "busybox:1.35".into(),
+            command: vec!["sh".into(), "-c".into(), "echo $A".into()],
+            files: vec![InputFile { path: "src/main.py".into(), content: b"print(1)\n".to_vec(), mode: 0o644 }],
+            env: BTreeMap::from([("A".to_string(), "caller".to_string())]),
+            cpu_limit: Some(Quantity::parse("500m").unwrap()),
+            memory_limit: None,
+            timeout: Duration::from_secs(30),
+            workdir: "/work".into(),
+            artifacts: vec![],
+            clone: None,
+        }
+    }
+
+    fn options() -> Options {
+        Options { runner_binary: "/usr/local/bin/mcp-k8s-ephemeral-job".into(), network: None, pull: Pull::Never }
+    }
+
+    #[test]
+    fn the_create_body_is_hardened_and_runs_the_runner() {
+        let spec = run_spec();
+        let expires_at = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let run = NewRun { run_id: "r1", spec: &spec, keep: Keep::UntilRemoved { expires_at } };
+        let body = serde_json::to_string_pretty(&container(&run, &policy(), &options())).unwrap();
+        let expected = r#"{
+  "Image": "busybox:1.35",
+  "Entrypoint": [
+    "/mcp/bin/mcp-k8s-ephemeral-job"
+  ],
+  "Cmd": [
+    "runner",
+    "exec",
+    "--workdir",
+    "/work",
+    "--timeout-ms",
+    "30000",
+    "--kill-grace-ms",
+    "2000",
+    "--max-output-bytes",
+    "1048576",
+    "--max-artifact-bytes",
+    "10485760",
+    "--termination-log",
+    "/dev/termination-log",
+    "--disk-limit-bytes",
+    "1073741824",
+    "--disk-path",
+    "/work",
+    "--disk-path",
+    "/tmp",
+    "--",
+    "sh",
+    "-c",
+    "echo $A"
+  ],
+  "Env": [
+    "A=caller",
+    "HOME=/tmp"
+  ],
+  "WorkingDir": "/work",
+  "User": "65532:65532",
+  "Labels": {
+    "mcp-k8s-ephemeral-job/expires-at": "2027-01-15T08:00:00.000Z",
+    "mcp-k8s-ephemeral-job/managed-by": "mcp-k8s-ephemeral-job",
+    "mcp-k8s-ephemeral-job/memory-limit": "512Mi",
+    "mcp-k8s-ephemeral-job/mode": "sync",
+    "mcp-k8s-ephemeral-job/role": "run",
+    "mcp-k8s-ephemeral-job/run-deadline-s": "182",
+    "mcp-k8s-ephemeral-job/run-id": "r1"
+  },
+  "AttachStdout": true,
+  "AttachStderr": true,
+  "Tty": false,
+  "OpenStdin": false,
+  "StopSignal": "SIGTERM",
+  "Volumes": {
+    "/work": {}
+  },
+  "HostConfig": {
+    "ReadonlyRootfs": true,
+    "CapDrop": [
+      "ALL"
+    ],
+    "SecurityOpt": [
+      "no-new-privileges"
+    ],
+    "PidsLimit": 1024,
+    "Memory": 536870912,
+    "MemorySwap": 536870912,
+    "NanoCpus": 500000000,
+    "Tmpfs": {
+      "/tmp": "rw,nosuid,nodev,mode=1777,size=1073741824"
+    },
+    "Binds": [
+      "/usr/local/bin/mcp-k8s-ephemeral-job:/mcp/bin/mcp-k8s-ephemeral-job:ro"
+    ],
+    "NetworkMode": "none",
+    "AutoRemove": false
+  }
+}"#;
+        assert_eq!(body, expected);
+    }
+
+    #[test]
+    fn a_background_run_carries_its_record_and_a_named_network_is_used() {
+        let spec = RunSpec { workdir: "/tmp".into(), ..run_spec() };
+        let record = BackgroundRecord { token: "t".into(), timeout_s: 30, command: "busybox:1.35 sh".into() };
+        let keep = Keep::Background { record, result_ttl: Duration::from_secs(60), expires_at: UNIX_EPOCH };
+        let run = NewRun { run_id: "r2", spec: &spec, keep };
+        let options = Options { network: Some("runs".into()), ..options() };
+        let body = container(&run, &policy(), &options);
+        assert_eq!(body.labels[LABEL_MODE], MODE_BACKGROUND);
+        assert_eq!(body.labels[LABEL_TOKEN], "t");
+        assert_eq!(body.labels[LABEL_TIMEOUT_S], "30");
+        assert_eq!(body.labels[LABEL_COMMAND], "busybox:1.35 sh");
+        assert_eq!(body.host_config.network_mode, "runs");
+        assert!(body.host_config.tmpfs.is_empty(), "a /tmp workdir is the volume");
+        assert!(body.volumes.contains_key("/tmp"));
+        assert_eq!(expires_at(&body.labels), Some(UNIX_EPOCH));
+    }
+
+    #[test]
+    fn the_inputs_archive_owns_the_workdir_and_the_parents() {
+        let bytes = inputs_archive(&run_spec(), 65532).unwrap();
+        let names: Vec<String> = bytes
+            .chunks(512)
+            .filter(|block| block[257..262] == *b"ustar")
+            .map(|block| String::from_utf8_lossy(&block[..100]).trim_end_matches('\0').to_string())
+            .collect();
+        assert_eq!(names, ["/", "src", "src/main.py"]);
+    }
+}

@@ -1,0 +1,259 @@
+//! The 2026-07-28 era adapter: each request stands alone. It checks the
+//! `_meta` envelope (-32602 when it is missing or broken), the HTTP headers
+//! against the body (-32020), the revision (-32022 with the supported
+//! list), then serves `server/discover`, `tools/list` (with `ttlMs` and
+//! `cacheScope`), `tools/call` (a task when the client advertises the
+//! `io.modelcontextprotocol/tasks` extension and the tool runs long) and
+//! the extension's `tasks/get` and `tasks/cancel`. Results carry
+//! `resultType`; log notifications go out only at the level the request's
+//! `_meta` asks for. Methods the era removed (`initialize`, `ping`,
+//! `logging/setLevel`, subscriptions) are -32601.
+//!
+//! The calls themselves run through the same dispatcher as the handshake
+//! era (`Server::start_call`, `Server::spawn_call`); this file knows the
+//! envelope and the wire shapes, not how a call runs or what HTTP status a
+//! code becomes.
+
+use serde_json::{Map, Value, json};
+
+use super::era::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
+use super::jsonrpc::{ErrorCode, Request, Response, ResponseError};
+use super::{CallStart, EraCall, Outbox, Server, Session, Work, invalid_params, list_tools, send_response, tasks_extension};
+use crate::echo;
+use crate::log::Level;
+use crate::tools;
+
+/// Revisions served in this era.
+pub const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
+
+/// The extension that turns long tool calls into tasks.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+/// How long a client may cache `server/discover` and `tools/list`: the
+/// tool set is fixed for the life of the process (`MCP_K8S_TEST_TOOLS` is
+/// read at startup), and an hour bounds the staleness after a redeploy.
+const LIST_TTL_MS: u64 = 3_600_000;
+
+/// The HTTP headers of a request that the 2026-07-28 transport requires to
+/// match its body, as the transport read them (`None` when absent). stdio
+/// has none of these and skips the check.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestHeaders {
+    pub protocol_version: Option<String>,
+    pub method: Option<String>,
+    pub name: Option<String>,
+}
+
+/// What the envelope of one request says.
+struct Envelope {
+    tasks_extension: bool,
+    log_level: Option<Level>,
+}
+
+impl Server {
+    /// Answers one modern-era request.
+    pub(super) fn on_modern_request(
+        self: &std::sync::Arc<Self>,
+        session: &std::sync::Arc<Session>,
+        request: Request,
+        outbox: Outbox,
+        message_bytes: usize,
+    ) {
+        let Request { id, mut params, method } = request;
+        let envelope = match check_request(session.headers(), &method, &params) {
+            Ok(envelope) => envelope,
+            Err(error) => return send_response(&outbox, &Response { id: Some(id), result: Err(error) }),
+        };
+        let result = match method.as_str() {
+            "server/discover" => Ok(discover()),
+            "tools/list" => list_tools(&self.registry, &params).map(cacheable),
+            "tools/call" => {
+                // The 2025-11-25 `task` parameter does not exist here: the
+                // server decides, from the advertised extension.
+                params.remove("task");
+                let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
+                let task_tool = self.registry.find(name).map(|tool| tool.name).filter(|name| tools::background::TASK_TOOLS.contains(name));
+                let started = if let Some(tool_name) = task_tool.filter(|_| envelope.tasks_extension) {
+                    let work = Work::Raw(tasks_extension::create);
+                    let call = CallStart {
+                        name: tool_name,
+                        work,
+                        arguments: params,
+                        progress_token: None,
+                        message_bytes,
+                        era: EraCall::Modern { log_level: None },
+                    };
+                    self.spawn_call(session, &id, call, outbox.clone())
+                } else {
+                    self.start_call(session, &id, params, outbox.clone(), message_bytes, EraCall::Modern { log_level: envelope.log_level })
+                };
+                match started {
+                    Ok(()) => return,
+                    Err(error) => Err(error),
+                }
+            }
+            method if let Some((name, handler)) = tasks_extension::handler(method) => {
+                if !envelope.tasks_extension {
+                    Err(missing_tasks_extension(name))
+                } else {
+                    let call = CallStart {
+                        name,
+                        work: Work::Raw(handler),
+                        arguments: params,
+                        progress_token: None,
+                        message_bytes,
+                        era: EraCall::Modern { log_level: None },
+                    };
+                    match self.spawn_call(session, &id, call, outbox.clone()) {
+                        Ok(()) => return,
+                        Err(error) => Err(error),
+                    }
+                }
+            }
+            method => Err(ResponseError::new(
+                ErrorCode::MethodNotFound,
+                format!(
+                    "method not found: `{}` (revision 2026-07-28; `initialize`, `ping` and `logging/setLevel` belong to the handshake era)",
+                    echo::shorten(method)
+                ),
+            )),
+        };
+        send_response(&outbox, &Response { id: Some(id), result: result.map(complete) });
+    }
+}
+
+/// Tags a result as complete unless it says otherwise (a task).
+pub fn complete(mut result: Value) -> Value {
+    if let Value::Object(object) = &mut result
+        && !object.contains_key("resultType")
+    {
+        object.insert("resultType".into(), json!("complete"));
+    }
+    result
+}
+
+/// The envelope, the HTTP headers and the revision, in the order the
+/// conformance suite and the spec expect: a missing envelope is -32602
+/// even when the headers name a version; a header that disagrees with the
+/// body is -32020 before the version itself is judged.
+fn check_request(headers: Option<&RequestHeaders>, method: &str, params: &Map<String, Value>) -> Result<Envelope, ResponseError> {
+    let Some(meta) = params.get("_meta").and_then(Value::as_object) else {
+        return Err(invalid_params(format!(
+            "missing `_meta`: revision 2026-07-28 requests carry `{META_PROTOCOL_VERSION}` and `{META_CLIENT_CAPABILITIES}` in `params._meta`"
+        )));
+    };
+    let version = match meta.get(META_PROTOCOL_VERSION) {
+        Some(Value::String(version)) => version.as_str(),
+        Some(other) => {
+            return Err(invalid_params(format!("`_meta.{META_PROTOCOL_VERSION}` must be a string, not {}", tools::json_kind(other))));
+        }
+        None => return Err(invalid_params(format!("missing `_meta.{META_PROTOCOL_VERSION}`"))),
+    };
+    let capabilities = match meta.get(META_CLIENT_CAPABILITIES) {
+        Some(Value::Object(capabilities)) => capabilities,
+        Some(other) => {
+            return Err(invalid_params(format!("`_meta.{META_CLIENT_CAPABILITIES}` must be an object, not {}", tools::json_kind(other))));
+        }
+        None => return Err(invalid_params(format!("missing `_meta.{META_CLIENT_CAPABILITIES}`"))),
+    };
+    if let Some(headers) = headers {
+        check_headers(headers, method, params, version)?;
+    }
+    if !MODERN_VERSIONS.contains(&version) {
+        return Err(ResponseError::new(
+            ErrorCode::UnsupportedProtocolVersion,
+            format!(
+                "unsupported protocol version `{}`; supported: {} (or `initialize` for {})",
+                echo::shorten(version),
+                MODERN_VERSIONS.join(", "),
+                super::SUPPORTED_VERSIONS.join(", ")
+            ),
+        )
+        .with_data(json!({ "supported": MODERN_VERSIONS, "requested": version })));
+    }
+    let log_level = match meta.get(META_LOG_LEVEL) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(Level::parse(text).ok_or_else(|| {
+            invalid_params(format!(
+                "unknown log level `{}` in `_meta.{META_LOG_LEVEL}`; accepted: debug, info, notice, warning, error, critical, alert, emergency",
+                echo::shorten(text)
+            ))
+        })?),
+        Some(other) => return Err(invalid_params(format!("`_meta.{META_LOG_LEVEL}` must be a string, not {}", tools::json_kind(other)))),
+    };
+    let tasks_extension =
+        capabilities.get("extensions").and_then(Value::as_object).is_some_and(|extensions| extensions.contains_key(TASKS_EXTENSION));
+    Ok(Envelope { tasks_extension, log_level })
+}
+
+/// Streamable HTTP (2026-07-28, "Standard headers"): `MCP-Protocol-Version`
+/// and `Mcp-Method` always, `Mcp-Name` for the methods that name a target,
+/// each equal to the body's value (surrounding whitespace aside, RFC 9110
+/// §5.5; values are case-sensitive).
+fn check_headers(headers: &RequestHeaders, method: &str, params: &Map<String, Value>, version: &str) -> Result<(), ResponseError> {
+    let name_key = match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    };
+    let body_name = name_key.and_then(|key| params.get(key)).and_then(Value::as_str);
+    let checks = [
+        ("MCP-Protocol-Version", headers.protocol_version.as_deref(), Some(version)),
+        ("Mcp-Method", headers.method.as_deref(), Some(method)),
+        ("Mcp-Name", headers.name.as_deref(), body_name),
+    ];
+    for (header, sent, expected) in checks {
+        let Some(expected) = expected else { continue };
+        match sent.map(str::trim) {
+            Some(sent) if sent == expected => {}
+            Some(sent) => {
+                return Err(ResponseError::new(
+                    ErrorCode::HeaderMismatch,
+                    format!("header {header} `{}` does not match the body's `{}`", echo::shorten(sent), echo::shorten(expected)),
+                ));
+            }
+            None => {
+                return Err(ResponseError::new(
+                    ErrorCode::HeaderMismatch,
+                    format!("missing header {header}; the body says `{}`", echo::shorten(expected)),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `server/discover` result.
+fn discover() -> Value {
+    cacheable(json!({
+        "supportedVersions": MODERN_VERSIONS,
+        // Only what is implemented: clients gate features on these. No
+        // `logging` (the level rides in each request's `_meta`), and
+        // tasks are the extension, not the 2025-11-25 `tasks` slot.
+        "capabilities": { "tools": {}, "extensions": { TASKS_EXTENSION: {} } },
+        "instructions": super::INSTRUCTIONS,
+        "_meta": { "io.modelcontextprotocol/serverInfo": super::server_info() },
+    }))
+}
+
+/// Adds the caching hints of list results: what this server lists is the
+/// same for every caller, so any cache may share it.
+fn cacheable(mut result: Value) -> Value {
+    if let Value::Object(object) = &mut result {
+        object.insert("ttlMs".into(), json!(LIST_TTL_MS));
+        object.insert("cacheScope".into(), json!("public"));
+    }
+    result
+}
+
+/// -32021 for a task method from a client that did not advertise tasks.
+fn missing_tasks_extension(method: &str) -> ResponseError {
+    ResponseError::new(
+        ErrorCode::MissingRequiredClientCapability,
+        format!("`{method}` needs the `{TASKS_EXTENSION}` extension; declare it in `_meta.{META_CLIENT_CAPABILITIES}.extensions`"),
+    )
+    .with_data(json!({ "requiredCapabilities": { "extensions": { TASKS_EXTENSION: {} } } }))
+}

@@ -1,0 +1,295 @@
+//! Revision 2026-07-28 beside the handshake era, end to end over stdio and
+//! HTTP with no cluster: one table of request → error code (and HTTP
+//! status) for both transports, the results' `resultType` and caching
+//! hints, the HTTP header checks, per-request log levels, progress and
+//! cancellation (stdio: `notifications/cancelled`; HTTP: closing the
+//! connection). Jobs are refused (no images allowed), which is enough for
+//! the envelope; tasks that run are the client suites' (tests/clients).
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::server::{HttpResponse, HttpServer, INITIALIZE, StdioServer};
+
+const VERSION: &str = "2026-07-28";
+
+/// The envelope every modern request carries, plus `extra` `_meta` keys.
+fn meta(extra: Value) -> Value {
+    let mut meta = json!({
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": { "name": "modern-era-test", "version": "1" },
+    });
+    if let (Some(meta), Some(extra)) = (meta.as_object_mut(), extra.as_object()) {
+        meta.extend(extra.clone());
+    }
+    meta
+}
+
+fn request(id: i64, method: &str, mut params: Value) -> Value {
+    if params.get("_meta").is_none() {
+        params["_meta"] = meta(json!({}));
+    }
+    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+}
+
+/// Requests whose answer is an error, the same on both transports: the
+/// JSON-RPC code and the HTTP status the spec gives it.
+fn error_cases() -> Vec<(&'static str, Value, i64, u16)> {
+    let no_tasks_extension = request(9, "tasks/get", json!({ "taskId": "abc" }));
+    vec![
+        ("missing _meta", json!({ "jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {} }), -32602, 400),
+        (
+            "no client capabilities",
+            request(2, "tools/list", json!({ "_meta": { "io.modelcontextprotocol/protocolVersion": VERSION } })),
+            -32602,
+            400,
+        ),
+        (
+            "unknown version",
+            request(
+                3,
+                "tools/list",
+                json!({ "_meta": { "io.modelcontextprotocol/protocolVersion": "2099-01-01", "io.modelcontextprotocol/clientCapabilities": {} } }),
+            ),
+            -32022,
+            400,
+        ),
+        ("ping is removed", request(4, "ping", json!({})), -32601, 404),
+        ("initialize with the envelope", request(5, "initialize", json!({})), -32601, 404),
+        ("logging/setLevel is removed", request(6, "logging/setLevel", json!({ "level": "debug" })), -32601, 404),
+        ("unknown tool", request(7, "tools/call", json!({ "name": "nope" })), -32602, 400),
+        (
+            "bad log level",
+            request(8, "tools/list", json!({ "_meta": meta(json!({ "io.modelcontextprotocol/logLevel": "loud" })) })),
+            -32602,
+            400,
+        ),
+        ("tasks/get without the extension", no_tasks_extension, -32021, 400),
+        ("a panicking tool", request(10, "tools/call", json!({ "name": "test_panic" })), -32603, 500),
+        ("tasks/update without the extension", request(11, "tasks/update", json!({ "taskId": "abc", "inputResponses": {} })), -32021, 400),
+    ]
+}
+
+/// Requests answered with a result, checked by `check`.
+/// A case name, a request, and the check of its result.
+type ResultCase = (&'static str, Value, fn(&Value));
+
+/// A case name, a request, header overrides, the HTTP status and the code.
+type HeaderCase<'a> = (&'a str, &'a Value, &'a [(&'a str, Option<&'a str>)], u16, Option<i64>);
+
+fn result_cases() -> Vec<ResultCase> {
+    vec![
+        ("server/discover", request(20, "server/discover", json!({})), |result| {
+            assert_eq!(result["supportedVersions"], json!([VERSION]));
+            assert_eq!(result["resultType"], "complete");
+            assert!(result["capabilities"]["tools"].is_object());
+            assert!(result["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object());
+            assert!(result["capabilities"].get("tasks").is_none(), "tasks are the extension in this era");
+            assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "mcp-k8s-ephemeral-job");
+            assert!(result["ttlMs"].is_u64() && result["cacheScope"] == "public");
+        }),
+        ("tools/list", request(21, "tools/list", json!({})), |result| {
+            assert_eq!(result["tools"][0]["name"], "describe_environment");
+            assert_eq!((&result["resultType"], &result["cacheScope"]), (&json!("complete"), &json!("public")));
+            assert!(result["ttlMs"].is_u64());
+        }),
+        ("a tool", request(22, "tools/call", json!({ "name": "describe_environment" })), |result| {
+            assert_eq!((&result["resultType"], &result["isError"]), (&json!("complete"), &json!(false)));
+        }),
+        (
+            "an isError result",
+            request(23, "tools/call", json!({ "name": "run_job", "arguments": { "image": "x", "command": ["true"] } })),
+            |result| {
+                assert_eq!((&result["resultType"], &result["isError"]), (&json!("complete"), &json!(true)));
+                let text = result["content"][0]["text"].as_str().unwrap_or_default();
+                assert!(text.contains("is not allowed"), "{text}");
+            },
+        ),
+    ]
+}
+
+fn stdio_server() -> StdioServer {
+    StdioServer::start(&[("MCP_K8S_TEST_TOOLS", "1")])
+}
+
+fn stdio_exchange(server: &mut StdioServer, message: &Value) -> Value {
+    server.send(&message.to_string());
+    server.recv_until_response(&message["id"]).pop().unwrap_or_default()
+}
+
+/// POSTs a modern request with the headers a 2026-07-28 client derives
+/// from its body, then `overrides` (a `None` value drops the header).
+fn http_post(server: &HttpServer, message: &Value, overrides: &[(&str, Option<&str>)]) -> HttpResponse {
+    let params = &message["params"];
+    let version = params["_meta"]["io.modelcontextprotocol/protocolVersion"].as_str().unwrap_or(VERSION).to_string();
+    let name = ["name", "uri", "taskId"].iter().find_map(|key| params[key].as_str()).map(str::to_string);
+    let mut headers: Vec<(String, String)> = vec![
+        ("Content-Type".into(), "application/json".into()),
+        ("Accept".into(), "application/json, text/event-stream".into()),
+        ("MCP-Protocol-Version".into(), version),
+        ("Mcp-Method".into(), message["method"].as_str().unwrap_or_default().into()),
+    ];
+    if let Some(name) = name {
+        headers.push(("Mcp-Name".into(), name));
+    }
+    for (header, value) in overrides {
+        headers.retain(|(name, _)| !name.eq_ignore_ascii_case(header));
+        if let Some(value) = value {
+            headers.push((header.to_string(), value.to_string()));
+        }
+    }
+    let borrowed: Vec<(&str, &str)> = headers.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+    server.request("POST", "/mcp", &borrowed, &message.to_string())
+}
+
+#[test]
+fn errors_have_the_same_codes_on_stdio_and_http_and_the_spec_statuses_over_http() {
+    let mut stdio = stdio_server();
+    let http = HttpServer::start(&[]);
+    for (case, message, code, status) in error_cases() {
+        let over_stdio = stdio_exchange(&mut stdio, &message);
+        assert_eq!(over_stdio["error"]["code"], code, "stdio, {case}: {over_stdio}");
+        assert_eq!(over_stdio["id"], message["id"], "stdio, {case}");
+        let over_http = http_post(&http, &message, &[]);
+        assert_eq!(
+            (over_http.status, over_http.json()["error"]["code"].clone()),
+            (status, json!(code)),
+            "HTTP, {case}: {}",
+            over_http.body
+        );
+        assert_eq!(over_http.json()["id"], message["id"], "HTTP, {case}");
+        assert!(over_http.header("mcp-session-id").is_none(), "HTTP, {case}: no sessions in this era");
+    }
+    let unknown_version = stdio_exchange(&mut stdio, &error_cases()[2].1);
+    assert_eq!(unknown_version["error"]["data"], json!({ "supported": [VERSION], "requested": "2099-01-01" }));
+    let no_extension = stdio_exchange(&mut stdio, &error_cases()[8].1);
+    assert_eq!(no_extension["error"]["data"]["requiredCapabilities"], json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } }));
+}
+
+#[test]
+fn results_carry_result_type_and_list_results_caching_hints_on_both_transports() {
+    let mut stdio = stdio_server();
+    let http = HttpServer::start(&[]);
+    for (case, message, check) in result_cases() {
+        let over_stdio = stdio_exchange(&mut stdio, &message);
+        assert!(over_stdio.get("error").is_none(), "stdio, {case}: {over_stdio}");
+        check(&over_stdio["result"]);
+        let over_http = http_post(&http, &message, &[]);
+        assert_eq!(over_http.status, 200, "HTTP, {case}: {}", over_http.body);
+        check(&over_http.json()["result"]);
+    }
+}
+
+#[test]
+fn http_headers_must_match_the_body() {
+    let http = HttpServer::start(&[]);
+    let tools_list = request(1, "tools/list", json!({}));
+    let call = request(2, "tools/call", json!({ "name": "describe_environment" }));
+    let cases: &[HeaderCase] = &[
+        ("method mismatch", &tools_list, &[("Mcp-Method", Some("prompts/list"))], 400, Some(-32020)),
+        ("method missing", &tools_list, &[("Mcp-Method", None)], 400, Some(-32020)),
+        ("method case differs", &tools_list, &[("Mcp-Method", Some("TOOLS/LIST"))], 400, Some(-32020)),
+        ("header name in lower case", &tools_list, &[("Mcp-Method", None), ("mcp-method", Some("tools/list"))], 200, None),
+        ("version mismatch", &tools_list, &[("MCP-Protocol-Version", Some("2099-01-01"))], 400, Some(-32020)),
+        ("name mismatch", &call, &[("Mcp-Name", Some("run_job"))], 400, Some(-32020)),
+        ("name missing", &call, &[("Mcp-Name", None)], 400, Some(-32020)),
+        ("name with spaces around", &call, &[("Mcp-Name", Some("  describe_environment  "))], 200, None),
+    ];
+    for (case, message, overrides, status, code) in cases {
+        let response = http_post(&http, message, overrides);
+        assert_eq!(response.status, *status, "{case}: {}", response.body);
+        assert_eq!(response.json()["error"]["code"].as_i64(), *code, "{case}");
+    }
+}
+
+#[test]
+fn http_has_no_sessions_and_no_get_stream_in_this_era_while_the_handshake_era_works_as_before() {
+    let http = HttpServer::start(&[]);
+    assert_eq!(http.request("GET", "/mcp", &[("Accept", "text/event-stream")], "").status, 405);
+    let notification = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 1 } });
+    let accepted = http.request(
+        "POST",
+        "/mcp",
+        &[("Content-Type", "application/json"), ("MCP-Protocol-Version", VERSION), ("Mcp-Method", "notifications/cancelled")],
+        &notification.to_string(),
+    );
+    assert_eq!((accepted.status, accepted.body.as_str()), (202, ""));
+    // The handshake era, unchanged: initialize opens a session.
+    let initialized = http.post(None, INITIALIZE);
+    assert_eq!(initialized.json()["result"]["protocolVersion"], "2025-11-25");
+    let session = initialized.header("mcp-session-id").expect("a session").to_string();
+    let tools = http.post(Some(&session), r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    assert!(tools.json()["result"].get("resultType").is_none(), "handshake results are as before");
+    assert!(tools.json()["result"].get("ttlMs").is_none());
+}
+
+#[test]
+fn stdio_serves_both_eras_and_logs_only_at_the_level_the_request_asks_for() {
+    let mut stdio = stdio_server();
+    let sleep = |id: i64, extra: Value| {
+        request(
+            id,
+            "tools/call",
+            json!({ "name": "test_sleep", "arguments": { "seconds": 0.05, "progress_every_ms": 10 }, "_meta": meta(extra) }),
+        )
+    };
+    stdio.send(&sleep(1, json!({ "progressToken": "p1" })).to_string());
+    let silent = stdio.recv_until_response(&json!(1));
+    assert!(silent.iter().all(|message| message["method"] != "notifications/message"), "no level, no logs: {silent:?}");
+    assert!(silent.iter().any(|message| message["method"] == "notifications/progress"), "progress still flows: {silent:?}");
+    stdio.send(&sleep(2, json!({ "io.modelcontextprotocol/logLevel": "info" })).to_string());
+    let logged = stdio.recv_until_response(&json!(2));
+    assert!(logged.iter().any(|message| message["method"] == "notifications/message"), "{logged:?}");
+    assert_eq!(logged.last().map(|last| last["result"]["resultType"].clone()), Some(json!("complete")));
+    // The handshake era on the same connection: initialize still works.
+    stdio.initialize();
+    stdio.send(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#);
+    assert_eq!(stdio.recv(), json!({ "jsonrpc": "2.0", "id": 3, "result": {} }));
+}
+
+#[test]
+fn stdio_cancels_a_modern_call_on_notifications_cancelled() {
+    let mut stdio = stdio_server();
+    let call = request(7, "tools/call", json!({ "name": "test_sleep", "arguments": { "seconds": 30 } }));
+    stdio.send(&call.to_string());
+    std::thread::sleep(Duration::from_millis(200));
+    stdio.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#);
+    stdio.send(&request(8, "tools/list", json!({})).to_string());
+    let answered = stdio.recv_until_response(&json!(8));
+    assert!(answered.iter().all(|message| message["id"] != json!(7)), "a cancelled call gets no response");
+    assert!(stdio.nothing_within(Duration::from_millis(500)).is_none());
+    assert!(wait_for_log(&stdio.stderr, "call cancelled by client", Duration::from_secs(5)));
+}
+
+#[test]
+fn http_cancels_a_modern_call_when_the_client_closes_the_connection() {
+    let http = HttpServer::start(&[]);
+    let call = request(7, "tools/call", json!({ "name": "test_sleep", "arguments": { "seconds": 30 } })).to_string();
+    let mut stream = TcpStream::connect(&http.addr).expect("connects");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json\r\nMCP-Protocol-Version: {VERSION}\r\nMcp-Method: tools/call\r\nMcp-Name: test_sleep\r\nContent-Length: {}\r\n\r\n",
+        http.addr,
+        call.len()
+    );
+    stream.write_all(head.as_bytes()).expect("writes");
+    stream.write_all(call.as_bytes()).expect("writes");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stream);
+    assert!(wait_for_log(&http.stderr, "call cancelled: the client closed its stream", Duration::from_secs(5)));
+}
+
+/// Whether a stderr log line with `msg` arrives within `wait`.
+fn wait_for_log(stderr: &std::sync::mpsc::Receiver<String>, msg: &str, wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        let Ok(line) = stderr.recv_timeout(left) else { return false };
+        if serde_json::from_str::<Value>(&line).is_ok_and(|log| log["msg"] == msg) {
+            return true;
+        }
+    }
+    false
+}

@@ -1,0 +1,402 @@
+//! The Docker backend end to end: the built server over stdio with
+//! `MCP_K8S_BACKEND=docker` against the test daemon, running the static
+//! runner binary (`tests/build-project-image` builds it) inside the test
+//! images. Each test checks afterwards that no container of its runs is
+//! left (background runs are removed by a guard, as the reaper would after
+//! their retention).
+
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::support::server::StdioServer;
+use crate::{BUSYBOX, client, socket};
+use mcp_k8s_ephemeral_job::docker;
+
+const PYTHON: &str = "mcp-k8s-test.local/python:3.11";
+/// Allowed, and never loaded into the test daemon.
+const MISSING_IMAGE: &str = "mcp-k8s-test.local/does-not-exist:1";
+const RUN_ID_LABEL: &str = "mcp-k8s-ephemeral-job/run-id";
+
+/// The static runner the containers run.
+pub fn runner_binary() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/x86_64-unknown-linux-musl/release/mcp-k8s-ephemeral-job");
+    assert!(path.is_file(), "{} is missing; build it with tests/build-project-image", path.display());
+    path.display().to_string()
+}
+
+/// A server on the Docker backend, with `extra` settings on top, initialized.
+pub fn server(extra: &[(&str, &str)]) -> StdioServer {
+    let docker_host = format!("unix://{}", socket().display());
+    let runner = runner_binary();
+    let images = format!("{BUSYBOX},{PYTHON},{MISSING_IMAGE}");
+    let mut env: Vec<(&str, &str)> = vec![
+        ("MCP_K8S_BACKEND", "docker"),
+        ("MCP_K8S_DOCKER_HOST", &docker_host),
+        ("MCP_K8S_RUNNER_BINARY", &runner),
+        ("MCP_K8S_ALLOWED_IMAGES", &images),
+        ("MCP_K8S_DEFAULT_CPU", "500m"),
+        ("MCP_K8S_DEFAULT_MEMORY", "64Mi"),
+    ];
+    env.extend_from_slice(extra);
+    let mut server = StdioServer::start(&env);
+    server.initialize();
+    server
+}
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
+
+/// A tool call; returns (the tools/call result, progress messages).
+pub fn call(server: &mut StdioServer, name: &str, arguments: Value) -> (Value, Vec<String>) {
+    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let params = json!({"name": name, "arguments": arguments, "_meta": {"progressToken": "p"}});
+    server.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string());
+    let mut progress = Vec::new();
+    loop {
+        let message = server.recv_within(Duration::from_secs(120));
+        if message["id"] == id {
+            return (message["result"].clone(), progress);
+        }
+        if message["method"] == "notifications/progress" {
+            progress.push(message["params"]["message"].as_str().unwrap_or_default().to_string());
+        }
+    }
+}
+
+/// A tool call that must succeed; its structured content.
+pub fn ok(server: &mut StdioServer, name: &str, arguments: Value) -> Value {
+    let (result, _) = call(server, name, arguments);
+    assert_eq!(result["isError"], false, "{name}: {result}");
+    result["structuredContent"].clone()
+}
+
+/// `run_job`, then nothing of the run may be left.
+pub fn run(server: &mut StdioServer, arguments: Value) -> Value {
+    let out = ok(server, "run_job", arguments);
+    assert_nothing_left(out["run_id"].as_str().expect("run_id"));
+    out
+}
+
+/// The containers of `run_id` (any role).
+fn containers_of(client: &docker::Client, run_id: &str) -> Vec<docker::objects::ContainerSummary> {
+    client.container_list(&docker::Filters { labels: vec![format!("{RUN_ID_LABEL}={run_id}")] }).expect("list")
+}
+
+/// Waits until no container (and so no anonymous volume) of `run_id` is left.
+pub fn assert_nothing_left(run_id: &str) {
+    let client = client();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = containers_of(&client, run_id);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "containers of {run_id} left: {:?}", left.iter().map(|c| &c.names).collect::<Vec<_>>());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn run_id_of(token: &str) -> &str {
+    &token[4..36]
+}
+
+/// Background runs are kept for their retention; tests remove theirs.
+struct Removed(Vec<String>);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let client = client();
+        for token in &self.0 {
+            for container in containers_of(&client, run_id_of(token)) {
+                let _ = client.container_remove(&container.id);
+            }
+            assert_nothing_left(run_id_of(token));
+        }
+    }
+}
+
+fn submit(server: &mut StdioServer, command: &str) -> String {
+    let submitted = ok(server, "submit_job", json!({"image": BUSYBOX, "command": ["sh", "-c", command]}));
+    assert_eq!(submitted["status"], "submitted", "{submitted}");
+    submitted["job_token"].as_str().unwrap().to_string()
+}
+
+fn fetch(server: &mut StdioServer, token: &str, wait_s: u64) -> Value {
+    ok(server, "fetch_job", json!({"job_token": token, "wait_s": wait_s}))
+}
+
+fn fetch_done(server: &mut StdioServer, token: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let view = fetch(server, token, 20);
+        if view["status"] == "done" {
+            return view;
+        }
+        assert!(Instant::now() < deadline, "{token} did not finish: {view}");
+    }
+}
+
+/// Waits until the run's container runs and has said `marker`.
+fn wait_for_output(server: &mut StdioServer, token: &str, marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !fetch(server, token, 2)["stdout"].as_str().unwrap_or_default().contains(marker) {
+        assert!(Instant::now() < deadline, "no `{marker}` from {token}");
+    }
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[test]
+fn exit_code_and_separate_streams() {
+    let mut server = server(&[]);
+    let (result, progress) =
+        call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3"]}));
+    let out = &result["structuredContent"];
+    assert_eq!(
+        (out["status"].as_str(), out["reason"].as_str(), out["exit_code"].as_i64()),
+        (Some("failed"), Some("NonZeroExit"), Some(3)),
+        "{out}"
+    );
+    assert_eq!(out["stdout"], "to-stdout\n");
+    assert_eq!(out["stderr"], "to-stderr\n");
+    assert!(progress.iter().any(|p| p.contains("to-stdout")), "live output reaches progress: {progress:?}");
+    assert_nothing_left(out["run_id"].as_str().unwrap());
+}
+
+#[test]
+fn input_files_env_and_workdir_and_the_hardening_inside() {
+    let mut server = server(&[]);
+    let script = "cat data/in.txt; echo \"$GREETING from $(pwd) as $(id -u)\"; echo made > out.txt; \
+                  touch /root-file 2>/dev/null || echo root-read-only; grep -c . /proc/self/status >/dev/null; \
+                  grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status; grep Seccomp: /proc/self/status; \
+                  ls /sys/class/net";
+    let out = run(
+        &mut server,
+        json!({
+            "image": BUSYBOX,
+            "command": ["sh", "-c", script],
+            "files": [{"path": "data/in.txt", "content_b64": b64(b"input\n")}],
+            "env": {"GREETING": "hello"},
+            "workdir": "/home/job/src",
+        }),
+    );
+    assert_eq!(out["status"], "succeeded", "{out}");
+    let stdout = out["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with("input\nhello from /home/job/src as 65532\nroot-read-only\n"), "{stdout}");
+    assert!(stdout.contains("CapEff:\t0000000000000000"), "{stdout}");
+    assert!(stdout.contains("NoNewPrivs:\t1"), "{stdout}");
+    assert!(stdout.contains("Seccomp:\t2"), "the default seccomp profile filters: {stdout}");
+    assert!(stdout.ends_with("lo\n"), "network none: only loopback: {stdout}");
+    let artifacts = out["artifacts"].as_array().unwrap();
+    let made = artifacts.iter().find(|artifact| artifact["path"] == "out.txt").expect("out.txt is an artifact");
+    assert_eq!(made["content_b64"], b64(b"made\n"), "{made}");
+    assert_eq!(made["sha256"], "9ccbd3f1b19a1cdfd8d7c6ae48e9e822e2345f5be1a6187b19e41486c6941004", "{made}");
+}
+
+#[test]
+fn output_over_the_cap_keeps_head_and_tail() {
+    let mut server = server(&[("MCP_K8S_MAX_OUTPUT_BYTES", "2048")]);
+    let out = run(
+        &mut server,
+        json!({"image": BUSYBOX, "command": ["sh", "-c", "i=0; while [ $i -lt 5000 ]; do echo line-$i; i=$((i+1)); done"]}),
+    );
+    let stdout = out["stdout"].as_str().unwrap();
+    assert_eq!(out["truncated"]["stdout"], true, "{out}");
+    assert!(stdout.starts_with("line-0\n") && stdout.ends_with("line-4999\n"), "{stdout}");
+    assert!(out["stdout_total_bytes"].as_u64().unwrap() > 40_000);
+}
+
+#[test]
+fn artifacts_carry_their_sha256() {
+    let mut server = server(&[]);
+    let script = "head -c 100000 /dev/urandom > blob.bin; sha256sum blob.bin >&2";
+    let out = run(&mut server, json!({"image": BUSYBOX, "command": ["sh", "-c", script], "artifacts": ["blob.bin"]}));
+    assert_eq!(out["status"], "succeeded", "{out}");
+    let blob = &out["artifacts"][0];
+    let sha256 = blob["sha256"].as_str().unwrap();
+    assert!(out["stderr"].as_str().unwrap().starts_with(sha256), "the runner's checksum matches the command's: {out}");
+    assert_eq!(base64::engine::general_purpose::STANDARD.decode(blob["content_b64"].as_str().unwrap()).unwrap().len(), 100_000);
+}
+
+#[test]
+fn timeout_stops_the_command_and_keeps_partial_output() {
+    let mut server = server(&[]);
+    let out = run(&mut server, json!({"image": BUSYBOX, "command": ["sh", "-c", "echo partial; sleep 60"], "timeout_s": 2}));
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("timeout"), Some("DeadlineExceeded")), "{out}");
+    assert_eq!(out["stdout"], "partial\n");
+}
+
+#[test]
+fn out_of_memory_is_named() {
+    let mut server = server(&[]);
+    let out = run(
+        &mut server,
+        json!({"image": PYTHON, "command": ["python3", "-c", "b = bytearray(400 * 1024 * 1024); print(len(b))"], "limits": {"memory": "64Mi"}}),
+    );
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("failed"), Some("OOMKilled")), "{out}");
+    assert!(out["message"].as_str().unwrap().contains("64Mi"), "{out}");
+}
+
+#[test]
+fn a_sigkill_without_oom_is_an_exit_code_not_oom() {
+    let mut server = server(&[]);
+    let out = run(&mut server, json!({"image": BUSYBOX, "command": ["sh", "-c", "kill -9 $$"]}));
+    assert_eq!(out["status"], "failed", "{out}");
+    assert_ne!(out["reason"], "OOMKilled", "{out}");
+}
+
+#[test]
+fn a_missing_image_is_a_clear_error_naming_it() {
+    let mut server = server(&[]);
+    let started = Instant::now();
+    let out = run(&mut server, json!({"image": MISSING_IMAGE, "command": ["true"]}));
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("ImagePullFailed")), "{out}");
+    let message = out["message"].as_str().unwrap();
+    assert!(message.contains(MISSING_IMAGE) && message.contains("MCP_K8S_DOCKER_PULL"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(5), "fail fast: {:?}", started.elapsed());
+}
+
+#[test]
+fn a_background_run_survives_a_server_restart_and_is_listed() {
+    let mut first = server(&[]);
+    let token = submit(&mut first, "echo started; sleep 3; echo done");
+    let _removed = Removed(vec![token.clone()]);
+    wait_for_output(&mut first, &token, "started");
+    let listed = ok(&mut first, "list_jobs", json!({}));
+    let entry = listed["jobs"].as_array().unwrap().iter().find(|job| job["job_token"] == token).cloned();
+    assert!(entry.is_some(), "{listed}");
+    first.child.kill().unwrap();
+    let _ = first.child.wait();
+    let mut second = server(&[]);
+    let done = fetch_done(&mut second, &token);
+    let outcome = &done["result"];
+    assert_eq!(outcome["status"], "succeeded", "{done}");
+    assert_eq!(outcome["stdout"], "started\ndone\n", "{done}");
+    let listed = ok(&mut second, "list_jobs", json!({}));
+    assert!(listed["jobs"].as_array().unwrap().iter().any(|job| job["job_token"] == token), "{listed}");
+}
+
+#[test]
+fn cancel_stops_the_run_and_keeps_its_partial_output() {
+    let mut server = server(&[]);
+    let token = submit(&mut server, "echo before-cancel; sleep 300; echo never");
+    let _removed = Removed(vec![token.clone()]);
+    wait_for_output(&mut server, &token, "before-cancel");
+    let cancelled = ok(&mut server, "cancel_job", json!({"job_token": token}));
+    assert_eq!(cancelled["cancel_requested"], true, "{cancelled}");
+    let done = fetch_done(&mut server, &token);
+    let outcome = &done["result"];
+    assert_eq!((outcome["status"].as_str(), outcome["reason"].as_str()), (Some("cancelled"), Some("Cancelled")), "{outcome}");
+    assert!(outcome["stdout"].as_str().unwrap().contains("before-cancel"), "{outcome}");
+    let running = client().container_inspect(&format!("mcp-run-{}", run_id_of(&token))).map(|c| c.state.running).unwrap_or(false);
+    assert!(!running, "the container is stopped");
+    // Another process reads the same verdict.
+    let mut other = self::server(&[]);
+    assert_eq!(fetch(&mut other, &token, 5)["result"]["status"], "cancelled");
+}
+
+#[test]
+fn a_container_killed_from_outside_is_not_cancelled() {
+    let mut server = server(&[]);
+    let token = submit(&mut server, "echo up; sleep 300");
+    let _removed = Removed(vec![token.clone()]);
+    wait_for_output(&mut server, &token, "up");
+    client().container_kill(&format!("mcp-run-{}", run_id_of(&token)), "KILL").expect("docker kill");
+    let done = fetch_done(&mut server, &token);
+    let outcome = &done["result"];
+    assert_ne!(outcome["status"], "cancelled", "{outcome}");
+    assert_eq!(outcome["status"], "error", "{outcome}");
+    assert_eq!(outcome["reason"], "ResultLost", "the runner was killed before its result: {outcome}");
+    assert!(outcome["stdout"].as_str().unwrap().contains("up"), "{outcome}");
+}
+
+#[test]
+fn a_container_removed_from_outside_is_not_cancelled() {
+    let mut server = server(&[]);
+    let token = submit(&mut server, "echo up; sleep 300");
+    let _removed = Removed(vec![token.clone()]);
+    wait_for_output(&mut server, &token, "up");
+    client().container_remove(&format!("mcp-run-{}", run_id_of(&token))).expect("docker rm -f");
+    let done = fetch_done(&mut server, &token);
+    let outcome = &done["result"];
+    assert_ne!(outcome["status"], "cancelled", "{outcome}");
+    assert_eq!(outcome["reason"], "PodDeleted", "{outcome}");
+}
+
+#[test]
+fn a_sync_run_removed_from_outside_ends_at_once_and_says_so() {
+    let mut server = server(&[]);
+    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let arguments = json!({"image": BUSYBOX, "command": ["sh", "-c", "echo up; sleep 300"]});
+    let params = json!({"name": "run_job", "arguments": arguments, "_meta": {"progressToken": "p"}});
+    server.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string());
+    // The progress names the container (`created Job mcp-run-…`); once the
+    // command's output arrives as progress, it runs.
+    let mut container = None;
+    loop {
+        let message = server.recv_within(Duration::from_secs(30));
+        assert_ne!(message["id"], id, "ended before it was removed: {message}");
+        let text = message["params"]["message"].as_str().unwrap_or_default();
+        if let Some(name) = text.strip_prefix("created Job ") {
+            container = Some(name.to_string());
+        }
+        if text.contains("up") && container.is_some() {
+            break;
+        }
+    }
+    let started = Instant::now();
+    client().container_remove(&container.unwrap()).expect("docker rm -f");
+    let message = loop {
+        let message = server.recv_within(Duration::from_secs(30));
+        if message["id"] == id {
+            break message;
+        }
+    };
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    let out = &message["result"]["structuredContent"];
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("PodDeleted")), "{out}");
+    assert_nothing_left(out["run_id"].as_str().unwrap());
+}
+
+#[test]
+fn the_reaper_removes_only_expired_containers_of_this_server() {
+    use mcp_k8s_ephemeral_job::backend::docker::{reaper, spec};
+    let client = client();
+    let cleanup = crate::Cleanup::new(&client, "reaper");
+    let make = |suffix: &str, labels: &[(&str, &str)]| {
+        let mut body = crate::hardened(&cleanup, &["true"]);
+        body.labels.extend(labels.iter().map(|(key, value)| (key.to_string(), value.to_string())));
+        client.container_create(&format!("{}-{suffix}", cleanup.value), &body).expect("create").id
+    };
+    let ours = (spec::LABEL_MANAGED_BY, spec::MANAGED_BY);
+    let expired = make("expired", &[ours, (spec::LABEL_EXPIRES_AT, "2026-01-01T00:00:00Z")]);
+    let current = make("current", &[ours, (spec::LABEL_EXPIRES_AT, "2099-01-01T00:00:00Z")]);
+    let foreign = make("foreign", &[(spec::LABEL_EXPIRES_AT, "2026-01-01T00:00:00Z")]);
+    reaper::reap_once(&client, std::time::SystemTime::now());
+    assert!(client.container_inspect(&expired).is_err_and(|error| error.is_not_found()), "the expired one goes");
+    assert!(client.container_inspect(&current).is_ok(), "one not yet expired stays");
+    assert!(client.container_inspect(&foreign).is_ok(), "one not labelled as ours stays");
+}
+
+#[test]
+fn a_missing_runner_binary_is_named_and_no_host_path_is_created() {
+    let missing = format!("/tmp/mcp-k8s-no-runner-{}/runner", std::process::id());
+    let mut server = server(&[("MCP_K8S_RUNNER_BINARY", &missing)]);
+    let (result, _) = call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["true"]}));
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("MCP_K8S_RUNNER_BINARY") && text.contains(&missing), "{text}");
+    assert!(!std::path::Path::new(&missing).exists(), "Docker did not create the bind source");
+}
+
+#[test]
+fn with_pulls_allowed_a_missing_image_is_pulled_and_its_failure_named() {
+    let mut server = server(&[("MCP_K8S_DOCKER_PULL", "missing")]);
+    let out = run(&mut server, json!({"image": MISSING_IMAGE, "command": ["true"]}));
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("ImagePullFailed")), "{out}");
+    let message = out["message"].as_str().unwrap();
+    assert!(message.contains(MISSING_IMAGE) && message.contains("could not be pulled"), "{message}");
+}

@@ -25,6 +25,7 @@ pub mod docker;
 pub mod echo;
 pub mod engine;
 pub mod images;
+pub mod json;
 pub mod kube;
 pub mod log;
 pub mod metrics;

@@ -19,4 +19,5 @@ mod cluster_logs;
 mod cluster_options;
 mod cluster_outage;
 mod cluster_run_job;
+mod dockerfile_image;
 mod pod_template;

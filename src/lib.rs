@@ -26,6 +26,7 @@ pub mod docker;
 pub mod echo;
 pub mod engine;
 pub mod images;
+pub mod json;
 pub mod kube;
 pub mod languages;
 pub mod log;

@@ -9,7 +9,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use super::scan::{self, IdKind};
-use crate::tools::json_kind;
+use crate::json::json_kind;
 
 /// A request id: JSON-RPC allows strings and numbers; MCP forbids null, and
 /// both SDKs reject fractions, so integers and strings are all we keep.
@@ -169,7 +169,7 @@ impl Response {
             serde_json::to_writer(&mut *out, result)?;
             out.write_all(b"}")
         };
-        crate::tools::exact_text(&write).unwrap_or_else(|| self.to_json().to_string())
+        crate::json::exact_text(&write).unwrap_or_else(|| self.to_json().to_string())
     }
 
     pub fn to_json(&self) -> Value {

@@ -284,7 +284,9 @@ impl Server {
     fn initialize(&self, session: &Session, params: &Map<String, Value>) -> Result<Value, ResponseError> {
         let requested = match params.get("protocolVersion") {
             Some(Value::String(version)) => version.as_str(),
-            Some(other) => return Err(invalid_params(format!("`protocolVersion` must be a string, not {}", tools::json_kind(other)))),
+            Some(other) => {
+                return Err(invalid_params(format!("`protocolVersion` must be a string, not {}", crate::json::json_kind(other))));
+            }
             None => return Err(invalid_params("missing `protocolVersion`")),
         };
         // Echo a revision we speak; otherwise answer our newest and let the
@@ -324,7 +326,7 @@ impl Server {
     ) -> Result<(), ResponseError> {
         let name = match params.get("name") {
             Some(Value::String(name)) => name.as_str(),
-            Some(other) => return Err(invalid_params(format!("`name` must be a string, not {}", tools::json_kind(other)))),
+            Some(other) => return Err(invalid_params(format!("`name` must be a string, not {}", crate::json::json_kind(other)))),
             None => return Err(invalid_params("missing `name`")),
         };
         let Some(tool) = self.registry.find(name) else {
@@ -349,7 +351,7 @@ impl Server {
         let arguments = match params.remove("arguments") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(arguments)) => arguments,
-            Some(other) => return Err(invalid_params(format!("`arguments` must be an object, not {}", tools::json_kind(&other)))),
+            Some(other) => return Err(invalid_params(format!("`arguments` must be an object, not {}", crate::json::json_kind(&other)))),
         };
         let call = CallStart { name: tool_name, work: Work::Tool(handler), arguments, progress_token, message_bytes, era };
         self.spawn_call(session, request_id, call, outbox)
@@ -687,7 +689,7 @@ fn set_log_level(session: &Session, params: &Map<String, Value>) -> Result<Value
     let level = match params.get("level") {
         Some(Value::String(text)) => Level::parse(text)
             .ok_or_else(|| invalid_params(format!("unknown log level `{}`; accepted: {accepted}", echo::shorten(text))))?,
-        Some(other) => return Err(invalid_params(format!("`level` must be a string, not {}", tools::json_kind(other)))),
+        Some(other) => return Err(invalid_params(format!("`level` must be a string, not {}", crate::json::json_kind(other)))),
         None => return Err(invalid_params(format!("missing `level`; accepted: {accepted}"))),
     };
     lock(&session.state).log_level = level;

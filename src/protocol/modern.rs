@@ -147,14 +147,17 @@ fn check_request(headers: Option<&RequestHeaders>, method: &str, params: &Map<St
     let version = match meta.get(META_PROTOCOL_VERSION) {
         Some(Value::String(version)) => version.as_str(),
         Some(other) => {
-            return Err(invalid_params(format!("`_meta.{META_PROTOCOL_VERSION}` must be a string, not {}", tools::json_kind(other))));
+            return Err(invalid_params(format!("`_meta.{META_PROTOCOL_VERSION}` must be a string, not {}", crate::json::json_kind(other))));
         }
         None => return Err(invalid_params(format!("missing `_meta.{META_PROTOCOL_VERSION}`"))),
     };
     let capabilities = match meta.get(META_CLIENT_CAPABILITIES) {
         Some(Value::Object(capabilities)) => capabilities,
         Some(other) => {
-            return Err(invalid_params(format!("`_meta.{META_CLIENT_CAPABILITIES}` must be an object, not {}", tools::json_kind(other))));
+            return Err(invalid_params(format!(
+                "`_meta.{META_CLIENT_CAPABILITIES}` must be an object, not {}",
+                crate::json::json_kind(other)
+            )));
         }
         None => return Err(invalid_params(format!("missing `_meta.{META_CLIENT_CAPABILITIES}`"))),
     };
@@ -181,7 +184,7 @@ fn check_request(headers: Option<&RequestHeaders>, method: &str, params: &Map<St
                 echo::shorten(text)
             ))
         })?),
-        Some(other) => return Err(invalid_params(format!("`_meta.{META_LOG_LEVEL}` must be a string, not {}", tools::json_kind(other)))),
+        Some(other) => return Err(invalid_params(format!("`_meta.{META_LOG_LEVEL}` must be a string, not {}", crate::json::json_kind(other)))),
     };
     let tasks_extension =
         capabilities.get("extensions").and_then(Value::as_object).is_some_and(|extensions| extensions.contains_key(TASKS_EXTENSION));

@@ -109,7 +109,7 @@ pub(super) fn status_name(status: TaskStatus) -> &'static str {
 pub(super) fn task_id<'a>(call: &'a Call<'_>) -> Result<&'a str, ResponseError> {
     match call.arguments.get("taskId") {
         Some(Value::String(task_id)) => Ok(task_id),
-        Some(other) => Err(invalid_params(format!("`taskId` must be a string, not {}", tools::json_kind(other)))),
+        Some(other) => Err(invalid_params(format!("`taskId` must be a string, not {}", crate::json::json_kind(other)))),
         None => Err(invalid_params("missing `taskId`")),
     }
 }

@@ -425,7 +425,7 @@ fn token_and_engine<'a>(ctx: &'a Ctx, call: &'a Call<'_>) -> Result<(&'a str, &'
     let token = match call.arguments.get("job_token") {
         Some(Value::String(token)) => token.as_str(),
         Some(other) => {
-            return Err(CallError::Invalid(format!("argument `job_token` must be a string, not {}", crate::tools::json_kind(other))));
+            return Err(CallError::Invalid(format!("argument `job_token` must be a string, not {}", crate::json::json_kind(other))));
         }
         None => return Err(CallError::Invalid("missing required argument `job_token`; submit_job returns it, list_jobs finds it".into())),
     };

@@ -184,7 +184,7 @@ fn optional_string<'a>(arguments: &'a Map<String, Value>, name: &str) -> Result<
     match arguments.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => Ok(Some(text)),
-        Some(other) => Err(format!("`{name}` must be a string, not {}", crate::tools::json_kind(other))),
+        Some(other) => Err(format!("`{name}` must be a string, not {}", crate::json::json_kind(other))),
     }
 }
 
@@ -199,7 +199,7 @@ fn parse_additional_files(value: Option<&Value>, entrypoint: &str) -> Result<Vec
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
         Some(other) => {
-            return Err(format!("`additional_files` must be an array of {{filename, content}}, not {}", crate::tools::json_kind(other)));
+            return Err(format!("`additional_files` must be an array of {{filename, content}}, not {}", crate::json::json_kind(other)));
         }
     };
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();

@@ -22,6 +22,8 @@ use std::fmt;
 
 use serde_json::{Map, Value, json};
 
+use crate::json::{json_kind, json_text};
+
 use crate::cancel::CancelToken;
 use crate::config::Config;
 use crate::log::Level;
@@ -186,38 +188,6 @@ pub fn result_json(outcome: ToolOutcome) -> Value {
     }
 }
 
-/// `value.to_string()`, allocated once at its exact length instead of
-/// growing by doubling (which briefly holds up to three times the text).
-pub fn json_text(value: &Value) -> String {
-    exact_text(&|out: &mut dyn std::io::Write| serde_json::to_writer(out, value).map_err(std::io::Error::other))
-        .unwrap_or_else(|| value.to_string())
-}
-
-/// Runs `write` twice: once to count the bytes, once into a buffer of
-/// exactly that size. `None` if it fails or writes something that is not
-/// UTF-8 (neither happens with JSON; the callers fall back to `to_string`).
-pub fn exact_text(write: &dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()>) -> Option<String> {
-    let mut counter = ByteCounter(0);
-    write(&mut counter).ok()?;
-    let mut text = Vec::with_capacity(counter.0);
-    write(&mut text).ok()?;
-    String::from_utf8(text).ok()
-}
-
-/// A writer that only counts, for `exact_text`.
-struct ByteCounter(usize);
-
-impl std::io::Write for ByteCounter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0 += bytes.len();
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// A bad argument, worded for the model that sent it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ArgError {
@@ -286,19 +256,6 @@ pub fn optional_integer(arguments: &Map<String, Value>, name: &'static str, min:
         return Err(ArgError::OutOfRange { name, value: number as f64, min: min as f64, max: max as f64 });
     }
     Ok(Some(number))
-}
-
-/// A JSON value's type for error messages ("must be a number, not a string").
-pub fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(number) if number.is_i64() || number.is_u64() => "an integer",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 // ---------------------------------------------------------------------------

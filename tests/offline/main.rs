@@ -13,6 +13,7 @@
 mod support;
 
 mod architecture;
+mod arm64;
 mod config_errors;
 mod deploy_manifests;
 mod deploy_role;

@@ -27,8 +27,15 @@ const NODE_IP: &str = "10.244.0.1";
 
 #[test]
 fn the_deployed_server_runs_a_job_over_http_with_its_token() {
-    let deployment = Deployment::apply();
-    let addr = deployment.wait_until_reachable();
+    deployed_server_runs_a_job(&cluster::project_image(), "tests/build-project-image");
+}
+
+/// The whole check with `image` as the server image and the runner image;
+/// `builds_it` is the command that loads that image into the cluster (named
+/// when the rollout fails). Also run by `dockerfile_image`.
+pub(crate) fn deployed_server_runs_a_job(image: &str, builds_it: &str) {
+    let deployment = Deployment::apply(image);
+    let addr = deployment.wait_until_reachable(builds_it);
     assert_serves_a_job_with_its_token(&deployment, &addr);
 }
 
@@ -86,11 +93,11 @@ pub(crate) struct Deployment {
 }
 
 impl Deployment {
-    fn apply() -> Deployment {
+    fn apply(image: &str) -> Deployment {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
         let suffix = format!("{}-{}", std::process::id() % 100_000, nanos % 10_000);
         let deployment = Deployment { jobs_namespace: format!("mcp-e2e-jobs-{suffix}"), system_namespace: format!("mcp-e2e-sys-{suffix}") };
-        let overlay = Overlay::write(&cluster::project_image());
+        let overlay = Overlay::write(image, &suffix);
         let rendered = kubectl(&["kustomize", &overlay.dir.display().to_string()], None);
         let renamed = rendered.replace("mcp-ephemeral", &deployment.jobs_namespace).replace("mcp-system", &deployment.system_namespace);
         kubectl(&["apply", "-f", "-"], Some(&renamed));
@@ -98,12 +105,12 @@ impl Deployment {
     }
 
     /// Waits for the rollout and for the NodePort to answer; the address.
-    pub(crate) fn wait_until_reachable(&self) -> String {
+    pub(crate) fn wait_until_reachable(&self, builds_it: &str) -> String {
         let rollout =
             run_kubectl(&["-n", &self.system_namespace, "rollout", "status", "deployment/mcp-k8s-ephemeral-job", "--timeout=180s"], None);
         assert!(
             rollout.is_ok(),
-            "the server did not become ready: {rollout:?}\n{}\nIs the image loaded? Run `tests/build-project-image`.",
+            "the server did not become ready: {rollout:?}\n{}\nIs the image loaded? Run `{builds_it}`.",
             run_kubectl(&["-n", &self.system_namespace, "describe", "pods"], None).unwrap_or_else(|error| error)
         );
         let service = ["-n", &self.system_namespace, "get", "service", "mcp-k8s-ephemeral-job"];
@@ -136,8 +143,9 @@ struct Overlay {
 }
 
 impl Overlay {
-    fn write(image: &str) -> Overlay {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("overlay-{}", std::process::id()));
+    /// `suffix` keeps two deployments of one test process apart.
+    fn write(image: &str, suffix: &str) -> Overlay {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("overlay-{suffix}"));
         std::fs::create_dir_all(&dir).expect("temporary directory");
         // kustomize takes bases by relative path only.
         let deploy = relative_path(&dir, &Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy"));

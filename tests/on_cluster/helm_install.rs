@@ -26,7 +26,7 @@ const RELEASE_NAMESPACE: &str = "default";
 #[test]
 fn the_chart_installs_a_server_that_runs_a_job_over_http_with_its_token() {
     let release = Release::install();
-    let addr = release.deployment.wait_until_reachable();
+    let addr = release.deployment.wait_until_reachable("tests/build-project-image");
     assert_serves_a_job_with_its_token(&release.deployment, &addr);
     let status = helm(&["status", &release.name, "--namespace", RELEASE_NAMESPACE]).expect("helm status");
     assert!(status.contains("STATUS: deployed"), "{status}");

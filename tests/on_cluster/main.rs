@@ -22,5 +22,6 @@ mod cluster_run_job;
 /// The contract table (tests/contract/), on the Kubernetes backend.
 #[path = "../contract/kubernetes.rs"]
 mod contract;
+mod dockerfile_image;
 mod helm_install;
 mod pod_template;

@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 use super::era::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
 use super::jsonrpc::{ErrorCode, Request, Response, ResponseError};
-use super::{CallStart, EraCall, Outbox, Server, Session, Work, invalid_params, list_tools, send_response, tasks_extension};
+use super::{CallStart, EraCall, Outbox, Server, Session, Work, invalid_params, list_tools, resources, send_response, tasks_extension};
 use crate::echo;
 use crate::log::Level;
 use crate::tools;
@@ -67,7 +67,7 @@ impl Server {
             Err(error) => return send_response(&outbox, &Response { id: Some(id), result: Err(error) }),
         };
         let result = match method.as_str() {
-            "server/discover" => Ok(discover()),
+            "server/discover" => Ok(discover(self.ctx.config.snippets_dir.is_some())),
             "tools/list" => list_tools(&self.registry, &params).map(cacheable),
             "tools/call" => {
                 // The 2025-11-25 `task` parameter does not exist here: the
@@ -111,6 +111,12 @@ impl Server {
                         Err(error) => Err(error),
                     }
                 }
+            }
+            // The snippets, as in the handshake era; declared in
+            // `server/discover` only with a snippets folder.
+            method if resources::METHODS.contains(&method) && self.ctx.config.snippets_dir.is_some() => {
+                let dir = self.ctx.config.snippets_dir.as_deref().unwrap_or(std::path::Path::new(""));
+                resources::handle(method, dir, &self.ctx.config, &params).map(cacheable_list(method)).map_err(modern_resource_error)
             }
             method => Err(ResponseError::new(
                 ErrorCode::MethodNotFound,
@@ -229,14 +235,18 @@ fn check_headers(headers: &RequestHeaders, method: &str, params: &Map<String, Va
     Ok(())
 }
 
-/// The `server/discover` result.
-fn discover() -> Value {
+/// The `server/discover` result; `resources` when snippets are served.
+fn discover(resources: bool) -> Value {
+    // Only what is implemented: clients gate features on these. No
+    // `logging` (the level rides in each request's `_meta`), and tasks are
+    // the extension, not the 2025-11-25 `tasks` slot.
+    let mut capabilities = json!({ "tools": {}, "extensions": { TASKS_EXTENSION: {} } });
+    if resources {
+        capabilities["resources"] = json!({});
+    }
     cacheable(json!({
         "supportedVersions": MODERN_VERSIONS,
-        // Only what is implemented: clients gate features on these. No
-        // `logging` (the level rides in each request's `_meta`), and
-        // tasks are the extension, not the 2025-11-25 `tasks` slot.
-        "capabilities": { "tools": {}, "extensions": { TASKS_EXTENSION: {} } },
+        "capabilities": capabilities,
         "instructions": super::INSTRUCTIONS,
         "_meta": { "io.modelcontextprotocol/serverInfo": super::server_info() },
     }))
@@ -250,6 +260,21 @@ fn cacheable(mut result: Value) -> Value {
         object.insert("cacheScope".into(), json!("public"));
     }
     result
+}
+
+/// List results get the caching hints; `resources/read` is the caller's
+/// one snippet as it is now, so it gets none.
+fn cacheable_list(method: &str) -> fn(Value) -> Value {
+    if method.ends_with("/list") { cacheable } else { std::convert::identity }
+}
+
+/// 2026-07-28 has no -32002: a resource that does not exist is invalid
+/// params, with the same message.
+fn modern_resource_error(error: ResponseError) -> ResponseError {
+    match error.code {
+        ErrorCode::ResourceNotFound => ResponseError::new(ErrorCode::InvalidParams, error.message),
+        _ => error,
+    }
 }
 
 /// -32021 for a task method from a client that did not advertise tasks.

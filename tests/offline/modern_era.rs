@@ -293,3 +293,37 @@ fn wait_for_log(stderr: &std::sync::mpsc::Receiver<String>, msg: &str, wait: Dur
     }
     false
 }
+
+/// Issue 18 with issue 15: the snippets are resources in this era too,
+/// declared by `server/discover`, listed with caching hints, and a missing
+/// one is invalid params (the era has no -32002).
+#[test]
+fn snippets_are_resources_in_this_era_when_a_folder_is_configured() {
+    let dir = std::env::temp_dir().join(format!("mcp-modern-snippets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("snippets folder");
+    std::fs::write(dir.join("hello.py"), "print('hi')\n").expect("a snippet");
+    let folder = dir.display().to_string();
+    let mut server = StdioServer::start(&[("MCP_K8S_SNIPPETS_DIR", folder.as_str())]);
+    let discovered = stdio_exchange(&mut server, &request(1, "server/discover", json!({})));
+    assert_eq!(discovered["result"]["capabilities"]["resources"], json!({}), "{discovered}");
+    let listed = stdio_exchange(&mut server, &request(2, "resources/list", json!({})));
+    let result = &listed["result"];
+    assert_eq!(result["resources"][0]["uri"], "snippet://hello", "{listed}");
+    assert_eq!((result["resultType"].as_str(), result["cacheScope"].as_str()), (Some("complete"), Some("public")), "{listed}");
+    assert!(result["ttlMs"].is_u64(), "{listed}");
+    let read = stdio_exchange(&mut server, &request(3, "resources/read", json!({"uri": "snippet://hello"})));
+    assert_eq!(read["result"]["contents"][0]["text"], "print('hi')\n", "{read}");
+    let missing = stdio_exchange(&mut server, &request(4, "resources/read", json!({"uri": "snippet://nope"})));
+    assert_eq!(missing["error"]["code"], -32602, "{missing}");
+    assert!(missing["error"]["message"].as_str().is_some_and(|message| message.contains("hello")), "{missing}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn resources_are_method_not_found_in_this_era_without_a_snippets_folder() {
+    let mut server = stdio_server();
+    let discovered = stdio_exchange(&mut server, &request(1, "server/discover", json!({})));
+    assert!(discovered["result"]["capabilities"].get("resources").is_none(), "{discovered}");
+    let listed = stdio_exchange(&mut server, &request(2, "resources/list", json!({})));
+    assert_eq!(listed["error"]["code"], -32601, "{listed}");
+}

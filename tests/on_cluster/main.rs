@@ -23,5 +23,6 @@ mod cluster_run_job;
 #[path = "../contract/kubernetes.rs"]
 mod contract;
 mod dockerfile_image;
+mod execute_code;
 mod helm_install;
 mod pod_template;

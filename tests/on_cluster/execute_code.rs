@@ -8,14 +8,12 @@
 //! would. `cold_start_p50_per_language` prints the per-language p50 of five
 //! hello-world calls (run it with `--nocapture`).
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::{self, PYTHON};
+use crate::support::server::StdioServer;
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::{Value, json};
-use support::cluster::{self, PYTHON};
-use support::server::StdioServer;
 
 const NODE: &str = "mcp-k8s-test.local/node:18";
 const GOLANG: &str = "mcp-k8s-test.local/golang:1.19";

@@ -7,6 +7,8 @@
 
 #[path = "cases.rs"]
 mod cases;
+#[path = "execute_code.rs"]
+mod execute_code;
 #[path = "harness.rs"]
 mod harness;
 // The helper tree of every tier. This tier's main.rs had no `mod support`

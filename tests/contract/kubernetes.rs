@@ -5,6 +5,8 @@
 
 #[path = "cases.rs"]
 mod cases;
+#[path = "execute_code.rs"]
+mod execute_code;
 #[path = "harness.rs"]
 mod harness;
 // The tier's helper tree, where the harness finds it (`super::support`).

@@ -23,6 +23,5 @@ mod cluster_run_job;
 #[path = "../contract/kubernetes.rs"]
 mod contract;
 mod dockerfile_image;
-mod execute_code;
 mod helm_install;
 mod pod_template;

@@ -1,19 +1,21 @@
-//! `execute_code` (issue 15) on the real test cluster, through the built
-//! binary over stdio: hello world in every language, modules from
+//! `execute_code` (issue 15) on each backend its tier names
+//! (`super::BACKEND`: the test cluster, the test dockerd), through the built
+//! binary over stdio, with the same cases and expectations: hello world in every language, modules from
 //! `additional_files`, a compile error, an exception, a timeout with partial
 //! output, a picture, stdin, snippets, a task-augmented call, and after
-//! each run nothing left in the cluster. The language images are the test
+//! each run nothing left on the backend. The language images are the test
 //! cluster's (`tests/cluster/build-images`: python:3.11, node:18,
-//! golang:1.19), given through an MCP_K8S_LANGUAGES file as an operator
+//! golang:1.19; `tests/docker/up` loads the same archives into the dockerd), given through an MCP_K8S_LANGUAGES file as an operator
 //! would. `cold_start_p50_per_language` prints the per-language p50 of five
 //! hello-world calls (run it with `--nocapture`).
 
 use std::time::{Duration, Instant};
 
-use crate::support::cluster::{self, PYTHON};
-use crate::support::server::StdioServer;
-use mcp_k8s_ephemeral_job::kube;
 use serde_json::{Value, json};
+
+use super::BACKEND;
+use super::harness::{self, PYTHON};
+use super::support::server::StdioServer;
 
 const NODE: &str = "mcp-k8s-test.local/node:18";
 const GOLANG: &str = "mcp-k8s-test.local/golang:1.19";
@@ -47,7 +49,7 @@ impl Setup {
     fn server(&self) -> StdioServer {
         let languages = self.dir.join("languages.json").display().to_string();
         let snippets = self.dir.join("snippets").display().to_string();
-        cluster::server(&[("MCP_K8S_LANGUAGES", &languages), ("MCP_K8S_SNIPPETS_DIR", &snippets)])
+        harness::Server::start(BACKEND, &[("MCP_K8S_LANGUAGES", &languages), ("MCP_K8S_SNIPPETS_DIR", &snippets)]).stdio
     }
 }
 
@@ -67,7 +69,7 @@ fn next_id() -> u64 {
 fn execute(server: &mut StdioServer, arguments: Value) -> Value {
     let result = call(server, arguments);
     if let Some(run_id) = result["structuredContent"]["run_id"].as_str() {
-        cluster::assert_nothing_left(run_id);
+        harness::assert_nothing_left(BACKEND, run_id);
     }
     result
 }
@@ -228,14 +230,10 @@ fn a_task_augmented_call_answers_with_isolators_text() {
     let result = response(&server, id);
     assert_eq!(result["isError"], false, "{result}");
     assert_eq!(text(&result), "--- stdout ---\nfrom a task\n\n--- stderr ---\n");
-    // A task is a background job, whose Job is its result store for
-    // MCP_K8S_RESULT_TTL_S; the test deletes it, as cluster_background does.
-    let run_id = result["structuredContent"]["run_id"].as_str().unwrap();
-    let client = cluster::admin_client();
-    let name = format!("mcpk8s-{run_id}");
-    let _ = client.delete(kube::Resource::JOBS, cluster::NAMESPACE, &name);
-    let _ = client.delete(kube::Resource::SECRETS, cluster::NAMESPACE, &name);
-    cluster::assert_nothing_left(run_id);
+    // A task is a background run, kept for MCP_K8S_RESULT_TTL_S as its
+    // result store; the harness removes it and checks nothing is left.
+    let run_id = result["structuredContent"]["run_id"].as_str().unwrap().to_string();
+    drop(harness::Cleanup { kind: BACKEND, run_ids: vec![run_id] });
 }
 
 /// Not an assertion on speed: measures what issue 15 asks to report, the
@@ -251,7 +249,7 @@ fn cold_start_p50_per_language() {
                 let result = call(&mut server, arguments.clone());
                 let elapsed = started.elapsed().as_secs_f64();
                 assert_eq!(result["isError"], false, "{language}: {result}");
-                cluster::assert_nothing_left(result["structuredContent"]["run_id"].as_str().unwrap());
+                harness::assert_nothing_left(BACKEND, result["structuredContent"]["run_id"].as_str().unwrap());
                 elapsed
             })
             .collect();

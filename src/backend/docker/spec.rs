@@ -218,10 +218,13 @@ fn cpu_nanos(spec: &RunSpec, policy: &Policy) -> i64 {
 }
 
 /// `/tmp` as tmpfs, bounded like the workdir, writable by everyone with
-/// the sticky bit as a normal `/tmp` is.
+/// the sticky bit as a normal `/tmp` is. `exec` as on Kubernetes (an
+/// emptyDir): Docker's tmpfs default is `noexec`, and toolchains run what
+/// they build there (`go run` in /tmp/go-build…); the workdir is executable
+/// anyway, so `noexec` here would only break programs, not contain them.
 fn tmp_options(policy: &Policy) -> String {
     let bytes = u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0);
-    if bytes == 0 { "rw,nosuid,nodev,mode=1777".to_string() } else { format!("rw,nosuid,nodev,mode=1777,size={bytes}") }
+    if bytes == 0 { "rw,exec,nosuid,nodev,mode=1777".to_string() } else { format!("rw,exec,nosuid,nodev,mode=1777,size={bytes}") }
 }
 
 fn writable_paths(spec: &RunSpec) -> Vec<std::path::PathBuf> {
@@ -358,7 +361,7 @@ mod tests {
     "MemorySwap": 536870912,
     "NanoCpus": 500000000,
     "Tmpfs": {
-      "/tmp": "rw,nosuid,nodev,mode=1777,size=1073741824"
+      "/tmp": "rw,exec,nosuid,nodev,mode=1777,size=1073741824"
     },
     "Binds": [
       "/usr/local/bin/mcp-k8s-ephemeral-job:/mcp/bin/mcp-k8s-ephemeral-job:ro"

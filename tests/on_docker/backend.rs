@@ -333,14 +333,14 @@ fn a_sync_run_removed_from_outside_ends_at_once_and_says_so() {
     let arguments = json!({"image": BUSYBOX, "command": ["sh", "-c", "echo up; sleep 300"]});
     let params = json!({"name": "run_job", "arguments": arguments, "_meta": {"progressToken": "p"}});
     server.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string());
-    // The progress names the container (`created Job mcp-run-…`); once the
+    // The progress names the container (`created container mcp-run-…`); once the
     // command's output arrives as progress, it runs.
     let mut container = None;
     loop {
         let message = server.recv_within(Duration::from_secs(30));
         assert_ne!(message["id"], id, "ended before it was removed: {message}");
         let text = message["params"]["message"].as_str().unwrap_or_default();
-        if let Some(name) = text.strip_prefix("created Job ") {
+        if let Some(name) = text.strip_prefix("created container ") {
             container = Some(name.to_string());
         }
         if text.contains("up") && container.is_some() {

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use crate::quantity::Quantity;
+use crate::sandbox::args::ExecOptions;
+use crate::sandbox::{KILL_GRACE, TERMINATION_LOG, TMP_DIR};
 
 /// One run, fully checked by `tools`: the image is allowed, paths are
 /// relative and inside the workdir, contents are decoded, the timeout is
@@ -54,6 +56,46 @@ const COLLECT_SLACK: Duration = Duration::from_secs(30);
 /// that far, and every backend holds its sandbox to it.
 pub fn run_deadline(spec: &RunSpec, policy: &Policy) -> Duration {
     policy.start_timeout + spec.timeout + crate::sandbox::KILL_GRACE + COLLECT_SLACK
+}
+
+/// The runner's `exec` options for a run: the same contract on every
+/// backend (the command, its timeout and kill grace, the operator's caps,
+/// the folders whose disk use the runner watches).
+pub fn exec_options(spec: &RunSpec, policy: &Policy) -> ExecOptions {
+    let mut disk_paths = vec![std::path::PathBuf::from(&spec.workdir)];
+    if separate_tmp(spec) {
+        disk_paths.push(TMP_DIR.into());
+    }
+    ExecOptions {
+        workdir: spec.workdir.clone().into(),
+        timeout: spec.timeout,
+        kill_grace: KILL_GRACE,
+        max_output_bytes: policy.max_output_bytes as usize,
+        max_artifact_bytes: policy.max_artifact_bytes,
+        artifact_patterns: spec.artifacts.clone(),
+        disk_paths,
+        disk_limit_bytes: u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0),
+        termination_log: TERMINATION_LOG.into(),
+        argv: spec.command.clone(),
+    }
+}
+
+/// Whether the sandbox gets a scratch `/tmp` of its own: not when the
+/// workdir is `/tmp` itself (a second mount at the same path would be
+/// invalid on Kubernetes and hide the workdir on Docker).
+pub fn separate_tmp(spec: &RunSpec) -> bool {
+    spec.workdir != TMP_DIR
+}
+
+/// The command's environment: the operator's variables, the caller's on
+/// top (the caller wins), and `HOME` in `/tmp` unless one of them set it:
+/// the root is read-only, so an image's own HOME (often under /root or
+/// /home) is not writable, and tools that keep caches there get /tmp.
+pub fn command_env(spec: &RunSpec, policy: &Policy) -> BTreeMap<String, String> {
+    let mut env = policy.extra_env.clone();
+    env.extend(spec.env.clone());
+    env.entry("HOME".to_string()).or_insert_with(|| TMP_DIR.to_string());
+    env
 }
 
 /// What the operator configured, the same for every run.

@@ -19,10 +19,10 @@ use std::time::{Duration, SystemTime};
 use crate::docker::objects::{ContainerSpec, EmptyObject, HostConfig};
 use crate::docker::tar;
 use crate::engine::backend::{Keep, NewRun};
-use crate::engine::spec::{Policy, RunSpec, run_deadline};
+use crate::engine::spec::{Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
 use crate::log;
-use crate::sandbox::args::{self, ExecOptions};
-use crate::sandbox::{KILL_GRACE, TERMINATION_LOG, TMP_DIR};
+use crate::sandbox::TMP_DIR;
+use crate::sandbox::args;
 
 /// Every label key starts with this, so `docker ps --filter label=...`
 /// and the reaper find the server's objects and nothing else.
@@ -84,27 +84,13 @@ pub fn container_name(run_id: &str) -> String {
 /// The create body of a run's container.
 pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerSpec {
     let spec = run.spec;
-    let exec_options = ExecOptions {
-        workdir: spec.workdir.clone().into(),
-        timeout: spec.timeout,
-        kill_grace: KILL_GRACE,
-        max_output_bytes: policy.max_output_bytes as usize,
-        max_artifact_bytes: policy.max_artifact_bytes,
-        artifact_patterns: spec.artifacts.clone(),
-        disk_paths: writable_paths(spec),
-        disk_limit_bytes: u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0),
-        // Not writable here (/dev belongs to root); the runner skips it,
-        // and nothing on Docker reads it: the result frame is the result.
-        termination_log: TERMINATION_LOG.into(),
-        argv: spec.command.clone(),
-    };
-    // Operator-wide variables first, the caller's on top: the caller wins.
-    let mut env = policy.extra_env.clone();
-    env.extend(spec.env.clone());
-    // The root is read-only, so an image's own HOME is not writable.
-    env.entry("HOME".to_string()).or_insert_with(|| TMP_DIR.to_string());
+    // The termination log is not writable here (/dev belongs to root);
+    // the runner skips it, and nothing on Docker reads it: the result
+    // frame is the result.
+    let exec_options = exec_options(spec, policy);
+    let env = command_env(spec, policy);
     let mut tmpfs = BTreeMap::new();
-    if has_tmp_mount(spec) {
+    if separate_tmp(spec) {
         tmpfs.insert(TMP_DIR.to_string(), tmp_options(policy));
     }
     let memory = memory_bytes(spec, policy);
@@ -225,20 +211,6 @@ fn cpu_nanos(spec: &RunSpec, policy: &Policy) -> i64 {
 fn tmp_options(policy: &Policy) -> String {
     let bytes = u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0);
     if bytes == 0 { "rw,exec,nosuid,nodev,mode=1777".to_string() } else { format!("rw,exec,nosuid,nodev,mode=1777,size={bytes}") }
-}
-
-fn writable_paths(spec: &RunSpec) -> Vec<std::path::PathBuf> {
-    let mut paths = vec![std::path::PathBuf::from(&spec.workdir)];
-    if has_tmp_mount(spec) {
-        paths.push(TMP_DIR.into());
-    }
-    paths
-}
-
-/// A workdir of exactly /tmp is the scratch folder itself: the volume
-/// takes the place of the tmpfs.
-fn has_tmp_mount(spec: &RunSpec) -> bool {
-    spec.workdir != TMP_DIR
 }
 
 #[cfg(test)]

@@ -25,11 +25,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::backend::kubernetes::template::PodTemplate;
-use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, run_deadline};
-use crate::sandbox::args::{self, CloneOptions, ExecOptions, InitOptions};
+use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
+use crate::sandbox::args::{self, CloneOptions, InitOptions};
 use crate::sandbox::frame::to_base64;
 use crate::sandbox::inputs::{self, InputFile as ManifestEntry, MANIFEST_KEY};
-use crate::sandbox::{BIN_DIR, CREDS_DIR, INPUTS_DIR, KILL_GRACE, TERMINATION_LOG, TMP_DIR};
+use crate::sandbox::{BIN_DIR, CREDS_DIR, INPUTS_DIR, TMP_DIR};
 
 /// Label on every object we create, so the reaper and `list_jobs` find them.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -68,7 +68,7 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
         json!({"name": "work", "emptyDir": {"sizeLimit": policy.workdir_size_limit.as_str()}}),
         json!({"name": "bin", "emptyDir": {"sizeLimit": "64Mi"}}),
     ];
-    if has_tmp_volume(spec) {
+    if separate_tmp(spec) {
         volumes.push(json!({"name": "tmp", "emptyDir": {"sizeLimit": policy.workdir_size_limit.as_str()}}));
     }
     if !spec.files.is_empty() {
@@ -323,31 +323,15 @@ fn clone_container(spec: &RunSpec, clone_spec: &CloneSpec, clone_step: &CloneSte
 }
 
 fn main_container(spec: &RunSpec, policy: &Policy) -> Value {
-    let exec_options = ExecOptions {
-        workdir: spec.workdir.clone().into(),
-        timeout: spec.timeout,
-        kill_grace: KILL_GRACE,
-        max_output_bytes: policy.max_output_bytes as usize,
-        max_artifact_bytes: policy.max_artifact_bytes,
-        artifact_patterns: spec.artifacts.clone(),
-        disk_paths: writable_paths(spec),
-        disk_limit_bytes: u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0),
-        termination_log: TERMINATION_LOG.into(),
-        argv: spec.command.clone(),
-    };
+    let exec_options = exec_options(spec, policy);
     let mut command = vec![runner_path()];
     command.extend(args::exec_args(&exec_options));
-    // Operator-wide variables first, the caller's on top: the caller wins.
-    let mut env = policy.extra_env.clone();
-    env.extend(spec.env.clone());
-    // The root is read-only, so an image's own HOME (often under /root or
-    // /home) is not writable; tools that keep caches there get /tmp.
-    env.entry("HOME".to_string()).or_insert_with(|| TMP_DIR.to_string());
+    let env = command_env(spec, policy);
     let env: Vec<Value> = env.iter().map(|(name, value)| json!({"name": name, "value": escape_dollars(value)})).collect();
     // /tmp comes before the workdir, which may lie under it: mounts are
     // made in order, and a later one over an earlier one stays visible.
     let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR, "readOnly": true})];
-    if has_tmp_volume(spec) {
+    if separate_tmp(spec) {
         mounts.push(json!({"name": "tmp", "mountPath": TMP_DIR}));
     }
     mounts.push(json!({"name": "work", "mountPath": spec.workdir}));
@@ -400,20 +384,4 @@ fn main_resources(spec: &RunSpec, policy: &Policy) -> Value {
 fn main_storage_limit(policy: &Policy) -> String {
     let workdir_bytes = policy.workdir_size_limit.nanos() / 1_000_000_000;
     (workdir_bytes + STORAGE_SLACK_BYTES).to_string()
-}
-
-/// What the runner's disk watcher measures: the workdir, and /tmp when it
-/// is a volume of its own. `MCP_K8S_WORKDIR_SIZE` is their limit together.
-fn writable_paths(spec: &RunSpec) -> Vec<std::path::PathBuf> {
-    let mut paths = vec![std::path::PathBuf::from(&spec.workdir)];
-    if has_tmp_volume(spec) {
-        paths.push(TMP_DIR.into());
-    }
-    paths
-}
-
-/// A workdir of exactly /tmp is the scratch folder itself; a second volume
-/// at the same path would make the pod invalid.
-fn has_tmp_volume(spec: &RunSpec) -> bool {
-    spec.workdir != TMP_DIR
 }

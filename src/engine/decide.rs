@@ -6,8 +6,10 @@
 //! It owns every rule about when a run ends and why: the start timeout
 //! (only on a fresh view), the unschedulable grace, fail-fast start
 //! failures, the result before the status, a log cut while the command
-//! runs, the hard deadline, riding out an API outage, and a SIGTERM nobody
-//! here sent (wait for the sandbox to say who did).
+//! runs, the hard deadline, riding out an API outage, a SIGTERM nobody
+//! here sent (wait for the sandbox to say who did), and a sandbox killed
+//! without its result (wait a moment for it to be removed: `docker rm -f`
+//! kills first and removes after).
 //!
 //! It deliberately knows no Kubernetes, no JSON, no threads and no clock:
 //! time comes in with each event, and the shell (`run::follow`) does the
@@ -28,6 +30,11 @@ const OUTAGE_PROBE: Duration = Duration::from_secs(2);
 const EVIDENCE_WAIT: Duration = Duration::from_secs(30);
 /// Least time between two restarts of a log that ended without a result.
 const LOG_RESTART: Duration = Duration::from_secs(1);
+/// How long a sandbox that ended killed (exit 128 + n, no OOM, nobody
+/// deleting it) is watched for its removal before it is judged: a removal
+/// from outside kills and then removes, and a look between the two would
+/// otherwise report a plain kill (`ResultLost`) instead of the removal.
+const REMOVAL_WAIT: Duration = Duration::from_secs(1);
 
 /// The deadlines a run is held to.
 #[derive(Clone, Copy, Debug)]
@@ -191,6 +198,8 @@ pub struct RunState {
     outage: Option<Outage>,
     next_log_restart: Instant,
     evidence_deadline: Option<Instant>,
+    /// Until when a killed sandbox is watched for its removal.
+    removal_deadline: Option<Instant>,
 }
 
 impl RunState {
@@ -207,6 +216,7 @@ impl RunState {
             outage: None,
             next_log_restart: now,
             evidence_deadline: None,
+            removal_deadline: None,
         }
     }
 
@@ -334,7 +344,14 @@ impl RunState {
             SandboxState::Finished { ran } => {
                 // A command the runtime never started has no output to wait for.
                 if self.log == Log::NotStarted && ran {
+                    self.log = Log::Following;
                     steps.push(Step::FollowOutput { reported: 0 });
+                }
+                if explained.as_ref().is_some_and(killed_unexplained) {
+                    let deadline = *self.removal_deadline.get_or_insert(now + REMOVAL_WAIT);
+                    if now < deadline {
+                        return None;
+                    }
                 }
                 Some(Verdict::Judge { finished: explained })
             }
@@ -375,6 +392,15 @@ impl RunState {
             steps.push(Step::ProbeSandbox);
         }
     }
+}
+
+/// A sandbox killed by a signal (exit 128 + n) that is neither an OOM
+/// kill nor known to be deleted: a kill from outside, or the first half of
+/// a removal.
+fn killed_unexplained(facts: &Finished) -> bool {
+    let by_signal = facts.exit_code.is_some_and(|code| code > 128);
+    let oom = facts.container_reason.as_deref() == Some("OOMKilled");
+    by_signal && !oom && !facts.deleted && facts.pod_reason.is_none() && facts.disruption.is_none()
 }
 
 #[cfg(test)]
@@ -698,6 +724,40 @@ mod tests {
                 judge(Some(Finished { deleted: true, ..exited(1) })),
             ),
             (
+                "a sandbox killed without its result is watched a moment for its removal",
+                sync,
+                vec![(secs(0), running()), (secs(5), finished(&exited(137))), (ms(5500), Event::Tick)],
+                vec![],
+            ),
+            (
+                "a sandbox killed and then removed is judged as removed (`docker rm -f`: kill, then remove)",
+                sync,
+                vec![
+                    (secs(0), running()),
+                    (secs(5), finished(&exited(137))),
+                    (ms(5300), Event::Gone(View { ended: Some(exited(137)), ..view(SandboxState::Running) })),
+                ],
+                judge(Some(Finished { deleted: true, ..exited(137) })),
+            ),
+            (
+                "a sandbox killed and still there after the wait is judged as killed",
+                sync,
+                vec![(secs(0), running()), (secs(5), finished(&exited(137))), (secs(6), Event::Tick)],
+                judge(Some(exited(137))),
+            ),
+            (
+                "a killed sandbox whose result arrives is judged at once",
+                sync,
+                vec![(secs(0), running()), (secs(5), finished(&exited(137))), (ms(5100), result())],
+                judge(Some(exited(137))),
+            ),
+            (
+                "an OOM kill and a plain exit are judged at once",
+                sync,
+                vec![(secs(0), running()), (secs(5), finished(&oom()))],
+                judge(Some(oom())),
+            ),
+            (
                 "an outage is ridden out: the pod is probed every 2 s while the watch fails",
                 sync,
                 vec![(secs(0), running()), (secs(5), Event::ApiTrouble("refused".into())), (secs(6), Event::Tick), (secs(7), Event::Tick)],
@@ -729,7 +789,15 @@ mod tests {
 
     /// What a judgement over the pod's facts makes of them, with no result.
     fn judged(facts: Finished) -> crate::engine::spec::RunOutcome {
-        let steps = play(sync, vec![(secs(0), running()), (secs(5), finished(&facts))]);
+        // A kill is watched a moment for its removal (REMOVAL_WAIT) first.
+        let t0 = Instant::now();
+        let mut machine = RunState::new(sync(t0), t0);
+        machine.on(running(), t0);
+        let mut steps = machine.on(finished(&facts), t0 + secs(5));
+        if !steps.iter().any(|step| matches!(step, Step::Done(_))) {
+            steps = machine.on(Event::Tick, t0 + secs(7));
+        }
+        let steps: Vec<Step> = steps.into_iter().filter(|step| matches!(step, Step::Done(_))).collect();
         let [Step::Done(Verdict::Judge { finished })] = steps.as_slice() else { panic!("not judged: {steps:?}") };
         let facts = Judged {
             run_id: "r",

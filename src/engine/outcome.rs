@@ -59,6 +59,9 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
         // Keep what the live frames carried, and say so.
         outcome.stdout = collector.live_stdout;
         outcome.stderr = collector.live_stderr;
+        // The totals only the result knows; what arrived is a floor, not 0.
+        outcome.stdout_total_bytes = outcome.stdout.len() as u64;
+        outcome.stderr_total_bytes = outcome.stderr.len() as u64;
         outcome.truncated = Truncation { stdout: true, stderr: true, artifacts: true };
         outcome.exit_code = facts.finished.and_then(|f| f.exit_code);
         return judge_without_result(facts, oom_by_kubelet, outcome);

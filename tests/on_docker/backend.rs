@@ -311,6 +311,8 @@ fn a_container_killed_from_outside_is_not_cancelled() {
     assert_eq!(outcome["status"], "error", "{outcome}");
     assert_eq!(outcome["reason"], "ResultLost", "the runner was killed before its result: {outcome}");
     assert!(outcome["stdout"].as_str().unwrap().contains("up"), "{outcome}");
+    assert_eq!(outcome["stdout_total_bytes"], 3, "without the result, what arrived is the floor of the total: {outcome}");
+    assert_eq!(outcome["truncated"]["stdout"], true, "and there may have been more: {outcome}");
 }
 
 #[test]
@@ -324,6 +326,24 @@ fn a_container_removed_from_outside_is_not_cancelled() {
     let outcome = &done["result"];
     assert_ne!(outcome["status"], "cancelled", "{outcome}");
     assert_eq!(outcome["reason"], "PodDeleted", "{outcome}");
+}
+
+/// `docker rm -f` kills first and removes after; a look between the two
+/// sees a plain kill. Here the two halves come 300 ms apart, wider than
+/// the watch's poll, so the kill is always seen first: the end must still
+/// be the removal (it was `ResultLost` when judged at the kill).
+#[test]
+fn a_kill_then_a_removal_a_moment_later_is_a_removal() {
+    let mut server = server(&[]);
+    let token = submit(&mut server, "echo up; sleep 300");
+    let _removed = Removed(vec![token.clone()]);
+    wait_for_output(&mut server, &token, "up");
+    let name = format!("mcp-run-{}", run_id_of(&token));
+    client().container_kill(&name, "KILL").expect("docker kill");
+    std::thread::sleep(Duration::from_millis(300));
+    client().container_remove(&name).expect("docker rm");
+    let outcome = &fetch_done(&mut server, &token)["result"];
+    assert_eq!((outcome["status"].as_str(), outcome["reason"].as_str()), (Some("error"), Some("PodDeleted")), "{outcome}");
 }
 
 #[test]

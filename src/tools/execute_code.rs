@@ -10,8 +10,6 @@
 //! Knows nothing of backends or JSON-RPC: the run is the engine's, the
 //! result JSON `job_result`'s, snippet files `snippets`'.
 
-use std::collections::BTreeSet;
-use std::sync::Mutex;
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
@@ -103,28 +101,6 @@ pub fn result_text(outcome: &RunOutcome) -> String {
         Some(status) => format!("Execution Failed ({status}): {}\n\n{output}", outcome.message),
     }
 }
-
-/// Remembers which task ids are `execute_code` runs, so `tasks/result`
-/// answers with this tool's result shape. In memory only: after a restart
-/// such a task's result comes back in `run_job`'s shape (the same
-/// structured content, its JSON as the text).
-pub fn remember_task(task_id: &str) {
-    let mut tasks = TASKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if tasks.len() >= MAX_REMEMBERED_TASKS {
-        tasks.clear();
-    }
-    tasks.insert(task_id.to_string());
-}
-
-pub fn is_task(task_id: &str) -> bool {
-    TASKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(task_id)
-}
-
-/// Bounds the task memory; past it, older tasks fall back as after a
-/// restart.
-const MAX_REMEMBERED_TASKS: usize = 10_000;
-
-static TASKS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
 fn execute_code(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     let spec = match parse_execute_args(call.arguments, &ctx.config) {

@@ -314,7 +314,7 @@ fn issue_12_10_an_api_outage_and_403s_after_it_do_not_fail_a_run_that_succeeds()
 fn submit(ctx: &Ctx) -> background::Submitted {
     let mut spec = spec();
     spec.image = "busybox:1".into();
-    background::submit(ctx, &spec).expect("submit_job")
+    background::submit(ctx, &spec, background::TokenKind::Job).expect("submit_job")
 }
 
 fn fetch(ctx: &Ctx, token: &str, wait: Duration) -> mcp_k8s_ephemeral_job::engine::jobs::View {

@@ -582,7 +582,9 @@ mod tests {
     fn tokens_round_trip_and_nothing_else_parses() {
         let run_id = "0123456789abcdef0123456789abcdef";
         let submitted = UNIX_EPOCH + Duration::from_secs(1_767_225_600);
-        for (kind, written) in [(TokenKind::Job, format!("job-{run_id}-1767225600")), (TokenKind::Code, format!("code-{run_id}-1767225600"))] {
+        for (kind, written) in
+            [(TokenKind::Job, format!("job-{run_id}-1767225600")), (TokenKind::Code, format!("code-{run_id}-1767225600"))]
+        {
             let token = token_for(kind, run_id, submitted);
             assert_eq!(token, written);
             assert_eq!(parse_token(&token), Some(Token { kind, run_id: run_id.to_string(), submitted }));

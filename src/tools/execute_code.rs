@@ -10,7 +10,6 @@
 //! Knows nothing of backends or JSON-RPC: the run is the engine's, the
 //! result JSON `job_result`'s, snippet files `snippets`'.
 
-
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 

@@ -1,6 +1,6 @@
 //! A small blocking client for the Docker Engine API (v1.41 and later) over
 //! its Unix socket, with our own HTTP/1.1 (`http`): no SDK, no async. It
-//! knows containers, images, logs and events, and nothing about runs, MCP or
+//! knows containers, images, networks, logs and events, and nothing about runs, MCP or
 //! Kubernetes; the Docker backend turns these calls into a run.
 //!
 //! - `socket_path` reads `DOCKER_HOST` (only `unix://` is supported) and
@@ -567,6 +567,34 @@ impl Client {
             Err(error) if error.is_not_found() => Ok(false),
             Err(error) => Err(error),
         }
+    }
+
+    /// `GET /networks/{name}`; a missing network is `Error::NotFound`.
+    pub fn network_inspect(&self, name: &str) -> Result<objects::NetworkInspect, Error> {
+        let path = format!("/networks/{}", container_segment(name)?);
+        self.json(self.request("GET", self.versioned(&path)))
+    }
+
+    /// `POST /networks/create`. A name in use is `Error::Conflict` (with
+    /// `check_duplicate`; Docker 20.10 answers 409 for it).
+    pub fn network_create(&self, spec: &objects::NetworkSpec) -> Result<objects::CreatedNetwork, Error> {
+        container_segment(&spec.name)?;
+        let path = self.versioned("/networks/create");
+        let body =
+            serde_json::to_vec(spec).map_err(|error| Error::Decode { verb: "POST", path: path.clone(), message: error.to_string() })?;
+        let mut reader: &[u8] = &body;
+        let len = body.len() as u64;
+        self.json(Request {
+            payload: Some(Payload { content_type: "application/json", reader: &mut reader, len }),
+            ..self.request("POST", path)
+        })
+    }
+
+    /// `DELETE /networks/{name}`. A missing network is `Error::NotFound`,
+    /// one with containers attached `Error::Conflict` (or a 403 `Status`).
+    pub fn network_remove(&self, name: &str) -> Result<(), Error> {
+        let path = format!("/networks/{}", container_segment(name)?);
+        self.bytes(self.request("DELETE", self.versioned(&path))).map(|_| ())
     }
 
     /// `GET /containers/json?all=1&filters=`: every container (running or

@@ -67,6 +67,12 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_DOCKER_HOST", "tcp://127.0.0.1:2375", "MCP_K8S_DOCKER_HOST: `tcp://127.0.0.1:2375` is not accepted"),
     ("MCP_K8S_DOCKER_NETWORK", "my net", "MCP_K8S_DOCKER_NETWORK: `my net` is not accepted"),
     ("MCP_K8S_DOCKER_PULL", "always", "MCP_K8S_DOCKER_PULL: `always` is not accepted"),
+    (
+        "MCP_K8S_NETWORK_MODES",
+        "bridge",
+        "MCP_K8S_NETWORK_MODES: `bridge` is not accepted; expected a comma-separated list of none, restricted, open",
+    ),
+    ("MCP_K8S_NETWORK_DEFAULT", "host", "MCP_K8S_NETWORK_DEFAULT: `host` is not accepted; expected one of none, restricted, open"),
     ("MCP_K8S_RUNNER_BINARY", "bin/x", "MCP_K8S_RUNNER_BINARY: `bin/x` is not accepted"),
 ];
 

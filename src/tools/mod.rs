@@ -565,6 +565,22 @@ mod tests {
         assert_eq!(go["image"], "golang:1.23");
         assert_eq!(go["command"], json!(["go", "run", "{file}"]));
         assert_eq!(result["snippets_available"], false);
+        let network = &result["network"];
+        assert_eq!(network["modes"], json!(["none", "restricted", "open"]));
+        assert_eq!((network["run_job_default"].as_str(), network["execute_code_default"].as_str()), (Some("open"), Some("none")));
+        assert!(network["enforcement"].as_str().unwrap().contains("mcp-k8s-ephemeral-job/network"), "{network}");
+    }
+
+    #[test]
+    fn the_job_tools_take_a_network_of_the_three_modes_with_their_defaults() {
+        let config = Config::from_raw(&RawConfig::default()).unwrap();
+        let registry = Registry::new(&config);
+        for (name, default) in [("run_job", "default open"), ("submit_job", "default open"), ("execute_code", "default none")] {
+            let tool = registry.tools.iter().find(|tool| tool.name == name).unwrap_or_else(|| panic!("{name}"));
+            let network = &tool.input_schema["properties"]["network"];
+            assert_eq!(network["enum"], json!(["none", "restricted", "open"]), "{name}");
+            assert!(network["description"].as_str().unwrap().contains(default), "{name}: {network}");
+        }
     }
 
     #[test]

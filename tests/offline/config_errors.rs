@@ -100,6 +100,23 @@ fn the_table_covers_every_setting() {
     assert!(missing.is_empty(), "settings without a bad-value case: {missing:?}");
 }
 
+/// Issue 16: on Docker `restricted` is the network MCP_K8S_DOCKER_NETWORK
+/// names, so a default of `restricted` without it stops the start (with
+/// MCP_K8S_BACKEND=docker the backend is known before any connection).
+#[test]
+fn a_restricted_default_on_docker_needs_the_restricted_network() {
+    let settings = [("MCP_K8S_BACKEND", "docker"), ("MCP_K8S_NETWORK_DEFAULT", "restricted")];
+    let output = crate::support::server::command(&settings).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MCP_K8S_NETWORK_DEFAULT: `restricted`") && stderr.contains("MCP_K8S_DOCKER_NETWORK"), "{stderr}");
+    let not_allowed = [("MCP_K8S_NETWORK_MODES", "none"), ("MCP_K8S_NETWORK_DEFAULT", "open")];
+    let output = crate::support::server::command(&not_allowed).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MCP_K8S_NETWORK_DEFAULT: `open` is not accepted; expected one of MCP_K8S_NETWORK_MODES (none)"), "{stderr}");
+}
+
 #[test]
 fn the_sidecar_image_is_accepted_and_said_to_be_unused() {
     let output =

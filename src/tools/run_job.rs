@@ -29,11 +29,11 @@ pub fn run_job_tool(config: &Config) -> Tool {
              (succeeded|failed|timeout|error|cancelled), a `reason` and `message` saying why when it did not \
              simply succeed (OOMKilled, ImagePullFailed, Unschedulable, QuotaExceeded, DeadlineExceeded, ...), \
              and the files the command created or changed under `workdir` (or those matching `artifacts` globs). \
-             Input `files` are written into `workdir` first. The pod has no Kubernetes credentials; `network` \
-             picks what it may reach (none, restricted or open, as the operator allows). timeout_s defaults to {} and may be at most {}. Clients stop waiting \
-             on their own clocks (the TypeScript SDK and MCP Inspector after 60 s unless progress resets their \
-             timeout), so use submit_job and fetch_job for anything that may run longer than about a minute. \
-             Allowed images: {}.",
+             Input `files` are written into `workdir` first. The pod has no Kubernetes credentials; \
+             `network` picks what it may reach (none, restricted or open, as the operator allows). \
+             timeout_s defaults to {} and may be at most {}. Clients stop waiting on their own clocks (the \
+             TypeScript SDK and MCP Inspector after 60 s unless progress resets their timeout), so use \
+             submit_job and fetch_job for anything that may run longer than about a minute. Allowed images: {}.",
             config.default_timeout_s,
             config.max_timeout_s,
             allowed_images_text(config)

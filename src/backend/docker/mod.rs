@@ -71,9 +71,9 @@ impl Docker {
         })
     }
 
-    /// The run's network is there: the operator's for `restricted` (only
-    /// named here; the daemon refuses a create on a missing one), this
-    /// server's for `open`, made when missing and checked when found.
+    /// The run's network is there: the operator's for `restricted` (it
+    /// must exist; the server never makes it), this server's for `open`,
+    /// made when missing and checked when found.
     fn ensure_network(&self, mode: NetworkMode) -> Result<(), Refused> {
         match mode {
             NetworkMode::None => Ok(()),

@@ -1,6 +1,6 @@
 //! A small blocking client for the Docker Engine API (v1.41 and later) over
 //! its Unix socket, with our own HTTP/1.1 (`http`): no SDK, no async. It
-//! knows containers, images, logs and events, and nothing about runs, MCP or
+//! knows containers, images, networks, logs and events, and nothing about runs, MCP or
 //! Kubernetes; the Docker backend turns these calls into a run.
 //!
 //! - `socket_path` reads `DOCKER_HOST` (only `unix://` is supported) and
@@ -569,6 +569,34 @@ impl Client {
         }
     }
 
+    /// `GET /networks/{name}`; a missing network is `Error::NotFound`.
+    pub fn network_inspect(&self, name: &str) -> Result<objects::NetworkInspect, Error> {
+        let path = format!("/networks/{}", network_segment(name)?);
+        self.json(self.request("GET", self.versioned(&path)))
+    }
+
+    /// `POST /networks/create`. A name in use is `Error::Conflict` (with
+    /// `check_duplicate`; Docker 20.10 answers 409 for it).
+    pub fn network_create(&self, spec: &objects::NetworkSpec) -> Result<objects::CreatedNetwork, Error> {
+        network_segment(&spec.name)?;
+        let path = self.versioned("/networks/create");
+        let body =
+            serde_json::to_vec(spec).map_err(|error| Error::Decode { verb: "POST", path: path.clone(), message: error.to_string() })?;
+        let mut reader: &[u8] = &body;
+        let len = body.len() as u64;
+        self.json(Request {
+            payload: Some(Payload { content_type: "application/json", reader: &mut reader, len }),
+            ..self.request("POST", path)
+        })
+    }
+
+    /// `DELETE /networks/{name}`. A missing network is `Error::NotFound`,
+    /// one with containers attached `Error::Conflict` (or a 403 `Status`).
+    pub fn network_remove(&self, name: &str) -> Result<(), Error> {
+        let path = format!("/networks/{}", network_segment(name)?);
+        self.bytes(self.request("DELETE", self.versioned(&path))).map(|_| ())
+    }
+
     /// `GET /containers/json?all=1&filters=`: every container (running or
     /// not) matching `filters`.
     pub fn container_list(&self, filters: &Filters) -> Result<Vec<objects::ContainerSummary>, Error> {
@@ -785,6 +813,12 @@ fn container_segment(id: &str) -> Result<String, Error> {
     Ok(id.to_string())
 }
 
+/// A network's name or id as a path segment: the same rule as a
+/// container's, named as a network in the error.
+fn network_segment(name: &str) -> Result<String, Error> {
+    container_segment(name).map_err(|_| Error::InvalidName { what: "network", value: name.to_string() })
+}
+
 /// An image reference as a path: `/` and `:` stay (the daemon's route takes
 /// the rest of the path as the name), everything unusual is encoded.
 fn image_segment(image: &str) -> Result<String, Error> {
@@ -848,6 +882,8 @@ mod tests {
         }
         assert_eq!(image_segment("mcp-k8s-test.local:5000/busybox:1.35").unwrap(), "mcp-k8s-test.local:5000/busybox:1.35");
         assert!(image_segment("").is_err() && image_segment("a/../b").is_err());
+        assert!(matches!(network_segment("mcp-k8s-open"), Ok(name) if name == "mcp-k8s-open"));
+        assert!(matches!(network_segment("a/b"), Err(Error::InvalidName { what: "network", .. })));
         assert_eq!(split_tag("registry:5000/busybox:1.35"), ("registry:5000/busybox", Some("1.35")));
         assert_eq!(split_tag("registry:5000/busybox"), ("registry:5000/busybox", None));
     }

@@ -622,6 +622,7 @@ mod tests {
             workdir: "/work".into(),
             artifacts: Vec::new(),
             clone: None,
+            network: crate::network::NetworkMode::None,
         };
         assert_eq!(command_summary(&spec(&["python3", "-c", "TOKEN=secret"])), "python:3.12 python3");
         assert_eq!(command_summary(&spec(&["/usr/local/bin/tool", "--password=x"])), "python:3.12 tool");

@@ -20,6 +20,7 @@ use mcp_k8s_ephemeral_job::engine::jobs::{Jobs, Limits, Phase};
 use mcp_k8s_ephemeral_job::engine::run::{self, Ctx};
 use mcp_k8s_ephemeral_job::engine::slots::Slots;
 use mcp_k8s_ephemeral_job::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus};
+use mcp_k8s_ephemeral_job::network::NetworkMode;
 use mcp_k8s_ephemeral_job::quantity::Quantity;
 use mcp_k8s_ephemeral_job::sandbox::frame::{self, Frame, Output, RunResult, Started, Stream};
 use serde_json::{Value, json};
@@ -60,6 +61,7 @@ fn spec() -> RunSpec {
         workdir: "/work".into(),
         artifacts: Vec::new(),
         clone: None,
+        network: NetworkMode::Open,
     }
 }
 

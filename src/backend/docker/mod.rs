@@ -11,7 +11,9 @@
 //! the container is created, its workdir volume gets the input files by
 //! `put-archive`, and it starts; the runner's stdout (its frames) is the
 //! container's log. Clone and the cache volume are Kubernetes-only for now
-//! and refused with the setting to unset.
+//! and refused with the setting to unset. The run's network mode picks its
+//! Docker network (`spec::network_mode`); the one of `open` runs is made
+//! here on first use.
 //!
 //! Speaks to the daemon only through `docker`; decides nothing about a
 //! run's end (the engine's `decide` does).
@@ -33,6 +35,7 @@ use crate::engine::spec::{Policy, RunReason};
 use crate::engine::verdict::Recorded;
 use crate::log;
 use crate::metrics;
+use crate::network::NetworkMode;
 
 /// Runs on one Docker daemon.
 #[derive(Clone)]
@@ -66,6 +69,58 @@ impl Docker {
             reason: RunReason::ImagePullFailed,
             message: format!("image `{image}` is not present on the Docker daemon and could not be pulled: {error}"),
         })
+    }
+
+    /// The run's network is there: the operator's for `restricted` (it
+    /// must exist; the server never makes it), this server's for `open`,
+    /// made when missing and checked when found.
+    fn ensure_network(&self, mode: NetworkMode) -> Result<(), Refused> {
+        match mode {
+            NetworkMode::None => Ok(()),
+            NetworkMode::Restricted if self.options.restricted_network.is_none() => Err(Refused {
+                reason: RunReason::Rejected,
+                message: "network `restricted` is not available on this Docker backend: MCP_K8S_DOCKER_NETWORK names no network for it; ask for `none` or `open`, or have the operator set MCP_K8S_DOCKER_NETWORK".to_string(),
+            }),
+            NetworkMode::Restricted => self.ensure_restricted_network(),
+            NetworkMode::Open => self.ensure_open_network(),
+        }
+    }
+
+    /// Looked up first: the daemon's 404 for a create on a missing network
+    /// would read as a missing image.
+    fn ensure_restricted_network(&self) -> Result<(), Refused> {
+        let Some(network) = &self.options.restricted_network else { return Ok(()) };
+        match self.client.network_inspect(network) {
+            Ok(_) => Ok(()),
+            Err(error) if error.is_not_found() => Err(Refused {
+                reason: RunReason::Rejected,
+                message: format!(
+                    "the restricted network `{network}` (MCP_K8S_DOCKER_NETWORK) does not exist on the Docker daemon; the operator must create it, or ask for `none` or `open`"
+                ),
+            }),
+            Err(error) => Err(api_refusal("look up the restricted network", &error)),
+        }
+    }
+
+    fn ensure_open_network(&self) -> Result<(), Refused> {
+        let refused = |message: String| Refused { reason: RunReason::Rejected, message };
+        match self.client.network_inspect(spec::OPEN_NETWORK) {
+            Ok(inspect) => return spec::check_open_network(&inspect).map_err(refused),
+            Err(error) if error.is_not_found() => {}
+            Err(error) => return Err(api_refusal("look up the open network", &error)),
+        }
+        match self.client.network_create(&spec::open_network()) {
+            Ok(_) => {
+                log::info("created the network of open runs", &[("network", spec::OPEN_NETWORK.into())]);
+                Ok(())
+            }
+            // Another run (or server) made it a moment ago: check that one.
+            Err(error) if error.is_conflict() => match self.client.network_inspect(spec::OPEN_NETWORK) {
+                Ok(inspect) => spec::check_open_network(&inspect).map_err(refused),
+                Err(error) => Err(api_refusal("look up the open network", &error)),
+            },
+            Err(error) => Err(api_refusal("create the open network", &error)),
+        }
     }
 
     /// Creates, fills and starts the containers; the caller removes what
@@ -158,6 +213,7 @@ impl Backend for Docker {
                 message: "the cache volume is not supported on the Docker backend yet; unset MCP_K8S_CACHE_PVC and MCP_K8S_CACHE_MOUNT_PATH, or use MCP_K8S_BACKEND=kubernetes".to_string(),
             });
         }
+        self.ensure_network(run.spec.network)?;
         self.ensure_image(&run.spec.image)?;
         let name = spec::container_name(run.run_id);
         if let Err(refused) = self.create_and_start(run, &name) {

@@ -16,11 +16,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::docker::objects::{ContainerSpec, EmptyObject, HostConfig};
+use crate::docker::objects::{ContainerSpec, EmptyObject, HostConfig, NetworkInspect, NetworkSpec};
 use crate::docker::tar;
 use crate::engine::backend::{Keep, NewRun};
 use crate::engine::spec::{Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
 use crate::log;
+use crate::network::NetworkMode;
 use crate::sandbox::TMP_DIR;
 use crate::sandbox::args;
 
@@ -62,8 +63,9 @@ pub const PIDS_LIMIT: i64 = 1024;
 pub struct Options {
     /// The static runner binary on the daemon's host, mounted read-only.
     pub runner_binary: String,
-    /// A network runs may use; `None` is network `none`.
-    pub network: Option<String>,
+    /// MCP_K8S_DOCKER_NETWORK: the network `restricted` runs join; `None`
+    /// refuses `restricted`.
+    pub restricted_network: Option<String>,
     pub pull: Pull,
 }
 
@@ -74,6 +76,53 @@ pub enum Pull {
     Never,
     /// Pulled once when the daemon does not have it.
     Missing,
+}
+
+/// The bridge network of `open` runs, made by the server on first use
+/// (`open_network`): egress anywhere the host routes, and no traffic
+/// between its containers, so no other container can connect to a run.
+pub const OPEN_NETWORK: &str = "mcp-k8s-open";
+/// The bridge driver's option that makes dockerd drop traffic between the
+/// network's containers (an iptables rule; dockerd with `--iptables=false`
+/// installs none, see the README's security model).
+pub const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
+
+/// The `NetworkMode` of a run's container: `none` for `none`, the
+/// operator's network for `restricted` (`None` when there is none: the
+/// backend refuses the run), this server's bridge for `open`.
+pub fn network_mode(mode: NetworkMode, options: &Options) -> Option<String> {
+    match mode {
+        NetworkMode::None => Some("none".to_string()),
+        NetworkMode::Restricted => options.restricted_network.clone(),
+        NetworkMode::Open => Some(OPEN_NETWORK.to_string()),
+    }
+}
+
+/// The create body of the `open` network.
+pub fn open_network() -> NetworkSpec {
+    NetworkSpec {
+        name: OPEN_NETWORK.to_string(),
+        driver: "bridge".to_string(),
+        internal: false,
+        check_duplicate: true,
+        options: BTreeMap::from([(ICC_OPTION.to_string(), "false".to_string())]),
+        labels: BTreeMap::from([(LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string())]),
+    }
+}
+
+/// Whether an existing network named `OPEN_NETWORK` is the one
+/// `open_network` makes: a bridge of this server's with inter-container
+/// traffic off. Someone else's, or one letting containers talk, would give
+/// `open` runs ingress, so it is refused with what to do.
+pub fn check_open_network(inspect: &NetworkInspect) -> Result<(), String> {
+    let ours = inspect.labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY);
+    let icc_off = inspect.options.get(ICC_OPTION).map(String::as_str) == Some("false");
+    if inspect.driver == "bridge" && ours && icc_off && !inspect.internal {
+        return Ok(());
+    }
+    Err(format!(
+        "the Docker network `{OPEN_NETWORK}` exists but is not this server's open network (a bridge labelled {LABEL_MANAGED_BY}={MANAGED_BY} with {ICC_OPTION}=false); remove it (`docker network rm {OPEN_NETWORK}`) and the server makes its own"
+    ))
 }
 
 /// The container's name for a run; the sandbox name `output` takes.
@@ -121,7 +170,9 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
             nano_cpus: cpu_nanos(spec, policy),
             tmpfs,
             binds: vec![format!("{}:{RUNNER_PATH}:ro", options.runner_binary)],
-            network_mode: options.network.clone().unwrap_or_else(|| "none".to_string()),
+            // `create` refuses a run whose mode has no network here, so
+            // the fallback only makes a mistake fail closed.
+            network_mode: network_mode(spec.network, options).unwrap_or_else(|| "none".to_string()),
             // overlay2 on ext4 refuses `size` (only xfs with pquota has it),
             // so the workdir is bounded by the runner's disk watch alone.
             storage_opt: BTreeMap::new(),
@@ -253,11 +304,12 @@ mod tests {
             workdir: "/work".into(),
             artifacts: vec![],
             clone: None,
+            network: NetworkMode::None,
         }
     }
 
     fn options() -> Options {
-        Options { runner_binary: "/usr/local/bin/mcp-k8s-ephemeral-job".into(), network: None, pull: Pull::Never }
+        Options { runner_binary: "/usr/local/bin/mcp-k8s-ephemeral-job".into(), restricted_network: None, pull: Pull::Never }
     }
 
     #[test]
@@ -347,11 +399,11 @@ mod tests {
 
     #[test]
     fn a_background_run_carries_its_record_and_a_named_network_is_used() {
-        let spec = RunSpec { workdir: "/tmp".into(), ..run_spec() };
+        let spec = RunSpec { workdir: "/tmp".into(), network: NetworkMode::Restricted, ..run_spec() };
         let record = BackgroundRecord { token: "t".into(), timeout_s: 30, command: "busybox:1.35 sh".into() };
         let keep = Keep::Background { record, result_ttl: Duration::from_secs(60), expires_at: UNIX_EPOCH };
         let run = NewRun { run_id: "r2", spec: &spec, keep };
-        let options = Options { network: Some("runs".into()), ..options() };
+        let options = Options { restricted_network: Some("runs".into()), ..options() };
         let body = container(&run, &policy(), &options);
         assert_eq!(body.labels[LABEL_MODE], MODE_BACKGROUND);
         assert_eq!(body.labels[LABEL_TOKEN], "t");
@@ -361,6 +413,48 @@ mod tests {
         assert!(body.host_config.tmpfs.is_empty(), "a /tmp workdir is the volume");
         assert!(body.volumes.contains_key("/tmp"));
         assert_eq!(expires_at(&body.labels), Some(UNIX_EPOCH));
+    }
+
+    #[test]
+    fn each_mode_has_its_network() {
+        let with_restricted = Options { restricted_network: Some("egress-allowlist".into()), ..options() };
+        let cases = [
+            (NetworkMode::None, &options(), Some("none")),
+            (NetworkMode::Restricted, &options(), None),
+            (NetworkMode::Restricted, &with_restricted, Some("egress-allowlist")),
+            (NetworkMode::Open, &options(), Some(OPEN_NETWORK)),
+        ];
+        for (mode, options, expected) in cases {
+            assert_eq!(network_mode(mode, options).as_deref(), expected, "{mode:?}");
+        }
+        let spec = RunSpec { network: NetworkMode::Restricted, ..run_spec() };
+        let run = NewRun { run_id: "r3", spec: &spec, keep: Keep::UntilRemoved { expires_at: UNIX_EPOCH } };
+        assert_eq!(container(&run, &policy(), &options()).host_config.network_mode, "none", "fails closed");
+    }
+
+    #[test]
+    fn only_this_servers_open_network_with_icc_off_is_used() {
+        let body = serde_json::to_string(&open_network()).unwrap();
+        assert_eq!(
+            body,
+            r#"{"Name":"mcp-k8s-open","Driver":"bridge","Internal":false,"CheckDuplicate":true,"Options":{"com.docker.network.bridge.enable_icc":"false"},"Labels":{"mcp-k8s-ephemeral-job/managed-by":"mcp-k8s-ephemeral-job"}}"#
+        );
+        let made = open_network();
+        let ours = NetworkInspect {
+            name: made.name.clone(),
+            driver: made.driver.clone(),
+            options: made.options.clone(),
+            labels: made.labels.clone(),
+            ..NetworkInspect::default()
+        };
+        assert_eq!(check_open_network(&ours), Ok(()));
+        let icc_on = NetworkInspect { options: BTreeMap::new(), ..ours.clone() };
+        let foreign = NetworkInspect { labels: BTreeMap::new(), ..ours.clone() };
+        let internal = NetworkInspect { internal: true, ..ours.clone() };
+        for bad in [icc_on, foreign, internal] {
+            let error = check_open_network(&bad).unwrap_err();
+            assert!(error.contains("docker network rm mcp-k8s-open"), "{error}");
+        }
     }
 
     #[test]

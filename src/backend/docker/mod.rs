@@ -9,7 +9,8 @@
 //!
 //! A run: the image is looked up (pulled only when the operator allows),
 //! the container is created, its workdir volume gets the input files by
-//! `put-archive`, and it starts; the runner's stdout (its frames) is the
+//! `put-archive` (a run without files has a tmpfs workdir and skips it),
+//! and it starts; the runner's stdout (its frames) is the
 //! container's log. Clone and the cache volume are Kubernetes-only for now
 //! and refused with the setting to unset.
 //!
@@ -20,6 +21,7 @@ pub mod classify;
 pub mod doctor;
 pub mod reaper;
 pub mod record;
+pub mod removal;
 pub mod spec;
 pub mod watch;
 
@@ -79,6 +81,14 @@ impl Docker {
                 .container_create(&record::container_name(record::ROLE_RECORD, run.run_id), &record)
                 .map_err(|error| create_refusal(&error, &run.spec.image))?;
         }
+        if spec::has_inputs(run.spec) {
+            self.write_inputs(run, name)?;
+        }
+        self.client.container_start(name).map_err(|error| start_refusal(&error, &self.options.runner_binary))
+    }
+
+    /// The input files into the workdir volume, before the start.
+    fn write_inputs(&self, run: &NewRun, name: &str) -> Result<(), Refused> {
         let archive = spec::inputs_archive(run.spec, self.policy.run_as_user).map_err(|message| Refused {
             reason: RunReason::InputFailed,
             message: format!("the input files cannot be archived: {message}"),
@@ -86,8 +96,7 @@ impl Docker {
         self.client.container_put_archive(name, &run.spec.workdir, &archive).map_err(|error| Refused {
             reason: RunReason::InputFailed,
             message: format!("the input files could not be written into the container: {error}"),
-        })?;
-        self.client.container_start(name).map_err(|error| start_refusal(&error, &self.options.runner_binary))
+        })
     }
 
     fn kill(&self, run_id: &str, signal: &str) {
@@ -126,6 +135,35 @@ impl Docker {
         Ok(())
     }
 
+    /// Every container of the run: the sandbox and a background run's
+    /// record, verdict and cancel mark.
+    fn remove_now(&self, run_id: &str) {
+        let containers = match record::containers_of(&self.client, run_id) {
+            Ok(containers) => containers,
+            Err(error) => {
+                log::warn(
+                    "could not list the run's containers to remove them; the reaper will",
+                    &[("run_id", run_id.into()), ("error", error.to_string().into())],
+                );
+                return;
+            }
+        };
+        let all = [&containers.run, &containers.record, &containers.verdict, &containers.cancel];
+        for container in all.into_iter().flatten() {
+            match self.client.container_remove(&container.id) {
+                Ok(()) => {}
+                Err(error) if error.is_not_found() => {}
+                Err(error) => {
+                    metrics::api_error("remove_container");
+                    log::warn(
+                        "container not removed; the reaper will",
+                        &[("container", container.id.as_str().into()), ("error", error.to_string().into())],
+                    );
+                }
+            }
+        }
+    }
+
     fn find_stored(&self, run_id: &str, with_sandbox: bool) -> Result<Option<Stored>, docker::Error> {
         let containers = record::containers_of(&self.client, run_id)?;
         let inspect = match &containers.run {
@@ -162,7 +200,7 @@ impl Backend for Docker {
         let name = spec::container_name(run.run_id);
         if let Err(refused) = self.create_and_start(run, &name) {
             metrics::api_error("create_container");
-            self.remove(run.run_id);
+            self.remove_now(run.run_id);
             return Err(refused);
         }
         log::info("container started", &[("run_id", run.run_id.into()), ("container", name.as_str().into())]);
@@ -217,31 +255,12 @@ impl Backend for Docker {
         self.stop_container(run_id)
     }
 
+    /// After the answer: on a thread of its own (`removal`), which the
+    /// process waits for before it exits.
     fn remove(&self, run_id: &str) {
-        let containers = match record::containers_of(&self.client, run_id) {
-            Ok(containers) => containers,
-            Err(error) => {
-                log::warn(
-                    "could not list the run's containers to remove them; the reaper will",
-                    &[("run_id", run_id.into()), ("error", error.to_string().into())],
-                );
-                return;
-            }
-        };
-        let all = [&containers.run, &containers.record, &containers.verdict, &containers.cancel];
-        for container in all.into_iter().flatten() {
-            match self.client.container_remove(&container.id) {
-                Ok(()) => {}
-                Err(error) if error.is_not_found() => {}
-                Err(error) => {
-                    metrics::api_error("remove_container");
-                    log::warn(
-                        "container not removed; the reaper will",
-                        &[("container", container.id.as_str().into()), ("error", error.to_string().into())],
-                    );
-                }
-            }
-        }
+        let backend = self.clone();
+        let owned = run_id.to_string();
+        removal::spawn(run_id, move || backend.remove_now(&owned));
     }
 
     fn find(&self, run_id: &str) -> Result<Option<Stored>, backend::Error> {

@@ -176,7 +176,7 @@ impl Docker {
         };
         let Some(mut stored) = record::stored(run_id, &containers, inspect.as_ref()) else { return Ok(None) };
         if with_sandbox {
-            stored.sandbox = inspect.as_ref().map(classify::sighting);
+            stored.sandbox = inspect.as_ref().map(|inspect| sighting(&self.client, inspect));
         }
         Ok(Some(stored))
     }
@@ -213,7 +213,7 @@ impl Backend for Docker {
 
     fn probe(&self, run_id: &str) -> Result<Option<Sighting>, backend::Error> {
         match self.client.container_inspect(&spec::container_name(run_id)) {
-            Ok(inspect) => Ok(Some(classify::sighting(&inspect))),
+            Ok(inspect) => Ok(Some(sighting(&self.client, &inspect))),
             Err(error) if error.is_not_found() => Ok(None),
             Err(error) => Err(api_error("inspect the run's container", &error)),
         }
@@ -303,6 +303,14 @@ pub const WORDING: Wording = Wording {
     outside_deleters: "docker rm, docker kill, a cleanup script",
     api: "the Docker daemon",
 };
+
+/// A container as the engine sees it, its end named as the daemon's when
+/// it came while the daemon was away (`classify::with_outage`).
+pub fn sighting(client: &docker::Client, inspect: &docker::objects::ContainerInspect) -> Sighting {
+    let seen = classify::sighting(inspect);
+    let outage = seen.times.finished.and_then(|at| client.outage_around(at));
+    classify::with_outage(seen, outage)
+}
 
 fn api_error(what: &'static str, error: &docker::Error) -> backend::Error {
     backend::Error { what, message: error.to_string() }

@@ -44,29 +44,21 @@ impl Drop for Counted {
 }
 
 /// Runs `remove` on a thread of its own; on the caller's thread when no
-/// thread can be started (the removal must happen either way).
-pub fn spawn(run_id: &str, remove: impl FnOnce() + Send + 'static) {
+/// thread can be started (the removal must happen either way; hence
+/// `Clone`: a failed spawn drops its copy).
+pub fn spawn(run_id: &str, remove: impl FnOnce() + Clone + Send + 'static) {
     let counted = Counted::new();
-    let remove = std::sync::Arc::new(Mutex::new(Some((counted, remove))));
-    let on_thread = std::sync::Arc::clone(&remove);
-    let spawned = std::thread::Builder::new().name("container-remove".into()).spawn(move || run_once(&on_thread));
+    let on_thread = remove.clone();
+    let spawned = std::thread::Builder::new().name("container-remove".into()).spawn(move || {
+        on_thread();
+        drop(counted);
+    });
     if let Err(error) = spawned {
         log::warn(
             "could not start a thread to remove the run's containers; removing them now",
             &[("run_id", run_id.into()), ("error", error.to_string().into())],
         );
-        run_once(&remove);
-    }
-}
-
-type Once<F> = std::sync::Arc<Mutex<Option<(Counted, F)>>>;
-
-/// Runs the removal if nobody did yet; the count drops after it.
-fn run_once<F: FnOnce()>(remove: &Once<F>) {
-    let taken = remove.lock().unwrap_or_else(PoisonError::into_inner).take();
-    if let Some((counted, remove)) = taken {
         remove();
-        drop(counted);
     }
 }
 

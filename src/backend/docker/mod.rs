@@ -4,8 +4,9 @@
 //! entrypoint. `spec` builds the create body, `classify` reads container
 //! state into the engine's neutral views, `watch` follows the container,
 //! `record` keeps a background run's record, verdict and cancel mark in
-//! labels, `reaper` removes what expired, `doctor` checks a daemon against
-//! the configuration.
+//! labels, `removal` removes a run's containers after its answer, `reaper`
+//! removes what expired, `doctor` checks a daemon against the
+//! configuration.
 //!
 //! A run: the image is looked up (pulled only when the operator allows),
 //! the container is created, its workdir volume gets the input files by

@@ -182,6 +182,9 @@ fn serve(raw: &RawConfig) -> ExitCode {
         }
         Transport::Http => transport::http::serve(server, &config, stop),
     };
+    // The Docker backend removes a run's containers after its answer, on
+    // threads of their own: they end before the process does.
+    backend::docker::removal::finish(Duration::from_secs(10));
     match served {
         Ok(()) => {
             log::info("stopped", &[]);

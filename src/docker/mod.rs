@@ -20,6 +20,7 @@
 
 pub mod http;
 pub mod objects;
+pub mod outages;
 pub mod stream;
 pub mod tar;
 
@@ -345,6 +346,7 @@ struct Inner {
     prefix: String,
     version: objects::Version,
     options: Options,
+    outages: outages::Outages,
 }
 
 /// A request body: its type, the bytes and their length (Content-Length).
@@ -386,6 +388,7 @@ impl Client {
                 prefix: String::new(),
                 version: objects::Version::default(),
                 options: options.clone(),
+                outages: outages::Outages::default(),
             }),
         };
         // `/version` without a version prefix answers on every daemon.
@@ -393,7 +396,15 @@ impl Client {
         let Some((major, minor)) = negotiate(&version.api_version) else {
             return Err(Error::ApiTooOld { socket: socket.to_path_buf(), api_version: version.api_version });
         };
-        Ok(Client { inner: Arc::new(Inner { socket: socket.to_path_buf(), prefix: format!("/v{major}.{minor}"), version, options }) })
+        let prefix = format!("/v{major}.{minor}");
+        Ok(Client {
+            inner: Arc::new(Inner { socket: socket.to_path_buf(), prefix, version, options, outages: outages::Outages::default() }),
+        })
+    }
+
+    /// The ended outage (a stretch without answers) that `at` lies in.
+    pub fn outage_around(&self, at: std::time::SystemTime) -> Option<outages::Outage> {
+        self.inner.outages.around(at)
     }
 
     pub fn socket(&self) -> &Path {
@@ -706,7 +717,11 @@ impl Client {
             Some(abort) if abort.is_aborted() => Error::Aborted { verb, path: path.clone() },
             _ => error,
         };
-        let socket = connect(&self.inner.socket)?;
+        let socket = connect(&self.inner.socket).inspect_err(|error| {
+            if error.is_unreachable() {
+                self.inner.outages.unreachable(std::time::SystemTime::now());
+            }
+        })?;
         let io_error = |source: std::io::Error| Error::from_io(verb, &path, source);
         socket.set_read_timeout(read_timeout).map_err(io_error)?;
         socket.set_write_timeout(Some(self.inner.options.write_timeout)).map_err(io_error)?;
@@ -735,6 +750,7 @@ impl Client {
         let head_bytes = http::read_head_bytes(&mut reader)
             .map_err(|source| aborted(Error::from_io(verb, &path, source)))?
             .map_err(|error| aborted(Error::Protocol { verb, path: path.clone(), message: error.to_string() }))?;
+        self.inner.outages.answered(std::time::SystemTime::now());
         let head =
             http::parse_head(&head_bytes).map_err(|error| Error::Protocol { verb, path: path.clone(), message: error.to_string() })?;
         let framing = http::framing(&head).map_err(|error| Error::Protocol { verb, path: path.clone(), message: error.to_string() })?;

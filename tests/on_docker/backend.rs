@@ -421,3 +421,21 @@ fn with_pulls_allowed_a_missing_image_is_pulled_and_its_failure_named() {
     let message = out["message"].as_str().unwrap();
     assert!(message.contains(MISSING_IMAGE) && message.contains("could not be pulled"), "{message}");
 }
+
+/// The removal comes after the answer, on a thread of its own: a server
+/// that exits right after the answer still removes everything first.
+#[test]
+fn a_server_that_exits_right_after_the_answer_has_removed_the_run() {
+    let mut server = server(&[]);
+    let out = ok(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["true"]}));
+    assert_eq!(out["status"], "succeeded", "{out}");
+    server.close_stdin();
+    let exited = crate::support::server::wait_exit(&mut server.child, Duration::from_secs(30));
+    assert!(exited.is_some_and(|status| status.success()), "the server exits cleanly: {exited:?}");
+    let left = containers_of(&client(), out["run_id"].as_str().expect("run_id"));
+    let names: Vec<_> = left.iter().map(|c| c.names.clone()).collect();
+    for container in &left {
+        let _ = client().container_remove(&container.id);
+    }
+    assert!(names.is_empty(), "containers left at the exit: {names:?}");
+}

@@ -9,7 +9,10 @@
 //! differs is how the pieces arrive: the runner is bind-mounted read-only
 //! from the host (no init container copies it), and the inputs are written
 //! into the workdir's anonymous volume with `put-archive` before the start
-//! (no Secret, no `prepare` step).
+//! (no Secret, no `prepare` step). A run without input files gets its
+//! workdir as a tmpfs owned by the run's user instead, with nothing to
+//! write (`has_inputs`): the put-archive and the volume cost 100–150 ms of a
+//! short run.
 //!
 //! Knows the Docker API's create body and the engine's spec; does no IO.
 
@@ -142,6 +145,12 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
     if separate_tmp(spec) {
         tmpfs.insert(TMP_DIR.to_string(), tmp_options(policy));
     }
+    let mut volumes = BTreeMap::new();
+    if has_inputs(spec) {
+        volumes.insert(spec.workdir.clone(), EmptyObject {});
+    } else {
+        tmpfs.insert(spec.workdir.clone(), workdir_tmpfs_options(policy));
+    }
     let memory = memory_bytes(spec, policy);
     ContainerSpec {
         image: spec.image.clone(),
@@ -157,7 +166,7 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
         open_stdin: false,
         // The runner forwards SIGTERM to the command and reports.
         stop_signal: "SIGTERM".to_string(),
-        volumes: BTreeMap::from([(spec.workdir.clone(), EmptyObject {})]),
+        volumes,
         host_config: HostConfig {
             readonly_rootfs: true,
             cap_drop: vec!["ALL".to_string()],
@@ -230,6 +239,19 @@ pub fn inputs_archive(spec: &RunSpec, uid: u32) -> Result<Vec<u8>, String> {
     tar::archive(&entries)
 }
 
+/// Whether the run has input files to write into its workdir (a volume
+/// filled by `put-archive`); without, the workdir is a tmpfs made writable
+/// for the run's user by its mount options, and nothing is written.
+///
+/// The trade: a tmpfs workdir's bytes count against the container's memory
+/// limit, as `/tmp`'s already do on Docker, so a run that writes more than
+/// its memory there ends `OOMKilled` where a volume would have let it fill
+/// the disk up to the runner's disk watch. Runs with files (builds, test
+/// suites) keep the volume.
+pub fn has_inputs(spec: &RunSpec) -> bool {
+    !spec.files.is_empty()
+}
+
 /// The expiry of a run's objects, for the reaper.
 pub fn expires_at(labels: &BTreeMap<String, String>) -> Option<SystemTime> {
     crate::time::parse_rfc3339(labels.get(LABEL_EXPIRES_AT)?)
@@ -260,8 +282,24 @@ fn cpu_nanos(spec: &RunSpec, policy: &Policy) -> i64 {
 /// they build there (`go run` in /tmp/go-build…); the workdir is executable
 /// anyway, so `noexec` here would only break programs, not contain them.
 fn tmp_options(policy: &Policy) -> String {
-    let bytes = u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0);
+    let bytes = size_bytes(policy);
     if bytes == 0 { "rw,exec,nosuid,nodev,mode=1777".to_string() } else { format!("rw,exec,nosuid,nodev,mode=1777,size={bytes}") }
+}
+
+/// The workdir as tmpfs (a run without inputs): owned by the run's user
+/// with mode 0755, as `inputs_archive` makes the volume's root; `exec`
+/// because commands run what they build there.
+fn workdir_tmpfs_options(policy: &Policy) -> String {
+    let uid = policy.run_as_user;
+    let owner = format!("rw,exec,nosuid,nodev,uid={uid},gid={uid},mode=0755");
+    match size_bytes(policy) {
+        0 => owner,
+        bytes => format!("{owner},size={bytes}"),
+    }
+}
+
+fn size_bytes(policy: &Policy) -> u64 {
+    u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -455,6 +493,23 @@ mod tests {
             let error = check_open_network(&bad).unwrap_err();
             assert!(error.contains("docker network rm mcp-k8s-open"), "{error}");
         }
+    }
+
+    #[test]
+    fn a_run_without_files_gets_a_tmpfs_workdir_owned_by_its_user() {
+        let spec = RunSpec { files: vec![], ..run_spec() };
+        let run = NewRun { run_id: "r3", spec: &spec, keep: Keep::UntilRemoved { expires_at: UNIX_EPOCH } };
+        let body = container(&run, &policy(), &options());
+        assert!(!has_inputs(&spec));
+        assert!(body.volumes.is_empty(), "no volume to fill");
+        assert_eq!(body.host_config.tmpfs["/work"], "rw,exec,nosuid,nodev,uid=65532,gid=65532,mode=0755,size=1073741824");
+        assert_eq!(body.host_config.tmpfs["/tmp"], "rw,exec,nosuid,nodev,mode=1777,size=1073741824");
+
+        let in_tmp = RunSpec { workdir: "/tmp".into(), ..spec };
+        let run = NewRun { run_id: "r4", spec: &in_tmp, keep: Keep::UntilRemoved { expires_at: UNIX_EPOCH } };
+        let body = container(&run, &policy(), &options());
+        assert_eq!(body.host_config.tmpfs.len(), 1, "a /tmp workdir is one mount");
+        assert!(body.host_config.tmpfs["/tmp"].contains("uid=65532"));
     }
 
     #[test]

@@ -586,6 +586,13 @@ impl Client {
         self.json(self.request("GET", self.versioned(&path)))
     }
 
+    /// `GET /networks`: every network, for a lookup by exact name. Docker
+    /// does not make names unique (two creates at once both succeed, and a
+    /// lookup by that name is then ambiguous), so callers choose by id.
+    pub fn network_list(&self) -> Result<Vec<objects::NetworkInspect>, Error> {
+        self.json(self.request("GET", self.versioned("/networks")))
+    }
+
     /// `POST /networks/create`. A name in use is `Error::Conflict` (with
     /// `check_duplicate`; Docker 20.10 answers 409 for it).
     pub fn network_create(&self, spec: &objects::NetworkSpec) -> Result<objects::CreatedNetwork, Error> {

@@ -14,6 +14,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod duplicate_network;
 mod restart;
 
 use std::path::{Path, PathBuf};

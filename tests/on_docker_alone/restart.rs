@@ -22,7 +22,7 @@ fn runner_binary() -> String {
     path.display().to_string()
 }
 
-fn server(daemon: &PrivateDaemon) -> StdioServer {
+pub fn server(daemon: &PrivateDaemon) -> StdioServer {
     let (docker_host, runner) = (daemon.docker_host(), runner_binary());
     let mut server = StdioServer::start(&[
         ("MCP_K8S_BACKEND", "docker"),
@@ -56,7 +56,7 @@ fn answer(server: &StdioServer, id: u64, within: Duration, mut progress: impl Fn
     }
 }
 
-fn call(server: &mut StdioServer, id: u64, name: &str, arguments: Value) -> Value {
+pub fn call(server: &mut StdioServer, id: u64, name: &str, arguments: Value) -> Value {
     send_call(server, id, name, arguments);
     let result = answer(server, id, Duration::from_secs(180), |_| false).expect("an answer");
     assert_eq!(result["isError"], false, "{name}: {result}");

@@ -46,11 +46,13 @@ pub struct Docker {
     pub client: docker::Client,
     pub policy: Policy,
     pub options: spec::Options,
+    /// Held while the open network is looked up or made.
+    open_network: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
 impl Docker {
     pub fn new(client: docker::Client, policy: Policy, options: spec::Options) -> Docker {
-        Docker { client, policy, options }
+        Docker { client, policy, options, open_network: std::sync::Arc::new(std::sync::Mutex::new(())) }
     }
 
     /// The image is there, or pulled when the operator allows it.
@@ -105,25 +107,42 @@ impl Docker {
         }
     }
 
+    /// This server's open network, made when missing; duplicates that
+    /// servers starting at once made are removed (`spec::open_networks`).
+    /// Within this process the lock keeps threads from making them.
     fn ensure_open_network(&self) -> Result<(), Refused> {
-        let refused = |message: String| Refused { reason: RunReason::Rejected, message };
-        match self.client.network_inspect(spec::OPEN_NETWORK) {
-            Ok(inspect) => return spec::check_open_network(&inspect).map_err(refused),
-            Err(error) if error.is_not_found() => {}
-            Err(error) => return Err(api_refusal("look up the open network", &error)),
-        }
-        match self.client.network_create(&spec::open_network()) {
-            Ok(_) => {
-                log::info("created the network of open runs", &[("network", spec::OPEN_NETWORK.into())]);
-                Ok(())
+        let _one_at_a_time = self.open_network.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.open_network_kept()?.is_none() {
+            match self.client.network_create(&spec::open_network()) {
+                Ok(_) => log::info("created the network of open runs", &[("network", spec::OPEN_NETWORK.into())]),
+                // Another server made it a moment ago.
+                Err(error) if error.is_conflict() => {}
+                Err(error) => return Err(api_refusal("create the open network", &error)),
             }
-            // Another run (or server) made it a moment ago: check that one.
-            Err(error) if error.is_conflict() => match self.client.network_inspect(spec::OPEN_NETWORK) {
-                Ok(inspect) => spec::check_open_network(&inspect).map_err(refused),
-                Err(error) => Err(api_refusal("look up the open network", &error)),
-            },
-            Err(error) => Err(api_refusal("create the open network", &error)),
         }
+        match self.open_network_kept()? {
+            Some(_) => Ok(()),
+            None => Err(Refused {
+                reason: RunReason::ApiError,
+                message: format!("the Docker network `{}` was created but is not listed; run the job again", spec::OPEN_NETWORK),
+            }),
+        }
+    }
+
+    /// The open network's id, once its duplicates are gone.
+    fn open_network_kept(&self) -> Result<Option<String>, Refused> {
+        let networks = self.client.network_list().map_err(|error| api_refusal("look up the open network", &error))?;
+        let found = spec::open_networks(&networks).map_err(|message| Refused { reason: RunReason::Rejected, message })?;
+        for duplicate in &found.duplicates {
+            // Gone already (another server removed it) is as good.
+            if let Err(error) = self.client.network_remove(duplicate)
+                && !error.is_not_found()
+            {
+                return Err(api_refusal("remove a duplicate of the open network", &error));
+            }
+            log::info("removed a duplicate of the network of open runs", &[("network", duplicate.as_str().into())]);
+        }
+        Ok(found.keep)
     }
 
     /// Creates, fills and starts the containers; the caller removes what

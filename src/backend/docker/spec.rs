@@ -128,6 +128,28 @@ pub fn check_open_network(inspect: &NetworkInspect) -> Result<(), String> {
     ))
 }
 
+/// The networks named `OPEN_NETWORK`, by id: the one runs use and the
+/// duplicates to remove. Docker lets two creates of one name both succeed
+/// (servers starting at once), and a container on a name two networks
+/// share cannot start, so every process keeps the lowest id and removes
+/// the rest. A network of that name that is not this server's is refused.
+#[derive(Debug, PartialEq)]
+pub struct OpenNetworks {
+    pub keep: Option<String>,
+    pub duplicates: Vec<String>,
+}
+
+pub fn open_networks(networks: &[NetworkInspect]) -> Result<OpenNetworks, String> {
+    let mut ids = Vec::new();
+    for network in networks.iter().filter(|network| network.name == OPEN_NETWORK) {
+        check_open_network(network)?;
+        ids.push(network.id.clone());
+    }
+    ids.sort();
+    let keep = (!ids.is_empty()).then(|| ids.remove(0));
+    Ok(OpenNetworks { keep, duplicates: ids })
+}
+
 /// The container's name for a run; the sandbox name `output` takes.
 pub fn container_name(run_id: &str) -> String {
     format!("mcp-run-{run_id}")
@@ -489,10 +511,18 @@ mod tests {
         let icc_on = NetworkInspect { options: BTreeMap::new(), ..ours.clone() };
         let foreign = NetworkInspect { labels: BTreeMap::new(), ..ours.clone() };
         let internal = NetworkInspect { internal: true, ..ours.clone() };
-        for bad in [icc_on, foreign, internal] {
+        for bad in [icc_on.clone(), foreign, internal] {
             let error = check_open_network(&bad).unwrap_err();
             assert!(error.contains("docker network rm mcp-k8s-open"), "{error}");
         }
+        // Two creates at once leave two of that name: every process takes
+        // the lowest id; another name is not looked at.
+        let with_id = |id: &str| NetworkInspect { id: id.into(), ..ours.clone() };
+        let other = NetworkInspect { name: "bridge".into(), id: "0".into(), ..NetworkInspect::default() };
+        let found = open_networks(&[with_id("c3"), with_id("b2"), other.clone(), with_id("a1")]);
+        assert_eq!(found, Ok(OpenNetworks { keep: Some("a1".into()), duplicates: vec!["b2".into(), "c3".into()] }));
+        assert_eq!(open_networks(&[other]), Ok(OpenNetworks { keep: None, duplicates: vec![] }));
+        assert!(open_networks(&[with_id("a1"), icc_on]).is_err(), "one of the name not ours is refused");
     }
 
     #[test]

@@ -741,8 +741,22 @@ fn check_status(verb: &'static str, path: &str, response: Response) -> Result<Re
     Err(match code {
         404 => Error::NotFound { verb, path, message },
         409 => Error::Conflict { verb, path, message },
+        500 if is_podman_conflict(&message) => Error::Conflict { verb, path, message },
         _ => Error::Status { verb, path, code, message },
     })
+}
+
+/// The ends of the messages of Podman's (4.3) Docker-compatible API for
+/// what dockerd answers with 409: a create whose name is taken (libpod's
+/// storage error) and a call in the wrong state, such as a kill of an
+/// exited container (libpod's `ErrCtrStateInvalid`). Podman answers both
+/// with 500, and the backend's "first writer wins" depends on the conflict.
+const PODMAN_CONFLICTS: [&str; 2] = ["that name is already in use", "container state improper"];
+
+/// Whether a 500's message is one of Podman's conflicts (pure). Matched on
+/// the end of the message, where libpod puts its error's own text.
+fn is_podman_conflict(message: &str) -> bool {
+    PODMAN_CONFLICTS.iter().any(|end| message.trim_end().ends_with(end))
 }
 
 /// The `message` of a Docker error body `{"message":"..."}`, else the body's
@@ -850,6 +864,15 @@ mod tests {
         assert!(image_segment("").is_err() && image_segment("a/../b").is_err());
         assert_eq!(split_tag("registry:5000/busybox:1.35"), ("registry:5000/busybox", Some("1.35")));
         assert_eq!(split_tag("registry:5000/busybox"), ("registry:5000/busybox", None));
+    }
+
+    #[test]
+    fn podmans_500_conflicts_are_conflicts() {
+        let name_taken = "container create: creating container storage: the container name \"x\" is already in use by ddd. You have to remove that container to be able to reuse that name: that name is already in use";
+        let not_running = "can only kill running containers. a72 is in state exited: container state improper";
+        assert!(is_podman_conflict(name_taken) && is_podman_conflict(not_running));
+        assert!(!is_podman_conflict("container state improper: but something else"));
+        assert!(!is_podman_conflict("the daemon broke"));
     }
 
     #[test]

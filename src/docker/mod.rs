@@ -738,25 +738,30 @@ fn check_status(verb: &'static str, path: &str, response: Response) -> Result<Re
     let bytes = http::read_to_end_capped(&mut body, MAX_ERROR_BODY_BYTES).ok().and_then(Result::ok).unwrap_or_default();
     let message = error_message(&bytes, &response.head.reason);
     let path = path.to_string();
-    Err(match code {
+    Err(match dockers_code(code, &message) {
         404 => Error::NotFound { verb, path, message },
         409 => Error::Conflict { verb, path, message },
-        500 if is_podman_conflict(&message) => Error::Conflict { verb, path, message },
         _ => Error::Status { verb, path, code, message },
     })
 }
 
-/// The ends of the messages of Podman's (4.3) Docker-compatible API for
-/// what dockerd answers with 409: a create whose name is taken (libpod's
-/// storage error) and a call in the wrong state, such as a kill of an
-/// exited container (libpod's `ErrCtrStateInvalid`). Podman answers both
-/// with 500, and the backend's "first writer wins" depends on the conflict.
-const PODMAN_CONFLICTS: [&str; 2] = ["that name is already in use", "container state improper"];
+/// The ends of messages that Podman's (4.3) Docker-compatible API sends
+/// with 500 where dockerd answers 404 or 409, with dockerd's code: a create
+/// whose name is taken (the backend's "first writer wins" depends on the
+/// conflict), a call in the wrong state such as a kill of an exited
+/// container (libpod's `ErrCtrStateInvalid`), and an inspect that races the
+/// container's removal (libpod's `ErrNoSuchCtr`, "does not exist in
+/// database"). libpod puts its error's own text at the end of the message.
+const PODMAN_500S: [(&str, u16); 3] = [("that name is already in use", 409), ("container state improper", 409), ("no such container", 404)];
 
-/// Whether a 500's message is one of Podman's conflicts (pure). Matched on
-/// the end of the message, where libpod puts its error's own text.
-fn is_podman_conflict(message: &str) -> bool {
-    PODMAN_CONFLICTS.iter().any(|end| message.trim_end().ends_with(end))
+/// The code dockerd would have answered (pure): `code`, or for one of
+/// Podman's 500s above, dockerd's.
+fn dockers_code(code: u16, message: &str) -> u16 {
+    let podmans = PODMAN_500S.iter().find(|(end, _)| message.trim_end().ends_with(end));
+    match podmans {
+        Some((_, dockers)) if code == 500 => *dockers,
+        _ => code,
+    }
 }
 
 /// The `message` of a Docker error body `{"message":"..."}`, else the body's
@@ -867,12 +872,15 @@ mod tests {
     }
 
     #[test]
-    fn podmans_500_conflicts_are_conflicts() {
+    fn podmans_500s_read_as_dockers_codes() {
         let name_taken = "container create: creating container storage: the container name \"x\" is already in use by ddd. You have to remove that container to be able to reuse that name: that name is already in use";
         let not_running = "can only kill running containers. a72 is in state exited: container state improper";
-        assert!(is_podman_conflict(name_taken) && is_podman_conflict(not_running));
-        assert!(!is_podman_conflict("container state improper: but something else"));
-        assert!(!is_podman_conflict("the daemon broke"));
+        let being_removed = "container 5467 does not exist in database: no such container";
+        assert_eq!([name_taken, not_running, being_removed].map(|message| dockers_code(500, message)), [409, 409, 404]);
+        assert_eq!(dockers_code(500, "container state improper: but something else"), 500);
+        assert_eq!(dockers_code(500, "the daemon broke"), 500);
+        assert_eq!(dockers_code(404, "No such container: x"), 404);
+        assert_eq!(dockers_code(400, being_removed), 400, "only a 500 is read again");
     }
 
     #[test]

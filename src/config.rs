@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use crate::images::Allowlist;
 use crate::languages::Languages;
 use crate::log::{Level, Redacted};
+use crate::network::{self, NetworkMode};
 use crate::quantity::{Quantity, Resource};
 
 /// The runner image when MCP_K8S_RUNNER_IMAGE is unset: this release's
@@ -92,7 +93,9 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_LOG_LEVEL", Some("log-level"), "info", "lowest level written to stderr: debug, info, notice, warning, error", |r| &mut r.log_level),
     setting("MCP_K8S_BACKEND", Some("backend"), "auto", "where jobs run: kubernetes, docker, or auto (cluster credentials found: kubernetes; else a Docker daemon that answers: docker)", |r| &mut r.backend),
     setting("MCP_K8S_DOCKER_HOST", Some("docker-host"), "", "the Docker daemon's socket, unix:///path; empty uses DOCKER_HOST, else unix:///var/run/docker.sock", |r| &mut r.docker_host),
-    setting("MCP_K8S_DOCKER_NETWORK", Some("docker-network"), "", "Docker network jobs may use; empty means network none", |r| &mut r.docker_network),
+    setting("MCP_K8S_NETWORK_MODES", Some("network-modes"), "none,restricted,open", "comma-separated network modes a call may ask for with `network`: none (no network), restricted (the operator's egress allowlist), open (egress anywhere); every mode has no ingress", |r| &mut r.network_modes),
+    setting("MCP_K8S_NETWORK_DEFAULT", Some("network-default"), "open", "network mode of run_job and submit_job when a call names none (execute_code: none when allowed, else this); one of MCP_K8S_NETWORK_MODES", |r| &mut r.network_default),
+    setting("MCP_K8S_DOCKER_NETWORK", Some("docker-network"), "", "the restricted network on the Docker backend: the operator's Docker network whose egress rules `restricted` runs get; empty means `restricted` is not available there", |r| &mut r.docker_network),
     setting("MCP_K8S_DOCKER_PULL", Some("docker-pull"), "never", "whether the Docker backend pulls a missing image: never or missing", |r| &mut r.docker_pull),
     setting("MCP_K8S_RUNNER_BINARY", Some("runner-binary"), "", "host path of the static runner binary the Docker backend mounts into jobs; empty means this server's own executable", |r| &mut r.runner_binary),
     setting("MCP_K8S_TEST_TOOLS", None, "", "1 registers diagnostic tools for tests (environment only)", |r| &mut r.test_tools),
@@ -152,6 +155,8 @@ pub struct RawConfig {
     pub backend: Option<String>,
     pub docker_host: Option<String>,
     pub docker_network: Option<String>,
+    pub network_modes: Option<String>,
+    pub network_default: Option<String>,
     pub docker_pull: Option<String>,
     pub runner_binary: Option<String>,
 }
@@ -255,7 +260,14 @@ pub struct Config {
     /// `unix://` socket of the Docker daemon; `None`: `DOCKER_HOST`, else
     /// the default socket.
     pub docker_host: Option<String>,
+    /// The Docker network of `restricted` runs; `None`: `restricted` is
+    /// refused on the Docker backend.
     pub docker_network: Option<String>,
+    /// The modes a call may ask for, in `NetworkMode::ALL` order, never empty.
+    pub network_modes: Vec<NetworkMode>,
+    /// run_job's and submit_job's mode when a call names none; one of
+    /// `network_modes`.
+    pub network_default: NetworkMode,
     pub docker_pull: DockerPull,
     /// `None`: this server's own executable.
     pub runner_binary: Option<PathBuf>,
@@ -362,6 +374,15 @@ impl Config {
                 max: http_limits.body_budget_bytes as u64,
             });
         }
+        let network_modes = parse_network_modes(raw.network_modes.as_deref())?;
+        let network_default = parse_network_default(raw.network_default.as_deref(), &network_modes)?;
+        let backend = parse_backend(raw.backend.as_deref())?;
+        let docker_network = raw.docker_network.as_deref().map(parse_docker_network).transpose()?;
+        // With MCP_K8S_BACKEND=auto the backend is known only once it is
+        // reached; `main` makes the same check then.
+        if backend == BackendChoice::Docker {
+            check_docker_network_default(network_default, docker_network.as_deref())?;
+        }
         Ok(Config {
             transport,
             addr: parse_addr(raw.addr.as_deref().unwrap_or(":8080"))?,
@@ -404,9 +425,11 @@ impl Config {
             snippets_dir: raw.snippets_dir.as_deref().map(parse_snippets_dir).transpose()?,
             log_level: parse_log_level(raw.log_level.as_deref())?,
             test_tools: parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?,
-            backend: parse_backend(raw.backend.as_deref())?,
+            backend,
             docker_host: raw.docker_host.as_deref().map(parse_docker_host).transpose()?,
-            docker_network: raw.docker_network.as_deref().map(parse_docker_network).transpose()?,
+            docker_network,
+            network_modes,
+            network_default,
             docker_pull: parse_docker_pull(raw.docker_pull.as_deref())?,
             runner_binary: raw
                 .runner_binary
@@ -414,6 +437,19 @@ impl Config {
                 .map(|path| absolute_path(path, "MCP_K8S_RUNNER_BINARY").map(PathBuf::from))
                 .transpose()?,
         })
+    }
+
+    /// The start-up check of the network default on the Docker backend:
+    /// `restricted` there is the network MCP_K8S_DOCKER_NETWORK names, so a
+    /// default of `restricted` without it would refuse every plain call.
+    pub fn check_docker_network(&self) -> Result<(), Error> {
+        check_docker_network_default(self.network_default, self.docker_network.as_deref())
+    }
+
+    /// execute_code's mode when a call names none: `none` when the operator
+    /// allows it (code snippets rarely need a network), else the default.
+    pub fn execute_code_network_default(&self) -> NetworkMode {
+        if self.network_modes.contains(&NetworkMode::None) { NetworkMode::None } else { self.network_default }
     }
 
     /// True when the HTTP listener is reachable only from this machine.
@@ -485,6 +521,48 @@ fn parse_docker_pull(value: Option<&str>) -> Result<DockerPull, Error> {
         "missing" => Ok(DockerPull::Missing),
         other => Err(invalid("MCP_K8S_DOCKER_PULL", other, "one of never, missing")),
     }
+}
+
+/// MCP_K8S_NETWORK_MODES: known names, each once, at least one; kept in
+/// `NetworkMode::ALL` order so lists read the same whatever the setting's.
+fn parse_network_modes(value: Option<&str>) -> Result<Vec<NetworkMode>, Error> {
+    const EXPECTED: &str = "a comma-separated list of none, restricted, open";
+    let Some(text) = value else { return Ok(NetworkMode::ALL.to_vec()) };
+    let mut modes = Vec::new();
+    for item in csv(Some(text)) {
+        let mode = NetworkMode::from_name(&item).ok_or_else(|| invalid("MCP_K8S_NETWORK_MODES", &item, EXPECTED))?;
+        modes.push(mode);
+    }
+    if modes.is_empty() {
+        return Err(invalid("MCP_K8S_NETWORK_MODES", text, EXPECTED));
+    }
+    modes.sort();
+    modes.dedup();
+    Ok(modes)
+}
+
+fn parse_network_default(value: Option<&str>, allowed: &[NetworkMode]) -> Result<NetworkMode, Error> {
+    let text = value.unwrap_or("open");
+    let mode = NetworkMode::from_name(text).ok_or_else(|| invalid("MCP_K8S_NETWORK_DEFAULT", text, "one of none, restricted, open"))?;
+    if !allowed.contains(&mode) {
+        return Err(invalid(
+            "MCP_K8S_NETWORK_DEFAULT",
+            text,
+            &format!("one of MCP_K8S_NETWORK_MODES ({}); add it there or choose one of those", network::names(allowed)),
+        ));
+    }
+    Ok(mode)
+}
+
+fn check_docker_network_default(default: NetworkMode, docker_network: Option<&str>) -> Result<(), Error> {
+    if default == NetworkMode::Restricted && docker_network.is_none() {
+        return Err(invalid(
+            "MCP_K8S_NETWORK_DEFAULT",
+            default.name(),
+            "a mode the Docker backend can run: `restricted` there is the network MCP_K8S_DOCKER_NETWORK names, and it is unset; set it, or choose another default",
+        ));
+    }
+    Ok(())
 }
 
 /// A Docker network's name as Docker accepts it (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`).
@@ -877,11 +955,49 @@ mod tests {
             (&[("MCP_K8S_MAX_QUEUED", "x")], "MCP_K8S_MAX_QUEUED: `x`"),
             (&[("MCP_K8S_RESULT_TTL_S", "5")], "MCP_K8S_RESULT_TTL_S: `5` is out of range"),
             (&[("MCP_K8S_WORKDIR_SIZE", "lots")], "MCP_K8S_WORKDIR_SIZE: `lots`"),
+            (
+                &[("MCP_K8S_NETWORK_MODES", "none,bridge")],
+                "MCP_K8S_NETWORK_MODES: `bridge` is not accepted; expected a comma-separated list of none, restricted, open",
+            ),
+            (&[("MCP_K8S_NETWORK_MODES", ",,")], "MCP_K8S_NETWORK_MODES: `,,` is not accepted; expected a comma-separated list"),
+            (
+                &[("MCP_K8S_NETWORK_DEFAULT", "host")],
+                "MCP_K8S_NETWORK_DEFAULT: `host` is not accepted; expected one of none, restricted, open",
+            ),
+            (
+                &[("MCP_K8S_NETWORK_MODES", "none, restricted")],
+                "MCP_K8S_NETWORK_DEFAULT: `open` is not accepted; expected one of MCP_K8S_NETWORK_MODES (none, restricted); add it there or choose one of those",
+            ),
+            (
+                &[("MCP_K8S_BACKEND", "docker"), ("MCP_K8S_NETWORK_DEFAULT", "restricted")],
+                "MCP_K8S_NETWORK_DEFAULT: `restricted` is not accepted; expected a mode the Docker backend can run: `restricted` there is the network MCP_K8S_DOCKER_NETWORK names, and it is unset",
+            ),
         ];
         for (pairs, expected) in cases {
             let message = error_of(pairs);
             assert!(message.starts_with(expected), "{pairs:?}\n got: {message}\nwant: {expected}");
         }
+    }
+
+    #[test]
+    fn network_modes_and_their_defaults() {
+        let all = Config::from_raw(&RawConfig::default()).unwrap();
+        assert_eq!((all.network_modes.as_slice(), all.network_default), (NetworkMode::ALL.as_slice(), NetworkMode::Open));
+        assert_eq!(all.execute_code_network_default(), NetworkMode::None);
+        let no_none = Config::from_raw(&raw(&[("MCP_K8S_NETWORK_MODES", "open,restricted,open")])).unwrap();
+        assert_eq!(no_none.network_modes, [NetworkMode::Restricted, NetworkMode::Open], "sorted, each once");
+        assert_eq!(no_none.execute_code_network_default(), NetworkMode::Open);
+        let docker_restricted = Config::from_raw(&raw(&[
+            ("MCP_K8S_BACKEND", "docker"),
+            ("MCP_K8S_NETWORK_DEFAULT", "restricted"),
+            ("MCP_K8S_DOCKER_NETWORK", "egress-allowlist"),
+        ]))
+        .unwrap();
+        assert_eq!(docker_restricted.network_default, NetworkMode::Restricted);
+        assert!(docker_restricted.check_docker_network().is_ok());
+        let auto_restricted = Config::from_raw(&raw(&[("MCP_K8S_NETWORK_DEFAULT", "restricted")])).unwrap();
+        let error = auto_restricted.check_docker_network().unwrap_err().to_string();
+        assert!(error.contains("MCP_K8S_NETWORK_DEFAULT") && error.contains("MCP_K8S_DOCKER_NETWORK"), "{error}");
     }
 
     #[test]

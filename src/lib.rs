@@ -31,6 +31,7 @@ pub mod kube;
 pub mod languages;
 pub mod log;
 pub mod metrics;
+pub mod network;
 pub mod protocol;
 pub mod quantity;
 pub mod runner;

@@ -151,6 +151,14 @@ fn serve(raw: &RawConfig) -> ExitCode {
         eprintln!("{NAME}: {message}");
         return ExitCode::from(2);
     }
+    // `Config` checks this for MCP_K8S_BACKEND=docker; with auto, only now
+    // is the backend known.
+    if let Ok(Connected::Docker { .. }) = &connected
+        && let Err(error) = config.check_docker_network()
+    {
+        eprintln!("{NAME}: {error}");
+        return ExitCode::from(2);
+    }
     let engine = connected.map(Connected::into_ctx);
     if let Ok(engine) = &engine
         && let Err(error) = engine::reaper::start(engine.backend.clone(), engine::reaper::REAP_EVERY)
@@ -174,6 +182,9 @@ fn serve(raw: &RawConfig) -> ExitCode {
         }
         Transport::Http => transport::http::serve(server, &config, stop),
     };
+    // The Docker backend removes a run's containers after its answer, on
+    // threads of their own: they end before the process does.
+    backend::docker::removal::finish(Duration::from_secs(10));
     match served {
         Ok(()) => {
             log::info("stopped", &[]);
@@ -270,7 +281,7 @@ fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {
     }
     let options = backend::docker::spec::Options {
         runner_binary: runner_binary.to_string_lossy().into_owned(),
-        network: config.docker_network.clone(),
+        restricted_network: config.docker_network.clone(),
         pull: match config.docker_pull {
             DockerPull::Never => backend::docker::spec::Pull::Never,
             DockerPull::Missing => backend::docker::spec::Pull::Missing,

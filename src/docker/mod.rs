@@ -1,6 +1,6 @@
 //! A small blocking client for the Docker Engine API (v1.41 and later) over
 //! its Unix socket, with our own HTTP/1.1 (`http`): no SDK, no async. It
-//! knows containers, images, logs and events, and nothing about runs, MCP or
+//! knows containers, images, networks, logs and events, and nothing about runs, MCP or
 //! Kubernetes; the Docker backend turns these calls into a run.
 //!
 //! - `socket_path` reads `DOCKER_HOST` (only `unix://` is supported) and
@@ -20,6 +20,7 @@
 
 pub mod http;
 pub mod objects;
+pub mod outages;
 pub mod stream;
 pub mod tar;
 
@@ -345,6 +346,7 @@ struct Inner {
     prefix: String,
     version: objects::Version,
     options: Options,
+    outages: outages::Outages,
 }
 
 /// A request body: its type, the bytes and their length (Content-Length).
@@ -386,6 +388,7 @@ impl Client {
                 prefix: String::new(),
                 version: objects::Version::default(),
                 options: options.clone(),
+                outages: outages::Outages::default(),
             }),
         };
         // `/version` without a version prefix answers on every daemon.
@@ -393,7 +396,15 @@ impl Client {
         let Some((major, minor)) = negotiate(&version.api_version) else {
             return Err(Error::ApiTooOld { socket: socket.to_path_buf(), api_version: version.api_version });
         };
-        Ok(Client { inner: Arc::new(Inner { socket: socket.to_path_buf(), prefix: format!("/v{major}.{minor}"), version, options }) })
+        let prefix = format!("/v{major}.{minor}");
+        Ok(Client {
+            inner: Arc::new(Inner { socket: socket.to_path_buf(), prefix, version, options, outages: outages::Outages::default() }),
+        })
+    }
+
+    /// The ended outage (a stretch without answers) that `at` lies in.
+    pub fn outage_around(&self, at: std::time::SystemTime) -> Option<outages::Outage> {
+        self.inner.outages.around(at)
     }
 
     pub fn socket(&self) -> &Path {
@@ -569,6 +580,34 @@ impl Client {
         }
     }
 
+    /// `GET /networks/{name}`; a missing network is `Error::NotFound`.
+    pub fn network_inspect(&self, name: &str) -> Result<objects::NetworkInspect, Error> {
+        let path = format!("/networks/{}", network_segment(name)?);
+        self.json(self.request("GET", self.versioned(&path)))
+    }
+
+    /// `POST /networks/create`. A name in use is `Error::Conflict` (with
+    /// `check_duplicate`; Docker 20.10 answers 409 for it).
+    pub fn network_create(&self, spec: &objects::NetworkSpec) -> Result<objects::CreatedNetwork, Error> {
+        network_segment(&spec.name)?;
+        let path = self.versioned("/networks/create");
+        let body =
+            serde_json::to_vec(spec).map_err(|error| Error::Decode { verb: "POST", path: path.clone(), message: error.to_string() })?;
+        let mut reader: &[u8] = &body;
+        let len = body.len() as u64;
+        self.json(Request {
+            payload: Some(Payload { content_type: "application/json", reader: &mut reader, len }),
+            ..self.request("POST", path)
+        })
+    }
+
+    /// `DELETE /networks/{name}`. A missing network is `Error::NotFound`,
+    /// one with containers attached `Error::Conflict` (or a 403 `Status`).
+    pub fn network_remove(&self, name: &str) -> Result<(), Error> {
+        let path = format!("/networks/{}", network_segment(name)?);
+        self.bytes(self.request("DELETE", self.versioned(&path))).map(|_| ())
+    }
+
     /// `GET /containers/json?all=1&filters=`: every container (running or
     /// not) matching `filters`.
     pub fn container_list(&self, filters: &Filters) -> Result<Vec<objects::ContainerSummary>, Error> {
@@ -678,7 +717,11 @@ impl Client {
             Some(abort) if abort.is_aborted() => Error::Aborted { verb, path: path.clone() },
             _ => error,
         };
-        let socket = connect(&self.inner.socket)?;
+        let socket = connect(&self.inner.socket).inspect_err(|error| {
+            if error.is_unreachable() {
+                self.inner.outages.unreachable(std::time::SystemTime::now());
+            }
+        })?;
         let io_error = |source: std::io::Error| Error::from_io(verb, &path, source);
         socket.set_read_timeout(read_timeout).map_err(io_error)?;
         socket.set_write_timeout(Some(self.inner.options.write_timeout)).map_err(io_error)?;
@@ -707,6 +750,7 @@ impl Client {
         let head_bytes = http::read_head_bytes(&mut reader)
             .map_err(|source| aborted(Error::from_io(verb, &path, source)))?
             .map_err(|error| aborted(Error::Protocol { verb, path: path.clone(), message: error.to_string() }))?;
+        self.inner.outages.answered(std::time::SystemTime::now());
         let head =
             http::parse_head(&head_bytes).map_err(|error| Error::Protocol { verb, path: path.clone(), message: error.to_string() })?;
         let framing = http::framing(&head).map_err(|error| Error::Protocol { verb, path: path.clone(), message: error.to_string() })?;
@@ -804,6 +848,12 @@ fn container_segment(id: &str) -> Result<String, Error> {
     Ok(id.to_string())
 }
 
+/// A network's name or id as a path segment: the same rule as a
+/// container's, named as a network in the error.
+fn network_segment(name: &str) -> Result<String, Error> {
+    container_segment(name).map_err(|_| Error::InvalidName { what: "network", value: name.to_string() })
+}
+
 /// An image reference as a path: `/` and `:` stay (the daemon's route takes
 /// the rest of the path as the name), everything unusual is encoded.
 fn image_segment(image: &str) -> Result<String, Error> {
@@ -867,6 +917,8 @@ mod tests {
         }
         assert_eq!(image_segment("mcp-k8s-test.local:5000/busybox:1.35").unwrap(), "mcp-k8s-test.local:5000/busybox:1.35");
         assert!(image_segment("").is_err() && image_segment("a/../b").is_err());
+        assert!(matches!(network_segment("mcp-k8s-open"), Ok(name) if name == "mcp-k8s-open"));
+        assert!(matches!(network_segment("a/b"), Err(Error::InvalidName { what: "network", .. })));
         assert_eq!(split_tag("registry:5000/busybox:1.35"), ("registry:5000/busybox", Some("1.35")));
         assert_eq!(split_tag("registry:5000/busybox"), ("registry:5000/busybox", None));
     }

@@ -1,6 +1,7 @@
 //! Typed views of the Docker Engine API's JSON (v1.41 field names): what a
-//! backend reads (container inspect and list, image inspect, version, info,
-//! events, wait) and writes (the container create body).
+//! backend reads (container inspect and list, image and network inspect,
+//! version, info, events, wait) and writes (the container and network
+//! create bodies).
 //!
 //! Only the fields a backend needs are here; unknown fields are ignored, and
 //! Docker's habit of sending `null` for an empty list or map reads as empty.
@@ -139,6 +140,81 @@ pub struct ContainerInspect {
     pub restart_count: i64,
     #[serde(deserialize_with = "null_as_default")]
     pub mounts: Vec<MountPoint>,
+    pub network_settings: NetworkSettings,
+}
+
+/// `NetworkSettings` of a container inspect: its address on each network.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct NetworkSettings {
+    /// Network name → the container's endpoint on it.
+    #[serde(deserialize_with = "null_as_default")]
+    pub networks: BTreeMap<String, Endpoint>,
+}
+
+/// One network of a container.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Endpoint {
+    #[serde(rename = "IPAddress")]
+    pub ip_address: String,
+    pub gateway: String,
+}
+
+/// The body of `POST /networks/create`.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct NetworkSpec {
+    pub name: String,
+    /// e.g. `bridge`.
+    pub driver: String,
+    /// No route off the network (Docker's `--internal`).
+    pub internal: bool,
+    /// Refuse a second network of the same name: before API 1.44 Docker
+    /// creates duplicates unless asked not to.
+    pub check_duplicate: bool,
+    /// Driver options, e.g. `com.docker.network.bridge.enable_icc` → `false`.
+    pub options: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The answer of `POST /networks/create`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct CreatedNetwork {
+    pub id: String,
+    pub warning: String,
+}
+
+/// `GET /networks/{name}`, the parts a backend checks.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct NetworkInspect {
+    pub name: String,
+    pub id: String,
+    pub driver: String,
+    pub internal: bool,
+    #[serde(deserialize_with = "null_as_default")]
+    pub options: BTreeMap<String, String>,
+    #[serde(deserialize_with = "null_as_default")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(rename = "IPAM")]
+    pub ipam: Ipam,
+}
+
+/// `IPAM` of a network inspect.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Ipam {
+    #[serde(deserialize_with = "null_as_default")]
+    pub config: Vec<IpamConfig>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct IpamConfig {
+    pub subnet: String,
+    pub gateway: String,
 }
 
 /// One of `Mounts` of a container inspect.
@@ -337,6 +413,26 @@ mod tests {
         assert!(inspect.state.oom_killed);
         assert_eq!(inspect.state.exit_code, 137);
         assert!(inspect.config.labels.is_empty());
+    }
+
+    #[test]
+    fn networks_use_the_api_field_names() {
+        let spec = NetworkSpec { name: "n".into(), driver: "bridge".into(), check_duplicate: true, ..NetworkSpec::default() };
+        let json = serde_json::to_value(&spec).unwrap();
+        assert_eq!(
+            (json["Name"].as_str(), json["Internal"].as_bool(), json["CheckDuplicate"].as_bool()),
+            (Some("n"), Some(false), Some(true))
+        );
+        let inspect: NetworkInspect = serde_json::from_str(
+            r#"{"Name":"n","Id":"1","Driver":"bridge","Internal":true,"Options":null,"Labels":{"a":"b"},
+               "IPAM":{"Config":[{"Subnet":"172.18.0.0/16","Gateway":"172.18.0.1"}]}}"#,
+        )
+        .unwrap();
+        assert!(inspect.internal && inspect.options.is_empty());
+        assert_eq!(inspect.ipam.config[0].gateway, "172.18.0.1");
+        let container: ContainerInspect =
+            serde_json::from_str(r#"{"NetworkSettings":{"Networks":{"n":{"IPAddress":"172.18.0.2","Gateway":"172.18.0.1"}}}}"#).unwrap();
+        assert_eq!(container.network_settings.networks["n"].ip_address, "172.18.0.2");
     }
 
     #[test]

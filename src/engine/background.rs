@@ -109,32 +109,59 @@ pub struct Listed {
     pub expires_at: String,
 }
 
-/// The token for a run submitted at `submitted`: the run id (128 random
-/// bits, so unguessable) and the submit time, so that a token whose Job is
-/// gone can be told apart as expired rather than unknown.
-pub fn token_for(run_id: &str, submitted: SystemTime) -> String {
-    let seconds = submitted.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-    format!("job-{run_id}-{seconds}")
+/// What a background run was asked for: a command (`run_job`,
+/// `submit_job`) or a piece of code (`execute_code`). The token carries it
+/// (`job-…`, `code-…`), so every process, a restarted one or another
+/// replica, answers a task's result in the shape of the tool that made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenKind {
+    Job,
+    Code,
 }
 
-/// `(run_id, submitted)` from a token; `None` unless it has the exact shape
-/// `token_for` writes, so nothing else reaches a Kubernetes name.
-pub fn parse_token(token: &str) -> Option<(String, SystemTime)> {
-    let rest = token.strip_prefix("job-")?;
+impl TokenKind {
+    fn prefix(self) -> &'static str {
+        match self {
+            TokenKind::Job => "job-",
+            TokenKind::Code => "code-",
+        }
+    }
+}
+
+/// A token as `token_for` writes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Token {
+    pub kind: TokenKind,
+    pub run_id: String,
+    pub submitted: SystemTime,
+}
+
+/// The token for a run submitted at `submitted`: its kind, the run id (128
+/// random bits, so unguessable) and the submit time, so that a token whose
+/// Job is gone can be told apart as expired rather than unknown.
+pub fn token_for(kind: TokenKind, run_id: &str, submitted: SystemTime) -> String {
+    let seconds = submitted.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    format!("{}{run_id}-{seconds}", kind.prefix())
+}
+
+/// A token's parts; `None` unless it has the exact shape `token_for`
+/// writes, so nothing else reaches a Kubernetes name.
+pub fn parse_token(token: &str) -> Option<Token> {
+    let (kind, rest) = [TokenKind::Job, TokenKind::Code].into_iter().find_map(|kind| Some((kind, token.strip_prefix(kind.prefix())?)))?;
     let (run_id, seconds) = rest.split_once('-')?;
     let hex = run_id.len() == 32 && run_id.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
     let digits = !seconds.is_empty() && seconds.len() <= 12 && seconds.bytes().all(|byte| byte.is_ascii_digit());
     if !hex || !digits {
         return None;
     }
-    Some((run_id.to_string(), UNIX_EPOCH + Duration::from_secs(seconds.parse().ok()?)))
+    Some(Token { kind, run_id: run_id.to_string(), submitted: UNIX_EPOCH + Duration::from_secs(seconds.parse().ok()?) })
 }
 
 /// Creates the run's Job (kept after it ends) and starts following it.
 /// Returns once the Job exists, so the token is durable when returned.
-pub fn submit(ctx: &Ctx, spec: &RunSpec) -> Result<Submitted, Error> {
+pub fn submit(ctx: &Ctx, spec: &RunSpec, kind: TokenKind) -> Result<Submitted, Error> {
     let run_id = run::new_run_id();
-    let token = token_for(&run_id, SystemTime::now());
+    let token = token_for(kind, &run_id, SystemTime::now());
     let cancel = CancelToken::new();
     ctx.jobs.insert_new(&run_id, &token, cancel.clone()).map_err(|full| Error::Full { running: full.running })?;
     let mut followed = Followed::from_spec(spec, &ctx.policy);
@@ -259,7 +286,7 @@ pub fn status(ctx: &Ctx, token: &str) -> Result<View, Error> {
 /// Makes sure the store knows the run: from memory, or by re-attaching to
 /// its Job. Returns the run id and the current view.
 fn ensure_known(ctx: &Ctx, token: &str) -> Result<(String, View), Error> {
-    let Some((run_id, _)) = parse_token(token) else {
+    let Some(Token { run_id, .. }) = parse_token(token) else {
         return Err(Error::Unknown { token: token.to_string() });
     };
     match ctx.jobs.lookup(&run_id) {
@@ -491,7 +518,7 @@ fn followed_from_stored(ctx: &Ctx, stored: &Stored) -> Followed {
 
 fn listed_run(ctx: &Ctx, stored: &Stored) -> Option<Listed> {
     let token = stored.token.clone();
-    let (run_id, _) = parse_token(&token)?;
+    let Token { run_id, .. } = parse_token(&token)?;
     let known = match ctx.jobs.lookup(&run_id) {
         Lookup::Found(view) if view.token == token => Some(view),
         _ => None,
@@ -534,7 +561,7 @@ fn command_summary(spec: &RunSpec) -> String {
 fn gone(ctx: &Ctx, token: &str) -> Error {
     let result_ttl = ctx.jobs.limits().result_ttl;
     match parse_token(token) {
-        Some((_, submitted)) if submitted + result_ttl <= SystemTime::now() => expired(ctx, token),
+        Some(Token { submitted, .. }) if submitted + result_ttl <= SystemTime::now() => expired(ctx, token),
         _ => Error::Unknown { token: token.to_string() },
     }
 }
@@ -555,9 +582,13 @@ mod tests {
     fn tokens_round_trip_and_nothing_else_parses() {
         let run_id = "0123456789abcdef0123456789abcdef";
         let submitted = UNIX_EPOCH + Duration::from_secs(1_767_225_600);
-        let token = token_for(run_id, submitted);
-        assert_eq!(token, format!("job-{run_id}-1767225600"));
-        assert_eq!(parse_token(&token), Some((run_id.to_string(), submitted)));
+        for (kind, written) in
+            [(TokenKind::Job, format!("job-{run_id}-1767225600")), (TokenKind::Code, format!("code-{run_id}-1767225600"))]
+        {
+            let token = token_for(kind, run_id, submitted);
+            assert_eq!(token, written);
+            assert_eq!(parse_token(&token), Some(Token { kind, run_id: run_id.to_string(), submitted }));
+        }
         for bad in [
             "",
             "job-",
@@ -568,6 +599,9 @@ mod tests {
             &format!("job-{run_id}0-1"),
             &format!("job-../{}-1", &run_id[3..]),
             &format!("job-{run_id}-1234567890123"),
+            &format!("code{run_id}-1"),
+            &format!("Code-{run_id}-1"),
+            &format!("job-code-{run_id}-1"),
         ] {
             assert_eq!(parse_token(bad), None, "{bad}");
         }
@@ -588,6 +622,7 @@ mod tests {
             workdir: "/work".into(),
             artifacts: Vec::new(),
             clone: None,
+            network: crate::network::NetworkMode::None,
         };
         assert_eq!(command_summary(&spec(&["python3", "-c", "TOKEN=secret"])), "python:3.12 python3");
         assert_eq!(command_summary(&spec(&["/usr/local/bin/tool", "--password=x"])), "python:3.12 tool");

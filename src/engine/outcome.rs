@@ -171,6 +171,8 @@ fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOu
         (RunStatus::Error, RunReason::StartFailed, message)
     } else if oom_by_kubelet {
         (RunStatus::Failed, RunReason::OomKilled, oom_message(facts))
+    } else if let Some(message) = runtime_stopped_message(facts) {
+        (RunStatus::Error, RunReason::ResultLost, message)
     } else if let Some(message) = eviction_message(facts) {
         (RunStatus::Error, RunReason::Evicted, message)
     } else if pod_reason == Some("DeadlineExceeded") {
@@ -204,11 +206,27 @@ fn deleted_message(wording: &Wording) -> String {
     )
 }
 
+/// `Finished::pod_reason` of a sandbox that its runtime stopped as it went
+/// away itself (a Docker daemon restarted or stopped mid-run);
+/// `pod_message` says what the backend saw.
+pub const RUNTIME_STOPPED: &str = "RuntimeStopped";
+
+fn runtime_stopped_message(facts: &Judged) -> Option<String> {
+    let finished = facts.finished?;
+    (finished.pod_reason.as_deref() == Some(RUNTIME_STOPPED)).then(|| {
+        let seen = finished.pod_message.as_deref().unwrap_or("the runtime went away");
+        format!("{seen}; the command was stopped with it; the output so far is included; run the job again")
+    })
+}
+
 /// A runner that reports SIGTERM: a cancel when this server asked for one,
 /// else whatever the pod's status says stopped it.
 fn stopped_on_request(facts: &Judged) -> (RunStatus, RunReason, String) {
     if facts.cancel_requested {
         return cancelled();
+    }
+    if let Some(message) = runtime_stopped_message(facts) {
+        return (RunStatus::Error, RunReason::Terminated, message);
     }
     if let Some(message) = eviction_message(facts) {
         return (RunStatus::Error, RunReason::Evicted, message);
@@ -321,6 +339,25 @@ mod tests {
             wording: &POD_WORDING,
         };
         judge(&facts, collector)
+    }
+
+    #[test]
+    fn a_runtime_that_stopped_the_sandbox_is_named_whether_the_runner_reported_or_not() {
+        let stopped = || Finished {
+            pod_reason: Some(RUNTIME_STOPPED.into()),
+            pod_message: Some("the Docker daemon could not be reached".into()),
+            ..Finished::default()
+        };
+        let mut terminated = result();
+        terminated.terminated_by_request = true;
+        let reported = judged(Some(terminated), Some(stopped()));
+        assert_eq!((reported.status, reported.reason), (RunStatus::Error, Some(RunReason::Terminated)));
+        assert!(reported.message.starts_with("the Docker daemon could not be reached; the command was stopped"), "{}", reported.message);
+        let lost = judged(None, Some(stopped()));
+        assert_eq!((lost.status, lost.reason), (RunStatus::Error, Some(RunReason::ResultLost)));
+        assert!(lost.message.starts_with("the Docker daemon could not be reached"), "{}", lost.message);
+        let cancelled = judged_with(None, Some(stopped()), true);
+        assert_eq!(cancelled.status, RunStatus::Cancelled, "a cancel asked for stays a cancel");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use crate::network::NetworkMode;
 use crate::quantity::Quantity;
 use crate::sandbox::args::ExecOptions;
 use crate::sandbox::{KILL_GRACE, TERMINATION_LOG, TMP_DIR};
@@ -27,6 +28,8 @@ pub struct RunSpec {
     /// created or changed".
     pub artifacts: Vec<String>,
     pub clone: Option<CloneSpec>,
+    /// What the sandbox may reach; `tools` picked an allowed one.
+    pub network: NetworkMode,
 }
 
 #[derive(Clone, Debug)]

@@ -82,15 +82,31 @@ fn cancel(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     background::task_cancel(ctx, task_id).map(|state| task_json(ctx, &state)).map_err(response_error)
 }
 
+/// The two eras name a task's durations differently; the rest is shared.
+pub(super) struct DurationKeys {
+    ttl: &'static str,
+    poll_interval: &'static str,
+}
+
+/// 2025-11-25's `Task`.
+const LEGACY_KEYS: DurationKeys = DurationKeys { ttl: "ttl", poll_interval: "pollInterval" };
+/// The 2026-07-28 tasks extension's.
+pub(super) const EXTENSION_KEYS: DurationKeys = DurationKeys { ttl: "ttlMs", poll_interval: "pollIntervalMs" };
+
 fn task_json(ctx: &tools::Ctx, state: &TaskState) -> Value {
+    task_json_with(ctx, state, &LEGACY_KEYS)
+}
+
+/// A task's wire fields, durations named by `keys`.
+pub(super) fn task_json_with(ctx: &tools::Ctx, state: &TaskState, keys: &DurationKeys) -> Value {
     let mut task = json!({
         "taskId": state.task_id,
         "status": status_name(state.status),
         "createdAt": crate::log::rfc3339_utc(state.created),
         "lastUpdatedAt": crate::log::rfc3339_utc(state.updated),
-        "ttl": ctx.config.result_ttl_s * 1000,
-        "pollInterval": POLL_INTERVAL_MS,
     });
+    task[keys.ttl] = json!(ctx.config.result_ttl_s * 1000);
+    task[keys.poll_interval] = json!(POLL_INTERVAL_MS);
     if let Some(message) = &state.message {
         task["statusMessage"] = json!(message);
     }

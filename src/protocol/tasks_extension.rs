@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use serde_json::{Map, Value, json};
 
 use super::jsonrpc::ResponseError;
-use super::tasks::{POLL_INTERVAL_MS, RawHandler, response_error, status_name, task_id};
+use super::tasks::{EXTENSION_KEYS, RawHandler, response_error, task_id, task_json_with};
 use crate::tools::background::{self, TaskState, TaskStatus};
 use crate::tools::{self, Call};
 
@@ -83,16 +83,5 @@ fn update(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
 }
 
 fn task_json(ctx: &tools::Ctx, state: &TaskState) -> Value {
-    let mut task = json!({
-        "taskId": state.task_id,
-        "status": status_name(state.status),
-        "createdAt": crate::log::rfc3339_utc(state.created),
-        "lastUpdatedAt": crate::log::rfc3339_utc(state.updated),
-        "ttlMs": ctx.config.result_ttl_s * 1000,
-        "pollIntervalMs": POLL_INTERVAL_MS,
-    });
-    if let Some(message) = &state.message {
-        task["statusMessage"] = json!(message);
-    }
-    task
+    task_json_with(ctx, state, &EXTENSION_KEYS)
 }

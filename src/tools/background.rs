@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use crate::cancel::CancelToken;
 use crate::engine;
-use crate::engine::background::{self, Listed, Submitted};
+use crate::engine::background::{self, Listed, Submitted, TokenKind};
 use crate::engine::collect::LiveChunk;
 use crate::engine::jobs::{Phase, View};
 use crate::engine::run::Progress;
@@ -97,9 +97,7 @@ pub fn task_submit(ctx: &Ctx, tool_name: &str, arguments: &Map<String, Value>) -
     }
     if tool_name == execute_code::NAME {
         let spec = execute_code::parse_execute_args(arguments, &ctx.config).map_err(CallError::Invalid)?;
-        let token = background::submit(engine_of(ctx)?, &spec)?.token;
-        execute_code::remember_task(&token);
-        return Ok(token);
+        return Ok(background::submit(engine_of(ctx)?, &spec, TokenKind::Code)?.token);
     }
     submit(ctx, arguments).map(|submitted| submitted.token)
 }
@@ -118,7 +116,7 @@ pub fn task_result(ctx: &Ctx, task_id: &str, stop: &CancelToken) -> Result<ToolO
         let wait = Duration::from_secs(MAX_WAIT_S);
         let view = background::fetch(engine, task_id, wait, stop, &mut |_, _| {})?;
         if let Some(outcome) = &view.outcome {
-            if execute_code::is_task(task_id) {
+            if background::parse_token(task_id).is_some_and(|token| token.kind == TokenKind::Code) {
                 return Ok(execute_code::outcome(outcome));
             }
             return Ok(run_job_outcome(outcome));
@@ -184,7 +182,7 @@ fn submit_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 fn submit(ctx: &Ctx, arguments: &Map<String, Value>) -> Result<Submitted, CallError> {
     let spec = job_args::parse_run_args(arguments, &run_job::arg_bounds(&ctx.config)).map_err(|error| CallError::Invalid(error.0))?;
     let engine = engine_of(ctx)?;
-    Ok(background::submit(engine, &spec)?)
+    Ok(background::submit(engine, &spec, TokenKind::Job)?)
 }
 
 // ---------------------------------------------------------------------------

@@ -10,9 +10,6 @@
 //! Knows nothing of backends or JSON-RPC: the run is the engine's, the
 //! result JSON `job_result`'s, snippet files `snippets`'.
 
-use std::collections::BTreeSet;
-use std::sync::Mutex;
-
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
@@ -26,8 +23,8 @@ use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, job_result, run_jo
 /// The tool's name, also in `background::TASK_TOOLS`.
 pub const NAME: &str = "execute_code";
 
-/// Arguments: isolator's five, plus `timeout_s` (this server's).
-const FIELDS: &[&str] = &["language", "entrypoint_code", "entrypoint_filename", "additional_files", "snippet_name", "timeout_s"];
+/// Arguments: isolator's five, plus `timeout_s` and `network` (this server's).
+const FIELDS: &[&str] = &["language", "entrypoint_code", "entrypoint_filename", "additional_files", "snippet_name", "timeout_s", "network"];
 
 pub fn execute_code_tool(config: &Config) -> Tool {
     Tool {
@@ -63,7 +60,11 @@ pub fn parse_execute_args(arguments: &Map<String, Value>, config: &Config) -> Re
             .filter(|seconds| (1..=config.max_timeout_s).contains(seconds))
             .ok_or_else(|| format!("`timeout_s` must be a whole number from 1 to {}", config.max_timeout_s))?,
     };
-    let run_args = run_job_arguments(profile, &filename, &files, timeout_s);
+    let mut run_args = run_job_arguments(profile, &filename, &files, timeout_s);
+    // Checked by `parse_run_args` with execute_code's own default.
+    if let Some(network) = arguments.get("network") {
+        run_args.insert("network".to_string(), network.clone());
+    }
     let allowlist = Allowlist::parse(&profile.image)
         .map_err(|(image, why)| format!("language `{}` has an unusable image `{image}` ({why}); tell the operator", profile.name))?;
     let bounds = ArgBounds {
@@ -71,6 +72,8 @@ pub fn parse_execute_args(arguments: &Map<String, Value>, config: &Config) -> Re
         default_timeout: std::time::Duration::from_secs(profile.timeout_s),
         max_timeout: std::time::Duration::from_secs(config.max_timeout_s),
         clone_enabled: false,
+        network_default: config.execute_code_network_default(),
+        network_modes: &config.network_modes,
     };
     // What is left to fail here is the size of the files together; run_job
     // calls them `files`, this tool's caller knows them by other names.
@@ -103,28 +106,6 @@ pub fn result_text(outcome: &RunOutcome) -> String {
         Some(status) => format!("Execution Failed ({status}): {}\n\n{output}", outcome.message),
     }
 }
-
-/// Remembers which task ids are `execute_code` runs, so `tasks/result`
-/// answers with this tool's result shape. In memory only: after a restart
-/// such a task's result comes back in `run_job`'s shape (the same
-/// structured content, its JSON as the text).
-pub fn remember_task(task_id: &str) {
-    let mut tasks = TASKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if tasks.len() >= MAX_REMEMBERED_TASKS {
-        tasks.clear();
-    }
-    tasks.insert(task_id.to_string());
-}
-
-pub fn is_task(task_id: &str) -> bool {
-    TASKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(task_id)
-}
-
-/// Bounds the task memory; past it, older tasks fall back as after a
-/// restart.
-const MAX_REMEMBERED_TASKS: usize = 10_000;
-
-static TASKS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
 fn execute_code(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     let spec = match parse_execute_args(call.arguments, &ctx.config) {
@@ -309,6 +290,11 @@ fn input_schema(config: &Config) -> Value {
             }},
             "snippet_name": {"type": "string", "description": "a snippet of the server's folder, without extension; excludes language and entrypoint_code"},
             "timeout_s": {"type": "integer", "minimum": 1, "maximum": config.max_timeout_s, "description": "seconds the code may run; default per language"},
+            "network": run_job::network_schema(
+                config,
+                config.execute_code_network_default(),
+                " (none when the operator allows it, else the operator's MCP_K8S_NETWORK_DEFAULT)",
+            ),
         },
     })
 }
@@ -318,6 +304,7 @@ mod tests {
     use super::*;
     use crate::config::RawConfig;
     use crate::engine::spec::RunReason;
+    use crate::network::NetworkMode;
 
     fn config_with(snippets_dir: Option<&str>) -> Config {
         let raw = RawConfig::from_lookup(|name| match name {
@@ -361,7 +348,7 @@ mod tests {
             (json!({"snippet_name": "a"}), "`snippet_name` needs a snippets folder, and this server has none (MCP_K8S_SNIPPETS_DIR); send `language` and `entrypoint_code` instead".to_string()),
             (json!({"language": "ruby", "entrypoint_code": "x"}), "unknown `language` `ruby`; available: bash, go, javascript, python".to_string()),
             (json!({"language": 3, "entrypoint_code": "x"}), "`language` must be a string, not an integer".to_string()),
-            (json!({"language": "python", "entrypoint_code": "x", "image": "evil"}), "unknown argument `image`; accepted: language, entrypoint_code, entrypoint_filename, additional_files, snippet_name, timeout_s".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "image": "evil"}), "unknown argument `image`; accepted: language, entrypoint_code, entrypoint_filename, additional_files, snippet_name, timeout_s, network".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "entrypoint_filename": "../x.py"}), "`entrypoint_filename` `../x.py` must name a file inside the workdir (no `..`)".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "additional_files": {}}), "`additional_files` must be an array of {filename, content}, not an object".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"content": "y"}]}), "`additional_files[0].filename` is required and must be a string".to_string()),
@@ -377,6 +364,22 @@ mod tests {
         for (arguments, expected) in cases {
             assert_eq!(parse(arguments.clone()).unwrap_err(), expected, "{arguments}");
         }
+    }
+
+    #[test]
+    fn code_runs_without_a_network_unless_it_asks_and_the_operator_allows() {
+        assert_eq!(parse(json!({"language": "bash", "entrypoint_code": "true"})).unwrap().network, NetworkMode::None);
+        let open = parse(json!({"language": "bash", "entrypoint_code": "true", "network": "open"})).unwrap();
+        assert_eq!(open.network, NetworkMode::Open);
+        let raw = RawConfig::from_lookup(|name| (name == "MCP_K8S_NETWORK_MODES").then(|| "restricted,open".to_string()));
+        let no_none = Config::from_raw(&raw).unwrap();
+        let Value::Object(plain) = json!({"language": "bash", "entrypoint_code": "true"}) else { unreachable!() };
+        assert_eq!(parse_execute_args(&plain, &no_none).unwrap().network, NetworkMode::Open, "the operator's default");
+        let Value::Object(none) = json!({"language": "bash", "entrypoint_code": "true", "network": "none"}) else { unreachable!() };
+        assert_eq!(
+            parse_execute_args(&none, &no_none).unwrap_err(),
+            "`network` `none` is not allowed on this server; allowed: restricted, open (the operator's MCP_K8S_NETWORK_MODES)"
+        );
     }
 
     #[test]

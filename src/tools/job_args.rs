@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use crate::echo;
 use crate::engine::spec::{CloneSpec, InputFile, RunSpec};
 use crate::images::Allowlist;
+use crate::network::{self, NetworkMode};
 use crate::quantity::{Quantity, Resource};
 
 /// Default working directory, as in the original.
@@ -55,6 +56,11 @@ pub struct ArgBounds<'a> {
     pub max_timeout: Duration,
     /// True when MCP_K8S_CLONE_IMAGE and MCP_K8S_CLONE_SECRET are set.
     pub clone_enabled: bool,
+    /// The mode of a call that names none: the operator's default for
+    /// run_job and submit_job, `none` first for execute_code.
+    pub network_default: NetworkMode,
+    /// MCP_K8S_NETWORK_MODES.
+    pub network_modes: &'a [NetworkMode],
 }
 
 /// An argument the caller must fix; the text says which and how.
@@ -67,7 +73,7 @@ impl std::fmt::Display for ArgError {
     }
 }
 
-const FIELDS: &[&str] = &["image", "command", "files", "env", "limits", "timeout_s", "workdir", "clone", "artifacts"];
+const FIELDS: &[&str] = &["image", "command", "files", "env", "limits", "timeout_s", "workdir", "clone", "artifacts", "network"];
 
 pub fn parse_run_args(object: &Map<String, Value>, bounds: &ArgBounds) -> Result<RunSpec, ArgError> {
     reject_unknown(object, FIELDS, "")?;
@@ -90,8 +96,33 @@ pub fn parse_run_args(object: &Map<String, Value>, bounds: &ArgBounds) -> Result
         timeout: parse_timeout(object.get("timeout_s"), bounds)?,
         artifacts: parse_artifacts(object.get("artifacts"))?,
         clone: parse_clone(object.get("clone"), bounds.clone_enabled)?,
+        network: choose_network(object.get("network"), bounds.network_default, bounds.network_modes)?,
         workdir,
     })
+}
+
+/// The run's network mode: the one asked for when the operator allows it,
+/// else `default` when none is asked for (absent or null). `default` is
+/// allowed already: `Config` checks the operator's, and execute_code's is
+/// `none` only when allowed.
+pub fn choose_network(asked: Option<&Value>, default: NetworkMode, allowed: &[NetworkMode]) -> Result<NetworkMode, ArgError> {
+    let text = match asked {
+        None | Some(Value::Null) => return Ok(default),
+        Some(Value::String(text)) => text,
+        Some(other) => {
+            return Err(fail(format!("`network` must be a string, one of none, restricted, open; not {}", crate::json::json_kind(other))));
+        }
+    };
+    let mode = NetworkMode::from_name(text)
+        .ok_or_else(|| fail(format!("`network` `{}` is not a network mode; use one of none, restricted, open", echo::shorten(text))))?;
+    if !allowed.contains(&mode) {
+        return Err(fail(format!(
+            "`network` `{}` is not allowed on this server; allowed: {} (the operator's MCP_K8S_NETWORK_MODES)",
+            mode.name(),
+            network::names(allowed)
+        )));
+    }
+    Ok(mode)
 }
 
 /// argv and env together, as the kernel counts them at exec and as the
@@ -541,7 +572,45 @@ mod tests {
     use serde_json::json;
 
     fn bounds_with(allowlist: &Allowlist) -> ArgBounds<'_> {
-        ArgBounds { allowlist, default_timeout: Duration::from_secs(60), max_timeout: Duration::from_secs(600), clone_enabled: false }
+        ArgBounds {
+            allowlist,
+            default_timeout: Duration::from_secs(60),
+            max_timeout: Duration::from_secs(600),
+            clone_enabled: false,
+            network_default: NetworkMode::Open,
+            network_modes: &NetworkMode::ALL,
+        }
+    }
+
+    #[test]
+    fn the_network_mode_is_the_one_asked_for_when_allowed_else_the_default() {
+        use NetworkMode::{None as Off, Open, Restricted};
+        let all: &[NetworkMode] = &NetworkMode::ALL;
+        let no_open: &[NetworkMode] = &[Off, Restricted];
+        // (asked, the default, allowed, chosen or the error)
+        type Case<'a> = (Option<Value>, NetworkMode, &'a [NetworkMode], Result<NetworkMode, &'a str>);
+        let cases: &[Case] = &[
+            (None, Open, all, Ok(Open)),
+            (None, Off, all, Ok(Off)),
+            (Some(Value::Null), Restricted, no_open, Ok(Restricted)),
+            (Some(json!("none")), Open, all, Ok(Off)),
+            (Some(json!("restricted")), Off, all, Ok(Restricted)),
+            (Some(json!("open")), Off, all, Ok(Open)),
+            (
+                Some(json!("open")),
+                Off,
+                no_open,
+                Err("`network` `open` is not allowed on this server; allowed: none, restricted (the operator's MCP_K8S_NETWORK_MODES)"),
+            ),
+            (Some(json!("host")), Open, all, Err("`network` `host` is not a network mode; use one of none, restricted, open")),
+            (Some(json!("Open")), Open, all, Err("`network` `Open` is not a network mode; use one of none, restricted, open")),
+            (Some(json!(1)), Open, all, Err("`network` must be a string, one of none, restricted, open; not an integer")),
+        ];
+        for (asked, default, allowed, expected) in cases {
+            let chosen = choose_network(asked.as_ref(), *default, allowed).map_err(|error| error.0);
+            assert_eq!(chosen, expected.map_err(str::to_string), "{asked:?} {default:?} {allowed:?}");
+        }
+        assert_eq!(parse(json!({"image": "busybox:1.36", "command": ["true"], "network": "none"})).unwrap().network, Off);
     }
 
     fn parse(args: Value) -> Result<RunSpec, ArgError> {

@@ -329,7 +329,17 @@ fn describe_environment_tool() -> Tool {
                     }
                 },
                 "snippets_available": { "type": "boolean", "description": "whether execute_code's snippet_name can be used (resources/list lists them)" },
-                "network": { "type": "string", "description": "what limits a job's network, and who enforces it" }
+                "network": {
+                    "type": "object",
+                    "description": "the network modes a call may ask for with `network`, the defaults, and who enforces them",
+                    "properties": {
+                        "modes": { "type": "array", "items": { "type": "string", "enum": ["none", "restricted", "open"] }, "description": "allowed modes (MCP_K8S_NETWORK_MODES)" },
+                        "run_job_default": { "type": "string", "description": "run_job's and submit_job's mode when a call names none (MCP_K8S_NETWORK_DEFAULT)" },
+                        "execute_code_default": { "type": "string", "description": "execute_code's mode when a call names none" },
+                        "enforcement": { "type": "string", "description": "what each mode enforces on each backend" }
+                    },
+                    "required": ["modes", "run_job_default", "execute_code_default", "enforcement"]
+                }
             },
             "required": [
                 "namespace", "allowed_images", "timeout_s", "max_output_bytes", "max_artifact_bytes",
@@ -379,16 +389,26 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
             "memory": profile.memory.as_str(),
         })).collect::<Vec<_>>(),
         "snippets_available": config.snippets_dir.is_some(),
-        "network": NETWORK_TEXT,
+        "network": {
+            "modes": config.network_modes.iter().map(|mode| mode.name()).collect::<Vec<_>>(),
+            "run_job_default": config.network_default.name(),
+            "execute_code_default": config.execute_code_network_default().name(),
+            "enforcement": NETWORK_TEXT,
+        },
     }))
 }
 
-/// What is true of a job's network today (issue 15 asks to say exactly
-/// what is enforced where). The server itself sets no network policy.
-const NETWORK_TEXT: &str = "Kubernetes: this server does not cut a job's network itself; the namespace's \
-                            NetworkPolicy (deploy/networkpolicy-jobs.yaml: no ingress, egress to DNS plus an \
-                            operator allowlist) applies to run_job and execute_code alike, and only where the \
-                            cluster's network plugin enforces NetworkPolicy.";
+/// What each mode enforces where (issue 16; the README's security model
+/// says the same at length). The server sets no firewall rule itself.
+const NETWORK_TEXT: &str = "Kubernetes: the pod carries the label mcp-k8s-ephemeral-job/network=<mode>, and the \
+                            namespace's NetworkPolicies (deploy/networkpolicy-jobs.yaml) enforce it: no ingress for \
+                            any mode; none: no egress, DNS included; restricted: DNS plus the operator's allowlist; \
+                            open: egress anywhere. Only where the cluster's network plugin enforces NetworkPolicy. \
+                            Docker: none is network mode none (loopback only); restricted is the network the \
+                            operator names in MCP_K8S_DOCKER_NETWORK (its rules are the operator's; unset: refused); \
+                            open is this server's bridge network mcp-k8s-open with inter-container traffic disabled \
+                            (egress anywhere the host routes, no connections from other containers), which needs \
+                            dockerd's iptables rules (its default).";
 
 // ---------------------------------------------------------------------------
 // Test hooks, registered only with MCP_K8S_TEST_TOOLS=1: they let the client
@@ -545,6 +565,22 @@ mod tests {
         assert_eq!(go["image"], "golang:1.23");
         assert_eq!(go["command"], json!(["go", "run", "{file}"]));
         assert_eq!(result["snippets_available"], false);
+        let network = &result["network"];
+        assert_eq!(network["modes"], json!(["none", "restricted", "open"]));
+        assert_eq!((network["run_job_default"].as_str(), network["execute_code_default"].as_str()), (Some("open"), Some("none")));
+        assert!(network["enforcement"].as_str().unwrap().contains("mcp-k8s-ephemeral-job/network"), "{network}");
+    }
+
+    #[test]
+    fn the_job_tools_take_a_network_of_the_three_modes_with_their_defaults() {
+        let config = Config::from_raw(&RawConfig::default()).unwrap();
+        let registry = Registry::new(&config);
+        for (name, default) in [("run_job", "default open"), ("submit_job", "default open"), ("execute_code", "default none")] {
+            let tool = registry.tools.iter().find(|tool| tool.name == name).unwrap_or_else(|| panic!("{name}"));
+            let network = &tool.input_schema["properties"]["network"];
+            assert_eq!(network["enum"], json!(["none", "restricted", "open"]), "{name}");
+            assert!(network["description"].as_str().unwrap().contains(default), "{name}: {network}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::config::Config;
 use crate::engine;
 use crate::engine::run::Progress;
+use crate::network::{self, NetworkMode};
 use crate::sandbox::frame::Stream;
 use crate::tools::job_args::{self, ArgBounds};
 use crate::tools::job_result;
@@ -28,11 +29,11 @@ pub fn run_job_tool(config: &Config) -> Tool {
              (succeeded|failed|timeout|error|cancelled), a `reason` and `message` saying why when it did not \
              simply succeed (OOMKilled, ImagePullFailed, Unschedulable, QuotaExceeded, DeadlineExceeded, ...), \
              and the files the command created or changed under `workdir` (or those matching `artifacts` globs). \
-             Input `files` are written into `workdir` first. The pod has no Kubernetes credentials and no \
-             network policy exceptions. timeout_s defaults to {} and may be at most {}. Clients stop waiting \
-             on their own clocks (the TypeScript SDK and MCP Inspector after 60 s unless progress resets their \
-             timeout), so use submit_job and fetch_job for anything that may run longer than about a minute. \
-             Allowed images: {}.",
+             Input `files` are written into `workdir` first. The pod has no Kubernetes credentials; \
+             `network` picks what it may reach (none, restricted or open, as the operator allows). \
+             timeout_s defaults to {} and may be at most {}. Clients stop waiting on their own clocks (the \
+             TypeScript SDK and MCP Inspector after 60 s unless progress resets their timeout), so use \
+             submit_job and fetch_job for anything that may run longer than about a minute. Allowed images: {}.",
             config.default_timeout_s,
             config.max_timeout_s,
             allowed_images_text(config)
@@ -76,6 +77,7 @@ pub fn input_schema(config: &Config) -> Value {
                 "ref": {"type": "string", "description": "branch, tag or full 40-hex commit SHA; the clone is shallow"},
                 "subdir": {"type": "string", "description": "folder under workdir, default \"repo\"; \".\" is workdir itself"},
             }},
+            "network": network_schema(config, config.network_default, " (the operator's MCP_K8S_NETWORK_DEFAULT)"),
         },
     })
 }
@@ -95,7 +97,24 @@ pub fn arg_bounds(config: &Config) -> ArgBounds<'_> {
         default_timeout: std::time::Duration::from_secs(config.default_timeout_s),
         max_timeout: std::time::Duration::from_secs(config.max_timeout_s),
         clone_enabled: config.clone.is_some(),
+        network_default: config.network_default,
+        network_modes: &config.network_modes,
     }
+}
+
+/// The `network` argument's schema, shared by run_job, submit_job and
+/// execute_code; `default` is the mode of a call that names none.
+pub fn network_schema(config: &Config, default: NetworkMode, default_text: &str) -> Value {
+    json!({
+        "type": "string",
+        "enum": NetworkMode::ALL.iter().map(|mode| mode.name()).collect::<Vec<_>>(),
+        "description": format!(
+            "what the sandbox may reach: none (no network at all, DNS included), restricted (only the operator's egress allowlist), \
+             open (egress anywhere); no mode lets anything connect in. Allowed here: {} (MCP_K8S_NETWORK_MODES); default {}{default_text}",
+            network::names(&config.network_modes),
+            default.name(),
+        ),
+    })
 }
 
 fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {

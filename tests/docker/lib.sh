@@ -14,7 +14,9 @@ LOG="$STATE/dockerd.log"
 # (/var/lib/mcp-k8s-test-cluster/run/containerd.sock); dockerd starts its own
 # managed containerd under $EXEC_ROOT/containerd with a namespace of ours, so
 # the two share neither socket, state nor namespace.
-CONTAINERD_NAMESPACE=mcp-k8s-docker
+# A second, private daemon (the on_docker_alone tier) sets its own state
+# directory and namespace, so the two never share anything.
+CONTAINERD_NAMESPACE="${MCP_K8S_TEST_DOCKER_NAMESPACE:-mcp-k8s-docker}"
 CLUSTER_CACHE="${MCP_K8S_TEST_CLUSTER_CACHE:-/var/cache/mcp-k8s-test-cluster}"
 IMAGES_DIR="$CLUSTER_CACHE/images"
 export DOCKER_HOST="unix://$SOCK"

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// Leaf modules every layer may use: they import nothing of the crate
 /// (`images` only `echo`) and know no layer.
-const LEAVES: &[&str] = &["cancel", "echo", "images", "json", "log", "metrics", "quantity", "time"];
+const LEAVES: &[&str] = &["cancel", "echo", "images", "json", "log", "metrics", "network", "quantity", "time"];
 
 /// Who may import whom, on top of `LEAVES` (a `*` entry: only the leaves).
 /// Keys are module paths under `src/` (`protocol/jsonrpc` is
@@ -55,6 +55,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("json", &[]),
     ("log", &[]),
     ("metrics", &[]),
+    ("network", &[]),
     ("quantity", &[]),
     ("time", &[]),
 ];

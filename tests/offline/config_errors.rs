@@ -67,6 +67,12 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_DOCKER_HOST", "tcp://127.0.0.1:2375", "MCP_K8S_DOCKER_HOST: `tcp://127.0.0.1:2375` is not accepted"),
     ("MCP_K8S_DOCKER_NETWORK", "my net", "MCP_K8S_DOCKER_NETWORK: `my net` is not accepted"),
     ("MCP_K8S_DOCKER_PULL", "always", "MCP_K8S_DOCKER_PULL: `always` is not accepted"),
+    (
+        "MCP_K8S_NETWORK_MODES",
+        "bridge",
+        "MCP_K8S_NETWORK_MODES: `bridge` is not accepted; expected a comma-separated list of none, restricted, open",
+    ),
+    ("MCP_K8S_NETWORK_DEFAULT", "host", "MCP_K8S_NETWORK_DEFAULT: `host` is not accepted; expected one of none, restricted, open"),
     ("MCP_K8S_RUNNER_BINARY", "bin/x", "MCP_K8S_RUNNER_BINARY: `bin/x` is not accepted"),
 ];
 
@@ -92,6 +98,23 @@ fn the_table_covers_every_setting() {
         .filter(|env| !ANY_VALUE.contains(env) && !CASES.iter().any(|(variable, _, _)| variable == env))
         .collect();
     assert!(missing.is_empty(), "settings without a bad-value case: {missing:?}");
+}
+
+/// Issue 16: on Docker `restricted` is the network MCP_K8S_DOCKER_NETWORK
+/// names, so a default of `restricted` without it stops the start (with
+/// MCP_K8S_BACKEND=docker the backend is known before any connection).
+#[test]
+fn a_restricted_default_on_docker_needs_the_restricted_network() {
+    let settings = [("MCP_K8S_BACKEND", "docker"), ("MCP_K8S_NETWORK_DEFAULT", "restricted")];
+    let output = crate::support::server::command(&settings).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MCP_K8S_NETWORK_DEFAULT: `restricted`") && stderr.contains("MCP_K8S_DOCKER_NETWORK"), "{stderr}");
+    let not_allowed = [("MCP_K8S_NETWORK_MODES", "none"), ("MCP_K8S_NETWORK_DEFAULT", "open")];
+    let output = crate::support::server::command(&not_allowed).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MCP_K8S_NETWORK_DEFAULT: `open` is not accepted; expected one of MCP_K8S_NETWORK_MODES (none)"), "{stderr}");
 }
 
 #[test]

@@ -20,6 +20,7 @@ use mcp_k8s_ephemeral_job::engine::jobs::{Jobs, Limits, Phase};
 use mcp_k8s_ephemeral_job::engine::run::{self, Ctx};
 use mcp_k8s_ephemeral_job::engine::slots::Slots;
 use mcp_k8s_ephemeral_job::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus};
+use mcp_k8s_ephemeral_job::network::NetworkMode;
 use mcp_k8s_ephemeral_job::quantity::Quantity;
 use mcp_k8s_ephemeral_job::sandbox::frame::{self, Frame, Output, RunResult, Started, Stream};
 use serde_json::{Value, json};
@@ -60,6 +61,7 @@ fn spec() -> RunSpec {
         workdir: "/work".into(),
         artifacts: Vec::new(),
         clone: None,
+        network: NetworkMode::Open,
     }
 }
 
@@ -314,7 +316,7 @@ fn issue_12_10_an_api_outage_and_403s_after_it_do_not_fail_a_run_that_succeeds()
 fn submit(ctx: &Ctx) -> background::Submitted {
     let mut spec = spec();
     spec.image = "busybox:1".into();
-    background::submit(ctx, &spec).expect("submit_job")
+    background::submit(ctx, &spec, background::TokenKind::Job).expect("submit_job")
 }
 
 fn fetch(ctx: &Ctx, token: &str, wait: Duration) -> mcp_k8s_ephemeral_job::engine::jobs::View {

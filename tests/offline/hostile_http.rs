@@ -27,6 +27,11 @@ const PEAK_RSS_LIMIT_KIB: u64 = 64 << 10;
 
 /// A probe that takes longer than this counts as a hang (a failure).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one request may take: longer than the server's own wait for
+/// its shared body budget (5 s, then 503), so a request the server answers
+/// late is read as its answer, not as a client time-out (status 0), on a
+/// loaded machine. Probes check their own latency against `PROBE_TIMEOUT`.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How long floods of connections are held open: longer than a probe may
 /// take, so that a server frozen by them fails its probes.
@@ -440,9 +445,9 @@ fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body:
 
 fn request_with_head(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<(u16, String, String), String> {
     let socket_addr = addr.parse().map_err(|error| format!("{addr}: {error}"))?;
-    let mut stream = TcpStream::connect_timeout(&socket_addr, PROBE_TIMEOUT).map_err(|error| format!("connect: {error}"))?;
-    stream.set_read_timeout(Some(PROBE_TIMEOUT)).map_err(|error| error.to_string())?;
-    stream.set_write_timeout(Some(PROBE_TIMEOUT)).map_err(|error| error.to_string())?;
+    let mut stream = TcpStream::connect_timeout(&socket_addr, REQUEST_TIMEOUT).map_err(|error| format!("connect: {error}"))?;
+    stream.set_read_timeout(Some(REQUEST_TIMEOUT)).map_err(|error| error.to_string())?;
+    stream.set_write_timeout(Some(REQUEST_TIMEOUT)).map_err(|error| error.to_string())?;
     let mut text = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     for (name, value) in headers {
         text.push_str(&format!("{name}: {value}\r\n"));

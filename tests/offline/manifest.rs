@@ -9,6 +9,7 @@ use std::time::Duration;
 use mcp_k8s_ephemeral_job::backend::kubernetes::manifest;
 use mcp_k8s_ephemeral_job::backend::kubernetes::template::{self, PodTemplate};
 use mcp_k8s_ephemeral_job::engine::spec::{CacheVolume, CloneSpec, CloneStep, InputFile, Policy, RunSpec};
+use mcp_k8s_ephemeral_job::network::NetworkMode;
 use mcp_k8s_ephemeral_job::quantity::Quantity;
 
 fn policy() -> Policy {
@@ -43,6 +44,7 @@ fn spec() -> RunSpec {
         workdir: "/work".into(),
         artifacts: Vec::new(),
         clone: None,
+        network: NetworkMode::Open,
     }
 }
 
@@ -72,12 +74,35 @@ fn run_with_files_limits_and_cache() {
     spec.cpu_limit = Some(Quantity::parse("250m").unwrap());
     spec.memory_limit = Some(Quantity::parse("1Gi").unwrap());
     spec.artifacts = vec!["out/**".into()];
+    spec.network = NetworkMode::None;
     let mut policy = policy();
     policy.cache = Some(CacheVolume { claim_name: "deps".into(), mount_path: "/cache".into() });
     policy.runtime_class = Some("gvisor".into());
     check("files-limits-cache.json", &manifest::job(&spec, &policy, "0123abcd"));
     let secret = manifest::inputs_secret(&spec, &policy, "0123abcd", "uid-1").expect("a secret for files");
     check("files-secret.json", &secret);
+}
+
+/// Issue 16: the mode is a label of the pod alone (the policies select
+/// pods), with exactly the three values `deploy/networkpolicy-jobs.yaml`
+/// selects on.
+#[test]
+fn the_network_mode_is_a_pod_label_and_nothing_else_changes() {
+    let mut names = Vec::new();
+    for mode in NetworkMode::ALL {
+        let job = manifest::job(&RunSpec { network: mode, ..spec() }, &policy(), "0123abcd");
+        let pod_labels = &job["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(pod_labels["app.kubernetes.io/managed-by"], "mcp-k8s-ephemeral-job");
+        names.push(pod_labels[manifest::LABEL_NETWORK].as_str().unwrap().to_string());
+        assert!(job["metadata"]["labels"].get(manifest::LABEL_NETWORK).is_none(), "not on the Job");
+        let mut without = job.clone();
+        without["spec"]["template"]["metadata"]["labels"].as_object_mut().unwrap().remove(manifest::LABEL_NETWORK);
+        let mut open = manifest::job(&spec(), &policy(), "0123abcd");
+        open["spec"]["template"]["metadata"]["labels"].as_object_mut().unwrap().remove(manifest::LABEL_NETWORK);
+        assert_eq!(without, open, "{mode:?} changes only the label");
+    }
+    assert_eq!(manifest::LABEL_NETWORK, "mcp-k8s-ephemeral-job/network");
+    assert_eq!(names, ["none", "restricted", "open"]);
 }
 
 #[test]

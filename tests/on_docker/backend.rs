@@ -97,12 +97,12 @@ pub fn assert_nothing_left(run_id: &str) {
     }
 }
 
-fn run_id_of(token: &str) -> &str {
+pub fn run_id_of(token: &str) -> &str {
     &token[4..36]
 }
 
 /// Background runs are kept for their retention; tests remove theirs.
-struct Removed(Vec<String>);
+pub struct Removed(pub Vec<String>);
 
 impl Drop for Removed {
     fn drop(&mut self) {
@@ -122,11 +122,11 @@ fn submit(server: &mut StdioServer, command: &str) -> String {
     submitted["job_token"].as_str().unwrap().to_string()
 }
 
-fn fetch(server: &mut StdioServer, token: &str, wait_s: u64) -> Value {
+pub fn fetch(server: &mut StdioServer, token: &str, wait_s: u64) -> Value {
     ok(server, "fetch_job", json!({"job_token": token, "wait_s": wait_s}))
 }
 
-fn fetch_done(server: &mut StdioServer, token: &str) -> Value {
+pub fn fetch_done(server: &mut StdioServer, token: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let view = fetch(server, token, 20);
@@ -138,14 +138,14 @@ fn fetch_done(server: &mut StdioServer, token: &str) -> Value {
 }
 
 /// Waits until the run's container runs and has said `marker`.
-fn wait_for_output(server: &mut StdioServer, token: &str, marker: &str) {
+pub fn wait_for_output(server: &mut StdioServer, token: &str, marker: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !fetch(server, token, 2)["stdout"].as_str().unwrap_or_default().contains(marker) {
         assert!(Instant::now() < deadline, "no `{marker}` from {token}");
     }
 }
 
-fn b64(bytes: &[u8]) -> String {
+pub fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
@@ -181,6 +181,7 @@ fn input_files_env_and_workdir_and_the_hardening_inside() {
             "files": [{"path": "data/in.txt", "content_b64": b64(b"input\n")}],
             "env": {"GREETING": "hello"},
             "workdir": "/home/job/src",
+            "network": "none",
         }),
     );
     assert_eq!(out["status"], "succeeded", "{out}");
@@ -419,4 +420,22 @@ fn with_pulls_allowed_a_missing_image_is_pulled_and_its_failure_named() {
     assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("ImagePullFailed")), "{out}");
     let message = out["message"].as_str().unwrap();
     assert!(message.contains(MISSING_IMAGE) && message.contains("could not be pulled"), "{message}");
+}
+
+/// The removal comes after the answer, on a thread of its own: a server
+/// that exits right after the answer still removes everything first.
+#[test]
+fn a_server_that_exits_right_after_the_answer_has_removed_the_run() {
+    let mut server = server(&[]);
+    let out = ok(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["true"]}));
+    assert_eq!(out["status"], "succeeded", "{out}");
+    server.close_stdin();
+    let exited = crate::support::server::wait_exit(&mut server.child, Duration::from_secs(30));
+    assert!(exited.is_some_and(|status| status.success()), "the server exits cleanly: {exited:?}");
+    let left = containers_of(&client(), out["run_id"].as_str().expect("run_id"));
+    let names: Vec<_> = left.iter().map(|c| c.names.clone()).collect();
+    for container in &left {
+        let _ = client().container_remove(&container.id);
+    }
+    assert!(names.is_empty(), "containers left at the exit: {names:?}");
 }

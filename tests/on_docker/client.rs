@@ -482,3 +482,41 @@ fn a_wait_is_closed_at_once_by_its_abort() {
     assert!(aborted_at.elapsed() < Duration::from_secs(2), "{:?}", aborted_at.elapsed());
     assert!(client.container_inspect(&id).expect("inspect").state.running, "aborting the wait leaves the container alone");
 }
+
+/// The network calls the Docker backend makes for `open` runs: create (a
+/// second one of the name is a conflict), inspect (options, labels, the
+/// gateway), a container's address on it, remove (then not found).
+#[test]
+fn networks_are_created_inspected_joined_and_removed() {
+    let client = client();
+    let cleanup = Cleanup::new(&client, "network");
+    let name = cleanup.value.clone();
+    let _ = client.network_remove(&name);
+    let mut spec = docker::objects::NetworkSpec {
+        name: name.clone(),
+        driver: "bridge".into(),
+        check_duplicate: true,
+        ..docker::objects::NetworkSpec::default()
+    };
+    spec.options.insert("com.docker.network.bridge.enable_icc".into(), "false".into());
+    spec.labels.insert(crate::TEST_LABEL.into(), cleanup.value.clone());
+    let created = client.network_create(&spec).expect("create");
+    assert!(!created.id.is_empty());
+    let again = client.network_create(&spec).expect_err("a second network of the name");
+    assert!(again.is_conflict(), "{again}");
+    let inspect = client.network_inspect(&name).expect("inspect");
+    assert_eq!((inspect.name.as_str(), inspect.driver.as_str(), inspect.internal), (name.as_str(), "bridge", false));
+    assert_eq!(inspect.options.get("com.docker.network.bridge.enable_icc").map(String::as_str), Some("false"));
+    assert_eq!(inspect.labels.get(crate::TEST_LABEL), Some(&cleanup.value));
+    let gateway = inspect.ipam.config.first().map(|config| config.gateway.clone()).unwrap_or_default();
+    assert!(!gateway.is_empty(), "{inspect:?}");
+    let mut on_it = hardened(&cleanup, &["true"]);
+    on_it.host_config.network_mode = name.clone();
+    let joined = client.container_create(&format!("{name}-c"), &on_it).expect("create on the network");
+    let endpoint = client.container_inspect(&joined.id).expect("inspect").network_settings.networks.get(&name).cloned();
+    assert!(endpoint.is_some(), "the container is on the network");
+    client.container_remove(&joined.id).expect("remove the container");
+    client.network_remove(&name).expect("remove");
+    assert!(client.network_inspect(&name).expect_err("gone").is_not_found());
+    assert!(client.network_remove(&name).expect_err("gone").is_not_found());
+}

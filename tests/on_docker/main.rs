@@ -1,6 +1,7 @@
-//! The Docker tier: the `docker` client (`client`) and the Docker backend
-//! through the built server (`backend`) against a real Docker engine, the
-//! one `tests/docker/up` starts (or any daemon `DOCKER_HOST` names). With no
+//! The Docker tier: the `docker` client (`client`), the Docker backend
+//! through the built server (`backend`) and its network modes (`network`)
+//! against a real Docker engine, the one `tests/docker/up` starts (or any
+//! daemon `DOCKER_HOST` names). With no
 //! daemon these tests fail with a message naming `tests/docker/up`; they
 //! never pass silently. The offline tiers do not need Docker.
 //!
@@ -13,6 +14,7 @@ mod support;
 
 mod backend;
 mod client;
+mod network;
 
 /// The contract table (tests/contract/), on the Docker backend.
 #[path = "../contract/docker.rs"]

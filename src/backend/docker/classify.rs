@@ -15,9 +15,11 @@
 use std::time::SystemTime;
 
 use crate::docker::objects::ContainerInspect;
+use crate::docker::outages::Outage;
 use crate::engine::backend::{Sighting, Times};
 use crate::engine::decide::{SandboxState, View};
-use crate::engine::outcome::Finished;
+use crate::engine::outcome::{Finished, RUNTIME_STOPPED};
+use crate::log;
 
 /// Docker's time for "never": `0001-01-01T00:00:00Z`.
 const ZERO_TIME_PREFIX: &str = "0001-";
@@ -31,6 +33,25 @@ pub fn sighting(inspect: &ContainerInspect) -> Sighting {
         view: view(inspect),
         times: Times { scheduled: started, started, finished },
     }
+}
+
+/// The sighting of a container that ended while the daemon could not be
+/// reached (`outage`, from the client): its end is named as the daemon's
+/// (`RUNTIME_STOPPED`), since a daemon that shuts down stops its
+/// containers (SIGTERM, then SIGKILL) and one that comes back without
+/// live-restore kills those still running.
+pub fn with_outage(mut sighting: Sighting, outage: Option<Outage>) -> Sighting {
+    let Some(outage) = outage else { return sighting };
+    let message = format!(
+        "the Docker daemon could not be reached from {} to {} (restarted or stopped), and the container ended in that time",
+        log::rfc3339_utc(outage.from),
+        log::rfc3339_utc(outage.to)
+    );
+    for finished in sighting.view.ended.iter_mut().chain(std::iter::once(&mut sighting.view.if_gone)) {
+        finished.pod_reason = Some(RUNTIME_STOPPED.to_string());
+        finished.pod_message = Some(message.clone());
+    }
+    sighting
 }
 
 /// The decision's view of a container.
@@ -165,5 +186,17 @@ mod tests {
         let exited = sighting(&container("exited", 0, false, "", true));
         assert!(exited.times.started.is_some() && exited.times.finished.is_some());
         assert!(finished_at(&container("running", 0, false, "", true)).is_none());
+    }
+
+    #[test]
+    fn an_end_inside_an_outage_of_the_daemon_is_named_as_its() {
+        let exited = sighting(&container("exited", 143, false, "", true));
+        let outage = Outage { from: std::time::UNIX_EPOCH, to: std::time::UNIX_EPOCH + std::time::Duration::from_secs(1) };
+        let named = with_outage(exited.clone(), Some(outage));
+        let ended = named.view.ended.as_ref().unwrap();
+        assert_eq!(ended.pod_reason.as_deref(), Some(RUNTIME_STOPPED));
+        assert!(ended.pod_message.as_deref().unwrap().starts_with("the Docker daemon could not be reached from 1970-01-01T00:00:00.000Z"));
+        assert_eq!(named.view.if_gone.pod_reason.as_deref(), Some(RUNTIME_STOPPED));
+        assert_eq!(with_outage(exited.clone(), None), exited, "no outage, no change");
     }
 }

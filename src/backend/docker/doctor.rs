@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::docker;
 use crate::engine;
 use crate::engine::spec::{RunSpec, RunStatus};
+use crate::network::NetworkMode;
 use crate::sandbox;
 
 /// One check's result: a line for the operator.
@@ -63,8 +64,11 @@ pub fn run(
         emit(check_image(client, image, options.pull));
     }
     emit(check_runner_binary(&options.runner_binary));
+    if let Some(network) = &config.docker_network {
+        emit(check_restricted_network(client, network));
+    }
     if let Some(image) = images.first() {
-        emit(check_run(ctx, image));
+        emit(check_run(ctx, image, config.network_default));
     }
     all_passed
 }
@@ -139,9 +143,24 @@ pub fn elf_is_static(bytes: &[u8]) -> Option<bool> {
     Some(true)
 }
 
-/// A tiny run through the engine: the image starts, the runner runs under
-/// the hardening, and the container goes again.
-fn check_run(ctx: &engine::run::Ctx, image: &str) -> Check {
+/// The network `restricted` runs join exists (its rules are the operator's).
+fn check_restricted_network(client: &docker::Client, network: &str) -> Check {
+    match client.network_inspect(network) {
+        Ok(inspect) => Check::pass(format!(
+            "restricted network `{network}` exists (driver `{}`, internal: {}); what it lets runs reach is its own rules'",
+            inspect.driver, inspect.internal
+        )),
+        Err(error) if error.is_not_found() => {
+            Check::fail(format!("restricted network `{network}` does not exist; create it, or unset MCP_K8S_DOCKER_NETWORK"))
+        }
+        Err(error) => Check::fail(format!("restricted network `{network}`: {error}")),
+    }
+}
+
+/// A tiny run through the engine in the default network mode: the image
+/// starts, the runner runs under the hardening (the mode's network made
+/// first when it is this server's), and the container goes again.
+fn check_run(ctx: &engine::run::Ctx, image: &str, network: NetworkMode) -> Check {
     let spec = RunSpec {
         image: image.to_string(),
         command: vec!["true".to_string()],
@@ -153,11 +172,12 @@ fn check_run(ctx: &engine::run::Ctx, image: &str) -> Check {
         workdir: sandbox::WORKDIR.to_string(),
         artifacts: Vec::new(),
         clone: None,
+        network,
     };
     let run_id = engine::run::new_run_id();
     let outcome = engine::run::run(ctx, &spec, &run_id, &CancelToken::new(), &|_| {});
     if outcome.status == RunStatus::Succeeded {
-        Check::pass(format!("a check container ran `true` in `{image}`"))
+        Check::pass(format!("a check container ran `true` in `{image}` with network `{}`", network.name()))
     } else {
         let reason = outcome.reason.map(|reason| format!("{}: ", reason.name())).unwrap_or_default();
         Check::fail(format!("a check container in `{image}` did not succeed: {reason}{}", outcome.message))

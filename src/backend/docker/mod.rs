@@ -4,14 +4,18 @@
 //! entrypoint. `spec` builds the create body, `classify` reads container
 //! state into the engine's neutral views, `watch` follows the container,
 //! `record` keeps a background run's record, verdict and cancel mark in
-//! labels, `reaper` removes what expired, `doctor` checks a daemon against
-//! the configuration.
+//! labels, `removal` removes a run's containers after its answer, `reaper`
+//! removes what expired, `doctor` checks a daemon against the
+//! configuration.
 //!
 //! A run: the image is looked up (pulled only when the operator allows),
 //! the container is created, its workdir volume gets the input files by
-//! `put-archive`, and it starts; the runner's stdout (its frames) is the
+//! `put-archive` (a run without files has a tmpfs workdir and skips it),
+//! and it starts; the runner's stdout (its frames) is the
 //! container's log. Clone and the cache volume are Kubernetes-only for now
-//! and refused with the setting to unset.
+//! and refused with the setting to unset. The run's network mode picks its
+//! Docker network (`spec::network_mode`); the one of `open` runs is made
+//! here on first use.
 //!
 //! Speaks to the daemon only through `docker`; decides nothing about a
 //! run's end (the engine's `decide` does).
@@ -20,6 +24,7 @@ pub mod classify;
 pub mod doctor;
 pub mod reaper;
 pub mod record;
+pub mod removal;
 pub mod spec;
 pub mod watch;
 
@@ -33,6 +38,7 @@ use crate::engine::spec::{Policy, RunReason};
 use crate::engine::verdict::Recorded;
 use crate::log;
 use crate::metrics;
+use crate::network::NetworkMode;
 
 /// Runs on one Docker daemon.
 #[derive(Clone)]
@@ -68,6 +74,58 @@ impl Docker {
         })
     }
 
+    /// The run's network is there: the operator's for `restricted` (it
+    /// must exist; the server never makes it), this server's for `open`,
+    /// made when missing and checked when found.
+    fn ensure_network(&self, mode: NetworkMode) -> Result<(), Refused> {
+        match mode {
+            NetworkMode::None => Ok(()),
+            NetworkMode::Restricted if self.options.restricted_network.is_none() => Err(Refused {
+                reason: RunReason::Rejected,
+                message: "network `restricted` is not available on this Docker backend: MCP_K8S_DOCKER_NETWORK names no network for it; ask for `none` or `open`, or have the operator set MCP_K8S_DOCKER_NETWORK".to_string(),
+            }),
+            NetworkMode::Restricted => self.ensure_restricted_network(),
+            NetworkMode::Open => self.ensure_open_network(),
+        }
+    }
+
+    /// Looked up first: the daemon's 404 for a create on a missing network
+    /// would read as a missing image.
+    fn ensure_restricted_network(&self) -> Result<(), Refused> {
+        let Some(network) = &self.options.restricted_network else { return Ok(()) };
+        match self.client.network_inspect(network) {
+            Ok(_) => Ok(()),
+            Err(error) if error.is_not_found() => Err(Refused {
+                reason: RunReason::Rejected,
+                message: format!(
+                    "the restricted network `{network}` (MCP_K8S_DOCKER_NETWORK) does not exist on the Docker daemon; the operator must create it, or ask for `none` or `open`"
+                ),
+            }),
+            Err(error) => Err(api_refusal("look up the restricted network", &error)),
+        }
+    }
+
+    fn ensure_open_network(&self) -> Result<(), Refused> {
+        let refused = |message: String| Refused { reason: RunReason::Rejected, message };
+        match self.client.network_inspect(spec::OPEN_NETWORK) {
+            Ok(inspect) => return spec::check_open_network(&inspect).map_err(refused),
+            Err(error) if error.is_not_found() => {}
+            Err(error) => return Err(api_refusal("look up the open network", &error)),
+        }
+        match self.client.network_create(&spec::open_network()) {
+            Ok(_) => {
+                log::info("created the network of open runs", &[("network", spec::OPEN_NETWORK.into())]);
+                Ok(())
+            }
+            // Another run (or server) made it a moment ago: check that one.
+            Err(error) if error.is_conflict() => match self.client.network_inspect(spec::OPEN_NETWORK) {
+                Ok(inspect) => spec::check_open_network(&inspect).map_err(refused),
+                Err(error) => Err(api_refusal("look up the open network", &error)),
+            },
+            Err(error) => Err(api_refusal("create the open network", &error)),
+        }
+    }
+
     /// Creates, fills and starts the containers; the caller removes what
     /// is left on a refusal.
     fn create_and_start(&self, run: &NewRun, name: &str) -> Result<(), Refused> {
@@ -79,6 +137,14 @@ impl Docker {
                 .container_create(&record::container_name(record::ROLE_RECORD, run.run_id), &record)
                 .map_err(|error| create_refusal(&error, &run.spec.image))?;
         }
+        if spec::has_inputs(run.spec) {
+            self.write_inputs(run, name)?;
+        }
+        self.client.container_start(name).map_err(|error| start_refusal(&error, &self.options.runner_binary))
+    }
+
+    /// The input files into the workdir volume, before the start.
+    fn write_inputs(&self, run: &NewRun, name: &str) -> Result<(), Refused> {
         let archive = spec::inputs_archive(run.spec, self.policy.run_as_user).map_err(|message| Refused {
             reason: RunReason::InputFailed,
             message: format!("the input files cannot be archived: {message}"),
@@ -86,8 +152,7 @@ impl Docker {
         self.client.container_put_archive(name, &run.spec.workdir, &archive).map_err(|error| Refused {
             reason: RunReason::InputFailed,
             message: format!("the input files could not be written into the container: {error}"),
-        })?;
-        self.client.container_start(name).map_err(|error| start_refusal(&error, &self.options.runner_binary))
+        })
     }
 
     fn kill(&self, run_id: &str, signal: &str) {
@@ -126,6 +191,35 @@ impl Docker {
         Ok(())
     }
 
+    /// Every container of the run: the sandbox and a background run's
+    /// record, verdict and cancel mark.
+    fn remove_now(&self, run_id: &str) {
+        let containers = match record::containers_of(&self.client, run_id) {
+            Ok(containers) => containers,
+            Err(error) => {
+                log::warn(
+                    "could not list the run's containers to remove them; the reaper will",
+                    &[("run_id", run_id.into()), ("error", error.to_string().into())],
+                );
+                return;
+            }
+        };
+        let all = [&containers.run, &containers.record, &containers.verdict, &containers.cancel];
+        for container in all.into_iter().flatten() {
+            match self.client.container_remove(&container.id) {
+                Ok(()) => {}
+                Err(error) if error.is_not_found() => {}
+                Err(error) => {
+                    metrics::api_error("remove_container");
+                    log::warn(
+                        "container not removed; the reaper will",
+                        &[("container", container.id.as_str().into()), ("error", error.to_string().into())],
+                    );
+                }
+            }
+        }
+    }
+
     fn find_stored(&self, run_id: &str, with_sandbox: bool) -> Result<Option<Stored>, docker::Error> {
         let containers = record::containers_of(&self.client, run_id)?;
         let inspect = match &containers.run {
@@ -138,7 +232,7 @@ impl Docker {
         };
         let Some(mut stored) = record::stored(run_id, &containers, inspect.as_ref()) else { return Ok(None) };
         if with_sandbox {
-            stored.sandbox = inspect.as_ref().map(classify::sighting);
+            stored.sandbox = inspect.as_ref().map(|inspect| sighting(&self.client, inspect));
         }
         Ok(Some(stored))
     }
@@ -158,11 +252,12 @@ impl Backend for Docker {
                 message: "the cache volume is not supported on the Docker backend yet; unset MCP_K8S_CACHE_PVC and MCP_K8S_CACHE_MOUNT_PATH, or use MCP_K8S_BACKEND=kubernetes".to_string(),
             });
         }
+        self.ensure_network(run.spec.network)?;
         self.ensure_image(&run.spec.image)?;
         let name = spec::container_name(run.run_id);
         if let Err(refused) = self.create_and_start(run, &name) {
             metrics::api_error("create_container");
-            self.remove(run.run_id);
+            self.remove_now(run.run_id);
             return Err(refused);
         }
         log::info("container started", &[("run_id", run.run_id.into()), ("container", name.as_str().into())]);
@@ -175,7 +270,7 @@ impl Backend for Docker {
 
     fn probe(&self, run_id: &str) -> Result<Option<Sighting>, backend::Error> {
         match self.client.container_inspect(&spec::container_name(run_id)) {
-            Ok(inspect) => Ok(Some(classify::sighting(&inspect))),
+            Ok(inspect) => Ok(Some(sighting(&self.client, &inspect))),
             Err(error) if error.is_not_found() => Ok(None),
             Err(error) => Err(api_error("inspect the run's container", &error)),
         }
@@ -217,31 +312,12 @@ impl Backend for Docker {
         self.stop_container(run_id)
     }
 
+    /// After the answer: on a thread of its own (`removal`), which the
+    /// process waits for before it exits.
     fn remove(&self, run_id: &str) {
-        let containers = match record::containers_of(&self.client, run_id) {
-            Ok(containers) => containers,
-            Err(error) => {
-                log::warn(
-                    "could not list the run's containers to remove them; the reaper will",
-                    &[("run_id", run_id.into()), ("error", error.to_string().into())],
-                );
-                return;
-            }
-        };
-        let all = [&containers.run, &containers.record, &containers.verdict, &containers.cancel];
-        for container in all.into_iter().flatten() {
-            match self.client.container_remove(&container.id) {
-                Ok(()) => {}
-                Err(error) if error.is_not_found() => {}
-                Err(error) => {
-                    metrics::api_error("remove_container");
-                    log::warn(
-                        "container not removed; the reaper will",
-                        &[("container", container.id.as_str().into()), ("error", error.to_string().into())],
-                    );
-                }
-            }
-        }
+        let backend = self.clone();
+        let owned = run_id.to_string();
+        removal::spawn(run_id, move || backend.remove_now(&owned));
     }
 
     fn find(&self, run_id: &str) -> Result<Option<Stored>, backend::Error> {
@@ -284,6 +360,14 @@ pub const WORDING: Wording = Wording {
     outside_deleters: "docker rm, docker kill, a cleanup script",
     api: "the Docker daemon",
 };
+
+/// A container as the engine sees it, its end named as the daemon's when
+/// it came while the daemon was away (`classify::with_outage`).
+pub fn sighting(client: &docker::Client, inspect: &docker::objects::ContainerInspect) -> Sighting {
+    let seen = classify::sighting(inspect);
+    let outage = seen.times.finished.and_then(|at| client.outage_around(at));
+    classify::with_outage(seen, outage)
+}
 
 fn api_error(what: &'static str, error: &docker::Error) -> backend::Error {
     backend::Error { what, message: error.to_string() }

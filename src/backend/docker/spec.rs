@@ -9,18 +9,22 @@
 //! differs is how the pieces arrive: the runner is bind-mounted read-only
 //! from the host (no init container copies it), and the inputs are written
 //! into the workdir's anonymous volume with `put-archive` before the start
-//! (no Secret, no `prepare` step).
+//! (no Secret, no `prepare` step). A run without input files gets its
+//! workdir as a tmpfs owned by the run's user instead, with nothing to
+//! write (`has_inputs`): the put-archive and the volume cost 100–150 ms of a
+//! short run.
 //!
 //! Knows the Docker API's create body and the engine's spec; does no IO.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::docker::objects::{ContainerSpec, EmptyObject, HostConfig};
+use crate::docker::objects::{ContainerSpec, EmptyObject, HostConfig, NetworkInspect, NetworkSpec};
 use crate::docker::tar;
 use crate::engine::backend::{Keep, NewRun};
 use crate::engine::spec::{Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
 use crate::log;
+use crate::network::NetworkMode;
 use crate::sandbox::TMP_DIR;
 use crate::sandbox::args;
 
@@ -62,8 +66,9 @@ pub const PIDS_LIMIT: i64 = 1024;
 pub struct Options {
     /// The static runner binary on the daemon's host, mounted read-only.
     pub runner_binary: String,
-    /// A network runs may use; `None` is network `none`.
-    pub network: Option<String>,
+    /// MCP_K8S_DOCKER_NETWORK: the network `restricted` runs join; `None`
+    /// refuses `restricted`.
+    pub restricted_network: Option<String>,
     pub pull: Pull,
 }
 
@@ -74,6 +79,53 @@ pub enum Pull {
     Never,
     /// Pulled once when the daemon does not have it.
     Missing,
+}
+
+/// The bridge network of `open` runs, made by the server on first use
+/// (`open_network`): egress anywhere the host routes, and no traffic
+/// between its containers, so no other container can connect to a run.
+pub const OPEN_NETWORK: &str = "mcp-k8s-open";
+/// The bridge driver's option that makes dockerd drop traffic between the
+/// network's containers (an iptables rule; dockerd with `--iptables=false`
+/// installs none, see the README's security model).
+pub const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
+
+/// The `NetworkMode` of a run's container: `none` for `none`, the
+/// operator's network for `restricted` (`None` when there is none: the
+/// backend refuses the run), this server's bridge for `open`.
+pub fn network_mode(mode: NetworkMode, options: &Options) -> Option<String> {
+    match mode {
+        NetworkMode::None => Some("none".to_string()),
+        NetworkMode::Restricted => options.restricted_network.clone(),
+        NetworkMode::Open => Some(OPEN_NETWORK.to_string()),
+    }
+}
+
+/// The create body of the `open` network.
+pub fn open_network() -> NetworkSpec {
+    NetworkSpec {
+        name: OPEN_NETWORK.to_string(),
+        driver: "bridge".to_string(),
+        internal: false,
+        check_duplicate: true,
+        options: BTreeMap::from([(ICC_OPTION.to_string(), "false".to_string())]),
+        labels: BTreeMap::from([(LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string())]),
+    }
+}
+
+/// Whether an existing network named `OPEN_NETWORK` is the one
+/// `open_network` makes: a bridge of this server's with inter-container
+/// traffic off. Someone else's, or one letting containers talk, would give
+/// `open` runs ingress, so it is refused with what to do.
+pub fn check_open_network(inspect: &NetworkInspect) -> Result<(), String> {
+    let ours = inspect.labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY);
+    let icc_off = inspect.options.get(ICC_OPTION).map(String::as_str) == Some("false");
+    if inspect.driver == "bridge" && ours && icc_off && !inspect.internal {
+        return Ok(());
+    }
+    Err(format!(
+        "the Docker network `{OPEN_NETWORK}` exists but is not this server's open network (a bridge labelled {LABEL_MANAGED_BY}={MANAGED_BY} with {ICC_OPTION}=false); remove it (`docker network rm {OPEN_NETWORK}`) and the server makes its own"
+    ))
 }
 
 /// The container's name for a run; the sandbox name `output` takes.
@@ -93,6 +145,12 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
     if separate_tmp(spec) {
         tmpfs.insert(TMP_DIR.to_string(), tmp_options(policy));
     }
+    let mut volumes = BTreeMap::new();
+    if has_inputs(spec) {
+        volumes.insert(spec.workdir.clone(), EmptyObject {});
+    } else {
+        tmpfs.insert(spec.workdir.clone(), workdir_tmpfs_options(policy));
+    }
     let memory = memory_bytes(spec, policy);
     ContainerSpec {
         image: spec.image.clone(),
@@ -108,7 +166,7 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
         open_stdin: false,
         // The runner forwards SIGTERM to the command and reports.
         stop_signal: "SIGTERM".to_string(),
-        volumes: BTreeMap::from([(spec.workdir.clone(), EmptyObject {})]),
+        volumes,
         host_config: HostConfig {
             readonly_rootfs: true,
             cap_drop: vec!["ALL".to_string()],
@@ -121,7 +179,9 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
             nano_cpus: cpu_nanos(spec, policy),
             tmpfs,
             binds: vec![format!("{}:{RUNNER_PATH}:ro", options.runner_binary)],
-            network_mode: options.network.clone().unwrap_or_else(|| "none".to_string()),
+            // `create` refuses a run whose mode has no network here, so
+            // the fallback only makes a mistake fail closed.
+            network_mode: network_mode(spec.network, options).unwrap_or_else(|| "none".to_string()),
             // overlay2 on ext4 refuses `size` (only xfs with pquota has it),
             // so the workdir is bounded by the runner's disk watch alone.
             storage_opt: BTreeMap::new(),
@@ -179,6 +239,19 @@ pub fn inputs_archive(spec: &RunSpec, uid: u32) -> Result<Vec<u8>, String> {
     tar::archive(&entries)
 }
 
+/// Whether the run has input files to write into its workdir (a volume
+/// filled by `put-archive`); without, the workdir is a tmpfs made writable
+/// for the run's user by its mount options, and nothing is written.
+///
+/// The trade: a tmpfs workdir's bytes count against the container's memory
+/// limit, as `/tmp`'s already do on Docker, so a run that writes more than
+/// its memory there ends `OOMKilled` where a volume would have let it fill
+/// the disk up to the runner's disk watch. Runs with files (builds, test
+/// suites) keep the volume.
+pub fn has_inputs(spec: &RunSpec) -> bool {
+    !spec.files.is_empty()
+}
+
 /// The expiry of a run's objects, for the reaper.
 pub fn expires_at(labels: &BTreeMap<String, String>) -> Option<SystemTime> {
     crate::time::parse_rfc3339(labels.get(LABEL_EXPIRES_AT)?)
@@ -209,8 +282,24 @@ fn cpu_nanos(spec: &RunSpec, policy: &Policy) -> i64 {
 /// they build there (`go run` in /tmp/go-build…); the workdir is executable
 /// anyway, so `noexec` here would only break programs, not contain them.
 fn tmp_options(policy: &Policy) -> String {
-    let bytes = u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0);
+    let bytes = size_bytes(policy);
     if bytes == 0 { "rw,exec,nosuid,nodev,mode=1777".to_string() } else { format!("rw,exec,nosuid,nodev,mode=1777,size={bytes}") }
+}
+
+/// The workdir as tmpfs (a run without inputs): owned by the run's user
+/// with mode 0755, as `inputs_archive` makes the volume's root; `exec`
+/// because commands run what they build there.
+fn workdir_tmpfs_options(policy: &Policy) -> String {
+    let uid = policy.run_as_user;
+    let owner = format!("rw,exec,nosuid,nodev,uid={uid},gid={uid},mode=0755");
+    match size_bytes(policy) {
+        0 => owner,
+        bytes => format!("{owner},size={bytes}"),
+    }
+}
+
+fn size_bytes(policy: &Policy) -> u64 {
+    u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -253,11 +342,12 @@ mod tests {
             workdir: "/work".into(),
             artifacts: vec![],
             clone: None,
+            network: NetworkMode::None,
         }
     }
 
     fn options() -> Options {
-        Options { runner_binary: "/usr/local/bin/mcp-k8s-ephemeral-job".into(), network: None, pull: Pull::Never }
+        Options { runner_binary: "/usr/local/bin/mcp-k8s-ephemeral-job".into(), restricted_network: None, pull: Pull::Never }
     }
 
     #[test]
@@ -347,11 +437,11 @@ mod tests {
 
     #[test]
     fn a_background_run_carries_its_record_and_a_named_network_is_used() {
-        let spec = RunSpec { workdir: "/tmp".into(), ..run_spec() };
+        let spec = RunSpec { workdir: "/tmp".into(), network: NetworkMode::Restricted, ..run_spec() };
         let record = BackgroundRecord { token: "t".into(), timeout_s: 30, command: "busybox:1.35 sh".into() };
         let keep = Keep::Background { record, result_ttl: Duration::from_secs(60), expires_at: UNIX_EPOCH };
         let run = NewRun { run_id: "r2", spec: &spec, keep };
-        let options = Options { network: Some("runs".into()), ..options() };
+        let options = Options { restricted_network: Some("runs".into()), ..options() };
         let body = container(&run, &policy(), &options);
         assert_eq!(body.labels[LABEL_MODE], MODE_BACKGROUND);
         assert_eq!(body.labels[LABEL_TOKEN], "t");
@@ -361,6 +451,65 @@ mod tests {
         assert!(body.host_config.tmpfs.is_empty(), "a /tmp workdir is the volume");
         assert!(body.volumes.contains_key("/tmp"));
         assert_eq!(expires_at(&body.labels), Some(UNIX_EPOCH));
+    }
+
+    #[test]
+    fn each_mode_has_its_network() {
+        let with_restricted = Options { restricted_network: Some("egress-allowlist".into()), ..options() };
+        let cases = [
+            (NetworkMode::None, &options(), Some("none")),
+            (NetworkMode::Restricted, &options(), None),
+            (NetworkMode::Restricted, &with_restricted, Some("egress-allowlist")),
+            (NetworkMode::Open, &options(), Some(OPEN_NETWORK)),
+        ];
+        for (mode, options, expected) in cases {
+            assert_eq!(network_mode(mode, options).as_deref(), expected, "{mode:?}");
+        }
+        let spec = RunSpec { network: NetworkMode::Restricted, ..run_spec() };
+        let run = NewRun { run_id: "r3", spec: &spec, keep: Keep::UntilRemoved { expires_at: UNIX_EPOCH } };
+        assert_eq!(container(&run, &policy(), &options()).host_config.network_mode, "none", "fails closed");
+    }
+
+    #[test]
+    fn only_this_servers_open_network_with_icc_off_is_used() {
+        let body = serde_json::to_string(&open_network()).unwrap();
+        assert_eq!(
+            body,
+            r#"{"Name":"mcp-k8s-open","Driver":"bridge","Internal":false,"CheckDuplicate":true,"Options":{"com.docker.network.bridge.enable_icc":"false"},"Labels":{"mcp-k8s-ephemeral-job/managed-by":"mcp-k8s-ephemeral-job"}}"#
+        );
+        let made = open_network();
+        let ours = NetworkInspect {
+            name: made.name.clone(),
+            driver: made.driver.clone(),
+            options: made.options.clone(),
+            labels: made.labels.clone(),
+            ..NetworkInspect::default()
+        };
+        assert_eq!(check_open_network(&ours), Ok(()));
+        let icc_on = NetworkInspect { options: BTreeMap::new(), ..ours.clone() };
+        let foreign = NetworkInspect { labels: BTreeMap::new(), ..ours.clone() };
+        let internal = NetworkInspect { internal: true, ..ours.clone() };
+        for bad in [icc_on, foreign, internal] {
+            let error = check_open_network(&bad).unwrap_err();
+            assert!(error.contains("docker network rm mcp-k8s-open"), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_run_without_files_gets_a_tmpfs_workdir_owned_by_its_user() {
+        let spec = RunSpec { files: vec![], ..run_spec() };
+        let run = NewRun { run_id: "r3", spec: &spec, keep: Keep::UntilRemoved { expires_at: UNIX_EPOCH } };
+        let body = container(&run, &policy(), &options());
+        assert!(!has_inputs(&spec));
+        assert!(body.volumes.is_empty(), "no volume to fill");
+        assert_eq!(body.host_config.tmpfs["/work"], "rw,exec,nosuid,nodev,uid=65532,gid=65532,mode=0755,size=1073741824");
+        assert_eq!(body.host_config.tmpfs["/tmp"], "rw,exec,nosuid,nodev,mode=1777,size=1073741824");
+
+        let in_tmp = RunSpec { workdir: "/tmp".into(), ..spec };
+        let run = NewRun { run_id: "r4", spec: &in_tmp, keep: Keep::UntilRemoved { expires_at: UNIX_EPOCH } };
+        let body = container(&run, &policy(), &options());
+        assert_eq!(body.host_config.tmpfs.len(), 1, "a /tmp workdir is one mount");
+        assert!(body.host_config.tmpfs["/tmp"].contains("uid=65532"));
     }
 
     #[test]

@@ -11,14 +11,14 @@
 //! poll interval (`POLL`, `SETTLED_POLL` once nothing changes) is the
 //! latency it adds to an end the log does not report.
 //!
-//! Knows the client and `classify`; decides nothing.
+//! Knows the client and `classify` (through `super::sighting`); decides
+//! nothing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::backend::docker::classify;
 use crate::docker;
 use crate::engine::backend::{Abort, Sighting, Watch, Watched};
 use crate::log;
@@ -119,7 +119,7 @@ fn feed(client: &docker::Client, name: &str, sender: &mpsc::Sender<Watched>, abo
     while !aborted.load(Ordering::Relaxed) {
         let (events, delay) = match client.container_inspect(name) {
             Ok(inspect) => {
-                let events = poller.on_answer(Some(classify::sighting(&inspect)));
+                let events = poller.on_answer(Some(super::sighting(client, &inspect)));
                 (events, poller.interval())
             }
             Err(error) if error.is_not_found() => (poller.on_answer(None), POLL),

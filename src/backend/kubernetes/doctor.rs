@@ -24,6 +24,7 @@ use crate::engine;
 use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
 use crate::kube;
 use crate::kube::objects;
+use crate::network::NetworkMode;
 use crate::sandbox;
 
 /// The result of one check: a line for the operator.
@@ -326,6 +327,8 @@ fn run_check_job(ctx: &engine::run::Ctx, image: &str, command: &[&str]) -> RunOu
         workdir: sandbox::WORKDIR.to_string(),
         artifacts: Vec::new(),
         clone: None,
+        // The checks need no network, so they get none.
+        network: NetworkMode::None,
     };
     let run_id = engine::run::new_run_id();
     engine::run::run(ctx, &spec, &run_id, &CancelToken::new(), &|_| {})

@@ -36,6 +36,10 @@ pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "mcp-k8s-ephemeral-job";
 /// Label carrying the run id, on the Job, its pod and its Secret.
 pub const LABEL_RUN_ID: &str = "mcp-k8s-ephemeral-job/run-id";
+/// Label on the pod only: its network mode (`none`, `restricted`, `open`),
+/// which the NetworkPolicies of `deploy/networkpolicy-jobs.yaml` select
+/// (issue 16: the contract with them is this key and these three values).
+pub const LABEL_NETWORK: &str = "mcp-k8s-ephemeral-job/network";
 /// Label on background Jobs only, so `list_jobs` selects them in one call.
 pub const LABEL_MODE: &str = "mcp-k8s-ephemeral-job/mode";
 pub const MODE_BACKGROUND: &str = "background";
@@ -119,7 +123,7 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
             "activeDeadlineSeconds": (pod_deadline + JOB_DEADLINE_SLACK).as_secs(),
             "ttlSecondsAfterFinished": policy.finished_ttl.as_secs(),
             "template": {
-                "metadata": {"labels": labels(run_id)},
+                "metadata": {"labels": pod_labels(spec, run_id)},
                 "spec": pod_spec,
             },
         },
@@ -234,6 +238,13 @@ fn merge_strings(into: &mut Value, extra: &std::collections::BTreeMap<String, St
 
 fn labels(run_id: &str) -> Value {
     json!({LABEL_MANAGED_BY: MANAGED_BY, LABEL_RUN_ID: run_id})
+}
+
+/// The pod's labels: the Job's, and the network mode its policies select.
+fn pod_labels(spec: &RunSpec, run_id: &str) -> Value {
+    let mut labels = labels(run_id);
+    labels[LABEL_NETWORK] = json!(spec.network.name());
+    labels
 }
 
 fn runner_path() -> String {

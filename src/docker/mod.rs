@@ -789,11 +789,32 @@ fn check_status(verb: &'static str, path: &str, response: Response) -> Result<Re
     let bytes = http::read_to_end_capped(&mut body, MAX_ERROR_BODY_BYTES).ok().and_then(Result::ok).unwrap_or_default();
     let message = error_message(&bytes, &response.head.reason);
     let path = path.to_string();
-    Err(match code {
+    Err(match dockers_code(code, &message) {
         404 => Error::NotFound { verb, path, message },
         409 => Error::Conflict { verb, path, message },
         _ => Error::Status { verb, path, code, message },
     })
+}
+
+/// The ends of messages that Podman's (4.3) Docker-compatible API sends
+/// with 500 where dockerd answers 404 or 409, with dockerd's code: a create
+/// whose name is taken (the backend's "first writer wins" depends on the
+/// conflict), a network create whose name is taken, a call in the wrong
+/// state such as a kill of an exited container (libpod's
+/// `ErrCtrStateInvalid`), and an inspect that races the container's removal
+/// (libpod's `ErrNoSuchCtr`, "does not exist in database"). libpod puts its
+/// error's own text at the end of the message.
+const PODMAN_500S: [(&str, u16); 4] =
+    [("that name is already in use", 409), ("network already exists", 409), ("container state improper", 409), ("no such container", 404)];
+
+/// The code dockerd would have answered (pure): `code`, or for one of
+/// Podman's 500s above, dockerd's.
+fn dockers_code(code: u16, message: &str) -> u16 {
+    let podmans = PODMAN_500S.iter().find(|(end, _)| message.trim_end().ends_with(end));
+    match podmans {
+        Some((_, dockers)) if code == 500 => *dockers,
+        _ => code,
+    }
 }
 
 /// The `message` of a Docker error body `{"message":"..."}`, else the body's
@@ -909,6 +930,19 @@ mod tests {
         assert!(matches!(network_segment("a/b"), Err(Error::InvalidName { what: "network", .. })));
         assert_eq!(split_tag("registry:5000/busybox:1.35"), ("registry:5000/busybox", Some("1.35")));
         assert_eq!(split_tag("registry:5000/busybox"), ("registry:5000/busybox", None));
+    }
+
+    #[test]
+    fn podmans_500s_read_as_dockers_codes() {
+        let name_taken = "container create: creating container storage: the container name \"x\" is already in use by ddd. You have to remove that container to be able to reuse that name: that name is already in use";
+        let not_running = "can only kill running containers. a72 is in state exited: container state improper";
+        let being_removed = "container 5467 does not exist in database: no such container";
+        let network_taken = "network name on-docker-network-1 already used: network already exists";
+        assert_eq!([name_taken, not_running, being_removed, network_taken].map(|message| dockers_code(500, message)), [409, 409, 404, 409]);
+        assert_eq!(dockers_code(500, "container state improper: but something else"), 500);
+        assert_eq!(dockers_code(500, "the daemon broke"), 500);
+        assert_eq!(dockers_code(404, "No such container: x"), 404);
+        assert_eq!(dockers_code(400, being_removed), 400, "only a 500 is read again");
     }
 
     #[test]

@@ -236,7 +236,9 @@ pub struct MountPoint {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct ContainerState {
-    /// `created`, `running`, `paused`, `restarting`, `removing`, `exited` or `dead`.
+    /// `created`, `running`, `paused`, `restarting`, `removing`, `exited` or
+    /// `dead` (Podman's own words are read as these: `docker_status`).
+    #[serde(deserialize_with = "docker_status")]
     pub status: String,
     pub running: bool,
     pub exit_code: i64,
@@ -270,7 +272,8 @@ pub struct ContainerSummary {
     pub image: String,
     /// Unix seconds.
     pub created: i64,
-    /// `created`, `running`, `exited`, ….
+    /// `created`, `running`, `exited`, … (as `ContainerState::status`).
+    #[serde(deserialize_with = "docker_status")]
     pub state: String,
     /// Human text, e.g. `Exited (0) 5 seconds ago`.
     pub status: String,
@@ -363,9 +366,41 @@ fn null_as_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(des
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
+/// Reads a container's status, with the states Podman's Docker-compatible
+/// API (4.3) passes through from libpod as Docker's word for them:
+/// `stopped` (exited, its cleanup not done yet; it can last seconds under
+/// load) is `exited`, `stopping` (the process still runs) is `running`, and
+/// `configured` (never created in the runtime) is `created`. dockerd never
+/// sends these.
+fn docker_status<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let status: String = null_as_default(deserializer)?;
+    Ok(match status.as_str() {
+        "stopped" => "exited".to_string(),
+        "stopping" => "running".to_string(),
+        "configured" => "created".to_string(),
+        _ => status,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn podmans_own_states_read_as_dockers() {
+        let state = |status: &str| -> String {
+            let json = format!(r#"{{"State":{{"Status":"{status}"}}}}"#);
+            serde_json::from_str::<ContainerInspect>(&json).unwrap().state.status
+        };
+        assert_eq!(
+            ["stopped", "stopping", "configured", "exited", "running", "created", "removing", "dead"].map(state),
+            ["exited", "running", "created", "exited", "running", "created", "removing", "dead"]
+        );
+        let summary: ContainerSummary = serde_json::from_str(r#"{"State":"stopped"}"#).unwrap();
+        assert_eq!(summary.state, "exited");
+        let null: ContainerSummary = serde_json::from_str(r#"{"State":null}"#).unwrap();
+        assert_eq!(null.state, "");
+    }
 
     #[test]
     fn inspect_reads_nulls_as_empty() {

@@ -286,6 +286,7 @@ fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {
             DockerPull::Never => backend::docker::spec::Pull::Never,
             DockerPull::Missing => backend::docker::spec::Pull::Missing,
         },
+        owned_tmpfs: !client.version().is_podman(),
     };
     log::info(
         "backend: docker",

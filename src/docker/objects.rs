@@ -24,6 +24,23 @@ pub struct Version {
     pub os: String,
     pub arch: String,
     pub kernel_version: String,
+    #[serde(deserialize_with = "null_as_default")]
+    pub components: Vec<Component>,
+}
+
+/// One part of the engine in `GET /version` (`Engine`, `Podman Engine`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Component {
+    pub name: String,
+}
+
+impl Version {
+    /// Podman's Docker-compatible service rather than dockerd: it refuses
+    /// `uid=`/`gid=` on a tmpfs and drops the bridge's `enable_icc`.
+    pub fn is_podman(&self) -> bool {
+        self.components.iter().any(|component| component.name.starts_with("Podman"))
+    }
 }
 
 /// `GET /info`, the parts a backend or `doctor` checks.

@@ -156,7 +156,7 @@ impl Docker {
                 .container_create(&record::container_name(record::ROLE_RECORD, run.run_id), &record)
                 .map_err(|error| create_refusal(&error, &run.spec.image))?;
         }
-        if spec::has_inputs(run.spec) {
+        if spec::workdir_is_volume(run.spec, &self.options) {
             self.write_inputs(run, name)?;
         }
         self.client.container_start(name).map_err(|error| start_refusal(&error, &self.options.runner_binary))

@@ -70,6 +70,10 @@ pub struct Options {
     /// refuses `restricted`.
     pub restricted_network: Option<String>,
     pub pull: Pull,
+    /// The engine takes `uid=`/`gid=` on a tmpfs (dockerd; Podman 4.3
+    /// refuses them): only then do runs without input files get a tmpfs
+    /// workdir, else the volume as runs with files.
+    pub owned_tmpfs: bool,
 }
 
 /// Whether a missing image may be pulled.
@@ -168,7 +172,7 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
         tmpfs.insert(TMP_DIR.to_string(), tmp_options(policy));
     }
     let mut volumes = BTreeMap::new();
-    if has_inputs(spec) {
+    if workdir_is_volume(spec, options) {
         volumes.insert(spec.workdir.clone(), EmptyObject {});
     } else {
         tmpfs.insert(spec.workdir.clone(), workdir_tmpfs_options(policy));
@@ -270,6 +274,12 @@ pub fn inputs_archive(spec: &RunSpec, uid: u32) -> Result<Vec<u8>, String> {
 /// its memory there ends `OOMKilled` where a volume would have let it fill
 /// the disk up to the runner's disk watch. Runs with files (builds, test
 /// suites) keep the volume.
+/// The workdir is a volume filled by `put-archive` (which also makes it
+/// the run's user's), else a tmpfs mounted as the run's user.
+pub fn workdir_is_volume(spec: &RunSpec, options: &Options) -> bool {
+    has_inputs(spec) || !options.owned_tmpfs
+}
+
 pub fn has_inputs(spec: &RunSpec) -> bool {
     !spec.files.is_empty()
 }
@@ -369,7 +379,7 @@ mod tests {
     }
 
     fn options() -> Options {
-        Options { runner_binary: "/usr/local/bin/mcp-k8s-ephemeral-job".into(), restricted_network: None, pull: Pull::Never }
+        Options { runner_binary: "/usr/local/bin/mcp-k8s-ephemeral-job".into(), restricted_network: None, pull: Pull::Never, owned_tmpfs: true }
     }
 
     #[test]
@@ -540,6 +550,13 @@ mod tests {
         let body = container(&run, &policy(), &options());
         assert_eq!(body.host_config.tmpfs.len(), 1, "a /tmp workdir is one mount");
         assert!(body.host_config.tmpfs["/tmp"].contains("uid=65532"));
+
+        // Podman refuses `uid=` on a tmpfs: the volume, as with files.
+        let podman = Options { owned_tmpfs: false, ..options() };
+        let body = container(&run, &policy(), &podman);
+        assert!(workdir_is_volume(&in_tmp, &podman));
+        assert!(body.host_config.tmpfs.values().all(|options| !options.contains("uid=")), "{:?}", body.host_config.tmpfs);
+        assert!(body.volumes.contains_key("/tmp"));
     }
 
     #[test]

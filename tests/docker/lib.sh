@@ -17,6 +17,11 @@ LOG="$STATE/dockerd.log"
 # A second, private daemon (the on_docker_alone tier) sets its own state
 # directory and namespace, so the two never share anything.
 CONTAINERD_NAMESPACE="${MCP_K8S_TEST_DOCKER_NAMESPACE:-mcp-k8s-docker}"
+# The network namespace dockerd runs in (`ip netns`, /run/netns/$NETNS): its
+# bridges, iptables rules and NAT live there, never in the host's firewall
+# (the test cluster's kube-router and kube-proxy rules).
+# Named after $STATE, so an engine with another state directory gets its own.
+NETNS="${STATE##*/}"
 CLUSTER_CACHE="${MCP_K8S_TEST_CLUSTER_CACHE:-/var/cache/mcp-k8s-test-cluster}"
 IMAGES_DIR="$CLUSTER_CACHE/images"
 export DOCKER_HOST="unix://$SOCK"
@@ -32,4 +37,9 @@ dockerd_pid() { # -> pid of our dockerd if it runs
 
 pinged() { # -> 0 when our daemon answers /_ping
   [[ -S "$SOCK" ]] && [[ "$(curl -fsS --max-time 2 --unix-socket "$SOCK" http://docker/_ping 2>/dev/null)" == OK ]]
+}
+
+in_netns() { # $1: pid -> 0 when it runs in $NETNS
+  [[ -e /run/netns/$NETNS ]] || return 1
+  [[ "$(stat -L -c %i "/proc/$1/ns/net" 2>/dev/null)" == "$(stat -L -c %i "/run/netns/$NETNS")" ]]
 }

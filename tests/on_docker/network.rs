@@ -4,23 +4,23 @@
 //!
 //! Only addresses the tests make are used: busybox `httpd` containers on
 //! networks the tests create (an `--internal` one as the restricted
-//! network, a plain bridge as "elsewhere"), a listener of this process on
-//! the gateway of the server's `open` network (the host's side of that
-//! bridge: what proves egress leaves the network), and a peer container on
-//! the `open` network that knocks on a run's port. Refused paths fail
-//! within seconds (`nc -w 2`). Every container and network the tests make
-//! is removed; the server's own `mcp-k8s-open` stays, as it would in
+//! network, a plain bridge as "elsewhere"), one in the daemon's own network
+//! namespace (network mode `host`: the host's side of every bridge, what
+//! proves egress leaves a run's network), and a peer container on the
+//! `open` network that knocks on a run's port. Refused paths fail within
+//! seconds (`nc -w 2`). Every container and network the tests make is
+//! removed; the server's own `mcp-k8s-open` stays, as it would in
 //! production (other tests' runs use it at the same time).
 //!
-//! What the test daemon cannot enforce: `tests/docker/up` starts dockerd
-//! with `--iptables=false` (so it never touches the test cluster's
-//! firewall), and inter-container isolation on a bridge (`enable_icc`),
-//! `--internal` and the isolation between bridge networks are iptables
-//! rules dockerd installs. There, only `none` holds; `DOCKERD_IPTABLES`
-//! says which behaviour these tests assert.
+//! The refusals are dockerd's iptables rules: `enable_icc=false` on
+//! `mcp-k8s-open`, `--internal`, and the isolation between bridge networks.
+//! `tests/docker/up` runs the test daemon with `--iptables=true` in a
+//! network namespace of its own, so they hold there as on a real host;
+//! against a daemon started with `--iptables=false` these tests fail.
+//! The daemon's namespace has no route out, so "egress anywhere" is proven
+//! by reaching its host side, not the internet.
 
 use std::io::Read;
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -30,13 +30,8 @@ use crate::{BUSYBOX, Cleanup, TEST_LABEL, client, hardened};
 use mcp_k8s_ephemeral_job::backend::docker::spec::{ICC_OPTION, OPEN_NETWORK};
 use mcp_k8s_ephemeral_job::docker;
 
-/// FIXME(issue 16): false while `tests/docker/up` runs dockerd with
-/// `--iptables=false`, and then only `none` is enforced: a restricted run
-/// reaches other bridge networks through the host, and another container
-/// on `mcp-k8s-open` can connect to an open run. With dockerd's default
-/// (`--iptables=true`) set this to true: the same tests then assert that
-/// both are refused.
-const DOCKERD_IPTABLES: bool = false;
+/// The port of the `httpd` containers on the tests' networks.
+const PORT: u16 = 8080;
 
 /// Networks a test made, removed when dropped (after the containers on
 /// them: declare this before the test's `Cleanup`).
@@ -76,15 +71,42 @@ impl Drop for Networks {
     }
 }
 
-/// A busybox `httpd` on `network` answering `<name>-body`; its address.
-fn http_server(client: &docker::Client, cleanup: &Cleanup, name: &str, network: &str) -> String {
-    let script = format!("mkdir -p /tmp/www && echo {name}-body > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www");
+/// A busybox `httpd` on `network` answering `<name>-body` on `port`; the
+/// container's id.
+fn httpd(client: &docker::Client, cleanup: &Cleanup, name: &str, network: &str, port: u16) -> String {
+    let script = format!("mkdir -p /tmp/www && echo {name}-body > /tmp/www/index.html && exec httpd -f -p {port} -h /tmp/www");
     let mut spec = hardened(cleanup, &["sh", "-c", &script]);
     spec.host_config.network_mode = network.to_string();
     let container = format!("{}-{name}", cleanup.value);
     let created = client.container_create(&container, &spec).expect("create the http server");
     client.container_start(&created.id).expect("start the http server");
-    address_on(client, &created.id, network)
+    created.id
+}
+
+/// An `httpd` on `network` (see `httpd`) on `PORT`; its address.
+fn http_server(client: &docker::Client, cleanup: &Cleanup, name: &str, network: &str) -> String {
+    let id = httpd(client, cleanup, name, network, PORT);
+    address_on(client, &id, network)
+}
+
+/// An `httpd` in the daemon's own network namespace (network mode `host`)
+/// answering `host-body` on a port of this test's; the port. Every
+/// bridge's gateway address is one of that namespace's, so a run reaches
+/// it there when its traffic may leave its network for the host.
+fn host_server(client: &docker::Client, cleanup: &Cleanup, offset: u16) -> u16 {
+    // Several test processes may share the daemon (and so its namespace's
+    // ports), and each test of this file has its own offset.
+    let port = 20_000 + (std::process::id() % 10_000) as u16 * 3 + offset;
+    httpd(client, cleanup, "host", "host", port);
+    port
+}
+
+/// The gateway address of `network`: the daemon host's side of its bridge.
+fn gateway_of(client: &docker::Client, network: &str) -> String {
+    let inspect = client.network_inspect(network).expect("inspect the network");
+    let gateway = inspect.ipam.config.first().map(|config| config.gateway.clone()).unwrap_or_default();
+    assert!(!gateway.is_empty(), "{inspect:?}");
+    gateway
 }
 
 fn address_on(client: &docker::Client, container: &str, network: &str) -> String {
@@ -95,15 +117,11 @@ fn address_on(client: &docker::Client, container: &str, network: &str) -> String
 }
 
 /// A shell line printing `<name>=reached` when the http server at `ip`
-/// answers with its body, else `<name>=refused` (within 2 s).
-fn fetch_line(name: &str, ip: &str) -> String {
+/// answers on `port` with its body, else `<name>=refused` (within 2 s).
+fn fetch_line(name: &str, ip: &str, port: u16) -> String {
     format!(
-        "if printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {ip} 8080 2>/dev/null | grep -q {name}-body; then echo {name}=reached; else echo {name}=refused; fi"
+        "if printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {ip} {port} 2>/dev/null | grep -q {name}-body; then echo {name}=reached; else echo {name}=refused; fi"
     )
-}
-
-fn expected(name: &str, reached: bool) -> String {
-    format!("{name}={}", if reached { "reached" } else { "refused" })
 }
 
 /// A `run_job` of `script` in `network` (`Value::Null`: the default).
@@ -126,18 +144,26 @@ fn none_reaches_nothing_not_even_dns() {
     let cleanup = Cleanup::new(&client, "net-none");
     let internal = networks.create("net-none-internal", true);
     let inside = http_server(&client, &cleanup, "inside", &internal);
+    let host_port = host_server(&client, &cleanup, 0);
     let mut server = backend::server(&[("MCP_K8S_DOCKER_NETWORK", &internal)]);
     let script = format!(
-        "{}; if nslookup example.com >/dev/null 2>&1; then echo dns=answered; else echo dns=refused; fi; ls /sys/class/net",
-        fetch_line("inside", &inside)
+        "{}; {}; if nslookup example.com >/dev/null 2>&1; then echo dns=answered; else echo dns=refused; fi; ls /sys/class/net",
+        fetch_line("inside", &inside, PORT),
+        fetch_line("host", &gateway_of(&client, &internal), host_port),
     );
     let started = Instant::now();
     let out = run_in(&mut server, json!("none"), &script);
     assert_eq!(out["status"], "succeeded", "{out}");
-    assert_eq!(lines(&out), ["inside=refused", "dns=refused", "lo"], "{out}");
+    assert_eq!(lines(&out), ["inside=refused", "host=refused", "dns=refused", "lo"], "{out}");
     assert!(started.elapsed() < Duration::from_secs(15), "refused at once: {:?}", started.elapsed());
 }
 
+/// `restricted` is the operator's network: here an `--internal` one,
+/// whose own containers a run reaches and nothing past it. The daemon's
+/// host is not past it: Docker filters what is forwarded between
+/// networks, not what a container sends to its host's addresses, so a
+/// run reaches a service of the host's on the gateway (the README's
+/// security model: the operator's to close with host firewall rules).
 #[test]
 fn restricted_reaches_its_network_and_not_another() {
     let client = client();
@@ -147,12 +173,18 @@ fn restricted_reaches_its_network_and_not_another() {
     let elsewhere = networks.create("net-restricted-elsewhere", false);
     let inside = http_server(&client, &cleanup, "inside", &internal);
     let outside = http_server(&client, &cleanup, "outside", &elsewhere);
+    let host_port = host_server(&client, &cleanup, 1);
     let mut server = backend::server(&[("MCP_K8S_DOCKER_NETWORK", &internal)]);
-    let script = format!("{}; {}", fetch_line("inside", &inside), fetch_line("outside", &outside));
+    let script = format!(
+        "{}; {}; {}",
+        fetch_line("inside", &inside, PORT),
+        fetch_line("outside", &outside, PORT),
+        fetch_line("host", &gateway_of(&client, &internal), host_port),
+    );
     let started = Instant::now();
     let out = run_in(&mut server, json!("restricted"), &script);
     assert_eq!(out["status"], "succeeded", "{out}");
-    assert_eq!(lines(&out), [expected("inside", true), expected("outside", !DOCKERD_IPTABLES)], "{out}");
+    assert_eq!(lines(&out), ["inside=reached", "outside=refused", "host=reached"], "{out}");
     assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
 }
 
@@ -170,34 +202,29 @@ fn restricted_without_its_network_is_refused_naming_the_setting() {
 }
 
 /// The egress half of `open`: a run on `mcp-k8s-open` (the default mode)
-/// reaches a listener on the host's side of that bridge. The ingress
-/// half: a peer container on the same network knocks on an open run's
-/// port.
+/// reaches a server on the host's side of that bridge, so its traffic
+/// leaves the network (the test daemon's namespace routes nowhere
+/// further); a container on another bridge network it does not (Docker
+/// isolates networks from each other). The ingress half: a peer container
+/// on the same network knocks on an open run's port and is refused.
 #[test]
 fn open_reaches_out_and_nothing_connects_in() {
     let client = client();
+    let mut networks = Networks::new(&client);
     let cleanup = Cleanup::new(&client, "net-open");
+    let elsewhere = networks.create("net-open-elsewhere", false);
+    let outside = http_server(&client, &cleanup, "outside", &elsewhere);
+    let host_port = host_server(&client, &cleanup, 2);
     let mut server = backend::server(&[]);
     // The first open run makes the network if no run has yet.
     let first = run_in(&mut server, Value::Null, "true");
     assert_eq!(first["status"], "succeeded", "{first}");
     let network = client.network_inspect(OPEN_NETWORK).expect("the server made its open network");
     assert_eq!(network.options.get(ICC_OPTION).map(String::as_str), Some("false"), "{network:?}");
-    let gateway = network.ipam.config.first().map(|config| config.gateway.clone()).expect("a gateway");
-
-    let listener = TcpListener::bind((gateway.as_str(), 0)).expect("listen on the open network's gateway");
-    let port = listener.local_addr().expect("port").port();
-    let accepted = std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().expect("accept");
-        stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-        let mut text = String::new();
-        let _ = stream.read_to_string(&mut text);
-        text
-    });
-    let script = format!("if echo from-open-run | nc -w 2 {gateway} {port}; then echo host=reached; else echo host=refused; fi");
+    let script =
+        format!("{}; {}", fetch_line("host", &gateway_of(&client, OPEN_NETWORK), host_port), fetch_line("outside", &outside, PORT));
     let out = run_in(&mut server, Value::Null, &script);
-    assert_eq!(lines(&out), ["host=reached"], "{out}");
-    assert_eq!(accepted.join().expect("listener"), "from-open-run\n");
+    assert_eq!(lines(&out), ["host=reached", "outside=refused"], "{out}");
 
     let listen = "echo ip=$(hostname -i); nc -l -p 8080 > got.txt 2>&1 & pid=$!; sleep 6; kill $pid 2>/dev/null; echo got=$(cat got.txt)";
     let submitted = ok(&mut server, "submit_job", json!({"image": BUSYBOX, "command": ["sh", "-c", listen]}));
@@ -218,12 +245,6 @@ fn open_reaches_out_and_nothing_connects_in() {
     logs.read_to_string(&mut peer_said).expect("read the peer's log");
     let done = fetch_done(&mut server, &token);
     let job_said = done["result"]["stdout"].as_str().unwrap_or_default().to_string();
-    if DOCKERD_IPTABLES {
-        assert_eq!(peer_said, "peer=refused\n", "{job_said}");
-        assert!(job_said.ends_with("got=\n"), "{job_said}");
-    } else {
-        // FIXME(issue 16): see DOCKERD_IPTABLES; this is the gap.
-        assert_eq!(peer_said, "peer=connected\n", "{job_said}");
-        assert!(job_said.ends_with("got=knock\n"), "{job_said}");
-    }
+    assert_eq!(peer_said, "peer=refused\n", "{job_said}");
+    assert!(job_said.ends_with("got=\n"), "{job_said}");
 }

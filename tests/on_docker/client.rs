@@ -91,17 +91,29 @@ fn the_hardening_holds_inside_the_container() {
     assert_eq!(finished.stdout, "CapEff:\t0000000000000000\nNoNewPrivs:\t1\nrootfs-readonly\ntmp-writable\nlo\n");
 }
 
+/// dockerd sets `OOMKilled` from containerd's OOM event, which can come
+/// after the exit is processed on a loaded machine (seen at load 10 on 2
+/// cores): the exit is always 137, the flag is asked of up to three runs.
+/// The backend does not rely on the flag alone (the runner counts its
+/// cgroup's OOM kills: `backend::out_of_memory_is_named`).
 #[test]
 fn a_memory_hog_is_oom_killed_and_inspect_says_so() {
     let client = client();
-    let cleanup = Cleanup::new(&client, "oom");
-    let mut spec = hardened(&cleanup, &["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"]);
-    spec.host_config.memory = 16 * 1024 * 1024;
-    spec.host_config.memory_swap = 16 * 1024 * 1024;
-    let finished = run_to_exit(&client, &cleanup.value, &spec);
-    assert!(finished.state.oom_killed, "{:?} stderr {:?}", finished.state, finished.stderr);
-    assert_eq!(finished.state.exit_code, 137);
-    assert_eq!(finished.wait_status, 137);
+    let mut states = Vec::new();
+    for attempt in 0..3 {
+        let cleanup = Cleanup::new(&client, &format!("oom-{attempt}"));
+        let mut spec = hardened(&cleanup, &["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"]);
+        spec.host_config.memory = 16 * 1024 * 1024;
+        spec.host_config.memory_swap = 16 * 1024 * 1024;
+        let finished = run_to_exit(&client, &cleanup.value, &spec);
+        assert_eq!(finished.state.exit_code, 137, "{:?} stderr {:?}", finished.state, finished.stderr);
+        assert_eq!(finished.wait_status, 137);
+        if finished.state.oom_killed {
+            return;
+        }
+        states.push(finished.state);
+    }
+    panic!("no run of three was flagged OOMKilled: {states:?}");
 }
 
 #[test]

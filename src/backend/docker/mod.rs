@@ -50,6 +50,9 @@ pub struct Docker {
     open_network: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
+/// dockerd's words for a container on a network name two networks share.
+const AMBIGUOUS: &str = "is ambiguous";
+
 impl Docker {
     pub fn new(client: docker::Client, policy: Policy, options: spec::Options) -> Docker {
         Docker { client, policy, options, open_network: std::sync::Arc::new(std::sync::Mutex::new(())) }
@@ -274,7 +277,15 @@ impl Backend for Docker {
         self.ensure_network(run.spec.network)?;
         self.ensure_image(&run.spec.image)?;
         let name = spec::container_name(run.run_id);
-        if let Err(refused) = self.create_and_start(run, &name) {
+        let mut attempt = self.create_and_start(run, &name);
+        if run.spec.network == NetworkMode::Open && attempt.as_ref().is_err_and(|refused| refused.message.contains(AMBIGUOUS)) {
+            // Another server made a duplicate of the open network between
+            // this one's check and its create: remove it and go again, once.
+            self.remove_now(run.run_id);
+            self.ensure_network(run.spec.network)?;
+            attempt = self.create_and_start(run, &name);
+        }
+        if let Err(refused) = attempt {
             metrics::api_error("create_container");
             self.remove_now(run.run_id);
             return Err(refused);

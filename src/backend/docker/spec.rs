@@ -379,7 +379,12 @@ mod tests {
     }
 
     fn options() -> Options {
-        Options { runner_binary: "/usr/local/bin/mcp-k8s-ephemeral-job".into(), restricted_network: None, pull: Pull::Never, owned_tmpfs: true }
+        Options {
+            runner_binary: "/usr/local/bin/mcp-k8s-ephemeral-job".into(),
+            restricted_network: None,
+            pull: Pull::Never,
+            owned_tmpfs: true,
+        }
     }
 
     #[test]

@@ -195,6 +195,10 @@ fn start_on_docker(extra: &[(&str, &str)]) -> StdioServer {
         ("MCP_K8S_ALLOWED_IMAGES", allowed.as_str()),
     ];
     env.extend_from_slice(extra);
+    let network_default = crate::support::server::network_default_override();
+    if let Some((name, mode)) = &network_default {
+        env.push((name, mode.as_str()));
+    }
     let mut server = StdioServer::start(&env);
     let log = start_log(&server);
     let said = log.join("\n");

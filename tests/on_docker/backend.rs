@@ -40,6 +40,10 @@ pub fn server(extra: &[(&str, &str)]) -> StdioServer {
         ("MCP_K8S_DEFAULT_MEMORY", "64Mi"),
     ];
     env.extend_from_slice(extra);
+    let network_default = crate::support::server::network_default_override();
+    if let Some((name, mode)) = &network_default {
+        env.push((name, mode.as_str()));
+    }
     let mut server = StdioServer::start(&env);
     server.initialize();
     server

@@ -27,6 +27,14 @@ pub fn command(env: &[(&str, &str)]) -> Command {
     command
 }
 
+/// `MCP_K8S_NETWORK_DEFAULT` for the Docker tiers' servers when the test
+/// run sets `MCP_K8S_TEST_NETWORK_DEFAULT`: `tests/podman/run` asks for
+/// `none`, as Podman's bridge cannot make the `open` network (no
+/// `enable_icc`), and the server rightly refuses `open` there.
+pub fn network_default_override() -> Option<(&'static str, String)> {
+    std::env::var("MCP_K8S_TEST_NETWORK_DEFAULT").ok().filter(|mode| !mode.is_empty()).map(|mode| ("MCP_K8S_NETWORK_DEFAULT", mode))
+}
+
 /// Lines from a pipe, readable with a timeout.
 pub fn line_channel(pipe: impl Read + Send + 'static) -> Receiver<String> {
     let (sender, receiver) = mpsc::channel();

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 
 CLUSTER = os.environ.get("MCP_K8S_TEST_CLUSTER_DIR", "/var/lib/mcp-k8s-test-cluster")
 BUSYBOX = "mcp-k8s-test.local/busybox:1.35"
-RUNNER = "mcp-k8s-test.local/mcp-k8s-ephemeral-job:dev"
+RUNNER = os.environ.get("MCP_K8S_PROJECT_IMAGE") or "mcp-k8s-test.local/mcp-k8s-ephemeral-job:dev"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

@@ -4,11 +4,30 @@
 //!
 //! The layout of the inputs (a manifest and one key per file) is
 //! `sandbox::inputs`: the engine writes it, this module reads it.
+//!
+//! Beside the main container instead of before it (issue 17: an init
+//! container costs the kubelet one more status cycle, about a second,
+//! before the main container starts), `runner init` is a regular container
+//! listed first, and its postStart hook `runner await-ready` holds the
+//! kubelet back from starting the main container until the copy is done.
+//! The two halves meet through three files next to `ready_file`: the
+//! ready file itself (written last, after the runner and the inputs), a
+//! `.failed` file (the error, so the hook fails at once instead of at its
+//! timeout) and a `.seen` file (the hook saw ready; `runner init` lingers
+//! until then, because a hook whose container has exited fails).
 
 use std::fs;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How often both halves of the handshake look at the files.
+const POLL: Duration = Duration::from_millis(5);
+/// How long `runner init` waits for the hook to see the ready file before
+/// it exits anyway (the main container starts either way once the hook
+/// has returned).
+const LINGER: Duration = Duration::from_secs(30);
 
 use crate::sandbox::inputs::{self, MANIFEST_KEY};
 
@@ -45,6 +64,59 @@ pub fn write_inputs(inputs_dir: &Path, workdir: &Path) -> Result<usize, String> 
             .map_err(|error| format!("input `{}`: cannot set its mode: {error}", file.path))?;
     }
     Ok(files.len())
+}
+
+/// The file that says `runner init` failed, next to `ready_file`.
+pub fn failed_file(ready_file: &Path) -> PathBuf {
+    sibling(ready_file, "failed")
+}
+
+/// The file that says the hook saw the ready file, next to it.
+pub fn seen_file(ready_file: &Path) -> PathBuf {
+    sibling(ready_file, "seen")
+}
+
+fn sibling(file: &Path, suffix: &str) -> PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push(".");
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Says that `runner init` is done, then waits (up to `LINGER`) for the
+/// hook to have seen it, so that the hook never runs in an exited container.
+pub fn announce_ready(ready_file: &Path) -> io::Result<()> {
+    fs::write(ready_file, b"")?;
+    let until = Instant::now() + LINGER;
+    while !seen_file(ready_file).exists() && Instant::now() < until {
+        std::thread::sleep(POLL);
+    }
+    Ok(())
+}
+
+/// Records why `runner init` failed, for the hook to fail with at once.
+/// A failure to write it only makes the hook wait for its timeout.
+pub fn announce_failure(ready_file: &Path, message: &str) {
+    let _ = fs::write(failed_file(ready_file), message);
+}
+
+/// The hook's half: waits until the ready file exists (then marks it seen)
+/// or the failed one does, or `timeout` passes.
+pub fn await_ready(ready_file: &Path, timeout: Duration) -> Result<(), String> {
+    let until = Instant::now() + timeout;
+    loop {
+        if ready_file.exists() {
+            return fs::write(seen_file(ready_file), b"")
+                .map_err(|error| format!("cannot write `{}`: {error}", seen_file(ready_file).display()));
+        }
+        if let Ok(message) = fs::read_to_string(failed_file(ready_file)) {
+            return Err(format!("preparing the pod failed: {message}"));
+        }
+        if Instant::now() >= until {
+            return Err(format!("the runner was not copied within {} ms", timeout.as_millis()));
+        }
+        std::thread::sleep(POLL);
+    }
 }
 
 /// Joins a caller-given relative path to `base`, refusing anything that
@@ -86,6 +158,27 @@ mod tests {
         for bad in ["../escape", "/etc/passwd", "a/../../b", ""] {
             assert!(join_inside(&workdir, bad).is_err(), "{bad}");
         }
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_hook_sees_ready_or_failed() {
+        let root = std::env::temp_dir().join(format!("runner-ready-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(&root).unwrap();
+        let ready = root.join(".ready");
+        assert!(await_ready(&ready, Duration::from_millis(20)).unwrap_err().contains("not copied within 20 ms"));
+        let waiter = {
+            let ready = ready.clone();
+            std::thread::spawn(move || await_ready(&ready, Duration::from_secs(10)))
+        };
+        announce_ready(&ready).unwrap();
+        assert_eq!(waiter.join().unwrap(), Ok(()));
+        assert!(seen_file(&ready).exists());
+
+        let other = root.join(".other");
+        announce_failure(&other, "input `a`: cannot write it");
+        assert_eq!(await_ready(&other, Duration::from_secs(10)), Err("preparing the pod failed: input `a`: cannot write it".into()));
         fs::remove_dir_all(&root).unwrap();
     }
 

@@ -6,8 +6,10 @@
 //! Subcommands, all hidden from `--help` (the engine writes their
 //! arguments into the pod spec; people do not type them; the command lines
 //! are `sandbox::args`, the frames `sandbox::frame`):
-//! - `runner init --copy-to FILE [--inputs DIR --workdir DIR]` in the init
-//!   container: copy this binary into the shared volume, write input files;
+//! - `runner init --copy-to FILE [--inputs DIR --workdir DIR] [--ready-file
+//!   FILE]` in the `prepare` container: copy this binary into the shared
+//!   volume, write input files; `runner await-ready` is its postStart hook
+//!   when it runs beside the main container (see `init`);
 //! - `runner clone ...` in the `clone` init container, and `runner
 //!   credential ...`, git's credential helper there (see `clone`);
 //! - `runner exec [options] -- ARGV...` as the main container's command;
@@ -42,6 +44,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let rest: Vec<OsString> = args.collect();
     let outcome = match subcommand.as_deref() {
         Some("init") => argv::parse_init(rest).and_then(|options| run_init(&options)),
+        Some("await-ready") => {
+            argv::parse_await(rest).and_then(|options| init::await_ready(&options.ready_file, options.timeout).map(|()| 0))
+        }
         Some("exec") => argv::parse_exec(rest).map(|options| run_exec(&options)),
         Some("clone") => argv::parse_clone(rest).and_then(|options| clone::run_clone(&options)),
         Some("credential") => argv::parse_credential(rest).and_then(|options| clone::run_credential(&options)),
@@ -50,7 +55,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
             0
         }),
         other => Err(format!(
-            "unknown runner subcommand `{}`; expected `init`, `clone`, `credential`, `exec` or `probe-pids`",
+            "unknown runner subcommand `{}`; expected `init`, `await-ready`, `clone`, `credential`, `exec` or `probe-pids`",
             other.unwrap_or("")
         )),
     };
@@ -64,12 +69,26 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
 }
 
+/// The inputs first and the runner last: with `--ready-file`, a main
+/// container started after a failed hook finds no runner rather than a
+/// runner without its inputs.
 fn run_init(options: &InitOptions) -> Result<i32, String> {
-    init::copy_self(&options.copy_to).map_err(|error| format!("cannot copy the runner to `{}`: {error}", options.copy_to.display()))?;
+    let prepared = prepare(options);
+    match (&options.ready_file, &prepared) {
+        (Some(ready_file), Ok(())) => {
+            init::announce_ready(ready_file).map_err(|error| format!("cannot write `{}`: {error}", ready_file.display()))?
+        }
+        (Some(ready_file), Err(message)) => init::announce_failure(ready_file, message),
+        (None, _) => {}
+    }
+    prepared.map(|()| 0)
+}
+
+fn prepare(options: &InitOptions) -> Result<(), String> {
     if let Some((inputs, workdir)) = &options.inputs {
         init::write_inputs(inputs, workdir)?;
     }
-    Ok(0)
+    init::copy_self(&options.copy_to).map_err(|error| format!("cannot copy the runner to `{}`: {error}", options.copy_to.display()))
 }
 
 /// Runs the command and writes every frame; returns the runner's exit code.

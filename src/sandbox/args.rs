@@ -1,7 +1,7 @@
 //! The runner's command lines: what the engine writes into the pod spec
 //! (`*_args`: options → argv) and what the runner reads back (`parse_*`:
 //! argv → options), side by side so that each pair stays the inverse of the
-//! other. Covers `runner init`, `runner exec`, `runner clone`, `runner
+//! other. Covers `runner init`, `runner await-ready`, `runner exec`, `runner clone`, `runner
 //! credential` (written by the runner itself into git's config) and
 //! `runner probe-pids`. The argv given to `parse_*` starts after the
 //! subcommand. Knows nothing of what the runner does with the options.
@@ -40,10 +40,22 @@ pub struct CloneOptions {
 
 /// Options of `runner init`: where to copy the runner and, for a run with
 /// input files, where the inputs are mounted and the workdir they go to.
+/// With `ready_file`, `runner init` runs beside the main container instead
+/// of before it: it says it is done in that file and waits for the
+/// `runner await-ready` hook to have seen it (see `runner::init`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct InitOptions {
     pub copy_to: PathBuf,
     pub inputs: Option<(PathBuf, PathBuf)>,
+    pub ready_file: Option<PathBuf>,
+}
+
+/// Options of `runner await-ready`, the postStart hook that holds the main
+/// container back until `runner init` has written `ready_file`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AwaitOptions {
+    pub ready_file: PathBuf,
+    pub timeout: Duration,
 }
 
 /// Options of `runner credential`: the mounted clone Secret and git's
@@ -181,27 +193,62 @@ pub fn init_args(options: &InitOptions) -> Vec<String> {
             workdir.to_string_lossy().into_owned(),
         ]);
     }
+    if let Some(ready_file) = &options.ready_file {
+        args.extend(["--ready-file".to_string(), ready_file.to_string_lossy().into_owned()]);
+    }
     args
 }
 
 pub fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
     use lexopt::prelude::*;
     let mut parser = lexopt::Parser::from_args(args);
-    let (mut copy_to, mut inputs, mut workdir) = (None, None, None);
+    let (mut copy_to, mut inputs, mut workdir, mut ready_file) = (None, None, None, None);
     while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
         match arg {
             Long("copy-to") => copy_to = Some(PathBuf::from(value(&mut parser)?)),
             Long("inputs") => inputs = Some(PathBuf::from(value(&mut parser)?)),
             Long("workdir") => workdir = Some(PathBuf::from(value(&mut parser)?)),
+            Long("ready-file") => ready_file = Some(PathBuf::from(value(&mut parser)?)),
             other => return Err(other.unexpected().to_string()),
         }
     }
     let copy_to = copy_to.ok_or("runner init needs --copy-to")?;
-    match (inputs, workdir) {
-        (Some(inputs), Some(workdir)) => Ok(InitOptions { copy_to, inputs: Some((inputs, workdir)) }),
-        (None, None) => Ok(InitOptions { copy_to, inputs: None }),
-        _ => Err("runner init needs --inputs and --workdir together".into()),
+    let inputs = match (inputs, workdir) {
+        (Some(inputs), Some(workdir)) => Some((inputs, workdir)),
+        (None, None) => None,
+        _ => return Err("runner init needs --inputs and --workdir together".into()),
+    };
+    Ok(InitOptions { copy_to, inputs, ready_file })
+}
+
+/// Builds the argument list of `runner await-ready` for a pod spec; the
+/// inverse of `parse_await`.
+pub fn await_args(options: &AwaitOptions) -> Vec<String> {
+    vec![
+        "runner".to_string(),
+        "await-ready".to_string(),
+        "--ready-file".to_string(),
+        options.ready_file.to_string_lossy().into_owned(),
+        "--timeout-ms".to_string(),
+        options.timeout.as_millis().to_string(),
+    ]
+}
+
+pub fn parse_await(args: Vec<OsString>) -> Result<AwaitOptions, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let (mut ready_file, mut timeout) = (None, None);
+    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
+        match arg {
+            Long("ready-file") => ready_file = Some(PathBuf::from(value(&mut parser)?)),
+            Long("timeout-ms") => timeout = Some(Duration::from_millis(number(&mut parser, "--timeout-ms")?)),
+            other => return Err(other.unexpected().to_string()),
+        }
     }
+    Ok(AwaitOptions {
+        ready_file: ready_file.ok_or("runner await-ready needs --ready-file")?,
+        timeout: timeout.ok_or("runner await-ready needs --timeout-ms")?,
+    })
 }
 
 /// The value of `runner credential`'s helper setting in git's config: git
@@ -298,11 +345,20 @@ mod tests {
     #[test]
     fn init_args_round_trip() {
         for inputs in [None, Some(("/mcp/inputs".into(), "/work".into()))] {
-            let options = InitOptions { copy_to: "/mcp/bin/runner".into(), inputs };
-            assert_eq!(parse_init(after_subcommand(init_args(&options))), Ok(options));
+            for ready_file in [None, Some("/mcp/bin/.ready".into())] {
+                let options = InitOptions { copy_to: "/mcp/bin/runner".into(), inputs: inputs.clone(), ready_file };
+                assert_eq!(parse_init(after_subcommand(init_args(&options))), Ok(options));
+            }
         }
         let half = vec!["--copy-to".into(), "/x".into(), "--inputs".into(), "/i".into()];
         assert!(parse_init(half).is_err());
+    }
+
+    #[test]
+    fn await_args_round_trip() {
+        let options = AwaitOptions { ready_file: "/mcp/bin/.ready".into(), timeout: Duration::from_secs(60) };
+        assert_eq!(parse_await(after_subcommand(await_args(&options))), Ok(options));
+        assert!(parse_await(vec!["--ready-file".into(), "/x".into()]).is_err());
     }
 
     #[test]

@@ -164,7 +164,7 @@ fn every_container_has_a_read_only_root_and_bounded_storage() {
 fn home_is_the_writable_tmp_unless_someone_set_it() {
     let home = |spec: &RunSpec, policy: &Policy| {
         let job = manifest::job(spec, policy, "0123abcd");
-        let env = job["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap().clone();
+        let env = main_container(&job["spec"]["template"]["spec"])["env"].as_array().unwrap().clone();
         env.iter().find(|var| var["name"] == "HOME").map(|var| var["value"].as_str().unwrap().to_string())
     };
     assert_eq!(home(&spec(), &policy()).as_deref(), Some("/tmp"));
@@ -184,13 +184,18 @@ fn a_workdir_of_tmp_is_the_scratch_volume_itself() {
         let job = manifest::job(&spec, &policy(), "0123abcd");
         let pod = &job["spec"]["template"]["spec"];
         let paths: Vec<String> =
-            pod["containers"][0]["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap().to_string()).collect();
+            main_container(pod)["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap().to_string()).collect();
         let has_tmp_volume = pod["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "tmp");
         (paths, has_tmp_volume)
     };
     assert_eq!(mounts("/tmp"), (vec!["/mcp/bin".to_string(), "/tmp".to_string()], false));
     // A workdir under /tmp is mounted after /tmp, so it stays visible.
     assert_eq!(mounts("/tmp/src"), (vec!["/mcp/bin".to_string(), "/tmp".to_string(), "/tmp/src".to_string()], true));
+}
+
+/// The `main` container of a pod spec (`prepare` may be listed before it).
+fn main_container(pod: &serde_json::Value) -> &serde_json::Value {
+    pod["containers"].as_array().unwrap().iter().find(|container| container["name"] == "main").unwrap()
 }
 
 #[test]

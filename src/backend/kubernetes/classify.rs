@@ -129,6 +129,9 @@ pub fn start_progress_view(pod: Option<&Pod>, events: &[Event]) -> String {
         if container_status(&status.init_container_statuses, name).is_some_and(|init| init.state.running.is_some()) {
             return format!("the init container `{name}` was still {what}");
         }
+        if container_status(&status.container_statuses, name).is_some_and(|step| step.state.running.is_some()) {
+            return format!("the container `{name}` was still {what}");
+        }
     }
     let waiting = main_container(status).and_then(|main| main.state.waiting.as_ref());
     match waiting.and_then(|waiting| waiting.reason.as_deref()) {
@@ -257,13 +260,15 @@ fn fail_fast_from_waiting(container: &ContainerStatus, what: &str) -> Option<Pod
     None
 }
 
-/// A failed init container ends the run at once: it could not be pulled
-/// or created, or it exited non-zero. The runner writes its error (for the
+/// A failed init step ends the run at once: it could not be pulled
+/// or created, or it exited non-zero. `prepare` is an init container or
+/// a container beside `main` (see `manifest`); both are looked at. The runner writes its error (for the
 /// clone: git's output tail, token masked) as the termination message; with
 /// FallbackToLogsOnError the kubelet uses the log tail when the runner died
 /// before writing it.
 fn init_container_state(status: &PodStatus, name: &str, image: &str, reason: RunReason) -> Option<PodState> {
-    let container = container_status(&status.init_container_statuses, name)?;
+    let container =
+        container_status(&status.init_container_statuses, name).or_else(|| container_status(&status.container_statuses, name))?;
     if let Some(state) = fail_fast_from_waiting(container, image) {
         return Some(state);
     }
@@ -406,6 +411,22 @@ mod tests {
                 "FailFast(InputFailed)",
             ),
             (
+                "prepare beside main failed",
+                pod(json!({"phase": "Failed", "containerStatuses": [
+                    {"name": "prepare", "state": {"terminated": {"exitCode": 2, "message": "input path bad"}}},
+                    {"name": "main", "state": {"terminated": {"exitCode": 128, "reason": "StartError"}}},
+                ]})),
+                "FailFast(InputFailed)",
+            ),
+            (
+                "prepare beside main done, main running",
+                pod(json!({"phase": "Running", "containerStatuses": [
+                    {"name": "prepare", "state": {"terminated": {"exitCode": 0}}},
+                    {"name": "main", "state": {"running": {}}},
+                ]})),
+                "Running",
+            ),
+            (
                 "clone failed",
                 pod(json!({"phase": "Failed", "initContainerStatuses": [
                     {"name": "prepare", "state": {"terminated": {"exitCode": 0}}},
@@ -533,6 +554,8 @@ mod tests {
         }
         let preparing = pod(json!({"phase": "Pending", "initContainerStatuses": [{"name": "prepare", "state": {"running": {}}}]}));
         assert!(start_progress(Some(&preparing), &[]).contains("`prepare`"));
+        let beside = pod(json!({"phase": "Pending", "containerStatuses": [{"name": "prepare", "state": {"running": {}}}]}));
+        assert!(start_progress(Some(&beside), &[]).contains("the container `prepare` was still preparing the workdir"));
         let unschedulable = pod(
             json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes"}]}),
         );

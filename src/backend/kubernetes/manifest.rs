@@ -2,12 +2,18 @@
 //! `RunSpec` and the operator's `Policy`. Pure and deterministic (sorted env,
 //! fixed names), so tests compare JSON text. Never built from caller YAML.
 //!
-//! Pod shape: an init container `prepare` from the runner image copies this
+//! Pod shape: a container `prepare` from the runner image copies this
 //! binary into a shared volume and writes the input files; the `main`
 //! container runs the caller's image with the runner as its command (no
-//! shell or exec needed). With `clone`, a second init container `clone`
-//! from the operator's git image runs the copied runner's `runner clone`,
-//! and only it mounts the clone Secret. Every container passes the
+//! shell or exec needed). `prepare` is listed before `main` with a
+//! postStart hook (`runner await-ready`) that returns once the copy is
+//! done: the kubelet starts a pod's containers in order and waits for each
+//! one's postStart hook, so `main` starts in the same pass (an init
+//! container made the kubelet wait for its next status pass, about a
+//! second, before starting `main`: issue 17). With `clone`, `prepare` and
+//! a second step `clone` from the operator's git image (which runs the
+//! copied runner's `runner clone` and alone mounts the clone Secret) are
+//! init containers, as the clone must finish before `main` starts. Every container passes the
 //! restricted Pod Security Standard and has resources; the pod gets no ServiceAccount token.
 //!
 //! Disk (issue 12, finding 6): every container's root file system is
@@ -26,7 +32,7 @@ use serde_json::{Value, json};
 
 use crate::backend::kubernetes::template::PodTemplate;
 use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
-use crate::sandbox::args::{self, CloneOptions, InitOptions};
+use crate::sandbox::args::{self, AwaitOptions, CloneOptions, InitOptions};
 use crate::sandbox::frame::to_base64;
 use crate::sandbox::inputs::{self, InputFile as ManifestEntry, MANIFEST_KEY};
 use crate::sandbox::{BIN_DIR, CREDS_DIR, INPUTS_DIR, TMP_DIR};
@@ -84,12 +90,17 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
     if let Some(cache) = &policy.cache {
         volumes.push(json!({"name": "cache", "persistentVolumeClaim": {"claimName": cache.claim_name}}));
     }
-    let mut init_containers = vec![prepare_container(spec, policy)];
+    let mut init_containers = Vec::new();
+    let mut containers = Vec::new();
     if let (Some(clone_spec), Some(clone_step)) = (&spec.clone, &policy.clone) {
         volumes.push(json!({"name": "git-creds", "secret": {"secretName": clone_step.secret_name, "defaultMode": 0o440}}));
         volumes.push(json!({"name": "clone-tmp", "emptyDir": {"sizeLimit": "64Mi"}}));
+        init_containers.push(prepare_container(spec, policy, Prepare::Before));
         init_containers.push(clone_container(spec, clone_spec, clone_step, policy));
+    } else {
+        containers.push(prepare_container(spec, policy, Prepare::Beside));
     }
+    containers.push(main_container(spec, policy));
     let mut pod_spec = json!({
         "restartPolicy": "Never",
         "activeDeadlineSeconds": pod_deadline.as_secs(),
@@ -103,10 +114,12 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
             "fsGroup": policy.run_as_user,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "initContainers": init_containers,
-        "containers": [main_container(spec, policy)],
+        "containers": containers,
         "volumes": volumes,
     });
+    if !init_containers.is_empty() {
+        pod_spec["initContainers"] = json!(init_containers);
+    }
     if let Some(runtime_class) = &policy.runtime_class {
         pod_spec["runtimeClassName"] = json!(runtime_class);
     }
@@ -267,16 +280,32 @@ fn container_security(policy: &Policy) -> Value {
     })
 }
 
-fn prepare_container(spec: &RunSpec, policy: &Policy) -> Value {
+/// Where `prepare` runs: before the other steps as an init container (a
+/// clone needs the runner first), or beside `main`, holding it back with
+/// its postStart hook.
+#[derive(Clone, Copy, PartialEq)]
+enum Prepare {
+    Before,
+    Beside,
+}
+
+fn ready_file() -> String {
+    format!("{BIN_DIR}/.ready")
+}
+
+fn prepare_container(spec: &RunSpec, policy: &Policy, place: Prepare) -> Value {
     let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR}), json!({"name": "work", "mountPath": spec.workdir})];
-    let mut init = InitOptions { copy_to: runner_path().into(), inputs: None };
+    let mut init = InitOptions { copy_to: runner_path().into(), inputs: None, ready_file: None };
     if !spec.files.is_empty() {
         init.inputs = Some((INPUTS_DIR.into(), spec.workdir.clone().into()));
         mounts.push(json!({"name": "inputs", "mountPath": INPUTS_DIR, "readOnly": true}));
     }
+    if place == Prepare::Beside {
+        init.ready_file = Some(ready_file().into());
+    }
     let mut command = vec![policy.runner_binary_path.clone()];
     command.extend(args::init_args(&init));
-    json!({
+    let mut container = json!({
         "name": PREPARE_CONTAINER,
         "image": policy.runner_image,
         "imagePullPolicy": "IfNotPresent",
@@ -290,7 +319,16 @@ fn prepare_container(spec: &RunSpec, policy: &Policy) -> Value {
         "securityContext": container_security(policy),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": mounts,
-    })
+    });
+    if place == Prepare::Beside {
+        // Bounded by the start timeout: past it the server gives up anyway.
+        let wait = AwaitOptions { ready_file: ready_file().into(), timeout: policy.start_timeout };
+        // Hook commands get no `$(VAR)` expansion, so no escaping either.
+        let mut hook = vec![policy.runner_binary_path.clone()];
+        hook.extend(args::await_args(&wait));
+        container["lifecycle"] = json!({"postStart": {"exec": {"command": hook}}});
+    }
+    container
 }
 
 /// Checks the repository out into the workdir. Runs the runner copied by

@@ -90,7 +90,7 @@ fn each_network_mode_reaches_what_it_may_and_nothing_else() {
         let (ip, port) = targets.address(*target);
         for (index, mode) in MODES.iter().enumerate() {
             let attempt = clients[mode].connect(&ip, port);
-            if attempt.connected != expected[index] || (!attempt.connected && attempt.took > FAILS_WITHIN) {
+            if attempt.connected() != expected[index] || (!attempt.connected() && attempt.took > FAILS_WITHIN) {
                 wrong.push(format!("{mode:?} -> {target:?} ({ip}:{port}): expected {}, got {attempt:?}", expected[index]));
             }
         }
@@ -108,10 +108,10 @@ fn nothing_connects_to_a_job_pod() {
     let job_ip = job.ip();
     // The control: the same clients reach a pod that is not a job's.
     let control = neighbour.connect(&targets.web_ip, 8080);
-    assert!(control.connected, "a plain pod reaches the web pod: {control:?}");
+    assert!(control.connected(), "a plain pod reaches the web pod: {control:?}");
     for (from, client) in [("another namespace", &targets.web), ("the jobs namespace", &neighbour)] {
         let attempt = client.connect(&job_ip, 8080);
-        assert!(!attempt.connected && attempt.took < FAILS_WITHIN, "from {from} to the job pod's port: {attempt:?}");
+        assert!(!attempt.connected() && attempt.took < FAILS_WITHIN, "from {from} to the job pod's port: {attempt:?}");
     }
 }
 
@@ -133,13 +133,13 @@ fn a_job_pod_never_reaches_the_server_whatever_its_own_policy_allows() {
     let _policy = Deleted(vec!["-n".into(), cluster::namespace(), "networkpolicy".into(), client.name.clone()]);
     client.wait_running();
     let web = client.connect(&targets.web_ip, 8080);
-    assert!(web.connected, "the allow-all policy lets it reach the web pod: {web:?}");
+    assert!(web.connected(), "the allow-all policy lets it reach the web pod: {web:?}");
     let server = client.connect(&targets.server_ip, 8080);
-    assert!(!server.connected && server.took < FAILS_WITHIN, "job pod -> server pod: {server:?}");
+    assert!(!server.connected() && server.took < FAILS_WITHIN, "job pod -> server pod: {server:?}");
     let from_web = targets.web.connect(&targets.server_ip, 8080);
-    assert!(from_web.connected, "a pod in another namespace reaches the server (its port is open): {from_web:?}");
+    assert!(from_web.connected(), "a pod in another namespace reaches the server (its port is open): {from_web:?}");
     let api = targets.server.connect("10.96.0.1", 443);
-    assert!(api.connected, "the server reaches the API server's Service: {api:?}");
+    assert!(api.connected(), "the server reaches the API server's Service: {api:?}");
 }
 
 /// kube-router puts its jumps first in filter FORWARD and accepts allowed
@@ -163,7 +163,7 @@ fn the_off_bridge_guard_drops_what_kube_router_allows() {
     let before = guard_drops();
     let attempt = client.connect(&trap.address, 80);
     let after = guard_drops();
-    assert!(!attempt.connected, "an open pod's connection off the bridge: {attempt:?}");
+    assert!(!attempt.connected(), "an open pod's connection off the bridge: {attempt:?}");
     assert!(after > before, "the mangle guard dropped it (drops {before} -> {after})");
 }
 
@@ -173,7 +173,6 @@ fn the_off_bridge_guard_drops_what_kube_router_allows() {
 /// The outcome of one `nc -w 2` from a pod.
 #[derive(Debug)]
 struct Attempt {
-    connected: bool,
     took: Duration,
     /// What the pod printed (`CONNECTED`, or `FAILED` and nc's error).
     output: String,
@@ -183,6 +182,12 @@ struct Attempt {
 struct TestPod {
     namespace: String,
     name: String,
+}
+
+impl Attempt {
+    fn connected(&self) -> bool {
+        self.output.ends_with("CONNECTED")
+    }
 }
 
 impl TestPod {
@@ -240,7 +245,7 @@ impl TestPod {
         let output = run_kubectl(&["-n", &self.namespace, "exec", &self.name, "--", "sh", "-c", &script], None)
             .unwrap_or_else(|error| format!("FAILED (kubectl exec: {error})"));
         let output = output.trim().to_string();
-        Attempt { connected: output.ends_with("CONNECTED"), took: started.elapsed(), output }
+        Attempt { took: started.elapsed(), output }
     }
 }
 

@@ -167,6 +167,20 @@ fn the_off_bridge_guard_drops_what_kube_router_allows() {
     assert!(after > before, "the mangle guard dropped it (drops {before} -> {after})");
 }
 
+/// doctor's policy probe, passing: its job (the runner image, so it needs
+/// `tests/build-project-image` from this source) is refused the API server.
+/// The warning case is a unit test of `doctor` (no cluster can be made to
+/// stop enforcing for one test).
+#[test]
+fn doctor_sees_the_policies_enforced() {
+    let env = cluster::server_env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+    let output = crate::support::server::command(&env).arg("doctor").output().expect("the binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().find(|line| line.contains("NetworkPolicy")).unwrap_or_else(|| panic!("no NetworkPolicy line:\n{stdout}"));
+    assert!(line.starts_with("ok    NetworkPolicy: a job pod cannot connect to the API server's Service (10.96.0.1:443: "), "{stdout}");
+}
+
 // ---------------------------------------------------------------------------
 // Helpers
 

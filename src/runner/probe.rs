@@ -21,21 +21,33 @@ use crate::sandbox::probe::{ConnectProbe, PidsProbe};
 /// policy that drops (rather than rejects) shows as a timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long after the first try the second one comes: time enough for a
+/// CNI that fences a pod only once it has seen it (kube-router: ~0.6 s
+/// after the container started, measured on the test cluster).
+const SETTLE: Duration = Duration::from_secs(2);
+
 /// Opens (and closes) a TCP connection to the API server's Service, the
 /// address the kubelet puts in every pod's environment
 /// (`KUBERNETES_SERVICE_HOST`/`_PORT`): deploy/'s policies refuse it in
-/// every network mode, so a connection means they are not enforced.
+/// every network mode, so a connection means they are not enforced. Tries
+/// at once and again `SETTLE` later, so doctor can tell "not enforced"
+/// from "enforced only after the pod started".
 pub fn probe_connect() -> ConnectProbe {
     let host = std::env::var("KUBERNETES_SERVICE_HOST").unwrap_or_default();
     let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_default();
     let address = match (host.parse::<IpAddr>(), port.parse::<u16>()) {
         (Ok(ip), Ok(port)) => SocketAddr::new(ip, port),
-        _ => return ConnectProbe { target: "none".into(), connected: false, error: "NoServiceAddress".into() },
+        _ => {
+            return ConnectProbe { target: "none".into(), connected_at_start: false, connected: false, error: "NoServiceAddress".into() };
+        }
     };
-    match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
-        Ok(_) => ConnectProbe { target: address.to_string(), connected: true, error: "none".into() },
-        Err(error) => ConnectProbe { target: address.to_string(), connected: false, error: format!("{:?}", error.kind()) },
-    }
+    let connected_at_start = TcpStream::connect_timeout(&address, CONNECT_TIMEOUT).is_ok();
+    std::thread::sleep(SETTLE);
+    let (connected, error) = match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
+        Ok(_) => (true, "none".to_string()),
+        Err(error) => (false, format!("{:?}", error.kind())),
+    };
+    ConnectProbe { target: address.to_string(), connected_at_start, connected, error }
 }
 
 /// Starts up to `ceiling` idle threads, counts them and lets them go.

@@ -45,6 +45,10 @@ pub fn parse_probe_line(line: &str) -> Option<PidsProbe> {
 pub struct ConnectProbe {
     /// `host:port` tried, or `none` when the pod had no address to try.
     pub target: String,
+    /// The first try, as soon as the command started: a CNI that applies
+    /// policies only once it has seen the pod (kube-router) lets it through.
+    pub connected_at_start: bool,
+    /// The second try, `SETTLE` later: what the policy says.
     pub connected: bool,
     /// Why it did not connect, one word (`ConnectionRefused`, `TimedOut`,
     /// ...), or `none`.
@@ -53,24 +57,29 @@ pub struct ConnectProbe {
 
 /// The probe as the one line `runner probe-connect` prints.
 pub fn connect_line(probe: &ConnectProbe) -> String {
-    format!("connect_target={} connected={} connect_error={}", probe.target, probe.connected, probe.error)
+    format!(
+        "connect_target={} connected_at_start={} connected={} connect_error={}",
+        probe.target, probe.connected_at_start, probe.connected, probe.error
+    )
 }
 
 /// The inverse of `connect_line`; `None` for anything else.
 pub fn parse_connect_line(line: &str) -> Option<ConnectProbe> {
     let mut target = None;
+    let mut connected_at_start = None;
     let mut connected = None;
     let mut error = None;
     for word in line.split_whitespace() {
         let (key, value) = word.split_once('=')?;
         match key {
             "connect_target" => target = Some(value.to_string()),
+            "connected_at_start" => connected_at_start = value.parse().ok(),
             "connected" => connected = value.parse().ok(),
             "connect_error" => error = Some(value.to_string()),
             _ => {}
         }
     }
-    Some(ConnectProbe { target: target?, connected: connected?, error: error? })
+    Some(ConnectProbe { target: target?, connected_at_start: connected_at_start?, connected: connected?, error: error? })
 }
 
 #[cfg(test)]
@@ -79,8 +88,12 @@ mod tests {
 
     #[test]
     fn the_connect_line_round_trips() {
-        let probe = ConnectProbe { target: "10.96.0.1:443".into(), connected: false, error: "ConnectionRefused".into() };
-        assert_eq!(connect_line(&probe), "connect_target=10.96.0.1:443 connected=false connect_error=ConnectionRefused");
+        let probe =
+            ConnectProbe { target: "10.96.0.1:443".into(), connected_at_start: true, connected: false, error: "ConnectionRefused".into() };
+        assert_eq!(
+            connect_line(&probe),
+            "connect_target=10.96.0.1:443 connected_at_start=true connected=false connect_error=ConnectionRefused"
+        );
         assert_eq!(parse_connect_line(&connect_line(&probe)), Some(probe));
         assert_eq!(parse_connect_line("threads_started=3 limited=true own_pids_max=max"), None);
     }

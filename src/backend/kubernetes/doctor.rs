@@ -353,6 +353,11 @@ fn network_policy_check(probe: &sandbox::probe::ConnectProbe) -> Check {
         ))
     } else if probe.target == "none" {
         Check::warn("NetworkPolicy: not checked (the probe pod had no KUBERNETES_SERVICE_HOST to try)")
+    } else if probe.connected_at_start {
+        Check::warn(format!(
+            "NetworkPolicy: enforced only after a pod has started: a job pod connected to the API server's Service ({}) at once, and was refused 2 s later; the CNI fences a pod once it has seen it (kube-router does), so a job's first moments are not fenced; a CNI that applies policies before the pod runs (Calico, Cilium) closes this",
+            probe.target
+        ))
     } else {
         Check::pass(format!(
             "NetworkPolicy: a job pod cannot connect to the API server's Service ({}: {}), as deploy/'s policies say",
@@ -409,14 +414,20 @@ mod tests {
 
     #[test]
     fn a_job_pod_that_reaches_the_api_server_warns() {
-        let probe =
-            |connected, error: &str| sandbox::probe::ConnectProbe { target: "10.96.0.1:443".into(), connected, error: error.into() };
-        let enforced = network_policy_check(&probe(false, "ConnectionRefused"));
+        let probe = |connected_at_start, connected, error: &str| sandbox::probe::ConnectProbe {
+            target: "10.96.0.1:443".into(),
+            connected_at_start,
+            connected,
+            error: error.into(),
+        };
+        let enforced = network_policy_check(&probe(false, false, "ConnectionRefused"));
         assert_eq!(
             enforced.line(),
             "ok    NetworkPolicy: a job pod cannot connect to the API server's Service (10.96.0.1:443: ConnectionRefused), as deploy/'s policies say"
         );
-        let open = network_policy_check(&probe(true, "none"));
+        let late = network_policy_check(&probe(true, false, "ConnectionRefused"));
+        assert!(late.passed && late.line().starts_with("WARN  NetworkPolicy: enforced only after a pod has started"), "{late:?}");
+        let open = network_policy_check(&probe(true, true, "none"));
         assert!(open.passed && open.warning, "a warning does not fail doctor: {open:?}");
         assert!(
             open.line().starts_with("WARN  NetworkPolicy: a job pod connected to the API server's Service (10.96.0.1:443)"),

@@ -14,7 +14,9 @@
 //!   credential ...`, git's credential helper there (see `clone`);
 //! - `runner exec [options] -- ARGV...` as the main container's command;
 //! - `runner probe-pids [--ceiling N]`, run by `doctor` as a job's command,
-//!   prints the pod's real process limit (see `probe`).
+//!   prints the pod's real process limit (see `probe`);
+//! - `runner probe-connect`, run by `doctor` as a job's command, prints
+//!   whether the pod could connect to the API server (see `probe`).
 
 pub mod artifacts;
 pub mod capture;
@@ -54,8 +56,13 @@ pub fn main(args: Vec<OsString>) -> i32 {
             println!("{}", sandbox::probe::probe_line(&probe::probe_pids(ceiling)));
             0
         }),
+        Some("probe-connect") if rest.is_empty() => {
+            println!("{}", sandbox::probe::connect_line(&probe::probe_connect()));
+            Ok(0)
+        }
+        Some("probe-connect") => Err("runner probe-connect takes no arguments".to_string()),
         other => Err(format!(
-            "unknown runner subcommand `{}`; expected `init`, `await-ready`, `clone`, `credential`, `exec` or `probe-pids`",
+            "unknown runner subcommand `{}`; expected `init`, `await-ready`, `clone`, `credential`, `exec`, `probe-pids` or `probe-connect`",
             other.unwrap_or("")
         )),
     };

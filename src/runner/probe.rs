@@ -1,18 +1,54 @@
 //! `runner probe-pids`: measures the process limit a pod really has, for
-//! `doctor` (issue 12, finding 7). The pid limit of a Kubernetes pod is the
+//! `doctor` (issue 12, finding 7); `runner probe-connect`: tries the one
+//! connection every network mode refuses (see `probe_connect`). The pid limit of a Kubernetes pod is the
 //! kubelet's `podPidsLimit`, set on the pod's cgroup; the container sees
 //! only its own cgroup, whose `pids.max` is `max`, so reading files cannot
 //! tell. Starting threads until the kernel refuses one can: threads count
 //! against the pids controller like processes do.
 //!
-//! Prints one line of `key=value` words that `doctor` reads back (its
-//! format is `sandbox::probe`); knows nothing of the API server.
+//! Each prints one line of `key=value` words that `doctor` reads back (its
+//! format is `sandbox::probe`); knows nothing of the API server beyond the
+//! address the kubelet gives every pod.
 
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::sandbox::probe::PidsProbe;
+use crate::sandbox::probe::{ConnectProbe, PidsProbe};
+
+/// How long a connection may take before the probe calls it refused: a
+/// policy that drops (rather than rejects) shows as a timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long after the first try the second one comes: time enough for a
+/// CNI that fences a pod only once it has seen it (kube-router: ~0.6 s
+/// after the container started, measured on the test cluster).
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// Opens (and closes) a TCP connection to the API server's Service, the
+/// address the kubelet puts in every pod's environment
+/// (`KUBERNETES_SERVICE_HOST`/`_PORT`): deploy/'s policies refuse it in
+/// every network mode, so a connection means they are not enforced. Tries
+/// at once and again `SETTLE` later, so doctor can tell "not enforced"
+/// from "enforced only after the pod started".
+pub fn probe_connect() -> ConnectProbe {
+    let host = std::env::var("KUBERNETES_SERVICE_HOST").unwrap_or_default();
+    let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_default();
+    let address = match (host.parse::<IpAddr>(), port.parse::<u16>()) {
+        (Ok(ip), Ok(port)) => SocketAddr::new(ip, port),
+        _ => {
+            return ConnectProbe { target: "none".into(), connected_at_start: false, connected: false, error: "NoServiceAddress".into() };
+        }
+    };
+    let connected_at_start = TcpStream::connect_timeout(&address, CONNECT_TIMEOUT).is_ok();
+    std::thread::sleep(SETTLE);
+    let (connected, error) = match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
+        Ok(_) => (true, "none".to_string()),
+        Err(error) => (false, format!("{:?}", error.kind())),
+    };
+    ConnectProbe { target: address.to_string(), connected_at_start, connected, error }
+}
 
 /// Starts up to `ceiling` idle threads, counts them and lets them go.
 pub fn probe_pids(ceiling: u64) -> PidsProbe {

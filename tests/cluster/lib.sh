@@ -25,9 +25,13 @@ API_PORT="${MCP_K8S_TEST_API_PORT:-6443}"
 ETCD_PORT=2379
 ETCD_PEER_PORT=2380
 KUBELET_PORT=10250
-FW_CHAIN="MCP-K8S-TEST"         # our iptables chain (INPUT guard + FORWARD guard)
+FW_CHAIN="MCP-K8S-TEST"         # our iptables chains, table mangle (INPUT guard + FORWARD guard)
+# kube-router's NetworkPolicy firewall (tests/cluster/build-kube-router), the
+# binary keyed by version in the cache.
+KUBE_ROUTER_VERSION="v2.1.0"
+KUBE_ROUTER="$BIN/kube-router-$KUBE_ROUTER_VERSION"
 
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy kube-router)
 
 export PATH="$BIN:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 
@@ -51,6 +55,9 @@ healthy() { # component -> 0 when its health endpoint answers
     containerd) ctr --address "$CONTAINERD_SOCK" version >/dev/null 2>&1 ;;
     kubelet) curl -fsS --max-time 2 http://127.0.0.1:10248/healthz >/dev/null 2>&1 ;;
     kube-proxy) curl -fsS --max-time 2 http://127.0.0.1:10256/healthz >/dev/null 2>&1 ;;
+    # No health port (--health-port=0): healthy once its chains are in place
+    # (up also checks that a policy change is enforced).
+    kube-router) iptables -w -S KUBE-ROUTER-FORWARD >/dev/null 2>&1 ;;
     *) return 1 ;;
   esac
 }

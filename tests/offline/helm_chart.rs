@@ -265,7 +265,7 @@ fn network_service_and_env_values_land_where_values_yaml_says() {
     );
     let objects = render(&[&values], &[]);
     assert!(!objects.keys().any(|key| key.starts_with("Namespace ")), "namespaces.create=false: {:?}", objects.keys());
-    let jobs = &objects["NetworkPolicy mcp-ephemeral/mcp-ephemeral-jobs"]["spec"]["egress"];
+    let jobs = &objects["NetworkPolicy mcp-ephemeral/mcp-ephemeral-jobs-restricted"]["spec"]["egress"];
     assert_eq!(jobs.as_array().map(Vec::len), Some(2), "DNS, then jobsEgress: {jobs}");
     assert_eq!(jobs[1]["to"][0]["ipBlock"]["cidr"], "203.0.113.10/32");
     let server = &objects["NetworkPolicy mcp-system/mcp-k8s-ephemeral-job"]["spec"]["ingress"][0];

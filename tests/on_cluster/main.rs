@@ -24,4 +24,5 @@ mod cluster_run_job;
 mod contract;
 mod dockerfile_image;
 mod helm_install;
+mod network;
 mod pod_template;

@@ -3,8 +3,10 @@
 //! `serve` stops on: a cache PVC or clone Secret that does not exist would
 //! otherwise fail every run, or hang it until the start timeout).
 //!
-//! The last checks run tiny jobs: the runner (and clone) image starts, and
-//! the pod's real process limit, which only a job can measure.
+//! The last checks run tiny jobs: the runner (and clone) image starts, the
+//! pod's real process limit, which only a job can measure, and whether the
+//! cluster enforces the jobs' NetworkPolicy (a job tries a connection every
+//! network mode refuses; when it opens, doctor warns, without failing).
 //!
 //! The pod template's references (RuntimeClass, PriorityClass, image pull
 //! Secrets) are checked for existence only; the Secrets' content is never
@@ -31,21 +33,33 @@ use crate::sandbox;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Check {
     pub passed: bool,
+    /// Passed, but the operator should act: jobs run, yet a promise of the
+    /// security model does not hold (e.g. NetworkPolicy is not enforced).
+    pub warning: bool,
     pub text: String,
 }
 
 impl Check {
     fn pass(text: impl Into<String>) -> Check {
-        Check { passed: true, text: text.into() }
+        Check { passed: true, warning: false, text: text.into() }
     }
 
     fn fail(text: impl Into<String>) -> Check {
-        Check { passed: false, text: text.into() }
+        Check { passed: false, warning: false, text: text.into() }
     }
 
-    /// `ok    ...` or `FAIL  ...`, as doctor prints it.
+    fn warn(text: impl Into<String>) -> Check {
+        Check { passed: true, warning: true, text: text.into() }
+    }
+
+    /// `ok    ...`, `WARN  ...` or `FAIL  ...`, as doctor prints it.
     pub fn line(&self) -> String {
-        format!("{}  {}", if self.passed { "ok  " } else { "FAIL" }, self.text)
+        let verdict = match (self.passed, self.warning) {
+            (false, _) => "FAIL",
+            (true, true) => "WARN",
+            (true, false) => "ok  ",
+        };
+        format!("{verdict}  {}", self.text)
     }
 }
 
@@ -90,6 +104,7 @@ pub fn run(
     emit(check_allowlist(config));
     emit(check_image_runs(ctx, "runner image (MCP_K8S_RUNNER_IMAGE)", &config.runner_image, &[&config.runner_binary_path, "--version"]));
     emit(check_pids_limit(ctx, config));
+    emit(check_network_policy(ctx, config));
     if let Some(clone) = &config.clone {
         emit(check_image_runs(ctx, "clone image (MCP_K8S_CLONE_IMAGE)", &clone.image, &["git", "--version"]));
     }
@@ -314,6 +329,44 @@ fn pids_check(probe: &sandbox::probe::PidsProbe) -> Check {
     }
 }
 
+/// Whether job pods are really fenced in (issue 16): a job of the runner
+/// image tries to connect to the API server's Service (`runner
+/// probe-connect`), which deploy/'s policies refuse in every network mode.
+/// Doctor cannot see the CNI, so this is the only way to tell that the
+/// NetworkPolicy objects are enforced rather than merely accepted.
+fn check_network_policy(ctx: &engine::run::Ctx, config: &Config) -> Check {
+    let command = [config.runner_binary_path.as_str(), "runner", "probe-connect"];
+    let outcome = run_check_job(ctx, &config.runner_image, &command);
+    let stdout = String::from_utf8_lossy(&outcome.stdout);
+    match (outcome.status, stdout.lines().find_map(sandbox::probe::parse_connect_line)) {
+        (RunStatus::Succeeded, Some(probe)) => network_policy_check(&probe),
+        _ => Check::warn(format!("NetworkPolicy: the probe job did not report, so enforcement is unknown: {}", failure_text(&outcome))),
+    }
+}
+
+/// The verdict on one connection probe: a job pod that reached the API
+/// server means the network modes are not enforced.
+fn network_policy_check(probe: &sandbox::probe::ConnectProbe) -> Check {
+    if probe.connected {
+        Check::warn(format!(
+            "NetworkPolicy: a job pod connected to the API server's Service ({}), which every network mode refuses: the cluster does not appear to enforce NetworkPolicy; use a CNI that enforces it (Calico, Cilium, kube-router, ...) and apply deploy/networkpolicy-jobs*.yaml (on a cluster whose API server endpoint is public, add it to the open policy's `except`) before trusting a network mode",
+            probe.target
+        ))
+    } else if probe.target == "none" {
+        Check::warn("NetworkPolicy: not checked (the probe pod had no KUBERNETES_SERVICE_HOST to try)")
+    } else if probe.connected_at_start {
+        Check::warn(format!(
+            "NetworkPolicy: enforced only after a pod has started: a job pod connected to the API server's Service ({}) at once, and was refused 2 s later; the CNI fences a pod once it has seen it (kube-router does), so a job's first moments are not fenced; a CNI that applies policies before the pod runs (Calico, Cilium) closes this",
+            probe.target
+        ))
+    } else {
+        Check::pass(format!(
+            "NetworkPolicy: a job pod cannot connect to the API server's Service ({}: {}), as deploy/'s policies say",
+            probe.target, probe.error
+        ))
+    }
+}
+
 /// Runs `command` in `image` through the engine, exactly as a job would run.
 fn run_check_job(ctx: &engine::run::Ctx, image: &str, command: &[&str]) -> RunOutcome {
     let spec = RunSpec {
@@ -360,6 +413,30 @@ mod tests {
         assert!(limited.passed && limited.text.contains("about 1020 processes"), "{limited:?}");
         let unlimited = pids_check(&probe(4096, false));
         assert!(!unlimited.passed && unlimited.text.contains("set podPidsLimit"), "{unlimited:?}");
+    }
+
+    #[test]
+    fn a_job_pod_that_reaches_the_api_server_warns() {
+        let probe = |connected_at_start, connected, error: &str| sandbox::probe::ConnectProbe {
+            target: "10.96.0.1:443".into(),
+            connected_at_start,
+            connected,
+            error: error.into(),
+        };
+        let enforced = network_policy_check(&probe(false, false, "ConnectionRefused"));
+        assert_eq!(
+            enforced.line(),
+            "ok    NetworkPolicy: a job pod cannot connect to the API server's Service (10.96.0.1:443: ConnectionRefused), as deploy/'s policies say"
+        );
+        let late = network_policy_check(&probe(true, false, "ConnectionRefused"));
+        assert!(late.passed && late.line().starts_with("WARN  NetworkPolicy: enforced only after a pod has started"), "{late:?}");
+        let open = network_policy_check(&probe(true, true, "none"));
+        assert!(open.passed && open.warning, "a warning does not fail doctor: {open:?}");
+        assert!(
+            open.line().starts_with("WARN  NetworkPolicy: a job pod connected to the API server's Service (10.96.0.1:443)"),
+            "{open:?}"
+        );
+        assert!(open.text.contains("use a CNI that enforces it"), "{open:?}");
     }
 
     #[test]

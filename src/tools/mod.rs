@@ -401,9 +401,10 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 /// What each mode enforces where (issue 16; the README's security model
 /// says the same at length). The server sets no firewall rule itself.
 const NETWORK_TEXT: &str = "Kubernetes: the pod carries the label mcp-k8s-ephemeral-job/network=<mode>, and the \
-                            namespace's NetworkPolicies (deploy/networkpolicy-jobs.yaml) enforce it: no ingress for \
+                            namespace's NetworkPolicies (deploy/networkpolicy-jobs*.yaml) enforce it: no ingress for \
                             any mode; none: no egress, DNS included; restricted: DNS plus the operator's allowlist; \
-                            open: egress anywhere. Only where the cluster's network plugin enforces NetworkPolicy. \
+                            open: egress anywhere but private, link-local and loopback ranges (nodes, API server, \
+                            metadata) and the server's namespace. Only where the cluster's network plugin enforces NetworkPolicy. \
                             Docker: none is network mode none (loopback only); restricted is the network the \
                             operator names in MCP_K8S_DOCKER_NETWORK (its rules are the operator's; unset: refused); \
                             open is this server's bridge network mcp-k8s-open with inter-container traffic disabled \

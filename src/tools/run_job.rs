@@ -110,7 +110,7 @@ pub fn network_schema(config: &Config, default: NetworkMode, default_text: &str)
         "enum": NetworkMode::ALL.iter().map(|mode| mode.name()).collect::<Vec<_>>(),
         "description": format!(
             "what the sandbox may reach: none (no network at all, DNS included), restricted (only the operator's egress allowlist), \
-             open (egress anywhere); no mode lets anything connect in. Allowed here: {} (MCP_K8S_NETWORK_MODES); default {}{default_text}",
+             open (egress out, not to the cluster's own addresses); no mode lets anything connect in. Allowed here: {} (MCP_K8S_NETWORK_MODES); default {}{default_text}",
             network::names(&config.network_modes),
             default.name(),
         ),

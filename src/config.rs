@@ -72,6 +72,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_RESULT_TTL_S", Some("result-ttl-s"), "3600", "how long background job results are kept for fetch_job", |r| &mut r.result_ttl_s),
     setting("MCP_K8S_WORKDIR_SIZE", Some("workdir-size"), "1Gi", "what a job may write to its workdir and /tmp together (Kubernetes quantity)", |r| &mut r.workdir_size),
     setting("MCP_K8S_RUNTIME_CLASS", Some("runtime-class"), "", "RuntimeClass for job pods (e.g. gvisor); empty uses the cluster default", |r| &mut r.runtime_class),
+    setting("MCP_K8S_AWAIT_NETWORK_POLICY", Some("await-network-policy"), "0", "1: hold each command until its pod's network policy is in force (a connection to the API server's Service is refused), for network plugins that fence a pod only after it starts (kube-router); needs every mode to refuse the API server, as deploy/ does", |r| &mut r.await_network_policy),
     setting("MCP_K8S_POD_TEMPLATE", Some("pod-template"), "", "YAML or JSON file with the operator's parts of every job pod: nodeSelector, tolerations, affinity, imagePullSecrets, labels... (see the README)", |r| &mut r.pod_template),
     setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "4194304", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
     setting("MCP_K8S_MAX_INFLIGHT_BYTES", Some("max-inflight-bytes"), "16777216", "bytes of tools/call messages whose calls are still running; more calls are refused until some finish", |r| &mut r.max_inflight_bytes),
@@ -132,6 +133,7 @@ pub struct RawConfig {
     pub result_ttl_s: Option<String>,
     pub workdir_size: Option<String>,
     pub runtime_class: Option<String>,
+    pub await_network_policy: Option<String>,
     pub pod_template: Option<String>,
     pub max_message_bytes: Option<String>,
     pub max_inflight_bytes: Option<String>,
@@ -231,6 +233,8 @@ pub struct Config {
     pub result_ttl_s: u64,
     pub workdir_size: Quantity,
     pub runtime_class: Option<String>,
+    /// MCP_K8S_AWAIT_NETWORK_POLICY.
+    pub await_network_policy: bool,
     /// The operator's pod template file. Only its path is checked here:
     /// `backend::kubernetes::template` reads and checks its content, since
     /// its fields are Kubernetes' own.
@@ -412,6 +416,7 @@ impl Config {
             result_ttl_s: number(&raw.result_ttl_s, "MCP_K8S_RESULT_TTL_S", 3600, 60, 7 * 86_400)?,
             workdir_size: quantity(&raw.workdir_size, "MCP_K8S_WORKDIR_SIZE", "1Gi")?,
             runtime_class: raw.runtime_class.as_deref().map(|name| object_name(name, "MCP_K8S_RUNTIME_CLASS")).transpose()?,
+            await_network_policy: parse_flag(raw.await_network_policy.as_deref(), "MCP_K8S_AWAIT_NETWORK_POLICY")?,
             pod_template: raw.pod_template.as_ref().map(PathBuf::from),
             max_message_bytes: max_message_bytes as usize,
             max_inflight_bytes: number(&raw.max_inflight_bytes, "MCP_K8S_MAX_INFLIGHT_BYTES", 16 << 20, 64 << 10, 1 << 32)? as usize,

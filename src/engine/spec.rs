@@ -128,6 +128,9 @@ pub struct Policy {
     pub finished_ttl: Duration,
     /// Optional RuntimeClass (gVisor, Kata) for stronger isolation.
     pub runtime_class: Option<String>,
+    /// Hold each command until its pod's network policy is seen in force
+    /// (MCP_K8S_AWAIT_NETWORK_POLICY; `None`: do not wait).
+    pub await_network_policy: Option<Duration>,
 }
 
 #[derive(Clone, Debug)]
@@ -214,6 +217,9 @@ run_reasons! {
     ContainerFailed => "ContainerFailed",
     /// The init container that writes inputs failed.
     InputFailed => "InputFailed",
+    /// With MCP_K8S_AWAIT_NETWORK_POLICY, the pod's network policy was not
+    /// seen in force in time: the command was never started.
+    NetworkPolicyNotEnforced => "NetworkPolicyNotEnforced",
     CloneFailed => "CloneFailed",
     /// The pod ended without the runner's result frame.
     ResultLost => "ResultLost",

@@ -92,6 +92,10 @@ fn run_init(options: &InitOptions) -> Result<i32, String> {
 }
 
 fn prepare(options: &InitOptions) -> Result<(), String> {
+    // First: nothing of the run is in place until the pod is fenced.
+    if let Some(bound) = options.await_fence {
+        probe::await_fence(bound)?;
+    }
     if let Some((inputs, workdir)) = &options.inputs {
         init::write_inputs(inputs, workdir)?;
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::sandbox::probe::{ConnectProbe, PidsProbe};
+use crate::sandbox::probe::{ConnectProbe, FENCE_FAILURE, PidsProbe};
 
 /// How long a connection may take before the probe calls it refused: a
 /// policy that drops (rather than rejects) shows as a timeout.
@@ -33,13 +33,8 @@ const SETTLE: Duration = Duration::from_secs(2);
 /// at once and again `SETTLE` later, so doctor can tell "not enforced"
 /// from "enforced only after the pod started".
 pub fn probe_connect() -> ConnectProbe {
-    let host = std::env::var("KUBERNETES_SERVICE_HOST").unwrap_or_default();
-    let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_default();
-    let address = match (host.parse::<IpAddr>(), port.parse::<u16>()) {
-        (Ok(ip), Ok(port)) => SocketAddr::new(ip, port),
-        _ => {
-            return ConnectProbe { target: "none".into(), connected_at_start: false, connected: false, error: "NoServiceAddress".into() };
-        }
+    let Some(address) = api_service_address() else {
+        return ConnectProbe { target: "none".into(), connected_at_start: false, connected: false, error: "NoServiceAddress".into() };
     };
     let connected_at_start = TcpStream::connect_timeout(&address, CONNECT_TIMEOUT).is_ok();
     std::thread::sleep(SETTLE);
@@ -48,6 +43,47 @@ pub fn probe_connect() -> ConnectProbe {
         Err(error) => (false, format!("{:?}", error.kind())),
     };
     ConnectProbe { target: address.to_string(), connected_at_start, connected, error }
+}
+
+/// The API server's Service, from the environment the kubelet gives every
+/// pod; `None` without it.
+fn api_service_address() -> Option<SocketAddr> {
+    let host = std::env::var("KUBERNETES_SERVICE_HOST").ok()?.parse::<IpAddr>().ok()?;
+    let port = std::env::var("KUBERNETES_SERVICE_PORT").ok()?.parse::<u16>().ok()?;
+    Some(SocketAddr::new(host, port))
+}
+
+/// How long one try of the fence may take: a policy that drops rather
+/// than rejects shows as this time-out, and counts as in force.
+const FENCE_TRY: Duration = Duration::from_millis(300);
+/// The pause between two tries that connected.
+const FENCE_PAUSE: Duration = Duration::from_millis(50);
+
+/// Waits, up to `bound`, until a connection to the API server's Service is
+/// refused: every network mode refuses it (deploy/), so from then on the
+/// pod's policy holds. For network plugins that fence a pod only after its
+/// containers started (kube-router, ~0.6 s on the test cluster); `runner
+/// init` runs it before it says ready, so the command never starts
+/// unfenced.
+pub fn await_fence(bound: Duration) -> Result<(), String> {
+    let Some(address) = api_service_address() else {
+        return Err(format!(
+            "{FENCE_FAILURE} (cannot tell: the pod has no KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT to try); unset MCP_K8S_AWAIT_NETWORK_POLICY on this cluster"
+        ));
+    };
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        if TcpStream::connect_timeout(&address, FENCE_TRY).is_err() {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "{FENCE_FAILURE} within {} s: the pod could still connect to the API server's Service ({address}), which every network mode refuses; check that the cluster's network plugin enforces NetworkPolicy (`doctor` warns when it does not) and that deploy/'s policies are applied (the `open` policy's `except` must hold the API server's address), or unset MCP_K8S_AWAIT_NETWORK_POLICY",
+                bound.as_secs()
+            ));
+        }
+        std::thread::sleep(FENCE_PAUSE);
+    }
 }
 
 /// Starts up to `ceiling` idle threads, counts them and lets them go.

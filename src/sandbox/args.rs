@@ -48,6 +48,9 @@ pub struct InitOptions {
     pub copy_to: PathBuf,
     pub inputs: Option<(PathBuf, PathBuf)>,
     pub ready_file: Option<PathBuf>,
+    /// Wait up to this long for the pod's network policy to be in force
+    /// before anything else (`runner::fence`; MCP_K8S_AWAIT_NETWORK_POLICY).
+    pub await_fence: Option<Duration>,
 }
 
 /// Options of `runner await-ready`, the postStart hook that holds the main
@@ -196,19 +199,23 @@ pub fn init_args(options: &InitOptions) -> Vec<String> {
     if let Some(ready_file) = &options.ready_file {
         args.extend(["--ready-file".to_string(), ready_file.to_string_lossy().into_owned()]);
     }
+    if let Some(bound) = options.await_fence {
+        args.extend(["--await-fence-ms".to_string(), bound.as_millis().to_string()]);
+    }
     args
 }
 
 pub fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
     use lexopt::prelude::*;
     let mut parser = lexopt::Parser::from_args(args);
-    let (mut copy_to, mut inputs, mut workdir, mut ready_file) = (None, None, None, None);
+    let (mut copy_to, mut inputs, mut workdir, mut ready_file, mut await_fence) = (None, None, None, None, None);
     while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
         match arg {
             Long("copy-to") => copy_to = Some(PathBuf::from(value(&mut parser)?)),
             Long("inputs") => inputs = Some(PathBuf::from(value(&mut parser)?)),
             Long("workdir") => workdir = Some(PathBuf::from(value(&mut parser)?)),
             Long("ready-file") => ready_file = Some(PathBuf::from(value(&mut parser)?)),
+            Long("await-fence-ms") => await_fence = Some(Duration::from_millis(number(&mut parser, "--await-fence-ms")?)),
             other => return Err(other.unexpected().to_string()),
         }
     }
@@ -218,7 +225,7 @@ pub fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
         (None, None) => None,
         _ => return Err("runner init needs --inputs and --workdir together".into()),
     };
-    Ok(InitOptions { copy_to, inputs, ready_file })
+    Ok(InitOptions { copy_to, inputs, ready_file, await_fence })
 }
 
 /// Builds the argument list of `runner await-ready` for a pod spec; the
@@ -346,8 +353,15 @@ mod tests {
     fn init_args_round_trip() {
         for inputs in [None, Some(("/mcp/inputs".into(), "/work".into()))] {
             for ready_file in [None, Some("/mcp/bin/.ready".into())] {
-                let options = InitOptions { copy_to: "/mcp/bin/runner".into(), inputs: inputs.clone(), ready_file };
-                assert_eq!(parse_init(after_subcommand(init_args(&options))), Ok(options));
+                for await_fence in [None, Some(Duration::from_secs(10))] {
+                    let options = InitOptions {
+                        copy_to: "/mcp/bin/runner".into(),
+                        inputs: inputs.clone(),
+                        ready_file: ready_file.clone(),
+                        await_fence,
+                    };
+                    assert_eq!(parse_init(after_subcommand(init_args(&options))), Ok(options));
+                }
             }
         }
         let half = vec!["--copy-to".into(), "/x".into(), "--inputs".into(), "/i".into()];

@@ -55,6 +55,11 @@ pub struct ConnectProbe {
     pub error: String,
 }
 
+/// How the runner's message starts when the pod's network policy was not
+/// seen in force in time (`runner init --await-fence-ms`); the backend
+/// reads it back as `NetworkPolicyNotEnforced`.
+pub const FENCE_FAILURE: &str = "the pod's network policy was not in force";
+
 /// The probe as the one line `runner probe-connect` prints.
 pub fn connect_line(probe: &ConnectProbe) -> String {
     format!(

@@ -215,3 +215,20 @@ fn list_jobs_lists_a_background_run() {
     let done = entry(&mut server);
     assert_eq!((done["status"].as_str(), done["result_status"].as_str()), (Some("done"), Some("succeeded")), "{done}");
 }
+
+/// A run in network `none` is fenced from its command's first instant (issue
+/// 16): its first act, a connection to the API server's Service (the
+/// address the kubelet gives every pod; on Docker there is none, and the
+/// fallback address is unreachable with only loopback), is refused. On the
+/// test cluster's kube-router this holds only because the server waits for
+/// the fence before the command starts (MCP_K8S_AWAIT_NETWORK_POLICY).
+#[test]
+fn network_none_reaches_nothing_from_the_first_instant() {
+    let mut server = server(&[]);
+    let script = "nc -w 2 ${KUBERNETES_SERVICE_HOST:-10.96.0.1} ${KUBERNETES_SERVICE_PORT:-443} </dev/null \
+                  && echo reached || echo refused";
+    let out = server.run(json!({"image": BUSYBOX, "command": sh(script), "network": "none"}));
+    assert_eq!(out["status"], "succeeded", "{out}");
+    assert_eq!(out["stdout"], "refused\n", "{out}");
+    assert_nothing_left(BACKEND, out["run_id"].as_str().unwrap_or_default());
+}

@@ -45,6 +45,7 @@ fn policy() -> Policy {
         cache: None,
         finished_ttl: Duration::from_secs(300),
         runtime_class: None,
+        await_network_policy: None,
         clone: None,
     }
 }

@@ -29,6 +29,7 @@ fn policy() -> Policy {
         clone: None,
         finished_ttl: Duration::from_secs(300),
         runtime_class: None,
+        await_network_policy: None,
     }
 }
 

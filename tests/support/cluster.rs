@@ -110,9 +110,12 @@ pub fn more_memory_than_the_node() -> std::sync::MutexGuard<'static, ()> {
 
 /// The environment a server under test gets: the ServiceAccount kubeconfig
 /// (exactly the shipped Role's permissions), the test images, small
-/// requests so many runs fit on the one node.
+/// requests so many runs fit on the one node, and the wait for the pod's
+/// network policy: the test cluster's kube-router fences a pod only ~0.6 s
+/// after its containers started.
 pub fn server_env() -> Vec<(String, String)> {
     vec![
+        ("MCP_K8S_AWAIT_NETWORK_POLICY".into(), "1".into()),
         ("MCP_K8S_KUBECONFIG".into(), server_kubeconfig().display().to_string()),
         ("MCP_K8S_ALLOWED_IMAGES".into(), format!("{BUSYBOX},{PYTHON},{},{NONEXISTENT_IMAGE}", project_image())),
         ("MCP_K8S_RUNNER_IMAGE".into(), project_image()),

@@ -359,6 +359,7 @@ mod tests {
             clone: None,
             finished_ttl: Duration::from_secs(300),
             runtime_class: None,
+            await_network_policy: None,
         }
     }
 

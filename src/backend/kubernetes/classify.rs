@@ -281,6 +281,12 @@ fn init_container_state(status: &PodStatus, name: &str, image: &str, reason: Run
     let detail = if detail.is_empty() { "no message" } else { detail };
     // `null` for a missing code, as the JSON it was once printed from said.
     let exit_code = terminated.exit_code.map_or_else(|| "null".to_string(), |code| code.to_string());
+    if reason == RunReason::InputFailed && detail.starts_with(crate::sandbox::probe::FENCE_FAILURE) {
+        return Some(PodState::FailFast {
+            reason: RunReason::NetworkPolicyNotEnforced,
+            message: format!("{detail}; the command was not started"),
+        });
+    }
     let message = match reason {
         RunReason::CloneFailed => format!("cloning the repository failed (exit code {exit_code}): {detail}"),
         _ => format!("preparing the pod failed (exit code {exit_code}): {detail}; check the input files and MCP_K8S_RUNNER_IMAGE"),
@@ -409,6 +415,13 @@ mod tests {
                     json!({"phase": "Failed", "initContainerStatuses": [{"name": "prepare", "state": {"terminated": {"exitCode": 2, "message": "input path bad"}}}]}),
                 ),
                 "FailFast(InputFailed)",
+            ),
+            (
+                "prepare never saw the pod's network policy in force",
+                pod(json!({"phase": "Failed", "containerStatuses": [
+                    {"name": "prepare", "state": {"terminated": {"exitCode": 2, "message": "mcp-k8s-ephemeral-job runner: the pod's network policy was not in force within 10 s: ..."}}},
+                ]})),
+                "FailFast(NetworkPolicyNotEnforced)",
             ),
             (
                 "prepare beside main failed",

@@ -295,7 +295,7 @@ fn ready_file() -> String {
 
 fn prepare_container(spec: &RunSpec, policy: &Policy, place: Prepare) -> Value {
     let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR}), json!({"name": "work", "mountPath": spec.workdir})];
-    let mut init = InitOptions { copy_to: runner_path().into(), inputs: None, ready_file: None };
+    let mut init = InitOptions { copy_to: runner_path().into(), inputs: None, ready_file: None, await_fence: policy.await_network_policy };
     if !spec.files.is_empty() {
         init.inputs = Some((INPUTS_DIR.into(), spec.workdir.clone().into()));
         mounts.push(json!({"name": "inputs", "mountPath": INPUTS_DIR, "readOnly": true}));

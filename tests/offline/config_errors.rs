@@ -63,6 +63,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ),
     ("MCP_K8S_LOG_LEVEL", "verbose", "MCP_K8S_LOG_LEVEL: `verbose` is not accepted"),
     ("MCP_K8S_TEST_TOOLS", "yes", "MCP_K8S_TEST_TOOLS: `yes` is not accepted"),
+    ("MCP_K8S_AWAIT_NETWORK_POLICY", "on", "MCP_K8S_AWAIT_NETWORK_POLICY: `on` is not accepted"),
     ("MCP_K8S_BACKEND", "podman", "MCP_K8S_BACKEND: `podman` is not accepted"),
     ("MCP_K8S_DOCKER_HOST", "tcp://127.0.0.1:2375", "MCP_K8S_DOCKER_HOST: `tcp://127.0.0.1:2375` is not accepted"),
     ("MCP_K8S_DOCKER_NETWORK", "my net", "MCP_K8S_DOCKER_NETWORK: `my net` is not accepted"),

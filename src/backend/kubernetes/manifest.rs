@@ -97,6 +97,12 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
         volumes.push(json!({"name": "clone-tmp", "emptyDir": {"sizeLimit": "64Mi"}}));
         init_containers.push(prepare_container(spec, policy, Prepare::Before));
         init_containers.push(clone_container(spec, clone_spec, clone_step, policy));
+    } else if policy.await_network_policy.is_some() {
+        // Waiting for the fence beside `main` would never end: its hook
+        // holds the kubelet's first pass, so the pod's IP is not reported,
+        // and a plugin that fences by the reported IP (kube-router) never
+        // fences it. As an init container, one pass later, it is.
+        init_containers.push(prepare_container(spec, policy, Prepare::Before));
     } else {
         containers.push(prepare_container(spec, policy, Prepare::Beside));
     }

@@ -54,6 +54,7 @@ static POLICY: LazyLock<Policy> = LazyLock::new(|| {
         clone: Some(CloneStep { image: "alpine/git:2.45".into(), secret_name: "git-tokens".into() }),
         finished_ttl: Duration::from_secs(300),
         runtime_class: None,
+        await_network_policy: None,
     }
 });
 

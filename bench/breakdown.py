@@ -94,18 +94,13 @@ def pod_facts(kind, pod):
     if pod.get("spec", {}).get("nodeName"):
         yield "scheduled"
     status = pod.get("status", {})
-    for container in status.get("initContainerStatuses", []):
-        state = container.get("state", {})
-        if "running" in state or "terminated" in state:
-            yield f"init {container['name']} running"
-        if "terminated" in state:
-            yield f"init {container['name']} done"
-    for container in status.get("containerStatuses", []):
-        state = container.get("state", {})
-        if "running" in state or "terminated" in state:
-            yield f"{container['name']} running"
-        if "terminated" in state:
-            yield f"{container['name']} done"
+    for key, prefix in (("initContainerStatuses", "init "), ("containerStatuses", "")):
+        for container in status.get(key, []):
+            state = container.get("state", {})
+            if "running" in state or "terminated" in state:
+                yield f"{prefix}{container['name']} running"
+            if "terminated" in state:
+                yield f"{prefix}{container['name']} done"
     if kind == "DELETED":
         yield "pod deleted"
 

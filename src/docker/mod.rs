@@ -496,15 +496,7 @@ impl Client {
         if !name.is_empty() {
             path.push_str(&format!("?name={}", container_segment(name)?));
         }
-        let path = self.versioned(&path);
-        let body =
-            serde_json::to_vec(spec).map_err(|error| Error::Decode { verb: "POST", path: path.clone(), message: error.to_string() })?;
-        let mut reader: &[u8] = &body;
-        let len = body.len() as u64;
-        self.json(Request {
-            payload: Some(Payload { content_type: "application/json", reader: &mut reader, len }),
-            ..self.request("POST", path)
-        })
+        self.post_json(self.versioned(&path), spec)
     }
 
     /// `POST /containers/{id}/start`. Starting a running container is not an error.
@@ -597,15 +589,7 @@ impl Client {
     /// `check_duplicate`; Docker 20.10 answers 409 for it).
     pub fn network_create(&self, spec: &objects::NetworkSpec) -> Result<objects::CreatedNetwork, Error> {
         network_segment(&spec.name)?;
-        let path = self.versioned("/networks/create");
-        let body =
-            serde_json::to_vec(spec).map_err(|error| Error::Decode { verb: "POST", path: path.clone(), message: error.to_string() })?;
-        let mut reader: &[u8] = &body;
-        let len = body.len() as u64;
-        self.json(Request {
-            payload: Some(Payload { content_type: "application/json", reader: &mut reader, len }),
-            ..self.request("POST", path)
-        })
+        self.post_json(self.versioned("/networks/create"), spec)
     }
 
     /// `DELETE /networks/{name}`. A missing network is `Error::NotFound`,
@@ -672,6 +656,18 @@ impl Client {
             ..self.request("POST", self.versioned(path))
         })
         .map(|_| ())
+    }
+
+    /// `POST path` with `body` as JSON; the answer decoded.
+    fn post_json<T: serde::de::DeserializeOwned>(&self, path: String, body: &impl serde::Serialize) -> Result<T, Error> {
+        let body =
+            serde_json::to_vec(body).map_err(|error| Error::Decode { verb: "POST", path: path.clone(), message: error.to_string() })?;
+        let mut reader: &[u8] = &body;
+        let len = body.len() as u64;
+        self.json(Request {
+            payload: Some(Payload { content_type: "application/json", reader: &mut reader, len }),
+            ..self.request("POST", path)
+        })
     }
 
     fn json<T: serde::de::DeserializeOwned>(&self, request: Request<'_>) -> Result<T, Error> {

@@ -95,7 +95,7 @@ fn a_bad_ref_a_bad_token_and_a_host_without_a_token_give_clone_failed() {
     let git = GitServer::start();
     let good = CloneSecret::create(&[(&git.secret_key(), &git.token)], &git.ca_pem);
     let mut server = server_with(&[("MCP_K8S_CLONE_IMAGE", GIT), ("MCP_K8S_CLONE_SECRET", &good.name)]);
-    let out = clone_failure(&mut server, &git.url(), "no-such-branch");
+    let out = clone_failure(&mut server, &git, "no-such-branch");
     assert!(out.contains("couldn't find remote ref no-such-branch"), "{out}");
     assert!(out.contains("check that `ref` exists"), "{out}");
     drop(server);
@@ -103,22 +103,23 @@ fn a_bad_ref_a_bad_token_and_a_host_without_a_token_give_clone_failed() {
     let wrong_token = format!("wrong-{}", git.token);
     let bad = CloneSecret::create(&[(&git.secret_key(), &wrong_token)], &git.ca_pem);
     let mut server = server_with(&[("MCP_K8S_CLONE_IMAGE", GIT), ("MCP_K8S_CLONE_SECRET", &bad.name)]);
-    let out = clone_failure(&mut server, &git.url(), "main");
+    let out = clone_failure(&mut server, &git, "main");
     assert!(out.contains("Authentication failed"), "{out}");
     assert!(!out.contains(&wrong_token) && !out.contains(&git.token), "the token is masked: {out}");
     drop(server);
 
     let no_key = CloneSecret::create(&[("other.example.com", "x")], &git.ca_pem);
     let mut server = server_with(&[("MCP_K8S_CLONE_IMAGE", GIT), ("MCP_K8S_CLONE_SECRET", &no_key.name)]);
-    let out = clone_failure(&mut server, &git.url(), "main");
+    let out = clone_failure(&mut server, &git, "main");
     assert!(out.contains(&format!("the clone Secret has no key `{}`", git.secret_key())), "{out}");
 }
 
 /// Runs a clone that must fail and returns the outcome's message.
-fn clone_failure(server: &mut StdioServer, url: &str, git_ref: &str) -> String {
-    let out = run(server, json!({"image": BUSYBOX, "command": ["true"], "clone": {"repo_url": url, "ref": git_ref}}), "");
-    assert_eq!(out["status"], "error", "{out}");
-    assert_eq!(out["reason"], "CloneFailed", "{out}");
+fn clone_failure(server: &mut StdioServer, git: &GitServer, git_ref: &str) -> String {
+    let out = run(server, json!({"image": BUSYBOX, "command": ["true"], "clone": {"repo_url": git.url(), "ref": git_ref}}), "");
+    let log = git.log();
+    assert_eq!(out["status"], "error", "{out}\nthe git server's log:\n{log}");
+    assert_eq!(out["reason"], "CloneFailed", "{out}\nthe git server's log:\n{log}");
     out["message"].as_str().unwrap().to_string()
 }
 
@@ -398,7 +399,7 @@ impl GitServer {
                 &path("key.pem"),
             ])
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("server.log")).expect("the git server's log file"))
             .spawn()
             .expect("python3 starts the git server");
         let mut first_line = String::new();
@@ -411,6 +412,12 @@ impl GitServer {
 
     fn url(&self) -> String {
         format!("https://{}/test.git", self.authority)
+    }
+
+    /// What the server logged (a line per request, handshake errors), for
+    /// the message of a failed assertion.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 
     /// The rule of `runner::clone`: `host_port`.

@@ -26,6 +26,15 @@ with open(ARGS.token_file) as token_file:
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # A client that stalls holds only its own thread, and not for ever.
+    timeout = 30
+
+    def setup(self):
+        # The TLS handshake runs here, in the connection's thread: wrapping
+        # the listening socket would run it inside accept(), where one
+        # stalled client would block every other.
+        self.request = CONTEXT.wrap_socket(self.request, server_side=True)
+        super().setup()
 
     def do_GET(self):
         self.serve()
@@ -99,12 +108,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     def log_message(self, format, *args):
-        sys.stderr.write("git-server: %s\n" % (format % args))
+        sys.stderr.write("git-server: %s %s\n" % (self.client_address[0], format % args))
+        sys.stderr.flush()
 
 
+CONTEXT = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+CONTEXT.load_cert_chain(ARGS.cert, ARGS.key)
 server = http.server.ThreadingHTTPServer((ARGS.bind, 0), Handler)
-context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-context.load_cert_chain(ARGS.cert, ARGS.key)
-server.socket = context.wrap_socket(server.socket, server_side=True)
+server.daemon_threads = True
 print("listening %d" % server.server_address[1], flush=True)
 server.serve_forever()

@@ -64,7 +64,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_CACHE_PVC", Some("cache-pvc"), "", "PersistentVolumeClaim mounted as a cache (with MCP_K8S_CACHE_MOUNT_PATH)", |r| &mut r.cache_pvc),
     setting("MCP_K8S_CACHE_MOUNT_PATH", Some("cache-mount-path"), "", "where the cache is mounted (with MCP_K8S_CACHE_PVC)", |r| &mut r.cache_mount_path),
     setting("MCP_K8S_JOB_EXTRA_ENV", None, "", "JSON object of environment variables every job gets (environment only)", |r| &mut r.job_extra_env),
-    setting("MCP_K8S_RUNNER_IMAGE", Some("runner-image"), "mcp-k8s-ephemeral-job:0.1.0", "image holding this binary; its init container copies the in-pod runner (set it to your mirror)", |r| &mut r.runner_image),
+    setting("MCP_K8S_RUNNER_IMAGE", Some("runner-image"), "mcp-k8s-ephemeral-job:0.1.0", "image holding this binary; its `prepare` container copies the in-pod runner (set it to your mirror)", |r| &mut r.runner_image),
     setting("MCP_K8S_RUNNER_BINARY_PATH", Some("runner-binary-path"), "/mcp-k8s-ephemeral-job", "path of this binary inside MCP_K8S_RUNNER_IMAGE", |r| &mut r.runner_binary_path),
     setting("MCP_K8S_RUN_AS_USER", Some("run-as-user"), "65532", "numeric UID (and GID) job containers run as; never 0", |r| &mut r.run_as_user),
     setting("MCP_K8S_START_TIMEOUT_S", Some("start-timeout-s"), "120", "time a pod may take to be scheduled, pull its image and start, apart from timeout_s", |r| &mut r.start_timeout_s),

@@ -105,7 +105,7 @@ pub fn command_env(spec: &RunSpec, policy: &Policy) -> BTreeMap<String, String> 
 #[derive(Clone, Debug)]
 pub struct Policy {
     pub namespace: String,
-    /// Image holding this binary; its init container copies the runner.
+    /// Image holding this binary; its `prepare` container copies the runner.
     pub runner_image: String,
     /// Path of this binary inside `runner_image`.
     pub runner_binary_path: String,

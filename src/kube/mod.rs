@@ -242,6 +242,10 @@ struct Inner {
 }
 
 /// One request, before any IO.
+const JSON: &str = "application/json";
+/// The `Accept` of a metadata-only list.
+const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+
 #[derive(Clone, Debug)]
 pub(crate) struct ApiRequest {
     pub verb: &'static str,
@@ -252,6 +256,8 @@ pub(crate) struct ApiRequest {
     pub content_type: &'static str,
     /// Per-read timeout instead of `Options::read_timeout` (watches, logs).
     pub read_timeout: Option<Option<Duration>>,
+    /// `Accept`: JSON, or metadata only (`list_metadata`).
+    pub accept: &'static str,
 }
 
 impl Client {
@@ -354,8 +360,19 @@ impl Client {
     }
 
     pub fn list(&self, resource: Resource, namespace: &str, params: &ListParams) -> Result<ObjectList, Error> {
+        self.list_accepting(resource, namespace, params, JSON)
+    }
+
+    /// `list`, but the API server sends each object's metadata only
+    /// (`PartialObjectMetadataList`): for objects whose content this server
+    /// must not receive, such as Secrets it does not own.
+    pub fn list_metadata(&self, resource: Resource, namespace: &str, params: &ListParams) -> Result<ObjectList, Error> {
+        self.list_accepting(resource, namespace, params, METADATA_ONLY)
+    }
+
+    fn list_accepting(&self, resource: Resource, namespace: &str, params: &ListParams, accept: &'static str) -> Result<ObjectList, Error> {
         let path = with_query(&collection_path(resource, namespace)?, &list_query(params));
-        let request = ApiRequest::new("GET", path);
+        let request = ApiRequest { accept, ..ApiRequest::new("GET", path) };
         decode_list(&request, self.json(request.clone())?)
     }
 
@@ -533,7 +550,7 @@ impl Client {
         credential: &auth::Credential,
     ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
         let url = format!("{}{}", self.inner.base_url, request.path);
-        let mut builder = ureq::http::Request::builder().method(request.verb).uri(&url).header("Accept", "application/json");
+        let mut builder = ureq::http::Request::builder().method(request.verb).uri(&url).header("Accept", request.accept);
         if let Some(authorization) = &credential.authorization {
             builder = builder.header("Authorization", authorization.0.as_str());
         }
@@ -577,7 +594,7 @@ impl Client {
 
 impl ApiRequest {
     pub(crate) fn new(verb: &'static str, path: String) -> ApiRequest {
-        ApiRequest { verb, path, body: None, content_type: "application/json", read_timeout: None }
+        ApiRequest { verb, path, body: None, content_type: "application/json", read_timeout: None, accept: JSON }
     }
 }
 

@@ -264,11 +264,12 @@ fn check_cluster_object(client: &kube::Client, object: &ClusterObject, name: &st
 
 /// An image pull Secret exists. The server has no reason to read it (the
 /// kubelet does), so this asks with the `list` the reaper already holds,
-/// selected by name, and looks only at how many came back: no `get` on a
-/// Secret the server does not own, and nothing of it is kept or shown.
+/// selected by name and metadata only (the API server sends no data), and
+/// looks only at how many came back: no `get` on a Secret the server does
+/// not own, and nothing of it is received, kept or shown.
 fn check_pull_secret(client: &kube::Client, namespace: &str, secret: &str) -> Check {
     let params = kube::ListParams { label_selector: None, field_selector: Some(format!("metadata.name={secret}")) };
-    match client.list(kube::Resource::SECRETS, namespace, &params) {
+    match client.list_metadata(kube::Resource::SECRETS, namespace, &params) {
         Ok(list) if !list.items.is_empty() => Check::pass(format!("imagePullSecrets: Secret `{secret}` exists in `{namespace}`")),
         Ok(_) => Check::fail(format!(
             "imagePullSecrets: Secret `{secret}` does not exist in namespace `{namespace}`; pods pulling from that registry would fail with ErrImagePull: create it (kubectl create secret docker-registry), or remove it from MCP_K8S_POD_TEMPLATE"

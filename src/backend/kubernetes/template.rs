@@ -89,6 +89,12 @@ pub enum Error {
         field: String,
         key: String,
     },
+    /// An annotation that sets a container's AppArmor or seccomp profile,
+    /// which the server sets itself (restricted Pod Security).
+    ProfileAnnotation {
+        path: PathBuf,
+        key: String,
+    },
     /// The template and `MCP_K8S_RUNTIME_CLASS` name different classes.
     RuntimeClassConflict {
         path: PathBuf,
@@ -121,6 +127,11 @@ impl fmt::Display for Error {
             Error::ReservedKey { path, field, key } => write!(
                 f,
                 "MCP_K8S_POD_TEMPLATE: `{}`: {field} key `{key}` is reserved: the server and Kubernetes use it to find their own objects",
+                path.display()
+            ),
+            Error::ProfileAnnotation { path, key } => write!(
+                f,
+                "MCP_K8S_POD_TEMPLATE: `{}`: annotations key `{key}` would set a container's AppArmor or seccomp profile, which the server sets itself for restricted Pod Security; remove it",
                 path.display()
             ),
             Error::RuntimeClassConflict { path, template, setting } => write!(
@@ -231,6 +242,11 @@ const FORBIDDEN_FIELDS: &[(&str, &str)] = &[
 /// reaper or make it look like another run's.
 const RESERVED_KEYS: &[&str] = &["app.kubernetes.io/managed-by", "controller-uid", "job-name"];
 const RESERVED_PREFIXES: &[&str] = &["mcp-k8s-ephemeral-job/", "batch.kubernetes.io/"];
+const PROFILE_ANNOTATION_PREFIXES: &[&str] = &[
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+];
 
 #[derive(Clone, Copy)]
 enum Shape {
@@ -254,7 +270,7 @@ impl Checker<'_> {
         for (field, value) in fields {
             match field.as_str() {
                 "labels" => template.labels = self.metadata_map("labels", &value)?,
-                "annotations" => template.annotations = self.metadata_map("annotations", &value)?,
+                "annotations" => template.annotations = self.annotations(&value)?,
                 _ => {
                     let shape = self.shape_of(&field)?;
                     self.check(&field, shape, &value)?;
@@ -314,6 +330,17 @@ impl Checker<'_> {
         let map = self.string_map(field, value)?;
         if let Some(key) = map.keys().find(|key| is_reserved_key(key)) {
             return Err(Error::ReservedKey { path: self.path.to_path_buf(), field: field.to_string(), key: key.clone() });
+        }
+        Ok(map)
+    }
+
+    /// Annotations, without the legacy keys that set security profiles: a
+    /// namespace without Pod Security admission would let them weaken the
+    /// pod, one with it would refuse every run.
+    fn annotations(&self, value: &Value) -> Result<BTreeMap<String, String>, Error> {
+        let map = self.metadata_map("annotations", value)?;
+        if let Some(key) = map.keys().find(|key| PROFILE_ANNOTATION_PREFIXES.iter().any(|prefix| key.starts_with(prefix))) {
+            return Err(Error::ProfileAnnotation { path: self.path.to_path_buf(), key: key.clone() });
         }
         Ok(map)
     }
@@ -549,6 +576,15 @@ dnsConfig:
             ("labels: {controller-uid: x}", "labels key `controller-uid` is reserved"),
             ("annotations: {batch.kubernetes.io/job-tracking: x}", "annotations key `batch.kubernetes.io/job-tracking` is reserved"),
             ("annotations: {mcp-k8s-ephemeral-job/expires-at: x}", "annotations key `mcp-k8s-ephemeral-job/expires-at` is reserved"),
+            (
+                "annotations: {container.apparmor.security.beta.kubernetes.io/main: unconfined}",
+                "annotations key `container.apparmor.security.beta.kubernetes.io/main` would set a container's AppArmor or seccomp profile",
+            ),
+            ("annotations: {seccomp.security.alpha.kubernetes.io/pod: unconfined}", "`seccomp.security.alpha.kubernetes.io/pod` would set"),
+            (
+                "annotations: {container.seccomp.security.alpha.kubernetes.io/main: x}",
+                "`container.seccomp.security.alpha.kubernetes.io/main` would set",
+            ),
             ("labels: {team: 7}", "field `labels.team` must be a string"),
             ("- nodeSelector", "is not a YAML or JSON mapping: the top level must be a mapping"),
             ("{\"nodeSelector\": ", "`/etc/pod-template.yaml` is not a YAML or JSON mapping"),

@@ -99,13 +99,18 @@ fn labels_annotations_and_pull_secrets_reach_the_pod() {
     assert_eq!(done["result"]["status"], "succeeded", "{done}");
 }
 
-/// The pull Secret check looks for the Secret by name without `get` on it;
+/// The pull Secret check looks for the Secret by name without `get` on it
+/// (a metadata-only list: one present, one missing);
 /// the RuntimeClass check is optional (cluster-scoped, the Role cannot
 /// grant it) and says so.
 #[test]
 fn doctor_names_a_missing_pull_secret_and_an_unreadable_runtime_class() {
+    let present = PullSecret::create();
     let missing = cluster::unique_name("no-such-registry-creds");
-    let template = TemplateFile::write("doctor", &format!("runtimeClassName: gvisor\nimagePullSecrets:\n  - name: {missing}\n"));
+    let template = TemplateFile::write(
+        "doctor",
+        &format!("runtimeClassName: gvisor\nimagePullSecrets:\n  - name: {}\n  - name: {missing}\n", present.name),
+    );
     let mut env = cluster::server_env();
     env.push(("MCP_K8S_POD_TEMPLATE".into(), template.path_text()));
     let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
@@ -116,6 +121,9 @@ fn doctor_names_a_missing_pull_secret_and_an_unreadable_runtime_class() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{stdout}");
     let expected = format!("FAIL  imagePullSecrets: Secret `{missing}` does not exist in namespace `{NAMESPACE}`");
+    assert!(stdout.contains(&expected), "missing `{expected}` in:\n{stdout}");
+    // Found through the metadata-only list, whose items carry no data.
+    let expected = format!("ok    imagePullSecrets: Secret `{}` exists in `{NAMESPACE}`", present.name);
     assert!(stdout.contains(&expected), "missing `{expected}` in:\n{stdout}");
     assert!(stdout.contains("ok    RuntimeClass `gvisor`: not checked (cluster-scoped"), "{stdout}");
 }

@@ -4,6 +4,8 @@
 //! turns engine progress into MCP progress notifications.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -18,6 +20,11 @@ use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome};
 
 /// Longest piece of live output carried by one progress message.
 const PROGRESS_TEXT_BYTES: usize = 4096;
+/// How often a run that reports nothing else says it is still running:
+/// clients whose request timeout is reset only by progress (the TypeScript
+/// SDK's `resetTimeoutOnProgress`, the Inspector; 60 s by default) keep
+/// waiting for a silent command.
+const HEARTBEAT: Duration = Duration::from_secs(5);
 
 pub fn run_job_tool(config: &Config) -> Tool {
     Tool {
@@ -140,11 +147,27 @@ pub fn run_reporting_progress(ctx: &Ctx, call: &Call<'_>, spec: &engine::spec::R
     };
     let run_id = engine::run::new_run_id();
     let steps = AtomicU64::new(0);
-    let on_progress = |progress: Progress| {
+    let report = |message: &str| {
         let step = steps.fetch_add(1, Ordering::Relaxed) + 1;
-        call.events.progress(step as f64, None, Some(&progress_message(&progress)));
+        call.events.progress(step as f64, None, Some(message));
     };
-    Ok(engine::run::run(engine, spec, &run_id, call.cancel, &on_progress))
+    let on_progress = |progress: Progress| report(&progress_message(&progress));
+    let (finished, heartbeat_stop) = mpsc::channel::<()>();
+    Ok(std::thread::scope(|scope| {
+        let report = &report;
+        scope.spawn(move || heartbeat(&heartbeat_stop, report));
+        let outcome = engine::run::run(engine, spec, &run_id, call.cancel, &on_progress);
+        drop(finished);
+        outcome
+    }))
+}
+
+/// Reports "still running" every `HEARTBEAT` until `stop` closes.
+fn heartbeat(stop: &mpsc::Receiver<()>, report: &(dyn Fn(&str) + Sync)) {
+    let started = Instant::now();
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(HEARTBEAT) {
+        report(&format!("still running after {} s", started.elapsed().as_secs()));
+    }
 }
 
 /// Progress text: phases in words, live output prefixed with its stream.

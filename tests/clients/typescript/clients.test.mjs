@@ -169,3 +169,35 @@ test(
     }
   },
 );
+
+// Issue 12, finding 14, for real runs: a command that prints nothing still
+// resets a progress-reset timeout, because run_job reports "still running"
+// every 5 s. A 9 s timeout and a 20 s silent command.
+test(
+  "stdio: a silent run_job keeps a timeout reset by progress alive",
+  { skip: haveCluster ? false : `LEFT OUT: no test cluster at ${clusterDir} (run tests/cluster/up)` },
+  async () => {
+    const env = {
+      MCP_K8S_KUBECONFIG: kubeconfig,
+      MCP_K8S_RUNNER_IMAGE: projectImage,
+      MCP_K8S_ALLOWED_IMAGES: "mcp-k8s-test.local/busybox:1.35",
+      MCP_K8S_DEFAULT_CPU: "50m",
+      MCP_K8S_DEFAULT_MEMORY: "64Mi",
+    };
+    const client = new Client({ name: "ts-sdk-test", version: "1.0.0" });
+    await client.connect(new StdioClientTransport({ command: binary, args: [], env, stderr: "ignore" }));
+    try {
+      const messages = [];
+      const result = await client.callTool(
+        { name: "run_job", arguments: { image: "mcp-k8s-test.local/busybox:1.35", command: ["sleep", "20"] } },
+        undefined,
+        { timeout: 9000, resetTimeoutOnProgress: true, onprogress: (update) => messages.push(update.message) },
+      );
+      assert.equal(result.structuredContent.status, "succeeded", JSON.stringify(result.structuredContent));
+      const beats = messages.filter((message) => /^still running after \d+ s$/.test(message));
+      assert.ok(beats.length >= 3, `progress messages: ${JSON.stringify(messages)}`);
+    } finally {
+      await client.close();
+    }
+  },
+);

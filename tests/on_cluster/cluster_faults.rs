@@ -109,20 +109,18 @@ fn issue_12_6_a_workdir_over_its_bound_is_stopped_not_cancelled() {
 /// (once arguments are checked for it) a refusal before anything is
 /// created; never `ResultLost`.
 #[test]
-fn issue_12_5_a_container_the_runtime_cannot_start_is_start_failed_with_its_text() {
+fn issue_12_5_a_memory_limit_no_runtime_can_start_is_refused_up_front_naming_it() {
+    // Before issue 12 this reached the runtime, which failed to start the
+    // container, and the run was reported as a bare pending pod. The bound
+    // (16Mi to 1Ti) now refuses it before anything is created; `StartFailed`
+    // with the runtime's own text is proven against the fake API
+    // (offline engine_faults::issue_12_5_*) and in the judge's table.
     let mut server = cluster::server(&[]);
     let id = faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["echo", "never"], "limits": {"memory": "64"}}));
-    let result = faults::response(&server, id, Duration::from_secs(180));
-    if result["isError"] == true {
-        let text = result["content"][0]["text"].as_str().unwrap_or_default();
-        assert!(text.contains("limits.memory"), "refused up front, naming the field: {text}");
-        return;
-    }
-    let out = &result["structuredContent"];
-    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("error"), Some("StartFailed")), "{out}");
-    assert!(out["message"].as_str().unwrap_or_default().contains("memory limit"), "the runtime's text: {out}");
-    eprintln!("issue 12 (5): {}", out["message"]);
-    cluster::assert_nothing_left(out["run_id"].as_str().expect("run_id"));
+    let result = faults::response(&server, id, Duration::from_secs(30));
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("limits.memory"), "refused up front, naming the field: {text}");
 }
 
 #[test]

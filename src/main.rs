@@ -256,7 +256,7 @@ fn connect_kubernetes(config: &Config, pod_template: Option<PodTemplate>, why: &
     let client = kube::Client::new(&source).map_err(|error| credentials_message(&error))?;
     log::info("backend: kubernetes", &[("why", json!(why))]);
     log_credentials(config, &client);
-    let policy = engine_policy(config);
+    let policy = tools::engine_policy(config);
     let backend = Arc::new(backend::kubernetes::Kubernetes::new(client.clone(), policy.clone()).with_pod_template(pod_template));
     Ok(Connected::Kubernetes { ctx: engine_ctx(config, policy, backend), client })
 }
@@ -298,7 +298,7 @@ fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {
             ("runner_binary", json!(options.runner_binary)),
         ],
     );
-    let policy = engine_policy(config);
+    let policy = tools::engine_policy(config);
     let backend = Arc::new(backend::docker::Docker::new(client.clone(), policy.clone(), options.clone()));
     Ok(Connected::Docker { ctx: engine_ctx(config, policy, backend), client, options })
 }
@@ -344,35 +344,6 @@ fn log_credentials(config: &Config, client: &kube::Client) {
     }
 }
 
-/// The operator's choices as the engine sees them.
-fn engine_policy(config: &Config) -> engine::spec::Policy {
-    engine::spec::Policy {
-        namespace: config.namespace.clone(),
-        runner_image: config.runner_image.clone(),
-        runner_binary_path: config.runner_binary_path.clone(),
-        run_as_user: config.run_as_user,
-        default_cpu: config.default_cpu.clone(),
-        default_memory: config.default_memory.clone(),
-        max_output_bytes: config.max_output_bytes,
-        max_artifact_bytes: config.max_artifact_bytes,
-        start_timeout: Duration::from_secs(config.start_timeout_s),
-        workdir_size_limit: config.workdir_size.clone(),
-        extra_env: config.job_extra_env.clone(),
-        cache: config
-            .cache
-            .as_ref()
-            .map(|cache| engine::spec::CacheVolume { claim_name: cache.pvc.clone(), mount_path: cache.mount_path.clone() }),
-        clone: config.clone.as_ref().map(|clone| engine::spec::CloneStep { image: clone.image.clone(), secret_name: clone.secret.clone() }),
-        finished_ttl: Duration::from_secs(FINISHED_JOB_TTL_S),
-        runtime_class: config.runtime_class.clone(),
-        // Bounded: a fence not in force after 10 s will not come.
-        await_network_policy: config.await_network_policy.then_some(std::time::Duration::from_secs(10)),
-    }
-}
-
-/// Backstop TTL of a finished run's Job, for when the server could not
-/// delete it itself (crash, lost connection).
-const FINISHED_JOB_TTL_S: u64 = 300;
 
 fn parse_command_line(mut parser: lexopt::Parser) -> Result<Command, String> {
     use lexopt::Arg::{Long, Short, Value};

@@ -13,8 +13,9 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use mcp_k8s_ephemeral_job::config::{Config, RawConfig};
 use mcp_k8s_ephemeral_job::backend::kubernetes::manifest;
-use mcp_k8s_ephemeral_job::engine::spec::{CacheVolume, CloneStep, Policy};
+use mcp_k8s_ephemeral_job::engine::spec::Policy;
 use mcp_k8s_ephemeral_job::tools::job_args::{self, MAX_INPUT_BYTES};
+use mcp_k8s_ephemeral_job::tools::engine_policy;
 use mcp_k8s_ephemeral_job::tools::run_job::arg_bounds;
 
 static CONFIG: LazyLock<Config> = LazyLock::new(|| {
@@ -32,31 +33,9 @@ static CONFIG: LazyLock<Config> = LazyLock::new(|| {
     Config::from_raw(&raw).expect("the fuzz configuration is valid")
 });
 
-/// What `main` hands the engine, from the same configuration. A copy of
-/// `engine_policy` in src/main.rs, which is private to the binary; moving it
-/// into the library only for this target would touch `main`, which other
-/// branches edit. The cache and clone step are always on here.
-static POLICY: LazyLock<Policy> = LazyLock::new(|| {
-    let config = &*CONFIG;
-    Policy {
-        namespace: config.namespace.clone(),
-        runner_image: config.runner_image.clone(),
-        runner_binary_path: config.runner_binary_path.clone(),
-        run_as_user: config.run_as_user,
-        default_cpu: config.default_cpu.clone(),
-        default_memory: config.default_memory.clone(),
-        max_output_bytes: config.max_output_bytes,
-        max_artifact_bytes: config.max_artifact_bytes,
-        start_timeout: Duration::from_secs(config.start_timeout_s),
-        workdir_size_limit: config.workdir_size.clone(),
-        extra_env: config.job_extra_env.clone(),
-        cache: Some(CacheVolume { claim_name: "deps".into(), mount_path: "/cache".into() }),
-        clone: Some(CloneStep { image: "alpine/git:2.45".into(), secret_name: "git-tokens".into() }),
-        finished_ttl: Duration::from_secs(300),
-        runtime_class: None,
-        await_network_policy: None,
-    }
-});
+/// What `main` hands the engine, from the same configuration (cache and
+/// clone step on).
+static POLICY: LazyLock<Policy> = LazyLock::new(|| engine_policy(&CONFIG));
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

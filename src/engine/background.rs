@@ -74,7 +74,7 @@ impl fmt::Display for Error {
         match self {
             Error::Unknown { token } => write!(
                 formatter,
-                "unknown job_token `{token}`: no such background job in this namespace; use the token submit_job returned, or find it with list_jobs"
+                "no background run `{token}` exists here: it never did, or it ended and was removed"
             ),
             Error::Expired { token, result_ttl_s } => write!(
                 formatter,
@@ -86,7 +86,7 @@ impl fmt::Display for Error {
             ),
             Error::Refused { message, .. } => write!(formatter, "{message}"),
             Error::AlreadyFinished { token } => {
-                write!(formatter, "job `{token}` has already finished; fetch_job returns its result")
+                write!(formatter, "run `{token}` has already finished; its result can be read")
             }
             Error::Api { what, message } => write!(formatter, "could not {what}: {message}; retry shortly"),
         }

@@ -295,7 +295,7 @@ const TOKEN: &str = "job-0123456789abcdef0123456789abcdef-1767225600";
 
 #[test]
 fn task_requests_are_checked_before_any_cluster_is_needed() {
-    let no_cluster = "this server cannot reach a Kubernetes cluster: no cluster in protocol tests";
+    let no_cluster = "this server has no backend to run sandboxes on: no cluster in protocol tests";
     let cases = [
         (
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"describe_environment","arguments":{},"task":{"ttl":1000}}}"#,
@@ -392,7 +392,7 @@ fn a_task_the_cluster_cannot_take_is_an_internal_error() {
     let session = initialized_session(&server);
     let input = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_job","arguments":{"image":"busybox:1.36","command":["true"]},"task":{}}}"#;
     let (_, messages) = exchange(&server, &session, input);
-    assert_eq!(messages, [error(json!(3), -32603, "this server cannot reach a Kubernetes cluster: no cluster in protocol tests")]);
+    assert_eq!(messages, [error(json!(3), -32603, "this server has no backend to run sandboxes on: no cluster in protocol tests")]);
 }
 
 /// Issue 11, finding 4: running calls hold their messages; past

@@ -82,7 +82,9 @@ impl From<background::Error> for CallError {
                 "no such job: `{}` has expired and was removed, or never existed here (results are kept {result_ttl_s} s after a job ends, MCP_K8S_RESULT_TTL_S); submit the job again, or find a live one with list_jobs",
                 crate::echo::shorten(&token)
             )),
-            error @ background::Error::AlreadyFinished { .. } => CallError::Invalid(error.to_string()),
+            background::Error::AlreadyFinished { token } => {
+                CallError::Invalid(format!("job `{token}` has already finished; fetch_job returns its result"))
+            }
             error @ (background::Error::Full { .. } | background::Error::Refused { .. } | background::Error::Api { .. }) => {
                 CallError::Unavailable(error.to_string())
             }
@@ -271,7 +273,7 @@ fn list_jobs_tool() -> Tool {
     Tool {
         name: "list_jobs",
         title: "List background jobs",
-        description: "Lists the background jobs in this server's namespace that still exist (running, or \
+        description: "Lists this server's background jobs that still exist (running, or \
                       finished and not yet expired), newest first, with their job_token, status, image and program name, so \
                       a lost token can be found."
             .to_string(),
@@ -450,13 +452,13 @@ fn unknown_token(token: &str) -> String {
 /// A token of the right shape whose Job this server cannot find.
 fn no_such_job(token: &str) -> String {
     format!(
-        "no such job: `{}` names no job in this server's namespace: it never existed here, or it ended and was removed; find your jobs with list_jobs, or submit again",
+        "no such job: `{}` names no job of this server: it never existed here, or it ended and was removed; find your jobs with list_jobs, or submit again",
         crate::echo::shorten(token)
     )
 }
 
 fn engine_of(ctx: &Ctx) -> Result<&engine::run::Ctx, CallError> {
-    ctx.engine.as_ref().map_err(|why| CallError::Unavailable(format!("this server cannot reach a Kubernetes cluster: {why}")))
+    ctx.engine.as_ref().map_err(|why| CallError::Unavailable(format!("this server has no backend to run sandboxes on: {why}")))
 }
 
 #[cfg(test)]

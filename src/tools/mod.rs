@@ -19,6 +19,7 @@ pub mod run_job;
 pub mod snippets;
 
 use std::fmt;
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
@@ -26,6 +27,7 @@ use crate::json::{json_kind, json_text};
 
 use crate::cancel::CancelToken;
 use crate::config::Config;
+use crate::engine;
 use crate::log::Level;
 
 /// Everything a tool handler may use besides its call. The engine's context
@@ -488,6 +490,37 @@ fn test_panic_tool() -> Tool {
 fn test_panic(_ctx: &Ctx, _call: &Call<'_>) -> ToolOutcome {
     panic!("test_panic was called");
 }
+
+/// The operator's choices as the engine sees them (the binary's and the
+/// fuzz targets' one source).
+pub fn engine_policy(config: &Config) -> engine::spec::Policy {
+    engine::spec::Policy {
+        namespace: config.namespace.clone(),
+        runner_image: config.runner_image.clone(),
+        runner_binary_path: config.runner_binary_path.clone(),
+        run_as_user: config.run_as_user,
+        default_cpu: config.default_cpu.clone(),
+        default_memory: config.default_memory.clone(),
+        max_output_bytes: config.max_output_bytes,
+        max_artifact_bytes: config.max_artifact_bytes,
+        start_timeout: Duration::from_secs(config.start_timeout_s),
+        workdir_size_limit: config.workdir_size.clone(),
+        extra_env: config.job_extra_env.clone(),
+        cache: config
+            .cache
+            .as_ref()
+            .map(|cache| engine::spec::CacheVolume { claim_name: cache.pvc.clone(), mount_path: cache.mount_path.clone() }),
+        clone: config.clone.as_ref().map(|clone| engine::spec::CloneStep { image: clone.image.clone(), secret_name: clone.secret.clone() }),
+        finished_ttl: Duration::from_secs(FINISHED_JOB_TTL_S),
+        runtime_class: config.runtime_class.clone(),
+        // Bounded: a fence not in force after 10 s will not come.
+        await_network_policy: config.await_network_policy.then_some(Duration::from_secs(10)),
+    }
+}
+
+/// Backstop TTL of a finished run's Job, for when the server could not
+/// delete it itself (crash, lost connection).
+const FINISHED_JOB_TTL_S: u64 = 300;
 
 #[cfg(test)]
 mod tests {

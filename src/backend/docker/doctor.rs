@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::backend::Check;
 use crate::backend::docker::spec;
 use crate::cancel::CancelToken;
 use crate::config::Config;
@@ -18,28 +19,6 @@ use crate::engine;
 use crate::engine::spec::{RunSpec, RunStatus};
 use crate::network::NetworkMode;
 use crate::sandbox;
-
-/// One check's result: a line for the operator.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Check {
-    pub passed: bool,
-    pub text: String,
-}
-
-impl Check {
-    fn pass(text: impl Into<String>) -> Check {
-        Check { passed: true, text: text.into() }
-    }
-
-    fn fail(text: impl Into<String>) -> Check {
-        Check { passed: false, text: text.into() }
-    }
-
-    /// `ok    text` or `FAIL  text`, as the Kubernetes doctor prints.
-    pub fn line(&self) -> String {
-        format!("{}  {}", if self.passed { "ok  " } else { "FAIL" }, self.text)
-    }
-}
 
 /// Runs every check, handing each to `report` when done; true when all passed.
 pub fn run(

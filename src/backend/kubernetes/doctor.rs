@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::backend::Check;
 use crate::backend::kubernetes::permissions::{self, Permission};
 use crate::backend::kubernetes::template::PodTemplate;
 use crate::cancel::CancelToken;
@@ -28,40 +29,6 @@ use crate::kube;
 use crate::kube::objects;
 use crate::network::NetworkMode;
 use crate::sandbox;
-
-/// The result of one check: a line for the operator.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Check {
-    pub passed: bool,
-    /// Passed, but the operator should act: jobs run, yet a promise of the
-    /// security model does not hold (e.g. NetworkPolicy is not enforced).
-    pub warning: bool,
-    pub text: String,
-}
-
-impl Check {
-    fn pass(text: impl Into<String>) -> Check {
-        Check { passed: true, warning: false, text: text.into() }
-    }
-
-    fn fail(text: impl Into<String>) -> Check {
-        Check { passed: false, warning: false, text: text.into() }
-    }
-
-    fn warn(text: impl Into<String>) -> Check {
-        Check { passed: true, warning: true, text: text.into() }
-    }
-
-    /// `ok    ...`, `WARN  ...` or `FAIL  ...`, as doctor prints it.
-    pub fn line(&self) -> String {
-        let verdict = match (self.passed, self.warning) {
-            (false, _) => "FAIL",
-            (true, true) => "WARN",
-            (true, false) => "ok  ",
-        };
-        format!("{verdict}  {}", self.text)
-    }
-}
 
 /// Runs every check, handing each to `report` as soon as it is done (the
 /// last one starts a pod and takes a few seconds). Returns true when all

@@ -279,6 +279,11 @@ fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {
             runner_binary.display()
         ));
     }
+    if config.pod_template.is_some() {
+        // Its fields (node selection, tolerations, pull Secrets) are the
+        // scheduler's and the kubelet's; a local engine has neither.
+        log::warn("MCP_K8S_POD_TEMPLATE is ignored on the Docker backend: it shapes Kubernetes pods only", &[]);
+    }
     let options = backend::docker::spec::Options {
         runner_binary: runner_binary.to_string_lossy().into_owned(),
         restricted_network: config.docker_network.clone(),

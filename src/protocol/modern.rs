@@ -127,13 +127,7 @@ impl Server {
                     .map(|result| cacheable(result, RESOURCES_TTL_MS))
                     .map_err(|error| modern_resource_error(error, &params))
             }
-            method => Err(ResponseError::new(
-                ErrorCode::MethodNotFound,
-                format!(
-                    "method not found: `{}` (revision 2026-07-28; `initialize`, `ping` and `logging/setLevel` belong to the handshake era)",
-                    echo::shorten(method)
-                ),
-            )),
+            method => Err(method_not_found(method)),
         };
         send_response(&outbox, &Response { id: Some(id), result: result.map(complete) });
     }
@@ -287,6 +281,24 @@ fn modern_resource_error(error: ResponseError, params: &Map<String, Value>) -> R
     }
 }
 
+/// -32601. The three methods 2026-07-28 removed say what replaces them;
+/// any other (`prompts/list`, `resources/*` without a snippets folder, a
+/// typo) is simply absent, and a hint about the handshake era would
+/// mislead.
+fn method_not_found(method: &str) -> ResponseError {
+    let hint = match method {
+        "initialize" => {
+            " (revision 2026-07-28 has no handshake: send each request with the `_meta` envelope, or `initialize` without it for the handshake era)"
+        }
+        "ping" => " (revision 2026-07-28 removed it; the handshake era keeps it)",
+        "logging/setLevel" => {
+            " (revision 2026-07-28 removed it: name the level in each request's `_meta.io.modelcontextprotocol/logLevel`)"
+        }
+        _ => "",
+    };
+    ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{}`{hint}", echo::shorten(method)))
+}
+
 /// -32021 for a task method from a client that did not advertise tasks.
 fn missing_tasks_extension(method: &str) -> ResponseError {
     ResponseError::new(
@@ -294,4 +306,19 @@ fn missing_tasks_extension(method: &str) -> ResponseError {
         format!("`{method}` needs the `{TASKS_EXTENSION}` extension; declare it in `_meta.{META_CLIENT_CAPABILITIES}.extensions`"),
     )
     .with_data(json!({ "requiredCapabilities": { "extensions": { TASKS_EXTENSION: {} } } }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_removed_methods_hint_at_their_replacement() {
+        assert!(method_not_found("ping").message.contains("the handshake era keeps it"));
+        assert!(method_not_found("initialize").message.contains("`_meta` envelope"));
+        assert!(method_not_found("logging/setLevel").message.contains(META_LOG_LEVEL));
+        for absent in ["prompts/list", "resources/list", "nope"] {
+            assert_eq!(method_not_found(absent).message, format!("method not found: `{absent}`"));
+        }
+    }
 }

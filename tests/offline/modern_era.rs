@@ -334,4 +334,7 @@ fn resources_are_method_not_found_in_this_era_without_a_snippets_folder() {
     assert!(discovered["result"]["capabilities"].get("resources").is_none(), "{discovered}");
     let listed = stdio_exchange(&mut server, &request(2, "resources/list", json!({})));
     assert_eq!(listed["error"]["code"], -32601, "{listed}");
+    // Simply absent: no hint about the handshake era, which only the
+    // methods 2026-07-28 removed get.
+    assert_eq!(listed["error"]["message"], "method not found: `resources/list`", "{listed}");
 }

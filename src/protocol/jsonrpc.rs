@@ -129,7 +129,8 @@ impl ErrorCode {
 pub struct ResponseError {
     pub code: ErrorCode,
     pub message: String,
-    /// The error's `data` member, when the code defines one (-32021, -32022).
+    /// The error's `data` member, when the code defines one (-32021, -32022,
+    /// a missing resource's -32602 in 2026-07-28).
     pub data: Option<Value>,
 }
 

@@ -224,10 +224,10 @@ impl Server {
             "initialize" => self.initialize(session, &params),
             "ping" => Ok(json!({})),
             method if !is_known_method(method) => {
-                // Includes `server/discover` (revision 2026-07-28): an
-                // immediate -32601 lets Python 2.x clients fall back to
-                // `initialize` without waiting out their probe. -32022
-                // would tell them we serve 2026-07-28, which we do not.
+                // Includes `server/discover` inside a session that ran
+                // `initialize` (outside one, `era::of_request` sends it to
+                // the 2026-07-28 adapter): that session speaks the
+                // handshake era, which has no such method.
                 Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{}`", echo::shorten(method))))
             }
             method if session.protocol_version().is_none() => {

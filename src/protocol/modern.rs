@@ -1,8 +1,8 @@
 //! The 2026-07-28 era adapter: each request stands alone. It checks the
 //! `_meta` envelope (-32602 when it is missing or broken), the HTTP headers
 //! against the body (-32020), the revision (-32022 with the supported
-//! list), then serves `server/discover`, `tools/list` (with `ttlMs` and
-//! `cacheScope`), `tools/call` (a task when the client advertises the
+//! list), then serves `server/discover`, `tools/list`, the snippets as
+//! `resources/*` (each with `ttlMs` and `cacheScope`), `tools/call` (a task when the client advertises the
 //! `io.modelcontextprotocol/tasks` extension and the tool runs long) and
 //! the extension's `tasks/get` and `tasks/cancel`. Results carry
 //! `resultType`; log notifications go out only at the level the request's
@@ -36,6 +36,13 @@ const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// read at startup), and an hour bounds the staleness after a redeploy.
 const LIST_TTL_MS: u64 = 3_600_000;
 
+/// How long a client may cache what `resources/*` answers. The snippets
+/// folder is read at each request and nothing watches it (no
+/// `listChanged`), so an operator may add or edit a snippet under a running
+/// server; a minute keeps a caching client's view close to the folder
+/// without making it re-read on every turn.
+const RESOURCES_TTL_MS: u64 = 60_000;
+
 /// The HTTP headers of a request that the 2026-07-28 transport requires to
 /// match its body, as the transport read them (`None` when absent). stdio
 /// has none of these and skips the check.
@@ -68,7 +75,7 @@ impl Server {
         };
         let result = match method.as_str() {
             "server/discover" => Ok(discover(self.ctx.config.snippets_dir.is_some())),
-            "tools/list" => list_tools(&self.registry, &params).map(cacheable),
+            "tools/list" => list_tools(&self.registry, &params).map(|result| cacheable(result, LIST_TTL_MS)),
             "tools/call" => {
                 // The 2025-11-25 `task` parameter does not exist here: the
                 // server decides, from the advertised extension.
@@ -116,15 +123,11 @@ impl Server {
             // `server/discover` only with a snippets folder.
             method if resources::METHODS.contains(&method) && self.ctx.config.snippets_dir.is_some() => {
                 let dir = self.ctx.config.snippets_dir.as_deref().unwrap_or(std::path::Path::new(""));
-                resources::handle(method, dir, &self.ctx.config, &params).map(cacheable_list(method)).map_err(modern_resource_error)
+                resources::handle(method, dir, &self.ctx.config, &params)
+                    .map(|result| cacheable(result, RESOURCES_TTL_MS))
+                    .map_err(|error| modern_resource_error(error, &params))
             }
-            method => Err(ResponseError::new(
-                ErrorCode::MethodNotFound,
-                format!(
-                    "method not found: `{}` (revision 2026-07-28; `initialize`, `ping` and `logging/setLevel` belong to the handshake era)",
-                    echo::shorten(method)
-                ),
-            )),
+            method => Err(method_not_found(method)),
         };
         send_response(&outbox, &Response { id: Some(id), result: result.map(complete) });
     }
@@ -244,37 +247,56 @@ fn discover(resources: bool) -> Value {
     if resources {
         capabilities["resources"] = json!({});
     }
-    cacheable(json!({
+    let result = json!({
         "supportedVersions": MODERN_VERSIONS,
         "capabilities": capabilities,
         "instructions": super::INSTRUCTIONS,
         "_meta": { "io.modelcontextprotocol/serverInfo": super::server_info() },
-    }))
+    });
+    cacheable(result, LIST_TTL_MS)
 }
 
-/// Adds the caching hints of list results: what this server lists is the
-/// same for every caller, so any cache may share it.
-fn cacheable(mut result: Value) -> Value {
+/// Adds the caching hints that 2026-07-28 requires on the results of
+/// `server/discover`, the lists and `resources/read` (SEP-2549): what this
+/// server answers there is the same for every caller, so any cache may
+/// share it.
+fn cacheable(mut result: Value, ttl_ms: u64) -> Value {
     if let Value::Object(object) = &mut result {
-        object.insert("ttlMs".into(), json!(LIST_TTL_MS));
+        object.insert("ttlMs".into(), json!(ttl_ms));
         object.insert("cacheScope".into(), json!("public"));
     }
     result
 }
 
-/// List results get the caching hints; `resources/read` is the caller's
-/// one snippet as it is now, so it gets none.
-fn cacheable_list(method: &str) -> fn(Value) -> Value {
-    if method.ends_with("/list") { cacheable } else { std::convert::identity }
-}
-
 /// 2026-07-28 has no -32002: a resource that does not exist is invalid
-/// params, with the same message.
-fn modern_resource_error(error: ResponseError) -> ResponseError {
+/// params, with the same message and the requested URI in `data.uri`
+/// (SEP-2164), so a client can tell which of its reads failed.
+fn modern_resource_error(error: ResponseError, params: &Map<String, Value>) -> ResponseError {
     match error.code {
-        ErrorCode::ResourceNotFound => ResponseError::new(ErrorCode::InvalidParams, error.message),
+        ErrorCode::ResourceNotFound => {
+            let uri = params.get("uri").cloned().unwrap_or(Value::Null);
+            ResponseError::new(ErrorCode::InvalidParams, error.message).with_data(json!({ "uri": uri }))
+        }
         _ => error,
     }
+}
+
+/// -32601. The three methods 2026-07-28 removed say what replaces them;
+/// any other (`prompts/list`, `resources/*` without a snippets folder, a
+/// typo) is simply absent, and a hint about the handshake era would
+/// mislead.
+fn method_not_found(method: &str) -> ResponseError {
+    let hint = match method {
+        "initialize" => {
+            " (revision 2026-07-28 has no handshake: send each request with the `_meta` envelope, or `initialize` without it for the handshake era)"
+        }
+        "ping" => " (revision 2026-07-28 removed it; the handshake era keeps it)",
+        "logging/setLevel" => {
+            " (revision 2026-07-28 removed it: name the level in each request's `_meta.io.modelcontextprotocol/logLevel`)"
+        }
+        _ => "",
+    };
+    ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{}`{hint}", echo::shorten(method)))
 }
 
 /// -32021 for a task method from a client that did not advertise tasks.
@@ -284,4 +306,19 @@ fn missing_tasks_extension(method: &str) -> ResponseError {
         format!("`{method}` needs the `{TASKS_EXTENSION}` extension; declare it in `_meta.{META_CLIENT_CAPABILITIES}.extensions`"),
     )
     .with_data(json!({ "requiredCapabilities": { "extensions": { TASKS_EXTENSION: {} } } }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_removed_methods_hint_at_their_replacement() {
+        assert!(method_not_found("ping").message.contains("the handshake era keeps it"));
+        assert!(method_not_found("initialize").message.contains("`_meta` envelope"));
+        assert!(method_not_found("logging/setLevel").message.contains(META_LOG_LEVEL));
+        for absent in ["prompts/list", "resources/list", "nope"] {
+            assert_eq!(method_not_found(absent).message, format!("method not found: `{absent}`"));
+        }
+    }
 }

@@ -295,8 +295,10 @@ fn wait_for_log(stderr: &std::sync::mpsc::Receiver<String>, msg: &str, wait: Dur
 }
 
 /// Issue 18 with issue 15: the snippets are resources in this era too,
-/// declared by `server/discover`, listed with caching hints, and a missing
-/// one is invalid params (the era has no -32002).
+/// declared by `server/discover`, listed and read with caching hints (a
+/// minute, as the folder may change under the server, where `tools/list`
+/// keeps an hour), and a missing one is invalid params with the URI in
+/// `data` (the era has no -32002; SEP-2164).
 #[test]
 fn snippets_are_resources_in_this_era_when_a_folder_is_configured() {
     let dir = std::env::temp_dir().join(format!("mcp-modern-snippets-{}", std::process::id()));
@@ -310,11 +312,17 @@ fn snippets_are_resources_in_this_era_when_a_folder_is_configured() {
     let result = &listed["result"];
     assert_eq!(result["resources"][0]["uri"], "snippet://hello", "{listed}");
     assert_eq!((result["resultType"].as_str(), result["cacheScope"].as_str()), (Some("complete"), Some("public")), "{listed}");
-    assert!(result["ttlMs"].is_u64(), "{listed}");
-    let read = stdio_exchange(&mut server, &request(3, "resources/read", json!({"uri": "snippet://hello"})));
+    assert_eq!(result["ttlMs"], 60_000, "{listed}");
+    let templates = stdio_exchange(&mut server, &request(3, "resources/templates/list", json!({})));
+    assert_eq!((&templates["result"]["ttlMs"], &templates["result"]["cacheScope"]), (&json!(60_000), &json!("public")), "{templates}");
+    let tools = stdio_exchange(&mut server, &request(4, "tools/list", json!({})));
+    assert_eq!(tools["result"]["ttlMs"], 3_600_000, "{tools}");
+    let read = stdio_exchange(&mut server, &request(5, "resources/read", json!({"uri": "snippet://hello"})));
     assert_eq!(read["result"]["contents"][0]["text"], "print('hi')\n", "{read}");
-    let missing = stdio_exchange(&mut server, &request(4, "resources/read", json!({"uri": "snippet://nope"})));
+    assert_eq!((&read["result"]["ttlMs"], &read["result"]["cacheScope"]), (&json!(60_000), &json!("public")), "{read}");
+    let missing = stdio_exchange(&mut server, &request(6, "resources/read", json!({"uri": "snippet://nope"})));
     assert_eq!(missing["error"]["code"], -32602, "{missing}");
+    assert_eq!(missing["error"]["data"], json!({"uri": "snippet://nope"}), "{missing}");
     assert!(missing["error"]["message"].as_str().is_some_and(|message| message.contains("hello")), "{missing}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -326,4 +334,7 @@ fn resources_are_method_not_found_in_this_era_without_a_snippets_folder() {
     assert!(discovered["result"]["capabilities"].get("resources").is_none(), "{discovered}");
     let listed = stdio_exchange(&mut server, &request(2, "resources/list", json!({})));
     assert_eq!(listed["error"]["code"], -32601, "{listed}");
+    // Simply absent: no hint about the handshake era, which only the
+    // methods 2026-07-28 removed get.
+    assert_eq!(listed["error"]["message"], "method not found: `resources/list`", "{listed}");
 }

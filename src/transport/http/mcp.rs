@@ -252,7 +252,7 @@ fn modern_status(code: ErrorCode) -> u16 {
         ErrorCode::ParseError
         | ErrorCode::InvalidRequest
         | ErrorCode::InvalidParams
-        // Not sent in this era (resources are served in the handshake era).
+        // Not sent in this era (a missing resource is -32602 there).
         | ErrorCode::ResourceNotFound
         | ErrorCode::HeaderMismatch
         | ErrorCode::MissingRequiredClientCapability

@@ -81,9 +81,7 @@ def cluster_env() -> dict[str, str]:
     cluster tests give them (tests/support/cluster.rs, `server_env`). Fails
     loudly without a cluster: run_job needs one."""
     kubeconfig = CLUSTER_DIR / "server.kubeconfig"
-    if not kubeconfig.exists():
-        pytest.fail(f"no test cluster at {CLUSTER_DIR}: run `tests/cluster/up` first (run_job needs it)")
-    values = dict(line.split("=", 1) for line in (CLUSTER_DIR / "env").read_text().splitlines() if "=" in line)
+    values = cluster_values()
     project_image = os.environ.get("MCP_K8S_PROJECT_IMAGE") or "mcp-k8s-test.local/mcp-k8s-ephemeral-job:dev"
     return {
         "MCP_K8S_KUBECONFIG": str(kubeconfig),
@@ -94,14 +92,28 @@ def cluster_env() -> dict[str, str]:
     }
 
 
+def cluster_values() -> dict[str, str]:
+    """The test cluster's `env` file (images, namespace); fails loudly
+    without a cluster."""
+    if not (CLUSTER_DIR / "server.kubeconfig").exists():
+        pytest.fail(f"no test cluster at {CLUSTER_DIR}: run `tests/cluster/up` first (run_job needs it)")
+    return dict(line.split("=", 1) for line in (CLUSTER_DIR / "env").read_text().splitlines() if "=" in line)
+
+
 def busybox_image() -> str:
     return cluster_env()["MCP_K8S_ALLOWED_IMAGES"]
 
 
 @pytest.fixture(scope="module")
 def cluster_http_servers():
-    """Two server processes on the same cluster: replicas behind one name."""
-    servers = [HttpServer(cluster_env()), HttpServer(cluster_env())]
-    yield servers
-    for server in servers:
-        server.stop()
+    """Two server processes on the same cluster: replicas behind one name,
+    with a python profile so execute_code runs too."""
+    python_image = cluster_values().get("IMAGE_PYTHON", "mcp-k8s-test.local/python:3.11")
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as languages:
+        json.dump({"python": {"image": python_image, "cpu": "500m", "memory": "128Mi"}}, languages)
+        languages.flush()
+        env = {**cluster_env(), "MCP_K8S_LANGUAGES": languages.name}
+        servers = [HttpServer(env), HttpServer(env)]
+        yield servers
+        for server in servers:
+            server.stop()

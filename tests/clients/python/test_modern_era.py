@@ -1,7 +1,8 @@
 """The Python SDK 2.3 client in the stateless 2026-07-28 era: pinned
 (`mode="2026-07-28"`) and by its default `auto` probe, which must now pick
 it, over stdio and Streamable HTTP. Then two server processes answering one
-client's consecutive requests, a task created on one read on the other.
+client's consecutive requests, a task (`run_job`, `execute_code`) created on
+one read on the other.
 
 run_job and the tasks need the test cluster (tests/cluster/up) and the
 runner image (`tests/build-project-image`, `MCP_K8S_PROJECT_IMAGE`).
@@ -203,21 +204,12 @@ def test_two_servers_answer_one_clients_consecutive_requests_and_share_tasks(clu
     assert isinstance(created["ttlMs"], int) and isinstance(created["pollIntervalMs"], int)
     task_id = created["taskId"]
 
-    deadline = time.monotonic() + 120
-    request_id = 5
-    while True:
-        replica = (first, second)[request_id % 2]
-        task = post(replica, request_id, "tasks/get", {"taskId": task_id}, extensions=True)["result"]
-        request_id += 1
-        if task["status"] != "working":
-            break
-        assert time.monotonic() < deadline, f"task still working: {task}"
-        time.sleep(task["pollIntervalMs"] / 1000)
+    task = wait_for_task((first, second), task_id, first_request_id=5)
     assert task["status"] == "completed", task
     assert task["result"]["isError"] is False
     assert task["result"]["structuredContent"]["stdout"] == "from-a-task\n"
     # Read on the replica that did not create it, too.
-    again = post(second, request_id, "tasks/get", {"taskId": task_id}, extensions=True)["result"]
+    again = post(second, 80, "tasks/get", {"taskId": task_id}, extensions=True)["result"]
     assert again["status"] == "completed" and again["result"]["structuredContent"]["exit_code"] == 0
 
     # Without the extension: an ordinary result, and tasks/get is refused.
@@ -225,6 +217,32 @@ def test_two_servers_answer_one_clients_consecutive_requests_and_share_tasks(clu
     assert plain["resultType"] == "complete" and plain["structuredContent"]["stdout"] == "from-a-task\n"
     refused = post(first, 91, "tasks/get", {"taskId": task_id})
     assert refused["error"]["code"] == -32021
+
+
+def wait_for_task(replicas: tuple[HttpServer, HttpServer], task_id: str, first_request_id: int) -> dict:
+    """Polls `tasks/get`, alternating between the replicas, until the task
+    is no longer working; answers the last task."""
+    deadline = time.monotonic() + 120
+    request_id = first_request_id
+    while True:
+        replica = replicas[request_id % 2]
+        task = post(replica, request_id, "tasks/get", {"taskId": task_id}, extensions=True)["result"]
+        request_id += 1
+        if task["status"] != "working":
+            return task
+        assert time.monotonic() < deadline, f"task still working: {task}"
+        time.sleep(task["pollIntervalMs"] / 1000)
+
+
+def test_execute_code_is_a_task_read_on_the_other_replica(cluster_http_servers):
+    first, second = cluster_http_servers
+    arguments = {"language": "python", "entrypoint_code": "print('from a task')"}
+    created = post(second, 1, "tools/call", {"name": "execute_code", "arguments": arguments}, extensions=True)["result"]
+    assert created["resultType"] == "task" and created["status"] == "working", created
+    task = wait_for_task((first, second), created["taskId"], first_request_id=2)
+    assert task["status"] == "completed", task
+    assert task["result"]["isError"] is False
+    assert task["result"]["content"][0]["text"] == "--- stdout ---\nfrom a task\n\n--- stderr ---\n", task
 
 
 def test_a_task_cancelled_on_one_replica_reads_cancelled_on_the_other(cluster_http_servers):

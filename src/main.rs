@@ -344,7 +344,6 @@ fn log_credentials(config: &Config, client: &kube::Client) {
     }
 }
 
-
 fn parse_command_line(mut parser: lexopt::Parser) -> Result<Command, String> {
     use lexopt::Arg::{Long, Short, Value};
     let mut raw = RawConfig::from_env();

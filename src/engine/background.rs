@@ -72,10 +72,9 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Unknown { token } => write!(
-                formatter,
-                "no background run `{token}` exists here: it never did, or it ended and was removed"
-            ),
+            Error::Unknown { token } => {
+                write!(formatter, "no background run `{token}` exists here: it never did, or it ended and was removed")
+            }
             Error::Expired { token, result_ttl_s } => write!(
                 formatter,
                 "job_token `{token}` has expired: results are kept {result_ttl_s} s after the job ends (MCP_K8S_RESULT_TTL_S); submit the job again"

@@ -342,4 +342,32 @@ mod tests {
         );
         assert_eq!(load(Some(&folder.0), &languages(), "bin").unwrap_err(), Error::NotText { name: "bin".into() });
     }
+
+    /// The bound counts entries, not snippets: the folder `sub` and hidden
+    /// files are read too, so they count.
+    #[test]
+    fn a_folder_of_more_than_max_snippet_files_entries_is_refused() {
+        let folder = Folder::new("many", &[(".hidden.py", "")]);
+        // With `sub` and `.hidden.py`: exactly MAX_SNIPPET_FILES entries.
+        for index in 0..MAX_SNIPPET_FILES - 2 {
+            std::fs::write(folder.0.join(format!("s{index}.py")), "").unwrap();
+        }
+        assert_eq!(list(&folder.0, &languages()).unwrap().len(), MAX_SNIPPET_FILES - 2, "at the bound, all are read");
+        std::fs::write(folder.0.join("one_more.py"), "").unwrap();
+        assert_eq!(list(&folder.0, &languages()).unwrap_err(), Error::TooManyFiles);
+        assert_eq!(
+            load(Some(&folder.0), &languages(), "s0").unwrap_err().to_string(),
+            "the snippets folder has more than 1000 entries; the operator must thin it out"
+        );
+    }
+
+    #[test]
+    fn a_snippet_edited_on_disk_is_loaded_as_it_is_now() {
+        let folder = Folder::new("edited", &[("hello.py", "print('before')\n")]);
+        assert_eq!(load(Some(&folder.0), &languages(), "hello").unwrap().source, "print('before')\n");
+        std::fs::write(folder.0.join("hello.py"), "print('after')\n").unwrap();
+        assert_eq!(load(Some(&folder.0), &languages(), "hello").unwrap().source, "print('after')\n");
+        std::fs::rename(folder.0.join("hello.py"), folder.0.join("hello.js")).unwrap();
+        assert_eq!(load(Some(&folder.0), &languages(), "hello").unwrap().language, "javascript", "a new extension picks its profile");
+    }
 }

@@ -2,8 +2,9 @@
 //! (`super::BACKEND`: the test cluster, the test dockerd), through the built
 //! binary over stdio, with the same cases and expectations: hello world in every language, modules from
 //! `additional_files`, a compile error, an exception, a timeout with partial
-//! output, a picture, stdin, snippets, a task-augmented call, and after
-//! each run nothing left on the backend. The language images are the test
+//! output, a picture, stdin, snippets (one edited between two calls), a
+//! cancel, live output as progress, a task-augmented call, and after each
+//! run nothing left on the backend. The language images are the test
 //! cluster's (`tests/cluster/build-images`: python:3.11, node:18,
 //! golang:1.19; `tests/docker/up` loads the same archives into the dockerd), given through an MCP_K8S_LANGUAGES file as an operator
 //! would. `cold_start_p50_per_language` prints the per-language p50 of five
@@ -47,9 +48,15 @@ impl Setup {
     }
 
     fn server(&self) -> StdioServer {
+        self.harness_server().stdio
+    }
+
+    /// The server with the harness's calls (a progress token on each call,
+    /// waiting for a progress line), for cancel and progress.
+    fn harness_server(&self) -> harness::Server {
         let languages = self.dir.join("languages.json").display().to_string();
         let snippets = self.dir.join("snippets").display().to_string();
-        harness::Server::start(BACKEND, &[("MCP_K8S_LANGUAGES", &languages), ("MCP_K8S_SNIPPETS_DIR", &snippets)]).stdio
+        harness::Server::start(BACKEND, &[("MCP_K8S_LANGUAGES", &languages), ("MCP_K8S_SNIPPETS_DIR", &snippets)])
     }
 }
 
@@ -210,7 +217,68 @@ fn a_snippet_runs_by_name_and_an_unknown_extension_says_so() {
     assert_eq!(result["isError"], true);
     assert!(text(&result).starts_with("snippet `notes` has extension `.txt`, which no language profile claims"), "{}", text(&result));
     let result = execute(&mut server, json!({"snippet_name": "nope"}));
+    assert_eq!(result["isError"], true);
     assert_eq!(text(&result), "no snippet named `nope`; available: hello_world, notes");
+}
+
+/// A program that prints a line a second for far longer than any case
+/// waits, and a `timeout_s` far past the case's bounds, so only a cancel
+/// can end it in time.
+const TICKING: &str = "import time\nfor i in range(300):\n    print(f'tick {i}')\n    time.sleep(1)\n";
+
+#[test]
+fn an_mcp_cancel_stops_the_code_and_leaves_nothing() {
+    let setup = Setup::new("cancel");
+    let mut server = setup.harness_server();
+    let id = server.send_call("execute_code", json!({"language": "python", "entrypoint_code": TICKING, "timeout_s": 300}));
+    let run_id = server.wait_progress(id, "tick 1");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "contract"}});
+    server.stdio.send(&cancel.to_string());
+    let cancelled_at = Instant::now();
+    harness::assert_nothing_left(BACKEND, &run_id);
+    assert!(cancelled_at.elapsed() < Duration::from_secs(30), "the sandbox went at once: {:?}", cancelled_at.elapsed());
+    // MCP: a cancelled request gets no response (isolator has no cancel,
+    // so there is no text of its to keep). Progress sent before the cancel
+    // landed may still be queued: the program prints every second.
+    let draining_until = Instant::now() + Duration::from_secs(10);
+    while let Some(late) = server.stdio.nothing_within(Duration::from_millis(500)) {
+        assert!(Instant::now() < draining_until, "progress still comes after the sandbox went: {late}");
+        let message: Value = serde_json::from_str(&late).unwrap_or_else(|error| panic!("{error}: {late}"));
+        assert_eq!(message["method"], "notifications/progress", "a cancelled request gets no response: {late}");
+    }
+}
+
+/// Live output is progress while the code runs, not a replay at the end:
+/// the line printed before a 6 s sleep arrives at least 3 s before the
+/// result, and the result still has the whole output.
+#[test]
+fn live_output_arrives_as_progress_during_the_call() {
+    let setup = Setup::new("progress");
+    let mut server = setup.harness_server();
+    let code = "import time\nprint('first line')\ntime.sleep(6)\nprint('last line')\n";
+    let id = server.send_call("execute_code", json!({"language": "python", "entrypoint_code": code}));
+    let run_id = server.wait_progress(id, "[stdout] first line");
+    let first_seen = Instant::now();
+    let called = server.answer(id);
+    let result = &called.result;
+    assert!(first_seen.elapsed() >= Duration::from_secs(3), "the first line came {:?} before the result", first_seen.elapsed());
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"]["stdout"], "first line\nlast line\n", "{result}");
+    assert_eq!(result["structuredContent"]["run_id"], run_id.as_str(), "{result}");
+    harness::assert_nothing_left(BACKEND, &run_id);
+}
+
+#[test]
+fn a_snippet_edited_between_two_calls_runs_its_new_text() {
+    let setup = Setup::new("edited");
+    let mut server = setup.server();
+    let snippet = setup.dir.join("snippets/hello_world.py");
+    let first = execute(&mut server, json!({"snippet_name": "hello_world"}));
+    assert_eq!(first["structuredContent"]["stdout"], "hello from a snippet\n", "{first}");
+    std::fs::write(&snippet, "print('edited on disk')\n").unwrap();
+    let second = execute(&mut server, json!({"snippet_name": "hello_world"}));
+    assert_eq!(second["isError"], false, "{second}");
+    assert_eq!(second["structuredContent"]["stdout"], "edited on disk\n", "{second}");
 }
 
 #[test]

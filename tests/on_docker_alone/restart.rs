@@ -36,14 +36,14 @@ pub fn server(daemon: &PrivateDaemon) -> StdioServer {
     server
 }
 
-fn send_call(server: &mut StdioServer, id: u64, name: &str, arguments: Value) {
+pub fn send_call(server: &mut StdioServer, id: u64, name: &str, arguments: Value) {
     let params = json!({"name": name, "arguments": arguments, "_meta": {"progressToken": "p"}});
     server.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string());
 }
 
 /// Reads messages until the answer to `id`; the progress messages seen
 /// until then go to `progress`.
-fn answer(server: &StdioServer, id: u64, within: Duration, mut progress: impl FnMut(&str) -> bool) -> Option<Value> {
+pub fn answer(server: &StdioServer, id: u64, within: Duration, mut progress: impl FnMut(&str) -> bool) -> Option<Value> {
     let deadline = Instant::now() + within;
     loop {
         let message = server.recv_within(deadline.saturating_duration_since(Instant::now()));

@@ -28,7 +28,8 @@ pub mod removal;
 pub mod spec;
 pub mod watch;
 
-use std::time::{Duration, SystemTime};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::docker;
 use crate::engine::backend::{
@@ -52,6 +53,15 @@ pub struct Docker {
 
 /// dockerd's words for a container on a network name two networks share.
 const AMBIGUOUS: &str = "is ambiguous";
+
+/// The daemon-wide lock around making the open network: a container of
+/// this name, created and never started. Container names are unique on a
+/// daemon, network names are not, so servers starting at once make the
+/// network one at a time.
+const OPEN_NETWORK_LOCK: &str = "mcp-k8s-open-network-lock";
+/// How long a server waits for another one holding the lock; past it the
+/// lock is taken to be a crashed server's and removed.
+const OPEN_NETWORK_LOCK_WAIT: Duration = Duration::from_secs(10);
 
 impl Docker {
     pub fn new(client: docker::Client, policy: Policy, options: spec::Options) -> Docker {
@@ -82,7 +92,7 @@ impl Docker {
     /// The run's network is there: the operator's for `restricted` (it
     /// must exist; the server never makes it), this server's for `open`,
     /// made when missing and checked when found.
-    fn ensure_network(&self, mode: NetworkMode) -> Result<(), Refused> {
+    fn ensure_network(&self, mode: NetworkMode, image: &str) -> Result<(), Refused> {
         match mode {
             NetworkMode::None => Ok(()),
             NetworkMode::Restricted if self.options.restricted_network.is_none() => Err(Refused {
@@ -90,7 +100,7 @@ impl Docker {
                 message: "network `restricted` is not available on this Docker backend: MCP_K8S_DOCKER_NETWORK names no network for it; ask for `none` or `open`, or have the operator set MCP_K8S_DOCKER_NETWORK".to_string(),
             }),
             NetworkMode::Restricted => self.ensure_restricted_network(),
-            NetworkMode::Open => self.ensure_open_network(),
+            NetworkMode::Open => self.ensure_open_network(image),
         }
     }
 
@@ -110,18 +120,48 @@ impl Docker {
         }
     }
 
-    /// This server's open network, made when missing; duplicates that
-    /// servers starting at once made are removed (`spec::open_networks`).
-    /// Within this process the lock keeps threads from making them.
-    fn ensure_open_network(&self) -> Result<(), Refused> {
+    /// This server's open network, made when missing. Servers on one
+    /// daemon make it under the daemon-wide lock (`OPEN_NETWORK_LOCK`): two
+    /// creates of one name at once would both succeed (Docker's duplicate
+    /// check is best effort), and a container on a name two networks share
+    /// cannot start. Duplicates made anyway (by an older server, by hand)
+    /// are removed when empty. `image` is present: the lock is made of it.
+    fn ensure_open_network(&self, image: &str) -> Result<(), Refused> {
         let _one_at_a_time = self.open_network.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if self.open_network_kept()?.is_none() {
-            match self.client.network_create(&spec::open_network()) {
-                Ok(_) => log::info("created the network of open runs", &[("network", spec::OPEN_NETWORK.into())]),
-                // Another server made it a moment ago.
-                Err(error) if error.is_conflict() => {}
-                Err(error) => return Err(api_refusal("create the open network", &error)),
+        let deadline = Instant::now() + OPEN_NETWORK_LOCK_WAIT;
+        loop {
+            if self.open_network_kept()?.is_some() {
+                return Ok(());
             }
+            match self.client.container_create(OPEN_NETWORK_LOCK, &record::never_started(image, BTreeMap::new())) {
+                Ok(_) => {
+                    let made = self.create_open_network_if_missing();
+                    if let Err(error) = self.client.container_remove(OPEN_NETWORK_LOCK) {
+                        log::warn("could not remove the open network's lock", &[("why", error.to_string().into())]);
+                    }
+                    return made;
+                }
+                // Another server holds it: its network will show.
+                Err(error) if error.is_conflict() && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                Err(error) if error.is_conflict() => {
+                    log::warn("removed a stale lock of the open network (a server that crashed while making it)", &[]);
+                    let _ = self.client.container_remove(OPEN_NETWORK_LOCK);
+                }
+                Err(error) => return Err(api_refusal("lock the making of the open network", &error)),
+            }
+        }
+    }
+
+    /// Under the lock: looks again (the last holder may have made it) and
+    /// makes the network when it is still missing.
+    fn create_open_network_if_missing(&self) -> Result<(), Refused> {
+        if self.open_network_kept()?.is_some() {
+            return Ok(());
+        }
+        match self.client.network_create(&spec::open_network()) {
+            Ok(_) => log::info("created the network of open runs", &[("network", spec::OPEN_NETWORK.into())]),
+            Err(error) if error.is_conflict() => {}
+            Err(error) => return Err(api_refusal("create the open network", &error)),
         }
         match self.open_network_kept()? {
             Some(_) => Ok(()),
@@ -137,13 +177,23 @@ impl Docker {
         let networks = self.client.network_list().map_err(|error| api_refusal("look up the open network", &error))?;
         let found = spec::open_networks(&networks).map_err(|message| Refused { reason: RunReason::Rejected, message })?;
         for duplicate in &found.duplicates {
-            // Gone already (another server removed it) is as good.
-            if let Err(error) = self.client.network_remove(duplicate)
-                && !error.is_not_found()
-            {
-                return Err(api_refusal("remove a duplicate of the open network", &error));
+            match self.client.network_remove(duplicate) {
+                Ok(()) => log::info("removed a duplicate of the network of open runs", &[("network", duplicate.as_str().into())]),
+                // Gone already: another server removed it.
+                Err(error) if error.is_not_found() => {}
+                // A run still uses it ("has active endpoints"): open runs
+                // cannot start on the shared name until that one ends.
+                Err(error) => {
+                    return Err(Refused {
+                        reason: RunReason::ApiError,
+                        message: format!(
+                            "two Docker networks are named `{}` and the other one ({}) is still used by a run, so no open run can start: {error}; it is removed as soon as that run ends: run the job again then, or ask for network `none`",
+                            spec::OPEN_NETWORK,
+                            crate::echo::shorten(duplicate)
+                        ),
+                    });
+                }
             }
-            log::info("removed a duplicate of the network of open runs", &[("network", duplicate.as_str().into())]);
         }
         Ok(found.keep)
     }
@@ -274,15 +324,15 @@ impl Backend for Docker {
                 message: "the cache volume is not supported on the Docker backend yet; unset MCP_K8S_CACHE_PVC and MCP_K8S_CACHE_MOUNT_PATH, or use MCP_K8S_BACKEND=kubernetes".to_string(),
             });
         }
-        self.ensure_network(run.spec.network)?;
         self.ensure_image(&run.spec.image)?;
+        self.ensure_network(run.spec.network, &run.spec.image)?;
         let name = spec::container_name(run.run_id);
         let mut attempt = self.create_and_start(run, &name);
         if run.spec.network == NetworkMode::Open && attempt.as_ref().is_err_and(|refused| refused.message.contains(AMBIGUOUS)) {
             // Another server made a duplicate of the open network between
             // this one's check and its create: remove it and go again, once.
             self.remove_now(run.run_id);
-            self.ensure_network(run.spec.network)?;
+            self.ensure_network(run.spec.network, &run.spec.image)?;
             attempt = self.create_and_start(run, &name);
         }
         if let Err(refused) = attempt {

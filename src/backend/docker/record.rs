@@ -182,7 +182,7 @@ fn mark_labels(run_labels: &BTreeMap<String, String>, role: &str) -> BTreeMap<St
 
 /// A container that only carries labels: nothing starts it, and were it
 /// started it could do nothing (no network, no capabilities, read-only).
-fn never_started(image: &str, labels: BTreeMap<String, String>) -> ContainerSpec {
+pub(crate) fn never_started(image: &str, labels: BTreeMap<String, String>) -> ContainerSpec {
     ContainerSpec {
         image: image.to_string(),
         entrypoint: Some(vec!["/nonexistent".to_string()]),

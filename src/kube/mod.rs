@@ -241,11 +241,11 @@ struct Inner {
     options: Options,
 }
 
-/// One request, before any IO.
 const JSON: &str = "application/json";
 /// The `Accept` of a metadata-only list.
 const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
 
+/// One request, before any IO.
 #[derive(Clone, Debug)]
 pub(crate) struct ApiRequest {
     pub verb: &'static str,
@@ -594,7 +594,7 @@ impl Client {
 
 impl ApiRequest {
     pub(crate) fn new(verb: &'static str, path: String) -> ApiRequest {
-        ApiRequest { verb, path, body: None, content_type: "application/json", read_timeout: None, accept: JSON }
+        ApiRequest { verb, path, body: None, content_type: JSON, read_timeout: None, accept: JSON }
     }
 }
 

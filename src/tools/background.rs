@@ -458,7 +458,7 @@ fn no_such_job(token: &str) -> String {
 }
 
 fn engine_of(ctx: &Ctx) -> Result<&engine::run::Ctx, CallError> {
-    ctx.engine.as_ref().map_err(|why| CallError::Unavailable(format!("this server has no backend to run sandboxes on: {why}")))
+    ctx.engine.as_ref().map_err(|why| CallError::Unavailable(super::no_backend(why)))
 }
 
 #[cfg(test)]

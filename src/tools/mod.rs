@@ -491,6 +491,11 @@ fn test_panic(_ctx: &Ctx, _call: &Call<'_>) -> ToolOutcome {
     panic!("test_panic was called");
 }
 
+/// What a tool answers when the server found no backend at start.
+pub fn no_backend(why: &str) -> String {
+    format!("this server has no backend to run sandboxes on: {why}")
+}
+
 /// The operator's choices as the engine sees them (the binary's and the
 /// fuzz targets' one source).
 pub fn engine_policy(config: &Config) -> engine::spec::Policy {

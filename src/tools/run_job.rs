@@ -143,7 +143,7 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 pub fn run_reporting_progress(ctx: &Ctx, call: &Call<'_>, spec: &engine::spec::RunSpec) -> Result<engine::spec::RunOutcome, String> {
     let engine = match &ctx.engine {
         Ok(engine) => engine,
-        Err(why) => return Err(format!("this server has no backend to run sandboxes on: {why}")),
+        Err(why) => return Err(super::no_backend(why)),
     };
     let run_id = engine::run::new_run_id();
     let steps = AtomicU64::new(0);

@@ -104,17 +104,14 @@ fn issue_12_6_a_workdir_over_its_bound_is_stopped_not_cancelled() {
     cluster::assert_nothing_left(out["run_id"].as_str().expect("run_id"));
 }
 
-/// A memory limit of 64 bytes (a typo for 64Mi): the runtime cannot start
-/// the container. The caller gets the runtime's text as `StartFailed`, or
-/// (once arguments are checked for it) a refusal before anything is
-/// created; never `ResultLost`.
+/// A memory limit of 64 bytes (a typo for 64Mi), which no runtime can
+/// start. Before issue 12 it reached the kubelet, whose StartError never
+/// reached the caller (`ResultLost`). The bound (16Mi to 1Ti) now refuses
+/// it before anything is created; `StartFailed` with the runtime's own text
+/// is proven against the fake API (offline engine_faults::issue_12_5_*)
+/// and in the judge's table.
 #[test]
 fn issue_12_5_a_memory_limit_no_runtime_can_start_is_refused_up_front_naming_it() {
-    // Before issue 12 this reached the runtime, which failed to start the
-    // container, and the run was reported as a bare pending pod. The bound
-    // (16Mi to 1Ti) now refuses it before anything is created; `StartFailed`
-    // with the runtime's own text is proven against the fake API
-    // (offline engine_faults::issue_12_5_*) and in the judge's table.
     let mut server = cluster::server(&[]);
     let id = faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["echo", "never"], "limits": {"memory": "64"}}));
     let result = faults::response(&server, id, Duration::from_secs(30));

@@ -61,6 +61,23 @@ fn six_servers_starting_open_runs_at_once_make_one_network() {
     assert!(lock.is_err_and(|error| error.is_not_found()), "the lock is gone");
 }
 
+/// A lock left by a server that crashed while making the network: the
+/// next server waits for it (10 s), takes it to be stale, removes it, makes
+/// the network and starts its run.
+#[test]
+fn a_stale_lock_is_removed_after_the_wait_and_the_run_starts() {
+    let daemon = PrivateDaemon::start("stale");
+    let client = daemon.client();
+    let lock = ContainerSpec { image: crate::BUSYBOX.to_string(), ..ContainerSpec::default() };
+    client.container_create("mcp-k8s-open-network-lock", &lock).expect("docker create");
+    let mut server = server(&daemon);
+    let outcome = call(&mut server, 1, "run_job", json!({"image": crate::BUSYBOX, "command": ["true"], "network": "open"}));
+    assert_eq!(outcome["status"], "succeeded", "{outcome}");
+    assert_eq!(named(&client), 1, "the network was made");
+    let lock = client.container_inspect("mcp-k8s-open-network-lock");
+    assert!(lock.is_err_and(|error| error.is_not_found()), "the stale lock is gone");
+}
+
 /// A duplicate that a run still uses cannot be removed, and no container
 /// can start on the shared name meanwhile: the open run is refused saying
 /// so and what to do, and starts once that run has ended.

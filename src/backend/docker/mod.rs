@@ -128,7 +128,7 @@ impl Docker {
     /// are removed when empty. `image` is present: the lock is made of it.
     fn ensure_open_network(&self, image: &str) -> Result<(), Refused> {
         let _one_at_a_time = self.open_network.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let deadline = Instant::now() + OPEN_NETWORK_LOCK_WAIT;
+        let mut deadline = Instant::now() + OPEN_NETWORK_LOCK_WAIT;
         loop {
             if self.open_network_kept()?.is_some() {
                 return Ok(());
@@ -146,6 +146,9 @@ impl Docker {
                 Err(error) if error.is_conflict() => {
                     log::warn("removed a stale lock of the open network (a server that crashed while making it)", &[]);
                     let _ = self.client.container_remove(OPEN_NETWORK_LOCK);
+                    // A live server may take the lock next: it gets the
+                    // whole wait too, not an immediate removal.
+                    deadline = Instant::now() + OPEN_NETWORK_LOCK_WAIT;
                 }
                 Err(error) => return Err(api_refusal("lock the making of the open network", &error)),
             }

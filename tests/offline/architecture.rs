@@ -47,8 +47,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("docker", &[]),
     // The in-sandbox entrypoint knows only the contract.
     ("runner", &["sandbox"]),
-    ("config", &["languages"]),
+    ("config", &["languages", "pools"]),
     ("languages", &[]),
+    ("pools", &[]),
     ("cancel", &[]),
     ("echo", &[]),
     ("images", &[]),

@@ -248,11 +248,7 @@ fn image_field(value: &Value, bounds: &Bounds<'_>) -> Result<String, String> {
 }
 
 fn quantity_field(value: &Value, resource: Resource) -> Result<Quantity, String> {
-    let text = text_field(value)?;
-    let quantity = Quantity::parse(text)
-        .map_err(|_| format!("`{}` is not a Kubernetes quantity such as 500m or 512Mi", crate::echo::shorten(text)))?;
-    quantity.check_limit(resource).map_err(|why| format!("`{}` {why}", quantity.as_str()))?;
-    Ok(quantity)
+    Quantity::parse_limit(text_field(value)?, resource)
 }
 
 fn network_field(value: &Value, allowed: &[NetworkMode]) -> Result<NetworkMode, String> {

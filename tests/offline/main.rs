@@ -32,3 +32,4 @@ mod modern_era;
 mod readme_config;
 mod runner;
 mod stdio;
+mod warm_runner;

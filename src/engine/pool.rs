@@ -6,6 +6,9 @@
 //! ready one. One run per sandbox, never reused: a sandbox handed out
 //! leaves the pool at once and the pool makes another.
 //!
+//! `assignment` turns a run into what the sandbox is told (the same
+//! contract as a cold pod's).
+//!
 //! Deliberately knows no Kubernetes, no threads, no clock and nothing of
 //! how an assignment reaches the sandbox (`sandbox::assignment`): the
 //! backend's pool manager creates and deletes what the steps say, feeds
@@ -14,9 +17,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::engine::spec::{Policy, RunSpec};
+use crate::engine::spec::{Policy, RunSpec, command_env, exec_options};
 use crate::network::NetworkMode;
 use crate::quantity::Quantity;
+use crate::sandbox::assignment::{AssignedFile, Assignment};
 
 /// What a run must have for a pool's sandboxes to serve it: the pool
 /// sandbox was made with these before the run was known.
@@ -86,6 +90,23 @@ pub fn mismatch(spec: &RunSpec, mounts_cache: bool, shape: &PoolShape) -> Option
         return Some(Mismatch::Workdir);
     }
     None
+}
+
+/// What a warm sandbox is told to run for `spec`: the very `exec` options
+/// and environment a cold pod's main container gets (`exec_options`,
+/// `command_env`), and the input files a cold run puts into its inputs
+/// Secret. One contract for both paths.
+pub fn assignment(run_id: &str, spec: &RunSpec, policy: &Policy) -> Assignment {
+    Assignment {
+        run_id: run_id.to_string(),
+        exec: exec_options(spec, policy),
+        env: command_env(spec, policy),
+        files: spec
+            .files
+            .iter()
+            .map(|file| AssignedFile { path: file.path.clone(), mode: file.mode, content: file.content.clone() })
+            .collect(),
+    }
 }
 
 /// The rules one pool is held to.
@@ -346,6 +367,35 @@ mod tests {
         let unlimited = PoolShape { cpu: None, memory: None, ..shape() };
         let plain = RunSpec { cpu_limit: None, memory_limit: None, ..spec() };
         assert_eq!(mismatch(&plain, false, &unlimited), None, "a pool without limits serves calls that give none");
+    }
+
+    #[test]
+    fn the_assignment_is_what_a_cold_pod_would_run() {
+        let policy = Policy {
+            namespace: "jobs".into(),
+            runner_image: "runner:1".into(),
+            runner_binary_path: "/runner".into(),
+            run_as_user: 65532,
+            default_cpu: quantity("1"),
+            default_memory: quantity("512Mi"),
+            max_output_bytes: 4096,
+            max_artifact_bytes: 8192,
+            start_timeout: Duration::from_secs(120),
+            workdir_size_limit: quantity("1Gi"),
+            extra_env: [("PROXY".to_string(), "operator".to_string())].into(),
+            cache: None,
+            clone: None,
+            finished_ttl: Duration::from_secs(300),
+            runtime_class: None,
+            await_network_policy: None,
+        };
+        let assignment = assignment("run-1", &spec(), &policy);
+        assert_eq!(assignment.exec, exec_options(&spec(), &policy), "the argv, caps, timeout and disk bound of runner exec");
+        assert_eq!(assignment.exec.disk_paths, [std::path::PathBuf::from("/work"), "/tmp".into()]);
+        let env: Vec<(&str, &str)> = assignment.env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+        assert_eq!(env, [("A", "1"), ("HOME", "/tmp"), ("PROXY", "operator")], "the operator's, the caller's and HOME");
+        assert_eq!(assignment.files, [AssignedFile { path: "in.txt".into(), mode: 0o644, content: b"x".to_vec() }]);
+        assert_eq!(assignment.run_id, "run-1");
     }
 
     const START: Duration = Duration::from_secs(120);

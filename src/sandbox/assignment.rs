@@ -9,8 +9,9 @@
 //! drift.
 //!
 //! The key travels in the body, not in a header: the API server's proxy
-//! strips `Authorization` from what it forwards to a pod, and a body is
-//! what the runner reads anyway.
+//! strips `Authorization` from what it forwards to a pod
+//! (kubernetes/kubernetes#34076, #38775), and the body is what the runner
+//! reads anyway.
 //!
 //! Knows nothing of HTTP, sockets, pools or who makes the key: the
 //! runner's reader is `runner::assign`, the pool's life `engine::pool`.

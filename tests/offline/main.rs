@@ -32,4 +32,3 @@ mod modern_era;
 mod readme_config;
 mod runner;
 mod stdio;
-mod warm_runner;

@@ -120,6 +120,19 @@ pub struct PoolRules {
     pub start_timeout: Duration,
 }
 
+/// Margin by which a pool sandbox's runner outlasts the pool's own
+/// replacement of it.
+const RUNNER_WAIT_MARGIN: Duration = Duration::from_secs(60);
+
+/// How long a pool sandbox's runner waits for its assignment before it
+/// ends itself (`runner await-assignment --max-wait-ms`): longer than the
+/// pool keeps it (its start, then `max_idle`), so the server normally
+/// deletes it first; bounded, so that one whose server is gone (a crash, a
+/// SIGKILL) ends on its own and its Job's TTL removes it.
+pub fn runner_max_wait(rules: &PoolRules) -> Duration {
+    rules.start_timeout + rules.max_idle + RUNNER_WAIT_MARGIN
+}
+
 /// What happened to the pool.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
@@ -499,6 +512,12 @@ mod tests {
         assert_eq!(state.on(created("c"), t1), []);
         assert_eq!(state.on(ready("c"), t1 + Duration::from_secs(3)), [], "ready: the backoff is over");
         assert_eq!(state.on(Event::Claim, t1 + Duration::from_secs(3)), [hand_out("c"), Step::Create { count: 1 }]);
+    }
+
+    #[test]
+    fn the_runner_waits_longer_than_the_pool_keeps_it() {
+        let rules = PoolRules { size: 1, max_idle: IDLE, start_timeout: START };
+        assert_eq!(runner_max_wait(&rules), START + IDLE + Duration::from_secs(60));
     }
 
     #[test]

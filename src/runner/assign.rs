@@ -424,6 +424,17 @@ mod tests {
     }
 
     #[test]
+    fn a_large_assignment_arrives_whole() {
+        let (address, runner) = waiting_runner(Duration::from_secs(30));
+        let mut large = an_assignment("/work");
+        let content: Vec<u8> = (0..768 * 1024).map(|index| (index % 251) as u8).collect();
+        large.files.push(assignment::AssignedFile { path: "big.bin".into(), mode: 0o644, content });
+        let (code, _) = send(address, &post(&assignment::encode(&key(), &large)));
+        assert_eq!(code, 202);
+        assert_eq!(runner.join().unwrap().unwrap(), large);
+    }
+
+    #[test]
     fn an_expect_100_continue_gets_its_interim_answer() {
         let (address, runner) = waiting_runner(Duration::from_secs(30));
         let body = assignment::encode(&key(), &an_assignment("/work"));

@@ -15,6 +15,7 @@ use crate::images::Allowlist;
 use crate::languages::Languages;
 use crate::log::{Level, Redacted};
 use crate::network::{self, NetworkMode};
+use crate::pools::{self, Pool};
 use crate::quantity::{Quantity, Resource};
 
 /// The runner image when MCP_K8S_RUNNER_IMAGE is unset: this release's
@@ -90,6 +91,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_ALLOWED_ORIGINS", Some("allowed-origins"), "", "comma-separated browser origins allowed besides localhost", |r| &mut r.allowed_origins),
     setting("MCP_K8S_SHUTDOWN_GRACE_S", Some("shutdown-grace-s"), "30", "how long in-flight calls may finish after SIGTERM before they are cancelled", |r| &mut r.shutdown_grace_s),
     setting("MCP_K8S_LANGUAGES", Some("languages"), "", "JSON file of execute_code language profiles that override or add to the built-in ones (python, javascript, go, bash)", |r| &mut r.languages),
+    setting("MCP_K8S_WARM_POOLS", Some("warm-pools"), "", "JSON file of warm pools: sandboxes kept running ahead for runs of one image, limits and network mode (see the README)", |r| &mut r.warm_pools),
     setting("MCP_K8S_SNIPPETS_DIR", Some("snippets-dir"), "", "folder of named snippets for execute_code's snippet_name, also served as MCP resources; empty means none", |r| &mut r.snippets_dir),
     setting("MCP_K8S_LOG_LEVEL", Some("log-level"), "info", "lowest level written to stderr: debug, info, notice, warning, error", |r| &mut r.log_level),
     setting("MCP_K8S_BACKEND", Some("backend"), "auto", "where jobs run: kubernetes, docker, or auto (cluster credentials found: kubernetes; else a Docker daemon that answers: docker)", |r| &mut r.backend),
@@ -151,6 +153,7 @@ pub struct RawConfig {
     pub allowed_origins: Option<String>,
     pub shutdown_grace_s: Option<String>,
     pub languages: Option<String>,
+    pub warm_pools: Option<String>,
     pub snippets_dir: Option<String>,
     pub log_level: Option<String>,
     pub test_tools: Option<String>,
@@ -255,6 +258,8 @@ pub struct Config {
     pub shutdown_grace_s: u64,
     /// execute_code's language profiles: built in, plus MCP_K8S_LANGUAGES.
     pub languages: Languages,
+    /// MCP_K8S_WARM_POOLS, checked; empty when unset.
+    pub warm_pools: Vec<Pool>,
     /// MCP_K8S_SNIPPETS_DIR, checked to be a folder at start; its files are
     /// read at call time.
     pub snippets_dir: Option<PathBuf>,
@@ -325,6 +330,11 @@ pub enum Error {
     /// The MCP_K8S_LANGUAGES file is unreadable or wrong; the error names
     /// the file, the profile and the field.
     Languages(crate::languages::Error),
+    /// The MCP_K8S_WARM_POOLS file is unreadable or wrong; the error names
+    /// the file, the pool and the field.
+    WarmPools(pools::Error),
+    /// Two settings that cannot be used together; `why` says what to do.
+    Conflict { variable: &'static str, other: &'static str, why: &'static str },
 }
 
 impl fmt::Display for Error {
@@ -343,6 +353,8 @@ impl fmt::Display for Error {
                 write!(formatter, "{set} is set but {missing} is not; set both or neither")
             }
             Error::Languages(error) => write!(formatter, "{error}"),
+            Error::WarmPools(error) => write!(formatter, "{error}"),
+            Error::Conflict { variable, other, why } => write!(formatter, "{variable} cannot be used with {other}: {why}"),
         }
     }
 }
@@ -387,6 +399,10 @@ impl Config {
         if backend == BackendChoice::Docker {
             check_docker_network_default(network_default, docker_network.as_deref())?;
         }
+        let allowed_images = image_list(raw.allowed_images.as_deref())?;
+        let languages = Languages::load(raw.languages.as_deref().map(std::path::Path::new), max_timeout_s).map_err(Error::Languages)?;
+        let cache = parse_cache(raw)?;
+        let warm_pools = parse_warm_pools(raw.warm_pools.as_deref(), &allowed_images, &languages, &network_modes, cache.as_ref())?;
         Ok(Config {
             transport,
             addr: parse_addr(raw.addr.as_deref().unwrap_or(":8080"))?,
@@ -400,10 +416,10 @@ impl Config {
             default_cpu: request(&raw.default_cpu, "MCP_K8S_DEFAULT_CPU", "1", Resource::Cpu)?,
             default_memory: request(&raw.default_memory, "MCP_K8S_DEFAULT_MEMORY", "512Mi", Resource::Memory)?,
             max_concurrent: number(&raw.max_concurrent, "MCP_K8S_MAX_CONCURRENT", 10, 1, 1000)? as u32,
-            allowed_images: image_list(raw.allowed_images.as_deref())?,
+            allowed_images,
             sidecar_image: image(raw.sidecar_image.as_deref().unwrap_or("busybox:1.36"), "MCP_K8S_SIDECAR_IMAGE")?,
             clone: parse_clone(raw)?,
-            cache: parse_cache(raw)?,
+            cache,
             job_extra_env: parse_extra_env(raw.job_extra_env.as_deref())?,
             runner_image: image(raw.runner_image.as_deref().unwrap_or(DEFAULT_RUNNER_IMAGE), "MCP_K8S_RUNNER_IMAGE")?,
             runner_binary_path: absolute_path(
@@ -426,7 +442,8 @@ impl Config {
             http_limits,
             allowed_origins: parse_origins(raw.allowed_origins.as_deref())?,
             shutdown_grace_s: number(&raw.shutdown_grace_s, "MCP_K8S_SHUTDOWN_GRACE_S", 30, 0, 3600)?,
-            languages: Languages::load(raw.languages.as_deref().map(std::path::Path::new), max_timeout_s).map_err(Error::Languages)?,
+            languages,
+            warm_pools,
             snippets_dir: raw.snippets_dir.as_deref().map(parse_snippets_dir).transpose()?,
             log_level: parse_log_level(raw.log_level.as_deref())?,
             test_tools: parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?,
@@ -526,6 +543,30 @@ fn parse_docker_pull(value: Option<&str>) -> Result<DockerPull, Error> {
         "missing" => Ok(DockerPull::Missing),
         other => Err(invalid("MCP_K8S_DOCKER_PULL", other, "one of never, missing")),
     }
+}
+
+/// MCP_K8S_WARM_POOLS: read and checked against the allowlist, the
+/// profiles' images and the allowed network modes. With a cache volume
+/// every run mounts it and no pool sandbox does (issue 17 keeps cache runs
+/// cold), so the pools would never be used: refused rather than ignored.
+fn parse_warm_pools(
+    value: Option<&str>,
+    allowlist: &Allowlist,
+    languages: &Languages,
+    network_modes: &[NetworkMode],
+    cache: Option<&CacheConfig>,
+) -> Result<Vec<Pool>, Error> {
+    let Some(path) = value else { return Ok(Vec::new()) };
+    if cache.is_some() {
+        return Err(Error::Conflict {
+            variable: "MCP_K8S_WARM_POOLS",
+            other: "MCP_K8S_CACHE_PVC",
+            why: "every run mounts the cache and a pool sandbox does not, so no run could take one; unset one of them",
+        });
+    }
+    let profile_images = languages.images();
+    let bounds = pools::Bounds { allowlist, profile_images: &profile_images, network_modes };
+    pools::load(std::path::Path::new(path), &bounds).map_err(Error::WarmPools)
 }
 
 /// MCP_K8S_NETWORK_MODES: known names, each once, at least one; kept in
@@ -950,6 +991,11 @@ mod tests {
             (&[("MCP_K8S_ALLOWED_ORIGINS", "example.com")], "MCP_K8S_ALLOWED_ORIGINS: `example.com` is not accepted; expected origins"),
             (&[("MCP_K8S_ALLOWED_ORIGINS", "https://a.example/")], "MCP_K8S_ALLOWED_ORIGINS: `https://a.example/`"),
             (&[("MCP_K8S_SHUTDOWN_GRACE_S", "soon")], "MCP_K8S_SHUTDOWN_GRACE_S: `soon`"),
+            (&[("MCP_K8S_WARM_POOLS", "/nonexistent/pools.json")], "MCP_K8S_WARM_POOLS: cannot read `/nonexistent/pools.json`: "),
+            (
+                &[("MCP_K8S_WARM_POOLS", "/nonexistent/pools.json"), ("MCP_K8S_CACHE_PVC", "c"), ("MCP_K8S_CACHE_MOUNT_PATH", "/cache")],
+                "MCP_K8S_WARM_POOLS cannot be used with MCP_K8S_CACHE_PVC: every run mounts the cache",
+            ),
             (&[("MCP_K8S_LOG_LEVEL", "verbose")], "MCP_K8S_LOG_LEVEL: `verbose` is not accepted; expected one of debug, info"),
             (&[("MCP_K8S_TEST_TOOLS", "yes")], "MCP_K8S_TEST_TOOLS: `yes` is not accepted; expected 1 or 0"),
             (&[("MCP_K8S_RUNTIME_CLASS", "gVisor")], "MCP_K8S_RUNTIME_CLASS: `gVisor` is not accepted; expected a Kubernetes object name"),

@@ -375,11 +375,7 @@ fn timeout_field(value: &Value, max_timeout_s: u64) -> Result<u64, String> {
 }
 
 fn quantity_field(value: &Value, resource: Resource) -> Result<Quantity, String> {
-    let text = string_field(value)?;
-    let quantity = Quantity::parse(text)
-        .map_err(|_| format!("`{}` is not a Kubernetes quantity such as 500m or 512Mi", crate::echo::shorten(text)))?;
-    quantity.check_limit(resource).map_err(|why| format!("`{}` {why}", quantity.as_str()))?;
-    Ok(quantity)
+    Quantity::parse_limit(string_field(value)?, resource)
 }
 
 fn env_field(value: &Value) -> Result<BTreeMap<String, String>, String> {

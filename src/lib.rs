@@ -12,7 +12,8 @@
 //! manifest, shared defaults): the engine and the runner import it, never
 //! each other. `cancel` is the stop flag the protocol sets and the engine
 //! reads.
-//! `languages` holds `execute_code`'s language profiles.
+//! `languages` holds `execute_code`'s language profiles; `pools` the
+//! operator's warm pools.
 //! `config` turns the environment and flags into a checked `Config`; `echo`
 //! shortens caller input quoted in errors; `log`
 //! writes metadata-only JSON lines to stderr; `metrics` keeps the counters
@@ -32,6 +33,7 @@ pub mod languages;
 pub mod log;
 pub mod metrics;
 pub mod network;
+pub mod pools;
 pub mod protocol;
 pub mod quantity;
 pub mod runner;

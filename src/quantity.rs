@@ -76,6 +76,15 @@ pub const MIN_CPU_MILLIS: i128 = 1;
 pub const MAX_CPU_CORES: i128 = 1024;
 
 impl Quantity {
+    /// `text` as a limit of `resource`, with the message a settings file's
+    /// field gets (`MCP_K8S_LANGUAGES`, `MCP_K8S_WARM_POOLS`).
+    pub fn parse_limit(text: &str, resource: Resource) -> Result<Quantity, String> {
+        let quantity = Quantity::parse(text)
+            .map_err(|_| format!("`{}` is not a Kubernetes quantity such as 500m or 512Mi", crate::echo::shorten(text)))?;
+        quantity.check_limit(resource).map_err(|why| format!("`{}` {why}", quantity.as_str()))?;
+        Ok(quantity)
+    }
+
     /// A limit the kubelet can apply and a node can have (issue 11,
     /// finding 11: `1m` of memory, `1Pi`, `1E` CPUs and `1e-30` passed).
     /// The same range holds for a caller's `limits` and the operator's

@@ -9,6 +9,7 @@ pub mod collect;
 pub mod decide;
 pub mod jobs;
 pub mod outcome;
+pub mod pool;
 pub mod reaper;
 pub mod run;
 pub mod slots;

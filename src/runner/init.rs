@@ -53,17 +53,24 @@ pub fn write_inputs(inputs_dir: &Path, workdir: &Path) -> Result<usize, String> 
     };
     let files = inputs::decode_manifest(&manifest)?;
     for file in &files {
-        let target = join_inside(workdir, &file.path)?;
         let content =
             fs::read(inputs_dir.join(&file.key)).map_err(|error| format!("input `{}`: cannot read its content: {error}", file.path))?;
-        if let Some(parent) = target.parent() {
-            fs::create_dir_all(parent).map_err(|error| format!("input `{}`: cannot create its folder: {error}", file.path))?;
-        }
-        fs::write(&target, content).map_err(|error| format!("input `{}`: cannot write it: {error}", file.path))?;
-        fs::set_permissions(&target, fs::Permissions::from_mode(file.mode & 0o7777))
-            .map_err(|error| format!("input `{}`: cannot set its mode: {error}", file.path))?;
+        write_input(workdir, &file.path, &content, file.mode)?;
     }
     Ok(files.len())
+}
+
+/// Writes one input file at `path` under `workdir` with `mode`, making its
+/// folders: from the inputs Secret (`write_inputs`) or from a warm
+/// sandbox's assignment (`runner::assign`).
+pub fn write_input(workdir: &Path, path: &str, content: &[u8], mode: u32) -> Result<(), String> {
+    let target = join_inside(workdir, path)?;
+    if let Some(parent) = target.parent() {
+        fs::create_dir_all(parent).map_err(|error| format!("input `{path}`: cannot create its folder: {error}"))?;
+    }
+    fs::write(&target, content).map_err(|error| format!("input `{path}`: cannot write it: {error}"))?;
+    fs::set_permissions(&target, fs::Permissions::from_mode(mode & 0o7777))
+        .map_err(|error| format!("input `{path}`: cannot set its mode: {error}"))
 }
 
 /// The file that says `runner init` failed, next to `ready_file`.

@@ -13,12 +13,16 @@
 //! - `runner clone ...` in the `clone` init container, and `runner
 //!   credential ...`, git's credential helper there (see `clone`);
 //! - `runner exec [options] -- ARGV...` as the main container's command;
+//! - `runner await-assignment --port N --key-file FILE --workdir DIR
+//!   --max-wait-ms N` as a warm pool sandbox's main command: wait for one
+//!   assignment, write its files, then run it as `exec` does (see `assign`);
 //! - `runner probe-pids [--ceiling N]`, run by `doctor` as a job's command,
 //!   prints the pod's real process limit (see `probe`);
 //! - `runner probe-connect`, run by `doctor` as a job's command, prints
 //!   whether the pod could connect to the API server (see `probe`).
 
 pub mod artifacts;
+pub mod assign;
 pub mod capture;
 pub mod clone;
 pub mod disk;
@@ -26,6 +30,7 @@ pub mod init;
 pub mod probe;
 pub mod process;
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
@@ -34,7 +39,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::runner::capture::{FrameSink, HeadTail};
-use crate::sandbox::args::{self as argv, ExecOptions, InitOptions};
+use crate::sandbox::args::{self as argv, AssignOptions, ExecOptions, InitOptions};
+use crate::sandbox::assignment::{Assignment, Key};
 use crate::sandbox::frame::{self, Frame, RunResult, Started, Stream};
 use crate::sandbox::{self, TERMINATION_LOG};
 
@@ -50,6 +56,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
             argv::parse_await(rest).and_then(|options| init::await_ready(&options.ready_file, options.timeout).map(|()| 0))
         }
         Some("exec") => argv::parse_exec(rest).map(|options| run_exec(&options)),
+        Some("await-assignment") => argv::parse_assign(rest).and_then(|options| run_await_assignment(&options)),
         Some("clone") => argv::parse_clone(rest).and_then(|options| clone::run_clone(&options)),
         Some("credential") => argv::parse_credential(rest).and_then(|options| clone::run_credential(&options)),
         Some("probe-pids") => argv::parse_probe(rest).map(|ceiling| {
@@ -62,7 +69,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         }
         Some("probe-connect") => Err("runner probe-connect takes no arguments".to_string()),
         other => Err(format!(
-            "unknown runner subcommand `{}`; expected `init`, `await-ready`, `clone`, `credential`, `exec`, `probe-pids` or `probe-connect`",
+            "unknown runner subcommand `{}`; expected `init`, `await-ready`, `clone`, `credential`, `exec`, `await-assignment`, `probe-pids` or `probe-connect`",
             other.unwrap_or("")
         )),
     };
@@ -102,6 +109,23 @@ fn prepare(options: &InitOptions) -> Result<(), String> {
     init::copy_self(&options.copy_to).map_err(|error| format!("cannot copy the runner to `{}`: {error}", options.copy_to.display()))
 }
 
+/// A warm sandbox's life: the key from its Secret, the listener, the one
+/// assignment (its files written before it is answered), then the command
+/// exactly as `runner exec` runs it, frames on stdout.
+fn run_await_assignment(options: &AssignOptions) -> Result<i32, String> {
+    let key_file = options.key_file.display();
+    let key_text = std::fs::read_to_string(&options.key_file).map_err(|error| format!("cannot read the key `{key_file}`: {error}"))?;
+    let key = Key::from_hex(&key_text).map_err(|why| format!("the key `{key_file}` is not valid: {why}"))?;
+    let listener = assign::listen(options.port).map_err(|error| format!("cannot listen on port {}: {error}", options.port))?;
+    let prepare = |assignment: &Assignment| {
+        assignment.files.iter().try_for_each(|file| init::write_input(&options.workdir, &file.path, &file.content, file.mode))
+    };
+    let assignment =
+        assign::await_assignment(listener, &key, &options.workdir, options.max_wait, prepare).map_err(|error| error.to_string())?;
+    let sink: FrameSink = Arc::new(Mutex::new(Box::new(std::io::stdout())));
+    Ok(run_exec_with(&assignment.exec, &assignment.env, &sink))
+}
+
 /// Runs the command and writes every frame; returns the runner's exit code.
 pub fn run_exec(options: &ExecOptions) -> i32 {
     let sink: FrameSink = Arc::new(Mutex::new(Box::new(std::io::stdout())));
@@ -110,6 +134,13 @@ pub fn run_exec(options: &ExecOptions) -> i32 {
 
 /// `run_exec` with the frames going to `sink`, so tests can read them.
 pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
+    run_exec_with(options, &BTreeMap::new(), sink)
+}
+
+/// `run_exec_to` with `env` on top of the runner's own environment: a warm
+/// sandbox's assignment carries the command's environment, which a cold
+/// pod's spec sets on the container.
+pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink: &FrameSink) -> i32 {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [libc::SIGTERM, libc::SIGINT] {
         // A failure to register leaves the default action (die at once),
@@ -132,7 +163,7 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
         ));
     }
 
-    let exit_code = match process::spawn(&options.argv, &options.workdir) {
+    let exit_code = match process::spawn(&options.argv, &options.workdir, env) {
         Err(error) => {
             result.start_error = Some(format!("cannot start `{}`: {error}", options.argv[0]));
             // The codes a shell gives for "not found" and "not executable".

@@ -2,6 +2,7 @@
 //! the timeout on the command itself, SIGTERM then SIGKILL to the whole
 //! group, and the exit code or signal exactly as the kernel reported it.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -30,11 +31,14 @@ impl Ending {
 }
 
 /// Starts `argv` in `workdir` as the leader of a new process group, with
-/// stdin closed and stdout/stderr piped.
-pub fn spawn(argv: &[String], workdir: &Path) -> io::Result<Child> {
+/// stdin closed and stdout/stderr piped, and `env` on top of the runner's
+/// own environment (empty for a cold run, whose pod spec sets it; a warm
+/// sandbox's assignment carries it).
+pub fn spawn(argv: &[String], workdir: &Path, env: &BTreeMap<String, String>) -> io::Result<Child> {
     let (program, args) = argv.split_first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
     Command::new(program)
         .args(args)
+        .envs(env)
         .current_dir(workdir)
         .process_group(0)
         .stdin(Stdio::null())
@@ -107,7 +111,7 @@ mod tests {
 
     fn run(argv: &[&str], timeout_ms: u64) -> Ending {
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-        let mut child = spawn(&argv, Path::new("/")).unwrap();
+        let mut child = spawn(&argv, Path::new("/"), &BTreeMap::new()).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         wait(&mut child, Duration::from_millis(timeout_ms), Duration::from_millis(200), &stop).unwrap()
     }
@@ -136,7 +140,7 @@ mod tests {
 
     #[test]
     fn missing_program_is_a_spawn_error() {
-        let error = spawn(&["/definitely/not/here".to_string()], Path::new("/")).unwrap_err();
+        let error = spawn(&["/definitely/not/here".to_string()], Path::new("/"), &BTreeMap::new()).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::NotFound);
     }
 }

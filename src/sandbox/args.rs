@@ -2,8 +2,8 @@
 //! (`*_args`: options → argv) and what the runner reads back (`parse_*`:
 //! argv → options), side by side so that each pair stays the inverse of the
 //! other. Covers `runner init`, `runner await-ready`, `runner exec`, `runner clone`, `runner
-//! credential` (written by the runner itself into git's config) and
-//! `runner probe-pids`. The argv given to `parse_*` starts after the
+//! credential` (written by the runner itself into git's config),
+//! `runner await-assignment` (a warm pool's sandbox) and `runner probe-pids`. The argv given to `parse_*` starts after the
 //! subcommand. Knows nothing of what the runner does with the options.
 
 use std::ffi::OsString;
@@ -59,6 +59,20 @@ pub struct InitOptions {
 pub struct AwaitOptions {
     pub ready_file: PathBuf,
     pub timeout: Duration,
+}
+
+/// Options of `runner await-assignment`, a warm pool sandbox's main
+/// command: listen on `port` for one assignment carrying the key in
+/// `key_file`, then run it as `runner exec` would. `workdir` is where the
+/// sandbox mounted its workdir (an assignment for another is refused);
+/// past `max_wait` without one, the runner gives up and exits, so that a
+/// sandbox whose server is gone ends on its own.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AssignOptions {
+    pub port: u16,
+    pub key_file: PathBuf,
+    pub workdir: PathBuf,
+    pub max_wait: Duration,
 }
 
 /// Options of `runner credential`: the mounted clone Secret and git's
@@ -258,6 +272,48 @@ pub fn parse_await(args: Vec<OsString>) -> Result<AwaitOptions, String> {
     })
 }
 
+/// Builds the argument list of `runner await-assignment` for a pod spec;
+/// the inverse of `parse_assign`.
+pub fn assign_args(options: &AssignOptions) -> Vec<String> {
+    vec![
+        "runner".to_string(),
+        "await-assignment".to_string(),
+        "--port".to_string(),
+        options.port.to_string(),
+        "--key-file".to_string(),
+        options.key_file.to_string_lossy().into_owned(),
+        "--workdir".to_string(),
+        options.workdir.to_string_lossy().into_owned(),
+        "--max-wait-ms".to_string(),
+        options.max_wait.as_millis().to_string(),
+    ]
+}
+
+pub fn parse_assign(args: Vec<OsString>) -> Result<AssignOptions, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let (mut port, mut key_file, mut max_wait) = (None, None, None);
+    let mut workdir = PathBuf::from(WORKDIR);
+    while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
+        match arg {
+            Long("port") => {
+                let number = number(&mut parser, "--port")?;
+                port = Some(u16::try_from(number).map_err(|_| format!("--port takes a port number, not `{number}`"))?);
+            }
+            Long("key-file") => key_file = Some(PathBuf::from(value(&mut parser)?)),
+            Long("workdir") => workdir = PathBuf::from(value(&mut parser)?),
+            Long("max-wait-ms") => max_wait = Some(Duration::from_millis(number(&mut parser, "--max-wait-ms")?)),
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    Ok(AssignOptions {
+        port: port.ok_or("runner await-assignment needs --port")?,
+        key_file: key_file.ok_or("runner await-assignment needs --key-file")?,
+        workdir,
+        max_wait: max_wait.ok_or("runner await-assignment needs --max-wait-ms")?,
+    })
+}
+
 /// The value of `runner credential`'s helper setting in git's config: git
 /// appends the action (`get`, ...) when it calls it.
 pub fn credential_helper(runner: &std::path::Path, creds_dir: &std::path::Path) -> String {
@@ -373,6 +429,19 @@ mod tests {
         let options = AwaitOptions { ready_file: "/mcp/bin/.ready".into(), timeout: Duration::from_secs(60) };
         assert_eq!(parse_await(after_subcommand(await_args(&options))), Ok(options));
         assert!(parse_await(vec!["--ready-file".into(), "/x".into()]).is_err());
+    }
+
+    #[test]
+    fn assign_args_round_trip() {
+        let options = AssignOptions {
+            port: crate::sandbox::assignment::PORT,
+            key_file: crate::sandbox::assignment::KEY_FILE.into(),
+            workdir: WORKDIR.into(),
+            max_wait: Duration::from_secs(660),
+        };
+        assert_eq!(parse_assign(after_subcommand(assign_args(&options))), Ok(options));
+        assert!(parse_assign(vec!["--port".into(), "70000".into()]).is_err());
+        assert!(parse_assign(vec!["--port".into(), "7777".into(), "--key-file".into(), "/k".into()]).is_err(), "--max-wait-ms is needed");
     }
 
     #[test]

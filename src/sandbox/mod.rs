@@ -2,13 +2,15 @@
 //! else: the frame format the runner writes and the engine reads
 //! (`frame`), the command lines the engine writes into the pod spec and the
 //! runner parses (`args`), the inputs manifest (`inputs`), the probe line
-//! `doctor` reads back (`probe`), and the defaults both sides agree on
+//! `doctor` reads back (`probe`), a warm sandbox's assignment
+//! (`assignment`), and the defaults both sides agree on
 //! (here). Each of these is defined once, so the two halves cannot drift.
 //!
 //! Deliberately knows no Kubernetes, no MCP and no run logic: it imports
 //! nothing from the crate, and both `engine` and `runner` import it.
 
 pub mod args;
+pub mod assignment;
 pub mod frame;
 pub mod inputs;
 pub mod probe;

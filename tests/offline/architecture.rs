@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// Leaf modules every layer may use: they import nothing of the crate
-/// (`images` only `echo`) and know no layer.
+/// (`images` and `quantity` only `echo`) and know no layer.
 const LEAVES: &[&str] = &["cancel", "echo", "images", "json", "log", "metrics", "network", "quantity", "time"];
 
 /// Who may import whom, on top of `LEAVES` (a `*` entry: only the leaves).
@@ -47,8 +47,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("docker", &[]),
     // The in-sandbox entrypoint knows only the contract.
     ("runner", &["sandbox"]),
-    ("config", &["languages"]),
+    ("config", &["languages", "pools"]),
     ("languages", &[]),
+    ("pools", &[]),
     ("cancel", &[]),
     ("echo", &[]),
     ("images", &[]),

@@ -56,6 +56,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_ALLOWED_ORIGINS", "example.com", "MCP_K8S_ALLOWED_ORIGINS: `example.com` is not accepted"),
     ("MCP_K8S_SHUTDOWN_GRACE_S", "soon", "MCP_K8S_SHUTDOWN_GRACE_S: `soon` is not accepted"),
     ("MCP_K8S_LANGUAGES", "/nonexistent/languages.json", "MCP_K8S_LANGUAGES: cannot read `/nonexistent/languages.json`"),
+    ("MCP_K8S_WARM_POOLS", "/nonexistent/pools.json", "MCP_K8S_WARM_POOLS: cannot read `/nonexistent/pools.json`"),
     (
         "MCP_K8S_SNIPPETS_DIR",
         "/nonexistent/snippets",

@@ -1,13 +1,19 @@
 //! The in-pod runner as a specification: each case runs a real command
 //! through `runner::run_exec_to` on this machine and checks the frames it
-//! writes, the same frames the engine later reads from the container log.
+//! writes, the same frames the engine later reads from the container log;
+//! the last cases run a warm pool sandbox's `runner await-assignment`.
 
 use std::fs;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use mcp_k8s_ephemeral_job::runner;
-use mcp_k8s_ephemeral_job::sandbox::args::{ExecOptions, exec_args, parse_exec};
+use mcp_k8s_ephemeral_job::sandbox::args::{AssignOptions, ExecOptions, assign_args, exec_args, parse_exec};
+use mcp_k8s_ephemeral_job::sandbox::assignment::{self, AssignedFile, Assignment, Key};
 use mcp_k8s_ephemeral_job::sandbox::frame::{self, ArtifactHeader, Frame, RunResult, Stream};
 
 struct Run {
@@ -292,4 +298,81 @@ fn sigterm_to_the_runner_stops_the_command_and_still_reports() {
         .collect();
     assert_eq!(captured, b"started\n");
     fs::remove_dir_all(&workdir).unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// A warm pool sandbox's runner (issue 17), the built binary end to end:
+// `runner await-assignment` refuses a wrong key and keeps waiting, takes the
+// first valid assignment over a real socket, writes its input files, runs
+// its argv with its environment exactly as `runner exec` does (the same
+// frames on stdout), and accepts nothing after it. The reader's every
+// refusal is a unit test in `runner::assign`.
+
+/// A run for a warm runner whose workdir is `options`' (the one it serves).
+fn assignment_for(options: &ExecOptions) -> Assignment {
+    Assignment {
+        run_id: "warm-1".into(),
+        exec: options.clone(),
+        env: [("GREETING".to_string(), "hello from the assignment".to_string())].into(),
+        files: vec![AssignedFile { path: "data/in.txt".into(), mode: 0o640, content: b"input\n".to_vec() }],
+    }
+}
+
+/// POSTs `body` to the runner at `port` and returns the status code,
+/// retrying the connection while the runner is still starting.
+fn post(port: u16, body: &[u8]) -> u16 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut stream = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(stream) => break stream,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(error) => panic!("the runner never listened on {port}: {error}"),
+        }
+    };
+    write!(stream, "POST {} HTTP/1.1\r\nHost: pod\r\nContent-Length: {}\r\n\r\n", assignment::PATH, body.len()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer.get(9..12).and_then(|code| code.parse().ok()).unwrap_or(0)
+}
+
+#[test]
+fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
+    let exec = options("warm", &["sh", "-c", "cat data/in.txt; echo \"$GREETING\"; echo made > out.txt; exit 3"]);
+    let workdir = exec.workdir.clone();
+    let key = Key::random().unwrap();
+    let key_file = std::env::temp_dir().join(format!("runner-spec-{}-warm-key", std::process::id()));
+    fs::write(&key_file, format!("{}\n", key.to_hex())).unwrap();
+    // An ephemeral port, free a moment ago: the runner binds a fixed one.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let assign = AssignOptions { port, key_file: key_file.clone(), workdir: workdir.clone(), max_wait: Duration::from_secs(60) };
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut runner = crate::support::server::command(&[("PATH", &path)])
+        .args(assign_args(&assign))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let stranger = Key::random().unwrap();
+    assert_eq!(post(port, &assignment::encode(&stranger, &assignment_for(&exec))), 401, "a wrong key is refused");
+    assert_eq!(post(port, &assignment::encode(&key, &assignment_for(&exec))), 202);
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "nothing is accepted after the assignment");
+
+    let mut stdout = String::new();
+    runner.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    let status = runner.wait().unwrap();
+    let frames = stdout.lines().map(|line| frame::decode(line).expect("a valid frame").expect("only frames on stdout")).collect();
+    let mode = fs::metadata(workdir.join("data/in.txt")).unwrap().permissions().mode();
+    let run = Run { exit_code: status.code().unwrap_or(-1), frames, workdir };
+    assert!(matches!(run.frames.first(), Some(Frame::Started(_))), "{stdout}");
+    assert_eq!(String::from_utf8_lossy(&run.stdout()), "input\nhello from the assignment\n");
+    assert_eq!(
+        run.artifacts().iter().map(|(header, content)| (header.path.as_str(), content.as_slice())).collect::<Vec<_>>(),
+        [("out.txt", &b"made\n"[..])]
+    );
+    assert_eq!(run.result().exit_code, Some(3));
+    assert_eq!(run.exit_code, 3, "the runner exits as the command did");
+    assert_eq!(mode & 0o777, 0o640);
+    fs::remove_file(&key_file).unwrap();
 }

@@ -6,10 +6,17 @@ the Basic password equals the token.
 
 Usage: git_server.py --bind IP --root DIR --token-file FILE --cert FILE --key FILE
 Prints one line `listening PORT` on stdout once it accepts connections; logs
-one line per request on stderr (method, path, status; never the
-Authorization header).
+on stderr one line per accepted connection (peer address), per finished or
+failed TLS handshake and per request (method, path, status; never the
+Authorization header), each with the time, so a clone that never reached
+the server can be told from one that stalled in the handshake.
 """
-import argparse, base64, http.server, os, ssl, subprocess, sys
+import argparse, base64, http.server, os, ssl, subprocess, sys, time
+
+
+def log(text):
+    sys.stderr.write("git-server %s: %s\n" % (time.strftime("%H:%M:%S"), text))
+    sys.stderr.flush()
 
 
 def parse_args():
@@ -32,8 +39,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def setup(self):
         # The TLS handshake runs here, in the connection's thread: wrapping
         # the listening socket would run it inside accept(), where one
-        # stalled client would block every other.
-        self.request = CONTEXT.wrap_socket(self.request, server_side=True)
+        # stalled client would block every other. The timeout is set
+        # first, so a handshake that stalls ends too (super().setup() sets
+        # it only after).
+        peer = "%s:%s" % self.client_address[:2]
+        log("%s connected" % peer)
+        self.request.settimeout(self.timeout)
+        try:
+            self.request = CONTEXT.wrap_socket(self.request, server_side=True)
+        except OSError as error:
+            log("%s TLS handshake failed: %s" % (peer, error))
+            raise
+        log("%s TLS handshake done" % peer)
         super().setup()
 
     def do_GET(self):
@@ -108,13 +125,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     def log_message(self, format, *args):
-        sys.stderr.write("git-server: %s %s\n" % (self.client_address[0], format % args))
-        sys.stderr.flush()
+        log("%s %s" % (self.client_address[0], format % args))
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # One line instead of socketserver's traceback; the handshake
+        # failure itself was logged by Handler.setup.
+        log("%s:%s connection ended with an error: %r" % (client_address[0], client_address[1], sys.exc_info()[1]))
 
 
 CONTEXT = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 CONTEXT.load_cert_chain(ARGS.cert, ARGS.key)
-server = http.server.ThreadingHTTPServer((ARGS.bind, 0), Handler)
-server.daemon_threads = True
+server = Server((ARGS.bind, 0), Handler)
 print("listening %d" % server.server_address[1], flush=True)
 server.serve_forever()

@@ -91,8 +91,8 @@ fn doctor(raw: &RawConfig) -> ExitCode {
         Err(code) => return code,
     };
     log::set_stderr_level(log::Level::Warning);
-    let passed = match connect_engine(&config, pod_template.clone()) {
-        Ok(Connected::Kubernetes { ctx, client }) => {
+    let passed = match connect_engine(&config, pod_template.clone(), WarmPools::Off) {
+        Ok(Connected::Kubernetes { ctx, client, .. }) => {
             backend::kubernetes::doctor::run(&config, pod_template.as_ref(), &ctx, &client, &mut |check| println!("{}", check.line()))
         }
         Ok(Connected::Docker { ctx, client, options }) => {
@@ -131,7 +131,7 @@ fn serve(raw: &RawConfig) -> ExitCode {
         log::info("MCP_K8S_SIDECAR_IMAGE is set but unused: the in-pod runner replaced the sidecar", &[]);
     }
     let stop = CancelToken::new();
-    let connected = connect_engine(&config, pod_template);
+    let connected = connect_engine(&config, pod_template, WarmPools::On);
     match (&connected, &config.kubeconfig) {
         // A kubeconfig named explicitly is a setting like any other: wrong,
         // it stops the server instead of failing every call. Said once: an
@@ -159,6 +159,10 @@ fn serve(raw: &RawConfig) -> ExitCode {
         eprintln!("{NAME}: {error}");
         return ExitCode::from(2);
     }
+    let pools = match &connected {
+        Ok(Connected::Kubernetes { pools, .. }) => pools.clone(),
+        _ => None,
+    };
     let engine = connected.map(Connected::into_ctx);
     if let Ok(engine) = &engine
         && let Err(error) = engine::reaper::start(engine.backend.clone(), engine::reaper::REAP_EVERY)
@@ -185,6 +189,10 @@ fn serve(raw: &RawConfig) -> ExitCode {
     // The Docker backend removes a run's containers after its answer, on
     // threads of their own: they end before the process does.
     backend::docker::removal::finish(Duration::from_secs(10));
+    // Warm sandboxes nobody will take go with the server.
+    if let Some(pools) = &pools {
+        pools.drain();
+    }
     match served {
         Ok(()) => {
             log::info("stopped", &[]);
@@ -220,7 +228,7 @@ fn watch_signals(stop: &CancelToken, server: &Arc<Server>) -> std::io::Result<()
 /// The engine on the backend it runs on, with that backend's client (for
 /// `doctor` and the start-up checks).
 enum Connected {
-    Kubernetes { ctx: engine::run::Ctx, client: kube::Client },
+    Kubernetes { ctx: engine::run::Ctx, client: kube::Client, pools: Option<Arc<backend::kubernetes::pool::Pools>> },
     Docker { ctx: engine::run::Ctx, client: docker::Client, options: backend::docker::spec::Options },
 }
 
@@ -236,29 +244,61 @@ impl Connected {
 /// engine; says at start which one and why. A server without a usable
 /// backend still starts (clients can connect and are told why jobs cannot
 /// run); the caller says so, once.
-fn connect_engine(config: &Config, pod_template: Option<PodTemplate>) -> Result<Connected, String> {
+fn connect_engine(config: &Config, pod_template: Option<PodTemplate>, warm: WarmPools) -> Result<Connected, String> {
     match config.backend {
-        BackendChoice::Kubernetes => connect_kubernetes(config, pod_template, "MCP_K8S_BACKEND=kubernetes"),
+        BackendChoice::Kubernetes => connect_kubernetes(config, pod_template, warm, "MCP_K8S_BACKEND=kubernetes"),
         BackendChoice::Docker => connect_docker(config, "MCP_K8S_BACKEND=docker"),
-        BackendChoice::Auto => match connect_kubernetes(config, pod_template, "MCP_K8S_BACKEND=auto and cluster credentials were found") {
-            Ok(connected) => Ok(connected),
-            // A kubeconfig named explicitly is the operator's choice of
-            // Kubernetes: its error is the one to report.
-            Err(message) if config.kubeconfig.is_some() => Err(message),
-            Err(kube_message) => connect_docker(config, "MCP_K8S_BACKEND=auto, no cluster credentials, and a Docker daemon answers")
-                .map_err(|docker_message| format!("no cluster credentials ({kube_message}) and no Docker daemon ({docker_message})")),
-        },
+        BackendChoice::Auto => {
+            match connect_kubernetes(config, pod_template, warm, "MCP_K8S_BACKEND=auto and cluster credentials were found") {
+                Ok(connected) => Ok(connected),
+                // A kubeconfig named explicitly is the operator's choice of
+                // Kubernetes: its error is the one to report.
+                Err(message) if config.kubeconfig.is_some() => Err(message),
+                Err(kube_message) => connect_docker(config, "MCP_K8S_BACKEND=auto, no cluster credentials, and a Docker daemon answers")
+                    .map_err(|docker_message| format!("no cluster credentials ({kube_message}) and no Docker daemon ({docker_message})")),
+            }
+        }
     }
 }
 
-fn connect_kubernetes(config: &Config, pod_template: Option<PodTemplate>, why: &str) -> Result<Connected, String> {
+fn connect_kubernetes(config: &Config, pod_template: Option<PodTemplate>, warm: WarmPools, why: &str) -> Result<Connected, String> {
     let source = kube::Source::select(config.kubeconfig.as_deref(), None);
     let client = kube::Client::new(&source).map_err(|error| credentials_message(&error))?;
     log::info("backend: kubernetes", &[("why", json!(why))]);
     log_credentials(config, &client);
     let policy = tools::engine_policy(config);
-    let backend = Arc::new(backend::kubernetes::Kubernetes::new(client.clone(), policy.clone()).with_pod_template(pod_template));
-    Ok(Connected::Kubernetes { ctx: engine_ctx(config, policy, backend), client })
+    let backend = backend::kubernetes::Kubernetes::new(client.clone(), policy.clone()).with_pod_template(pod_template);
+    let pools = match warm {
+        WarmPools::On => start_pools(config, &client, &policy, &backend)?,
+        WarmPools::Off => None,
+    };
+    let backend = Arc::new(backend.with_pools(pools.clone()));
+    Ok(Connected::Kubernetes { ctx: engine_ctx(config, policy, backend), client, pools })
+}
+
+/// Whether connecting starts the warm pools: serving does, `doctor` not.
+#[derive(Clone, Copy)]
+enum WarmPools {
+    On,
+    Off,
+}
+
+/// The warm pools' threads, when `MCP_K8S_WARM_POOLS` names any. Their
+/// sandboxes carry this process's own id, so that replicas keep apart.
+fn start_pools(
+    config: &Config,
+    client: &kube::Client,
+    policy: &engine::spec::Policy,
+    backend: &backend::kubernetes::Kubernetes,
+) -> Result<Option<Arc<backend::kubernetes::pool::Pools>>, String> {
+    if config.warm_pools.is_empty() {
+        return Ok(None);
+    }
+    let max_timeout = Duration::from_secs(config.max_timeout_s);
+    let pools = Arc::new(backend::kubernetes::pool::Pools::new(client.clone(), policy.clone(), &config.warm_pools, max_timeout));
+    let owner = engine::run::new_run_id()[..12].to_string();
+    pools.start(&owner, backend.pod_template.clone()).map_err(|error| format!("could not start the warm pools: {error}"))?;
+    Ok(Some(pools))
 }
 
 fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {

@@ -62,6 +62,30 @@ pub fn api_error(operation: &'static str) {
     *lock().api_errors.entry(operation).or_insert(0) += 1;
 }
 
+/// A run asked a warm pool for a sandbox: a hit took one, a miss ran cold.
+pub fn pool_claim(pool: &str, hit: bool) {
+    let mut state = lock();
+    let counts = state.pools.entry(pool.to_string()).or_default();
+    if hit {
+        counts.hits += 1;
+    } else {
+        counts.misses += 1;
+    }
+}
+
+/// A pool is back to its size after falling short.
+pub fn pool_refilled(took: Duration) {
+    lock().pool_refill_seconds.observe(took.as_secs_f64());
+}
+
+/// A pool's size and ready sandboxes now.
+pub fn pool_size(pool: &str, size: usize, ready: usize) {
+    let mut state = lock();
+    let counts = state.pools.entry(pool.to_string()).or_default();
+    counts.size = size as u64;
+    counts.ready = ready as u64;
+}
+
 /// Everything, in the Prometheus text format.
 pub fn render() -> String {
     let state = lock();
@@ -83,10 +107,44 @@ pub fn render() -> String {
     for (operation, count) in &state.api_errors {
         let _ = writeln!(text, "mcp_k8s_api_errors_total{{operation=\"{operation}\"}} {count}");
     }
+    if !state.pools.is_empty() {
+        for (name, kind, help) in [
+            ("mcp_k8s_pool_size", "gauge", "Sandboxes a warm pool keeps."),
+            ("mcp_k8s_pool_ready", "gauge", "Warm sandboxes ready now."),
+            ("mcp_k8s_pool_hits_total", "counter", "Runs that took a warm sandbox."),
+            ("mcp_k8s_pool_misses_total", "counter", "Runs that fitted a pool with no sandbox ready, and ran cold."),
+        ] {
+            header(&mut text, name, kind, help);
+            for (pool, counts) in &state.pools {
+                let value = match name {
+                    "mcp_k8s_pool_size" => counts.size,
+                    "mcp_k8s_pool_ready" => counts.ready,
+                    "mcp_k8s_pool_hits_total" => counts.hits,
+                    _ => counts.misses,
+                };
+                let _ = writeln!(text, "{name}{{pool=\"{pool}\"}} {value}");
+            }
+        }
+        state.pool_refill_seconds.render(
+            &mut text,
+            "mcp_k8s_pool_refill_seconds",
+            "From a pool falling short of its size to its being full again.",
+        );
+    }
     text
 }
 
+#[derive(Default)]
+struct PoolCounts {
+    size: u64,
+    ready: u64,
+    hits: u64,
+    misses: u64,
+}
+
 struct State {
+    pools: BTreeMap<String, PoolCounts>,
+    pool_refill_seconds: Histogram,
     runs: BTreeMap<(&'static str, &'static str), u64>,
     run_seconds: Histogram,
     command_seconds: Histogram,
@@ -128,6 +186,8 @@ impl Histogram {
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
+    pools: BTreeMap::new(),
+    pool_refill_seconds: Histogram::new(),
     runs: BTreeMap::new(),
     run_seconds: Histogram::new(),
     command_seconds: Histogram::new(),

@@ -22,6 +22,15 @@ use crate::engine::verdict::Recorded;
 
 /// Where sandboxes run. Blocking calls, from any thread.
 pub trait Backend: Send + Sync {
+    /// A warm sandbox for `spec`, taken out of its pool for this run, by
+    /// the run id it was made under: the run takes that id, and its
+    /// `create` hands the run to the sandbox. `None` (the default): the
+    /// run is cold, under an id of its own. A run that claims and then
+    /// does not `create` must `remove` the id.
+    fn claim(&self, _spec: &RunSpec) -> Option<String> {
+        None
+    }
+
     /// Creates the run's sandbox (not yet started is fine: the watch says
     /// when it runs). A refusal leaves nothing behind.
     fn create(&self, run: &NewRun) -> Result<Created, Refused>;

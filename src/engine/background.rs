@@ -159,10 +159,14 @@ pub fn parse_token(token: &str) -> Option<Token> {
 /// Creates the run's Job (kept after it ends) and starts following it.
 /// Returns once the Job exists, so the token is durable when returned.
 pub fn submit(ctx: &Ctx, spec: &RunSpec, kind: TokenKind) -> Result<Submitted, Error> {
-    let run_id = run::new_run_id();
+    let run_id = ctx.backend.claim(spec).unwrap_or_else(run::new_run_id);
     let token = token_for(kind, &run_id, SystemTime::now());
     let cancel = CancelToken::new();
-    ctx.jobs.insert_new(&run_id, &token, cancel.clone()).map_err(|full| Error::Full { running: full.running })?;
+    if let Err(full) = ctx.jobs.insert_new(&run_id, &token, cancel.clone()) {
+        // A warm sandbox claimed for it goes, as a cold run's nothing would.
+        ctx.backend.remove(&run_id);
+        return Err(Error::Full { running: full.running });
+    }
     let mut followed = Followed::from_spec(spec, &ctx.policy);
     // Nobody waits on a background run, so it waits for capacity (a node
     // freeing CPU) up to its start timeout instead of the sync grace.

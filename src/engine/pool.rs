@@ -212,6 +212,11 @@ impl PoolState {
         self.sandboxes.values().filter(|state| matches!(state, SandboxState::Idle { .. })).count()
     }
 
+    /// The sandboxes the pool keeps.
+    pub fn size(&self) -> usize {
+        self.rules.size
+    }
+
     /// Applies `event` at `now` and says what to do.
     pub fn on(&mut self, event: Event, now: Instant) -> Vec<Step> {
         let mut steps = Vec::new();

@@ -87,6 +87,8 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
     };
     let _in_flight = metrics::track(metrics::Gauge::RunsInFlight);
     let started = Instant::now();
+    let claimed = ctx.backend.claim(spec);
+    let run_id = claimed.as_deref().unwrap_or(run_id);
     // The server removes the run itself; the expiry only matters when it
     // could not (crash, lost connection).
     let keep = Keep::UntilRemoved { expires_at: SystemTime::now() + run_deadline(spec, &ctx.policy) + EXPIRY_SLACK };

@@ -430,6 +430,18 @@ impl Client {
         Ok(LogStream::new(request.path, response, abort))
     }
 
+    /// POSTs `body` (JSON) to `path` on a pod's `port` through the API
+    /// server's `pods/proxy`, and returns the answer's body. The pod's
+    /// answer keeps its status: a non-2xx is `Error::Api`. Like every POST,
+    /// retried only when nothing was sent.
+    pub fn proxy_post(&self, namespace: &str, pod: &str, port: u16, path: &str, body: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let path = format!("{}:{port}/proxy/{}", object_path(Resource::PODS, namespace, pod)?, path.trim_start_matches('/'));
+        let request = ApiRequest { body: Some(body), ..ApiRequest::new("POST", path) };
+        let response = self.execute(&request, None)?;
+        let response = check_status(&request, response)?;
+        read_body(&request, response)
+    }
+
     /// Watches `resource` objects matching `params`: a list first, then
     /// changes, surviving dropped connections and 410 Gone.
     pub fn watch(&self, resource: Resource, namespace: &str, params: WatchParams) -> Watcher {

@@ -32,7 +32,8 @@ use serde_json::{Value, json};
 
 use crate::backend::kubernetes::template::PodTemplate;
 use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
-use crate::sandbox::args::{self, AwaitOptions, CloneOptions, InitOptions};
+use crate::sandbox::args::{self, AssignOptions, AwaitOptions, CloneOptions, InitOptions};
+use crate::sandbox::assignment::{KEY_DIR, KEY_FILE, PORT};
 use crate::sandbox::frame::to_base64;
 use crate::sandbox::inputs::{self, InputFile as ManifestEntry, MANIFEST_KEY};
 use crate::sandbox::{BIN_DIR, CREDS_DIR, INPUTS_DIR, TMP_DIR};
@@ -52,6 +53,16 @@ pub const MODE_BACKGROUND: &str = "background";
 /// Annotation (RFC 3339, UTC) after which the reaper deletes the object,
 /// whoever created it: see `backend::kubernetes::reaper`.
 pub const ANNOTATION_EXPIRES_AT: &str = "mcp-k8s-ephemeral-job/expires-at";
+/// A warm pool's sandboxes: the pool's name, and the server process that
+/// keeps them (each process keeps its own pools, so two replicas never
+/// count or delete each other's).
+pub const LABEL_POOL: &str = "mcp-k8s-ephemeral-job/pool";
+pub const LABEL_POOL_OWNER: &str = "mcp-k8s-ephemeral-job/pool-owner";
+/// When a warm sandbox was handed its run: the run's start, for a process
+/// that re-attaches (the Job itself is older).
+pub const ANNOTATION_ASSIGNED_AT: &str = "mcp-k8s-ephemeral-job/assigned-at";
+/// The key Secret's one entry.
+pub const KEY_ENTRY: &str = "key";
 /// Names of the containers, used when reading statuses and logs.
 pub const MAIN_CONTAINER: &str = "main";
 pub const PREPARE_CONTAINER: &str = "prepare";
@@ -149,6 +160,74 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
     })
 }
 
+/// Which warm pool a sandbox belongs to, and how long its runner waits.
+pub struct PoolSandbox<'a> {
+    pub pool: &'a str,
+    pub owner: &'a str,
+    /// `runner await-assignment --max-wait-ms`.
+    pub max_wait: Duration,
+}
+
+/// A warm pool's Job: the cold Job for `spec` (the pool's shape, with no
+/// files and the longest timeout a run may give), whose main container
+/// waits for its one assignment instead of running a command, with the
+/// key Secret (named like the Job, see `key_secret`) mounted into it alone.
+pub fn pool_job(spec: &RunSpec, policy: &Policy, run_id: &str, sandbox: &PoolSandbox) -> Value {
+    let name = job_name(run_id);
+    let mut job = job(spec, policy, run_id);
+    for labels in ["/metadata/labels", "/spec/template/metadata/labels"] {
+        if let Some(labels) = job.pointer_mut(labels) {
+            labels[LABEL_POOL] = json!(sandbox.pool);
+            labels[LABEL_POOL_OWNER] = json!(sandbox.owner);
+        }
+    }
+    let pod_spec = &mut job["spec"]["template"]["spec"];
+    if let Some(volumes) = pod_spec["volumes"].as_array_mut() {
+        volumes.push(json!({"name": "mcp-key", "secret": {"secretName": name, "defaultMode": 0o440}}));
+    }
+    let assign = AssignOptions { port: PORT, key_file: KEY_FILE.into(), workdir: spec.workdir.clone().into(), max_wait: sandbox.max_wait };
+    let mut command = vec![runner_path()];
+    command.extend(args::assign_args(&assign));
+    let main = pod_spec["containers"].as_array_mut().and_then(|containers| containers.iter_mut().find(|c| c["name"] == MAIN_CONTAINER));
+    if let Some(main) = main {
+        main["command"] = json!(command.iter().map(|arg| escape_dollars(arg)).collect::<Vec<_>>());
+        main["ports"] = json!([{"name": "assign", "containerPort": PORT, "protocol": "TCP"}]);
+        if let Some(mounts) = main["volumeMounts"].as_array_mut() {
+            mounts.push(json!({"name": "mcp-key", "mountPath": KEY_DIR, "readOnly": true}));
+        }
+    }
+    job
+}
+
+/// A warm sandbox's key (hex), in a Secret named like its Job and owned by
+/// it, so that it goes with the Job.
+pub fn key_secret(policy: &Policy, run_id: &str, job_uid: &str, key_hex: &str) -> Value {
+    let name = job_name(run_id);
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": name,
+            "namespace": policy.namespace,
+            "labels": labels(run_id),
+            "ownerReferences": [owner_reference(&name, job_uid)],
+        },
+        "data": {KEY_ENTRY: to_base64(key_hex.as_bytes())},
+    })
+}
+
+fn owner_reference(job_name: &str, job_uid: &str) -> Value {
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": job_name,
+        "uid": job_uid,
+        "controller": false,
+        "blockOwnerDeletion": false,
+    })
+}
+
 /// The Secret holding the input files, owned by the Job so that deleting
 /// the Job (or the garbage collector) removes it. `None` without files.
 pub fn inputs_secret(spec: &RunSpec, policy: &Policy, run_id: &str, job_uid: &str) -> Option<Value> {
@@ -173,14 +252,7 @@ pub fn inputs_secret(spec: &RunSpec, policy: &Policy, run_id: &str, job_uid: &st
             "name": name,
             "namespace": policy.namespace,
             "labels": labels(run_id),
-            "ownerReferences": [{
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": name,
-                "uid": job_uid,
-                "controller": false,
-                "blockOwnerDeletion": false,
-            }],
+            "ownerReferences": [owner_reference(&name, job_uid)],
         },
         "data": data,
     }))

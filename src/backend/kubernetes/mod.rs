@@ -14,6 +14,7 @@ pub mod classify;
 pub mod doctor;
 pub mod manifest;
 pub mod permissions;
+pub mod pool;
 pub mod reaper;
 pub mod record;
 pub mod template;
@@ -26,7 +27,7 @@ use crate::backend::kubernetes::template::PodTemplate;
 use crate::engine::backend::{
     self, Abort, Backend, Created, Keep, NewRun, Output, OutputError, Refused, Settled, Sighting, Stop, Stored, Watch, Wording,
 };
-use crate::engine::spec::{Policy, RunReason};
+use crate::engine::spec::{Policy, RunReason, RunSpec};
 use crate::engine::verdict::Recorded;
 use crate::kube::objects::{Event, Job, Pod};
 use crate::kube::{self, ListParams, Resource};
@@ -42,16 +43,53 @@ pub struct Kubernetes {
     /// start; merged into every Job this backend creates. Kept here, not in
     /// the engine's `Policy`, because its fields are Kubernetes' own.
     pub pod_template: Option<Arc<PodTemplate>>,
+    /// The warm pools (`MCP_K8S_WARM_POOLS`), if any.
+    pub pools: Option<Arc<pool::Pools>>,
 }
 
 impl Kubernetes {
     pub fn new(client: kube::Client, policy: Policy) -> Kubernetes {
-        Kubernetes { client, policy, pod_template: None }
+        Kubernetes { client, policy, pod_template: None, pools: None }
     }
 
     pub fn with_pod_template(mut self, pod_template: Option<PodTemplate>) -> Kubernetes {
         self.pod_template = pod_template.map(Arc::new);
         self
+    }
+
+    pub fn with_pools(mut self, pools: Option<Arc<pool::Pools>>) -> Kubernetes {
+        self.pools = pools;
+        self
+    }
+
+    /// Hands the run to the warm sandbox it claimed: the Job becomes the
+    /// run's (retention, record, deadline), then the runner gets its
+    /// assignment. A failure deletes the sandbox; the run did not start.
+    fn create_warm(&self, run: &NewRun, pools: &pool::Pools, reserved: &pool::Reserved) -> Result<Created, Refused> {
+        let name = manifest::job_name(run.run_id);
+        let job_age = SystemTime::now().duration_since(reserved.created).unwrap_or_default();
+        let patch = pool::claim_patch(&retention(run, &self.policy), job_age, crate::engine::spec::run_deadline(run.spec, &self.policy));
+        let handed = self
+            .client
+            .merge_patch(Resource::JOBS, self.namespace(), &name, &patch)
+            .map_err(|error| ("make the warm Job the run's", error))
+            .and_then(|_| pools.deliver(reserved, run.run_id, run.spec).map_err(|error| ("hand the run to its warm pod", error)));
+        if let Err((what, error)) = handed {
+            metrics::api_error("deliver_assignment");
+            self.remove(run.run_id);
+            return Err(Refused {
+                reason: RunReason::ApiError,
+                message: format!(
+                    "could not {what} `{}` (pool `{}`): {error}; the run did not start; try again (the pool replaces the pod)",
+                    reserved.pod, reserved.pool
+                ),
+            });
+        }
+        log::info(
+            "run handed to a warm pod",
+            &[("run_id", run.run_id.into()), ("pod", reserved.pod.as_str().into()), ("pool", reserved.pool.as_str().into())],
+        );
+        Ok(Created { name, created_at: Some(SystemTime::now()) })
     }
 
     fn namespace(&self) -> &str {
@@ -131,6 +169,11 @@ impl Backend for Kubernetes {
     /// The Job, then its inputs Secret (owned by the Job); nothing is left
     /// when either is refused.
     fn create(&self, run: &NewRun) -> Result<Created, Refused> {
+        if let Some(pools) = &self.pools
+            && let Some(reserved) = pools.take_reserved(run.run_id)
+        {
+            return self.create_warm(run, pools, &reserved);
+        }
         let namespace = self.namespace();
         let name = manifest::job_name(run.run_id);
         let retention = retention(run, &self.policy);
@@ -154,6 +197,10 @@ impl Backend for Kubernetes {
             }
         }
         Ok(Created { name, created_at: time_of(job.metadata.creation_timestamp.as_deref()) })
+    }
+
+    fn claim(&self, spec: &RunSpec) -> Option<String> {
+        self.pools.as_ref()?.claim(spec)
     }
 
     fn watch(&self, run_id: &str) -> Watch {

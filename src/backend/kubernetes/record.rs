@@ -160,7 +160,9 @@ pub fn stored(job: &Job) -> Option<Stored> {
         run_id,
         token: record.token,
         command: record.command,
-        created_at: time(job.metadata.creation_timestamp.as_deref()),
+        // A warm sandbox's Job is older than its run.
+        created_at: time(job.metadata.annotations.get(manifest::ANNOTATION_ASSIGNED_AT).map(String::as_str))
+            .or_else(|| time(job.metadata.creation_timestamp.as_deref())),
         ended_at,
         active: job.status.active > 0,
         timeout: record.timeout_s.map(Duration::from_secs),

@@ -1,0 +1,472 @@
+//! The Kubernetes backend's warm pools (issue 17): the thin shell around
+//! `engine::pool::PoolState`. A thread per pool makes and deletes what the
+//! machine's steps say (a pool sandbox is a Job like a cold run's, whose
+//! runner waits for one assignment, and a key Secret), lists the pool's
+//! pods every second and feeds what it sees back as events. `claim` hands
+//! a ready sandbox to a run, and `deliver` sends it the run through the API
+//! server's `pods/proxy`.
+//!
+//! A pool sandbox is made under a fresh run id, and the run that takes it
+//! takes that id (`Backend::claim`), so every by-name and by-label lookup
+//! of a cold run works for a warm one unchanged. Knows nothing of MCP; the
+//! decisions (when to make, replace, hand out) are `engine::pool`'s.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::json;
+
+use crate::backend::kubernetes::manifest::{self, PoolSandbox};
+use crate::backend::kubernetes::template::PodTemplate;
+use crate::engine::pool::{Event, PoolRules, PoolShape, PoolState, Step};
+use crate::engine::spec::{Policy, RunSpec};
+use crate::kube::objects::Pod;
+use crate::kube::{self, ListParams, Resource};
+use crate::log;
+use crate::metrics;
+use crate::pools::Pool;
+use crate::sandbox::assignment::{self, Key};
+
+/// How often a pool looks at its pods when nothing wakes it.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How long a delivery keeps trying while the runner's port is not open
+/// yet (its container runs, its listener is a few milliseconds away).
+const DELIVERY_RETRY_FOR: Duration = Duration::from_secs(3);
+
+/// The server's pools, and the process's id their sandboxes carry.
+pub struct Pools {
+    managed: Vec<Arc<Managed>>,
+    client: kube::Client,
+    policy: Policy,
+}
+
+/// A sandbox handed to a run, until its assignment is delivered.
+pub struct Reserved {
+    pub pool: String,
+    pub pod: String,
+    pub key: Key,
+    /// When its Job was made: the Job's deadline counts from there.
+    pub created: SystemTime,
+}
+
+/// What `describe_environment` and `/metrics` show of a pool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolView {
+    pub pool: Pool,
+    pub ready: usize,
+}
+
+struct Managed {
+    pool: Pool,
+    shape: PoolShape,
+    /// The run a sandbox is made for: the pool's shape, no command yet.
+    template: RunSpec,
+    max_wait: Duration,
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct Sandbox {
+    key: Option<Key>,
+    pod: Option<String>,
+    created: Option<SystemTime>,
+    /// Its pod was listed once: missing later means it is gone.
+    seen: bool,
+}
+
+struct State {
+    machine: PoolState,
+    /// The pool's sandboxes by run id, until handed out or deleted.
+    sandboxes: BTreeMap<String, Sandbox>,
+    /// Steps for the pool's thread: creations and deletions.
+    pending: Vec<Step>,
+    /// Handed out, waiting for their run's `create`.
+    reserved: BTreeMap<String, Reserved>,
+    /// When the pool last fell below its size, for the refill time.
+    short_since: Option<Instant>,
+}
+
+impl Pools {
+    /// The pools, not started (`start` starts their threads).
+    pub fn new(client: kube::Client, policy: Policy, pools: &[Pool], max_timeout: Duration) -> Pools {
+        let managed = pools.iter().map(|pool| Arc::new(Managed::new(pool, &policy, max_timeout))).collect();
+        Pools { managed, client, policy }
+    }
+
+    /// Starts a thread per pool; `owner` goes into every sandbox's labels.
+    pub fn start(self: &Arc<Pools>, owner: &str, pod_template: Option<Arc<PodTemplate>>) -> std::io::Result<()> {
+        for managed in &self.managed {
+            let shell = Shell {
+                managed: managed.clone(),
+                client: self.client.clone(),
+                policy: self.policy.clone(),
+                owner: owner.to_string(),
+                pod_template: pod_template.clone(),
+            };
+            std::thread::Builder::new().name(format!("pool-{}", managed.pool.name)).spawn(move || shell.run())?;
+        }
+        Ok(())
+    }
+
+    /// A ready sandbox for `spec`, reserved for it, by its run id: the run
+    /// takes that id. `None`: no pool fits, or none is ready (a miss).
+    pub fn claim(&self, spec: &RunSpec) -> Option<String> {
+        let shapes: Vec<PoolShape> = self.managed.iter().map(|managed| managed.shape.clone()).collect();
+        let shape = crate::engine::pool::pick(spec, &self.policy, &shapes)?;
+        let managed = self.managed.iter().find(|managed| managed.shape.name == shape.name)?;
+        loop {
+            let handed = managed.hand_out()?;
+            // The list is up to a second old: a fresh look keeps a pod
+            // that died since from being handed out.
+            if self.pod_is_ready(&handed.1.pod) {
+                let (run_id, reserved) = handed;
+                metrics::pool_claim(&managed.pool.name, true);
+                lock(&managed.state).reserved.insert(run_id.clone(), reserved);
+                return Some(run_id);
+            }
+            managed.push(Step::Delete { sandbox: handed.0, why: crate::engine::pool::DeleteWhy::Died });
+        }
+    }
+
+    /// The reserved sandbox of `run_id`, taken for its delivery.
+    pub fn take_reserved(&self, run_id: &str) -> Option<Reserved> {
+        self.managed.iter().find_map(|managed| lock(&managed.state).reserved.remove(run_id))
+    }
+
+    /// Sends the run to its sandbox: the assignment, through `pods/proxy`.
+    pub fn deliver(&self, reserved: &Reserved, run_id: &str, spec: &RunSpec) -> Result<(), kube::Error> {
+        let body = assignment::encode(&reserved.key, &crate::engine::pool::assignment(run_id, spec, &self.policy));
+        let started = Instant::now();
+        loop {
+            let sent = self.client.proxy_post(&self.policy.namespace, &reserved.pod, assignment::PORT, assignment::PATH, body.clone());
+            match sent {
+                Ok(_) => return Ok(()),
+                // The API server says 503 while the port is not open yet.
+                Err(error) if error.code() == Some(503) && started.elapsed() < DELIVERY_RETRY_FOR => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Each pool and its ready sandboxes.
+    pub fn views(&self) -> Vec<PoolView> {
+        self.managed.iter().map(|managed| PoolView { pool: managed.pool.clone(), ready: lock(&managed.state).machine.ready() }).collect()
+    }
+
+    /// Deletes every pool sandbox not handed out and makes no more (the
+    /// server stops).
+    pub fn drain(&self) {
+        for managed in &self.managed {
+            let steps = {
+                let mut state = lock(&managed.state);
+                let mut steps = std::mem::take(&mut state.pending);
+                steps.extend(state.machine.on(Event::Drain, Instant::now()));
+                steps
+            };
+            for step in steps {
+                if let Step::Delete { sandbox, .. } = step {
+                    delete_sandbox(&self.client, &self.policy.namespace, &sandbox);
+                }
+            }
+        }
+    }
+
+    fn pod_is_ready(&self, pod: &str) -> bool {
+        match self.client.get_if_exists(Resource::PODS, &self.policy.namespace, pod) {
+            Ok(Some(value)) => is_ready(&Pod::from_value(&value)),
+            Ok(None) => false,
+            // The API is away: the delivery will say so; a cold run would
+            // meet the same API.
+            Err(_) => true,
+        }
+    }
+}
+
+impl Managed {
+    fn new(pool: &Pool, policy: &Policy, max_timeout: Duration) -> Managed {
+        let rules = PoolRules { size: pool.size as usize, max_idle: pool.max_idle, start_timeout: policy.start_timeout };
+        let shape = PoolShape {
+            name: pool.name.clone(),
+            image: pool.image.clone(),
+            cpu: pool.cpu.clone(),
+            memory: pool.memory.clone(),
+            network: pool.network,
+            workdir: crate::sandbox::WORKDIR.to_string(),
+        };
+        let max_wait = crate::engine::pool::runner_max_wait(&rules);
+        let template = RunSpec {
+            image: pool.image.clone(),
+            command: Vec::new(),
+            files: Vec::new(),
+            env: BTreeMap::new(),
+            cpu_limit: pool.cpu.clone(),
+            memory_limit: pool.memory.clone(),
+            // The pod's own deadline must hold the wait and the longest run.
+            timeout: max_wait + max_timeout,
+            workdir: crate::sandbox::WORKDIR.to_string(),
+            artifacts: Vec::new(),
+            clone: None,
+            network: pool.network,
+        };
+        let state = State {
+            machine: PoolState::new(rules),
+            sandboxes: BTreeMap::new(),
+            pending: Vec::new(),
+            reserved: BTreeMap::new(),
+            short_since: None,
+        };
+        Managed { pool: pool.clone(), shape, template, max_wait, state: Mutex::new(state), wake: Condvar::new() }
+    }
+
+    /// The machine's pick for a claim, out of the pool: its run id and
+    /// what its run needs. `None` on a miss.
+    fn hand_out(&self) -> Option<(String, Reserved)> {
+        let mut state = lock(&self.state);
+        let steps = state.machine.on(Event::Claim, Instant::now());
+        let mut handed = None;
+        for step in steps {
+            match step {
+                Step::HandOut { sandbox } => {
+                    let known = state.sandboxes.remove(&sandbox).unwrap_or_default();
+                    if let (Some(key), Some(pod)) = (known.key, known.pod) {
+                        let created = known.created.unwrap_or_else(SystemTime::now);
+                        handed = Some((sandbox, Reserved { pool: self.pool.name.clone(), pod, key, created }));
+                    }
+                }
+                Step::Miss => metrics::pool_claim(&self.pool.name, false),
+                other => state.pending.push(other),
+            }
+        }
+        note_shortage(&mut state);
+        drop(state);
+        self.wake.notify_all();
+        handed
+    }
+
+    fn push(&self, step: Step) {
+        lock(&self.state).pending.push(step);
+        self.wake.notify_all();
+    }
+}
+
+/// One pool's thread.
+struct Shell {
+    managed: Arc<Managed>,
+    client: kube::Client,
+    policy: Policy,
+    owner: String,
+    pod_template: Option<Arc<PodTemplate>>,
+}
+
+impl Shell {
+    fn run(self) {
+        log::info("warm pool started", &[("pool", self.managed.pool.name.as_str().into()), ("size", self.managed.pool.size.into())]);
+        // The first look asks for the sandboxes.
+        self.feed(Vec::new());
+        loop {
+            let steps = {
+                let state = lock(&self.managed.state);
+                let (mut state, _) = self
+                    .managed
+                    .wake
+                    .wait_timeout_while(state, LOOK_EVERY, |state| state.pending.is_empty())
+                    .unwrap_or_else(PoisonError::into_inner);
+                std::mem::take(&mut state.pending)
+            };
+            let mut events = Vec::new();
+            for step in steps {
+                self.apply(step, &mut events);
+            }
+            events.extend(self.look());
+            self.feed(events);
+        }
+    }
+
+    /// Feeds events (then a tick) to the machine; its steps go pending.
+    fn feed(&self, events: Vec<Event>) {
+        let now = Instant::now();
+        let mut state = lock(&self.managed.state);
+        let mut steps = Vec::new();
+        for event in events {
+            if let Event::Created { sandbox } = &event {
+                state.sandboxes.entry(sandbox.clone()).or_default();
+            }
+            steps.extend(state.machine.on(event, now));
+        }
+        steps.extend(state.machine.on(Event::Tick, now));
+        for step in &steps {
+            if let Step::Delete { sandbox, .. } = step {
+                state.sandboxes.remove(sandbox);
+            }
+        }
+        state.pending.extend(steps);
+        note_shortage(&mut state);
+        metrics::pool_size(&self.managed.pool.name, state.machine.size(), state.machine.ready());
+        let has_work = !state.pending.is_empty();
+        drop(state);
+        if has_work {
+            self.managed.wake.notify_all();
+        }
+    }
+
+    fn apply(&self, step: Step, events: &mut Vec<Event>) {
+        match step {
+            Step::Create { count } => {
+                for _ in 0..count {
+                    events.push(self.create());
+                }
+            }
+            Step::Delete { sandbox, why } => {
+                log::debug("deleting a pool sandbox", &[("run_id", sandbox.as_str().into()), ("why", format!("{why:?}").into())]);
+                delete_sandbox(&self.client, &self.policy.namespace, &sandbox);
+            }
+            // Claims handle these themselves.
+            Step::HandOut { .. } | Step::Miss => {}
+        }
+    }
+
+    /// Makes one sandbox: its Job, then its key Secret.
+    fn create(&self) -> Event {
+        let run_id = crate::engine::run::new_run_id();
+        let key = match Key::random() {
+            Ok(key) => key,
+            Err(why) => {
+                log::error("cannot make a pool sandbox's key", &[("error", why.into())]);
+                return Event::CreateFailed;
+            }
+        };
+        let sandbox = PoolSandbox { pool: &self.managed.pool.name, owner: &self.owner, max_wait: self.managed.max_wait };
+        let mut job = manifest::pool_job(&self.managed.template, &self.policy, &run_id, &sandbox);
+        if let Some(template) = &self.pod_template {
+            manifest::apply_pod_template(&mut job, template);
+        }
+        // Unclaimed, it is useless once its runner stops waiting; a claim
+        // writes the run's own expiry.
+        let expires_at = SystemTime::now() + self.managed.max_wait + crate::engine::run::EXPIRY_SLACK;
+        let retention =
+            manifest::Retention { expires_at: log::rfc3339_utc(expires_at), finished_ttl: self.policy.finished_ttl, background: None };
+        manifest::apply_retention(&mut job, &retention);
+        let namespace = &self.policy.namespace;
+        let created = match self.client.create(Resource::JOBS, namespace, &job) {
+            Ok(created) => kube::objects::Job::from_value(&created),
+            Err(error) => {
+                metrics::api_error("create_pool_job");
+                log::warn(
+                    "could not create a pool sandbox",
+                    &[("pool", self.managed.pool.name.as_str().into()), ("error", error.to_string().into())],
+                );
+                return Event::CreateFailed;
+            }
+        };
+        let mut secret = manifest::key_secret(&self.policy, &run_id, &created.metadata.uid, &key.to_hex());
+        manifest::apply_retention(&mut secret, &retention);
+        if let Err(error) = self.client.create(Resource::SECRETS, namespace, &secret) {
+            metrics::api_error("create_secret");
+            log::warn("could not create a pool sandbox's key", &[("error", error.to_string().into())]);
+            delete_sandbox(&self.client, namespace, &run_id);
+            return Event::CreateFailed;
+        }
+        let mut state = lock(&self.managed.state);
+        let entry = state.sandboxes.entry(run_id.clone()).or_default();
+        entry.key = Some(key);
+        entry.created = Some(SystemTime::now());
+        Event::Created { sandbox: run_id }
+    }
+
+    /// The pool's pods as events: ready, dead, or gone since last seen.
+    fn look(&self) -> Vec<Event> {
+        let selector = format!("{}={},{}={}", manifest::LABEL_POOL, self.managed.pool.name, manifest::LABEL_POOL_OWNER, self.owner);
+        let params = ListParams { label_selector: Some(selector), field_selector: None };
+        let pods = match self.client.list(Resource::PODS, &self.policy.namespace, &params) {
+            Ok(list) => list.items.iter().map(Pod::from_value).collect::<Vec<_>>(),
+            Err(error) => {
+                log::debug("could not list a pool's pods", &[("error", error.to_string().into())]);
+                return Vec::new();
+            }
+        };
+        let mut state = lock(&self.managed.state);
+        let mut listed = BTreeSet::new();
+        let mut events = Vec::new();
+        for pod in &pods {
+            let Some(run_id) = pod.metadata.labels.get(manifest::LABEL_RUN_ID) else { continue };
+            let Some(sandbox) = state.sandboxes.get_mut(run_id) else { continue };
+            listed.insert(run_id.clone());
+            sandbox.seen = true;
+            sandbox.pod = Some(pod.metadata.name.clone());
+            if is_ready(pod) {
+                events.push(Event::Ready { sandbox: run_id.clone() });
+            } else if is_dead(pod) {
+                events.push(Event::Died { sandbox: run_id.clone() });
+            }
+        }
+        for (run_id, sandbox) in &state.sandboxes {
+            if sandbox.seen && !listed.contains(run_id) {
+                events.push(Event::Died { sandbox: run_id.clone() });
+            }
+        }
+        events
+    }
+}
+
+/// The runner waits for its assignment: the main container runs and
+/// nobody is deleting the pod.
+fn is_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod.status.phase.as_deref() == Some("Running")
+        && pod.status.container_statuses.iter().any(|status| status.name == manifest::MAIN_CONTAINER && status.state.running.is_some())
+}
+
+fn is_dead(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+        || matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed"))
+        || pod.status.container_statuses.iter().any(|status| status.name == manifest::MAIN_CONTAINER && status.state.terminated.is_some())
+}
+
+/// The Job goes (its pod and key Secret with it, by the garbage
+/// collector); the Secret is deleted too, so the key never outlives it.
+fn delete_sandbox(client: &kube::Client, namespace: &str, run_id: &str) {
+    let name = manifest::job_name(run_id);
+    if let Err(error) = client.delete(Resource::JOBS, namespace, &name) {
+        metrics::api_error("delete_job");
+        log::warn(
+            "pool sandbox not deleted; its expiry and the reaper remove it",
+            &[("job", name.as_str().into()), ("error", error.to_string().into())],
+        );
+    }
+    let _ = client.delete(Resource::SECRETS, namespace, &name);
+}
+
+/// Starts or ends the refill clock: short of its size means a refill is
+/// under way.
+fn note_shortage(state: &mut State) {
+    let full = state.machine.ready() >= state.machine.size();
+    match (full, state.short_since) {
+        (false, None) => state.short_since = Some(Instant::now()),
+        (true, Some(since)) => {
+            metrics::pool_refilled(since.elapsed());
+            state.short_since = None;
+        }
+        _ => {}
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The merge patch that makes a pool sandbox's Job the run's: its
+/// retention (expiry, TTL, a background run's record and label), the hand
+/// out time, and a Job deadline counted from the Job's creation.
+pub fn claim_patch(retention: &manifest::Retention, job_age: Duration, run_deadline: Duration) -> serde_json::Value {
+    let mut job = json!({"metadata": {"labels": {}}, "spec": {}});
+    manifest::apply_retention(&mut job, retention);
+    job["metadata"]["annotations"][manifest::ANNOTATION_ASSIGNED_AT] = json!(log::rfc3339_utc(SystemTime::now()));
+    job["spec"]["activeDeadlineSeconds"] = json!((job_age + run_deadline + manifest::JOB_DEADLINE_SLACK).as_secs());
+    // `apply_retention` writes the TTL only onto a Job it knows as one.
+    job["spec"]["ttlSecondsAfterFinished"] = json!(retention.finished_ttl.as_secs());
+    job
+}

@@ -295,7 +295,7 @@ fn start_pools(
         return Ok(None);
     }
     let max_timeout = Duration::from_secs(config.max_timeout_s);
-    let pools = Arc::new(backend::kubernetes::pool::Pools::new(client.clone(), policy.clone(), &config.warm_pools, max_timeout));
+    let pools = Arc::new(backend::kubernetes::pool::Pools::new(client.clone(), policy.clone(), &tools::warm_pools(config), max_timeout));
     let owner = engine::run::new_run_id()[..12].to_string();
     pools.start(&owner, backend.pod_template.clone()).map_err(|error| format!("could not start the warm pools: {error}"))?;
     Ok(Some(pools))

@@ -26,3 +26,4 @@ mod dockerfile_image;
 mod helm_install;
 mod network;
 mod pod_template;
+mod warm_pool;

@@ -319,6 +319,9 @@ fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {
             runner_binary.display()
         ));
     }
+    if !config.warm_pools.is_empty() {
+        log::warn("MCP_K8S_WARM_POOLS is ignored on the Docker backend for now: every run starts cold", &[]);
+    }
     if config.pod_template.is_some() {
         // Its fields (node selection, tolerations, pull Secrets) are the
         // scheduler's and the kubelet's; a local engine has neither.

@@ -23,14 +23,14 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run_job  # noqa: E402  (the shared MCP-over-stdio client)
 
 CLUSTER = os.environ.get("MCP_K8S_TEST_CLUSTER_DIR", "/var/lib/mcp-k8s-test-cluster")
 BUSYBOX = "mcp-k8s-test.local/busybox:1.35"
 PYTHON = "mcp-k8s-test.local/python:3.11"
-RUNNER = os.environ.get("MCP_K8S_PROJECT_IMAGE") or "mcp-k8s-test.local/mcp-k8s-ephemeral-job:dev"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = [
     ("true", "busybox", BUSYBOX, ["true"]),
@@ -38,49 +38,13 @@ CASES = [
 ]
 
 
-class Server:
+class Server(run_job.Server):
+    """bench/run_job.py's server, with both images allowed and the fence wait."""
+
     def __init__(self, binary, extra):
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "MCP_K8S_KUBECONFIG": f"{CLUSTER}/server.kubeconfig",
-            "MCP_K8S_ALLOWED_IMAGES": f"{BUSYBOX},{PYTHON}",
-            "MCP_K8S_RUNNER_IMAGE": RUNNER,
-            "MCP_K8S_AWAIT_NETWORK_POLICY": "1",
-            "MCP_K8S_DEFAULT_CPU": "50m",
-            "MCP_K8S_DEFAULT_MEMORY": "64Mi",
-            "MCP_K8S_LOG_LEVEL": "warning",
-        }
-        env.update(extra)
-        self.proc = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
-        self.lock = threading.Lock()
-        self.waiters = {}
-        self.next_id = 1
-        threading.Thread(target=self._read, daemon=True).start()
-        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}})
-        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def _send(self, message):
-        with self.lock:
-            self.proc.stdin.write(json.dumps(message) + "\n")
-            self.proc.stdin.flush()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            message = json.loads(line)
-            waiter = self.waiters.get(message.get("id"))
-            if waiter is not None:
-                waiter[1].append(message)
-                waiter[0].set()
-
-    def request(self, method, params):
-        with self.lock:
-            request_id = self.next_id
-            self.next_id += 1
-        event = threading.Event()
-        self.waiters[request_id] = (event, [])
-        self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        event.wait()
-        return self.waiters.pop(request_id)[1][0]
+        settings = {"MCP_K8S_ALLOWED_IMAGES": f"{BUSYBOX},{PYTHON}", "MCP_K8S_AWAIT_NETWORK_POLICY": "1"}
+        settings.update(extra)
+        super().__init__(binary, 4, settings)
 
     def tool(self, name, arguments):
         return self.request("tools/call", {"name": name, "arguments": arguments})["result"]["structuredContent"]
@@ -88,19 +52,12 @@ class Server:
     def pools(self):
         return {pool["name"]: pool for pool in self.tool("describe_environment", {})["warm_pools"]}
 
-    def cpu_seconds(self):
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
     def close(self):
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
 
 
-def percentile(values, fraction):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+percentile = run_job.percentile
 
 
 def timed_run(server, image, command):

@@ -41,7 +41,10 @@ impl Warm {
         let file_text = file.display().to_string();
         let mut env: Vec<(&str, &str)> = vec![("MCP_K8S_WARM_POOLS", file_text.as_str()), ("MCP_K8S_NETWORK_DEFAULT", "open")];
         env.extend_from_slice(extra);
-        Warm { server: cluster::server(&env), pool, _dir: dir }
+        let mut server = cluster::server(&env);
+        // A failing test still drains its pool when the server is dropped.
+        server.stop_gently = true;
+        Warm { server, pool, _dir: dir }
     }
 
     fn call(&mut self, name: &str, arguments: Value) -> (Value, Vec<String>) {

@@ -19,6 +19,15 @@ NODE_NAME="mcp-k8s-test-node"
 BRIDGE="mcp-k8s0"
 POD_CIDR="10.244.0.0/24"
 BRIDGE_IP="10.244.0.1"           # gateway of the pod bridge = node IP = API advertise address
+# The bridge's own MAC, set once: a Linux bridge left to choose takes the
+# lowest MAC of its ports and changes it as pods come and go. A pod that
+# learned the gateway's MAC while it was another pod's veth then reaches
+# nothing on the node once that pod is gone, until its ARP entry expires
+# (up to ~50 s: the clone tests' "could not connect to 10.244.0.1").
+BRIDGE_MAC="02:6d:63:70:6b:01"
+# Pods get .2-.239; .240-.254 are for tests' own network namespaces on the
+# bridge (tests/on_cluster/network.rs), so they never meet a pod's address.
+POD_RANGE_END="10.244.0.239"
 SERVICE_CIDR="10.96.0.0/24"
 KUBERNETES_SVC_IP="10.96.0.1"
 API_PORT="${MCP_K8S_TEST_API_PORT:-6443}"

@@ -167,6 +167,35 @@ fn the_off_bridge_guard_drops_what_kube_router_allows() {
     assert!(after > before, "the mangle guard dropped it (drops {before} -> {after})");
 }
 
+/// The clone flake's cause: a Linux bridge whose MAC is not set takes the
+/// lowest MAC of its ports, so a pod that learned the gateway's MAC while
+/// it was another pod's veth reached nothing on the node once that pod was
+/// gone (SYNs timing out for up to ~50 s, until its ARP entry expired).
+/// tests/cluster/up sets the bridge's MAC. Two network namespaces play the
+/// pods (addresses from the range lib.sh keeps out of pod IPAM): `gone`
+/// has the lowest MAC possible, `stays` learns the gateway's, `gone`
+/// leaves, and `stays` must still connect to the node.
+#[test]
+fn a_pod_reaches_the_node_after_the_pod_with_the_lowest_mac_is_gone() {
+    let bridge = "/sys/class/net/mcp-k8s0";
+    let assigned = std::fs::read_to_string(format!("{bridge}/addr_assign_type")).expect("the bridge exists");
+    assert_eq!(assigned.trim(), "3", "the bridge's MAC was set (NET_ADDR_SET), so it does not follow its ports");
+    let listener = std::net::TcpListener::bind((NODE_IP, 0)).expect("a listener on the node's bridge address");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            drop(stream);
+        }
+    });
+    let mac_before = std::fs::read_to_string(format!("{bridge}/address")).unwrap();
+    let gone = BridgeNamespace::add("gone", "00:00:00:00:00:01", "10.244.0.250");
+    let stays = BridgeNamespace::add("stays", "fe:00:00:00:00:02", "10.244.0.251");
+    assert_eq!(stays.connect(port), "connected", "with both namespaces on the bridge");
+    drop(gone);
+    assert_eq!(std::fs::read_to_string(format!("{bridge}/address")).unwrap(), mac_before, "the bridge kept its MAC");
+    assert_eq!(stays.connect(port), "connected", "after the namespace with the lowest MAC left");
+}
+
 /// doctor's policy probe, passing: its job (the runner image, so it needs
 /// `tests/build-project-image` from this source) is refused the API server
 /// (at once, or once kube-router has seen the pod).
@@ -375,6 +404,44 @@ impl TrapRoute {
         host("ip", &["link", "set", &route.link, "up"]);
         host("ip", &["route", "add", "198.51.100.0/24", "dev", &route.link]);
         route
+    }
+}
+
+/// A network namespace on the pod bridge with one veth (host end `mac`),
+/// address `ip`/24 and the node as its gateway; removed on drop.
+struct BridgeNamespace {
+    name: String,
+    link: String,
+}
+
+impl BridgeNamespace {
+    fn add(role: &str, mac: &str, ip: &str) -> BridgeNamespace {
+        let id = std::process::id() % 100_000;
+        let namespace = BridgeNamespace { name: format!("mcp-test-{role}-{id}"), link: format!("mcp{}{id}", &role[..1]) };
+        host("ip", &["netns", "add", &namespace.name]);
+        host("ip", &["link", "add", &namespace.link, "type", "veth", "peer", "name", "eth0", "netns", &namespace.name]);
+        host("ip", &["link", "set", &namespace.link, "address", mac]);
+        host("ip", &["link", "set", &namespace.link, "master", "mcp-k8s0", "up"]);
+        let inside = |args: &[&str]| host("ip", &[&["-n", namespace.name.as_str()], args].concat());
+        inside(&["addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
+        inside(&["link", "set", "eth0", "up"]);
+        inside(&["route", "add", "default", "via", NODE_IP]);
+        namespace
+    }
+
+    /// `connected`, or why not, for one TCP connection to the node (3 s).
+    fn connect(&self, port: u16) -> String {
+        let script = format!(
+            "import socket\ntry:\n socket.create_connection(('{NODE_IP}', {port}), 3).close(); print('connected')\nexcept OSError as e:\n print(e)"
+        );
+        host("ip", &["netns", "exec", &self.name, "python3", "-c", &script]).trim().to_string()
+    }
+}
+
+impl Drop for BridgeNamespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.link]).output();
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
     }
 }
 

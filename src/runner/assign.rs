@@ -19,12 +19,18 @@
 //! the API server (the NetworkPolicy admits nothing else), and one slow
 //! connection costs at most `CONNECTION_DEADLINE`.
 //!
+//! The same reader serves a UNIX socket (`--socket`, the Docker backend:
+//! a sandbox without a network has no port to listen on, but it can have a
+//! bind-mounted host directory): `Listener` and `Connection` are the few
+//! calls it needs of either.
+//!
 //! Knows nothing of pools, of the engine or of what the command does: the
 //! caller (`runner::run_await_assignment`) writes the files and runs it.
 
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -63,13 +69,75 @@ pub fn listen(port: u16) -> io::Result<TcpListener> {
     TcpListener::bind(("::", port)).or_else(|_| TcpListener::bind(("0.0.0.0", port)))
 }
 
+/// A listening socket the runner waits on: TCP (`--port`) or UNIX (`--socket`).
+pub trait Listener: AsRawFd {
+    type Stream: Connection;
+    fn accept_one(&self) -> io::Result<Self::Stream>;
+}
+
+/// One accepted connection, whichever the listener.
+pub trait Connection: Read + Write {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn shutdown_write(&self) -> io::Result<()>;
+}
+
+impl Listener for TcpListener {
+    type Stream = TcpStream;
+    fn accept_one(&self) -> io::Result<TcpStream> {
+        self.accept().map(|(stream, _peer)| stream)
+    }
+}
+
+impl Listener for UnixListener {
+    type Stream = UnixStream;
+    fn accept_one(&self) -> io::Result<UnixStream> {
+        self.accept().map(|(stream, _peer)| stream)
+    }
+}
+
+impl Connection for TcpStream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_read_timeout(self, timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_write_timeout(self, timeout)
+    }
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+}
+
+impl Connection for UnixStream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_read_timeout(self, timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        UnixStream::set_write_timeout(self, timeout)
+    }
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+}
+
+/// Listens on `path`, replacing a socket file left there by an earlier
+/// runner (the directory is the sandbox's own; nothing else lives there).
+pub fn listen_unix(path: &Path) -> io::Result<UnixListener> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error),
+    }
+    UnixListener::bind(path)
+}
+
 /// Serves `listener` until one request carries `key` and an assignment
 /// for `workdir`, then closes the listener (nothing more is accepted),
 /// lets `prepare` make the sandbox ready for it (write the input files),
 /// and answers `202`, or `500` with `prepare`'s error, which ends the
 /// wait: a sandbox that failed half-way is not offered again.
-pub fn await_assignment(
-    listener: TcpListener,
+pub fn await_assignment<L: Listener>(
+    listener: L,
     key: &Key,
     workdir: &Path,
     max_wait: Duration,
@@ -84,8 +152,8 @@ pub fn await_assignment(
         if !readable(&listener, deadline - now).map_err(Error::Listen)? {
             continue;
         }
-        let mut stream = match listener.accept() {
-            Ok((stream, _peer)) => stream,
+        let mut stream = match listener.accept_one() {
+            Ok(stream) => stream,
             // A peer that gave up between poll and accept; keep waiting.
             Err(error) if is_transient(&error) => continue,
             Err(error) => return Err(Error::Listen(error)),
@@ -127,7 +195,7 @@ fn refuse(code: u16, text: impl Into<String>) -> Refusal {
 
 /// The body, once the head says it is a POST to the assignment path with
 /// a bounded `Content-Length`.
-fn read_request(stream: &mut TcpStream) -> Result<Vec<u8>, Refusal> {
+fn read_request(stream: &mut impl Connection) -> Result<Vec<u8>, Refusal> {
     let deadline = Instant::now() + CONNECTION_DEADLINE;
     let mut buffer = Vec::with_capacity(1024);
     let head_end = loop {
@@ -240,7 +308,7 @@ fn find_head_end(buffer: &[u8]) -> Option<usize> {
 }
 
 /// Reads more bytes into `buffer` before `deadline`, never past `up_to` in all.
-fn read_some(stream: &mut TcpStream, buffer: &mut Vec<u8>, up_to: usize, deadline: Instant) -> io::Result<usize> {
+fn read_some(stream: &mut impl Connection, buffer: &mut Vec<u8>, up_to: usize, deadline: Instant) -> io::Result<usize> {
     let limit = up_to.saturating_sub(buffer.len());
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
@@ -254,7 +322,7 @@ fn read_some(stream: &mut TcpStream, buffer: &mut Vec<u8>, up_to: usize, deadlin
     Ok(read)
 }
 
-fn respond(stream: &mut TcpStream, code: u16, text: &str) -> io::Result<()> {
+fn respond(stream: &mut impl Connection, code: u16, text: &str) -> io::Result<()> {
     let reason = match code {
         202 => "Accepted",
         400 => "Bad Request",
@@ -282,8 +350,8 @@ fn respond(stream: &mut TcpStream, code: u16, text: &str) -> io::Result<()> {
 /// peer sent past what was read (a body not read after a 413) would make
 /// the kernel answer with a reset, which can destroy the answer in flight.
 /// A bounded amount is read and dropped first.
-fn close_gently(mut stream: TcpStream) {
-    let _ = stream.shutdown(std::net::Shutdown::Write);
+fn close_gently(mut stream: impl Connection) {
+    let _ = stream.shutdown_write();
     let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
     let mut drained = 0usize;
     let mut chunk = [0u8; 16 << 10];
@@ -296,7 +364,7 @@ fn close_gently(mut stream: TcpStream) {
 }
 
 /// Waits up to `timeout` (at most a second at a time) for a connection.
-fn readable(listener: &TcpListener, timeout: Duration) -> io::Result<bool> {
+fn readable(listener: &impl AsRawFd, timeout: Duration) -> io::Result<bool> {
     let mut poll_fd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     let millis = timeout.as_millis().clamp(1, 1000) as libc::c_int;
     // SAFETY: one valid pollfd for the length of the call.
@@ -476,6 +544,32 @@ mod tests {
         assert_eq!((code, text.as_str()), (500, "disk full"));
         assert!(matches!(runner.join().unwrap(), Err(Error::Prepare(why)) if why == "disk full"));
         assert!(TcpStream::connect(address).is_err(), "not offered again");
+    }
+
+    #[test]
+    fn a_unix_socket_serves_the_same_assignment_and_refuses_a_wrong_key() {
+        let directory = std::env::temp_dir().join(format!("assign-unix-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let path = directory.join("assign.sock");
+        std::fs::write(&path, b"stale").unwrap();
+        let listener = listen_unix(&path).unwrap();
+        let runner =
+            std::thread::spawn(move || await_assignment(listener, &key(), Path::new("/work"), Duration::from_secs(30), |_| Ok(())));
+        let send_unix = |request: &[u8]| {
+            let mut stream = UnixStream::connect(&path).unwrap();
+            stream.write_all(request).unwrap();
+            stream.shutdown(Shutdown::Write).unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).unwrap();
+            answer
+        };
+        let wrong_key = assignment::encode(&Key::from_bytes([1; assignment::KEY_BYTES]), &an_assignment("/work"));
+        assert!(send_unix(&post(&wrong_key)).starts_with("HTTP/1.1 401 "));
+        let answer = send_unix(&post(&assignment::encode(&key(), &an_assignment("/work"))));
+        assert!(answer.starts_with("HTTP/1.1 202 "), "{answer}");
+        assert_eq!(runner.join().unwrap().unwrap(), an_assignment("/work"));
+        assert!(UnixStream::connect(&path).is_err(), "the listener is closed once assigned");
+        let _ = std::fs::remove_dir_all(&directory);
     }
 
     #[test]

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::runner::capture::{FrameSink, HeadTail};
-use crate::sandbox::args::{self as argv, AssignOptions, ExecOptions, InitOptions};
+use crate::sandbox::args::{self as argv, AssignOptions, Endpoint, ExecOptions, InitOptions};
 use crate::sandbox::assignment::{Assignment, Key};
 use crate::sandbox::frame::{self, Frame, RunResult, Started, Stream};
 use crate::sandbox::{self, TERMINATION_LOG};
@@ -116,12 +116,21 @@ fn run_await_assignment(options: &AssignOptions) -> Result<i32, String> {
     let key_file = options.key_file.display();
     let key_text = std::fs::read_to_string(&options.key_file).map_err(|error| format!("cannot read the key `{key_file}`: {error}"))?;
     let key = Key::from_hex(&key_text).map_err(|why| format!("the key `{key_file}` is not valid: {why}"))?;
-    let listener = assign::listen(options.port).map_err(|error| format!("cannot listen on port {}: {error}", options.port))?;
     let prepare = |assignment: &Assignment| {
         assignment.files.iter().try_for_each(|file| init::write_input(&options.workdir, &file.path, &file.content, file.mode))
     };
-    let assignment =
-        assign::await_assignment(listener, &key, &options.workdir, options.max_wait, prepare).map_err(|error| error.to_string())?;
+    let taken = match &options.listen {
+        Endpoint::Port(port) => {
+            let listener = assign::listen(*port).map_err(|error| format!("cannot listen on port {port}: {error}"))?;
+            assign::await_assignment(listener, &key, &options.workdir, options.max_wait, prepare)
+        }
+        Endpoint::Socket(path) => {
+            let listener =
+                assign::listen_unix(path).map_err(|error| format!("cannot listen on the socket `{}`: {error}", path.display()))?;
+            assign::await_assignment(listener, &key, &options.workdir, options.max_wait, prepare)
+        }
+    };
+    let assignment = taken.map_err(|error| error.to_string())?;
     let sink: FrameSink = Arc::new(Mutex::new(Box::new(std::io::stdout())));
     Ok(run_exec_with(&assignment.exec, &assignment.env, &sink))
 }

@@ -62,17 +62,26 @@ pub struct AwaitOptions {
 }
 
 /// Options of `runner await-assignment`, a warm pool sandbox's main
-/// command: listen on `port` for one assignment carrying the key in
+/// command: listen on `listen` (a TCP port in a pod, a UNIX socket in a
+/// bind-mounted directory for a Docker sandbox, which may have no network)
+/// for one assignment carrying the key in
 /// `key_file`, then run it as `runner exec` would. `workdir` is where the
 /// sandbox mounted its workdir (an assignment for another is refused);
 /// past `max_wait` without one, the runner gives up and exits, so that a
 /// sandbox whose server is gone ends on its own.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AssignOptions {
-    pub port: u16,
+    pub listen: Endpoint,
     pub key_file: PathBuf,
     pub workdir: PathBuf,
     pub max_wait: Duration,
+}
+
+/// Where `runner await-assignment` listens: `--port` or `--socket`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Endpoint {
+    Port(u16),
+    Socket(PathBuf),
 }
 
 /// Options of `runner credential`: the mounted clone Secret and git's
@@ -275,11 +284,15 @@ pub fn parse_await(args: Vec<OsString>) -> Result<AwaitOptions, String> {
 /// Builds the argument list of `runner await-assignment` for a pod spec;
 /// the inverse of `parse_assign`.
 pub fn assign_args(options: &AssignOptions) -> Vec<String> {
+    let (flag, place) = match &options.listen {
+        Endpoint::Port(port) => ("--port", port.to_string()),
+        Endpoint::Socket(path) => ("--socket", path.to_string_lossy().into_owned()),
+    };
     vec![
         "runner".to_string(),
         "await-assignment".to_string(),
-        "--port".to_string(),
-        options.port.to_string(),
+        flag.to_string(),
+        place,
         "--key-file".to_string(),
         options.key_file.to_string_lossy().into_owned(),
         "--workdir".to_string(),
@@ -292,14 +305,16 @@ pub fn assign_args(options: &AssignOptions) -> Vec<String> {
 pub fn parse_assign(args: Vec<OsString>) -> Result<AssignOptions, String> {
     use lexopt::prelude::*;
     let mut parser = lexopt::Parser::from_args(args);
-    let (mut port, mut key_file, mut max_wait) = (None, None, None);
+    let (mut listen, mut key_file, mut max_wait) = (None, None, None);
     let mut workdir = PathBuf::from(WORKDIR);
     while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
         match arg {
             Long("port") => {
                 let number = number(&mut parser, "--port")?;
-                port = Some(u16::try_from(number).map_err(|_| format!("--port takes a port number, not `{number}`"))?);
+                let port = u16::try_from(number).map_err(|_| format!("--port takes a port number, not `{number}`"))?;
+                listen = one_endpoint(listen, Endpoint::Port(port))?;
             }
+            Long("socket") => listen = one_endpoint(listen, Endpoint::Socket(PathBuf::from(value(&mut parser)?)))?,
             Long("key-file") => key_file = Some(PathBuf::from(value(&mut parser)?)),
             Long("workdir") => workdir = PathBuf::from(value(&mut parser)?),
             Long("max-wait-ms") => max_wait = Some(Duration::from_millis(number(&mut parser, "--max-wait-ms")?)),
@@ -307,11 +322,18 @@ pub fn parse_assign(args: Vec<OsString>) -> Result<AssignOptions, String> {
         }
     }
     Ok(AssignOptions {
-        port: port.ok_or("runner await-assignment needs --port")?,
+        listen: listen.ok_or("runner await-assignment needs --port or --socket")?,
         key_file: key_file.ok_or("runner await-assignment needs --key-file")?,
         workdir,
         max_wait: max_wait.ok_or("runner await-assignment needs --max-wait-ms")?,
     })
+}
+
+fn one_endpoint(earlier: Option<Endpoint>, endpoint: Endpoint) -> Result<Option<Endpoint>, String> {
+    match earlier {
+        Some(_) => Err("runner await-assignment listens on one of --port and --socket, once".to_string()),
+        None => Ok(Some(endpoint)),
+    }
 }
 
 /// The value of `runner credential`'s helper setting in git's config: git
@@ -433,14 +455,18 @@ mod tests {
 
     #[test]
     fn assign_args_round_trip() {
-        let options = AssignOptions {
-            port: crate::sandbox::assignment::PORT,
+        let mut options = AssignOptions {
+            listen: Endpoint::Port(crate::sandbox::assignment::PORT),
             key_file: crate::sandbox::assignment::KEY_FILE.into(),
             workdir: WORKDIR.into(),
             max_wait: Duration::from_secs(660),
         };
+        assert_eq!(parse_assign(after_subcommand(assign_args(&options))), Ok(options.clone()));
+        options.listen = Endpoint::Socket("/mcp/assign/assign.sock".into());
         assert_eq!(parse_assign(after_subcommand(assign_args(&options))), Ok(options));
         assert!(parse_assign(vec!["--port".into(), "70000".into()]).is_err());
+        let both = ["--port", "7777", "--socket", "/s", "--key-file", "/k", "--max-wait-ms", "1"];
+        assert!(parse_assign(both.iter().map(Into::into).collect()).is_err(), "one endpoint only");
         assert!(parse_assign(vec!["--port".into(), "7777".into(), "--key-file".into(), "/k".into()]).is_err(), "--max-wait-ms is needed");
     }
 

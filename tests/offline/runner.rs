@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use mcp_k8s_ephemeral_job::runner;
-use mcp_k8s_ephemeral_job::sandbox::args::{AssignOptions, ExecOptions, assign_args, exec_args, parse_exec};
+use mcp_k8s_ephemeral_job::sandbox::args::{AssignOptions, Endpoint, ExecOptions, assign_args, exec_args, parse_exec};
 use mcp_k8s_ephemeral_job::sandbox::assignment::{self, AssignedFile, Assignment, Key};
 use mcp_k8s_ephemeral_job::sandbox::frame::{self, ArtifactHeader, Frame, RunResult, Stream};
 
@@ -345,7 +345,12 @@ fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
     fs::write(&key_file, format!("{}\n", key.to_hex())).unwrap();
     // An ephemeral port, free a moment ago: the runner binds a fixed one.
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let assign = AssignOptions { port, key_file: key_file.clone(), workdir: workdir.clone(), max_wait: Duration::from_secs(60) };
+    let assign = AssignOptions {
+        listen: Endpoint::Port(port),
+        key_file: key_file.clone(),
+        workdir: workdir.clone(),
+        max_wait: Duration::from_secs(60),
+    };
     let path = std::env::var("PATH").unwrap_or_default();
     let mut runner = crate::support::server::command(&[("PATH", &path)])
         .args(assign_args(&assign))

@@ -381,3 +381,45 @@ fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
     assert_eq!(mode & 0o777, 0o640);
     fs::remove_file(&key_file).unwrap();
 }
+
+/// The Docker backend's warm sandbox (no network): the runner listens on a
+/// UNIX socket and the server's `backend::docker::delivery` posts to it.
+#[test]
+fn a_warm_runner_on_a_unix_socket_takes_its_assignment_from_the_docker_delivery() {
+    use mcp_k8s_ephemeral_job::backend::docker::delivery;
+    use std::os::unix::net::UnixStream;
+    let exec = options("warm-socket", &["sh", "-c", "cat data/in.txt; echo \"$GREETING\"; exit 4"]);
+    let workdir = exec.workdir.clone();
+    let key = Key::random().unwrap();
+    let key_file = std::env::temp_dir().join(format!("runner-spec-{}-warm-socket-key", std::process::id()));
+    fs::write(&key_file, format!("{}\n", key.to_hex())).unwrap();
+    let socket = std::env::temp_dir().join(format!("runner-spec-{}-warm.sock", std::process::id()));
+    let assign =
+        AssignOptions { listen: Endpoint::Socket(socket.clone()), key_file: key_file.clone(), workdir, max_wait: Duration::from_secs(60) };
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut runner = crate::support::server::command(&[("PATH", &path)]).args(assign_args(&assign)).stdout(Stdio::piped()).spawn().unwrap();
+
+    let deliver = |key: &Key| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match delivery::deliver(&socket, key, &assignment_for(&exec), Duration::from_secs(10)) {
+                Err(delivery::Error::Connect(_)) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+                other => return other,
+            }
+        }
+    };
+    match deliver(&Key::random().unwrap()) {
+        Err(delivery::Error::Refused { status: 401, .. }) => {}
+        other => panic!("a wrong key is refused with 401, got {other:?}"),
+    }
+    deliver(&key).unwrap();
+    let mut stdout = String::new();
+    runner.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    let status = runner.wait().unwrap();
+    let frames = stdout.lines().map(|line| frame::decode(line).expect("a valid frame").expect("only frames on stdout")).collect();
+    let run = Run { exit_code: status.code().unwrap_or(-1), frames, workdir: exec.workdir.clone() };
+    assert_eq!(String::from_utf8_lossy(&run.stdout()), "input\nhello from the assignment\n");
+    assert_eq!((run.result().exit_code, run.exit_code), (Some(4), 4));
+    assert!(UnixStream::connect(&socket).is_err(), "nothing is accepted after the assignment");
+    fs::remove_file(&key_file).unwrap();
+}

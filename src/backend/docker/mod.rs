@@ -21,6 +21,7 @@
 //! run's end (the engine's `decide` does).
 
 pub mod classify;
+pub mod delivery;
 pub mod doctor;
 pub mod reaper;
 pub mod record;

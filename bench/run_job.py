@@ -31,7 +31,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class Server:
-    def __init__(self, binary, max_concurrent):
+    def __init__(self, binary, max_concurrent, extra=None):
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "MCP_K8S_KUBECONFIG": f"{CLUSTER}/server.kubeconfig",
@@ -42,6 +42,7 @@ class Server:
             "MCP_K8S_MAX_CONCURRENT": str(max_concurrent),
             "MCP_K8S_LOG_LEVEL": "warning",
         }
+        env.update(extra or {})
         self.proc = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
         self.lock = threading.Lock()
         self.waiters = {}

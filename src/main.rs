@@ -295,7 +295,7 @@ fn start_pools(
         return Ok(None);
     }
     let max_timeout = Duration::from_secs(config.max_timeout_s);
-    let pools = Arc::new(backend::kubernetes::pool::Pools::new(client.clone(), policy.clone(), &config.warm_pools, max_timeout));
+    let pools = Arc::new(backend::kubernetes::pool::Pools::new(client.clone(), policy.clone(), &tools::warm_pools(config), max_timeout));
     let owner = engine::run::new_run_id()[..12].to_string();
     pools.start(&owner, backend.pod_template.clone()).map_err(|error| format!("could not start the warm pools: {error}"))?;
     Ok(Some(pools))
@@ -318,6 +318,9 @@ fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {
             "MCP_K8S_RUNNER_BINARY: `{}` is not a file; set it to the static runner binary (this server's musl build)",
             runner_binary.display()
         ));
+    }
+    if !config.warm_pools.is_empty() {
+        log::warn("MCP_K8S_WARM_POOLS is ignored on the Docker backend for now: every run starts cold", &[]);
     }
     if config.pod_template.is_some() {
         // Its fields (node selection, tolerations, pull Secrets) are the

@@ -134,12 +134,17 @@ pub fn render() -> String {
     text
 }
 
-#[derive(Default)]
-struct PoolCounts {
-    size: u64,
-    ready: u64,
-    hits: u64,
-    misses: u64,
+/// A pool's live counts, by pool name.
+pub fn pool_counts() -> BTreeMap<String, PoolCounts> {
+    lock().pools.clone()
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PoolCounts {
+    pub size: u64,
+    pub ready: u64,
+    pub hits: u64,
+    pub misses: u64,
 }
 
 struct State {

@@ -23,8 +23,10 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
@@ -70,6 +72,11 @@ pub fn run_clone(options: &CloneOptions) -> Result<i32, String> {
     let git = |args: &[&str]| run_git(&options.dest, &config, args, &secrets);
     git(&["init", "--quiet"])?;
     git(&["remote", "add", "origin", &options.repo_url])?;
+    if let Some(authority) = authority_of(&options.repo_url)
+        && !proxied()
+    {
+        await_reachable(authority, REACH_BUDGET)?;
+    }
     git(&["fetch", "--depth", "1", "--no-tags", "origin", &options.git_ref]).map_err(|error| with_hint(error, options))?;
     git(&["checkout", "--quiet", "--detach", "FETCH_HEAD"])?;
     if let Some(file) = secrets.find_in_tree(&options.dest.join(".git")) {
@@ -79,6 +86,53 @@ pub fn run_clone(options: &CloneOptions) -> Result<i32, String> {
     }
     println!("cloned {} at {} into {}", options.repo_url, options.git_ref, options.dest.display());
     Ok(0)
+}
+
+/// How long the clone waits for the repository's host to accept a TCP
+/// connection. git has no connect timeout of its own (curl's SYN retries
+/// take two minutes), and a pod's network can come up a few seconds after
+/// its containers do (a policy plugin programming a new pod), so a stalled
+/// connect is retried for this long and then named, well inside the start
+/// timeout.
+const REACH_BUDGET: Duration = Duration::from_secs(30);
+const REACH_ATTEMPT: Duration = Duration::from_secs(3);
+
+/// git goes through a proxy when one is set: the repository's host is then
+/// the proxy's to reach.
+fn proxied() -> bool {
+    ["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()))
+}
+
+/// Waits until `authority` (`host[:port]`, port 443 by default) accepts a
+/// TCP connection, retrying for `budget`; `Err` says what to check.
+fn await_reachable(authority: &str, budget: Duration) -> Result<(), String> {
+    let target = if authority.rsplit_once(':').is_some_and(|(_, port)| port.parse::<u16>().is_ok()) && !authority.ends_with(']') {
+        authority.to_string()
+    } else {
+        format!("{authority}:443")
+    };
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < budget {
+        match target.to_socket_addrs() {
+            Ok(addresses) => {
+                for address in addresses {
+                    match TcpStream::connect_timeout(&address, REACH_ATTEMPT) {
+                        Ok(_) => return Ok(()),
+                        Err(error) => last = format!("{address}: {error}"),
+                    }
+                }
+            }
+            Err(error) => last = format!("cannot resolve `{target}`: {error}"),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Err(format!(
+        "could not connect to {target} within {} s ({last}); check that the run's network mode reaches it (`open`, or the `restricted` allowlist) and that the host is up",
+        budget.as_secs()
+    ))
 }
 
 /// `runner credential --creds-dir DIR ACTION`: git's credential helper
@@ -326,5 +380,16 @@ mod tests {
         let text = format!("{}the error", "x".repeat(5000));
         let kept = tail(&text);
         assert!(kept.starts_with("...") && kept.ends_with("the error") && kept.len() <= OUTPUT_TAIL_BYTES + 3);
+    }
+
+    #[test]
+    fn a_host_that_accepts_is_reached_and_one_that_refuses_is_named() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert_eq!(await_reachable(&format!("127.0.0.1:{port}"), Duration::from_secs(2)), Ok(()));
+        drop(listener);
+        let error = await_reachable(&format!("127.0.0.1:{port}"), Duration::from_secs(1)).unwrap_err();
+        assert!(error.starts_with(&format!("could not connect to 127.0.0.1:{port} within 1 s (127.0.0.1:{port}: ")), "{error}");
+        assert!(error.contains("check that the run's network mode reaches it"), "{error}");
     }
 }

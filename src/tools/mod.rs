@@ -331,6 +331,26 @@ fn describe_environment_tool() -> Tool {
                     }
                 },
                 "snippets_available": { "type": "boolean", "description": "whether execute_code's snippet_name can be used (resources/list lists them)" },
+                "warm_pools": {
+                    "type": "array",
+                    "description": "sandboxes kept running ahead (MCP_K8S_WARM_POOLS): a call with exactly this image, cpu and memory limits (none when null), network mode and the default workdir, and no clone, starts in one of them when one is ready",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": { "type": "string" },
+                            "image": { "type": "string" },
+                            "cpu": { "type": ["string", "null"] },
+                            "memory": { "type": ["string", "null"] },
+                            "network": { "type": "string" },
+                            "size": { "type": "integer" },
+                            "max_idle_s": { "type": "integer" },
+                            "ready": { "type": "integer", "description": "sandboxes ready now" },
+                            "hits": { "type": "integer", "description": "runs that took one so far" },
+                            "misses": { "type": "integer", "description": "runs that fitted but found none ready, and ran cold" }
+                        },
+                        "required": ["name", "image", "cpu", "memory", "network", "size", "max_idle_s", "ready", "hits", "misses"]
+                    }
+                },
                 "network": {
                     "type": "object",
                     "description": "the network modes a call may ask for with `network`, the defaults, and who enforces them",
@@ -346,7 +366,7 @@ fn describe_environment_tool() -> Tool {
             "required": [
                 "namespace", "allowed_images", "timeout_s", "max_output_bytes", "max_artifact_bytes",
                 "default_cpu", "default_memory", "max_concurrent", "disk", "clone_available",
-                "cache_mount_path", "extra_env_names", "languages", "snippets_available", "network"
+                "cache_mount_path", "extra_env_names", "languages", "snippets_available", "warm_pools", "network"
             ],
             "additionalProperties": false
         }),
@@ -391,6 +411,7 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
             "memory": profile.memory.as_str(),
         })).collect::<Vec<_>>(),
         "snippets_available": config.snippets_dir.is_some(),
+        "warm_pools": warm_pools_view(config),
         "network": {
             "modes": config.network_modes.iter().map(|mode| mode.name()).collect::<Vec<_>>(),
             "run_job_default": config.network_default.name(),
@@ -398,6 +419,30 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
             "enforcement": NETWORK_TEXT,
         },
     }))
+}
+
+/// The configured pools, with their live counts from `/metrics`' cells.
+fn warm_pools_view(config: &crate::config::Config) -> Vec<Value> {
+    let counts = crate::metrics::pool_counts();
+    config
+        .warm_pools
+        .iter()
+        .map(|pool| {
+            let live = counts.get(&pool.name).copied().unwrap_or_default();
+            json!({
+                "name": pool.name,
+                "image": pool.image,
+                "cpu": pool.cpu.as_ref().map(|cpu| cpu.as_str()),
+                "memory": pool.memory.as_ref().map(|memory| memory.as_str()),
+                "network": pool.network.name(),
+                "size": pool.size,
+                "max_idle_s": pool.max_idle.as_secs(),
+                "ready": live.ready,
+                "hits": live.hits,
+                "misses": live.misses,
+            })
+        })
+        .collect()
 }
 
 /// What each mode enforces where (issue 16; the README's security model
@@ -494,6 +539,27 @@ fn test_panic(_ctx: &Ctx, _call: &Call<'_>) -> ToolOutcome {
 /// What a tool answers when the server found no backend at start.
 pub fn no_backend(why: &str) -> String {
     format!("this server has no backend to run sandboxes on: {why}")
+}
+
+/// The operator's warm pools as the engine sees them: each one's shape (what
+/// a run must match) and rules.
+pub fn warm_pools(config: &Config) -> Vec<(engine::pool::PoolShape, engine::pool::PoolRules)> {
+    let start_timeout = Duration::from_secs(config.start_timeout_s);
+    config
+        .warm_pools
+        .iter()
+        .map(|pool| {
+            let shape = engine::pool::PoolShape {
+                name: pool.name.clone(),
+                image: pool.image.clone(),
+                cpu: pool.cpu.clone(),
+                memory: pool.memory.clone(),
+                network: pool.network,
+                workdir: crate::sandbox::WORKDIR.to_string(),
+            };
+            (shape, engine::pool::PoolRules { size: pool.size as usize, max_idle: pool.max_idle, start_timeout })
+        })
+        .collect()
 }
 
 /// The operator's choices as the engine sees them (the binary's and the

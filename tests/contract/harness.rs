@@ -31,6 +31,10 @@ use super::support::server::StdioServer;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Kubernetes,
+    /// Kubernetes with a warm pool (issue 17) for each image the table
+    /// runs without limits: its runs that fit take a pod that was already
+    /// running, and must keep the same promises.
+    KubernetesWarm,
     Docker,
 }
 
@@ -67,16 +71,40 @@ pub struct Called {
 pub struct Server {
     pub kind: Kind,
     pub stdio: StdioServer,
+    /// The warm server's pools file, kept while it runs.
+    _pools: Option<super::support::TempDir>,
 }
 
 impl Server {
     /// A server on `kind` with `extra` settings on top, initialized.
     pub fn start(kind: Kind, extra: &[(&str, &str)]) -> Server {
-        let stdio = match kind {
-            Kind::Kubernetes => cluster::server(extra),
-            Kind::Docker => start_on_docker(extra),
+        let (stdio, pools) = match kind {
+            Kind::Kubernetes => (cluster::server(extra), None),
+            Kind::KubernetesWarm => {
+                let (stdio, pools) = start_warm(extra);
+                (stdio, Some(pools))
+            }
+            Kind::Docker => (start_on_docker(extra), None),
         };
-        Server { kind, stdio }
+        let mut server = Server { kind, stdio, _pools: pools };
+        if kind == Kind::KubernetesWarm {
+            server.await_pools_ready();
+        }
+        server
+    }
+
+    /// Until every pool has a ready pod, so the case's first run can be warm.
+    fn await_pools_ready(&mut self) {
+        let deadline = Instant::now() + MESSAGE_WAIT;
+        loop {
+            let described = self.ok("describe_environment", json!({}));
+            let pools = described["warm_pools"].as_array().cloned().unwrap_or_default();
+            if !pools.is_empty() && pools.iter().all(|pool| pool["ready"].as_u64() >= Some(1)) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the warm pools never got ready: {described}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// Sends a `tools/call` (with a progress token) and returns its id
@@ -160,6 +188,28 @@ impl Server {
             }
         }
     }
+}
+
+/// A server on the test cluster with a pool of one pod for busybox and one
+/// for python (network `open`, no limits), and the folder of its pools file.
+fn start_warm(extra: &[(&str, &str)]) -> (StdioServer, super::support::TempDir) {
+    let dir = super::support::TempDir::new("contract-pools");
+    let tag = cluster::unique_name("c").replace('-', "");
+    let pools = json!([
+        {"name": format!("b{tag}"), "image": BUSYBOX, "network": "open", "size": 1, "max_idle_s": 300},
+        {"name": format!("p{tag}"), "image": PYTHON, "network": "open", "size": 1, "max_idle_s": 300},
+    ]);
+    let file = dir.path.join("pools.json");
+    std::fs::write(&file, pools.to_string()).expect("the pools file is written");
+    let file_text = file.display().to_string();
+    let mut env = vec![("MCP_K8S_WARM_POOLS", file_text.as_str())];
+    env.extend_from_slice(extra);
+    let mut stdio = cluster::server(&env);
+    // It stops through its stdin, so that it deletes its idle pool pods (a
+    // kill would leave them to their bounded age, holding the namespace's
+    // pod quota while the rest of the tier runs).
+    stdio.stop_gently = true;
+    (stdio, dir)
 }
 
 /// A background run's token carries its run id (`job-<run id>-<seconds>`).
@@ -270,7 +320,7 @@ fn docker_remove(run_id: &str) {
 /// takes a moment to go).
 pub fn assert_nothing_left(kind: Kind, run_id: &str) {
     match kind {
-        Kind::Kubernetes => cluster::assert_nothing_left(run_id),
+        Kind::Kubernetes | Kind::KubernetesWarm => cluster::assert_nothing_left(run_id),
         Kind::Docker => {
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
@@ -304,7 +354,7 @@ impl Drop for Cleanup {
         match self.kind {
             // faults::Cleanup deletes the Jobs and Secrets and, unless the
             // test is failing already, waits until nothing is left.
-            Kind::Kubernetes => drop(faults::Cleanup(std::mem::take(&mut self.run_ids))),
+            Kind::Kubernetes | Kind::KubernetesWarm => drop(faults::Cleanup(std::mem::take(&mut self.run_ids))),
             Kind::Docker => {
                 for run_id in &self.run_ids {
                     docker_remove(run_id);

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use mcp_k8s_ephemeral_job::backend::kubernetes::permissions::REQUIRED;
+use mcp_k8s_ephemeral_job::backend::kubernetes::permissions::{Permission, REQUIRED, WARM_POOLS};
 
 /// (API group, resource or resource/subresource, verb).
 type Grant = (String, String, String);
@@ -13,7 +13,20 @@ type Grant = (String, String, String);
 fn granted_by_the_role() -> BTreeSet<Grant> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/role.yaml");
     let text = std::fs::read_to_string(path).expect("deploy/role.yaml is readable");
-    let role: serde_json::Value = serde_saphyr::from_str(&text).expect("deploy/role.yaml is YAML");
+    grants_of(&serde_saphyr::from_str(&text).expect("deploy/role.yaml is YAML"))
+}
+
+/// The Role among the documents of `deploy/warm-pools.optional.yaml`.
+fn granted_for_warm_pools() -> BTreeSet<Grant> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/warm-pools.optional.yaml");
+    let text = std::fs::read_to_string(path).expect("deploy/warm-pools.optional.yaml is readable");
+    let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).expect("deploy/warm-pools.optional.yaml is YAML");
+    let roles: Vec<&serde_json::Value> = documents.iter().filter(|document| document["kind"] == "Role").collect();
+    assert_eq!(roles.len(), 1, "one Role in deploy/warm-pools.optional.yaml");
+    grants_of(roles[0])
+}
+
+fn grants_of(role: &serde_json::Value) -> BTreeSet<Grant> {
     assert_eq!(role["kind"], "Role", "a namespaced Role, not a ClusterRole");
     let mut grants = BTreeSet::new();
     for rule in role["rules"].as_array().expect("rules") {
@@ -32,8 +45,12 @@ fn granted_by_the_role() -> BTreeSet<Grant> {
 }
 
 fn required() -> BTreeSet<Grant> {
+    needed(REQUIRED)
+}
+
+fn needed(permissions: &[Permission]) -> BTreeSet<Grant> {
     let mut grants = BTreeSet::new();
-    for permission in REQUIRED {
+    for permission in permissions {
         let resource = permission.role_resource();
         for verb in permission.verbs {
             grants.insert((permission.group.to_string(), resource.clone(), verb.to_string()));
@@ -53,4 +70,9 @@ fn the_shipped_role_grants_exactly_what_the_server_needs() {
         extra.is_empty(),
         "deploy/role.yaml grants more than backend::kubernetes::permissions::REQUIRED: {extra:?}; add them there with a reason, or drop them"
     );
+}
+
+#[test]
+fn the_warm_pools_role_grants_exactly_what_pools_need() {
+    assert_eq!(granted_for_warm_pools(), needed(WARM_POOLS), "deploy/warm-pools.optional.yaml and permissions::WARM_POOLS");
 }

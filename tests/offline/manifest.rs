@@ -283,3 +283,36 @@ fn awaiting_the_network_policy_makes_prepare_an_init_container_that_waits() {
     let names: Vec<&str> = pod["containers"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(names, ["main"]);
 }
+
+/// A warm pool's Job: the cold Job of the pool's shape, whose main container
+/// waits for its assignment with the key mounted into it alone, labelled
+/// with its pool and owner; and the key Secret it owns.
+#[test]
+fn a_pool_job_waits_for_its_assignment_with_the_key_in_main_only() {
+    let sandbox = manifest::PoolSandbox { pool: "py", owner: "0123456789ab", max_wait: Duration::from_secs(780) };
+    let mut pool_spec = spec();
+    pool_spec.command = Vec::new();
+    pool_spec.env = BTreeMap::new();
+    let job = manifest::pool_job(&pool_spec, &policy(), "0123456789abcdef0123456789abcdef", &sandbox);
+    check("pool_job.json", &job);
+    let pod_spec = &job["spec"]["template"]["spec"];
+    let key_mounts: Vec<&str> = pod_spec["containers"]
+        .as_array()
+        .into_iter()
+        .chain(pod_spec["initContainers"].as_array())
+        .flatten()
+        .filter(|container| {
+            container["volumeMounts"].as_array().is_some_and(|mounts| mounts.iter().any(|mount| mount["name"] == "mcp-key"))
+        })
+        .map(|container| container["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(key_mounts, ["main"], "only the main container sees the key");
+    for labels in [&job["metadata"]["labels"], &job["spec"]["template"]["metadata"]["labels"]] {
+        assert_eq!(
+            (labels[manifest::LABEL_POOL].as_str(), labels[manifest::LABEL_POOL_OWNER].as_str()),
+            (Some("py"), Some("0123456789ab"))
+        );
+    }
+    let secret = manifest::key_secret(&policy(), "0123456789abcdef0123456789abcdef", "uid-1", "00ff");
+    check("pool_key_secret.json", &secret);
+}

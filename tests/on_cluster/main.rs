@@ -5,6 +5,10 @@
 //! break the node for every pod are in `tests/on_cluster_alone`, a binary of
 //! their own, because cargo runs test binaries one after another.
 
+// The contract table is compiled twice on purpose: cold (`contract`) and
+// with warm pools (`contract_warm`), each with its own `BACKEND`.
+#![allow(clippy::duplicate_mod)]
+
 #[path = "../support/mod.rs"]
 mod support;
 
@@ -22,7 +26,11 @@ mod cluster_run_job;
 /// The contract table (tests/contract/), on the Kubernetes backend.
 #[path = "../contract/kubernetes.rs"]
 mod contract;
+/// The same table with warm pools: runs that fit take a running pod.
+#[path = "../contract/kubernetes_warm.rs"]
+mod contract_warm;
 mod dockerfile_image;
 mod helm_install;
 mod network;
 mod pod_template;
+mod warm_pool;

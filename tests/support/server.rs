@@ -71,6 +71,9 @@ pub fn send_signal(child: &Child, signal: i32) {
 
 pub struct StdioServer {
     pub child: Child,
+    /// On drop, close stdin and let it stop (up to a minute) before the
+    /// kill: for servers that clean up when they stop (warm pools).
+    pub stop_gently: bool,
     stdin: Option<ChildStdin>,
     stdout: Receiver<String>,
     pub stderr: Receiver<String>,
@@ -83,7 +86,7 @@ impl StdioServer {
         let stdout = line_channel(child.stdout.take().unwrap());
         let stderr = line_channel(child.stderr.take().unwrap());
         let stdin = child.stdin.take();
-        StdioServer { child, stdin, stdout, stderr }
+        StdioServer { child, stop_gently: false, stdin, stdout, stderr }
     }
 
     pub fn send(&mut self, line: &str) {
@@ -141,6 +144,10 @@ impl StdioServer {
 
 impl Drop for StdioServer {
     fn drop(&mut self) {
+        if self.stop_gently {
+            self.stdin = None;
+            let _ = wait_exit(&mut self.child, Duration::from_secs(60));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

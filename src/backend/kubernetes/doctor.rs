@@ -50,6 +50,11 @@ pub fn run(
     for permission in permissions::REQUIRED {
         emit(check_permission(client, &config.namespace, permission));
     }
+    if !config.warm_pools.is_empty() {
+        for permission in permissions::WARM_POOLS {
+            emit(check_permission(client, &config.namespace, permission));
+        }
+    }
     if let Some(cache) = &config.cache {
         emit(check_cache_pvc(client, &config.namespace, &cache.pvc));
     }

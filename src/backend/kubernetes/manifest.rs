@@ -207,6 +207,12 @@ pub fn pool_job(spec: &RunSpec, policy: &Policy, run_id: &str, sandbox: &PoolSan
 /// A warm sandbox's key (hex), in a Secret named like its Job and owned by
 /// it, so that it goes with the Job.
 pub fn key_secret(policy: &Policy, run_id: &str, job_uid: &str, key_hex: &str) -> Value {
+    job_secret(policy, run_id, job_uid, json!({KEY_ENTRY: to_base64(key_hex.as_bytes())}))
+}
+
+/// A Secret named like the run's Job and owned by it (the inputs, a warm
+/// sandbox's key): the garbage collector removes it with the Job.
+fn job_secret(policy: &Policy, run_id: &str, job_uid: &str, data: Value) -> Value {
     let name = job_name(run_id);
     json!({
         "apiVersion": "v1",
@@ -216,20 +222,16 @@ pub fn key_secret(policy: &Policy, run_id: &str, job_uid: &str, key_hex: &str) -
             "name": name,
             "namespace": policy.namespace,
             "labels": labels(run_id),
-            "ownerReferences": [owner_reference(&name, job_uid)],
+            "ownerReferences": [{
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name,
+                "uid": job_uid,
+                "controller": false,
+                "blockOwnerDeletion": false,
+            }],
         },
-        "data": {KEY_ENTRY: to_base64(key_hex.as_bytes())},
-    })
-}
-
-fn owner_reference(job_name: &str, job_uid: &str) -> Value {
-    json!({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "name": job_name,
-        "uid": job_uid,
-        "controller": false,
-        "blockOwnerDeletion": false,
+        "data": data,
     })
 }
 
@@ -248,19 +250,7 @@ pub fn inputs_secret(spec: &RunSpec, policy: &Policy, run_id: &str, job_uid: &st
     }
     let manifest = inputs::encode_manifest(&entries);
     data.insert(MANIFEST_KEY.to_string(), json!(to_base64(&manifest)));
-    let name = job_name(run_id);
-    Some(json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {
-            "name": name,
-            "namespace": policy.namespace,
-            "labels": labels(run_id),
-            "ownerReferences": [owner_reference(&name, job_uid)],
-        },
-        "data": data,
-    }))
+    Some(job_secret(policy, run_id, job_uid, Value::Object(data)))
 }
 
 /// Merges the operator's pod template into a Job built by `job`: its pod

@@ -69,3 +69,14 @@ pub const REQUIRED: &[Permission] = &[
         used_for: "checking the cache volume exists",
     },
 ];
+
+/// What warm pools (`MCP_K8S_WARM_POOLS`) need on top of `REQUIRED`, granted
+/// by `deploy/warm-pools.optional.yaml`; `doctor` checks it only when pools
+/// are declared, so a server without pools is not granted it.
+pub const WARM_POOLS: &[Permission] = &[Permission {
+    group: "",
+    resource: "pods",
+    subresource: "proxy",
+    verbs: &["create"],
+    used_for: "handing a run to its warm pool pod: the assignment is POSTed to the pod's runner through the API server",
+}];

@@ -25,7 +25,6 @@ use crate::kube::objects::Pod;
 use crate::kube::{self, ListParams, Resource};
 use crate::log;
 use crate::metrics;
-use crate::pools::Pool;
 use crate::sandbox::assignment::{self, Key};
 
 /// How often a pool looks at its pods when nothing wakes it.
@@ -50,16 +49,9 @@ pub struct Reserved {
     pub created: SystemTime,
 }
 
-/// What `describe_environment` and `/metrics` show of a pool.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PoolView {
-    pub pool: Pool,
-    pub ready: usize,
-}
-
 struct Managed {
-    pool: Pool,
     shape: PoolShape,
+    rules: PoolRules,
     /// The run a sandbox is made for: the pool's shape, no command yet.
     template: RunSpec,
     max_wait: Duration,
@@ -90,8 +82,11 @@ struct State {
 
 impl Pools {
     /// The pools, not started (`start` starts their threads).
-    pub fn new(client: kube::Client, policy: Policy, pools: &[Pool], max_timeout: Duration) -> Pools {
-        let managed = pools.iter().map(|pool| Arc::new(Managed::new(pool, &policy, max_timeout))).collect();
+    /// `pools`: each pool's shape and rules (`tools::warm_pools` makes
+    /// them from `MCP_K8S_WARM_POOLS`); `max_timeout`: the longest
+    /// `timeout_s` a run may give, which a sandbox's deadline must hold.
+    pub fn new(client: kube::Client, policy: Policy, pools: &[(PoolShape, PoolRules)], max_timeout: Duration) -> Pools {
+        let managed = pools.iter().map(|(shape, rules)| Arc::new(Managed::new(shape, *rules, max_timeout))).collect();
         Pools { managed, client, policy }
     }
 
@@ -105,7 +100,7 @@ impl Pools {
                 owner: owner.to_string(),
                 pod_template: pod_template.clone(),
             };
-            std::thread::Builder::new().name(format!("pool-{}", managed.pool.name)).spawn(move || shell.run())?;
+            std::thread::Builder::new().name(format!("pool-{}", managed.shape.name)).spawn(move || shell.run())?;
         }
         Ok(())
     }
@@ -122,7 +117,7 @@ impl Pools {
             // that died since from being handed out.
             if self.pod_is_ready(&handed.1.pod) {
                 let (run_id, reserved) = handed;
-                metrics::pool_claim(&managed.pool.name, true);
+                metrics::pool_claim(&managed.shape.name, true);
                 lock(&managed.state).reserved.insert(run_id.clone(), reserved);
                 return Some(run_id);
             }
@@ -150,11 +145,6 @@ impl Pools {
                 Err(error) => return Err(error),
             }
         }
-    }
-
-    /// Each pool and its ready sandboxes.
-    pub fn views(&self) -> Vec<PoolView> {
-        self.managed.iter().map(|managed| PoolView { pool: managed.pool.clone(), ready: lock(&managed.state).machine.ready() }).collect()
     }
 
     /// Deletes every pool sandbox not handed out and makes no more (the
@@ -187,30 +177,21 @@ impl Pools {
 }
 
 impl Managed {
-    fn new(pool: &Pool, policy: &Policy, max_timeout: Duration) -> Managed {
-        let rules = PoolRules { size: pool.size as usize, max_idle: pool.max_idle, start_timeout: policy.start_timeout };
-        let shape = PoolShape {
-            name: pool.name.clone(),
-            image: pool.image.clone(),
-            cpu: pool.cpu.clone(),
-            memory: pool.memory.clone(),
-            network: pool.network,
-            workdir: crate::sandbox::WORKDIR.to_string(),
-        };
+    fn new(shape: &PoolShape, rules: PoolRules, max_timeout: Duration) -> Managed {
         let max_wait = crate::engine::pool::runner_max_wait(&rules);
         let template = RunSpec {
-            image: pool.image.clone(),
+            image: shape.image.clone(),
             command: Vec::new(),
             files: Vec::new(),
             env: BTreeMap::new(),
-            cpu_limit: pool.cpu.clone(),
-            memory_limit: pool.memory.clone(),
+            cpu_limit: shape.cpu.clone(),
+            memory_limit: shape.memory.clone(),
             // The pod's own deadline must hold the wait and the longest run.
             timeout: max_wait + max_timeout,
-            workdir: crate::sandbox::WORKDIR.to_string(),
+            workdir: shape.workdir.clone(),
             artifacts: Vec::new(),
             clone: None,
-            network: pool.network,
+            network: shape.network,
         };
         let state = State {
             machine: PoolState::new(rules),
@@ -219,7 +200,7 @@ impl Managed {
             reserved: BTreeMap::new(),
             short_since: None,
         };
-        Managed { pool: pool.clone(), shape, template, max_wait, state: Mutex::new(state), wake: Condvar::new() }
+        Managed { shape: shape.clone(), rules, template, max_wait, state: Mutex::new(state), wake: Condvar::new() }
     }
 
     /// The machine's pick for a claim, out of the pool: its run id and
@@ -234,10 +215,10 @@ impl Managed {
                     let known = state.sandboxes.remove(&sandbox).unwrap_or_default();
                     if let (Some(key), Some(pod)) = (known.key, known.pod) {
                         let created = known.created.unwrap_or_else(SystemTime::now);
-                        handed = Some((sandbox, Reserved { pool: self.pool.name.clone(), pod, key, created }));
+                        handed = Some((sandbox, Reserved { pool: self.shape.name.clone(), pod, key, created }));
                     }
                 }
-                Step::Miss => metrics::pool_claim(&self.pool.name, false),
+                Step::Miss => metrics::pool_claim(&self.shape.name, false),
                 other => state.pending.push(other),
             }
         }
@@ -264,7 +245,7 @@ struct Shell {
 
 impl Shell {
     fn run(self) {
-        log::info("warm pool started", &[("pool", self.managed.pool.name.as_str().into()), ("size", self.managed.pool.size.into())]);
+        log::info("warm pool started", &[("pool", self.managed.shape.name.as_str().into()), ("size", self.managed.rules.size.into())]);
         // The first look asks for the sandboxes.
         self.feed(Vec::new());
         loop {
@@ -305,7 +286,7 @@ impl Shell {
         }
         state.pending.extend(steps);
         note_shortage(&mut state);
-        metrics::pool_size(&self.managed.pool.name, state.machine.size(), state.machine.ready());
+        metrics::pool_size(&self.managed.shape.name, state.machine.size(), state.machine.ready());
         let has_work = !state.pending.is_empty();
         drop(state);
         if has_work {
@@ -339,7 +320,7 @@ impl Shell {
                 return Event::CreateFailed;
             }
         };
-        let sandbox = PoolSandbox { pool: &self.managed.pool.name, owner: &self.owner, max_wait: self.managed.max_wait };
+        let sandbox = PoolSandbox { pool: &self.managed.shape.name, owner: &self.owner, max_wait: self.managed.max_wait };
         let mut job = manifest::pool_job(&self.managed.template, &self.policy, &run_id, &sandbox);
         if let Some(template) = &self.pod_template {
             manifest::apply_pod_template(&mut job, template);
@@ -347,8 +328,9 @@ impl Shell {
         // Unclaimed, it is useless once its runner stops waiting; a claim
         // writes the run's own expiry.
         let expires_at = SystemTime::now() + self.managed.max_wait + crate::engine::run::EXPIRY_SLACK;
-        let retention =
-            manifest::Retention { expires_at: log::rfc3339_utc(expires_at), finished_ttl: self.policy.finished_ttl, background: None };
+        // A pool Job that ends unclaimed (its runner stopped waiting) holds
+        // nothing anyone reads: it goes at once. A claim writes the run's TTL.
+        let retention = manifest::Retention { expires_at: log::rfc3339_utc(expires_at), finished_ttl: Duration::ZERO, background: None };
         manifest::apply_retention(&mut job, &retention);
         let namespace = &self.policy.namespace;
         let created = match self.client.create(Resource::JOBS, namespace, &job) {
@@ -357,7 +339,7 @@ impl Shell {
                 metrics::api_error("create_pool_job");
                 log::warn(
                     "could not create a pool sandbox",
-                    &[("pool", self.managed.pool.name.as_str().into()), ("error", error.to_string().into())],
+                    &[("pool", self.managed.shape.name.as_str().into()), ("error", error.to_string().into())],
                 );
                 return Event::CreateFailed;
             }
@@ -379,7 +361,7 @@ impl Shell {
 
     /// The pool's pods as events: ready, dead, or gone since last seen.
     fn look(&self) -> Vec<Event> {
-        let selector = format!("{}={},{}={}", manifest::LABEL_POOL, self.managed.pool.name, manifest::LABEL_POOL_OWNER, self.owner);
+        let selector = format!("{}={},{}={}", manifest::LABEL_POOL, self.managed.shape.name, manifest::LABEL_POOL_OWNER, self.owner);
         let params = ListParams { label_selector: Some(selector), field_selector: None };
         let pods = match self.client.list(Resource::PODS, &self.policy.namespace, &params) {
             Ok(list) => list.items.iter().map(Pod::from_value).collect::<Vec<_>>(),
@@ -469,4 +451,36 @@ pub fn claim_patch(retention: &manifest::Retention, job_age: Duration, run_deadl
     // `apply_retention` writes the TTL only onto a Job it knows as one.
     job["spec"]["ttlSecondsAfterFinished"] = json!(retention.finished_ttl.as_secs());
     job
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The claim makes the pool Job the run's: the run's expiry and TTL, a
+    /// background run's record and label, the hand-out time, and a Job
+    /// deadline that counts the Job's idle age (it runs from the Job's
+    /// start) on top of the run's own.
+    #[test]
+    fn a_claim_patch_gives_the_job_the_runs_retention_and_deadline() {
+        let mut record = serde_json::Map::new();
+        record.insert("mcp-k8s-ephemeral-job/token".into(), json!("job-abc-1"));
+        let retention = manifest::Retention {
+            expires_at: "2026-12-01T00:00:00Z".into(),
+            finished_ttl: Duration::from_secs(3600),
+            background: Some(record),
+        };
+        let patch = claim_patch(&retention, Duration::from_secs(200), Duration::from_secs(300));
+        assert_eq!(patch["spec"]["activeDeadlineSeconds"], 200 + 300 + manifest::JOB_DEADLINE_SLACK.as_secs());
+        assert_eq!(patch["spec"]["ttlSecondsAfterFinished"], 3600);
+        let annotations = &patch["metadata"]["annotations"];
+        assert_eq!(annotations[manifest::ANNOTATION_EXPIRES_AT], "2026-12-01T00:00:00Z");
+        assert_eq!(annotations["mcp-k8s-ephemeral-job/token"], "job-abc-1");
+        assert!(annotations[manifest::ANNOTATION_ASSIGNED_AT].is_string(), "{patch}");
+        assert_eq!(patch["metadata"]["labels"][manifest::LABEL_MODE], manifest::MODE_BACKGROUND);
+
+        let sync = manifest::Retention { expires_at: "x".into(), finished_ttl: Duration::from_secs(300), background: None };
+        let patch = claim_patch(&sync, Duration::ZERO, Duration::from_secs(100));
+        assert!(patch["metadata"]["labels"].get(manifest::LABEL_MODE).is_none(), "a sync run is not listed: {patch}");
+    }
 }

@@ -19,10 +19,13 @@
 //! the API server (the NetworkPolicy admits nothing else), and one slow
 //! connection costs at most `CONNECTION_DEADLINE`.
 //!
-//! The same reader serves a UNIX socket (`--socket`, the Docker backend:
-//! a sandbox without a network has no port to listen on, but it can have a
-//! bind-mounted host directory): `Listener` and `Connection` are the few
-//! calls it needs of either.
+//! A Docker sandbox takes its assignment on stdin instead (`--stdin`,
+//! `await_stdin`): it may have no network at all, and only a Docker API
+//! client can write to a container's stdin, which the daemon closes when
+//! that one attach ends (`StdinOnce`). The body alone arrives, ended by
+//! end-of-file, under the same size bound and a deadline once it began;
+//! there is nobody to answer, so a refusal ends the runner (the server
+//! sees a container that ended without a result).
 //!
 //! Knows nothing of pools, of the engine or of what the command does: the
 //! caller (`runner::run_await_assignment`) writes the files and runs it.
@@ -30,7 +33,6 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -51,6 +53,9 @@ pub enum Error {
     /// The assignment was taken but the sandbox could not be made ready
     /// for it (an input file could not be written).
     Prepare(String),
+    /// What came on stdin is not an assignment for this sandbox: nothing
+    /// runs (stdin is one-shot, so there is no second try).
+    Refused(String),
 }
 
 impl std::fmt::Display for Error {
@@ -59,6 +64,7 @@ impl std::fmt::Display for Error {
             Error::NoAssignment { waited } => write!(formatter, "no assignment arrived within {} ms; giving up", waited.as_millis()),
             Error::Listen(error) => write!(formatter, "cannot listen for the assignment: {error}"),
             Error::Prepare(why) => write!(formatter, "the assignment was taken but could not be prepared: {why}"),
+            Error::Refused(why) => write!(formatter, "the assignment on stdin was refused: {why}"),
         }
     }
 }
@@ -69,7 +75,7 @@ pub fn listen(port: u16) -> io::Result<TcpListener> {
     TcpListener::bind(("::", port)).or_else(|_| TcpListener::bind(("0.0.0.0", port)))
 }
 
-/// A listening socket the runner waits on: TCP (`--port`) or UNIX (`--socket`).
+/// A listening socket the runner waits on (`--port`).
 pub trait Listener: AsRawFd {
     type Stream: Connection;
     fn accept_one(&self) -> io::Result<Self::Stream>;
@@ -89,13 +95,6 @@ impl Listener for TcpListener {
     }
 }
 
-impl Listener for UnixListener {
-    type Stream = UnixStream;
-    fn accept_one(&self) -> io::Result<UnixStream> {
-        self.accept().map(|(stream, _peer)| stream)
-    }
-}
-
 impl Connection for TcpStream {
     fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         TcpStream::set_read_timeout(self, timeout)
@@ -106,29 +105,6 @@ impl Connection for TcpStream {
     fn shutdown_write(&self) -> io::Result<()> {
         self.shutdown(Shutdown::Write)
     }
-}
-
-impl Connection for UnixStream {
-    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        UnixStream::set_read_timeout(self, timeout)
-    }
-    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        UnixStream::set_write_timeout(self, timeout)
-    }
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
-}
-
-/// Listens on `path`, replacing a socket file left there by an earlier
-/// runner (the directory is the sandbox's own; nothing else lives there).
-pub fn listen_unix(path: &Path) -> io::Result<UnixListener> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-        Err(error) => return Err(error),
-    }
-    UnixListener::bind(path)
 }
 
 /// Serves `listener` until one request carries `key` and an assignment
@@ -178,6 +154,60 @@ pub fn await_assignment<L: Listener>(
                 close_gently(stream);
             }
         }
+    }
+}
+
+/// Takes one assignment from `input` (the runner's stdin): waits up to
+/// `max_wait` for its first byte, then reads the body to end-of-file
+/// within `CONNECTION_DEADLINE` and `assignment::MAX_BODY_BYTES`, checks
+/// it is for `workdir`, and lets `prepare` make the sandbox ready for it.
+/// Stdin carries no key: only a Docker API client can write to it.
+pub fn await_stdin<R: Read + AsRawFd>(
+    mut input: R,
+    workdir: &Path,
+    max_wait: Duration,
+    prepare: impl FnOnce(&Assignment) -> Result<(), String>,
+) -> Result<Assignment, Error> {
+    let body = read_to_end_of_file(&mut input, max_wait)?;
+    let (_unchecked, assignment) = assignment::decode(&body).map_err(|error| Error::Refused(error.to_string()))?;
+    check_workdir(&assignment, workdir).map_err(Error::Refused)?;
+    prepare(&assignment).map_err(Error::Prepare)?;
+    Ok(assignment)
+}
+
+/// The whole of `input` up to its end-of-file, bounded in size and time.
+fn read_to_end_of_file(input: &mut (impl Read + AsRawFd), max_wait: Duration) -> Result<Vec<u8>, Error> {
+    let mut deadline = Instant::now() + max_wait;
+    let mut body = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(if body.is_empty() {
+                Error::NoAssignment { waited: max_wait }
+            } else {
+                Error::Refused(format!("the body did not end within {} s of its first byte", CONNECTION_DEADLINE.as_secs()))
+            });
+        }
+        if !readable(input, deadline - now).map_err(Error::Listen)? {
+            continue;
+        }
+        let read = match input.read(&mut chunk) {
+            Ok(read) => read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(Error::Listen(error)),
+        };
+        if read == 0 {
+            return if body.is_empty() { Err(Error::Refused("stdin ended before an assignment arrived".to_string())) } else { Ok(body) };
+        }
+        if body.is_empty() {
+            // Under way: the rest comes at once or not at all.
+            deadline = now + CONNECTION_DEADLINE;
+        }
+        if body.len() + read > assignment::MAX_BODY_BYTES {
+            return Err(Error::Refused(format!("more than {} bytes arrived; an assignment is at most that", assignment::MAX_BODY_BYTES)));
+        }
+        body.extend_from_slice(&chunk[..read]);
     }
 }
 
@@ -294,13 +324,15 @@ fn judge(body: &[u8], key: &Key, workdir: &Path) -> Result<Assignment, Refusal> 
     if !offered.matches(key) {
         return Err(refuse(401, "the key does not match this sandbox's"));
     }
-    if assignment.exec.workdir != workdir {
-        return Err(refuse(
-            400,
-            format!("the assignment's workdir `{}` is not this sandbox's `{}`", assignment.exec.workdir.display(), workdir.display()),
-        ));
-    }
+    check_workdir(&assignment, workdir).map_err(|why| refuse(400, why))?;
     Ok(assignment)
+}
+
+fn check_workdir(assignment: &Assignment, workdir: &Path) -> Result<(), String> {
+    if assignment.exec.workdir == workdir {
+        return Ok(());
+    }
+    Err(format!("the assignment's workdir `{}` is not this sandbox's `{}`", assignment.exec.workdir.display(), workdir.display()))
 }
 
 fn find_head_end(buffer: &[u8]) -> Option<usize> {
@@ -363,7 +395,8 @@ fn close_gently(mut stream: impl Connection) {
     }
 }
 
-/// Waits up to `timeout` (at most a second at a time) for a connection.
+/// Waits up to `timeout` (at most a second at a time) for a connection
+/// or for bytes.
 fn readable(listener: &impl AsRawFd, timeout: Duration) -> io::Result<bool> {
     let mut poll_fd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     let millis = timeout.as_millis().clamp(1, 1000) as libc::c_int;
@@ -546,30 +579,55 @@ mod tests {
         assert!(TcpStream::connect(address).is_err(), "not offered again");
     }
 
+    /// A pipe whose write end `feed` gets; the read end is what the runner
+    /// reads as its stdin.
+    fn stdin_runner(max_wait: Duration, feed: impl FnOnce(std::fs::File) + Send + 'static) -> Result<Assignment, Error> {
+        let mut fds = [0; 2];
+        // SAFETY: two ints for the pipe's ends; both become owned files at once.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        use std::os::fd::FromRawFd;
+        // SAFETY: fresh descriptors from pipe(2), owned by nobody else.
+        let (reader, writer) = unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) };
+        let feeder = std::thread::spawn(move || feed(writer));
+        let taken = await_stdin(reader, Path::new("/work"), max_wait, |_| Ok(()));
+        feeder.join().unwrap();
+        taken
+    }
+
     #[test]
-    fn a_unix_socket_serves_the_same_assignment_and_refuses_a_wrong_key() {
-        let directory = std::env::temp_dir().join(format!("assign-unix-{}", std::process::id()));
-        std::fs::create_dir_all(&directory).unwrap();
-        let path = directory.join("assign.sock");
-        std::fs::write(&path, b"stale").unwrap();
-        let listener = listen_unix(&path).unwrap();
-        let runner =
-            std::thread::spawn(move || await_assignment(listener, &key(), Path::new("/work"), Duration::from_secs(30), |_| Ok(())));
-        let send_unix = |request: &[u8]| {
-            let mut stream = UnixStream::connect(&path).unwrap();
-            stream.write_all(request).unwrap();
-            stream.shutdown(Shutdown::Write).unwrap();
-            let mut answer = String::new();
-            stream.read_to_string(&mut answer).unwrap();
-            answer
-        };
-        let wrong_key = assignment::encode(&Key::from_bytes([1; assignment::KEY_BYTES]), &an_assignment("/work"));
-        assert!(send_unix(&post(&wrong_key)).starts_with("HTTP/1.1 401 "));
-        let answer = send_unix(&post(&assignment::encode(&key(), &an_assignment("/work"))));
-        assert!(answer.starts_with("HTTP/1.1 202 "), "{answer}");
-        assert_eq!(runner.join().unwrap().unwrap(), an_assignment("/work"));
-        assert!(UnixStream::connect(&path).is_err(), "the listener is closed once assigned");
-        let _ = std::fs::remove_dir_all(&directory);
+    fn stdin_takes_one_body_to_its_end_and_refuses_the_rest() {
+        let body = assignment::encode(&key(), &an_assignment("/work"));
+        let whole = body.clone();
+        let taken = stdin_runner(Duration::from_secs(30), move |mut writer| writer.write_all(&whole).unwrap());
+        assert_eq!(taken.unwrap(), an_assignment("/work"), "any key: stdin has none to check");
+
+        let cut = body[..body.len() / 2].to_vec();
+        let refused = stdin_runner(Duration::from_secs(30), move |mut writer| writer.write_all(&cut).unwrap());
+        assert!(matches!(&refused, Err(Error::Refused(why)) if why.starts_with("the body is not an assignment")), "{refused:?}");
+
+        let other = assignment::encode(&key(), &an_assignment("/src"));
+        let refused = stdin_runner(Duration::from_secs(30), move |mut writer| writer.write_all(&other).unwrap());
+        assert!(matches!(&refused, Err(Error::Refused(why)) if why.contains("workdir `/src`")), "{refused:?}");
+
+        let empty = stdin_runner(Duration::from_secs(30), drop);
+        assert!(matches!(&empty, Err(Error::Refused(why)) if why == "stdin ended before an assignment arrived"), "{empty:?}");
+
+        let huge = stdin_runner(Duration::from_secs(30), |mut writer| {
+            let _ = writer.write_all(&vec![b' '; assignment::MAX_BODY_BYTES + 1]);
+        });
+        assert!(matches!(&huge, Err(Error::Refused(why)) if why.starts_with("more than 8388608 bytes")), "{huge:?}");
+    }
+
+    #[test]
+    fn stdin_without_a_body_gives_up_after_max_wait() {
+        let started = Instant::now();
+        // The write end stays open past the wait: nothing, not even an end.
+        let waited = stdin_runner(Duration::from_millis(300), |writer| {
+            std::thread::sleep(Duration::from_millis(800));
+            drop(writer);
+        });
+        assert!(matches!(waited, Err(Error::NoAssignment { waited }) if waited == Duration::from_millis(300)));
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

@@ -347,7 +347,7 @@ fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let assign = AssignOptions {
         listen: Endpoint::Port(port),
-        key_file: key_file.clone(),
+        key_file: Some(key_file.clone()),
         workdir: workdir.clone(),
         max_wait: Duration::from_secs(60),
     };
@@ -382,37 +382,28 @@ fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
     fs::remove_file(&key_file).unwrap();
 }
 
-/// The Docker backend's warm sandbox (no network): the runner listens on a
-/// UNIX socket and the server's `backend::docker::delivery` posts to it.
+/// The Docker backend's warm sandbox (which may have no network): the
+/// runner takes the body on its stdin, up to its end, and the command
+/// still reads an empty stdin, as in a cold run.
 #[test]
-fn a_warm_runner_on_a_unix_socket_takes_its_assignment_from_the_docker_delivery() {
-    use mcp_k8s_ephemeral_job::backend::docker::delivery;
-    use std::os::unix::net::UnixStream;
-    let exec = options("warm-socket", &["sh", "-c", "cat data/in.txt; echo \"$GREETING\"; exit 4"]);
-    let workdir = exec.workdir.clone();
-    let key = Key::random().unwrap();
-    let key_file = std::env::temp_dir().join(format!("runner-spec-{}-warm-socket-key", std::process::id()));
-    fs::write(&key_file, format!("{}\n", key.to_hex())).unwrap();
-    let socket = std::env::temp_dir().join(format!("runner-spec-{}-warm.sock", std::process::id()));
+fn a_warm_runner_on_stdin_takes_its_assignment_and_the_command_reads_nothing() {
+    let exec = options("warm-stdin", &["sh", "-c", "cat data/in.txt; cat; echo \"$GREETING\"; exit 4"]);
     let assign =
-        AssignOptions { listen: Endpoint::Socket(socket.clone()), key_file: key_file.clone(), workdir, max_wait: Duration::from_secs(60) };
+        AssignOptions { listen: Endpoint::Stdin, key_file: None, workdir: exec.workdir.clone(), max_wait: Duration::from_secs(60) };
     let path = std::env::var("PATH").unwrap_or_default();
-    let mut runner = crate::support::server::command(&[("PATH", &path)]).args(assign_args(&assign)).stdout(Stdio::piped()).spawn().unwrap();
-
-    let deliver = |key: &Key| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match delivery::deliver(&socket, key, &assignment_for(&exec), Duration::from_secs(10)) {
-                Err(delivery::Error::Connect(_)) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-                other => return other,
-            }
-        }
+    let spawn = || {
+        crate::support::server::command(&[("PATH", &path)])
+            .args(assign_args(&assign))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
     };
-    match deliver(&Key::random().unwrap()) {
-        Err(delivery::Error::Refused { status: 401, .. }) => {}
-        other => panic!("a wrong key is refused with 401, got {other:?}"),
-    }
-    deliver(&key).unwrap();
+    let mut runner = spawn();
+    // Any key: stdin has none to check (only a Docker API client writes there).
+    let body = assignment::encode(&Key::random().unwrap(), &assignment_for(&exec));
+    runner.stdin.take().unwrap().write_all(&body).unwrap();
     let mut stdout = String::new();
     runner.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
     let status = runner.wait().unwrap();
@@ -420,6 +411,12 @@ fn a_warm_runner_on_a_unix_socket_takes_its_assignment_from_the_docker_delivery(
     let run = Run { exit_code: status.code().unwrap_or(-1), frames, workdir: exec.workdir.clone() };
     assert_eq!(String::from_utf8_lossy(&run.stdout()), "input\nhello from the assignment\n");
     assert_eq!((run.result().exit_code, run.exit_code), (Some(4), 4));
-    assert!(UnixStream::connect(&socket).is_err(), "nothing is accepted after the assignment");
-    fs::remove_file(&key_file).unwrap();
+
+    // Stdin that ends without a body: nothing runs, the runner says why.
+    let runner = spawn();
+    let ended = runner.wait_with_output().unwrap();
+    assert!(ended.stdout.is_empty(), "no frames: {:?}", String::from_utf8_lossy(&ended.stdout));
+    assert_ne!(ended.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&ended.stderr);
+    assert!(stderr.contains("stdin ended before an assignment arrived"), "{stderr}");
 }

@@ -21,7 +21,6 @@
 //! run's end (the engine's `decide` does).
 
 pub mod classify;
-pub mod delivery;
 pub mod doctor;
 pub mod reaper;
 pub mod record;

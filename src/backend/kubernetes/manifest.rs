@@ -187,7 +187,7 @@ pub fn pool_job(spec: &RunSpec, policy: &Policy, run_id: &str, sandbox: &PoolSan
     }
     let assign = AssignOptions {
         listen: Endpoint::Port(PORT),
-        key_file: KEY_FILE.into(),
+        key_file: Some(KEY_FILE.into()),
         workdir: spec.workdir.clone().into(),
         max_wait: sandbox.max_wait,
     };

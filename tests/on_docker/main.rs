@@ -15,6 +15,7 @@ mod support;
 mod backend;
 mod client;
 mod network;
+mod warm_pool;
 
 /// The contract table (tests/contract/), on the Docker backend.
 #[path = "../contract/docker.rs"]

@@ -1,0 +1,109 @@
+//! Warm pools on the Docker backend (issue 17), through the built server
+//! against the test daemon: a run that fits a pool takes one of its
+//! running containers (proven by `describe_environment`'s hit count, not
+//! by timing) and keeps the run contract (exit code, separate streams,
+//! input files, env, artifacts, a timeout with its partial output, an
+//! empty stdin, network mode `none`); a background run stays cold; and
+//! nothing of the pool is left once the server stops.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::BUSYBOX;
+use crate::backend::{b64, ok, run, server};
+use crate::support::server::StdioServer;
+use mcp_k8s_ephemeral_job::docker;
+
+const POOL_LABEL: &str = "mcp-k8s-ephemeral-job/pool";
+
+/// A server with one busybox pool of `size` (network `none`, no limits),
+/// stopped through its stdin when dropped, so it drains its pool.
+fn pool_server(name: &str, size: u32) -> (StdioServer, crate::support::TempDir) {
+    let dir = crate::support::TempDir::new("docker-pools");
+    let pools = json!([{"name": name, "image": BUSYBOX, "network": "none", "size": size, "max_idle_s": 300}]);
+    let file = dir.path.join("pools.json");
+    std::fs::write(&file, pools.to_string()).expect("the pools file is written");
+    let file = file.display().to_string();
+    let mut server = server(&[("MCP_K8S_WARM_POOLS", &file), ("MCP_K8S_NETWORK_DEFAULT", "none")]);
+    server.stop_gently = true;
+    (server, dir)
+}
+
+/// The pool's line of `describe_environment`.
+fn pool_view(server: &mut StdioServer) -> Value {
+    let described = ok(server, "describe_environment", json!({}));
+    described["warm_pools"][0].clone()
+}
+
+/// Until the pool has `ready` running containers; its view then.
+fn await_ready(server: &mut StdioServer, ready: u64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let view = pool_view(server);
+        if view["ready"].as_u64() >= Some(ready) {
+            return view;
+        }
+        assert!(Instant::now() < deadline, "the pool never had {ready} ready: {view}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A sync run on a ready sandbox: the pool counts it as a hit.
+fn warm_run(server: &mut StdioServer, arguments: Value) -> Value {
+    let hits = await_ready(server, 1)["hits"].as_u64().unwrap_or(0);
+    let out = run(server, arguments);
+    assert_eq!(pool_view(server)["hits"].as_u64(), Some(hits + 1), "the run took a pool container: {out}");
+    out
+}
+
+fn pool_containers(name: &str) -> Vec<docker::objects::ContainerSummary> {
+    let filters = docker::Filters { labels: vec![format!("{POOL_LABEL}={name}")] };
+    crate::client().container_list(&filters).expect("list")
+}
+
+#[test]
+fn warm_runs_keep_the_run_contract_and_the_stopped_server_leaves_no_pool_container() {
+    let name = format!("w{}", std::process::id());
+    let (mut server, _dir) = pool_server(&name, 2);
+    await_ready(&mut server, 2);
+    assert_eq!(pool_containers(&name).len(), 2);
+
+    let out = warm_run(
+        &mut server,
+        json!({
+            "image": BUSYBOX,
+            "command": ["sh", "-c", "cat data/in.txt; echo \"$GREETING\"; echo to-stderr >&2; echo made > out.txt; cat; exit 3"],
+            "env": {"GREETING": "hello warm"},
+            "files": [{"path": "data/in.txt", "content_b64": b64(b"input\n")}],
+            "artifacts": ["out.txt"],
+        }),
+    );
+    assert_eq!(out["exit_code"], 3, "{out}");
+    assert_eq!(out["stdout"], "input\nhello warm\n", "the command's stdin is empty (`cat` ended at once): {out}");
+    assert_eq!(out["stderr"], "to-stderr\n", "{out}");
+    let artifacts = out["artifacts"].as_array().expect("artifacts");
+    assert_eq!(artifacts.len(), 1, "{out}");
+    assert_eq!(artifacts[0]["path"], "out.txt", "{out}");
+    assert_eq!(artifacts[0]["content_b64"], b64(b"made\n"), "{out}");
+
+    let out = warm_run(&mut server, json!({"image": BUSYBOX, "command": ["sh", "-c", "ls /sys/class/net; id -u; pwd"]}));
+    assert_eq!(out["exit_code"], 0, "{out}");
+    assert_eq!(out["stdout"], "lo\n65532\n/work\n", "network `none` (loopback only), the run's user and workdir: {out}");
+
+    let out = warm_run(&mut server, json!({"image": BUSYBOX, "command": ["sh", "-c", "echo partial; sleep 30"], "timeout_s": 2}));
+    assert_eq!((out["status"].as_str(), out["reason"].as_str()), (Some("timeout"), Some("DeadlineExceeded")), "{out}");
+    assert_eq!(out["stdout"], "partial\n", "{out}");
+
+    // A background run cannot carry its record on a container made ahead:
+    // it runs cold under the id it claimed.
+    let submitted = ok(&mut server, "submit_job", json!({"image": BUSYBOX, "command": ["echo", "background"]}));
+    let token = submitted["job_token"].as_str().expect("token").to_string();
+    let _removed = crate::backend::Removed(vec![token.clone()]);
+    let done = crate::backend::fetch_done(&mut server, &token);
+    assert_eq!(done["result"]["stdout"], "background\n", "{done}");
+
+    await_ready(&mut server, 2);
+    drop(server);
+    assert!(pool_containers(&name).is_empty(), "the stopped server drained its pool: {:?}", pool_containers(&name));
+}

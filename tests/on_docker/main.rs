@@ -10,6 +10,10 @@
 //! with the test's own value, and a `Cleanup` guard removes them all, so a
 //! failing test leaves nothing behind either.
 
+// The contract table is compiled twice on purpose: cold (`contract`) and
+// with warm pools (`contract_warm`), each with its own `BACKEND`.
+#![allow(clippy::duplicate_mod)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

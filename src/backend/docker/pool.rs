@@ -29,6 +29,9 @@ use crate::sandbox::assignment::{self, KEY_BYTES, Key};
 
 /// How often a pool looks at its containers when nothing wakes it.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// How long a drain waits for a creation in flight, so that the container
+/// it makes is removed too rather than left to its expiry.
+const DRAIN_WAITS_FOR: Duration = Duration::from_secs(10);
 
 /// The key an assignment on stdin carries: the format has one, and the
 /// runner reading stdin checks none (`runner await-assignment --stdin`).
@@ -78,6 +81,8 @@ struct State {
     reserved: BTreeMap<String, Reserved>,
     /// When the pool last fell below its size, for the refill time.
     short_since: Option<Instant>,
+    /// The pool's thread is doing steps (a creation may be in flight).
+    shell_busy: bool,
 }
 
 impl Pools {
@@ -132,7 +137,8 @@ impl Pools {
     }
 
     /// Removes every pool sandbox not handed out and makes no more (the
-    /// server stops).
+    /// server stops). A creation in flight is waited for (a while), and
+    /// the container it made removed too.
     pub fn drain(&self) {
         for managed in &self.managed {
             let steps = {
@@ -141,10 +147,26 @@ impl Pools {
                 steps.extend(state.machine.on(Event::Drain, Instant::now()));
                 steps
             };
-            for step in steps {
-                if let Step::Delete { sandbox, .. } = step {
-                    remove_sandbox(&self.backend.client, &sandbox);
-                }
+            self.remove_all(steps);
+        }
+        for managed in &self.managed {
+            let steps = {
+                let state = lock(&managed.state);
+                let (mut state, _) = managed
+                    .wake
+                    .wait_timeout_while(state, DRAIN_WAITS_FOR, |state| state.shell_busy)
+                    .unwrap_or_else(PoisonError::into_inner);
+                // What came of it: the machine asks to remove it.
+                std::mem::take(&mut state.pending)
+            };
+            self.remove_all(steps);
+        }
+    }
+
+    fn remove_all(&self, steps: Vec<Step>) {
+        for step in steps {
+            if let Step::Delete { sandbox, .. } = step {
+                remove_sandbox(&self.backend.client, &sandbox);
             }
         }
     }
@@ -183,6 +205,7 @@ impl Managed {
             pending: Vec::new(),
             reserved: BTreeMap::new(),
             short_since: None,
+            shell_busy: false,
         };
         Managed { shape: shape.clone(), rules, template, max_wait, state: Mutex::new(state), wake: Condvar::new() }
     }
@@ -235,6 +258,7 @@ impl Shell {
                     .wake
                     .wait_timeout_while(state, LOOK_EVERY, |state| state.pending.is_empty())
                     .unwrap_or_else(PoisonError::into_inner);
+                state.shell_busy = true;
                 std::mem::take(&mut state.pending)
             };
             let mut events = Vec::new();
@@ -266,11 +290,10 @@ impl Shell {
         state.pending.extend(steps);
         note_shortage(&mut state);
         metrics::pool_size(&self.managed.shape.name, state.machine.size(), state.machine.ready());
-        let has_work = !state.pending.is_empty();
+        state.shell_busy = false;
         drop(state);
-        if has_work {
-            self.managed.wake.notify_all();
-        }
+        // New work for this thread, or a drain waiting for it to be idle.
+        self.managed.wake.notify_all();
     }
 
     fn apply(&self, step: Step, events: &mut Vec<Event>) {

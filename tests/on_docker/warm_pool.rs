@@ -109,3 +109,31 @@ fn warm_runs_keep_the_run_contract_and_the_stopped_server_leaves_no_pool_contain
     drop(server);
     assert!(pool_containers(&name).is_empty(), "the stopped server drained its pool: {:?}", pool_containers(&name));
 }
+
+/// A SIGKILLed server cannot drain: its idle containers carry their own
+/// bound (the runner's `--max-wait-ms`, `spec::pool_container`'s unit
+/// test) and an expiry any server's reaper honours, fixed at creation past
+/// the wait and the longest run. The test removes them itself.
+#[test]
+fn a_killed_servers_pool_containers_carry_a_bounded_expiry() {
+    let name = format!("k{}", std::process::id());
+    let (mut server, _dir) = pool_server(&name, 1);
+    await_ready(&mut server, 1);
+    server.stop_gently = false;
+    let killed_at = std::time::SystemTime::now();
+    drop(server);
+    let client = crate::client();
+    let left = pool_containers(&name);
+    for container in &left {
+        let _ = client.container_remove(&container.id);
+    }
+    assert_eq!(left.len(), 1, "the killed server's idle container stays until its bound");
+    let container = &left[0];
+    assert_eq!(container.state, "running", "its runner still waits for an assignment");
+    let expires_at = container.labels.get("mcp-k8s-ephemeral-job/expires-at").expect("an expiry label");
+    let expires_at = mcp_k8s_ephemeral_job::time::parse_rfc3339(expires_at).expect("RFC 3339");
+    // The wait (start 120 s + max_idle 300 s + 60 s), the longest run (600 s),
+    // the start timeout, the kill grace, the collect and expiry slacks.
+    let bound = expires_at.duration_since(killed_at).expect("in the future").as_secs();
+    assert!((1200..=1300).contains(&bound), "expires {bound} s after the kill");
+}

@@ -13,7 +13,12 @@ use serde_json::{Value, json};
 use crate::BUSYBOX;
 use crate::backend::{b64, ok, run, server};
 use crate::support::server::StdioServer;
+use mcp_k8s_ephemeral_job::backend::docker::{Docker, pool, spec};
 use mcp_k8s_ephemeral_job::docker;
+use mcp_k8s_ephemeral_job::engine::backend::{Backend, Keep, NewRun};
+use mcp_k8s_ephemeral_job::engine::pool::{PoolRules, PoolShape};
+use mcp_k8s_ephemeral_job::engine::spec::{Policy, RunSpec};
+use mcp_k8s_ephemeral_job::network::NetworkMode;
 
 const POOL_LABEL: &str = "mcp-k8s-ephemeral-job/pool";
 
@@ -136,4 +141,79 @@ fn a_killed_servers_pool_containers_carry_a_bounded_expiry() {
     // the start timeout, the kill grace, the collect and expiry slacks.
     let bound = expires_at.duration_since(killed_at).expect("in the future").as_secs();
     assert!((1200..=1300).contains(&bound), "expires {bound} s after the kill");
+}
+
+/// The backend and one busybox pool of one (network `none`), through the
+/// library, so a test can step between the claim and the delivery.
+fn pools_and_backend(name: &str) -> (std::sync::Arc<pool::Pools>, Docker, RunSpec) {
+    use mcp_k8s_ephemeral_job::quantity::Quantity;
+    let policy = Policy {
+        namespace: String::new(),
+        runner_image: String::new(),
+        runner_binary_path: String::new(),
+        run_as_user: 65532,
+        default_cpu: Quantity::parse("500m").unwrap(),
+        default_memory: Quantity::parse("64Mi").unwrap(),
+        max_output_bytes: 1 << 20,
+        max_artifact_bytes: 1 << 20,
+        start_timeout: Duration::from_secs(120),
+        workdir_size_limit: Quantity::parse("64Mi").unwrap(),
+        extra_env: Default::default(),
+        cache: None,
+        clone: None,
+        finished_ttl: Duration::from_secs(60),
+        runtime_class: None,
+        await_network_policy: None,
+    };
+    let options = spec::Options {
+        runner_binary: crate::backend::runner_binary(),
+        restricted_network: None,
+        pull: spec::Pull::Never,
+        owned_tmpfs: true,
+    };
+    let workdir = mcp_k8s_ephemeral_job::sandbox::WORKDIR.to_string();
+    let shape = PoolShape { name: name.into(), image: BUSYBOX.into(), cpu: None, memory: None, network: NetworkMode::None, workdir };
+    let rules = PoolRules { size: 1, max_idle: Duration::from_secs(300), start_timeout: Duration::from_secs(120) };
+    let backend = Docker::new(crate::client(), policy, options);
+    let pools = std::sync::Arc::new(pool::Pools::new(backend.clone(), &[(shape, rules)], Duration::from_secs(600)));
+    pools.start("test-owner").unwrap();
+    let spec = RunSpec {
+        image: BUSYBOX.into(),
+        command: vec!["true".into()],
+        files: vec![],
+        env: Default::default(),
+        cpu_limit: None,
+        memory_limit: None,
+        timeout: Duration::from_secs(30),
+        workdir: mcp_k8s_ephemeral_job::sandbox::WORKDIR.into(),
+        artifacts: vec![],
+        clone: None,
+        network: NetworkMode::None,
+    };
+    (pools.clone(), backend.with_pools(Some(pools)), spec)
+}
+
+/// A sandbox that dies between its claim and its delivery: the run is
+/// refused with what to do, and the container is removed.
+#[test]
+fn a_failed_delivery_removes_the_container_and_says_try_again() {
+    let name = format!("d{}", std::process::id());
+    let (pools, backend, spec) = pools_and_backend(&name);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let run_id = loop {
+        if let Some(run_id) = backend.claim(&spec) {
+            break run_id;
+        }
+        assert!(Instant::now() < deadline, "the pool never had a ready container");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let container = spec::container_name(&run_id);
+    crate::client().container_kill(&container, "KILL").expect("kill");
+    let keep = Keep::UntilRemoved { expires_at: std::time::SystemTime::now() + Duration::from_secs(600) };
+    let refused = backend.create(&NewRun { run_id: &run_id, spec: &spec, keep }).err().expect("a refusal");
+    assert!(refused.message.contains("try again (the pool replaces the container)"), "{}", refused.message);
+    assert!(refused.message.contains(&container), "{}", refused.message);
+    assert!(matches!(crate::client().container_inspect(&container), Err(error) if error.is_not_found()), "removed");
+    pools.drain();
+    assert!(pool_containers(&name).is_empty(), "{:?}", pool_containers(&name));
 }

@@ -130,10 +130,18 @@ impl Pools {
         self.managed.iter().find_map(|managed| lock(&managed.state).reserved.remove(run_id))
     }
 
-    /// Sends the run to its sandbox: the assignment, on its stdin.
-    pub fn deliver(&self, reserved: &Reserved, run_id: &str, spec: &RunSpec) -> Result<(), docker::Error> {
+    /// Sends the run to its sandbox: the assignment, on its stdin. dockerd
+    /// takes an attach to a container that has ended (and the bytes go
+    /// nowhere), so the container is looked at first: one that ended since
+    /// the claim is an error here, not a run without a result later.
+    pub fn deliver(&self, reserved: &Reserved, run_id: &str, spec: &RunSpec) -> Result<(), String> {
+        let client = &self.backend.client;
+        let inspect = client.container_inspect(&reserved.container).map_err(|error| error.to_string())?;
+        if !inspect.state.running {
+            return Err(format!("the container is `{}`, no longer waiting", inspect.state.status));
+        }
         let assignment = crate::engine::pool::assignment(run_id, spec, &self.backend.policy);
-        self.backend.client.container_attach_stdin(&reserved.container, &assignment::encode(&STDIN_KEY, &assignment))
+        client.container_attach_stdin(&reserved.container, &assignment::encode(&STDIN_KEY, &assignment)).map_err(|error| error.to_string())
     }
 
     /// Removes every pool sandbox not handed out and makes no more (the

@@ -193,12 +193,26 @@ fn pools_and_backend(name: &str) -> (std::sync::Arc<pool::Pools>, Docker, RunSpe
     (pools.clone(), backend.with_pools(Some(pools)), spec)
 }
 
+/// Drains the pools and removes what is left of the pool `.1` when
+/// dropped, so a failing test leaves nothing behind either.
+struct Drained(std::sync::Arc<pool::Pools>, String);
+
+impl Drop for Drained {
+    fn drop(&mut self) {
+        self.0.drain();
+        for container in pool_containers(&self.1) {
+            let _ = crate::client().container_remove(&container.id);
+        }
+    }
+}
+
 /// A sandbox that dies between its claim and its delivery: the run is
 /// refused with what to do, and the container is removed.
 #[test]
 fn a_failed_delivery_removes_the_container_and_says_try_again() {
     let name = format!("d{}", std::process::id());
     let (pools, backend, spec) = pools_and_backend(&name);
+    let drained = Drained(pools, name.clone());
     let deadline = Instant::now() + Duration::from_secs(60);
     let run_id = loop {
         if let Some(run_id) = backend.claim(&spec) {
@@ -214,6 +228,6 @@ fn a_failed_delivery_removes_the_container_and_says_try_again() {
     assert!(refused.message.contains("try again (the pool replaces the container)"), "{}", refused.message);
     assert!(refused.message.contains(&container), "{}", refused.message);
     assert!(matches!(crate::client().container_inspect(&container), Err(error) if error.is_not_found()), "removed");
-    pools.drain();
+    drained.0.drain();
     assert!(pool_containers(&name).is_empty(), "{:?}", pool_containers(&name));
 }

@@ -13,9 +13,13 @@ the server's CPU per run (utime+stime from /proc, the warm server's
 including its pools' upkeep while the series ran). Then runs
 `bench/breakdown.py` for the cold breakdown, unless --no-breakdown.
 
+With --docker the same on the Docker backend against the test dockerd
+(`tests/docker/up`, or the daemon DOCKER_HOST names), network `none` both
+ways, the binary as its own runner; no breakdown.
+
 A benchmark, not a test: it prints figures and asserts nothing.
-Usage: bench/warm_pool.py [--runs N] [--bin PATH] [--no-breakdown]
-Needs `tests/cluster/up` and `tests/build-project-image` first.
+Usage: bench/warm_pool.py [--runs N] [--bin PATH] [--no-breakdown] [--docker]
+Needs `tests/cluster/up` (or `tests/docker/up`) and `tests/build-project-image` first.
 """
 import argparse
 import json
@@ -38,11 +42,19 @@ CASES = [
 ]
 
 
-class Server(run_job.Server):
-    """bench/run_job.py's server, with both images allowed and the fence wait."""
+DOCKER_HOST = os.environ.get("DOCKER_HOST") or "unix:///var/lib/mcp-k8s-test-docker/docker.sock"
 
-    def __init__(self, binary, extra):
-        settings = {"MCP_K8S_ALLOWED_IMAGES": f"{BUSYBOX},{PYTHON}", "MCP_K8S_AWAIT_NETWORK_POLICY": "1"}
+
+class Server(run_job.Server):
+    """bench/run_job.py's server, with both images allowed and the fence wait
+    (on Kubernetes), or on the Docker backend."""
+
+    def __init__(self, binary, extra, docker=False):
+        settings = {"MCP_K8S_ALLOWED_IMAGES": f"{BUSYBOX},{PYTHON}"}
+        if docker:
+            settings.update({"MCP_K8S_BACKEND": "docker", "MCP_K8S_DOCKER_HOST": DOCKER_HOST, "MCP_K8S_RUNNER_BINARY": os.path.abspath(binary)})
+        else:
+            settings["MCP_K8S_AWAIT_NETWORK_POLICY"] = "1"
         settings.update(extra)
         super().__init__(binary, 4, settings)
 
@@ -83,16 +95,18 @@ def main():
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--bin", default=os.path.join(HERE, "..", "target", "x86_64-unknown-linux-musl", "release", "mcp-k8s-ephemeral-job"))
     parser.add_argument("--no-breakdown", action="store_true")
+    parser.add_argument("--docker", action="store_true", help="on the Docker backend (network none), no breakdown")
     args = parser.parse_args()
+    network = "none" if args.docker else "open"
     pools = [
-        {"name": "busybox", "image": BUSYBOX, "network": "open", "size": 2},
-        {"name": "python", "image": PYTHON, "network": "open", "size": 2},
+        {"name": "busybox", "image": BUSYBOX, "network": network, "size": 2},
+        {"name": "python", "image": PYTHON, "network": network, "size": 2},
     ]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
         json.dump(pools, file)
         pools_file = file.name
-    cold = Server(args.bin, {"MCP_K8S_NETWORK_DEFAULT": "open"})
-    warm = Server(args.bin, {"MCP_K8S_NETWORK_DEFAULT": "open", "MCP_K8S_WARM_POOLS": pools_file})
+    cold = Server(args.bin, {"MCP_K8S_NETWORK_DEFAULT": network}, args.docker)
+    warm = Server(args.bin, {"MCP_K8S_NETWORK_DEFAULT": network, "MCP_K8S_WARM_POOLS": pools_file}, args.docker)
     try:
         for name, pool, image, command in CASES:
             samples = {"cold": [], "warm": []}
@@ -118,7 +132,7 @@ def main():
         cold.close()
         warm.close()
         os.unlink(pools_file)
-    if not args.no_breakdown:
+    if not args.no_breakdown and not args.docker:
         sys.stdout.flush()
         subprocess.run([sys.executable, os.path.join(HERE, "breakdown.py"), "--runs", "10", "--bin", args.bin, "--case", "true"], check=False)
 

@@ -95,7 +95,7 @@ fn doctor(raw: &RawConfig) -> ExitCode {
         Ok(Connected::Kubernetes { ctx, client, .. }) => {
             backend::kubernetes::doctor::run(&config, pod_template.as_ref(), &ctx, &client, &mut |check| println!("{}", check.line()))
         }
-        Ok(Connected::Docker { ctx, client, options }) => {
+        Ok(Connected::Docker { ctx, client, options, .. }) => {
             backend::docker::doctor::run(&config, &ctx, &client, &options, &mut |check| println!("{}", check.line()))
         }
         Err(message) => {
@@ -153,16 +153,16 @@ fn serve(raw: &RawConfig) -> ExitCode {
     }
     // `Config` checks this for MCP_K8S_BACKEND=docker; with auto, only now
     // is the backend known.
+    let pools = connected.as_ref().ok().and_then(Connected::pools);
     if let Ok(Connected::Docker { .. }) = &connected
         && let Err(error) = config.check_docker_network()
     {
         eprintln!("{NAME}: {error}");
+        if let Some(pools) = &pools {
+            pools.drain();
+        }
         return ExitCode::from(2);
     }
-    let pools = match &connected {
-        Ok(Connected::Kubernetes { pools, .. }) => pools.clone(),
-        _ => None,
-    };
     let engine = connected.map(Connected::into_ctx);
     if let Ok(engine) = &engine
         && let Err(error) = engine::reaper::start(engine.backend.clone(), engine::reaper::REAP_EVERY)
@@ -228,11 +228,44 @@ fn watch_signals(stop: &CancelToken, server: &Arc<Server>) -> std::io::Result<()
 /// The engine on the backend it runs on, with that backend's client (for
 /// `doctor` and the start-up checks).
 enum Connected {
-    Kubernetes { ctx: engine::run::Ctx, client: kube::Client, pools: Option<Arc<backend::kubernetes::pool::Pools>> },
-    Docker { ctx: engine::run::Ctx, client: docker::Client, options: backend::docker::spec::Options },
+    Kubernetes {
+        ctx: engine::run::Ctx,
+        client: kube::Client,
+        pools: Option<Arc<backend::kubernetes::pool::Pools>>,
+    },
+    Docker {
+        ctx: engine::run::Ctx,
+        client: docker::Client,
+        options: backend::docker::spec::Options,
+        pools: Option<Arc<backend::docker::pool::Pools>>,
+    },
+}
+
+/// The warm pools a server keeps, on whichever backend.
+#[derive(Clone)]
+enum KeptPools {
+    Kubernetes(Arc<backend::kubernetes::pool::Pools>),
+    Docker(Arc<backend::docker::pool::Pools>),
+}
+
+impl KeptPools {
+    /// Removes the sandboxes nobody took (the server stops).
+    fn drain(&self) {
+        match self {
+            KeptPools::Kubernetes(pools) => pools.drain(),
+            KeptPools::Docker(pools) => pools.drain(),
+        }
+    }
 }
 
 impl Connected {
+    fn pools(&self) -> Option<KeptPools> {
+        match self {
+            Connected::Kubernetes { pools, .. } => pools.clone().map(KeptPools::Kubernetes),
+            Connected::Docker { pools, .. } => pools.clone().map(KeptPools::Docker),
+        }
+    }
+
     fn into_ctx(self) -> engine::run::Ctx {
         match self {
             Connected::Kubernetes { ctx, .. } | Connected::Docker { ctx, .. } => ctx,
@@ -247,15 +280,18 @@ impl Connected {
 fn connect_engine(config: &Config, pod_template: Option<PodTemplate>, warm: WarmPools) -> Result<Connected, String> {
     match config.backend {
         BackendChoice::Kubernetes => connect_kubernetes(config, pod_template, warm, "MCP_K8S_BACKEND=kubernetes"),
-        BackendChoice::Docker => connect_docker(config, "MCP_K8S_BACKEND=docker"),
+        BackendChoice::Docker => connect_docker(config, warm, "MCP_K8S_BACKEND=docker"),
         BackendChoice::Auto => {
             match connect_kubernetes(config, pod_template, warm, "MCP_K8S_BACKEND=auto and cluster credentials were found") {
                 Ok(connected) => Ok(connected),
                 // A kubeconfig named explicitly is the operator's choice of
                 // Kubernetes: its error is the one to report.
                 Err(message) if config.kubeconfig.is_some() => Err(message),
-                Err(kube_message) => connect_docker(config, "MCP_K8S_BACKEND=auto, no cluster credentials, and a Docker daemon answers")
-                    .map_err(|docker_message| format!("no cluster credentials ({kube_message}) and no Docker daemon ({docker_message})")),
+                Err(kube_message) => {
+                    connect_docker(config, warm, "MCP_K8S_BACKEND=auto, no cluster credentials, and a Docker daemon answers").map_err(
+                        |docker_message| format!("no cluster credentials ({kube_message}) and no Docker daemon ({docker_message})"),
+                    )
+                }
             }
         }
     }
@@ -296,12 +332,11 @@ fn start_pools(
     }
     let max_timeout = Duration::from_secs(config.max_timeout_s);
     let pools = Arc::new(backend::kubernetes::pool::Pools::new(client.clone(), policy.clone(), &tools::warm_pools(config), max_timeout));
-    let owner = engine::run::new_run_id()[..12].to_string();
-    pools.start(&owner, backend.pod_template.clone()).map_err(|error| format!("could not start the warm pools: {error}"))?;
+    pools.start(&pool_owner(), backend.pod_template.clone()).map_err(|error| format!("could not start the warm pools: {error}"))?;
     Ok(Some(pools))
 }
 
-fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {
+fn connect_docker(config: &Config, warm: WarmPools, why: &str) -> Result<Connected, String> {
     // MCP_K8S_DOCKER_HOST, else DOCKER_HOST as the Docker CLI reads it.
     let docker_host = config.docker_host.clone().or_else(|| std::env::var("DOCKER_HOST").ok().filter(|value| !value.is_empty()));
     let socket = docker::socket_path(docker_host.as_deref()).map_err(|error| error.to_string())?;
@@ -318,9 +353,6 @@ fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {
             "MCP_K8S_RUNNER_BINARY: `{}` is not a file; set it to the static runner binary (this server's musl build)",
             runner_binary.display()
         ));
-    }
-    if !config.warm_pools.is_empty() {
-        log::warn("MCP_K8S_WARM_POOLS is ignored on the Docker backend for now: every run starts cold", &[]);
     }
     if config.pod_template.is_some() {
         // Its fields (node selection, tolerations, pull Secrets) are the
@@ -347,8 +379,29 @@ fn connect_docker(config: &Config, why: &str) -> Result<Connected, String> {
         ],
     );
     let policy = tools::engine_policy(config);
-    let backend = Arc::new(backend::docker::Docker::new(client.clone(), policy.clone(), options.clone()));
-    Ok(Connected::Docker { ctx: engine_ctx(config, policy, backend), client, options })
+    let backend = backend::docker::Docker::new(client.clone(), policy.clone(), options.clone());
+    let pools = match warm {
+        WarmPools::On => start_docker_pools(config, &backend)?,
+        WarmPools::Off => None,
+    };
+    let backend = Arc::new(backend.with_pools(pools.clone()));
+    Ok(Connected::Docker { ctx: engine_ctx(config, policy, backend), client, options, pools })
+}
+
+/// The Docker twin of `start_pools`.
+fn start_docker_pools(config: &Config, backend: &backend::docker::Docker) -> Result<Option<Arc<backend::docker::pool::Pools>>, String> {
+    if config.warm_pools.is_empty() {
+        return Ok(None);
+    }
+    let max_timeout = Duration::from_secs(config.max_timeout_s);
+    let pools = Arc::new(backend::docker::pool::Pools::new(backend.clone(), &tools::warm_pools(config), max_timeout));
+    pools.start(&pool_owner()).map_err(|error| format!("could not start the warm pools: {error}"))?;
+    Ok(Some(pools))
+}
+
+/// The id this process's pool sandboxes carry, so that replicas keep apart.
+fn pool_owner() -> String {
+    engine::run::new_run_id()[..12].to_string()
 }
 
 fn engine_ctx(config: &Config, policy: engine::spec::Policy, backend: Arc<dyn engine::backend::Backend>) -> engine::run::Ctx {

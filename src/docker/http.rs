@@ -77,10 +77,21 @@ impl std::error::Error for ParseError {}
 /// a body (GET, or a POST whose endpoint takes none: Docker still wants a
 /// length, so such POSTs pass `Some(0)`).
 pub fn request_head(verb: &str, path_and_query: &str, content_type: Option<&str>, body_len: Option<u64>) -> Vec<u8> {
+    head_with(verb, path_and_query, "Connection: close\r\n", content_type, body_len)
+}
+
+/// The head of a request that asks to turn the connection into a raw
+/// stream (Docker's attach: `Upgrade: tcp`, answered `101`). It has no
+/// body: the stream starts after the answer's head.
+pub fn upgrade_request_head(verb: &str, path_and_query: &str) -> Vec<u8> {
+    head_with(verb, path_and_query, "Connection: Upgrade\r\nUpgrade: tcp\r\n", None, Some(0))
+}
+
+fn head_with(verb: &str, path_and_query: &str, connection: &str, content_type: Option<&str>, body_len: Option<u64>) -> Vec<u8> {
     // The Host value is required by HTTP/1.1 and ignored by dockerd; the
     // Docker CLI sends `api.moby.localhost`, we send the same.
     let mut head = format!("{verb} {path_and_query} HTTP/1.1\r\nHost: api.moby.localhost\r\nUser-Agent: mcp-k8s-ephemeral-job\r\n");
-    head.push_str("Connection: close\r\n");
+    head.push_str(connection);
     if let Some(content_type) = content_type {
         head.push_str(&format!("Content-Type: {content_type}\r\n"));
     }
@@ -366,6 +377,16 @@ mod tests {
         );
         let head = String::from_utf8(request_head("GET", "/_ping", None, None)).unwrap();
         assert!(!head.contains("Content-"), "{head}");
+    }
+
+    #[test]
+    fn an_upgrade_head_asks_for_a_raw_stream_and_has_no_body() {
+        let head = upgrade_request_head("POST", "/v1.41/containers/c/attach?stream=1&stdin=1");
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "POST /v1.41/containers/c/attach?stream=1&stdin=1 HTTP/1.1\r\nHost: api.moby.localhost\r\nUser-Agent: mcp-k8s-ephemeral-job\r\n\
+             Connection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 0\r\n\r\n"
+        );
     }
 
     #[test]

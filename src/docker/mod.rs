@@ -364,6 +364,8 @@ struct Request<'a> {
     payload: Option<Payload<'a>>,
     /// Per-read timeout; `None` waits for ever (streams that `Abort` closes).
     read_timeout: Option<Duration>,
+    /// Asks for the connection as a raw stream (`Upgrade: tcp`, attach).
+    upgrade: bool,
 }
 
 /// An answer's head and its body, still on the connection.
@@ -622,6 +624,35 @@ impl Client {
         .map(|_| ())
     }
 
+    /// `POST /containers/{id}/attach?stream=1&stdin=1`, upgraded to a raw
+    /// stream (`101`, or `200` from old daemons): writes `bytes` to the
+    /// running container's stdin and ends it. On a container created with
+    /// `StdinOnce` the daemon then closes the container's stdin, so the
+    /// process reads exactly `bytes` and an end-of-file. Returns once they
+    /// are written: dockerd keeps a `StdinOnce` attach open until the
+    /// container stops, so nothing is read after them (the container's
+    /// output is its log).
+    pub fn container_attach_stdin(&self, id: &str, bytes: &[u8]) -> Result<(), Error> {
+        let path = format!("/containers/{}/attach?stream=1&stdin=1", container_segment(id)?);
+        let request = Request { upgrade: true, ..self.request("POST", self.versioned(&path)) };
+        let path = request.path.clone();
+        let response = check_status("POST", &path, self.execute(request, None)?)?;
+        if !matches!(response.head.status, 101 | 200) {
+            let message = format!("expected `101` (a raw stream) and got `{} {}`", response.head.status, response.head.reason);
+            return Err(Error::Protocol { verb: "POST", path, message });
+        }
+        let body = response.body;
+        let reader = body.get_ref();
+        if !reader.buffer().is_empty() {
+            let message = "the daemon sent bytes on a stdin-only attach".to_string();
+            return Err(Error::Protocol { verb: "POST", path, message });
+        }
+        let mut stream = reader.get_ref();
+        stream.write_all(bytes).and_then(|()| stream.flush()).map_err(|source| Error::from_io("POST", &path, source))?;
+        // The end of the input: the daemon closes the container's stdin.
+        stream.shutdown(std::net::Shutdown::Write).map_err(|source| Error::from_io("POST", &path, source))
+    }
+
     /// `GET /events?filters=` of containers, from now (or Unix second
     /// `since`) on; `idle_timeout` as for logs.
     pub fn events(&self, filters: &Filters, since: Option<i64>, idle_timeout: Option<Duration>) -> Result<EventStream, Error> {
@@ -645,7 +676,7 @@ impl Client {
     }
 
     fn request(&self, verb: &'static str, path: String) -> Request<'static> {
-        Request { verb, path, payload: None, read_timeout: Some(self.inner.options.read_timeout) }
+        Request { verb, path, payload: None, read_timeout: Some(self.inner.options.read_timeout), upgrade: false }
     }
 
     /// A POST without a body whose answer has none either (204).
@@ -715,7 +746,7 @@ impl Client {
 
     /// The only IO: connects, writes the request, reads the answer's head.
     fn execute(&self, request: Request<'_>, abort: Option<&Abort>) -> Result<Response, Error> {
-        let Request { verb, path, payload, read_timeout } = request;
+        let Request { verb, path, payload, read_timeout, upgrade } = request;
         let aborted = |error: Error| match abort {
             Some(abort) if abort.is_aborted() => Error::Aborted { verb, path: path.clone() },
             _ => error,
@@ -738,7 +769,8 @@ impl Client {
         };
         let mut writer = std::io::BufWriter::new(&socket);
         let write = |writer: &mut std::io::BufWriter<&UnixStream>| -> std::io::Result<()> {
-            writer.write_all(&http::request_head(verb, &path, content_type, len))?;
+            let head = if upgrade { http::upgrade_request_head(verb, &path) } else { http::request_head(verb, &path, content_type, len) };
+            writer.write_all(&head)?;
             if let Some(payload) = payload {
                 let copied = std::io::copy(&mut payload.reader.take(payload.len), writer)?;
                 if copied != payload.len {
@@ -946,5 +978,56 @@ mod tests {
         assert_eq!(error_message(br#"{"message":"No such image: x"}"#, "Not Found"), "No such image: x");
         assert_eq!(error_message(b"plain text\n", "Not Found"), "plain text");
         assert_eq!(error_message(b"", "Not Found"), "Not Found");
+    }
+
+    /// A daemon of one connection per answer: `/version`, then the attach,
+    /// whose request head and stream it returns.
+    fn fake_daemon(name: &str, attach_answer: &'static str) -> (PathBuf, std::thread::JoinHandle<(String, Vec<u8>)>) {
+        use std::io::{BufRead, BufReader};
+        let socket = std::env::temp_dir().join(format!("fake-dockerd-{}-{name}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let daemon = std::thread::spawn(move || {
+            let read_head = |reader: &mut BufReader<UnixStream>| {
+                let mut head = String::new();
+                while !head.ends_with("\r\n\r\n") {
+                    assert!(reader.read_line(&mut head).unwrap() > 0, "{head}");
+                }
+                head
+            };
+            let (version, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(version);
+            read_head(&mut reader);
+            let body = r#"{"ApiVersion":"1.41","MinAPIVersion":"1.12","Version":"20.10","Os":"linux","Arch":"amd64","KernelVersion":"6"}"#;
+            write!(reader.get_mut(), "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+            let (attach, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(attach);
+            let head = read_head(&mut reader);
+            reader.get_mut().write_all(attach_answer.as_bytes()).unwrap();
+            let mut stream = Vec::new();
+            reader.read_to_end(&mut stream).unwrap();
+            (head, stream)
+        });
+        (socket, daemon)
+    }
+
+    #[test]
+    fn an_attach_upgrades_writes_the_bytes_and_ends_the_input() {
+        let answer =
+            "HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n";
+        let (socket, daemon) = fake_daemon("upgraded", answer);
+        let client = Client::connect(&socket, Options::default()).unwrap();
+        client.container_attach_stdin("mcp-run-r1", b"the assignment").unwrap();
+        let (head, stream) = daemon.join().unwrap();
+        assert!(head.starts_with("POST /v1.41/containers/mcp-run-r1/attach?stream=1&stdin=1 HTTP/1.1\r\n"), "{head}");
+        assert!(head.contains("Upgrade: tcp\r\n"), "{head}");
+        assert_eq!(stream, b"the assignment", "the bytes, then the end of the input");
+
+        let (socket, daemon) =
+            fake_daemon("missing", "HTTP/1.1 404 Not Found\r\nContent-Length: 37\r\n\r\n{\"message\":\"No such container: abc\"}");
+        let client = Client::connect(&socket, Options::default()).unwrap();
+        let error = client.container_attach_stdin("abc", b"x").unwrap_err();
+        assert!(error.is_not_found(), "{error}");
+        daemon.join().unwrap();
     }
 }

@@ -85,7 +85,13 @@ pub struct ContainerSpec {
     pub attach_stderr: bool,
     /// Always false: `LogStream` reads the multiplexed (non-TTY) format.
     pub tty: bool,
+    /// With `stdin_once` and `attach_stdin`: a stdin that one attach writes
+    /// and ends (a Docker warm sandbox's assignment); else none.
     pub open_stdin: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub stdin_once: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub attach_stdin: bool,
     /// The signal `docker stop` (and a daemon shutdown) sends first.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub stop_signal: String,
@@ -95,6 +101,10 @@ pub struct ContainerSpec {
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub volumes: BTreeMap<String, EmptyObject>,
     pub host_config: HostConfig,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// `{}`: the value of each `Volumes` entry.

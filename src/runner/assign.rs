@@ -19,11 +19,19 @@
 //! the API server (the NetworkPolicy admits nothing else), and one slow
 //! connection costs at most `CONNECTION_DEADLINE`.
 //!
+//! A Docker sandbox takes its assignment on stdin instead (`--stdin`,
+//! `await_stdin`): it may have no network at all, and only a Docker API
+//! client can write to a container's stdin, which the daemon closes when
+//! that one attach ends (`StdinOnce`). The body alone arrives, ended by
+//! end-of-file, under the same size bound and a deadline once it began;
+//! there is nobody to answer, so a refusal ends the runner (the server
+//! sees a container that ended without a result).
+//!
 //! Knows nothing of pools, of the engine or of what the command does: the
 //! caller (`runner::run_await_assignment`) writes the files and runs it.
 
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -45,6 +53,9 @@ pub enum Error {
     /// The assignment was taken but the sandbox could not be made ready
     /// for it (an input file could not be written).
     Prepare(String),
+    /// What came on stdin is not an assignment for this sandbox: nothing
+    /// runs (stdin is one-shot, so there is no second try).
+    Refused(String),
 }
 
 impl std::fmt::Display for Error {
@@ -53,6 +64,7 @@ impl std::fmt::Display for Error {
             Error::NoAssignment { waited } => write!(formatter, "no assignment arrived within {} ms; giving up", waited.as_millis()),
             Error::Listen(error) => write!(formatter, "cannot listen for the assignment: {error}"),
             Error::Prepare(why) => write!(formatter, "the assignment was taken but could not be prepared: {why}"),
+            Error::Refused(why) => write!(formatter, "the assignment on stdin was refused: {why}"),
         }
     }
 }
@@ -63,13 +75,45 @@ pub fn listen(port: u16) -> io::Result<TcpListener> {
     TcpListener::bind(("::", port)).or_else(|_| TcpListener::bind(("0.0.0.0", port)))
 }
 
+/// A listening socket the runner waits on (`--port`).
+pub trait Listener: AsRawFd {
+    type Stream: Connection;
+    fn accept_one(&self) -> io::Result<Self::Stream>;
+}
+
+/// One accepted connection, whichever the listener.
+pub trait Connection: Read + Write {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn shutdown_write(&self) -> io::Result<()>;
+}
+
+impl Listener for TcpListener {
+    type Stream = TcpStream;
+    fn accept_one(&self) -> io::Result<TcpStream> {
+        self.accept().map(|(stream, _peer)| stream)
+    }
+}
+
+impl Connection for TcpStream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_read_timeout(self, timeout)
+    }
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_write_timeout(self, timeout)
+    }
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+}
+
 /// Serves `listener` until one request carries `key` and an assignment
 /// for `workdir`, then closes the listener (nothing more is accepted),
 /// lets `prepare` make the sandbox ready for it (write the input files),
 /// and answers `202`, or `500` with `prepare`'s error, which ends the
 /// wait: a sandbox that failed half-way is not offered again.
-pub fn await_assignment(
-    listener: TcpListener,
+pub fn await_assignment<L: Listener>(
+    listener: L,
     key: &Key,
     workdir: &Path,
     max_wait: Duration,
@@ -84,8 +128,8 @@ pub fn await_assignment(
         if !readable(&listener, deadline - now).map_err(Error::Listen)? {
             continue;
         }
-        let mut stream = match listener.accept() {
-            Ok((stream, _peer)) => stream,
+        let mut stream = match listener.accept_one() {
+            Ok(stream) => stream,
             // A peer that gave up between poll and accept; keep waiting.
             Err(error) if is_transient(&error) => continue,
             Err(error) => return Err(Error::Listen(error)),
@@ -113,6 +157,60 @@ pub fn await_assignment(
     }
 }
 
+/// Takes one assignment from `input` (the runner's stdin): waits up to
+/// `max_wait` for its first byte, then reads the body to end-of-file
+/// within `CONNECTION_DEADLINE` and `assignment::MAX_BODY_BYTES`, checks
+/// it is for `workdir`, and lets `prepare` make the sandbox ready for it.
+/// Stdin carries no key: only a Docker API client can write to it.
+pub fn await_stdin<R: Read + AsRawFd>(
+    mut input: R,
+    workdir: &Path,
+    max_wait: Duration,
+    prepare: impl FnOnce(&Assignment) -> Result<(), String>,
+) -> Result<Assignment, Error> {
+    let body = read_to_end_of_file(&mut input, max_wait)?;
+    let (_unchecked, assignment) = assignment::decode(&body).map_err(|error| Error::Refused(error.to_string()))?;
+    check_workdir(&assignment, workdir).map_err(Error::Refused)?;
+    prepare(&assignment).map_err(Error::Prepare)?;
+    Ok(assignment)
+}
+
+/// The whole of `input` up to its end-of-file, bounded in size and time.
+fn read_to_end_of_file(input: &mut (impl Read + AsRawFd), max_wait: Duration) -> Result<Vec<u8>, Error> {
+    let mut deadline = Instant::now() + max_wait;
+    let mut body = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(if body.is_empty() {
+                Error::NoAssignment { waited: max_wait }
+            } else {
+                Error::Refused(format!("the body did not end within {} s of its first byte", CONNECTION_DEADLINE.as_secs()))
+            });
+        }
+        if !readable(input, deadline - now).map_err(Error::Listen)? {
+            continue;
+        }
+        let read = match input.read(&mut chunk) {
+            Ok(read) => read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(Error::Listen(error)),
+        };
+        if read == 0 {
+            return if body.is_empty() { Err(Error::Refused("stdin ended before an assignment arrived".to_string())) } else { Ok(body) };
+        }
+        if body.is_empty() {
+            // Under way: the rest comes at once or not at all.
+            deadline = now + CONNECTION_DEADLINE;
+        }
+        if body.len() + read > assignment::MAX_BODY_BYTES {
+            return Err(Error::Refused(format!("more than {} bytes arrived; an assignment is at most that", assignment::MAX_BODY_BYTES)));
+        }
+        body.extend_from_slice(&chunk[..read]);
+    }
+}
+
 /// Why one request was not taken: an answer, or none when the peer sent
 /// nothing at all (a TCP readiness probe connects and closes).
 #[derive(Debug, PartialEq)]
@@ -127,7 +225,7 @@ fn refuse(code: u16, text: impl Into<String>) -> Refusal {
 
 /// The body, once the head says it is a POST to the assignment path with
 /// a bounded `Content-Length`.
-fn read_request(stream: &mut TcpStream) -> Result<Vec<u8>, Refusal> {
+fn read_request(stream: &mut impl Connection) -> Result<Vec<u8>, Refusal> {
     let deadline = Instant::now() + CONNECTION_DEADLINE;
     let mut buffer = Vec::with_capacity(1024);
     let head_end = loop {
@@ -226,13 +324,15 @@ fn judge(body: &[u8], key: &Key, workdir: &Path) -> Result<Assignment, Refusal> 
     if !offered.matches(key) {
         return Err(refuse(401, "the key does not match this sandbox's"));
     }
-    if assignment.exec.workdir != workdir {
-        return Err(refuse(
-            400,
-            format!("the assignment's workdir `{}` is not this sandbox's `{}`", assignment.exec.workdir.display(), workdir.display()),
-        ));
-    }
+    check_workdir(&assignment, workdir).map_err(|why| refuse(400, why))?;
     Ok(assignment)
+}
+
+fn check_workdir(assignment: &Assignment, workdir: &Path) -> Result<(), String> {
+    if assignment.exec.workdir == workdir {
+        return Ok(());
+    }
+    Err(format!("the assignment's workdir `{}` is not this sandbox's `{}`", assignment.exec.workdir.display(), workdir.display()))
 }
 
 fn find_head_end(buffer: &[u8]) -> Option<usize> {
@@ -240,7 +340,7 @@ fn find_head_end(buffer: &[u8]) -> Option<usize> {
 }
 
 /// Reads more bytes into `buffer` before `deadline`, never past `up_to` in all.
-fn read_some(stream: &mut TcpStream, buffer: &mut Vec<u8>, up_to: usize, deadline: Instant) -> io::Result<usize> {
+fn read_some(stream: &mut impl Connection, buffer: &mut Vec<u8>, up_to: usize, deadline: Instant) -> io::Result<usize> {
     let limit = up_to.saturating_sub(buffer.len());
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
@@ -254,7 +354,7 @@ fn read_some(stream: &mut TcpStream, buffer: &mut Vec<u8>, up_to: usize, deadlin
     Ok(read)
 }
 
-fn respond(stream: &mut TcpStream, code: u16, text: &str) -> io::Result<()> {
+fn respond(stream: &mut impl Connection, code: u16, text: &str) -> io::Result<()> {
     let reason = match code {
         202 => "Accepted",
         400 => "Bad Request",
@@ -282,8 +382,8 @@ fn respond(stream: &mut TcpStream, code: u16, text: &str) -> io::Result<()> {
 /// peer sent past what was read (a body not read after a 413) would make
 /// the kernel answer with a reset, which can destroy the answer in flight.
 /// A bounded amount is read and dropped first.
-fn close_gently(mut stream: TcpStream) {
-    let _ = stream.shutdown(std::net::Shutdown::Write);
+fn close_gently(mut stream: impl Connection) {
+    let _ = stream.shutdown_write();
     let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
     let mut drained = 0usize;
     let mut chunk = [0u8; 16 << 10];
@@ -295,8 +395,9 @@ fn close_gently(mut stream: TcpStream) {
     }
 }
 
-/// Waits up to `timeout` (at most a second at a time) for a connection.
-fn readable(listener: &TcpListener, timeout: Duration) -> io::Result<bool> {
+/// Waits up to `timeout` (at most a second at a time) for a connection
+/// or for bytes.
+fn readable(listener: &impl AsRawFd, timeout: Duration) -> io::Result<bool> {
     let mut poll_fd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     let millis = timeout.as_millis().clamp(1, 1000) as libc::c_int;
     // SAFETY: one valid pollfd for the length of the call.
@@ -476,6 +577,57 @@ mod tests {
         assert_eq!((code, text.as_str()), (500, "disk full"));
         assert!(matches!(runner.join().unwrap(), Err(Error::Prepare(why)) if why == "disk full"));
         assert!(TcpStream::connect(address).is_err(), "not offered again");
+    }
+
+    /// A pipe whose write end `feed` gets; the read end is what the runner
+    /// reads as its stdin.
+    fn stdin_runner(max_wait: Duration, feed: impl FnOnce(std::fs::File) + Send + 'static) -> Result<Assignment, Error> {
+        let mut fds = [0; 2];
+        // SAFETY: two ints for the pipe's ends; both become owned files at once.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        use std::os::fd::FromRawFd;
+        // SAFETY: fresh descriptors from pipe(2), owned by nobody else.
+        let (reader, writer) = unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) };
+        let feeder = std::thread::spawn(move || feed(writer));
+        let taken = await_stdin(reader, Path::new("/work"), max_wait, |_| Ok(()));
+        feeder.join().unwrap();
+        taken
+    }
+
+    #[test]
+    fn stdin_takes_one_body_to_its_end_and_refuses_the_rest() {
+        let body = assignment::encode(&key(), &an_assignment("/work"));
+        let whole = body.clone();
+        let taken = stdin_runner(Duration::from_secs(30), move |mut writer| writer.write_all(&whole).unwrap());
+        assert_eq!(taken.unwrap(), an_assignment("/work"), "any key: stdin has none to check");
+
+        let cut = body[..body.len() / 2].to_vec();
+        let refused = stdin_runner(Duration::from_secs(30), move |mut writer| writer.write_all(&cut).unwrap());
+        assert!(matches!(&refused, Err(Error::Refused(why)) if why.starts_with("the body is not an assignment")), "{refused:?}");
+
+        let other = assignment::encode(&key(), &an_assignment("/src"));
+        let refused = stdin_runner(Duration::from_secs(30), move |mut writer| writer.write_all(&other).unwrap());
+        assert!(matches!(&refused, Err(Error::Refused(why)) if why.contains("workdir `/src`")), "{refused:?}");
+
+        let empty = stdin_runner(Duration::from_secs(30), drop);
+        assert!(matches!(&empty, Err(Error::Refused(why)) if why == "stdin ended before an assignment arrived"), "{empty:?}");
+
+        let huge = stdin_runner(Duration::from_secs(30), |mut writer| {
+            let _ = writer.write_all(&vec![b' '; assignment::MAX_BODY_BYTES + 1]);
+        });
+        assert!(matches!(&huge, Err(Error::Refused(why)) if why.starts_with("more than 8388608 bytes")), "{huge:?}");
+    }
+
+    #[test]
+    fn stdin_without_a_body_gives_up_after_max_wait() {
+        let started = Instant::now();
+        // The write end stays open past the wait: nothing, not even an end.
+        let waited = stdin_runner(Duration::from_millis(300), |writer| {
+            std::thread::sleep(Duration::from_millis(800));
+            drop(writer);
+        });
+        assert!(matches!(waited, Err(Error::NoAssignment { waited }) if waited == Duration::from_millis(300)));
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

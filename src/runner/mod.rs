@@ -13,9 +13,10 @@
 //! - `runner clone ...` in the `clone` init container, and `runner
 //!   credential ...`, git's credential helper there (see `clone`);
 //! - `runner exec [options] -- ARGV...` as the main container's command;
-//! - `runner await-assignment --port N --key-file FILE --workdir DIR
-//!   --max-wait-ms N` as a warm pool sandbox's main command: wait for one
-//!   assignment, write its files, then run it as `exec` does (see `assign`);
+//! - `runner await-assignment (--port N --key-file FILE | --stdin)
+//!   --workdir DIR --max-wait-ms N` as a warm pool sandbox's main command:
+//!   wait for one assignment, write its files, then run it as `exec` does
+//!   (see `assign`);
 //! - `runner probe-pids [--ceiling N]`, run by `doctor` as a job's command,
 //!   prints the pod's real process limit (see `probe`);
 //! - `runner probe-connect`, run by `doctor` as a job's command, prints
@@ -33,13 +34,14 @@ pub mod process;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::runner::capture::{FrameSink, HeadTail};
-use crate::sandbox::args::{self as argv, AssignOptions, ExecOptions, InitOptions};
+use crate::sandbox::args::{self as argv, AssignOptions, Endpoint, ExecOptions, InitOptions};
 use crate::sandbox::assignment::{Assignment, Key};
 use crate::sandbox::frame::{self, Frame, RunResult, Started, Stream};
 use crate::sandbox::{self, TERMINATION_LOG};
@@ -109,21 +111,36 @@ fn prepare(options: &InitOptions) -> Result<(), String> {
     init::copy_self(&options.copy_to).map_err(|error| format!("cannot copy the runner to `{}`: {error}", options.copy_to.display()))
 }
 
-/// A warm sandbox's life: the key from its Secret, the listener, the one
-/// assignment (its files written before it is answered), then the command
-/// exactly as `runner exec` runs it, frames on stdout.
+/// A warm sandbox's life: the one assignment (on its port, with the key
+/// from its Secret, or on stdin), its files written before it is taken,
+/// then the command exactly as `runner exec` runs it, frames on stdout.
 fn run_await_assignment(options: &AssignOptions) -> Result<i32, String> {
-    let key_file = options.key_file.display();
-    let key_text = std::fs::read_to_string(&options.key_file).map_err(|error| format!("cannot read the key `{key_file}`: {error}"))?;
-    let key = Key::from_hex(&key_text).map_err(|why| format!("the key `{key_file}` is not valid: {why}"))?;
-    let listener = assign::listen(options.port).map_err(|error| format!("cannot listen on port {}: {error}", options.port))?;
     let prepare = |assignment: &Assignment| {
         assignment.files.iter().try_for_each(|file| init::write_input(&options.workdir, &file.path, &file.content, file.mode))
     };
-    let assignment =
-        assign::await_assignment(listener, &key, &options.workdir, options.max_wait, prepare).map_err(|error| error.to_string())?;
+    let taken = match &options.listen {
+        Endpoint::Port(port) => {
+            let key = read_key(options.key_file.as_deref().ok_or("--port needs --key-file")?)?;
+            let listener = assign::listen(*port).map_err(|error| format!("cannot listen on port {port}: {error}"))?;
+            assign::await_assignment(listener, &key, &options.workdir, options.max_wait, prepare)
+        }
+        Endpoint::Stdin => {
+            // A descriptor of its own, read unbuffered: what `poll` sees
+            // ready is what `read` gets. The command's stdin is /dev/null
+            // (`process::spawn`), as in a cold run.
+            let stdin = std::io::stdin().as_fd().try_clone_to_owned().map_err(|error| format!("cannot read stdin: {error}"))?;
+            assign::await_stdin(std::fs::File::from(stdin), &options.workdir, options.max_wait, prepare)
+        }
+    };
+    let assignment = taken.map_err(|error| error.to_string())?;
     let sink: FrameSink = Arc::new(Mutex::new(Box::new(std::io::stdout())));
     Ok(run_exec_with(&assignment.exec, &assignment.env, &sink))
+}
+
+fn read_key(key_file: &std::path::Path) -> Result<Key, String> {
+    let shown = key_file.display();
+    let key_text = std::fs::read_to_string(key_file).map_err(|error| format!("cannot read the key `{shown}`: {error}"))?;
+    Key::from_hex(&key_text).map_err(|why| format!("the key `{shown}` is not valid: {why}"))
 }
 
 /// Runs the command and writes every frame; returns the runner's exit code.

@@ -62,17 +62,27 @@ pub struct AwaitOptions {
 }
 
 /// Options of `runner await-assignment`, a warm pool sandbox's main
-/// command: listen on `port` for one assignment carrying the key in
-/// `key_file`, then run it as `runner exec` would. `workdir` is where the
-/// sandbox mounted its workdir (an assignment for another is refused);
-/// past `max_wait` without one, the runner gives up and exits, so that a
-/// sandbox whose server is gone ends on its own.
+/// command: take one assignment from `listen` (a TCP port in a pod, whose
+/// assignment carries the key in `key_file`; stdin in a Docker sandbox,
+/// which may have no network and which only a Docker API client can write
+/// to, so it has no key), then run it as `runner exec` would. `workdir` is
+/// where the sandbox mounted its workdir (an assignment for another is
+/// refused); past `max_wait` without one, the runner gives up and exits,
+/// so that a sandbox whose server is gone ends on its own.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AssignOptions {
-    pub port: u16,
-    pub key_file: PathBuf,
+    pub listen: Endpoint,
+    /// With `Endpoint::Port` only (and needed there).
+    pub key_file: Option<PathBuf>,
     pub workdir: PathBuf,
     pub max_wait: Duration,
+}
+
+/// Where `runner await-assignment` takes its assignment: `--port` or `--stdin`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Endpoint {
+    Port(u16),
+    Stdin,
 }
 
 /// Options of `runner credential`: the mounted clone Secret and git's
@@ -275,43 +285,58 @@ pub fn parse_await(args: Vec<OsString>) -> Result<AwaitOptions, String> {
 /// Builds the argument list of `runner await-assignment` for a pod spec;
 /// the inverse of `parse_assign`.
 pub fn assign_args(options: &AssignOptions) -> Vec<String> {
-    vec![
-        "runner".to_string(),
-        "await-assignment".to_string(),
-        "--port".to_string(),
-        options.port.to_string(),
-        "--key-file".to_string(),
-        options.key_file.to_string_lossy().into_owned(),
+    let mut args = vec!["runner".to_string(), "await-assignment".to_string()];
+    match &options.listen {
+        Endpoint::Port(port) => args.extend(["--port".to_string(), port.to_string()]),
+        Endpoint::Stdin => args.push("--stdin".to_string()),
+    }
+    if let Some(key_file) = &options.key_file {
+        args.extend(["--key-file".to_string(), key_file.to_string_lossy().into_owned()]);
+    }
+    args.extend([
         "--workdir".to_string(),
         options.workdir.to_string_lossy().into_owned(),
         "--max-wait-ms".to_string(),
         options.max_wait.as_millis().to_string(),
-    ]
+    ]);
+    args
 }
 
 pub fn parse_assign(args: Vec<OsString>) -> Result<AssignOptions, String> {
     use lexopt::prelude::*;
     let mut parser = lexopt::Parser::from_args(args);
-    let (mut port, mut key_file, mut max_wait) = (None, None, None);
+    let (mut listen, mut key_file, mut max_wait) = (None, None, None);
     let mut workdir = PathBuf::from(WORKDIR);
     while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
         match arg {
             Long("port") => {
                 let number = number(&mut parser, "--port")?;
-                port = Some(u16::try_from(number).map_err(|_| format!("--port takes a port number, not `{number}`"))?);
+                let port = u16::try_from(number).map_err(|_| format!("--port takes a port number, not `{number}`"))?;
+                listen = one_endpoint(listen, Endpoint::Port(port))?;
             }
+            Long("stdin") => listen = one_endpoint(listen, Endpoint::Stdin)?,
             Long("key-file") => key_file = Some(PathBuf::from(value(&mut parser)?)),
             Long("workdir") => workdir = PathBuf::from(value(&mut parser)?),
             Long("max-wait-ms") => max_wait = Some(Duration::from_millis(number(&mut parser, "--max-wait-ms")?)),
             other => return Err(other.unexpected().to_string()),
         }
     }
-    Ok(AssignOptions {
-        port: port.ok_or("runner await-assignment needs --port")?,
-        key_file: key_file.ok_or("runner await-assignment needs --key-file")?,
-        workdir,
-        max_wait: max_wait.ok_or("runner await-assignment needs --max-wait-ms")?,
-    })
+    let listen = listen.ok_or("runner await-assignment needs --port or --stdin")?;
+    match (&listen, &key_file) {
+        (Endpoint::Port(_), None) => return Err("runner await-assignment --port needs --key-file".to_string()),
+        (Endpoint::Stdin, Some(_)) => {
+            return Err("runner await-assignment --stdin takes no --key-file: only a Docker API client can write to stdin".to_string());
+        }
+        _ => {}
+    }
+    Ok(AssignOptions { listen, key_file, workdir, max_wait: max_wait.ok_or("runner await-assignment needs --max-wait-ms")? })
+}
+
+fn one_endpoint(earlier: Option<Endpoint>, endpoint: Endpoint) -> Result<Option<Endpoint>, String> {
+    match earlier {
+        Some(_) => Err("runner await-assignment takes one of --port and --stdin, once".to_string()),
+        None => Ok(Some(endpoint)),
+    }
 }
 
 /// The value of `runner credential`'s helper setting in git's config: git
@@ -433,14 +458,23 @@ mod tests {
 
     #[test]
     fn assign_args_round_trip() {
-        let options = AssignOptions {
-            port: crate::sandbox::assignment::PORT,
-            key_file: crate::sandbox::assignment::KEY_FILE.into(),
+        let mut options = AssignOptions {
+            listen: Endpoint::Port(crate::sandbox::assignment::PORT),
+            key_file: Some(crate::sandbox::assignment::KEY_FILE.into()),
             workdir: WORKDIR.into(),
             max_wait: Duration::from_secs(660),
         };
+        assert_eq!(parse_assign(after_subcommand(assign_args(&options))), Ok(options.clone()));
+        options.listen = Endpoint::Stdin;
+        options.key_file = None;
         assert_eq!(parse_assign(after_subcommand(assign_args(&options))), Ok(options));
         assert!(parse_assign(vec!["--port".into(), "70000".into()]).is_err());
+        let both = ["--port", "7777", "--stdin", "--key-file", "/k", "--max-wait-ms", "1"];
+        assert!(parse_assign(both.iter().map(Into::into).collect()).is_err(), "one endpoint only");
+        let keyed_stdin = ["--stdin", "--key-file", "/k", "--max-wait-ms", "1"];
+        assert!(parse_assign(keyed_stdin.iter().map(Into::into).collect()).is_err(), "stdin has no key");
+        let keyless_port = ["--port", "7777", "--max-wait-ms", "1"];
+        assert!(parse_assign(keyless_port.iter().map(Into::into).collect()).is_err(), "a port needs its key");
         assert!(parse_assign(vec!["--port".into(), "7777".into(), "--key-file".into(), "/k".into()]).is_err(), "--max-wait-ms is needed");
     }
 

@@ -48,7 +48,7 @@ pub const MAX_BODY_BYTES: usize = 8 << 20;
 pub struct Key([u8; KEY_BYTES]);
 
 impl Key {
-    pub fn from_bytes(bytes: [u8; KEY_BYTES]) -> Key {
+    pub const fn from_bytes(bytes: [u8; KEY_BYTES]) -> Key {
         Key(bytes)
     }
 

@@ -36,6 +36,19 @@ pub enum Kind {
     /// running, and must keep the same promises.
     KubernetesWarm,
     Docker,
+    /// Docker with a warm pool for each image the table runs without
+    /// limits, as `KubernetesWarm`.
+    DockerWarm,
+}
+
+impl Kind {
+    /// The backend underneath: a warm kind is its backend's.
+    pub fn backend(self) -> Kind {
+        match self {
+            Kind::Kubernetes | Kind::KubernetesWarm => Kind::Kubernetes,
+            Kind::Docker | Kind::DockerWarm => Kind::Docker,
+        }
+    }
 }
 
 /// Images every backend has: the test cluster loads them into containerd,
@@ -85,9 +98,13 @@ impl Server {
                 (stdio, Some(pools))
             }
             Kind::Docker => (start_on_docker(extra), None),
+            Kind::DockerWarm => {
+                let (stdio, pools) = start_warm_on_docker(extra);
+                (stdio, Some(pools))
+            }
         };
         let mut server = Server { kind, stdio, _pools: pools };
-        if kind == Kind::KubernetesWarm {
+        if kind != kind.backend() {
             server.await_pools_ready();
         }
         server
@@ -190,24 +207,42 @@ impl Server {
     }
 }
 
-/// A server on the test cluster with a pool of one pod for busybox and one
-/// for python (network `open`, no limits), and the folder of its pools file.
-fn start_warm(extra: &[(&str, &str)]) -> (StdioServer, super::support::TempDir) {
+/// The pools file of a warm server: a pool of one sandbox for busybox and
+/// one for python (network `open`, no limits), in a folder of its own.
+fn warm_pools_file() -> super::support::TempDir {
     let dir = super::support::TempDir::new("contract-pools");
     let tag = cluster::unique_name("c").replace('-', "");
     let pools = json!([
         {"name": format!("b{tag}"), "image": BUSYBOX, "network": "open", "size": 1, "max_idle_s": 300},
         {"name": format!("p{tag}"), "image": PYTHON, "network": "open", "size": 1, "max_idle_s": 300},
     ]);
-    let file = dir.path.join("pools.json");
-    std::fs::write(&file, pools.to_string()).expect("the pools file is written");
-    let file_text = file.display().to_string();
+    std::fs::write(dir.path.join("pools.json"), pools.to_string()).expect("the pools file is written");
+    dir
+}
+
+/// A server on the test cluster with `warm_pools_file`'s pools, and the
+/// folder of its pools file.
+fn start_warm(extra: &[(&str, &str)]) -> (StdioServer, super::support::TempDir) {
+    let dir = warm_pools_file();
+    let file_text = dir.path.join("pools.json").display().to_string();
     let mut env = vec![("MCP_K8S_WARM_POOLS", file_text.as_str())];
     env.extend_from_slice(extra);
     let mut stdio = cluster::server(&env);
     // It stops through its stdin, so that it deletes its idle pool pods (a
     // kill would leave them to their bounded age, holding the namespace's
     // pod quota while the rest of the tier runs).
+    stdio.stop_gently = true;
+    (stdio, dir)
+}
+
+/// `start_warm` on the Docker backend. It stops through its stdin too, so
+/// that it removes its idle pool containers.
+fn start_warm_on_docker(extra: &[(&str, &str)]) -> (StdioServer, super::support::TempDir) {
+    let dir = warm_pools_file();
+    let file_text = dir.path.join("pools.json").display().to_string();
+    let mut env = vec![("MCP_K8S_WARM_POOLS", file_text.as_str())];
+    env.extend_from_slice(extra);
+    let mut stdio = start_on_docker(&env);
     stdio.stop_gently = true;
     (stdio, dir)
 }
@@ -321,7 +356,7 @@ fn docker_remove(run_id: &str) {
 pub fn assert_nothing_left(kind: Kind, run_id: &str) {
     match kind {
         Kind::Kubernetes | Kind::KubernetesWarm => cluster::assert_nothing_left(run_id),
-        Kind::Docker => {
+        Kind::Docker | Kind::DockerWarm => {
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
                 let left = docker_leftovers(run_id);
@@ -355,7 +390,7 @@ impl Drop for Cleanup {
             // faults::Cleanup deletes the Jobs and Secrets and, unless the
             // test is failing already, waits until nothing is left.
             Kind::Kubernetes | Kind::KubernetesWarm => drop(faults::Cleanup(std::mem::take(&mut self.run_ids))),
-            Kind::Docker => {
+            Kind::Docker | Kind::DockerWarm => {
                 for run_id in &self.run_ids {
                     docker_remove(run_id);
                 }

@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use mcp_k8s_ephemeral_job::runner;
-use mcp_k8s_ephemeral_job::sandbox::args::{AssignOptions, ExecOptions, assign_args, exec_args, parse_exec};
+use mcp_k8s_ephemeral_job::sandbox::args::{AssignOptions, Endpoint, ExecOptions, assign_args, exec_args, parse_exec};
 use mcp_k8s_ephemeral_job::sandbox::assignment::{self, AssignedFile, Assignment, Key};
 use mcp_k8s_ephemeral_job::sandbox::frame::{self, ArtifactHeader, Frame, RunResult, Stream};
 
@@ -345,7 +345,12 @@ fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
     fs::write(&key_file, format!("{}\n", key.to_hex())).unwrap();
     // An ephemeral port, free a moment ago: the runner binds a fixed one.
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let assign = AssignOptions { port, key_file: key_file.clone(), workdir: workdir.clone(), max_wait: Duration::from_secs(60) };
+    let assign = AssignOptions {
+        listen: Endpoint::Port(port),
+        key_file: Some(key_file.clone()),
+        workdir: workdir.clone(),
+        max_wait: Duration::from_secs(60),
+    };
     let path = std::env::var("PATH").unwrap_or_default();
     let mut runner = crate::support::server::command(&[("PATH", &path)])
         .args(assign_args(&assign))
@@ -375,4 +380,43 @@ fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
     assert_eq!(run.exit_code, 3, "the runner exits as the command did");
     assert_eq!(mode & 0o777, 0o640);
     fs::remove_file(&key_file).unwrap();
+}
+
+/// The Docker backend's warm sandbox (which may have no network): the
+/// runner takes the body on its stdin, up to its end, and the command
+/// still reads an empty stdin, as in a cold run.
+#[test]
+fn a_warm_runner_on_stdin_takes_its_assignment_and_the_command_reads_nothing() {
+    let exec = options("warm-stdin", &["sh", "-c", "cat data/in.txt; cat; echo \"$GREETING\"; exit 4"]);
+    let assign =
+        AssignOptions { listen: Endpoint::Stdin, key_file: None, workdir: exec.workdir.clone(), max_wait: Duration::from_secs(60) };
+    let path = std::env::var("PATH").unwrap_or_default();
+    let spawn = || {
+        crate::support::server::command(&[("PATH", &path)])
+            .args(assign_args(&assign))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut runner = spawn();
+    // Any key: stdin has none to check (only a Docker API client writes there).
+    let body = assignment::encode(&Key::random().unwrap(), &assignment_for(&exec));
+    runner.stdin.take().unwrap().write_all(&body).unwrap();
+    let mut stdout = String::new();
+    runner.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    let status = runner.wait().unwrap();
+    let frames = stdout.lines().map(|line| frame::decode(line).expect("a valid frame").expect("only frames on stdout")).collect();
+    let run = Run { exit_code: status.code().unwrap_or(-1), frames, workdir: exec.workdir.clone() };
+    assert_eq!(String::from_utf8_lossy(&run.stdout()), "input\nhello from the assignment\n");
+    assert_eq!((run.result().exit_code, run.exit_code), (Some(4), 4));
+
+    // Stdin that ends without a body: nothing runs, the runner says why.
+    let runner = spawn();
+    let ended = runner.wait_with_output().unwrap();
+    assert!(ended.stdout.is_empty(), "no frames: {:?}", String::from_utf8_lossy(&ended.stdout));
+    assert_ne!(ended.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&ended.stderr);
+    assert!(stderr.contains("stdin ended before an assignment arrived"), "{stderr}");
 }

@@ -1,7 +1,8 @@
 //! The Docker tier: the `docker` client (`client`), the Docker backend
 //! through the built server (`backend`) and its network modes (`network`)
 //! against a real Docker engine, the one `tests/docker/up` starts (or any
-//! daemon `DOCKER_HOST` names). With no
+//! daemon `DOCKER_HOST` names), and its warm pools (`warm_pool`,
+//! `contract_warm`). With no
 //! daemon these tests fail with a message naming `tests/docker/up`; they
 //! never pass silently. The offline tiers do not need Docker.
 //!
@@ -9,16 +10,24 @@
 //! with the test's own value, and a `Cleanup` guard removes them all, so a
 //! failing test leaves nothing behind either.
 
+// The contract table is compiled twice on purpose: cold (`contract`) and
+// with warm pools (`contract_warm`), each with its own `BACKEND`.
+#![allow(clippy::duplicate_mod)]
+
 #[path = "../support/mod.rs"]
 mod support;
 
 mod backend;
 mod client;
 mod network;
+mod warm_pool;
 
 /// The contract table (tests/contract/), on the Docker backend.
 #[path = "../contract/docker.rs"]
 mod contract;
+/// The contract table again, against warm pools on Docker (issue 17).
+#[path = "../contract/docker_warm.rs"]
+mod contract_warm;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -22,6 +22,7 @@
 
 pub mod classify;
 pub mod doctor;
+pub mod pool;
 pub mod reaper;
 pub mod record;
 pub mod removal;
@@ -49,6 +50,8 @@ pub struct Docker {
     pub options: spec::Options,
     /// Held while the open network is looked up or made.
     open_network: std::sync::Arc<std::sync::Mutex<()>>,
+    /// The warm pools (`MCP_K8S_WARM_POOLS`), when the server keeps any.
+    pools: Option<std::sync::Arc<pool::Pools>>,
 }
 
 /// dockerd's words for a container on a network name two networks share.
@@ -65,7 +68,34 @@ const OPEN_NETWORK_LOCK_WAIT: Duration = Duration::from_secs(10);
 
 impl Docker {
     pub fn new(client: docker::Client, policy: Policy, options: spec::Options) -> Docker {
-        Docker { client, policy, options, open_network: std::sync::Arc::new(std::sync::Mutex::new(())) }
+        Docker { client, policy, options, open_network: std::sync::Arc::new(std::sync::Mutex::new(())), pools: None }
+    }
+
+    /// The backend that hands runs to `pools`' sandboxes.
+    pub fn with_pools(self, pools: Option<std::sync::Arc<pool::Pools>>) -> Docker {
+        Docker { pools, ..self }
+    }
+
+    /// A run that took a warm sandbox (`claim`): its assignment on the
+    /// container's stdin. A failed delivery removes the container (a
+    /// sandbox that may have half-taken a run is never offered again).
+    fn create_warm(&self, run: &NewRun, pools: &pool::Pools, reserved: &pool::Reserved) -> Result<Created, Refused> {
+        if let Err(error) = pools.deliver(reserved, run.run_id, run.spec) {
+            metrics::api_error("deliver_assignment");
+            self.remove_now(run.run_id);
+            return Err(Refused {
+                reason: RunReason::ApiError,
+                message: format!(
+                    "could not hand the run to its warm container `{}` (pool `{}`): {error}; the run did not start; try again (the pool replaces the container)",
+                    reserved.container, reserved.pool
+                ),
+            });
+        }
+        log::info(
+            "run handed to a warm container",
+            &[("run_id", run.run_id.into()), ("container", reserved.container.as_str().into()), ("pool", reserved.pool.as_str().into())],
+        );
+        Ok(Created { name: reserved.container.clone(), created_at: Some(SystemTime::now()) })
     }
 
     /// The image is there, or pulled when the operator allows it.
@@ -314,7 +344,23 @@ impl Docker {
 }
 
 impl Backend for Docker {
+    fn claim(&self, spec: &crate::engine::spec::RunSpec) -> Option<String> {
+        self.pools.as_ref()?.claim(spec)
+    }
+
     fn create(&self, run: &NewRun) -> Result<Created, Refused> {
+        if let Some(pools) = &self.pools
+            && let Some(reserved) = pools.take_reserved(run.run_id)
+        {
+            if let Keep::UntilRemoved { .. } = run.keep {
+                return self.create_warm(run, pools, &reserved);
+            }
+            // A background run is listed and kept by its containers' labels
+            // (mode, token, expiry: `record`), which a container made ahead
+            // cannot carry (labels never change): it runs cold, under the id
+            // it claimed, in a container of its own.
+            self.remove_now(run.run_id);
+        }
         if run.spec.clone.is_some() || self.policy.clone.is_some() {
             return Err(Refused {
                 reason: RunReason::Rejected,

@@ -26,7 +26,7 @@ use crate::engine::spec::{Policy, RunSpec, command_env, exec_options, run_deadli
 use crate::log;
 use crate::network::NetworkMode;
 use crate::sandbox::TMP_DIR;
-use crate::sandbox::args;
+use crate::sandbox::args::{self, AssignOptions, Endpoint};
 
 /// Every label key starts with this, so `docker ps --filter label=...`
 /// and the reaper find the server's objects and nothing else.
@@ -52,6 +52,10 @@ pub const LABEL_TOKEN: &str = "mcp-k8s-ephemeral-job/job-token";
 pub const LABEL_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
 /// `image program`, never the arguments (issue 12, finding 9).
 pub const LABEL_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
+/// A warm pool's container: the pool's name, and the id of the server
+/// process that keeps it (replicas on one daemon keep apart).
+pub const LABEL_POOL: &str = "mcp-k8s-ephemeral-job/pool";
+pub const LABEL_POOL_OWNER: &str = "mcp-k8s-ephemeral-job/pool-owner";
 
 /// Where the runner binary is mounted inside the container: the path it
 /// has in a pod (`sandbox::BIN_DIR`), so argv and messages read the same.
@@ -190,6 +194,8 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
         attach_stderr: true,
         tty: false,
         open_stdin: false,
+        stdin_once: false,
+        attach_stdin: false,
         // The runner forwards SIGTERM to the command and reports.
         stop_signal: "SIGTERM".to_string(),
         volumes,
@@ -214,6 +220,40 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
             auto_remove: false,
         },
     }
+}
+
+/// What a warm pool's container is made with, beyond the pool's shape.
+pub struct PoolSandbox<'a> {
+    pub run_id: &'a str,
+    pub pool: &'a str,
+    pub owner: &'a str,
+    /// The runner's `--max-wait-ms`.
+    pub max_wait: Duration,
+    /// Its expiry label, which cannot change at the claim: past the wait
+    /// and the longest run, so the reaper never takes a claimed one that
+    /// still runs, and bounded, so a dead server's are reaped.
+    pub expires_at: SystemTime,
+}
+
+/// The create body of a warm pool's container: a cold run's container for
+/// the pool's shape (`template`: no command, no files), whose runner waits
+/// for one assignment on its stdin (`runner await-assignment --stdin`),
+/// which one attach writes and ends (`OpenStdin`, `StdinOnce`). Its name is
+/// a run's (`container_name`), so a run that takes it is found like a cold
+/// one.
+pub fn pool_container(template: &RunSpec, policy: &Policy, options: &Options, sandbox: &PoolSandbox) -> ContainerSpec {
+    let run = NewRun { run_id: sandbox.run_id, spec: template, keep: Keep::UntilRemoved { expires_at: sandbox.expires_at } };
+    let mut body = container(&run, policy, options);
+    let assign =
+        AssignOptions { listen: Endpoint::Stdin, key_file: None, workdir: template.workdir.clone().into(), max_wait: sandbox.max_wait };
+    // `runner await-assignment --stdin ...` where a cold one has `runner exec ...`.
+    body.cmd = args::assign_args(&assign);
+    body.open_stdin = true;
+    body.stdin_once = true;
+    body.attach_stdin = true;
+    body.labels.insert(LABEL_POOL.to_string(), sandbox.pool.to_string());
+    body.labels.insert(LABEL_POOL_OWNER.to_string(), sandbox.owner.to_string());
+    body
 }
 
 /// The labels of a run's container: ownership, expiry and, for a
@@ -471,6 +511,30 @@ mod tests {
   }
 }"#;
         assert_eq!(body, expected);
+    }
+
+    #[test]
+    fn a_pool_container_waits_for_its_assignment_on_a_one_shot_stdin() {
+        let template = RunSpec { command: vec![], files: vec![], env: BTreeMap::new(), ..run_spec() };
+        let expiry = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let sandbox =
+            PoolSandbox { run_id: "r9", pool: "busybox", owner: "owner1", max_wait: Duration::from_secs(780), expires_at: expiry };
+        let body = pool_container(&template, &policy(), &options(), &sandbox);
+        assert_eq!(body.cmd, ["runner", "await-assignment", "--stdin", "--workdir", "/work", "--max-wait-ms", "780000"]);
+        assert!(body.open_stdin && body.stdin_once && body.attach_stdin, "one attach writes stdin and ends it");
+        assert_eq!(body.labels[LABEL_POOL], "busybox");
+        assert_eq!(body.labels[LABEL_POOL_OWNER], "owner1");
+        assert_eq!(body.labels[LABEL_RUN_ID], "r9");
+        assert_eq!(body.labels[LABEL_MODE], MODE_SYNC);
+        assert_eq!(expires_at(&body.labels), Some(expiry), "the reaper's bound");
+        assert_eq!(body.host_config.network_mode, "none");
+        assert_eq!(body.host_config.tmpfs["/work"], "rw,exec,nosuid,nodev,uid=65532,gid=65532,mode=0755,size=1073741824");
+        assert_eq!(body.env, ["A=operator", "HOME=/tmp"], "no caller env yet: it comes with the assignment");
+        let json = serde_json::to_value(&body).unwrap();
+        assert_eq!(
+            (json["OpenStdin"].clone(), json["StdinOnce"].clone(), json["AttachStdin"].clone()),
+            (true.into(), true.into(), true.into())
+        );
     }
 
     #[test]

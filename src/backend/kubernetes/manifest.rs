@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 
 use crate::backend::kubernetes::template::PodTemplate;
 use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
-use crate::sandbox::args::{self, AssignOptions, AwaitOptions, CloneOptions, InitOptions};
+use crate::sandbox::args::{self, AssignOptions, AwaitOptions, CloneOptions, Endpoint, InitOptions};
 use crate::sandbox::assignment::{KEY_DIR, KEY_FILE, PORT};
 use crate::sandbox::frame::to_base64;
 use crate::sandbox::inputs::{self, InputFile as ManifestEntry, MANIFEST_KEY};
@@ -185,7 +185,12 @@ pub fn pool_job(spec: &RunSpec, policy: &Policy, run_id: &str, sandbox: &PoolSan
     if let Some(volumes) = pod_spec["volumes"].as_array_mut() {
         volumes.push(json!({"name": "mcp-key", "secret": {"secretName": name, "defaultMode": 0o440}}));
     }
-    let assign = AssignOptions { port: PORT, key_file: KEY_FILE.into(), workdir: spec.workdir.clone().into(), max_wait: sandbox.max_wait };
+    let assign = AssignOptions {
+        listen: Endpoint::Port(PORT),
+        key_file: Some(KEY_FILE.into()),
+        workdir: spec.workdir.clone().into(),
+        max_wait: sandbox.max_wait,
+    };
     let mut command = vec![runner_path()];
     command.extend(args::assign_args(&assign));
     let main = pod_spec["containers"].as_array_mut().and_then(|containers| containers.iter_mut().find(|c| c["name"] == MAIN_CONTAINER));

@@ -32,6 +32,9 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 /// How long a delivery keeps trying while the runner's port is not open
 /// yet (its container runs, its listener is a few milliseconds away).
 const DELIVERY_RETRY_FOR: Duration = Duration::from_secs(3);
+/// How long a drain waits for a creation in flight, so that the sandbox
+/// it makes is deleted too rather than left to its expiry.
+const DRAIN_WAITS_FOR: Duration = Duration::from_secs(10);
 
 /// The server's pools, and the process's id their sandboxes carry.
 pub struct Pools {
@@ -78,6 +81,8 @@ struct State {
     reserved: BTreeMap<String, Reserved>,
     /// When the pool last fell below its size, for the refill time.
     short_since: Option<Instant>,
+    /// The pool's thread is doing steps (a creation may be in flight).
+    shell_busy: bool,
 }
 
 impl Pools {
@@ -157,10 +162,26 @@ impl Pools {
                 steps.extend(state.machine.on(Event::Drain, Instant::now()));
                 steps
             };
-            for step in steps {
-                if let Step::Delete { sandbox, .. } = step {
-                    delete_sandbox(&self.client, &self.policy.namespace, &sandbox);
-                }
+            self.delete_all(steps);
+        }
+        for managed in &self.managed {
+            let steps = {
+                let state = lock(&managed.state);
+                let (mut state, _) = managed
+                    .wake
+                    .wait_timeout_while(state, DRAIN_WAITS_FOR, |state| state.shell_busy)
+                    .unwrap_or_else(PoisonError::into_inner);
+                // What came of it: the machine asks to delete it.
+                std::mem::take(&mut state.pending)
+            };
+            self.delete_all(steps);
+        }
+    }
+
+    fn delete_all(&self, steps: Vec<Step>) {
+        for step in steps {
+            if let Step::Delete { sandbox, .. } = step {
+                delete_sandbox(&self.client, &self.policy.namespace, &sandbox);
             }
         }
     }
@@ -199,6 +220,7 @@ impl Managed {
             pending: Vec::new(),
             reserved: BTreeMap::new(),
             short_since: None,
+            shell_busy: false,
         };
         Managed { shape: shape.clone(), rules, template, max_wait, state: Mutex::new(state), wake: Condvar::new() }
     }
@@ -256,6 +278,7 @@ impl Shell {
                     .wake
                     .wait_timeout_while(state, LOOK_EVERY, |state| state.pending.is_empty())
                     .unwrap_or_else(PoisonError::into_inner);
+                state.shell_busy = true;
                 std::mem::take(&mut state.pending)
             };
             let mut events = Vec::new();
@@ -287,11 +310,10 @@ impl Shell {
         state.pending.extend(steps);
         note_shortage(&mut state);
         metrics::pool_size(&self.managed.shape.name, state.machine.size(), state.machine.ready());
-        let has_work = !state.pending.is_empty();
+        state.shell_busy = false;
         drop(state);
-        if has_work {
-            self.managed.wake.notify_all();
-        }
+        // New work for this thread, or a drain waiting for it to be idle.
+        self.managed.wake.notify_all();
     }
 
     fn apply(&self, step: Step, events: &mut Vec<Event>) {

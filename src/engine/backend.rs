@@ -20,14 +20,26 @@ use crate::engine::decide::View;
 use crate::engine::spec::{RunReason, RunSpec};
 use crate::engine::verdict::Recorded;
 
+/// Which kind of run asks `Backend::claim` for a warm sandbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunKind {
+    /// `run_job`, `execute_code`: answered in the call.
+    Sync,
+    /// `submit_job`: kept with its record until fetched or expired.
+    Background,
+}
+
 /// Where sandboxes run. Blocking calls, from any thread.
 pub trait Backend: Send + Sync {
     /// A warm sandbox for `spec`, taken out of its pool for this run, by
     /// the run id it was made under: the run takes that id, and its
     /// `create` hands the run to the sandbox. `None` (the default): the
     /// run is cold, under an id of its own. A run that claims and then
-    /// does not `create` must `remove` the id.
-    fn claim(&self, _spec: &RunSpec) -> Option<String> {
+    /// does not `create` must `remove` the id. `kind`: a backend whose
+    /// warm sandboxes cannot hold a background run's record says `None`
+    /// for those, so no sandbox is taken (nor a hit counted) for a run that
+    /// goes cold anyway.
+    fn claim(&self, _spec: &RunSpec, _kind: RunKind) -> Option<String> {
         None
     }
 

@@ -159,7 +159,7 @@ pub fn parse_token(token: &str) -> Option<Token> {
 /// Creates the run's Job (kept after it ends) and starts following it.
 /// Returns once the Job exists, so the token is durable when returned.
 pub fn submit(ctx: &Ctx, spec: &RunSpec, kind: TokenKind) -> Result<Submitted, Error> {
-    let run_id = ctx.backend.claim(spec).unwrap_or_else(run::new_run_id);
+    let run_id = ctx.backend.claim(spec, crate::engine::backend::RunKind::Background).unwrap_or_else(run::new_run_id);
     let token = token_for(kind, &run_id, SystemTime::now());
     let cancel = CancelToken::new();
     if let Err(full) = ctx.jobs.insert_new(&run_id, &token, cancel.clone()) {

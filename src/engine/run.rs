@@ -87,7 +87,7 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
     };
     let _in_flight = metrics::track(metrics::Gauge::RunsInFlight);
     let started = Instant::now();
-    let claimed = ctx.backend.claim(spec);
+    let claimed = ctx.backend.claim(spec, crate::engine::backend::RunKind::Sync);
     let run_id = claimed.as_deref().unwrap_or(run_id);
     // The server removes the run itself; the expiry only matters when it
     // could not (crash, lost connection).

@@ -15,7 +15,7 @@ use crate::backend::{b64, ok, run, server};
 use crate::support::server::StdioServer;
 use mcp_k8s_ephemeral_job::backend::docker::{Docker, pool, spec};
 use mcp_k8s_ephemeral_job::docker;
-use mcp_k8s_ephemeral_job::engine::backend::{Backend, Keep, NewRun};
+use mcp_k8s_ephemeral_job::engine::backend::{Backend, Keep, NewRun, RunKind};
 use mcp_k8s_ephemeral_job::engine::pool::{PoolRules, PoolShape};
 use mcp_k8s_ephemeral_job::engine::spec::{Policy, RunSpec};
 use mcp_k8s_ephemeral_job::network::NetworkMode;
@@ -101,12 +101,14 @@ fn warm_runs_keep_the_run_contract_and_the_stopped_server_leaves_no_pool_contain
     assert_eq!(out["stdout"], "partial\n", "{out}");
 
     // A background run cannot carry its record on a container made ahead:
-    // it runs cold under the id it claimed.
+    // it runs cold, and takes no pool container (no hit is counted).
+    let hits = await_ready(&mut server, 1)["hits"].as_u64().unwrap_or(0);
     let submitted = ok(&mut server, "submit_job", json!({"image": BUSYBOX, "command": ["echo", "background"]}));
     let token = submitted["job_token"].as_str().expect("token").to_string();
     let _removed = crate::backend::Removed(vec![token.clone()]);
     let done = crate::backend::fetch_done(&mut server, &token);
     assert_eq!(done["result"]["stdout"], "background\n", "{done}");
+    assert_eq!(pool_view(&mut server)["hits"].as_u64(), Some(hits), "the background run ran cold");
 
     // Stopped right after a claim, while the pool makes the claimed one's
     // successor: that one goes too.
@@ -215,7 +217,7 @@ fn a_failed_delivery_removes_the_container_and_says_try_again() {
     let drained = Drained(pools, name.clone());
     let deadline = Instant::now() + Duration::from_secs(60);
     let run_id = loop {
-        if let Some(run_id) = backend.claim(&spec) {
+        if let Some(run_id) = backend.claim(&spec, RunKind::Sync) {
             break run_id;
         }
         assert!(Instant::now() < deadline, "the pool never had a ready container");

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::docker;
 use crate::engine::backend::{
-    self, Abort, Backend, Created, Keep, NewRun, Output, OutputError, Refused, Settled, Sighting, Stop, Stored, Watch, Wording,
+    self, Abort, Backend, Created, Keep, NewRun, Output, OutputError, Refused, RunKind, Settled, Sighting, Stop, Stored, Watch, Wording,
 };
 use crate::engine::spec::{Policy, RunReason};
 use crate::engine::verdict::Recorded;
@@ -344,8 +344,14 @@ impl Docker {
 }
 
 impl Backend for Docker {
-    fn claim(&self, spec: &crate::engine::spec::RunSpec) -> Option<String> {
-        self.pools.as_ref()?.claim(spec)
+    fn claim(&self, spec: &crate::engine::spec::RunSpec, kind: RunKind) -> Option<String> {
+        // A background run is listed and kept by its containers' labels
+        // (mode, token, expiry: `record`), which a container made ahead
+        // cannot carry (labels never change): it runs cold.
+        match kind {
+            RunKind::Sync => self.pools.as_ref()?.claim(spec),
+            RunKind::Background => None,
+        }
     }
 
     fn create(&self, run: &NewRun) -> Result<Created, Refused> {
@@ -355,10 +361,8 @@ impl Backend for Docker {
             if let Keep::UntilRemoved { .. } = run.keep {
                 return self.create_warm(run, pools, &reserved);
             }
-            // A background run is listed and kept by its containers' labels
-            // (mode, token, expiry: `record`), which a container made ahead
-            // cannot carry (labels never change): it runs cold, under the id
-            // it claimed, in a container of its own.
+            // Never claimed for one (`claim`); should it happen, it runs
+            // cold under the id it claimed, in a container of its own.
             self.remove_now(run.run_id);
         }
         if run.spec.clone.is_some() || self.policy.clone.is_some() {

@@ -199,7 +199,8 @@ impl Backend for Kubernetes {
         Ok(Created { name, created_at: time_of(job.metadata.creation_timestamp.as_deref()) })
     }
 
-    fn claim(&self, spec: &RunSpec) -> Option<String> {
+    fn claim(&self, spec: &RunSpec, _kind: crate::engine::backend::RunKind) -> Option<String> {
+        // Both kinds: a background run's record goes on the Job by patch.
         self.pools.as_ref()?.claim(spec)
     }
 

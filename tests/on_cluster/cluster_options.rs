@@ -95,32 +95,33 @@ fn a_bad_ref_a_bad_token_and_a_host_without_a_token_give_clone_failed() {
     let git = GitServer::start();
     let good = CloneSecret::create(&[(&git.secret_key(), &git.token)], &git.ca_pem);
     let mut server = server_with(&[("MCP_K8S_CLONE_IMAGE", GIT), ("MCP_K8S_CLONE_SECRET", &good.name)]);
-    let out = clone_failure(&mut server, &git, "no-such-branch");
-    assert!(out.contains("couldn't find remote ref no-such-branch"), "{out}");
+    let (out, log) = clone_failure(&mut server, &git, "no-such-branch");
+    assert!(out.contains("couldn't find remote ref no-such-branch"), "{out}\nthe git server's log:\n{log}");
     assert!(out.contains("check that `ref` exists"), "{out}");
     drop(server);
 
     let wrong_token = format!("wrong-{}", git.token);
     let bad = CloneSecret::create(&[(&git.secret_key(), &wrong_token)], &git.ca_pem);
     let mut server = server_with(&[("MCP_K8S_CLONE_IMAGE", GIT), ("MCP_K8S_CLONE_SECRET", &bad.name)]);
-    let out = clone_failure(&mut server, &git, "main");
-    assert!(out.contains("Authentication failed"), "{out}");
+    let (out, log) = clone_failure(&mut server, &git, "main");
+    assert!(out.contains("Authentication failed"), "{out}\nthe git server's log:\n{log}");
     assert!(!out.contains(&wrong_token) && !out.contains(&git.token), "the token is masked: {out}");
     drop(server);
 
     let no_key = CloneSecret::create(&[("other.example.com", "x")], &git.ca_pem);
     let mut server = server_with(&[("MCP_K8S_CLONE_IMAGE", GIT), ("MCP_K8S_CLONE_SECRET", &no_key.name)]);
-    let out = clone_failure(&mut server, &git, "main");
-    assert!(out.contains(&format!("the clone Secret has no key `{}`", git.secret_key())), "{out}");
+    let (out, log) = clone_failure(&mut server, &git, "main");
+    assert!(out.contains(&format!("the clone Secret has no key `{}`", git.secret_key())), "{out}\nthe git server's log:\n{log}");
 }
 
-/// Runs a clone that must fail and returns the outcome's message.
-fn clone_failure(server: &mut StdioServer, git: &GitServer, git_ref: &str) -> String {
+/// Runs a clone that must fail; returns the outcome's message and the git
+/// server's log (for the caller's assertion messages).
+fn clone_failure(server: &mut StdioServer, git: &GitServer, git_ref: &str) -> (String, String) {
     let out = run(server, json!({"image": BUSYBOX, "command": ["true"], "clone": {"repo_url": git.url(), "ref": git_ref}}), "");
     let log = git.log();
     assert_eq!(out["status"], "error", "{out}\nthe git server's log:\n{log}");
     assert_eq!(out["reason"], "CloneFailed", "{out}\nthe git server's log:\n{log}");
-    out["message"].as_str().unwrap().to_string()
+    (out["message"].as_str().unwrap().to_string(), log)
 }
 
 // ---------------------------------------------------------------------------

@@ -236,10 +236,8 @@ fn open_reaches_out_and_nothing_connects_in() {
     let mut peer = hardened(&cleanup, &["sh", "-c", &knock]);
     peer.host_config.network_mode = OPEN_NETWORK.to_string();
     let peer_id = client.container_create(&format!("{}-peer", cleanup.value), &peer).expect("create the peer").id;
-    let started = Instant::now();
     client.container_start(&peer_id).expect("start the peer");
     client.container_wait(&peer_id, docker::WaitCondition::NotRunning, Duration::from_secs(30), None).expect("wait");
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     let mut logs = client.container_logs(&peer_id, &docker::LogParams { follow: false, idle_timeout: None }).expect("logs");
     let mut peer_said = String::new();
     logs.read_to_string(&mut peer_said).expect("read the peer's log");

@@ -235,6 +235,10 @@ impl Managed {
             }
         }
         note_shortage(&mut state);
+        // What describe_environment and /metrics say is true at once: the
+        // sandbox handed out is no longer ready (the thread's next look
+        // may be a second and a creation away).
+        metrics::pool_size(&self.shape.name, state.machine.size(), state.machine.ready());
         drop(state);
         self.wake.notify_all();
         handed

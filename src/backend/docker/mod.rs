@@ -311,17 +311,7 @@ impl Docker {
         };
         let all = [&containers.run, &containers.record, &containers.verdict, &containers.cancel];
         for container in all.into_iter().flatten() {
-            match self.client.container_remove(&container.id) {
-                Ok(()) => {}
-                Err(error) if error.is_not_found() => {}
-                Err(error) => {
-                    metrics::api_error("remove_container");
-                    log::warn(
-                        "container not removed; the reaper will",
-                        &[("container", container.id.as_str().into()), ("error", error.to_string().into())],
-                    );
-                }
-            }
+            remove_container(&self.client, &container.id, "container not removed; the reaper will");
         }
     }
 
@@ -340,6 +330,19 @@ impl Docker {
             stored.sandbox = inspect.as_ref().map(|inspect| sighting(&self.client, inspect));
         }
         Ok(Some(stored))
+    }
+}
+
+/// Removes one container (with its anonymous volumes); one already gone
+/// is fine, any other failure is counted and logged as `unremoved`.
+pub(crate) fn remove_container(client: &docker::Client, container: &str, unremoved: &str) {
+    match client.container_remove(container) {
+        Ok(()) => {}
+        Err(error) if error.is_not_found() => {}
+        Err(error) => {
+            metrics::api_error("remove_container");
+            log::warn(unremoved, &[("container", container.into()), ("error", error.to_string().into())]);
+        }
     }
 }
 

@@ -416,17 +416,7 @@ fn sightings(sandboxes: &mut BTreeMap<String, Sandbox>, listed: &[(String, Strin
 /// the reaper remove one this misses.
 fn remove_sandbox(client: &docker::Client, run_id: &str) {
     let name = spec::container_name(run_id);
-    match client.container_remove(&name) {
-        Ok(()) => {}
-        Err(error) if error.is_not_found() => {}
-        Err(error) => {
-            metrics::api_error("remove_container");
-            log::warn(
-                "pool sandbox not removed; its expiry and the reaper remove it",
-                &[("container", name.as_str().into()), ("error", error.to_string().into())],
-            );
-        }
-    }
+    super::remove_container(client, &name, "pool sandbox not removed; its expiry and the reaper remove it");
 }
 
 /// Starts or ends the refill clock: short of its size means a refill is

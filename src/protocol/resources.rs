@@ -62,6 +62,9 @@ fn read(dir: &Path, config: &Config, params: &Map<String, Value>) -> Result<Valu
         Err(error @ (snippets::Error::Unknown { .. } | snippets::Error::BadName { .. })) => {
             Err(not_found(format!("resource not found: {error}")))
         }
+        // The file is there but unusable as it is: the operator's to fix,
+        // so the caller is told why, not that the server failed.
+        Err(error) if error.is_the_files() => Err(ResponseError::new(ErrorCode::InvalidParams, error.to_string())),
         Err(error) => Err(ResponseError::new(ErrorCode::InternalError, error.to_string())),
     }
 }
@@ -69,6 +72,7 @@ fn read(dir: &Path, config: &Config, params: &Map<String, Value>) -> Result<Valu
 fn resource_json(entry: &Entry) -> Value {
     let description = match &entry.language {
         Some(language) => format!("{language} snippet; run it with execute_code {{\"snippet_name\": \"{}\"}}", entry.name),
+        None if entry.extension.is_empty() => "no extension, so no language profile claims it and execute_code cannot run it".to_string(),
         None => format!("no language profile claims `.{}`, so execute_code cannot run it", entry.extension),
     };
     json!({

@@ -463,6 +463,23 @@ fn snippets_are_resources_when_a_folder_is_configured() {
     let (_, outside) =
         exchange(&server, &session, r#"{"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"file:///etc/passwd"}}"#);
     assert_eq!(outside, [error(json!(4), -32002, "resource not found: `file:///etc/passwd`; resources here are snippet://<name>")]);
+    std::fs::write(dir.join("big.py"), "x".repeat(crate::tools::snippets::MAX_SNIPPET_BYTES as usize + 1)).unwrap();
+    std::fs::write(dir.join("bin.py"), [0xff, 0xfe]).unwrap();
+    let (_, big) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":5,"method":"resources/read","params":{"uri":"snippet://big"}}"#);
+    assert_eq!(
+        big,
+        [error(
+            json!(5),
+            -32602,
+            "snippet `big` is over 262144 bytes (262145 read), the most a snippet may be; the operator must shrink it"
+        )]
+    );
+    let (_, binary) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":6,"method":"resources/read","params":{"uri":"snippet://bin"}}"#);
+    assert_eq!(binary, [error(json!(6), -32602, "snippet `bin` is not UTF-8 text; the operator must save it as UTF-8")]);
+    std::os::unix::fs::symlink("/proc/self/environ", dir.join("environ.txt")).unwrap();
+    let (_, environ) =
+        exchange(&server, &session, r#"{"jsonrpc":"2.0","id":7,"method":"resources/read","params":{"uri":"snippet://environ"}}"#);
+    assert_eq!(environ[0]["error"]["code"], json!(-32002), "a link out of the folder is not served: {environ:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -1,4 +1,4 @@
-//! `execute_code` (issue 15): isolator-mcp's tool, with its argument names
+//! `execute_code`: isolator-mcp's tool, with its argument names
 //! and its result text, on this server's engine. The code comes inline
 //! (`language` + `entrypoint_code`) or by name from the snippets folder
 //! (`snippet_name`); the language profile gives the image, the argv, the
@@ -48,7 +48,7 @@ pub fn parse_execute_args(arguments: &Map<String, Value>, config: &Config) -> Re
         format!("unknown `language` `{}`; available: {}", crate::echo::shorten(&source.language), config.languages.names().join(", "))
     })?;
     let filename = match optional_string(arguments, "entrypoint_filename")? {
-        Some(filename) => check_path("entrypoint_filename", filename)?,
+        Some(filename) => check_entrypoint(filename)?,
         None => source.filename.unwrap_or_else(|| profile.filename.clone()),
     };
     let mut files = vec![(filename.clone(), source.code.into_bytes())];
@@ -167,6 +167,19 @@ fn optional_string<'a>(arguments: &'a Map<String, Value>, name: &str) -> Result<
         Some(Value::String(text)) => Ok(Some(text)),
         Some(other) => Err(format!("`{name}` must be a string, not {}", crate::json::json_kind(other))),
     }
+}
+
+/// The entrypoint is the interpreter's argument, so a name that starts
+/// with `-` (`-V`, `--help`) would be read as an option and the code never run.
+fn check_entrypoint(path: &str) -> Result<String, String> {
+    let path = check_path("entrypoint_filename", path)?;
+    if path.starts_with('-') {
+        return Err(format!(
+            "`entrypoint_filename` `{}` must not start with `-`: the interpreter would read it as an option; name the file e.g. main.py",
+            crate::echo::shorten(&path)
+        ));
+    }
+    Ok(path)
 }
 
 fn check_path(field: &str, path: &str) -> Result<String, String> {
@@ -350,6 +363,8 @@ mod tests {
             (json!({"language": 3, "entrypoint_code": "x"}), "`language` must be a string, not an integer".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "image": "evil"}), "unknown argument `image`; accepted: language, entrypoint_code, entrypoint_filename, additional_files, snippet_name, timeout_s, network".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "entrypoint_filename": "../x.py"}), "`entrypoint_filename` `../x.py` must name a file inside the workdir (no `..`)".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "entrypoint_filename": "-V"}), "`entrypoint_filename` `-V` must not start with `-`: the interpreter would read it as an option; name the file e.g. main.py".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "entrypoint_filename": "./--help"}), "`entrypoint_filename` `--help` must not start with `-`: the interpreter would read it as an option; name the file e.g. main.py".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "additional_files": {}}), "`additional_files` must be an array of {filename, content}, not an object".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"content": "y"}]}), "`additional_files[0].filename` is required and must be a string".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"filename": "main.py", "content": "y"}]}), "`additional_files[0].filename` `main.py` is the entrypoint's file name; give it another name".to_string()),

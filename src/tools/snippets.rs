@@ -1,9 +1,14 @@
-//! Named snippets for `execute_code` (issue 15, isolator's `promptsDir`):
+//! Named snippets for `execute_code` (isolator's `promptsDir`):
 //! each file of MCP_K8S_SNIPPETS_DIR is a snippet, its base name is the
 //! `snippet_name` and its extension picks the language profile. The folder
 //! is read at call time, with bounds on the number of files and on a
 //! snippet's size, so a snippet edited on disk is used as it is now. The
 //! same listing feeds the MCP resources (`snippet://<name>`).
+//!
+//! A symlink is served only when its target, resolved, is a file inside
+//! the folder: Kubernetes mounts a ConfigMap as links into `..data/`
+//! inside it, while a link to `/proc/self/environ` or `../x.py` would hand
+//! any token holder a file of the server's.
 //!
 //! Knows files and names only: what a snippet is run with is
 //! `execute_code`'s, and the JSON-RPC shape of resources is `protocol`'s.
@@ -118,16 +123,27 @@ impl fmt::Display for Error {
             Error::Ambiguous { name, files } => {
                 write!(formatter, "snippet `{name}` is ambiguous: the folder has {}; the operator must rename one", files.join(" and "))
             }
-            Error::NoProfile { name, extension, extensions } => write!(
-                formatter,
-                "snippet `{name}` has extension `.{extension}`, which no language profile claims; known extensions: {}",
-                extensions.iter().map(|extension| format!(".{extension}")).collect::<Vec<_>>().join(", ")
-            ),
-            Error::TooLarge { name, size } => write!(formatter, "snippet `{name}` is {size} bytes; at most {MAX_SNIPPET_BYTES}"),
+            Error::NoProfile { name, extension, extensions } => {
+                let known = extensions.iter().map(|extension| format!(".{extension}")).collect::<Vec<_>>().join(", ");
+                if extension.is_empty() {
+                    write!(formatter, "snippet `{name}` has no extension, so no language profile claims it; known extensions: {known}")
+                } else {
+                    write!(
+                        formatter,
+                        "snippet `{name}` has extension `.{extension}`, which no language profile claims; known extensions: {known}"
+                    )
+                }
+            }
+            Error::TooLarge { name, size } => {
+                write!(
+                    formatter,
+                    "snippet `{name}` is over {MAX_SNIPPET_BYTES} bytes ({size} read), the most a snippet may be; the operator must shrink it"
+                )
+            }
             Error::TooManyFiles => {
                 write!(formatter, "the snippets folder has more than {MAX_SNIPPET_FILES} entries; the operator must thin it out")
             }
-            Error::NotText { name } => write!(formatter, "snippet `{name}` is not UTF-8 text"),
+            Error::NotText { name } => write!(formatter, "snippet `{name}` is not UTF-8 text; the operator must save it as UTF-8"),
             Error::Read { what, message } => write!(formatter, "cannot read {what}: {message}"),
         }
     }
@@ -135,24 +151,35 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// The folder's snippets, sorted by name. Hidden files, folders and names
-/// that `check_name` refuses are left out.
+impl Error {
+    /// True when the file is there but unusable as it is (too large, not
+    /// text, no profile, ambiguous): the operator's to fix, not the
+    /// server's fault and not the caller's.
+    pub fn is_the_files(&self) -> bool {
+        matches!(self, Error::TooLarge { .. } | Error::NotText { .. } | Error::NoProfile { .. } | Error::Ambiguous { .. })
+    }
+}
+
+/// The folder's snippets, sorted by name. Hidden files, folders, names
+/// that `check_name` refuses and links that leave the folder (or dangle,
+/// or loop) are left out.
 pub fn list(dir: &Path, languages: &Languages) -> Result<Vec<Entry>, Error> {
     let read_error = |error: std::io::Error| Error::Read { what: "the snippets folder".to_string(), message: error.to_string() };
+    let root = std::fs::canonicalize(dir).map_err(read_error)?;
     let mut entries = Vec::new();
-    for (index, dir_entry) in std::fs::read_dir(dir).map_err(read_error)?.enumerate() {
+    for (index, dir_entry) in std::fs::read_dir(&root).map_err(read_error)?.enumerate() {
         if index >= MAX_SNIPPET_FILES {
             return Err(Error::TooManyFiles);
         }
         let dir_entry = dir_entry.map_err(read_error)?;
         let Ok(file_name) = dir_entry.file_name().into_string() else { continue };
-        // `metadata` follows symlinks: an operator may link snippets in.
-        let Ok(metadata) = std::fs::metadata(dir_entry.path()) else { continue };
-        if !metadata.is_file() {
-            continue;
-        }
         let (name, extension) = split_name(&file_name);
         if check_name(name).is_err() {
+            continue;
+        }
+        let Some(path) = resolve_inside(&root, &dir_entry.path()) else { continue };
+        let Ok(metadata) = std::fs::metadata(&path) else { continue };
+        if !metadata.is_file() {
             continue;
         }
         entries.push(Entry {
@@ -160,11 +187,18 @@ pub fn list(dir: &Path, languages: &Languages) -> Result<Vec<Entry>, Error> {
             extension: extension.to_string(),
             language: languages.by_extension(extension).map(|profile| profile.name.clone()),
             size: metadata.len(),
-            path: dir_entry.path(),
+            path,
         });
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name).then(a.extension.cmp(&b.extension)));
     Ok(entries)
+}
+
+/// The entry's real path when it lies inside `root` (itself canonical);
+/// `None` for a link that leads out, dangles or loops.
+fn resolve_inside(root: &Path, entry: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(entry).ok()?;
+    (real.starts_with(root) && real != root).then_some(real)
 }
 
 /// The snippet `name`, read now.
@@ -177,7 +211,8 @@ pub fn load(dir: Option<&Path>, languages: &Languages, name: &str) -> Result<Sni
         return Err(Error::NoProfile { name: entry.name, extension: entry.extension, extensions });
     };
     let source = read_source(&entry)?;
-    let filename = entry.path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    // The listed name, not the link target's (`hello.py`, not `..data/hello.py`).
+    let filename = if entry.extension.is_empty() { entry.name.clone() } else { format!("{}.{}", entry.name, entry.extension) };
     Ok(Snippet { name: entry.name, filename, language, source })
 }
 
@@ -199,6 +234,10 @@ pub fn check_name(name: &str) -> Result<(), &'static str> {
     }
     if name.starts_with('.') {
         return Err("must not start with `.` (hidden files are not snippets)");
+    }
+    // The file name becomes the interpreter's argument: `-V.py` would be an option.
+    if name.starts_with('-') {
+        return Err("must not start with `-` (the interpreter would read it as an option)");
     }
     if name.chars().any(char::is_control) {
         return Err("must not contain control characters");
@@ -225,10 +264,13 @@ fn find(dir: &Path, languages: &Languages, name: &str) -> Result<Entry, Error> {
 }
 
 /// Reads at most `MAX_SNIPPET_BYTES` + 1 bytes, so a file that grew since
-/// it was listed is still bounded.
+/// it was listed is still bounded. The path is the resolved one and is
+/// opened without following a link, so a file swapped for a link since the
+/// listing is not read through it.
 fn read_source(entry: &Entry) -> Result<String, Error> {
+    use std::os::unix::fs::OpenOptionsExt as _;
     let read_error = |error: std::io::Error| Error::Read { what: format!("snippet `{}`", entry.name), message: error.to_string() };
-    let file = std::fs::File::open(&entry.path).map_err(read_error)?;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&entry.path).map_err(read_error)?;
     let mut bytes = Vec::new();
     file.take(MAX_SNIPPET_BYTES + 1).read_to_end(&mut bytes).map_err(read_error)?;
     if bytes.len() as u64 > MAX_SNIPPET_BYTES {
@@ -369,5 +411,73 @@ mod tests {
         assert_eq!(load(Some(&folder.0), &languages(), "hello").unwrap().source, "print('after')\n");
         std::fs::rename(folder.0.join("hello.py"), folder.0.join("hello.js")).unwrap();
         assert_eq!(load(Some(&folder.0), &languages(), "hello").unwrap().language, "javascript", "a new extension picks its profile");
+    }
+
+    /// Only a file whose resolved path stays inside the folder is a
+    /// snippet. Each row: the link's name, its target, and whether it is
+    /// served (by `list`, `load` and `read` alike).
+    #[test]
+    fn symlinks_are_served_only_when_they_resolve_inside_the_folder() {
+        let folder = Folder::new("links", &[("real.py", "print('real')\n")]);
+        let outside = folder.0.with_extension("outside.py");
+        std::fs::write(&outside, "print('outside')\n").unwrap();
+        // A ConfigMap volume: the files are links through `..data` into a
+        // timestamped folder inside the mount.
+        std::fs::create_dir(folder.0.join("..2026_12_02_09_00_00.1")).unwrap();
+        std::fs::write(folder.0.join("..2026_12_02_09_00_00.1/cm.py"), "print('cm')\n").unwrap();
+        std::os::unix::fs::symlink("..2026_12_02_09_00_00.1", folder.0.join("..data")).unwrap();
+        let outside_name = outside.file_name().unwrap().to_string_lossy().into_owned();
+        let cases: &[(&str, String, Option<&str>)] = &[
+            ("inside.py", "real.py".into(), Some("print('real')\n")),
+            ("cm.py", "..data/cm.py".into(), Some("print('cm')\n")),
+            ("environ.txt", "/proc/self/environ".into(), None),
+            ("passwd.txt", "/etc/passwd".into(), None),
+            ("dotdot.py", format!("../{outside_name}"), None),
+            ("absolute.py", outside.to_string_lossy().into_owned(), None),
+            ("parent", "..".into(), None),
+            ("dangling.py", "nothing-here.py".into(), None),
+            ("loop.py", "loop.py".into(), None),
+        ];
+        for (link, target, _) in cases {
+            std::os::unix::fs::symlink(target, folder.0.join(link)).unwrap();
+        }
+        let listed: Vec<String> = list(&folder.0, &languages()).unwrap().into_iter().map(|entry| entry.name).collect();
+        for (link, target, served) in cases {
+            let (name, _) = split_name(link);
+            assert_eq!(listed.contains(&name.to_string()), served.is_some(), "{link} -> {target}: listed {listed:?}");
+            match served {
+                Some(source) => {
+                    assert_eq!(read(&folder.0, &languages(), name).unwrap().1, *source, "{link} -> {target}");
+                    let snippet = load(Some(&folder.0), &languages(), name).unwrap();
+                    assert_eq!((snippet.filename.as_str(), snippet.source.as_str()), (*link, *source), "{link} -> {target}");
+                }
+                None => {
+                    assert!(matches!(read(&folder.0, &languages(), name), Err(Error::Unknown { .. })), "{link} -> {target}");
+                    assert!(matches!(load(Some(&folder.0), &languages(), name), Err(Error::Unknown { .. })), "{link} -> {target}");
+                }
+            }
+        }
+        let _ = std::fs::remove_file(outside);
+    }
+
+    #[test]
+    fn a_file_without_extension_is_reported_as_having_none() {
+        let folder = Folder::new("noextension", &[("Makefile", "all:\n")]);
+        let error = load(Some(&folder.0), &languages(), "Makefile").unwrap_err();
+        assert!(error.is_the_files());
+        assert_eq!(
+            error.to_string(),
+            "snippet `Makefile` has no extension, so no language profile claims it; known extensions: .bash, .cjs, .go, .js, .mjs, .py, .sh"
+        );
+    }
+
+    #[test]
+    fn a_name_that_reads_as_an_option_is_not_a_snippet() {
+        let folder = Folder::new("option", &[("-V.py", "print('never')\n")]);
+        assert!(list(&folder.0, &languages()).unwrap().is_empty());
+        assert_eq!(
+            load(Some(&folder.0), &languages(), "-V").unwrap_err().to_string(),
+            "`snippet_name` `-V` must not start with `-` (the interpreter would read it as an option)"
+        );
     }
 }

@@ -10,7 +10,7 @@ A benchmark, not a test: it prints figures and asserts little.
 Usage: bench/bounds.py rss|cancel [--bin PATH] [--runner IMAGE]
 Needs `tests/cluster/up` and `tests/build-project-image` first; measure the
 release build (`target/x86_64-unknown-linux-musl/release/...`) for figures
-comparable with the README's.
+comparable with docs/benchmarks.md.
 """
 import argparse
 import os

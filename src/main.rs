@@ -429,7 +429,7 @@ fn credentials_message(error: &kube::Error) -> String {
 }
 
 /// Says which cluster and credentials are used, and in which namespace the
-/// Jobs go. The rule (README, "How the server finds its cluster
+/// Jobs go. The rule (docs/credentials.md, "How the server finds its cluster
 /// credentials"): Jobs go to `MCP_K8S_NAMESPACE`, `mcp-ephemeral` by
 /// default, never to the kubeconfig context's or the ServiceAccount's
 /// namespace, because the restricted namespace of `deploy/` is where the

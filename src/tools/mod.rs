@@ -445,7 +445,7 @@ fn warm_pools_view(config: &crate::config::Config) -> Vec<Value> {
         .collect()
 }
 
-/// What each mode enforces where (issue 16; the README's security model
+/// What each mode enforces where (issue 16; docs/security.md
 /// says the same at length). The server sets no firewall rule itself.
 const NETWORK_TEXT: &str = "Kubernetes: the pod carries the label mcp-k8s-ephemeral-job/network=<mode>, and the \
                             namespace's NetworkPolicies (deploy/networkpolicy-jobs*.yaml) enforce it: no ingress for \

@@ -1,7 +1,7 @@
 //! Keeps the layout honest: every source file states its job in a `//!`
 //! header, and every top-level module of `src/` imports only the modules its
-//! entry in `ALLOWED` names (the target layout of the README's architecture
-//! section). Edges that exist today but are scheduled to go are listed apart
+//! entry in `ALLOWED` names (the target layout of `docs/architecture.md`'s module
+//! layout). Edges that exist today but are scheduled to go are listed apart
 //! in `TRANSITIONAL`, each with the module whose arrival removes it; when it
 //! lands, the stale-entry test says which line to delete.
 //!

@@ -153,7 +153,7 @@ fn no_credentials_at_all_are_said_once_with_where_to_look() {
     );
 }
 
-/// The rule in the README: Jobs go to MCP_K8S_NAMESPACE (default
+/// The rule in docs/credentials.md: Jobs go to MCP_K8S_NAMESPACE (default
 /// `mcp-ephemeral`); the context's namespace is logged as ignored.
 #[test]
 fn the_context_namespace_is_logged_as_ignored() {

@@ -1,7 +1,7 @@
 //! The offline tier: every integration test that needs no cluster (the
 //! binary over stdio and HTTP, hostile clients, the kube client against the
 //! fake API server, the engine's fault handling, the in-pod runner, manifests,
-//! configuration, the README and deploy files, the architecture rules), in
+//! configuration, docs/configuration.md and deploy files, the architecture rules), in
 //! one test binary so the library is linked once. Run it with
 //! `cargo test --lib --test offline` (the README's offline loop).
 //!

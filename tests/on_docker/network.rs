@@ -162,8 +162,8 @@ fn none_reaches_nothing_not_even_dns() {
 /// whose own containers a run reaches and nothing past it. The daemon's
 /// host is not past it: Docker filters what is forwarded between
 /// networks, not what a container sends to its host's addresses, so a
-/// run reaches a service of the host's on the gateway (the README's
-/// security model: the operator's to close with host firewall rules).
+/// run reaches a service of the host's on the gateway (docs/security.md,
+/// the security model: the operator's to close with host firewall rules).
 #[test]
 fn restricted_reaches_its_network_and_not_another() {
     let client = client();

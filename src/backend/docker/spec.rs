@@ -95,7 +95,7 @@ pub enum Pull {
 pub const OPEN_NETWORK: &str = "mcp-k8s-open";
 /// The bridge driver's option that makes dockerd drop traffic between the
 /// network's containers (an iptables rule; dockerd with `--iptables=false`
-/// installs none, see the README's security model).
+/// installs none, see docs/security.md).
 pub const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
 
 /// The `NetworkMode` of a run's container: `none` for `none`, the

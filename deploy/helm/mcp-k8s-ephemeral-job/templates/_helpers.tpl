@@ -1,7 +1,7 @@
 {{/*
 Object names are the kustomize base's, not prefixed with the release name:
-the server, its Role and its Secret are found by these names (README,
-"Deploying to a cluster"). One release per pair of namespaces.
+the server, its Role and its Secret are found by these names
+(docs/deploy.md). One release per pair of namespaces.
 */}}
 {{- define "mcp.name" -}}mcp-k8s-ephemeral-job{{- end -}}
 

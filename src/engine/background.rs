@@ -53,7 +53,7 @@ pub struct Submitted {
 }
 
 /// Why a background call could not be answered.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub enum Error {
     /// Not a token this server hands out, or its Job never existed here.
     Unknown { token: String },
@@ -61,8 +61,10 @@ pub enum Error {
     Expired { token: String, result_ttl_s: u64 },
     /// Too many background runs in flight.
     Full { running: usize },
-    /// The cluster refused to create the run; the message says why.
-    Refused { reason: Option<RunReason>, message: String },
+    /// The cluster refused to create the run: the outcome a sync run
+    /// would have had (status, reason, message), so a caller can give it
+    /// as the run's result.
+    Refused { outcome: Box<RunOutcome> },
     /// `cancel` on a run that has already finished.
     AlreadyFinished { token: String },
     /// An API call failed.
@@ -83,7 +85,7 @@ impl fmt::Display for Error {
                 formatter,
                 "{running} background jobs are in flight, the most this server allows (MCP_K8S_MAX_CONCURRENT + MCP_K8S_MAX_QUEUED); fetch or cancel some, then retry"
             ),
-            Error::Refused { message, .. } => write!(formatter, "{message}"),
+            Error::Refused { outcome } => write!(formatter, "{}", outcome.message),
             Error::AlreadyFinished { token } => {
                 write!(formatter, "run `{token}` has already finished; its result can be read")
             }
@@ -181,7 +183,7 @@ pub fn submit(ctx: &Ctx, spec: &RunSpec, kind: TokenKind) -> Result<Submitted, E
         Ok(created) => created,
         Err(outcome) => {
             ctx.jobs.remove(&run_id);
-            return Err(Error::Refused { reason: outcome.reason, message: outcome.message });
+            return Err(Error::Refused { outcome });
         }
     };
     let created_at = created.created_at;

@@ -262,8 +262,15 @@ pub fn parse(text: &str) -> Result<Message, Rejection> {
     if let Err(error) = scanned {
         return Err(Rejection { id: echo_id, error: ResponseError::new(ErrorCode::InvalidRequest, error.kind.to_string()) });
     }
-    let value: Value = serde_json::from_str(text)
+    let mut value: Value = serde_json::from_str(text)
         .map_err(|error| Rejection { id: echo_id, error: ResponseError::new(ErrorCode::ParseError, format!("parse error: {error}")) })?;
+    // `-0` is an integer by the JSON grammar, but serde_json reads it as a
+    // float; it is the id 0 (every JSON reader compares them equal).
+    if raw_id.is_some_and(|raw| raw.kind == IdKind::Integer && raw.text == "-0")
+        && let Some(id) = value.get_mut("id")
+    {
+        *id = Value::from(0);
+    }
     from_value(value).map_err(Rejection::from_response)
 }
 
@@ -382,6 +389,8 @@ mod tests {
             (r#"{"jsonrpc":"2.0","id":"92","method":"ping"}"#, r#"{"id":"92","jsonrpc":"2.0","result":{}}"#),
             (r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#, r#"{"id":0,"jsonrpc":"2.0","result":{}}"#),
             (r#"{"jsonrpc":"2.0","id":-3,"method":"ping"}"#, r#"{"id":-3,"jsonrpc":"2.0","result":{}}"#),
+            // An integer by the JSON grammar, though serde_json reads a float.
+            (r#"{"jsonrpc":"2.0","id":-0,"method":"ping"}"#, r#"{"id":0,"jsonrpc":"2.0","result":{}}"#),
         ];
         for (input, expected) in cases {
             let Ok(Message::Request(request)) = parse(input) else { panic!("{input}") };

@@ -143,12 +143,32 @@ pub fn complete(mut result: Value) -> Value {
     result
 }
 
+fn unsupported_version(version: &str) -> ResponseError {
+    ResponseError::new(
+        ErrorCode::UnsupportedProtocolVersion,
+        format!(
+            "unsupported protocol version `{}`; supported: {} (or `initialize` for {})",
+            echo::shorten(version),
+            MODERN_VERSIONS.join(", "),
+            super::SUPPORTED_VERSIONS.join(", ")
+        ),
+    )
+    .with_data(json!({ "supported": MODERN_VERSIONS, "requested": version }))
+}
+
 /// The envelope, the HTTP headers and the revision, in the order the
 /// conformance suite and the spec expect: a missing envelope is -32602
 /// even when the headers name a version; a header that disagrees with the
 /// body is -32020 before the version itself is judged.
 fn check_request(headers: Option<&RequestHeaders>, method: &str, params: &Map<String, Value>) -> Result<Envelope, ResponseError> {
     let Some(meta) = params.get("_meta").and_then(Value::as_object) else {
+        // A header naming no revision at all says more than the missing
+        // envelope does: the client speaks something this server does not.
+        if let Some(version) = headers.and_then(|headers| headers.protocol_version.as_deref())
+            && !MODERN_VERSIONS.contains(&version)
+        {
+            return Err(unsupported_version(version));
+        }
         return Err(invalid_params(format!(
             "missing `_meta`: revision 2026-07-28 requests carry `{META_PROTOCOL_VERSION}` and `{META_CLIENT_CAPABILITIES}` in `params._meta`"
         )));
@@ -174,16 +194,7 @@ fn check_request(headers: Option<&RequestHeaders>, method: &str, params: &Map<St
         check_headers(headers, method, params, version)?;
     }
     if !MODERN_VERSIONS.contains(&version) {
-        return Err(ResponseError::new(
-            ErrorCode::UnsupportedProtocolVersion,
-            format!(
-                "unsupported protocol version `{}`; supported: {} (or `initialize` for {})",
-                echo::shorten(version),
-                MODERN_VERSIONS.join(", "),
-                super::SUPPORTED_VERSIONS.join(", ")
-            ),
-        )
-        .with_data(json!({ "supported": MODERN_VERSIONS, "requested": version })));
+        return Err(unsupported_version(version));
     }
     let log_level = match meta.get(META_LOG_LEVEL) {
         None | Some(Value::Null) => None,

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use serde_json::{Map, Value, json};
 
 use super::jsonrpc::{ErrorCode, ResponseError};
-use crate::tools::background::{self, CallError, TaskState, TaskStatus};
+use crate::tools::background::{self, CallError, TaskStart, TaskState, TaskStatus};
 use crate::tools::{self, Call};
 
 /// Methods this module answers.
@@ -46,7 +46,12 @@ pub fn create(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError>
     let name = call.arguments.get("name").and_then(Value::as_str).unwrap_or_default();
     let empty = Map::new();
     let arguments = call.arguments.get("arguments").and_then(Value::as_object).unwrap_or(&empty);
-    let task_id = background::task_submit(ctx, name, arguments).map_err(response_error)?;
+    let task_id = match background::task_submit(ctx, name, arguments).map_err(response_error)? {
+        TaskStart::Task(task_id) => task_id,
+        // A receiver may answer a task-augmented request as a plain one;
+        // here there is no run to make a task of.
+        TaskStart::Answered(outcome) => return Ok(tools::result_json(outcome)),
+    };
     let now = SystemTime::now();
     let state = TaskState { task_id, status: TaskStatus::Working, message: None, created: now, updated: now };
     Ok(json!({ "task": task_json(ctx, &state) }))

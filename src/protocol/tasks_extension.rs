@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 
 use super::jsonrpc::ResponseError;
 use super::tasks::{EXTENSION_KEYS, RawHandler, response_error, task_id, task_json_with};
-use crate::tools::background::{self, TaskState, TaskStatus};
+use crate::tools::background::{self, TaskStart, TaskState, TaskStatus};
 use crate::tools::{self, Call};
 
 /// The handler for an extension method, with the method's name.
@@ -37,7 +37,11 @@ pub fn create(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError>
     let name = call.arguments.get("name").and_then(Value::as_str).unwrap_or_default();
     let empty = Map::new();
     let arguments = call.arguments.get("arguments").and_then(Value::as_object).unwrap_or(&empty);
-    let task_id = background::task_submit(ctx, name, arguments).map_err(response_error)?;
+    let task_id = match background::task_submit(ctx, name, arguments).map_err(response_error)? {
+        TaskStart::Task(task_id) => task_id,
+        // No run to make a task of: the answer is the tool's result, complete.
+        TaskStart::Answered(outcome) => return Ok(super::modern::complete(tools::result_json(outcome))),
+    };
     let now = SystemTime::now();
     let state = TaskState { task_id, status: TaskStatus::Working, message: None, created: now, updated: now };
     let mut task = task_json(ctx, &state);

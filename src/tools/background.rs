@@ -92,16 +92,36 @@ impl From<background::Error> for CallError {
     }
 }
 
-/// Starts `tool_name` as a task; the task id is the job token.
-pub fn task_submit(ctx: &Ctx, tool_name: &str, arguments: &Map<String, Value>) -> Result<String, CallError> {
+/// How a task-augmented call started.
+#[derive(Debug)]
+pub enum TaskStart {
+    /// The run is under way; the task id is the job token.
+    Task(String),
+    /// The cluster refused the run before it existed: the call's answer is
+    /// the tool's own result for it (status `error`, the refusal's reason),
+    /// exactly what the call without a task returns, never a protocol error.
+    Answered(ToolOutcome),
+}
+
+/// Starts `tool_name` as a task.
+pub fn task_submit(ctx: &Ctx, tool_name: &str, arguments: &Map<String, Value>) -> Result<TaskStart, CallError> {
     if !TASK_TOOLS.contains(&tool_name) {
         return Err(CallError::Invalid(format!("tool `{tool_name}` cannot run as a task; tasks: {}", TASK_TOOLS.join(", "))));
     }
-    if tool_name == execute_code::NAME {
-        let spec = execute_code::parse_execute_args(arguments, &ctx.config).map_err(CallError::Invalid)?;
-        return Ok(background::submit(engine_of(ctx)?, &spec, TokenKind::Code)?.token);
+    let (spec, kind) = if tool_name == execute_code::NAME {
+        (execute_code::parse_execute_args(arguments, &ctx.config).map_err(CallError::Invalid)?, TokenKind::Code)
+    } else {
+        (
+            job_args::parse_run_args(arguments, &run_job::arg_bounds(&ctx.config)).map_err(|error| CallError::Invalid(error.0))?,
+            TokenKind::Job,
+        )
+    };
+    match background::submit(engine_of(ctx)?, &spec, kind) {
+        Ok(submitted) => Ok(TaskStart::Task(submitted.token)),
+        Err(background::Error::Refused { outcome }) if kind == TokenKind::Code => Ok(TaskStart::Answered(execute_code::outcome(&outcome))),
+        Err(background::Error::Refused { outcome }) => Ok(TaskStart::Answered(run_job_outcome(&outcome))),
+        Err(error) => Err(error.into()),
     }
-    submit(ctx, arguments).map(|submitted| submitted.token)
 }
 
 pub fn task_status(ctx: &Ctx, task_id: &str) -> Result<TaskState, CallError> {
@@ -465,7 +485,7 @@ fn engine_of(ctx: &Ctx) -> Result<&engine::run::Ctx, CallError> {
 mod tests {
     use super::*;
 
-    /// Issue 11, finding 14: only the caller's mistakes are `Invalid`.
+    /// Only the caller's mistakes are `Invalid`.
     #[test]
     fn engine_errors_are_sorted_by_whose_move_it_is() {
         let token = "job-0123456789abcdef0123456789abcdef-1767225600".to_string();
@@ -479,7 +499,14 @@ mod tests {
             (background::Error::AlreadyFinished { token: token.clone() }, true, "has already finished"),
             (background::Error::Full { running: 110 }, false, "110 background jobs are in flight"),
             (
-                background::Error::Refused { reason: Some(crate::engine::spec::RunReason::QuotaExceeded), message: "quota".into() },
+                background::Error::Refused {
+                    outcome: Box::new(crate::engine::spec::RunOutcome::without_result(
+                        "r1",
+                        crate::engine::spec::RunStatus::Error,
+                        crate::engine::spec::RunReason::QuotaExceeded,
+                        "quota".into(),
+                    )),
+                },
                 false,
                 "quota",
             ),

@@ -408,3 +408,26 @@ fn issue_12_11_a_verdict_that_could_not_be_recorded_is_not_cached() {
     let job = fake.object(JOBS, &job_name).unwrap();
     assert_eq!(record::recorded(&job).map(|recorded| recorded.status), Some(RunStatus::Succeeded));
 }
+
+/// A task-augmented call whose Job the cluster refuses (422 here) has no
+/// run to make a task of: the call is answered with the tool's own result,
+/// status `error` with the refusal, as the same call without a task is,
+/// never as a protocol-level internal error.
+#[test]
+fn a_task_whose_job_the_cluster_refuses_is_answered_with_the_runs_result() {
+    use mcp_k8s_ephemeral_job::config::{Config, RawConfig};
+    use mcp_k8s_ephemeral_job::tools::{self, background::TaskStart};
+    let fake = FakeApi::start();
+    fake.inject(&format!("POST {JOBS}"), Fault::Status { code: 422, retry_after: None }, 1);
+    let (engine, _temp) = new_ctx(&fake, policy().start_timeout);
+    let config =
+        Config::from_raw(&RawConfig::from_lookup(|name| (name == "MCP_K8S_ALLOWED_IMAGES").then(|| "busybox:1.36".into()))).unwrap();
+    let ctx = tools::Ctx { config, engine: Ok(engine) };
+    let Value::Object(arguments) = json!({"image": "busybox:1.36", "command": ["true"]}) else { unreachable!() };
+    let started = tools::background::task_submit(&ctx, "run_job", &arguments).expect("not a protocol error");
+    let TaskStart::Answered(outcome) = started else { panic!("no task for a refused run: {started:?}") };
+    let result = tools::result_json(outcome);
+    assert_eq!(result["structuredContent"]["status"], json!("error"), "{result}");
+    assert!(result["structuredContent"]["reason"].is_string(), "{result}");
+    assert!(fake.fired(&format!("POST {JOBS}")) >= 1, "the 422 was served");
+}

@@ -86,6 +86,18 @@ fn huge_arrays_and_deep_nesting() {
 }
 
 #[test]
+fn interpreter_options_as_file_names() {
+    let lines = vec![
+        tool_call(41, "execute_code", json!({"language": "python", "entrypoint_code": "print(1)", "entrypoint_filename": "-V"})),
+        tool_call(42, "execute_code", json!({"language": "python", "entrypoint_code": "print(1)", "entrypoint_filename": "./--help"})),
+    ];
+    run_attack("interpreter options as entrypoint_filename", lines, |answers| {
+        expect_tool_error(&answers["41"], "`entrypoint_filename` `-V` must not start with `-`");
+        expect_tool_error(&answers["42"], "`entrypoint_filename` `--help` must not start with `-`");
+    });
+}
+
+#[test]
 fn duplicate_keys() {
     let lines = vec![
         r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"run_job","arguments":{"image":"evil:1","image":"busybox:1.36","command":["true"]}}}"#.to_string(),

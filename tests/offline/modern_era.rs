@@ -338,3 +338,23 @@ fn resources_are_method_not_found_in_this_era_without_a_snippets_folder() {
     // methods 2026-07-28 removed get.
     assert_eq!(listed["error"]["message"], "method not found: `resources/list`", "{listed}");
 }
+
+/// Outside a session, a garbage `MCP-Protocol-Version` on a request
+/// without the envelope is named as the unsupported version it is (-32022),
+/// not reported as a missing `_meta`; the valid revision without the
+/// envelope stays -32602.
+#[test]
+fn an_unknown_protocol_version_header_without_the_envelope_is_named_unsupported() {
+    let http = HttpServer::start(&[]);
+    let bare = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} });
+    let garbage = http_post(&http, &bare, &[("MCP-Protocol-Version", Some("banana"))]);
+    assert_eq!((garbage.status, garbage.json()["error"]["code"].clone()), (400, json!(-32022)), "{}", garbage.body);
+    assert!(
+        garbage.json()["error"]["message"].as_str().unwrap_or_default().contains("unsupported protocol version `banana`"),
+        "{}",
+        garbage.body
+    );
+    assert_eq!(garbage.json()["error"]["data"]["requested"], "banana");
+    let valid = http_post(&http, &bare, &[("MCP-Protocol-Version", Some(VERSION))]);
+    assert_eq!((valid.status, valid.json()["error"]["code"].clone()), (400, json!(-32602)), "{}", valid.body);
+}

@@ -299,7 +299,7 @@ pub enum DockerPull {
     Missing,
 }
 
-/// Bounds of the HTTP transport (issue 11): what one client may make the
+/// Bounds of the HTTP transport: what one client may make the
 /// server hold, and for how long.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpLimits {
@@ -376,7 +376,7 @@ impl Config {
         let transport = parse_transport(raw.transport.as_deref())?;
         // 4 MiB: the largest useful call carries 768 KiB of files as base64
         // (~1 MiB) plus at most 1 MiB of argv and env; more only costs
-        // memory (issue 11, finding 4). 64 MiB is the ceiling an operator
+        // memory. 64 MiB is the ceiling an operator
         // may raise it to.
         let max_message_bytes = number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 4 << 20, 4096, 64 << 20)?;
         let http_limits = parse_http_limits(raw)?;
@@ -547,8 +547,8 @@ fn parse_docker_pull(value: Option<&str>) -> Result<DockerPull, Error> {
 
 /// MCP_K8S_WARM_POOLS: read and checked against the allowlist, the
 /// profiles' images and the allowed network modes. With a cache volume
-/// every run mounts it and no pool sandbox does (issue 17 keeps cache runs
-/// cold), so the pools would never be used: refused rather than ignored.
+/// every run mounts it and no pool sandbox does (cache runs
+/// stay cold), so the pools would never be used: refused rather than ignored.
 fn parse_warm_pools(
     value: Option<&str>,
     allowlist: &Allowlist,

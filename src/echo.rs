@@ -1,5 +1,5 @@
-//! Caller input quoted back in error messages, shortened (issue 11,
-//! finding 15: 1 MB of input was echoed whole). Errors name the offending
+//! Caller input quoted back in error messages, shortened (an
+//! earlier build echoed 1 MB of input whole). Errors name the offending
 //! value so the caller can find it; the first `MAX_ECHO_CHARS` characters
 //! do that. Knows nothing of where the text came from.
 

@@ -179,7 +179,7 @@ fn entry_allows(entry: &Entry, wanted: &ImageRef) -> bool {
                 (Some(_), None) => false,
                 // A tag entry allows that tag only. A digest beside it
                 // would be what is pulled, and it can name any content
-                // of the repository (issue 11, finding 8).
+                // of the repository.
                 (None, Some(_)) => false,
                 (None, None) => allowed.tag == wanted.tag,
             }
@@ -255,7 +255,7 @@ mod tests {
             ("busybox", true),
             ("busybox:latest", true),
             ("busybox:1.36", false),
-            // Issue 11, finding 8: a tag entry does not admit a digest.
+            // A tag entry does not admit a digest.
             (&format!("busybox:latest@{DIGEST}"), false),
             (&format!("busybox@{DIGEST}"), false),
             (&format!("docker.io/library/busybox:latest@{DIGEST}"), false),

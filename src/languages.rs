@@ -1,4 +1,4 @@
-//! `execute_code`'s language profiles (issue 15): for each language, the
+//! `execute_code`'s language profiles: for each language, the
 //! image, the default entrypoint filename, the argv that runs the file, the
 //! snippet extensions it claims, default timeout, CPU and memory, and the
 //! environment that makes the toolchain work on a read-only root file
@@ -160,7 +160,7 @@ fn built_in(max_timeout_s: u64) -> BTreeMap<String, Profile> {
     let home = [("HOME", "/tmp")];
     let profiles = [
         // Unbuffered, so a program killed at its timeout still shows what
-        // it printed (issue 15: "partial output").
+        // it printed ("partial output").
         profile(
             "python",
             "python:3.12-slim",

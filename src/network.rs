@@ -1,4 +1,4 @@
-//! A run's network mode (issue 16): `none`, `restricted` or `open`, the
+//! A run's network mode: `none`, `restricted` or `open`, the
 //! words of the `network` argument, the settings and the pod label
 //! `mcp-k8s-ephemeral-job/network`. A leaf: `config` parses the operator's
 //! list into it, `tools` picks one per call, each backend enforces it its

@@ -1,4 +1,4 @@
-//! The operator's warm pools (issue 17, `MCP_K8S_WARM_POOLS`): a JSON file
+//! The operator's warm pools (`MCP_K8S_WARM_POOLS`): a JSON file
 //! listing pools of sandboxes kept running ahead of the runs that will
 //! take them, each with the image, CPU and memory limits and network mode
 //! a run must have to take one of its sandboxes, how many to keep, and how

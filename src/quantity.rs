@@ -66,8 +66,7 @@ impl Resource {
 
 /// A memory limit below this cannot start a container runtime's shim and
 /// a program; a bare number is bytes, so `64` (a typo for `64Mi`) is
-/// refused here instead of failing at container start (issue 12,
-/// finding 5).
+/// refused here instead of failing at container start.
 pub const MIN_MEMORY_BYTES: i128 = 16 << 20;
 pub const MAX_MEMORY_BYTES: i128 = 1 << 40;
 /// Kubernetes keeps CPU to the millicore; below that a limit is rounded
@@ -85,8 +84,8 @@ impl Quantity {
         Ok(quantity)
     }
 
-    /// A limit the kubelet can apply and a node can have (issue 11,
-    /// finding 11: `1m` of memory, `1Pi`, `1E` CPUs and `1e-30` passed).
+    /// A limit the kubelet can apply and a node can have (an earlier
+    /// build passed `1m` of memory, `1Pi`, `1E` CPUs and `1e-30`).
     /// The same range holds for a caller's `limits` and the operator's
     /// defaults. Quantities are in nano-units: 10^9 per byte or per core.
     pub fn check_limit(&self, resource: Resource) -> Result<(), String> {

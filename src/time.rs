@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Parses `2006-01-02T15:04:05[.frac](Z|±hh:mm)`, fractions down to the
 /// nanosecond: exec plugins' expiry times and the API's own timestamps.
 ///
-/// Total on any text (issue 11 #13): the text comes from outside (a plugin,
+/// Total on any text: the text comes from outside (a plugin,
 /// an annotation anyone with edit rights in the namespace can write), so it
 /// is read by byte with `get`, never sliced at a position that could fall
 /// inside a UTF-8 character, and every field is range-checked. A leap second
@@ -139,7 +139,7 @@ mod tests {
         assert_eq!(nanos("2026-01-01T00:00:00.Z"), None, "a dot needs a digit");
     }
 
-    /// Issue 11 #13: hostile text (an `expires-at` annotation anyone may
+    /// Hostile text (an `expires-at` annotation anyone may
     /// write) must never panic the reaper thread.
     #[test]
     fn rfc3339_hostile_text_is_refused_without_panicking() {

@@ -218,7 +218,7 @@ pub enum OutputError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stop {
     /// The server decided the end: no sandbox of the run may run or start
-    /// again, ever (issue 12, findings 1 and 3).
+    /// again, ever.
     ForGood,
     /// The sandboxes that have not ended go; ended ones keep their output.
     Live,

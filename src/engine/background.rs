@@ -1,4 +1,4 @@
-//! Background runs (issue 6): submit, fetch, cancel and list, with the
+//! Background runs: submit, fetch, cancel and list, with the
 //! cluster as the source of truth so a restart or a second replica loses
 //! nothing.
 //!
@@ -12,7 +12,7 @@
 //! re-attached: one follower thread per run, shared by every waiter.
 //! A run's verdict is written onto its Job (`engine::verdict`) before it is
 //! cached or returned, and a re-attach reads it before anything else, so a
-//! token has one result in every process (issue 12).
+//! token has one result in every process.
 //!
 //! Background runs do not take an `MCP_K8S_MAX_CONCURRENT` slot: a slot
 //! bounds what this process waits on, while a background Job lives in the
@@ -216,7 +216,7 @@ pub fn fetch(ctx: &Ctx, token: &str, wait: Duration, stop: &CancelToken, on_outp
 /// Stops the run: marks its Job cancelled and deletes its pod (the runner
 /// then reports the output so far), and answers as soon as both are done.
 /// It used to wait for that report too, and ten cancels at once took 2 to
-/// 11 s each (issue 12, finding 15); the rest now happens on a thread of
+/// 11 s each; the rest now happens on a thread of
 /// its own (`finish_cancel`), and `fetch_job` returns the `cancelled`
 /// result once the follower has it.
 pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
@@ -314,7 +314,7 @@ fn ensure_known(ctx: &Ctx, token: &str) -> Result<(String, View), Error> {
 }
 
 /// Finds the run's Job and makes the store know it, before the caller
-/// answers (issue 12, finding 4): a recorded verdict is taken as it is
+/// answers: a recorded verdict is taken as it is
 /// (never judged again over a later pod), a run that has ended is read to
 /// its end on this thread, and only a run still going gets a follower. The
 /// Job must carry exactly this token, so a token with a forged time does
@@ -409,7 +409,7 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
     record_and_finish(ctx, run_id, ended, ended_at);
 }
 
-/// Makes the end final on the Job (issue 12, findings 1 and 11), then
+/// Makes the end final on the Job, then
 /// caches it. A verdict another process recorded first wins. When it
 /// cannot be recorded (the API does not answer) nothing is cached: the
 /// entry goes, and the next `fetch_job` reads the cluster again, so this
@@ -458,7 +458,7 @@ fn outcome_without_sandbox(
         Some(at) => {
             // An earlier version wrote the output's tail onto the Job for
             // this case; the caller's output does not belong in etcd for
-            // the retention (issue 12, finding 9), so only the process that
+            // the retention, so only the process that
             // cancelled the run has it.
             let mut outcome = RunOutcome::without_result(
                 run_id,
@@ -612,7 +612,7 @@ mod tests {
         }
     }
 
-    /// Issue 12, finding 9: the whole command sat in a Job annotation for
+    /// The whole command sat in a Job annotation for
     /// the retention.
     #[test]
     fn the_command_annotation_keeps_the_program_name_only() {

@@ -68,7 +68,7 @@ impl Collector {
             Frame::Artifact(header) => {
                 // The header says how much follows: one allocation of that
                 // size (within the cap) instead of doubling, which left up
-                // to twice the artifact resident (issue 12, finding 15).
+                // to twice the artifact resident.
                 let room = self.max_artifact_bytes.saturating_sub(self.artifact_bytes).min(header.size);
                 let content = header.content_included.then(|| Vec::with_capacity(usize::try_from(room).unwrap_or(0)));
                 self.artifacts.push(Artifact { path: header.path, size: header.size, mode: header.mode, sha256: header.sha256, content });

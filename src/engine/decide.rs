@@ -232,7 +232,7 @@ impl RunState {
             return vec![Step::Done(Verdict::Server(ServerEnd::Cancelled))];
         }
         // Deadlines are judged on what was known before this event: a view
-        // that ends an outage must first be acted on (issue 12, finding 10).
+        // that ends an outage must first be acted on.
         if let Some(verdict) = self.past_deadline(now) {
             return vec![Step::Done(verdict)];
         }
@@ -293,7 +293,7 @@ impl RunState {
     /// The runner's result is its last word: the run is over even if the
     /// sandbox's status has not caught up, unless it says "stopped by
     /// SIGTERM" and nobody here asked: then the sandbox's status must say
-    /// who did (issue 12, finding 2).
+    /// who did.
     fn log_ended(&mut self, end: LogEnd, now: Instant) -> Option<Verdict> {
         let explained = self.facts();
         let unexplained_stop = end.terminated_by_request && !end.stop_asked_here && explained.is_none();

@@ -1,5 +1,5 @@
 //! The background jobs this process knows about: a bounded in-memory cache
-//! in front of the cluster, which stays the source of truth (issue 6).
+//! in front of the cluster, which stays the source of truth.
 //!
 //! One entry per run id holds the phase, the tail of the live output (for
 //! `fetch_job` while running, and for progress), the finished outcome, and

@@ -41,7 +41,7 @@ pub struct Judged<'a> {
     pub finished: Option<&'a Finished>,
     /// This server stopped the run on purpose (`cancel_job`, an MCP
     /// cancel). Only then is a runner that got SIGTERM `cancelled`: the
-    /// runner cannot tell who sent the signal (issue 12, finding 2).
+    /// runner cannot tell who sent the signal.
     pub cancel_requested: bool,
     /// What the backend's users call its parts.
     pub wording: &'a Wording,
@@ -146,7 +146,7 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
     outcome
 }
 
-/// Issue 12, finding 7: a fork storm used to end as OOMKilled with the
+/// A fork storm used to end as OOMKilled with the
 /// advice to raise limits.memory.
 fn pids_message(wording: &Wording, fork_failures: u64, also_oom: bool) -> String {
     let oom = if also_oom { "; it also ran out of memory, which so many processes cause" } else { "" };
@@ -467,9 +467,9 @@ mod tests {
         }
     }
 
-    /// Issue 12: one case per finding the judge decides.
+    /// One case per run-truth rule the judge decides.
     #[test]
-    fn issue_12_rules() {
+    fn the_run_truth_rules() {
         let sigterm = || {
             let mut r = result();
             r.terminated_by_request = true;

@@ -1,4 +1,4 @@
-//! Warm pools (issue 17), backend-neutral and pure: which run may take a
+//! Warm pools, backend-neutral and pure: which run may take a
 //! pool's sandbox (`pick`), and one pool's life as a state machine (events
 //! in, steps out, synthetic time, as `decide.rs` does for a run): keep
 //! `size` sandboxes ready, replace one that stays idle past `max_idle`,

@@ -106,8 +106,7 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
     };
     let ended = follow(ctx, &followed, run_id, cancel, &on_progress);
     // Everything is removed below; an end decided here also stops the
-    // sandbox at once, so nothing runs after the answer (issue 12,
-    // findings 1 and 3).
+    // sandbox at once, so nothing runs after the answer.
     let settled = verdict::settle(ctx.backend.as_ref(), run_id, &ended, verdict::Record::No);
     let mut outcome = ended.outcome;
     if let Err(error) = settled {
@@ -141,7 +140,7 @@ pub struct Followed {
     /// How long a pod may stay unschedulable before the run gives up:
     /// `UNSCHEDULABLE_GRACE` for a caller who waits; `None` for a
     /// background run, which waits for capacity up to its start deadline
-    /// and then ends `Unschedulable` (issue 12, finding 15).
+    /// and then ends `Unschedulable`.
     pub unschedulable_grace: Option<Duration>,
     /// The pod's own deadline plus slack: only reached if the runner and
     /// the kubelet both failed to end the run.
@@ -171,7 +170,7 @@ impl Followed {
 pub const HARD_DEADLINE_SLACK: Duration = Duration::from_secs(30);
 
 /// Lets the backend drop a run's inputs as soon as its command starts
-/// (issue 12, finding 9): the inputs may hold secrets, and once the
+///: the inputs may hold secrets, and once the
 /// command runs nothing reads them again. Only once; the end of the run
 /// removes them anyway.
 pub struct InputsUsed {
@@ -486,8 +485,7 @@ fn unschedulable(run_id: &str, wording: &Wording, message: &str) -> RunOutcome {
     )
 }
 
-/// The sandbox did not start in time: says what it was doing (issue 12,
-/// finding 3). The caller stops it for good.
+/// The sandbox did not start in time: says what it was doing. The caller stops it for good.
 fn start_timeout(ctx: &Ctx, run_id: &str) -> RunOutcome {
     let progress = ctx.backend.start_progress(run_id);
     let sandbox = ctx.backend.wording().sandbox;

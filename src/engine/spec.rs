@@ -205,7 +205,7 @@ run_reasons! {
     /// The kubelet evicted the pod (workdir over its size limit, node
     /// pressure) or the eviction API did; the message carries its text.
     Evicted => "Evicted",
-    /// Something other than this server deleted the pod (issue 12).
+    /// Something other than this server deleted the pod.
     PodDeleted => "PodDeleted",
     /// The runner was sent SIGTERM by something other than this server,
     /// and neither an eviction nor a deletion was seen to explain it.

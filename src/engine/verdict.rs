@@ -1,4 +1,4 @@
-//! A run ends once (issue 12): its verdict is recorded by the backend
+//! A run ends once: its verdict is recorded by the backend
 //! before anyone is told, and an end this server decided (start timeout,
 //! unschedulable, lost result, an API failure it gave up on...) stops the
 //! sandbox for good first, so that it cannot run after the caller was told

@@ -34,7 +34,7 @@ pub const TOKEN_FILE_REREAD: Duration = Duration::from_secs(60);
 /// `kube::Options::exec_timeout`.
 pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How long a failed plugin run answers for it (issue 12 #12): a burst of
+/// How long a failed plugin run answers for it: a burst of
 /// calls behind a hanging plugin all get the one failure instead of running
 /// it once each, one timeout after another. Short, so that a plugin fixed
 /// by hand (a login) is picked up within seconds. The default of
@@ -174,7 +174,7 @@ fn read_token(path: &Path) -> Result<String, Error> {
 /// at a time and the calls that queued behind it read its answer when they
 /// get the lock. A success is read from `cached`; a failure from `failed`,
 /// for `ExecLimits::failure_ttl`. Without the latter, each queued call ran
-/// the hanging plugin again and waited its own timeout (issue 12 #12: three
+/// the hanging plugin again and waited its own timeout (three
 /// calls, 180 s).
 #[derive(Debug)]
 pub struct ExecPlugin {

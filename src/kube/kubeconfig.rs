@@ -45,7 +45,7 @@ pub struct ClusterConfig {
     /// Which CAs the server certificate is checked against, for TLS errors.
     pub ca_source: String,
     /// Which credentials requests carry and what to check when the API
-    /// answers 401 to them (issue 12 #13: "401 Unauthorized: Unauthorized"
+    /// answers 401 to them ("401 Unauthorized: Unauthorized"
     /// alone does not say whether a token expired or the context is wrong).
     pub unauthorized_hint: String,
 }

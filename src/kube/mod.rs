@@ -17,7 +17,7 @@
 //! failed). Any call is retried once after a 401 if the credentials could be
 //! refreshed (token file re-read, exec plugin re-run).
 //!
-//! First contact (issue 12 #13): until this client has had one HTTP answer
+//! First contact: until this client has had one HTTP answer
 //! from the server, a failure to connect (refused, unknown host, connect
 //! timeout) is retried only `Options::first_contact_retries` times. Before
 //! any answer, the likelier cause is a wrong server URL or port, and
@@ -786,7 +786,7 @@ struct ServerPlace<'a> {
     connect_timeout: Duration,
 }
 
-/// A transport failure in words that say what to fix (issue 12 #13): the
+/// A transport failure in words that say what to fix: the
 /// server URL always, and for TLS the CAs it was checked against.
 fn transport_message(error: &ureq::Error, place: &ServerPlace) -> String {
     let ServerPlace { server, origin, ca_source, connect_timeout } = place;

@@ -158,7 +158,7 @@ impl Response {
     /// but without copying the result, and allocated once: a tool result
     /// can carry tens of MiB of base64 artifacts, and the copy plus the
     /// text's doubling growth made a 9 MiB artifact cost the server 78 MB
-    /// (issue 12, finding 15).
+    ///.
     pub fn to_text(&self) -> String {
         let Ok(result) = &self.result else { return self.to_json().to_string() };
         let id = self.id.as_ref().map_or(Value::Null, RequestId::to_json);
@@ -213,7 +213,7 @@ impl Notification {
 /// answer with, as the JSON text the client wrote it (`None` writes
 /// `"id":null`, for text that is not JSON or whose id is unusable). Kept
 /// as text so an integer id beyond i64, which `RequestId` cannot hold, is
-/// still echoed exactly (issue 11, finding 9).
+/// still echoed exactly.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rejection {
     pub id: Option<String>,
@@ -468,7 +468,7 @@ mod tests {
         }
     }
 
-    /// Issue 11, findings 9, 12 and 15: valid JSON the server cannot or
+    /// Valid JSON the server cannot or
     /// will not read is answered with the id the client sent, exactly.
     #[test]
     fn refused_messages_keep_their_id() {

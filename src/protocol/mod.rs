@@ -210,7 +210,7 @@ impl Server {
     }
 
     /// Takes the request apart: `params` moves on to the call that needs
-    /// it rather than being copied (issue 11, finding 4).
+    /// it rather than being copied.
     /// `message_bytes` is the size of the message the request came in,
     /// which a call holds (as values) until it ends.
     fn on_request(self: &Arc<Self>, session: &Arc<Session>, request: Request, outbox: Outbox, message_bytes: usize) {
@@ -448,8 +448,7 @@ struct SessionState {
 /// Every call in flight on the server, for shutdown, and the bytes of the
 /// messages they hold: a call keeps its arguments (as values, and again as
 /// what they were checked into) until it ends, so without a bound a client
-/// could park `MAX_CALLS_IN_FLIGHT` maximal messages in long runs (issue 11,
-/// finding 4).
+/// could park `MAX_CALLS_IN_FLIGHT` maximal messages in long runs.
 struct Calls {
     state: Mutex<CallsState>,
     idle: Condvar,

@@ -1,6 +1,6 @@
 //! MCP resources (server feature `resources`): the snippets folder's files
 //! as `snippet://<name>` resources, so clients can list and show them
-//! (issue 15). Declared in `initialize` only when MCP_K8S_SNIPPETS_DIR is
+//!. Declared in `initialize` only when MCP_K8S_SNIPPETS_DIR is
 //! set. The folder is read at each request, so the list is always current;
 //! `listChanged` and subscriptions are not offered (the folder is not
 //! watched).

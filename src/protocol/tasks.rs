@@ -136,7 +136,7 @@ pub(super) fn task_id<'a>(call: &'a Call<'_>) -> Result<&'a str, ResponseError> 
 }
 
 /// -32602 only for what the caller must change; an unreachable cluster or
-/// a full server is -32603 (issue 11, finding 14).
+/// a full server is -32603.
 pub(super) fn response_error(error: CallError) -> ResponseError {
     match error {
         CallError::Invalid(message) => invalid_params(message),

@@ -322,7 +322,7 @@ fn task_requests_are_checked_before_any_cluster_is_needed() {
                 "no such job: `job-x` is not a job_token this server hands out; use the token submit_job returned (a task's taskId), or find it with list_jobs",
             ),
         ),
-        // Issue 11, finding 14: a well-formed id the cluster cannot be
+        // A well-formed id the cluster cannot be
         // asked about is the server's trouble, not invalid params.
         (
             &format!(r#"{{"jsonrpc":"2.0","id":8,"method":"tasks/get","params":{{"taskId":"{TOKEN}"}}}}"#),
@@ -359,7 +359,7 @@ fn run_job_and_execute_code_alone_declare_task_support() {
     }
 }
 
-/// Issue 11, finding 15: caller input quoted in an error is shortened.
+/// Caller input quoted in an error is shortened.
 #[test]
 fn echoed_input_is_shortened() {
     let long = "m".repeat(1 << 20);
@@ -382,7 +382,7 @@ fn echoed_input_is_shortened() {
     }
 }
 
-/// Issue 11, finding 14: a task-augmented call with good arguments that
+/// A task-augmented call with good arguments that
 /// cannot reach the cluster is -32603, not invalid params.
 #[test]
 fn a_task_the_cluster_cannot_take_is_an_internal_error() {
@@ -395,7 +395,7 @@ fn a_task_the_cluster_cannot_take_is_an_internal_error() {
     assert_eq!(messages, [error(json!(3), -32603, "this server has no backend to run sandboxes on: no cluster in protocol tests")]);
 }
 
-/// Issue 11, finding 4: running calls hold their messages; past
+/// Running calls hold their messages; past
 /// `MCP_K8S_MAX_INFLIGHT_BYTES` a new call waits for them (-32603), while
 /// one call alone is always served.
 #[test]
@@ -429,7 +429,7 @@ fn calls_in_flight_are_bounded_by_the_bytes_they_hold() {
     assert_eq!(last["result"]["structuredContent"], json!({ "slept_ms": 0 }), "{last}");
 }
 
-/// Issue 15: with a snippets folder, `resources` is declared and its files
+/// With a snippets folder, `resources` is declared and its files
 /// are listed and read as `snippet://` resources; without one, the methods
 /// are unknown (covered by `errors`).
 #[test]

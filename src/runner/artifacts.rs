@@ -145,7 +145,7 @@ pub fn send(workdir: &Path, paths: &[String], cap: u64, sink: &FrameSink) -> Sen
 }
 
 /// Names the files that came back without content and the cap that
-/// applied (issue 12, finding 15: they used to come back with empty notes).
+/// applied (they used to come back with empty notes).
 /// At most five names, so a thousand skipped files make one short note.
 pub fn over_cap_note(without_content: &[(String, u64)], cap: u64, sent_bytes: u64) -> Option<String> {
     const NAMED: usize = 5;

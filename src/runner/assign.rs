@@ -1,4 +1,4 @@
-//! `runner await-assignment`'s listener (issue 17): a warm pool sandbox's
+//! `runner await-assignment`'s listener: a warm pool sandbox's
 //! runner waits for exactly one valid assignment (`sandbox::assignment`),
 //! sent by the server through the API server's `pods/proxy` as one
 //! `POST /assign` with a `Content-Length`. Every connection is read under

@@ -1,4 +1,4 @@
-//! The runner's own disk bound (issue 12, finding 6): while the command
+//! The runner's own disk bound: while the command
 //! runs, a thread measures the folders it may write (the workdir and /tmp)
 //! and stops the command once they hold more than the limit together.
 //!

@@ -5,7 +5,7 @@
 //! The layout of the inputs (a manifest and one key per file) is
 //! `sandbox::inputs`: the engine writes it, this module reads it.
 //!
-//! Beside the main container instead of before it (issue 17: an init
+//! Beside the main container instead of before it (an init
 //! container costs the kubelet one more status cycle, about a second,
 //! before the main container starts), `runner init` is a regular container
 //! listed first, and its postStart hook `runner await-ready` holds the

@@ -1,5 +1,5 @@
 //! `runner probe-pids`: measures the process limit a pod really has, for
-//! `doctor` (issue 12, finding 7); `runner probe-connect`: tries the one
+//! `doctor`; `runner probe-connect`: tries the one
 //! connection every network mode refuses (see `probe_connect`). The pid limit of a Kubernetes pod is the
 //! kubelet's `podPidsLimit`, set on the pod's cgroup; the container sees
 //! only its own cgroup, whose `pids.max` is `max`, so reading files cannot

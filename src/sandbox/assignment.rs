@@ -1,4 +1,4 @@
-//! A warm sandbox's assignment (issue 17): the one run a pool sandbox's
+//! A warm sandbox's assignment: the one run a pool sandbox's
 //! runner (`runner await-assignment`) waits for, sent by the server
 //! through the API server's `pods/proxy` as the body of one
 //! `POST /assign`. It carries the per-sandbox key and everything a cold

@@ -1,4 +1,4 @@
-//! The background job tools (issue 6): `submit_job`, `fetch_job`,
+//! The background job tools: `submit_job`, `fetch_job`,
 //! `cancel_job` and `list_jobs`, plus the task operations the protocol
 //! layer maps MCP tasks onto, so a task and a `job_token` are two views of
 //! one run. Arguments are checked here (`submit_job` with the same
@@ -49,8 +49,8 @@ pub enum TaskStatus {
     Cancelled,
 }
 
-/// Why a job or task operation failed, by whose move it is (issue 11,
-/// finding 14: a cluster outage or a full queue was answered as "invalid
+/// Why a job or task operation failed, by whose move it is (once, a
+/// cluster outage or a full queue was answered as "invalid
 /// params"). The protocol layer answers `Invalid` with -32602 and
 /// `Unavailable` with -32603; tools put either into a tool error.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,7 +77,7 @@ impl From<background::Error> for CallError {
             background::Error::Unknown { token } => CallError::Invalid(no_such_job(&token)),
             // The engine says "expired" also for a well-formed token whose
             // Job it cannot find and whose time is past the retention: it
-            // may as well never have existed (issue 11, finding 12).
+            // may as well never have existed.
             background::Error::Expired { token, result_ttl_s } => CallError::Invalid(format!(
                 "no such job: `{}` has expired and was removed, or never existed here (results are kept {result_ttl_s} s after a job ends, MCP_K8S_RESULT_TTL_S); submit the job again, or find a live one with list_jobs",
                 crate::echo::shorten(&token)

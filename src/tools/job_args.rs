@@ -23,7 +23,7 @@ pub const MAX_INPUT_BYTES: usize = 768 * 1024;
 pub const MAX_INPUT_FILES: usize = 256;
 /// Linux refuses an argv or environment string longer than MAX_ARG_STRLEN
 /// (131072 bytes) *including* its terminating NUL, so 131071 bytes of text
-/// (issue 12, finding 5: a 131,072-byte argument failed at exec). An env
+/// (a 131,072-byte argument failed at exec). An env
 /// string is `NAME=value`.
 pub const MAX_ARG_BYTES: usize = 131_072 - 1;
 /// What argv and environment may take together. The kernel's ARG_MAX is a
@@ -41,7 +41,7 @@ pub const MAX_ENV_VARS: usize = 1024;
 /// Longest name of one file or folder on Linux file systems (NAME_MAX).
 pub const MAX_PATH_COMPONENT_BYTES: usize = 255;
 pub const MAX_ARTIFACT_PATTERNS: usize = 32;
-/// Folders a workdir may not be in or cover (issue 12, finding 8): the
+/// Folders a workdir may not be in or cover: the
 /// volume would hide the image's programs, libraries, loader or
 /// configuration, or the kernel's and the runner's folders. `/var` itself
 /// is reserved, its subfolders (`/var/tmp/x`) are not.
@@ -126,7 +126,7 @@ pub fn choose_network(asked: Option<&Value>, default: NetworkMode, allowed: &[Ne
 }
 
 /// argv and env together, as the kernel counts them at exec and as the
-/// Job object carries them (issue 11, finding 10: 100 arguments of 100 KiB
+/// Job object carries them (100 arguments of 100 KiB
 /// each passed one by one and made a 10 MB Job).
 fn check_argv_env_total(command: &[String], env: &BTreeMap<String, String>) -> Result<(), ArgError> {
     let strings = command.iter().map(|arg| (arg.len(), dollars(arg))).chain(env.iter().map(|(name, value)| {
@@ -381,7 +381,7 @@ fn parse_timeout(value: Option<&Value>, bounds: &ArgBounds) -> Result<Duration, 
 
 /// `timeout_s` as a whole number: `30`, and also `30.0` (some clients
 /// write every number as a float); `1e9` is a whole number too, and out
-/// of range rather than "not whole" (issue 11, finding 12).
+/// of range rather than "not whole".
 fn whole_seconds(number: &serde_json::Number, max: u64) -> Result<i64, ArgError> {
     if let Some(seconds) = number.as_i64() {
         return Ok(seconds);
@@ -762,9 +762,8 @@ mod tests {
         }
     }
 
-    /// Issue 11, findings 10 to 12 (and issue 12, findings 5 and 8): what
-    /// the kernel, the API server, etcd or the kubelet would refuse later
-    /// is refused here, with the limit named.
+    /// What the kernel, the API server, etcd or the kubelet would refuse
+    /// later is refused here, with the limit named.
     #[test]
     fn what_cannot_run_is_refused_up_front() {
         let file = |path: &str| json!({"path": path, "content_b64": ""});

@@ -21,7 +21,7 @@ pub fn reason_name(reason: RunReason) -> &'static str {
 /// base64 (`stdout_b64`), so binary output is never silently mangled.
 /// Large values are moved in after `json!`, which would copy them (it
 /// serialises a reference): with artifacts near the cap, each copy cost
-/// the server tens of MB (issue 12, finding 15).
+/// the server tens of MB.
 pub fn outcome_json(outcome: &RunOutcome) -> Value {
     let mut result = json!({
         "run_id": outcome.run_id,

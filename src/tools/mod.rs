@@ -445,7 +445,7 @@ fn warm_pools_view(config: &crate::config::Config) -> Vec<Value> {
         .collect()
 }
 
-/// What each mode enforces where (issue 16; docs/security.md
+/// What each mode enforces where (docs/security.md
 /// says the same at length). The server sets no firewall rule itself.
 const NETWORK_TEXT: &str = "Kubernetes: the pod carries the label mcp-k8s-ephemeral-job/network=<mode>, and the \
                             namespace's NetworkPolicies (deploy/networkpolicy-jobs*.yaml) enforce it: no ingress for \
@@ -709,7 +709,7 @@ mod tests {
         }
     }
 
-    /// Issue 11, finding 15: a long unknown argument is quoted short.
+    /// A long unknown argument is quoted short.
     #[test]
     fn a_long_unknown_argument_is_quoted_short() {
         let arguments: Map<String, Value> = [("x".repeat(10_000), json!(1))].into_iter().collect();

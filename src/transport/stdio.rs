@@ -4,7 +4,7 @@
 //! tool calls never interleave bytes. Input lines are capped; a longer line
 //! is skipped and answered with an error instead of being buffered whole.
 //!
-//! What waits for stdout is bounded too (issue 11, finding 7: a client
+//! What waits for stdout is bounded too (a client
 //! that never read stdout grew the server by every reply). Replies queue
 //! in a `ReplyQueue` counted in bytes; while it holds more than its cap,
 //! the reader stops reading stdin (the client's writes then block: that is

@@ -1,4 +1,4 @@
-//! The contract table (issue 14): one case per promise every backend makes,
+//! The contract table: one case per promise every backend makes,
 //! run unchanged on each backend its tier names (`super::BACKEND`), with the
 //! same expected results. A case says what the caller sees through MCP and
 //! that nothing of the run is left afterwards; how a backend keeps those
@@ -27,7 +27,7 @@ pub const EXCEPTIONS: &[Exception] = &[Exception {
     name: "missing-image-reason",
     backend: Kind::Docker,
     why: "images are never pulled unless the operator allows it (MCP_K8S_DOCKER_PULL), so a missing image is \
-          `ImageNotPresent` at once; issue 14 also allows `ImagePullFailed` when a pull was allowed and failed. \
+          `ImageNotPresent` at once; Podman also allows `ImagePullFailed` when a pull was allowed and failed. \
           Kubernetes always tries the pull (the kubelet's policy), so it is `ImagePullFailed` there.",
 }];
 

@@ -1,4 +1,4 @@
-//! The contract table on the Docker backend with warm pools (issue 17): the `on_docker` tier
+//! The contract table on the Docker backend with warm pools: the `on_docker` tier
 //! includes this file as its `contract_warm` module (`cargo test --test
 //! on_docker contract_warm::`). The cases and the harness are the same files
 //! the other tiers include; only `BACKEND` differs.

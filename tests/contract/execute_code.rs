@@ -1,4 +1,4 @@
-//! `execute_code` (issue 15) on each backend its tier names
+//! `execute_code` on each backend its tier names
 //! (`super::BACKEND`: the test cluster, the test dockerd), through the built
 //! binary over stdio, with the same cases and expectations: hello world in every language, modules from
 //! `additional_files`, a compile error, an exception, a timeout with partial
@@ -312,7 +312,7 @@ fn a_task_augmented_call_answers_with_isolators_text() {
     drop(harness::Cleanup { kind: BACKEND, run_ids: vec![run_id] });
 }
 
-/// Not an assertion on speed: measures what issue 15 asks to report, the
+/// Not an assertion on speed: measures what isolator parity asks to report, the
 /// p50 of five hello-world calls per language, as a client sees them.
 #[test]
 fn cold_start_p50_per_language() {

@@ -31,7 +31,7 @@ use super::support::server::StdioServer;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Kubernetes,
-    /// Kubernetes with a warm pool (issue 17) for each image the table
+    /// Kubernetes with a warm pool for each image the table
     /// runs without limits: its runs that fit take a pod that was already
     /// running, and must keep the same promises.
     KubernetesWarm,

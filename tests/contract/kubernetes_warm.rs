@@ -1,4 +1,4 @@
-//! The contract table on the Kubernetes backend with warm pools (issue 17): the `on_cluster` tier
+//! The contract table on the Kubernetes backend with warm pools: the `on_cluster` tier
 //! includes this file as its `contract_warm` module (`cargo test --test
 //! on_cluster contract_warm::`). The cases and the harness are the same files
 //! the Docker tier includes; only `BACKEND` differs.

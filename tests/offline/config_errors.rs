@@ -1,5 +1,5 @@
 //! Every setting, given a bad value, stops the built binary at start with
-//! exit code 2 and a message naming the variable (issue 7: "a wrong setting
+//! exit code 2 and a message naming the variable ("a wrong setting
 //! must stop the server at start with a clear message, not fail the
 //! hundredth call"). The unit tests in `config` check the wording; this
 //! checks the process really stops, for every variable of the table.
@@ -102,7 +102,7 @@ fn the_table_covers_every_setting() {
     assert!(missing.is_empty(), "settings without a bad-value case: {missing:?}");
 }
 
-/// Issue 16: on Docker `restricted` is the network MCP_K8S_DOCKER_NETWORK
+/// On Docker `restricted` is the network MCP_K8S_DOCKER_NETWORK
 /// names, so a default of `restricted` without it stops the start (with
 /// MCP_K8S_BACKEND=docker the backend is known before any connection).
 #[test]
@@ -128,7 +128,7 @@ fn the_sidecar_image_is_accepted_and_said_to_be_unused() {
     assert!(stderr.contains("MCP_K8S_SIDECAR_IMAGE is set but unused"), "{stderr}");
 }
 
-/// Issue 12 #13: a kubeconfig with one wrong field is said once, without the
+/// A kubeconfig with one wrong field is said once, without the
 /// "set MCP_K8S_KUBECONFIG..." hint that only fits when nothing was found.
 #[test]
 fn a_wrong_kubeconfig_field_is_said_once_without_the_where_to_look_hint() {

@@ -2,7 +2,7 @@
 //! cluster cannot do on demand: a pod watch dropped mid-run, an API server
 //! that answers 503 for a while, a log stream that breaks, 5xx while
 //! deleting, an outage with every stream cut and 403s after it, and the
-//! shapes of issue 12 (a start timeout that must stay final, a restart
+//! shapes of the run-truth faults (a start timeout that must stay final, a restart
 //! that must answer the truth at once, terminations nobody here asked
 //! for, a container that could not start). The test plays the kubelet: it
 //! adds the pod, writes the runner's frames into the log and ends the
@@ -235,7 +235,7 @@ fn play_sigterm(fake: &FakeApi, run_id: &str, change: fn(&mut Value)) {
 }
 
 #[test]
-fn issue_12_2_a_pod_deleted_from_outside_is_not_cancelled() {
+fn a_pod_deleted_from_outside_is_not_cancelled() {
     let fake = FakeApi::start();
     let (run_id, handle, _temp) = start_run(&fake);
     play_sigterm(&fake, &run_id, |pod| pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:03Z".into());
@@ -245,7 +245,7 @@ fn issue_12_2_a_pod_deleted_from_outside_is_not_cancelled() {
 }
 
 #[test]
-fn issue_12_2_an_eviction_is_evicted_with_the_kubelets_text() {
+fn an_eviction_is_evicted_with_the_kubelets_text() {
     let fake = FakeApi::start();
     let (run_id, handle, _temp) = start_run(&fake);
     play_sigterm(&fake, &run_id, |pod| {
@@ -258,7 +258,7 @@ fn issue_12_2_an_eviction_is_evicted_with_the_kubelets_text() {
 }
 
 #[test]
-fn issue_12_5_a_container_the_runtime_could_not_start_is_start_failed() {
+fn a_container_the_runtime_could_not_start_is_start_failed() {
     let fake = FakeApi::start();
     let (run_id, handle, _temp) = start_run(&fake);
     wait_for("the Job", || fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_some());
@@ -277,12 +277,12 @@ fn issue_12_5_a_container_the_runtime_could_not_start_is_start_failed() {
     assert!(outcome.message.contains("unable to set memory limit to 64"), "{}", outcome.message);
 }
 
-/// Issue 12, finding 10: the API server goes away mid-run (every stream
+/// The API server goes away mid-run (every stream
 /// cut, every request failing for 3 s), then answers 403 to the next two
 /// watches (cold RBAC cache) while logs stay unreadable for 8 s; meanwhile
 /// the pod succeeds. The run succeeds, on a log read again from the start.
 #[test]
-fn issue_12_10_an_api_outage_and_403s_after_it_do_not_fail_a_run_that_succeeds() {
+fn an_api_outage_and_403s_after_it_do_not_fail_a_run_that_succeeds() {
     let fake = FakeApi::start();
     let (run_id, handle, _temp) = start_run(&fake);
     wait_for("the Job", || fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_some());
@@ -324,12 +324,12 @@ fn fetch(ctx: &Ctx, token: &str, wait: Duration) -> mcp_k8s_ephemeral_job::engin
     background::fetch(ctx, token, wait, &CancelToken::new(), &mut |_, _| {}).expect("fetch_job")
 }
 
-/// Issue 12, findings 1 and 3: a start timeout is final. The verdict is on
+/// A start timeout is final. The verdict is on
 /// the Job before the answer, the pod is gone and the Job cannot make
 /// another; a pod that "runs anyway" afterwards changes nothing for a new
 /// server process.
 #[test]
-fn issue_12_1_and_3_a_start_timeout_is_final_for_every_process() {
+fn a_start_timeout_is_final_for_every_process() {
     let fake = FakeApi::start();
     let (first, _temp) = new_ctx(&fake, Duration::from_secs(3));
     let submitted = submit(&first);
@@ -364,10 +364,10 @@ fn issue_12_1_and_3_a_start_timeout_is_final_for_every_process() {
     assert_eq!((outcome.status, outcome.reason), (RunStatus::Error, Some(RunReason::StartTimeout)), "{}", outcome.message);
 }
 
-/// Issue 12, finding 4: the first fetch of a restarted server answers a
+/// The first fetch of a restarted server answers a
 /// job that finished long ago with its result, not `pending`.
 #[test]
-fn issue_12_4_the_first_fetch_after_a_restart_has_the_result() {
+fn the_first_fetch_after_a_restart_has_the_result() {
     let fake = FakeApi::start();
     let (first, _temp) = new_ctx(&fake, Duration::from_secs(30));
     let submitted = submit(&first);
@@ -388,11 +388,11 @@ fn issue_12_4_the_first_fetch_after_a_restart_has_the_result() {
     assert_eq!(record::recorded(&job).map(|recorded| recorded.status), Some(RunStatus::Succeeded), "recorded again");
 }
 
-/// Issue 12, finding 11: a verdict that could not be written onto the Job
+/// A verdict that could not be written onto the Job
 /// (the API failed the patch) is not cached either; the next fetch reads
 /// the cluster again, records it, and answers the truth.
 #[test]
-fn issue_12_11_a_verdict_that_could_not_be_recorded_is_not_cached() {
+fn a_verdict_that_could_not_be_recorded_is_not_cached() {
     let fake = FakeApi::start();
     let (ctx, _temp) = new_ctx(&fake, Duration::from_secs(30));
     let submitted = submit(&ctx);

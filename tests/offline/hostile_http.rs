@@ -1,4 +1,4 @@
-//! The hostile-input suite for the HTTP transport (issue 11), without a
+//! The hostile-input suite for the HTTP transport, without a
 //! cluster: each test starts the built binary on loopback, runs one class
 //! of attack while a second client keeps calling `GET /healthz` and an MCP
 //! `ping` on an established session, and asserts that the server is still

@@ -1,4 +1,4 @@
-//! Hostile input over stdio (issue 11): each attack runs against a fresh
+//! Hostile input over stdio: each attack runs against a fresh
 //! server (no cluster needed: tool calls fail fast at their arguments or
 //! at the missing engine), and the server must stay alive, answer every
 //! request with its id or the right error, keep answering `ping`, and
@@ -23,7 +23,7 @@ use mcp_k8s_ephemeral_job::protocol::scan;
 use serde_json::{Value, json};
 
 /// The binary under attack: this build's, or `$MCP_K8S_BIN` (to measure
-/// another build, such as the one before issue 11, with the same attacks).
+/// another build, such as the one before the hostile-input hardening, with the same attacks).
 fn binary() -> String {
     std::env::var("MCP_K8S_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-k8s-ephemeral-job").to_string())
 }

@@ -48,7 +48,7 @@ fn refusals() {
     type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, u16, &'a str);
     let cases: Vec<Case> = vec![
         ("GET", "/mcp", vec![], "", 405, "GET is not supported on /mcp; POST messages instead"),
-        // Regression (issue 11): the 405 named GET whatever the method.
+        // Regression: the 405 named GET whatever the method.
         ("PUT", "/mcp", vec![], "", 405, "PUT is not supported on /mcp; POST messages instead"),
         ("GET", "/messages", vec![], "", 405, "GET is not supported on /messages; POST messages instead"),
         ("POST", "/sse", vec![json], PING, 405, "POST is not supported on /sse; open the stream with GET"),
@@ -129,7 +129,7 @@ fn origin_and_host_checks() {
         (&[json, ("Origin", "http://localhost:6274")], 200),
         (&[json, ("Origin", "http://127.0.0.1")], 200),
         (&[json, ("Origin", "http://[::1]:3000")], 200),
-        // Regression (issue 11): scheme and host compare without case.
+        // Regression: scheme and host compare without case.
         (&[json, ("Origin", "HTTP://LOCALHOST")], 200),
         (&[json, ("Origin", "https://app.example.com")], 200),
         (&[json, ("Origin", "http://evil.example.com")], 403),
@@ -231,7 +231,7 @@ fn a_result_without_notifications_is_plain_json_even_when_sse_is_accepted() {
     assert_eq!(response.json()["result"]["structuredContent"], json!({ "slept_ms": 100 }));
 }
 
-/// Issue 12, finding 14: the Python SDK given a plain `httpx2.AsyncClient`
+/// The Python SDK given a plain `httpx2.AsyncClient`
 /// reads with httpx's 5 s timeout and gave up on a call that sent nothing
 /// for longer. The log level is raised so the call has no notifications:
 /// the switch to an event stream comes from the delay alone.
@@ -416,7 +416,7 @@ fn exchange(addr: &str, bytes: &[u8]) -> String {
 
 #[test]
 fn head_requests_to_the_probes_answer_like_get_without_a_body() {
-    // Regression (issue 11): HEAD /healthz was 404.
+    // Regression: HEAD /healthz was 404.
     let server = HttpServer::start(&[]);
     for (path, length) in [("/healthz", 3), ("/readyz", 6)] {
         let answer = exchange(&server.addr, format!("HEAD {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes());
@@ -525,7 +525,7 @@ fn post_until(server: &HttpServer, session: Option<&str>, body: &str, want: u16)
 
 #[test]
 fn a_closed_event_stream_frees_its_connection_within_a_second() {
-    // Regression (issue 11): a closed stream was only noticed at the next
+    // Regression: a closed stream was only noticed at the next
     // 15 s keepalive, holding its slot until then.
     let server = HttpServer::start(&[("MCP_K8S_MAX_CONNECTIONS", "1")]);
     let initialized = post_until(&server, None, INITIALIZE, 200);
@@ -563,7 +563,7 @@ fn a_closed_event_stream_frees_its_connection_within_a_second() {
 
 #[test]
 fn a_full_session_table_evicts_the_least_recently_used_session() {
-    // Regression (issue 11): 1001 initialize without DELETE locked every
+    // Regression: 1001 initialize without DELETE locked every
     // new client out for MCP_K8S_SESSION_TTL_S.
     let server = HttpServer::start(&[("MCP_K8S_MAX_SESSIONS", "2")]);
     let oldest = server.initialize();

@@ -398,7 +398,7 @@ fn exec_plugin_failures_are_clear() {
     assert!(error.ends_with("plugin.sh failed with exit code 3: token expired, run login"), "{error}");
 }
 
-/// Issue 12 #12: a hanging plugin made each queued call wait its own
+/// A hanging plugin made each queued call wait its own
 /// timeout (three calls, 180 s). Now one run at a time, and the calls that
 /// waited for it, or come within the failure TTL, share its failure.
 #[test]

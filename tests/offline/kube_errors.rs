@@ -1,4 +1,4 @@
-//! Errors about the cluster connection say what to fix (issue 12 #13): a
+//! Errors about the cluster connection say what to fix: a
 //! TLS failure names the server and the CAs it was checked against; a 401
 //! names the credentials refused and what to check; an RBAC 403 names the
 //! verb and resource; a credential that cannot be produced is not an API

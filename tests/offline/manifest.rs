@@ -84,7 +84,7 @@ fn run_with_files_limits_and_cache() {
     check("files-secret.json", &secret);
 }
 
-/// Issue 16: the mode is a label of the pod alone (the policies select
+/// The mode is a label of the pod alone (the policies select
 /// pods), with exactly the three values `deploy/networkpolicy-jobs.yaml`
 /// selects on.
 #[test]
@@ -132,7 +132,7 @@ fn clone_arguments_without_a_clone_step_add_nothing() {
     assert_eq!(manifest::job(&spec, &policy(), "0123abcd"), manifest::job(&self::spec(), &policy(), "0123abcd"));
 }
 
-/// Issue 12, finding 6: the main container's root was writable with no
+/// The main container's root was writable with no
 /// ephemeral-storage limit, and a job wrote 1.5 GB to /tmp.
 #[test]
 fn every_container_has_a_read_only_root_and_bounded_storage() {
@@ -217,7 +217,7 @@ fn full_template() -> PodTemplate {
     template::load(&path).unwrap_or_else(|error| panic!("{error}"))
 }
 
-/// Issue 19: the operator's template adds its fields, labels and
+/// The operator's template adds its fields, labels and
 /// annotations to the pod, and nothing else of the Job changes.
 #[test]
 fn run_with_a_full_pod_template() {
@@ -259,7 +259,7 @@ fn the_template_never_replaces_what_the_server_set() {
     assert_eq!(job["spec"]["template"]["spec"]["runtimeClassName"], "kata");
 }
 
-/// MCP_K8S_AWAIT_NETWORK_POLICY (issue 16): `prepare` waits for the fence,
+/// MCP_K8S_AWAIT_NETWORK_POLICY: `prepare` waits for the fence,
 /// and does so as an init container (beside `main`, its hook would hold
 /// the kubelet's pass that reports the pod's IP, which kube-router fences
 /// by, and the wait would never end).

@@ -294,7 +294,7 @@ fn wait_for_log(stderr: &std::sync::mpsc::Receiver<String>, msg: &str, wait: Dur
     false
 }
 
-/// Issue 18 with issue 15: the snippets are resources in this era too,
+/// With a snippets folder, the snippets are resources in the 2026-07-28 era too,
 /// declared by `server/discover`, listed and read with caching hints (a
 /// minute, as the folder may change under the server, where `tools/list`
 /// keeps an hour), and a missing one is invalid params with the URI in

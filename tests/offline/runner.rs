@@ -199,7 +199,7 @@ fn artifact_patterns_select_files_and_the_cap_leaves_content_out() {
     assert!(run.result().artifacts_truncated);
 }
 
-/// Issue 12, finding 15: an artifact over the cap came back without
+/// An artifact over the cap came back without
 /// content and with empty `notes`.
 #[test]
 fn an_artifact_over_the_cap_is_named_in_a_note_with_the_cap() {
@@ -212,7 +212,7 @@ fn an_artifact_over_the_cap_is_named_in_a_note_with_the_cap() {
     assert!(notes[0].contains("the artifact cap is 5 bytes") && notes[0].contains("MCP_K8S_MAX_ARTIFACT_BYTES"), "{notes:?}");
 }
 
-/// Issue 12, finding 6: the kubelet's eviction comes about a minute after
+/// The kubelet's eviction comes about a minute after
 /// a folder outgrows its limit; the runner's own watcher stops the command
 /// within a fraction of a second and says how much each folder held.
 #[test]
@@ -301,7 +301,7 @@ fn sigterm_to_the_runner_stops_the_command_and_still_reports() {
 }
 
 // ---------------------------------------------------------------------------
-// A warm pool sandbox's runner (issue 17), the built binary end to end:
+// A warm pool sandbox's runner, the built binary end to end:
 // `runner await-assignment` refuses a wrong key and keeps waiting, takes the
 // first valid assignment over a real socket, writes its input files, runs
 // its argv with its environment exactly as `runner exec` does (the same

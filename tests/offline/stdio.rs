@@ -75,7 +75,7 @@ fn an_oversize_line_is_refused_and_the_next_one_served() {
     let mut server = StdioServer::start(&[("MCP_K8S_MAX_MESSAGE_BYTES", "4096")]);
     server.send(&format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(5000)));
     let refused = server.recv();
-    // Issue 11, finding 9: the id at the start of the line is kept.
+    // The id at the start of the line is kept.
     assert_eq!(refused["id"], 1);
     assert_eq!(refused["error"]["code"], -32600);
     assert_eq!(refused["error"]["message"], "message exceeds 4096 bytes and was dropped; raise MCP_K8S_MAX_MESSAGE_BYTES");

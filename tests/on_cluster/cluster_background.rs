@@ -1,4 +1,4 @@
-//! Background jobs on the real test cluster (issue 6), through the built
+//! Background jobs on the real test cluster, through the built
 //! binary over stdio: submit, long-poll, fetch twice, expiry, cancel with
 //! partial output, list; a SIGKILLed server and a second server losing
 //! nothing; the reaper cleaning up after a crashed server; and the same
@@ -187,7 +187,7 @@ fn cancel_stops_the_job_and_keeps_its_partial_output() {
         assert!(Instant::now() < deadline, "no output from {token}");
     }
     // cancel_job answers once the cancel is recorded and the pod deletion
-    // issued (issue 12, finding 15); fetch_job then has the result.
+    // issued; fetch_job then has the result.
     let started = Instant::now();
     let cancelled = ok(&mut server, "cancel_job", json!({"job_token": token}));
     assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
@@ -214,7 +214,7 @@ fn cancel_stops_the_job_and_keeps_its_partial_output() {
     assert!(running.is_empty(), "the pod is deleted: {running:?}");
 
     // A fresh server knows it was cancelled once the pod and its log are
-    // gone; the output is not kept in the cluster (issue 12, finding 9).
+    // gone; the output is not kept in the cluster.
     let job = job_of(&token).expect("the Job is kept");
     assert!(job["metadata"]["annotations"]["mcp-k8s-ephemeral-job/cancelled-output"].is_null(), "{job}");
     let gone_by = Instant::now() + Duration::from_secs(60);
@@ -241,7 +241,7 @@ fn list_jobs_finds_a_lost_token() {
     let entry = listed["jobs"].as_array().unwrap().iter().find(|job| job["job_token"] == token).cloned();
     let entry = entry.unwrap_or_else(|| panic!("{token} not in {listed}"));
     assert_eq!(entry["status"], "running", "{entry}");
-    // The image and the program, not the arguments (issue 12, finding 9).
+    // The image and the program, not the arguments.
     assert_eq!(entry["command"], format!("{BUSYBOX} sh"), "{entry}");
     assert!(entry["expires_at"].as_str().unwrap().ends_with('Z'), "{entry}");
 

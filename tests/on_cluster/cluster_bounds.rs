@@ -1,4 +1,4 @@
-//! The sandbox's bounds on the real test cluster (issue 12, findings 6, 7
+//! The sandbox's bounds on the real test cluster (7
 //! and 15), through the built binary over stdio: a read-only root with a
 //! writable /tmp, HOME and workdir; disk writes stopped at the size bound;
 //! a fork storm stopped by the pod's pid limit and named `PidsExhausted`;
@@ -94,7 +94,7 @@ print(json.dumps({
     assert_eq!(outcome["stdout"], "/work/home\n", "{outcome}");
 }
 
-/// Issue 12, finding 6: 1.5 GB went to /tmp while the workdir limit was
+/// 1.5 GB went to /tmp while the workdir limit was
 /// 1Gi. The kubelet enforces the bound by evicting the pod on its own
 /// schedule (its volume stats refresh about once a minute: at 8 MiB/s, a
 /// 64Mi /tmp held 576 MiB when it came), so the runner watches the folders
@@ -116,7 +116,7 @@ fn writing_past_the_disk_bound_stops_the_run_at_the_bound() {
     assert!((64..=96).contains(&written_mib), "{written_mib} MiB written past a 64Mi bound: {outcome}");
 }
 
-/// Issue 12, finding 7: pids.max was `max`, one pod ran 5,005 processes,
+/// Pids.max was `max`, one pod ran 5,005 processes,
 /// and a fork storm under 512Mi ended as OOMKilled with the advice to
 /// raise the memory limit. Needs the kubelet's podPidsLimit, which
 /// `tests/cluster/up` sets to 1024.
@@ -134,7 +134,7 @@ fn a_fork_storm_is_stopped_by_the_pid_limit_and_named() {
     assert!(outcome["message"].as_str().unwrap().contains("podPidsLimit"), "{outcome}");
 }
 
-/// Issue 12, finding 15: an artifact over the cap came back without
+/// An artifact over the cap came back without
 /// content and with empty `notes`.
 #[test]
 fn an_artifact_over_the_cap_is_named_with_the_cap() {
@@ -150,7 +150,7 @@ fn an_artifact_over_the_cap_is_named_with_the_cap() {
     assert!(notes.contains("the artifact cap is 4096 bytes") && notes.contains("MCP_K8S_MAX_ARTIFACT_BYTES"), "{outcome}");
 }
 
-/// Issue 12, finding 15: ten concurrent cancel_job calls took 2 to 11 s
+/// Ten concurrent cancel_job calls took 2 to 11 s
 /// each, while the README said "at once". Each now answers once the cancel
 /// is recorded and the pod deletion issued; fetch_job has the result.
 #[test]
@@ -191,7 +191,7 @@ fn ten_cancels_at_once_answer_at_once() {
     }
 }
 
-/// Issue 12, finding 9: the inputs sat in a Secret until the run ended
+/// The inputs sat in a Secret until the run ended
 /// (background runs: until the follower finished). It goes once the
 /// command has started, for sync and background runs alike.
 #[test]
@@ -220,7 +220,7 @@ fn the_inputs_secret_is_gone_once_the_command_runs() {
     assert_eq!(view["status"], "running", "the command still runs: {view}");
 }
 
-/// Issue 12, finding 15: background jobs got the sync 20 s Unschedulable
+/// Background jobs got the sync 20 s Unschedulable
 /// grace; they now wait for capacity up to MCP_K8S_START_TIMEOUT_S.
 #[test]
 fn a_background_job_waits_for_capacity_up_to_its_start_timeout() {

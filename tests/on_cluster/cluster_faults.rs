@@ -1,4 +1,4 @@
-//! Faults on the real test cluster (issue 12): a pod deleted from outside,
+//! Faults on the real test cluster: a pod deleted from outside,
 //! a kubelet eviction (the workdir over its size limit), a container the
 //! runtime cannot start, a run no node can take (its verdict must hold for
 //! every process, and its pod must never run), a start timeout, and the
@@ -26,7 +26,7 @@ fn take_turn() -> std::sync::MutexGuard<'static, ()> {
 }
 
 #[test]
-fn issue_12_2_a_pod_deleted_from_outside_is_pod_deleted_not_cancelled() {
+fn a_pod_deleted_from_outside_is_pod_deleted_not_cancelled() {
     let mut server = cluster::server(&[]);
     let marker = faults::marker("deleted");
     let script = format!("echo started-{marker}; sleep 120");
@@ -48,7 +48,7 @@ fn issue_12_2_a_pod_deleted_from_outside_is_pod_deleted_not_cancelled() {
 /// node-pressure machinery's API path do): `Evicted` with its text, not
 /// `cancelled`.
 #[test]
-fn issue_12_2_an_evicted_pod_is_evicted_with_its_text_not_cancelled() {
+fn an_evicted_pod_is_evicted_with_its_text_not_cancelled() {
     let mut server = cluster::server(&[]);
     let marker = faults::marker("evicted");
     let script = format!("echo {marker}; sleep 170");
@@ -78,12 +78,12 @@ fn issue_12_2_an_evicted_pod_is_evicted_with_its_text_not_cancelled() {
 }
 
 /// A workdir written past its bound: the runner stops the command itself
-/// (`DiskLimitExceeded`, issue 12 finding 6), or the kubelet evicts the
+/// (`DiskLimitExceeded`), or the kubelet evicts the
 /// pod first (`Evicted` with its text); never `cancelled`, never success.
 /// The command may end before its pod is ever seen running, so the test
 /// only waits for the answer.
 #[test]
-fn issue_12_6_a_workdir_over_its_bound_is_stopped_not_cancelled() {
+fn a_workdir_over_its_bound_is_stopped_not_cancelled() {
     let mut server = cluster::server(&[("MCP_K8S_WORKDIR_SIZE", "4Mi")]);
     let marker = faults::marker("disk");
     let script = format!("echo {marker}; dd if=/dev/zero of=big bs=1024 count=16384; sleep 170");
@@ -105,13 +105,13 @@ fn issue_12_6_a_workdir_over_its_bound_is_stopped_not_cancelled() {
 }
 
 /// A memory limit of 64 bytes (a typo for 64Mi), which no runtime can
-/// start. Before issue 12 it reached the kubelet, whose StartError never
+/// start. In an earlier build it reached the kubelet, whose StartError never
 /// reached the caller (`ResultLost`). The bound (16Mi to 1Ti) now refuses
 /// it before anything is created; `StartFailed` with the runtime's own text
-/// is proven against the fake API (offline engine_faults::issue_12_5_*)
+/// is proven against the fake API (offline engine_faults::*)
 /// and in the judge's table.
 #[test]
-fn issue_12_5_a_memory_limit_no_runtime_can_start_is_refused_up_front_naming_it() {
+fn a_memory_limit_no_runtime_can_start_is_refused_up_front_naming_it() {
     let mut server = cluster::server(&[]);
     let id = faults::send_call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["echo", "never"], "limits": {"memory": "64"}}));
     let result = faults::response(&server, id, Duration::from_secs(30));
@@ -121,7 +121,7 @@ fn issue_12_5_a_memory_limit_no_runtime_can_start_is_refused_up_front_naming_it(
 }
 
 #[test]
-fn issue_12_1_an_unschedulable_job_is_final_for_every_process_and_never_runs() {
+fn an_unschedulable_job_is_final_for_every_process_and_never_runs() {
     // Whichever the server applies to a background job that no node can
     // take, the unschedulable grace or its start timeout, ends it here.
     let mut first = cluster::server(&[("MCP_K8S_START_TIMEOUT_S", "20")]);
@@ -158,7 +158,7 @@ fn issue_12_1_an_unschedulable_job_is_final_for_every_process_and_never_runs() {
 /// A start timeout stops the pod for good and says what it was doing
 /// (here: waiting for a node, with the scheduler's text).
 #[test]
-fn issue_12_3_a_start_timeout_says_what_the_pod_was_doing_and_stops_it() {
+fn a_start_timeout_says_what_the_pod_was_doing_and_stops_it() {
     let _turn = take_turn();
     let mut server = cluster::server(&[("MCP_K8S_START_TIMEOUT_S", "5")]);
     let id = faults::send_call(
@@ -176,7 +176,7 @@ fn issue_12_3_a_start_timeout_says_what_the_pod_was_doing_and_stops_it() {
 }
 
 #[test]
-fn issue_12_4_after_a_sigkill_the_first_fetch_has_the_true_results() {
+fn after_a_sigkill_the_first_fetch_has_the_true_results() {
     let mut first = cluster::server(&[]);
     let tokens: Vec<String> = (0..3)
         .map(|index| {

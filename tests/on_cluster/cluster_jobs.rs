@@ -1,4 +1,4 @@
-//! Issue 2's "Done when" checks through this client, against the real test
+//! The Kubernetes client's first checks through this client, against the real test
 //! cluster: a restricted-compliant busybox Job runs to completion (watched),
 //! its log is read, and the TTL controller deletes Job and pod; Pod Security
 //! refuses a non-compliant pod with a clear error and admits a compliant one;

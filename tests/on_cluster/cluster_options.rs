@@ -1,4 +1,4 @@
-//! The operator's options on the real test cluster (issue 7): private git
+//! The operator's options on the real test cluster: private git
 //! clones from a token-protected HTTPS git server (branch, tag, SHA; the
 //! token never in argv, in the main container's environment or under
 //! `.git`; bad ref and bad token give CloneFailed), the cache volume shared

@@ -1,5 +1,4 @@
-//! An API server stopped for 25 s mid-run and started again (issue 12,
-//! finding 10), on the real test cluster: a `run_job` and two background
+//! An API server stopped for 25 s mid-run and started again, on the real test cluster: a `run_job` and two background
 //! jobs in flight all end `succeeded` with their output, and the restarted
 //! API server's cold caches (403 for a while) are ridden out too.
 //!
@@ -99,7 +98,7 @@ impl Drop for PrivateApiServer {
 }
 
 #[test]
-fn issue_12_10_an_api_server_down_25_s_mid_run_fails_nothing_that_succeeds() {
+fn an_api_server_down_25_s_mid_run_fails_nothing_that_succeeds() {
     let mut api = PrivateApiServer::start();
     let kubeconfig = api.kubeconfig.display().to_string();
     let mut server = cluster::server(&[("MCP_K8S_KUBECONFIG", &kubeconfig), ("MCP_K8S_LOG_LEVEL", "debug")]);

@@ -1,4 +1,4 @@
-//! NetworkPolicy on the test cluster (issue 16): deploy/'s policies, as
+//! NetworkPolicy on the test cluster: deploy/'s policies, as
 //! kube-router enforces them (tests/cluster/up), seen from pods labelled like
 //! job pods in each network mode, and the cluster's "never forward off the
 //! bridge" guard still holding with kube-router's rules in place.

@@ -1,4 +1,4 @@
-//! The operator's pod template (`MCP_K8S_POD_TEMPLATE`, issue 19) on the
+//! The operator's pod template (`MCP_K8S_POD_TEMPLATE`) on the
 //! real test cluster: a nodeSelector the node has (label added by the test)
 //! schedules the run and one no node has fails fast `Unschedulable` naming
 //! the selector; a NoSchedule taint only the template tolerates; extra

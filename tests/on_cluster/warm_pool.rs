@@ -1,4 +1,4 @@
-//! Warm pools on the real test cluster (issue 17), through the built binary
+//! Warm pools on the real test cluster, through the built binary
 //! over stdio: a run that fits a pool takes a pod that was already running
 //! (seen in `describe_environment`'s hit count, never in a timing) and keeps
 //! the run contract (exit code, streams apart, live output, files in and

@@ -1,5 +1,5 @@
 //! Faults of the node and of the server's credentials on the real test
-//! cluster (issue 12, fault suite): containerd killed and restarted while a
+//! cluster (fault suite): containerd killed and restarted while a
 //! run is in flight, and an exec credential plugin that hangs.
 //!
 //! Killing containerd stops image and container operations for every pod
@@ -127,7 +127,7 @@ impl Drop for Containerd {
 // run's Job and pod were gone within seconds of its answer, every try,
 // and so were its processes on the node.
 #[test]
-fn issue_12_containerd_killed_and_restarted_mid_run_fails_nothing() {
+fn containerd_killed_and_restarted_mid_run_fails_nothing() {
     let _turn = take_turn();
     let mut server = cluster::server(&[]);
     // Neither marker contains the other: each finds its own run's pod.
@@ -231,10 +231,10 @@ fn processes_with(marker: &str) -> Vec<(String, String)> {
 
 /// A kubeconfig for the cluster whose user is an exec plugin that never
 /// answers: it appends a line to `runs` and sleeps. Three calls at once
-/// share one plugin run and its failure (issue 12, finding 12): before,
+/// share one plugin run and its failure: before,
 /// each waited its own 60 s in turn and the third answered after 180 s.
 #[test]
-fn issue_12_12_a_hanging_credential_plugin_runs_once_and_every_call_hears_of_it() {
+fn a_hanging_credential_plugin_runs_once_and_every_call_hears_of_it() {
     let _turn = take_turn();
     let dir = std::env::temp_dir().join(format!("cluster-node-faults-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");

@@ -457,7 +457,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 #[test]
 fn a_size_bound_on_the_writable_layer_is_refused_unless_overlay2_sits_on_xfs() {
     // What the backend must say when it cannot bound the workdir's size
-    // (issue 14): overlay2 takes `size` only over xfs with pquota. The test
+    //: overlay2 takes `size` only over xfs with pquota. The test
     // engine's data root is on this machine's ext4, so there it is refused.
     let client = client();
     let cleanup = Cleanup::new(&client, "storage-opt");

@@ -25,7 +25,7 @@ mod warm_pool;
 /// The contract table (tests/contract/), on the Docker backend.
 #[path = "../contract/docker.rs"]
 mod contract;
-/// The contract table again, against warm pools on Docker (issue 17).
+/// The contract table again, against warm pools on Docker.
 #[path = "../contract/docker_warm.rs"]
 mod contract_warm;
 

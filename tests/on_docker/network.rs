@@ -1,4 +1,4 @@
-//! Network modes on the Docker backend (issue 16), through the built server
+//! Network modes on the Docker backend, through the built server
 //! against the test daemon: from a run in each mode, what it reaches and
 //! what it does not, and whether anything can connect to it.
 //!

@@ -1,4 +1,4 @@
-//! Warm pools on the Docker backend (issue 17), through the built server
+//! Warm pools on the Docker backend, through the built server
 //! against the test daemon: a run that fits a pool takes one of its
 //! running containers (proven by `describe_environment`'s hit count, not
 //! by timing) and keeps the run contract (exit code, separate streams,

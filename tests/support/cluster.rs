@@ -159,7 +159,7 @@ pub fn assert_nothing_left_in(namespace: &str, run_id: &str) {
     }
 }
 
-/// The restricted-compliant pod spec issue 2 asks for.
+/// The restricted-compliant pod spec the security model asks for.
 pub fn restricted_pod_spec(image: &str, script: &str) -> serde_json::Value {
     serde_json::json!({
         "restartPolicy": "Never",

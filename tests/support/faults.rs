@@ -1,6 +1,6 @@
 //! Helpers of the real-cluster fault suites (`on_cluster::cluster_faults`,
-//! `on_cluster::cluster_outage`, `on_cluster_alone::cluster_node_faults`,
-//! issue 12): MCP calls to a server over stdio, a
+//! `on_cluster::cluster_outage`, `on_cluster_alone::cluster_node_faults`):
+//! MCP calls to a server over stdio, a
 //! request left in flight while the test breaks something, the pods of a
 //! run, and cleanup of background Jobs (kept for the retention by design).
 

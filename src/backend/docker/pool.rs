@@ -1,4 +1,4 @@
-//! The Docker backend's warm pools (issue 17), the twin of
+//! The Docker backend's warm pools, the twin of
 //! `backend::kubernetes::pool`: the thin shell around
 //! `engine::pool::PoolState`. A thread per pool makes and removes what the
 //! machine's steps say (a pool sandbox is a run's container, created and

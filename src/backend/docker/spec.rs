@@ -50,7 +50,7 @@ pub const LABEL_RUN_DEADLINE_S: &str = "mcp-k8s-ephemeral-job/run-deadline-s";
 pub const LABEL_MEMORY_LIMIT: &str = "mcp-k8s-ephemeral-job/memory-limit";
 pub const LABEL_TOKEN: &str = "mcp-k8s-ephemeral-job/job-token";
 pub const LABEL_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
-/// `image program`, never the arguments (issue 12, finding 9).
+/// `image program`, never the arguments.
 pub const LABEL_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
 /// A warm pool's container: the pool's name, and the id of the server
 /// process that keeps it (replicas on one daemon keep apart).

@@ -39,7 +39,7 @@ const IMAGE_PULL_FAILURES: &[&str] = &["ErrImagePull", "ImagePullBackOff", "Inva
 const CONTAINER_FAILURES: &[&str] = &["CreateContainerConfigError", "CreateContainerError", "RunContainerError"];
 /// Of those, the ones where the runtime tried to create or start the
 /// process and failed: for the main container that is a start failure
-/// whose text the caller needs (issue 12, finding 5).
+/// whose text the caller needs.
 const START_FAILURES: &[&str] = &["CreateContainerError", "RunContainerError"];
 /// Terminated reasons of a container whose process never ran.
 const TERMINATED_WITHOUT_STARTING: &[&str] = &["StartError", "ContainerCannotRun"];
@@ -227,7 +227,7 @@ fn start_failure_message(reason: &str, message: &str) -> String {
 }
 
 /// The main container waiting with `CreateContainerError` or
-/// `RunContainerError`: the runtime failed to start it (issue 12, 5).
+/// `RunContainerError`: the runtime failed to start it.
 fn main_start_failure(main: &ContainerStatus) -> Option<PodState> {
     let waiting = main.state.waiting.as_ref()?;
     let reason = waiting.reason.as_deref()?;
@@ -489,14 +489,14 @@ mod tests {
             ),
             ("evicted", pod(json!({"phase": "Failed", "reason": "Evicted", "message": "ephemeral storage"})), "Finished"),
             (
-                "issue 12 (5): the runtime could not run the container",
+                "the runtime could not run the container",
                 pod(
                     json!({"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": "RunContainerError", "message": "exec: argument list too long"}}}]}),
                 ),
                 "FailFast(StartFailed)",
             ),
             (
-                "issue 12 (5): the runtime could not start the container",
+                "the runtime could not start the container",
                 pod(
                     json!({"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 128, "reason": "StartError", "message": "unable to set memory limit to 64"}}}]}),
                 ),
@@ -549,7 +549,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_12_3_start_progress_says_what_the_pod_was_doing() {
+    fn start_progress_says_what_the_pod_was_doing() {
         let waiting_main =
             pod(json!({"phase": "Pending", "containerStatuses": [{"name": "main", "state": {"waiting": {"reason": "PodInitializing"}}}]}));
         let pulling = json!({"reason": "Pulling", "message": "Pulling image \"python:3.12\""});

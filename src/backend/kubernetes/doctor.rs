@@ -269,7 +269,7 @@ fn check_image_runs(ctx: &engine::run::Ctx, what: &str, image: &str, command: &[
     Check::fail(format!("{what} `{image}`: `{}` did not succeed: {}", command.join(" "), failure_text(&outcome)))
 }
 
-/// The pid limit a job pod really has (issue 12, finding 7). The server
+/// The pid limit a job pod really has. The server
 /// cannot read the kubelet's configuration, and a container's own cgroup
 /// says `max`, so a job of the runner image counts the threads it can
 /// start (`runner probe-pids`).
@@ -302,7 +302,7 @@ fn pids_check(probe: &sandbox::probe::PidsProbe) -> Check {
     }
 }
 
-/// Whether job pods are really fenced in (issue 16): a job of the runner
+/// Whether job pods are really fenced in: a job of the runner
 /// image tries to connect to the API server's Service (`runner
 /// probe-connect`), which deploy/'s policies refuse in every network mode.
 /// Doctor cannot see the CNI, so this is the only way to tell that the

@@ -10,13 +10,13 @@
 //! done: the kubelet starts a pod's containers in order and waits for each
 //! one's postStart hook, so `main` starts in the same pass (an init
 //! container made the kubelet wait for its next status pass, about a
-//! second, before starting `main`: issue 17). With `clone`, `prepare` and
+//! second, before starting `main`). With `clone`, `prepare` and
 //! a second step `clone` from the operator's git image (which runs the
 //! copied runner's `runner clone` and alone mounts the clone Secret) are
 //! init containers, as the clone must finish before `main` starts. Every container passes the
 //! restricted Pod Security Standard and has resources; the pod gets no ServiceAccount token.
 //!
-//! Disk (issue 12, finding 6): every container's root file system is
+//! Disk: every container's root file system is
 //! read-only, so nothing can be written outside the volumes below, and every
 //! volume is an `emptyDir` with a size limit. The caller's command writes to
 //! the workdir and to `/tmp` (also its `$HOME` unless the caller or the
@@ -45,7 +45,7 @@ pub const MANAGED_BY: &str = "mcp-k8s-ephemeral-job";
 pub const LABEL_RUN_ID: &str = "mcp-k8s-ephemeral-job/run-id";
 /// Label on the pod only: its network mode (`none`, `restricted`, `open`),
 /// which the NetworkPolicies of `deploy/networkpolicy-jobs.yaml` select
-/// (issue 16: the contract with them is this key and these three values).
+/// (the contract with them is this key and these three values).
 pub const LABEL_NETWORK: &str = "mcp-k8s-ephemeral-job/network";
 /// Label on background Jobs only, so `list_jobs` selects them in one call.
 pub const LABEL_MODE: &str = "mcp-k8s-ephemeral-job/mode";
@@ -339,7 +339,7 @@ fn runner_path() -> String {
 
 /// The same for every container. The root is read-only everywhere: an
 /// earlier version left the main container's writable, and a job wrote
-/// 1.5 GB to /tmp past every bound (issue 12, finding 6).
+/// 1.5 GB to /tmp past every bound.
 fn container_security(policy: &Policy) -> Value {
     json!({
         "allowPrivilegeEscalation": false,

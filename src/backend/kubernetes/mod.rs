@@ -383,7 +383,7 @@ fn refusal(what: &str, error: &kube::Error) -> Refused {
     } else if (error.is_forbidden() && error.permission_denied().is_none()) || error.is_invalid() {
         // An RBAC refusal is the server's own missing permission, not the
         // pod being refused: it stays ApiError, whose message names the
-        // verb and resource to grant (issue 12, finding 13).
+        // verb and resource to grant.
         RunReason::Rejected
     } else {
         RunReason::ApiError

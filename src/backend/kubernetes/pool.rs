@@ -1,4 +1,4 @@
-//! The Kubernetes backend's warm pools (issue 17): the thin shell around
+//! The Kubernetes backend's warm pools: the thin shell around
 //! `engine::pool::PoolState`. A thread per pool makes and deletes what the
 //! machine's steps say (a pool sandbox is a Job like a cold run's, whose
 //! runner waits for one assignment, and a key Secret), lists the pool's

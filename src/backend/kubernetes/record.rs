@@ -12,7 +12,7 @@
 //! spec already holds them (`activeDeadlineSeconds`, the main container's
 //! limits, written by the golden-tested `manifest`), and a second copy in
 //! an annotation could only disagree; readers take them from the typed
-//! Job view. The output is not kept either (issue 12, finding 9).
+//! Job view. The output is not kept either.
 //! Knows the annotations, not how a run is followed or judged; the move
 //! to `backend/kubernetes/record.rs` is planned (architecture-next.md).
 
@@ -34,7 +34,7 @@ pub const ANNOTATION_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
 /// The image and the program's name, so `list_jobs` can tell runs apart.
 /// Not the arguments: they are the caller's data (scripts, sometimes
 /// secrets), and a Job annotation keeps them in etcd, and its backups, for
-/// the whole retention (issue 12, finding 9).
+/// the whole retention.
 pub const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
 /// Set by `cancel`: the run was stopped on purpose, even if its pod (and
 /// the partial output in its log) is gone when another process looks.

@@ -1,4 +1,4 @@
-//! The operator's pod template (`MCP_K8S_POD_TEMPLATE`, issue 19): the
+//! The operator's pod template (`MCP_K8S_POD_TEMPLATE`): the
 //! parts of every job pod that belong to the cluster's operator (where it
 //! schedules, which registry credentials and RuntimeClass it uses, extra
 //! labels and annotations, DNS), read from a YAML or JSON file once at start

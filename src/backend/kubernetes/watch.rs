@@ -3,7 +3,7 @@
 //! each pod as a neutral `Sighting`. API trouble is retried here for as
 //! long as the run lasts (the engine's deadlines bound it), except
 //! refusals that outlive `DENIED_GRACE` and answers that retrying cannot
-//! change (issue 12, finding 10).
+//! change.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use crate::log;
 
 /// How long 401/403 answers to the watch are taken for an API server
 /// whose caches are still cold after a restart (it answered 403 for a few
-/// seconds in issue 12, finding 10) before they count as a real refusal.
+/// seconds once) before they count as a real refusal.
 pub const DENIED_GRACE: Duration = Duration::from_secs(30);
 
 /// Starts the watch thread for the pods `selector` picks in `namespace`.
@@ -154,10 +154,10 @@ mod tests {
         kube::Error::Transport { verb: "GET", path: "/api/v1/namespaces/ns/pods".into(), message: "Connection refused".into() }
     }
 
-    /// Issue 12, finding 10: an outage is ridden out, a 403 right after it
+    /// An outage is ridden out, a 403 right after it
     /// gets `DENIED_GRACE`, a refusal that lasts ends the run.
     #[test]
-    fn issue_12_10_watch_errors_are_retried_within_bounds() {
+    fn watch_errors_are_retried_within_bounds() {
         let start = Instant::now();
         let mut health = WatchHealth::default();
         for second in 0..25 {

@@ -157,7 +157,7 @@ mod tests {
             ("http://localhost:6274", true),
             ("https://127.0.0.1", true),
             ("http://[::1]:80", true),
-            // Regression (issue 11): scheme and host are case-insensitive.
+            // Regression: scheme and host are case-insensitive.
             ("HTTP://LOCALHOST", true),
             ("Https://LocalHost:3000", true),
             ("https://app.example.com", true),

@@ -7,7 +7,7 @@
 //! `MCP_K8S_WRITE_TIMEOUT_S`), every buffer a cap, and a body is only read
 //! when a handler asks for it, within the shared `Budget`. A body nobody
 //! read is never drained: the connection closes instead (tiny_http's drain
-//! of a declared length is what issue 11 crashed). Routing and what the
+//! of a declared length is what an earlier build crashed on). Routing and what the
 //! requests mean belong to `routes` and `mcp`.
 
 use std::io::{self, Read, Write};

@@ -33,8 +33,7 @@ use crate::protocol::{Dispatch, Outgoing, SUPPORTED_VERSIONS, Session};
 /// that accepts `text/event-stream`, is answered as an event stream so
 /// that keepalive comments can flow while the call runs: until then the
 /// client receives nothing, and a client with a read timeout (httpx's
-/// default is 5 s) gives up on a call that is still running (issue 12,
-/// finding 14). Quick answers (ping, tools/list, describe_environment)
+/// default is 5 s) gives up on a call that is still running. Quick answers (ping, tools/list, describe_environment)
 /// stay plain JSON. A second leaves more than 3 s of a 5 s read timeout
 /// for the response head and the first comment.
 const STREAM_AFTER: Duration = Duration::from_secs(1);

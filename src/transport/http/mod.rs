@@ -17,7 +17,7 @@
 //! has the calls std lacks. Messages go to
 //! `protocol::Server::handle` untouched.
 //!
-//! tiny_http was replaced by this server (issue 11): 0.12.0, its newest
+//! tiny_http was replaced by this server: 0.12.0, its newest
 //! release, allocates a body's declared length when dropping an unread
 //! request, so one `Content-Length: 1125899906842624` aborted the process,
 //! and it bounds neither heads, connections nor time.

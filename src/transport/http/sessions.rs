@@ -5,7 +5,7 @@
 //! At most `MCP_K8S_MAX_SESSIONS` are kept. When full, a new session ends
 //! the least recently used Streamable one that has no call running: its
 //! client gets 404 and initializes again, as the spec has it, instead of
-//! every new client being locked out until the TTL (issue 11). What a
+//! every new client being locked out until the TTL. What a
 //! session holds (revision, calls) belongs to `protocol::Session`.
 
 use std::collections::HashMap;

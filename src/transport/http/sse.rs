@@ -5,7 +5,7 @@
 //! The socket is non-blocking for the life of a stream, and messages wait
 //! in a queue bounded in bytes (`MCP_K8S_MAX_REPLY_QUEUE_BYTES`): a client
 //! that does not read fills it and is disconnected, rather than growing
-//! memory without bound (issue 11). The stream also ends when the client
+//! memory without bound. The stream also ends when the client
 //! closes (noticed within `TICK`, not at the next keepalive) or stops
 //! taking bytes for `MCP_K8S_WRITE_TIMEOUT_S`. What the messages say is
 //! `protocol`'s; which session they belong to is `mcp`'s.
@@ -34,7 +34,7 @@ pub const SESSION_KEEPALIVE: Duration = Duration::from_secs(15);
 /// A comment this often on a POST answered as a stream, below httpx's
 /// default 5 s read timeout: the Python SDK given a plain
 /// `httpx2.AsyncClient` otherwise gives up on a call that runs longer
-/// (issue 12, finding 14). SSE parsers skip comment lines (httpx2's
+///. SSE parsers skip comment lines (httpx2's
 /// `EventSource`, eventsource-parser in the TypeScript SDK).
 pub const ANSWER_KEEPALIVE: Duration = Duration::from_secs(2);
 

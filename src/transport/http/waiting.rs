@@ -2,7 +2,7 @@
 //! idle between keep-alive requests), oldest first. When every connection
 //! slot is taken, the accept loop ends the one that has waited longest and
 //! hands its slot to the newcomer, so a flood of idle or slowloris
-//! connections cannot lock out probes and real clients (issue 11).
+//! connections cannot lock out probes and real clients.
 //! Connections inside a request (a body being read, a call, an event
 //! stream) are not here and are never evicted. Knows nothing of HTTP.
 

@@ -191,7 +191,7 @@ def test_auth_token_over_legacy_sse(http_server_with_token):
 
 
 def test_a_long_call_outlives_httpx_default_read_timeout(http_server):
-    """Issue 12, finding 14: a plain `httpx2.AsyncClient` (the way to add
+    """A plain `httpx2.AsyncClient` (the way to add
     headers or auth) reads with httpx's default 5 s timeout, and the server
     used to send nothing until an 8 s call ended. Now the answer becomes an
     event stream with keepalive comments, so the defaults are enough."""
@@ -210,7 +210,7 @@ def test_a_long_call_outlives_httpx_default_read_timeout(http_server):
 
 
 # ---------------------------------------------------------------------------
-# execute_code (issue 15): isolator's tool through the real SDK. A bad call
+# execute_code: isolator's tool through the real SDK. A bad call
 # needs no cluster; the runs use the test cluster when `tests/cluster/up`
 # has left one, and say loudly that they were left out otherwise.
 

@@ -94,7 +94,7 @@ for (const [name, makeTransport] of Object.entries(transports)) {
   });
 }
 
-// Issue 12, finding 14: the SDK's request timeout (60 s by default, and the
+// The SDK's request timeout (60 s by default, and the
 // Inspector's) is its own clock, not the socket's: keepalive comments do not
 // reset it, only progress notifications do, and only with
 // `resetTimeoutOnProgress`. Shown with a 3 s timeout and a 6 s call.
@@ -117,7 +117,7 @@ test("streamable-http: progress resets the request timeout only when asked", asy
   }
 });
 
-// execute_code (issue 15): isolator's tool through the real SDK. A bad call
+// execute_code: isolator's tool through the real SDK. A bad call
 // needs no cluster; the runs use the test cluster when `tests/cluster/up`
 // has left one, and are reported as skipped (LEFT OUT) otherwise.
 const clusterDir = process.env.MCP_K8S_TEST_CLUSTER_DIR || "/var/lib/mcp-k8s-test-cluster";
@@ -170,7 +170,7 @@ test(
   },
 );
 
-// Issue 12, finding 14, for real runs: a command that prints nothing still
+// For real runs: a command that prints nothing still
 // resets a progress-reset timeout, because run_job reports "still running"
 // every 5 s. A 9 s timeout and a 20 s silent command.
 test(

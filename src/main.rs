@@ -340,7 +340,6 @@ fn connect_docker(config: &Config, warm: WarmPools, why: &str) -> Result<Connect
     // MCP_K8S_DOCKER_HOST, else DOCKER_HOST as the Docker CLI reads it.
     let docker_host = config.docker_host.clone().or_else(|| std::env::var("DOCKER_HOST").ok().filter(|value| !value.is_empty()));
     let socket = docker::socket_path(docker_host.as_deref()).map_err(|error| error.to_string())?;
-    let client = docker::Client::connect(&socket, docker::Options::default()).map_err(|error| error.to_string())?;
     let runner_binary = match &config.runner_binary {
         Some(path) => path.clone(),
         None => std::env::current_exe()
@@ -353,6 +352,14 @@ fn connect_docker(config: &Config, warm: WarmPools, why: &str) -> Result<Connect
             "MCP_K8S_RUNNER_BINARY: `{}` is not a file; set it to the static runner binary (this server's musl build)",
             runner_binary.display()
         ));
+    }
+    // Before the engine is asked anything: a dynamic runner would make
+    // every run end without its result.
+    let runner_path = runner_binary.to_string_lossy().into_owned();
+    let machine = backend::docker::doctor::check_runner(&runner_path)?;
+    let client = docker::Client::connect(&socket, docker::Options::default()).map_err(|error| error.to_string())?;
+    if let Some(why) = backend::docker::doctor::runner_arch_refusal(&runner_path, machine, &client.version().arch) {
+        return Err(why);
     }
     if config.pod_template.is_some() {
         // Its fields (node selection, tolerations, pull Secrets) are the

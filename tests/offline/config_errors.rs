@@ -188,3 +188,26 @@ fn the_context_namespace_is_logged_as_ignored() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A dynamically linked runner binary (the usual `cargo build`) cannot
+/// start inside a sandbox image, where every run would end "without the
+/// runner's result": the Docker backend is refused at start, before any
+/// daemon is asked, and every job tool names the setting and the static
+/// build. Debian's /bin/sh is dynamically linked.
+#[test]
+fn a_dynamically_linked_runner_binary_is_refused_at_start_on_docker() {
+    let settings = [
+        ("MCP_K8S_BACKEND", "docker"),
+        ("MCP_K8S_DOCKER_HOST", "unix:///nonexistent/docker.sock"),
+        ("MCP_K8S_RUNNER_BINARY", "/bin/sh"),
+        ("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36"),
+    ];
+    let mut server = crate::support::server::StdioServer::start(&settings);
+    server.initialize();
+    server.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_job","arguments":{"image":"busybox:1.36","command":["true"]}}}"#);
+    let answer = server.recv();
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("MCP_K8S_RUNNER_BINARY: `/bin/sh` is dynamically linked"), "{text}");
+    assert!(text.contains("cargo build --release --target x86_64-unknown-linux-musl"), "{text}");
+}

@@ -90,16 +90,52 @@ fn check_image(client: &docker::Client, image: &str, pull: spec::Pull) -> Check 
 }
 
 fn check_runner_binary(path: &str) -> Check {
-    match std::fs::read(path) {
-        Ok(bytes) => match elf_is_static(&bytes) {
-            Some(true) => Check::pass(format!("runner binary `{path}` is a static ELF executable")),
-            Some(false) => Check::fail(format!(
-                "runner binary `{path}` is dynamically linked; set MCP_K8S_RUNNER_BINARY to a static (musl) build of this server"
-            )),
-            None => Check::fail(format!("runner binary `{path}` is not a 64-bit ELF executable; set MCP_K8S_RUNNER_BINARY")),
-        },
-        Err(error) => Check::fail(format!("runner binary `{path}`: {error}; set MCP_K8S_RUNNER_BINARY")),
+    match check_runner(path) {
+        Ok(_) => Check::pass(format!("runner binary `{path}` is a static ELF executable")),
+        Err(why) => Check::fail(why),
     }
+}
+
+/// How to make a runner binary that starts in any image.
+const STATIC_BUILD: &str = "build a static one (`rustup target add x86_64-unknown-linux-musl && cargo build --release --target x86_64-unknown-linux-musl`) and set MCP_K8S_RUNNER_BINARY to target/x86_64-unknown-linux-musl/release/mcp-k8s-ephemeral-job";
+
+/// Why `path` cannot be mounted as the runner into a sandbox, if it cannot:
+/// the images have no dynamic loader or libc of the host's, so a
+/// dynamically linked binary (the usual `cargo build`) never starts there,
+/// and every run would end with its result lost. Checked at start and by
+/// `doctor`. On success, the binary's ELF machine.
+pub fn check_runner(path: &str) -> Result<u16, String> {
+    let bytes = std::fs::read(path)
+        .map_err(|error| format!("MCP_K8S_RUNNER_BINARY: cannot read `{path}`: {error}; set it to a static build of this server"))?;
+    match (elf_is_static(&bytes), elf_machine(&bytes)) {
+        (Some(true), Some(machine)) => Ok(machine),
+        (Some(false), _) => Err(format!(
+            "MCP_K8S_RUNNER_BINARY: `{path}` is dynamically linked (it names a program interpreter), so it cannot start inside a sandbox image; {STATIC_BUILD}"
+        )),
+        _ => Err(format!("MCP_K8S_RUNNER_BINARY: `{path}` is not a 64-bit ELF executable; {STATIC_BUILD}")),
+    }
+}
+
+/// Why the runner binary's machine does not fit the engine's `arch`
+/// (Docker's `GET /version` words: `amd64`, `arm64`), if it does not.
+/// An architecture this table does not know is not judged.
+pub fn runner_arch_refusal(path: &str, machine: u16, engine_arch: &str) -> Option<String> {
+    let wanted = match engine_arch {
+        "amd64" | "x86_64" => 62,
+        "arm64" | "aarch64" => 183,
+        _ => return None,
+    };
+    (machine != wanted).then(|| {
+        format!(
+            "MCP_K8S_RUNNER_BINARY: `{path}` is built for another architecture (ELF machine {machine}) than the Docker engine's `{engine_arch}`; build this server for `{engine_arch}` statically (musl) and point MCP_K8S_RUNNER_BINARY at it"
+        )
+    })
+}
+
+/// The ELF header's `e_machine`, for a 64-bit little-endian ELF.
+pub fn elf_machine(bytes: &[u8]) -> Option<u16> {
+    elf_is_static(bytes)?;
+    Some(u16::from_le_bytes(bytes.get(0x12..0x14)?.try_into().ok()?))
 }
 
 /// `Some(true)` for a 64-bit little-endian ELF without a `PT_INTERP`
@@ -173,6 +209,31 @@ mod tests {
         assert!(elf_is_static(&own).is_some());
         assert_eq!(elf_is_static(b"#!/bin/sh\n"), None);
         assert_eq!(elf_is_static(b"\x7fELF"), None);
+    }
+
+    /// The usual `cargo build` is dynamically linked: refused, naming the
+    /// setting and the static build; a shell script is not an ELF at all.
+    #[test]
+    fn a_dynamically_linked_runner_binary_is_refused_naming_the_setting_and_the_static_build() {
+        let dynamic = "/bin/sh";
+        let bytes = std::fs::read(dynamic).unwrap();
+        assert_eq!(elf_is_static(&bytes), Some(false), "Debian's /bin/sh has a program interpreter");
+        let why = check_runner(dynamic).unwrap_err();
+        assert!(why.starts_with("MCP_K8S_RUNNER_BINARY: `/bin/sh` is dynamically linked"), "{why}");
+        assert!(why.contains("--target x86_64-unknown-linux-musl"), "{why}");
+        let missing = check_runner("/nonexistent/runner").unwrap_err();
+        assert!(missing.starts_with("MCP_K8S_RUNNER_BINARY: cannot read `/nonexistent/runner`"), "{missing}");
+    }
+
+    #[test]
+    fn the_runner_binary_must_be_built_for_the_engines_architecture() {
+        let cases = [(62, "amd64", false), (62, "arm64", true), (183, "arm64", false), (183, "x86_64", true), (62, "s390x", false)];
+        for (machine, arch, refused) in cases {
+            assert_eq!(runner_arch_refusal("/r", machine, arch).is_some(), refused, "{machine} on {arch}");
+        }
+        let own = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let expected = if cfg!(target_arch = "x86_64") { 62 } else { 183 };
+        assert_eq!(elf_machine(&own), Some(expected));
     }
 
     #[test]

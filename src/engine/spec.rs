@@ -285,6 +285,26 @@ pub struct PhaseTimes {
     pub finished: Option<SystemTime>,
 }
 
+impl PhaseTimes {
+    /// The stamps in their phases' order, `created` ≤ `scheduled` ≤
+    /// `started` ≤ `finished`. They come from different observers (the
+    /// server's create call returning, the runtime's start record, the
+    /// runner's own clock, in ms) and can disagree by milliseconds; the
+    /// later phase's observer is the closer one, so an earlier stamp past
+    /// a later one is brought back to it. A missing stamp stays missing.
+    pub fn ordered(&self) -> PhaseTimes {
+        let mut times = self.clone();
+        let mut bound = times.finished;
+        for stamp in [&mut times.started, &mut times.scheduled, &mut times.created] {
+            if let (Some(value), Some(limit)) = (*stamp, bound) {
+                *stamp = Some(value.min(limit));
+            }
+            bound = stamp.or(bound);
+        }
+        times
+    }
+}
+
 /// Everything a run produced. A non-zero exit, a timeout, an OOM kill or a
 /// pod that never started are all outcomes, not errors.
 #[derive(Clone, Debug)]
@@ -335,6 +355,30 @@ impl RunOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each row: created, scheduled, started, finished in ms (None: not
+    /// seen), and what `ordered` makes of them.
+    #[test]
+    fn phase_times_are_always_in_their_phases_order() {
+        type Row = [Option<u64>; 4];
+        let cases: &[(Row, Row)] = &[
+            ([Some(1), Some(2), Some(3), Some(4)], [Some(1), Some(2), Some(3), Some(4)]),
+            // A Docker run: the create returned after the runtime's start
+            // record, which came after the runner's first stamp.
+            ([Some(235), Some(229), Some(227), Some(900)], [Some(227), Some(227), Some(227), Some(900)]),
+            ([Some(5), None, Some(3), Some(9)], [Some(3), None, Some(3), Some(9)]),
+            ([Some(5), Some(6), None, None], [Some(5), Some(6), None, None]),
+            ([Some(8), Some(7), Some(6), Some(5)], [Some(5), Some(5), Some(5), Some(5)]),
+            ([None, None, None, None], [None, None, None, None]),
+        ];
+        let at = |ms: Option<u64>| ms.map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms));
+        for (input, expected) in cases {
+            let times = PhaseTimes { created: at(input[0]), scheduled: at(input[1]), started: at(input[2]), finished: at(input[3]) };
+            let want =
+                PhaseTimes { created: at(expected[0]), scheduled: at(expected[1]), started: at(expected[2]), finished: at(expected[3]) };
+            assert_eq!(times.ordered(), want, "{input:?}");
+        }
+    }
 
     #[test]
     fn names_round_trip_and_every_reason_is_listed() {

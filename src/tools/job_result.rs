@@ -95,6 +95,7 @@ fn artifact_json(artifact: &Artifact) -> Value {
 }
 
 fn timings_json(times: &PhaseTimes) -> Value {
+    let times = &times.ordered();
     let stamp = |time: Option<SystemTime>| time.map(crate::log::rfc3339_utc);
     let between = |from: Option<SystemTime>, to: Option<SystemTime>| -> Option<u64> {
         Some(to?.duration_since(from?).unwrap_or(Duration::ZERO).as_millis() as u64)

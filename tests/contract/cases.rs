@@ -58,6 +58,12 @@ fn exit_zero_is_succeeded() {
     assert_eq!(out["stdout"], "hello\n", "{out}");
     assert_eq!(out["stderr"], "", "{out}");
     assert!(out["timings"]["started_at"].is_string(), "{out}");
+    // One order on every backend: the stamps (RFC 3339, UTC, one format)
+    // that are there never go back in time.
+    let stamps: Vec<&str> =
+        ["created_at", "scheduled_at", "started_at", "finished_at"].iter().filter_map(|key| out["timings"][key].as_str()).collect();
+    assert!(stamps.len() >= 2, "{out}");
+    assert!(stamps.windows(2).all(|pair| pair[0] <= pair[1]), "timings out of order: {}", out["timings"]);
 }
 
 #[test]

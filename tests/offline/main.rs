@@ -3,7 +3,9 @@
 //! fake API server, the engine's fault handling, the in-pod runner, manifests,
 //! configuration, docs/configuration.md and deploy files, the architecture rules), in
 //! one test binary so the library is linked once. Run it with
-//! `cargo test --lib --test offline` (the README's offline loop).
+//! `cargo test --lib --test offline` (the README's offline loop): it needs
+//! nothing but the Rust toolchain (the checks that need helm or the arm64
+//! build are the `with_tools` tier).
 //!
 //! The tests share one process: none may set environment variables, change
 //! the current directory or bind a fixed port (servers under test are child
@@ -13,12 +15,10 @@
 mod support;
 
 mod architecture;
-mod arm64;
 mod config_errors;
 mod deploy_manifests;
 mod deploy_role;
 mod engine_faults;
-mod helm_chart;
 mod hostile_http;
 mod hostile_stdio;
 mod http;

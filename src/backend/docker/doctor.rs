@@ -105,7 +105,7 @@ const STATIC_BUILD: &str = "build a static one (`rustup target add x86_64-unknow
 /// and every run would end with its result lost. Checked at start and by
 /// `doctor`. On success, the binary's ELF machine.
 pub fn check_runner(path: &str) -> Result<u16, String> {
-    let bytes = std::fs::read(path)
+    let bytes = read_elf_head(path)
         .map_err(|error| format!("MCP_K8S_RUNNER_BINARY: cannot read `{path}`: {error}; set it to a static build of this server"))?;
     match (elf_is_static(&bytes), elf_machine(&bytes)) {
         (Some(true), Some(machine)) => Ok(machine),
@@ -114,6 +114,18 @@ pub fn check_runner(path: &str) -> Result<u16, String> {
         )),
         _ => Err(format!("MCP_K8S_RUNNER_BINARY: `{path}` is not a 64-bit ELF executable; {STATIC_BUILD}")),
     }
+}
+
+/// The first bytes of the file, where an ELF keeps its header and program
+/// headers (right after the header in every linker's output): the binary
+/// itself is megabytes (a debug build, ninety), and the server's memory
+/// goal has no room for it.
+fn read_elf_head(path: &str) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    const HEAD_BYTES: u64 = 64 * 1024;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(HEAD_BYTES).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Why the runner binary's machine does not fit the engine's `arch`

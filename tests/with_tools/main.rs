@@ -1,0 +1,17 @@
+//! The tier of the checks that need a tool built from source first, so the
+//! offline tier needs nothing but the Rust toolchain:
+//! - `helm_chart`: the Helm chart rendered and linted by helm and kubectl,
+//!   built once and cached by `tests/cluster/build-helm` and
+//!   `tests/cluster/build-kube`;
+//! - `arm64`: the arm64 binary under qemu user emulation and the
+//!   multi-arch image index, both made by `tests/build-arm64`.
+//!
+//! `tests/run-all` builds all of them before it runs this tier. Without
+//! them a test fails naming the script that builds what is missing, never
+//! passes silently.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod arm64;
+mod helm_chart;

@@ -143,6 +143,13 @@ pub fn complete(mut result: Value) -> Value {
     result
 }
 
+/// `YYYY-MM-DD`, the shape of every MCP revision name.
+fn is_revision_shaped(version: &str) -> bool {
+    let bytes = version.as_bytes();
+    bytes.len() == 10
+        && bytes.iter().enumerate().all(|(index, byte)| if index == 4 || index == 7 { *byte == b'-' } else { byte.is_ascii_digit() })
+}
+
 fn unsupported_version(version: &str) -> ResponseError {
     ResponseError::new(
         ErrorCode::UnsupportedProtocolVersion,
@@ -162,10 +169,12 @@ fn unsupported_version(version: &str) -> ResponseError {
 /// body is -32020 before the version itself is judged.
 fn check_request(headers: Option<&RequestHeaders>, method: &str, params: &Map<String, Value>) -> Result<Envelope, ResponseError> {
     let Some(meta) = params.get("_meta").and_then(Value::as_object) else {
-        // A header naming no revision at all says more than the missing
-        // envelope does: the client speaks something this server does not.
+        // A header that is not a revision at all (not `YYYY-MM-DD`) says
+        // more than the missing envelope does: the client speaks something
+        // this server does not. A revision-shaped one keeps the spec's
+        // order (the envelope first).
         if let Some(version) = headers.and_then(|headers| headers.protocol_version.as_deref())
-            && !MODERN_VERSIONS.contains(&version)
+            && !is_revision_shaped(version)
         {
             return Err(unsupported_version(version));
         }

@@ -339,10 +339,11 @@ fn resources_are_method_not_found_in_this_era_without_a_snippets_folder() {
     assert_eq!(listed["error"]["message"], "method not found: `resources/list`", "{listed}");
 }
 
-/// Outside a session, a garbage `MCP-Protocol-Version` on a request
-/// without the envelope is named as the unsupported version it is (-32022),
-/// not reported as a missing `_meta`; the valid revision without the
-/// envelope stays -32602.
+/// Outside a session, a garbage `MCP-Protocol-Version` (not a revision's
+/// `YYYY-MM-DD`) on a request without the envelope is named as the
+/// unsupported version it is (-32022), not reported as a missing `_meta`;
+/// a revision-shaped one without the envelope stays -32602, the spec's
+/// order.
 #[test]
 fn an_unknown_protocol_version_header_without_the_envelope_is_named_unsupported() {
     let http = HttpServer::start(&[]);
@@ -355,6 +356,8 @@ fn an_unknown_protocol_version_header_without_the_envelope_is_named_unsupported(
         garbage.body
     );
     assert_eq!(garbage.json()["error"]["data"]["requested"], "banana");
-    let valid = http_post(&http, &bare, &[("MCP-Protocol-Version", Some(VERSION))]);
-    assert_eq!((valid.status, valid.json()["error"]["code"].clone()), (400, json!(-32602)), "{}", valid.body);
+    for version in [VERSION, "2099-01-01"] {
+        let shaped = http_post(&http, &bare, &[("MCP-Protocol-Version", Some(version))]);
+        assert_eq!((shaped.status, shaped.json()["error"]["code"].clone()), (400, json!(-32602)), "{version}: {}", shaped.body);
+    }
 }

@@ -467,6 +467,45 @@ fn long_chunk_extensions_are_refused_when_already_buffered() {
     });
 }
 
+/// More clients than `MCP_K8S_MAX_CONNECTIONS` connect, wait, then each
+/// sends a ping: every one gets an HTTP answer. Those whose slot went to a
+/// newcomer hear 503 with Retry-After, never a silent close.
+#[test]
+fn every_client_beyond_the_connection_cap_gets_an_answer() {
+    run_attack("48 clients on 8 connections, then each pings", &[("MCP_K8S_MAX_CONNECTIONS", "8")], Probes::PingMayBeRefused, |target| {
+        let mut clients: Vec<TcpStream> = (0..48).map(|_| connect(&target.addr)).collect();
+        thread::sleep(Duration::from_millis(500));
+        let ping = r#"{"jsonrpc":"2.0","id":"capped","method":"ping"}"#;
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nX-MCP-AUTH: {TOKEN}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {}\r\nMCP-Protocol-Version: 2025-11-25\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{ping}",
+            target.addr,
+            target.session,
+            ping.len()
+        );
+        for client in &mut clients {
+            // A client already answered and closed may see its write fail.
+            let _ = client.write_all(request.as_bytes());
+        }
+        let mut statuses = Vec::new();
+        for (index, client) in clients.iter_mut().enumerate() {
+            let mut answer = Vec::new();
+            // A reset after the answer still leaves the answer read.
+            let _ = client.read_to_end(&mut answer);
+            let answer = String::from_utf8_lossy(&answer);
+            let status = answer.split(' ').nth(1).unwrap_or("none").to_string();
+            match status.as_str() {
+                "200" => assert!(answer.contains(r#""result":{}"#), "client {index}: {answer}"),
+                "503" => {
+                    assert!(answer.contains("Retry-After: 1") && answer.contains("MCP_K8S_MAX_CONNECTIONS"), "client {index}: {answer}")
+                }
+                _ => panic!("client {index} got no HTTP answer: {answer:?}"),
+            }
+            statuses.push(status);
+        }
+        assert!(statuses.iter().any(|status| status == "200"), "{statuses:?}");
+    });
+}
+
 // ---------------------------------------------------------------------------
 // The harness.
 

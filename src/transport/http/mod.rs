@@ -8,8 +8,8 @@
 //! is taken), and beyond that a 503 is written without blocking and the
 //! connection closed.
 //! A connection that only waits for a request head gives up its slot to a
-//! newcomer when all are taken (`waiting`), so idle and slowloris floods
-//! cannot hold them. `head` parses request heads, `conn` reads and writes
+//! newcomer when all are taken (`waiting`; its client is sent a 503 to
+//! retry), so idle and slowloris floods cannot hold them. `head` parses request heads, `conn` reads and writes
 //! one connection under its bounds, `routes` picks the handler, `access`
 //! checks who may call, `mcp` serves the MCP endpoints, `sessions` keeps
 //! sessions, `sse` writes event streams, `budget` counts shared bytes and
@@ -200,7 +200,7 @@ fn admit(state: &Arc<HttpState>, socket: TcpStream) {
     }
     // Each SSE event and answer is one write; Nagle would hold them back.
     let _ = socket.set_nodelay(true);
-    let regular = state.connections.try_take(state.max_connections).or_else(|| state.waiting.evict_oldest());
+    let regular = state.connections.try_take(state.max_connections).or_else(|| evict_oldest_waiting(state));
     let (lane, slot) = match regular {
         Some(slot) => (Lane::Regular, slot),
         None => match state.probe_connections.try_take(PROBE_RESERVE) {
@@ -214,6 +214,18 @@ fn admit(state: &Arc<HttpState>, socket: TcpStream) {
         // The socket went down with the closure and is closed.
         log::error("could not start a connection thread", &[("error", json!(error.to_string()))]);
     }
+}
+
+/// Takes the slot of the connection that has waited longest for a request
+/// head. Its client is sent the 503 of a full server, with Retry-After,
+/// rather than a bare close: it may have been about to send a request (or
+/// have sent part of one), and a silent close reads as a crash. Evicting
+/// stays (rather than refusing the newcomer) so that an idle or slowloris
+/// flood cannot hold every slot; the 503 costs nothing when the client
+/// was a flood, and tells a real one to come back.
+fn evict_oldest_waiting(state: &HttpState) -> Option<CounterGuard> {
+    let farewell = routes::connection_limit_response(state.max_connections).encode(false, true);
+    state.waiting.evict_oldest(&farewell)
 }
 
 /// Answers requests on one connection until it closes.

@@ -1,6 +1,7 @@
 //! The socket calls std has no API for: waiting for a socket to become
-//! readable or writable with a timeout (poll(2)), and a non-blocking peek
-//! that tells whether the peer has closed its side. Knows nothing of HTTP.
+//! readable or writable with a timeout (poll(2)), a non-blocking peek
+//! that tells whether the peer has closed its side, and a non-blocking
+//! send on a socket another thread blocks on. Knows nothing of HTTP.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -47,6 +48,18 @@ pub fn peer_closed(socket: &impl AsRawFd) -> bool {
         1.. => false,
         _ => !matches!(io::Error::last_os_error().kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted),
     }
+}
+
+/// Sends what the socket takes at once and returns how many bytes went,
+/// without blocking whatever the socket's mode (MSG_DONTWAIT: another
+/// thread may be blocked reading it, so O_NONBLOCK must not be set) and
+/// without SIGPIPE when the peer has gone (MSG_NOSIGNAL). Errors count as
+/// nothing sent: the caller closes the socket next anyway.
+pub fn send_now(socket: &impl AsRawFd, bytes: &[u8]) -> usize {
+    // SAFETY: a buffer we borrow for the call and its length; send(2)
+    // only reads it.
+    let sent = unsafe { libc::send(socket.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    usize::try_from(sent).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 //! idle between keep-alive requests), oldest first. When every connection
 //! slot is taken, the accept loop ends the one that has waited longest and
 //! hands its slot to the newcomer, so a flood of idle or slowloris
-//! connections cannot lock out probes and real clients (issue 11).
+//! connections cannot lock out probes and real clients (issue 11). The
+//! evicted client is sent a farewell (the caller's bytes, a 503) so that
+//! one that was about to send a request hears why and when to retry.
 //! Connections inside a request (a body being read, a call, an event
 //! stream) are not here and are never evicted. Knows nothing of HTTP.
 
@@ -11,6 +13,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::budget::CounterGuard;
+use super::socket;
 
 #[derive(Default)]
 pub struct Waiting {
@@ -44,9 +47,13 @@ impl Waiting {
     }
 
     /// Ends the connection that has waited longest and returns its slot.
-    pub fn evict_oldest(&self) -> Option<CounterGuard> {
+    /// `farewell` is sent first, as far as the socket takes it at once:
+    /// the caller is the accept loop, which must never wait on a client.
+    pub fn evict_oldest(&self, farewell: &[u8]) -> Option<CounterGuard> {
         let (_, (socket, slot)) = self.lock().by_ticket.pop_first()?;
+        socket::send_now(&*socket, farewell);
         // Its thread's blocked read returns at once and the thread ends.
+        // What was queued is still sent before the FIN.
         let _ = socket.shutdown(Shutdown::Both);
         Some(slot)
     }
@@ -74,9 +81,12 @@ mod tests {
         let second = Arc::new(listener.accept().unwrap().0);
         let first_ticket = waiting.enter(&first, counter.try_take(2).unwrap());
         let second_ticket = waiting.enter(&second, counter.try_take(2).unwrap());
-        let slot = waiting.evict_oldest().unwrap();
+        let slot = waiting.evict_oldest(b"bye").unwrap();
         assert_eq!(counter.in_use(), 2, "the slot changed hands; it was not freed");
         assert_eq!((&*first).read(&mut [0u8; 1]).unwrap(), 0, "the evicted socket reads as closed");
+        let mut farewell = Vec::new();
+        (&_clients[0]).read_to_end(&mut farewell).unwrap();
+        assert_eq!(farewell, b"bye", "the evicted client is told before the close");
         assert!(waiting.leave(first_ticket).is_none());
         let second_slot = waiting.leave(second_ticket);
         assert!(second_slot.is_some());

@@ -271,7 +271,18 @@ fn serve_connection(state: &Arc<HttpState>, socket: TcpStream, lane: Lane, slot:
             Lane::Probes => routes::route_probe_only(state, &mut conn, &head),
         }
     }
+    // A lingering close (a body nobody read) may take a second; meanwhile
+    // the slot may go to a newcomer, as while waiting for a head. Without
+    // this a burst of requests with unread bodies held every slot for that
+    // second and the probes, finding the reserve taken too, got 503.
+    let ticket = match (lane, slot) {
+        (Lane::Regular, Some(held)) => Some(state.waiting.enter(&socket, held)),
+        _ => None,
+    };
     conn.close();
+    if let Some(ticket) = ticket {
+        state.waiting.leave(ticket);
+    }
 }
 
 /// Answers a connection beyond every limit only as far as the socket takes

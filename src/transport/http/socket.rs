@@ -50,6 +50,15 @@ pub fn peer_closed(socket: &impl AsRawFd) -> bool {
     }
 }
 
+/// True when bytes have arrived that nobody has read yet, without blocking
+/// and without consuming them.
+pub fn has_unread_bytes(socket: &impl AsRawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: as in `peer_closed`.
+    let received = unsafe { libc::recv(socket.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    received > 0
+}
+
 /// Sends what the socket takes at once and returns how many bytes went,
 /// without blocking whatever the socket's mode (MSG_DONTWAIT: another
 /// thread may be blocked reading it, so O_NONBLOCK must not be set) and

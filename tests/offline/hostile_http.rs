@@ -506,6 +506,42 @@ fn every_client_beyond_the_connection_cap_gets_an_answer() {
     });
 }
 
+/// Malformed `Mcp-Name` values in the 2026-07-28 encoded form get 400
+/// with -32020, and the server stays up; a valid one is decoded.
+#[test]
+fn malformed_encoded_mcp_names() {
+    run_attack("malformed encoded Mcp-Name values", &[], Probes::MustSucceed, |target| {
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"describe_environment","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+        let long = format!("=?base64?{}?=", "QUFB".repeat(3000));
+        let cases: Vec<(String, u16)> = vec![
+            ("=?base64?ZGVzY3JpYmVfZW52aXJvbm1lbnQ=?=".into(), 200),
+            ("=?base64?!!!?=".into(), 400),
+            ("=?base64?/w==?=".into(), 400),
+            ("=?base64?=?=".into(), 400),
+            ("=?base64?".into(), 400),
+            ("=?base64??=".into(), 400),
+            ("=?base64?7aCA?=".into(), 400),
+            (long, 400),
+        ];
+        for (value, expected) in cases {
+            let headers = [
+                ("X-MCP-AUTH", TOKEN),
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", value.as_str()),
+            ];
+            let answer = request(&target.addr, "POST", "/mcp", &headers, call.as_bytes());
+            let shown: String = value.chars().take(40).collect();
+            assert!(matches!(&answer, Ok((status, _)) if *status == expected), "{shown}: {answer:?}");
+            if expected == 400 {
+                assert!(answer.is_ok_and(|(_, body)| body.contains("-32020")), "{shown}");
+            }
+        }
+    });
+}
+
 // ---------------------------------------------------------------------------
 // The harness.
 

@@ -14,6 +14,10 @@
 //! envelope and the wire shapes, not how a call runs or what HTTP status a
 //! code becomes.
 
+use std::borrow::Cow;
+use std::fmt;
+
+use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
 use super::era::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
@@ -220,10 +224,52 @@ fn check_request(headers: Option<&RequestHeaders>, method: &str, params: &Map<St
     Ok(Envelope { tasks_extension, log_level })
 }
 
+/// Why an `Mcp-Name` value in the encoded form could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderValueError {
+    NotBase64,
+    NotUtf8,
+}
+
+impl fmt::Display for HeaderValueError {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HeaderValueError::NotBase64 => write!(formatter, "the text between `=?base64?` and `?=` is not base64"),
+            HeaderValueError::NotUtf8 => write!(formatter, "its base64 does not decode to UTF-8"),
+        }
+    }
+}
+
+/// The markers of the encoded form of a header value.
+const ENCODED_PREFIX: &str = "=?base64?";
+const ENCODED_SUFFIX: &str = "?=";
+
+/// A 2026-07-28 header value as the body carries it (Streamable HTTP,
+/// "Value encoding", for `Mcp-Name` and `Mcp-Param-*`): a value that is
+/// not plain visible ASCII, has surrounding whitespace or looks like the
+/// markers arrives as `=?base64?<base64 of its UTF-8>?=`, standard
+/// alphabet. Whatever wears the markers (lowercase, case-sensitive) is
+/// decoded, since clients also encode a plain value that looks like them;
+/// anything else is the value itself. Whitespace around the header value
+/// belongs to HTTP, not to the value (RFC 9110 section 5.5), so it is
+/// trimmed first; inside the encoded form it is the value's and kept.
+/// Padding is optional: some encoders leave it out.
+pub fn decode_header_value(raw: &str) -> Result<Cow<'_, str>, HeaderValueError> {
+    let raw = raw.trim_matches([' ', '\t']);
+    let Some(encoded) = raw.strip_prefix(ENCODED_PREFIX).and_then(|rest| rest.strip_suffix(ENCODED_SUFFIX)) else {
+        return Ok(Cow::Borrowed(raw));
+    };
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD_INDIFFERENT.decode(encoded).map_err(|_| HeaderValueError::NotBase64)?;
+    String::from_utf8(bytes).map(Cow::Owned).map_err(|_| HeaderValueError::NotUtf8)
+}
+
 /// Streamable HTTP (2026-07-28, "Standard headers"): `MCP-Protocol-Version`
 /// and `Mcp-Method` always, `Mcp-Name` for the methods that name a target,
 /// each equal to the body's value (surrounding whitespace aside, RFC 9110
-/// §5.5; values are case-sensitive).
+/// §5.5; values are case-sensitive). `Mcp-Name` is decoded first when it
+/// is in the encoded form; the other two are never encoded (the spec
+/// encodes only `Mcp-Name` and `Mcp-Param-*`), and method names and
+/// revisions are plain ASCII.
 fn check_headers(headers: &RequestHeaders, method: &str, params: &Map<String, Value>, version: &str) -> Result<(), ResponseError> {
     let name_key = match method {
         "tools/call" | "prompts/get" => Some("name"),
@@ -239,7 +285,20 @@ fn check_headers(headers: &RequestHeaders, method: &str, params: &Map<String, Va
     ];
     for (header, sent, expected) in checks {
         let Some(expected) = expected else { continue };
-        match sent.map(str::trim) {
+        let sent = match sent {
+            Some(sent) if header == "Mcp-Name" => Some(decode_header_value(sent).map_err(|error| {
+                ResponseError::new(
+                    ErrorCode::HeaderMismatch,
+                    format!(
+                        "header {header} `{}` is not a valid encoded value: {error}; send `=?base64?<base64 of the UTF-8>?=` or the plain value",
+                        echo::shorten(sent.trim())
+                    ),
+                )
+            })?),
+            Some(sent) => Some(Cow::Borrowed(sent.trim())),
+            None => None,
+        };
+        match sent.as_deref() {
             Some(sent) if sent == expected => {}
             Some(sent) => {
                 return Err(ResponseError::new(
@@ -331,6 +390,48 @@ fn missing_tasks_extension(method: &str) -> ResponseError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_values_are_decoded() {
+        let cases = [
+            ("=?base64?c25pcHBldDovL2jDqWxsbw==?=", Ok("snippet://h\u{e9}llo")),
+            ("=?base64?c25pcHBldDovL2jDqWxsbw?=", Ok("snippet://h\u{e9}llo")),
+            ("  =?base64?c25pcHBldDovL2jDqWxsbw==?=\t", Ok("snippet://h\u{e9}llo")),
+            ("=?base64?ICBwYWRkZWQg?=", Ok("  padded ")),
+            ("=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?=", Ok("=?base64?literal?=")),
+            ("=?base64??=", Ok("")),
+            ("describe_environment", Ok("describe_environment")),
+            ("  describe_environment  ", Ok("describe_environment")),
+            ("snippet://h\u{e9}llo", Ok("snippet://h\u{e9}llo")),
+            ("=?BASE64?c25pcHBldA==?=", Ok("=?BASE64?c25pcHBldA==?=")),
+            ("=?base64?c25pcHBldA==", Ok("=?base64?c25pcHBldA==")),
+            ("=?base64?c25p!!?=", Err(HeaderValueError::NotBase64)),
+            ("=?base64?c25p cHBldA==?=", Err(HeaderValueError::NotBase64)),
+            ("=?base64?c25pcHBldA-_?=", Err(HeaderValueError::NotBase64)),
+            ("=?base64?/w==?=", Err(HeaderValueError::NotUtf8)),
+            ("=?base64?wyg=?=", Err(HeaderValueError::NotUtf8)),
+        ];
+        for (raw, expected) in cases {
+            assert_eq!(decode_header_value(raw).as_deref().map_err(|error| *error), expected, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn an_encoded_name_is_compared_decoded() {
+        let params = json!({ "uri": "snippet://h\u{e9}llo" });
+        let params = params.as_object().unwrap();
+        let headers = |name: &str| RequestHeaders {
+            protocol_version: Some("2026-07-28".into()),
+            method: Some("resources/read".into()),
+            name: Some(name.into()),
+        };
+        let check = |name: &str| check_headers(&headers(name), "resources/read", params, "2026-07-28").map_err(|error| error.message);
+        assert_eq!(check("=?base64?c25pcHBldDovL2jDqWxsbw==?="), Ok(()));
+        let not_base64 = check("=?base64?%%?=").unwrap_err();
+        assert!(not_base64.contains("header Mcp-Name `=?base64?%%?=` is not a valid encoded value"), "{not_base64}");
+        assert!(check("=?base64?/w==?=").unwrap_err().contains("does not decode to UTF-8"));
+        assert!(check("=?base64?c25pcHBldDovL2hlbGxv?=").unwrap_err().contains("does not match the body's"));
+    }
 
     #[test]
     fn only_the_removed_methods_hint_at_their_replacement() {

@@ -310,6 +310,238 @@ fn request_smuggling_shapes() {
     });
 }
 
+/// RFC 9112 section 3.2: an HTTP/1.1 request carries exactly one Host, a
+/// host name, IPv4 address or bracketed IPv6 address with an optional port
+/// of 0 to 65535; HTTP/1.0 may leave it out. The DNS-rebinding check on
+/// the MCP endpoints still applies to a valid but foreign name (421).
+#[test]
+fn host_header_rules() {
+    run_attack("Host header rules", &[], Probes::MustSucceed, |target| {
+        let port = target.addr.rsplit(':').next().unwrap_or_default();
+        let cases: Vec<(String, u16)> = vec![
+            ("GET /healthz HTTP/1.1\r\n\r\n".into(), 400),
+            ("GET /healthz HTTP/1.0\r\n\r\n".into(), 200),
+            (format!("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}@evil.example\r\n\r\n"), 400),
+            ("GET /healthz HTTP/1.1\r\nHost: [::1]evil.example\r\n\r\n".into(), 400),
+            ("GET /healthz HTTP/1.1\r\nHost: localhost:abc\r\n\r\n".into(), 400),
+            ("GET /healthz HTTP/1.1\r\nHost: localhost:99999\r\n\r\n".into(), 400),
+            ("GET /healthz HTTP/1.1\r\nHost: local host\r\n\r\n".into(), 400),
+            ("GET /healthz HTTP/1.1\r\nHost: localhost:65535\r\nConnection: close\r\n\r\n".into(), 200),
+            ("GET /healthz HTTP/1.1\r\nHost: [::1]:0\r\nConnection: close\r\n\r\n".into(), 200),
+            (format!("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"), 200),
+            ("GET /healthz HTTP/1.1\r\nHost: probe.example\r\nConnection: close\r\n\r\n".into(), 200),
+            (format!("GET /mcp HTTP/1.1\r\nHost: evil.example:{port}\r\nX-MCP-AUTH: {TOKEN}\r\n\r\n"), 421),
+        ];
+        for (head, expected) in cases {
+            let answer = answer_to(&target.addr, head.as_bytes());
+            assert!(answer.starts_with(&format!("HTTP/1.1 {expected} ")), "{head:?}: {answer}");
+        }
+    });
+}
+
+/// RFC 9112 section 3.2.2: a server must accept an absolute-form target
+/// (`POST http://host/mcp`); its authority stands for the Host header,
+/// so the DNS-rebinding check looks at it.
+#[test]
+fn absolute_form_targets_are_served() {
+    run_attack("absolute-form targets", &[], Probes::MustSucceed, |target| {
+        let addr = &target.addr;
+        let ping = r#"{"jsonrpc":"2.0","id":"absolute","method":"ping"}"#;
+        let post = |url: &str| {
+            format!(
+                "POST {url} HTTP/1.1\r\nHost: {addr}\r\nX-MCP-AUTH: {TOKEN}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {}\r\nMCP-Protocol-Version: 2025-11-25\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{ping}",
+                target.session,
+                ping.len()
+            )
+        };
+        let get = |url: &str| format!("GET {url} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let cases: Vec<(String, u16)> = vec![
+            (post(&format!("http://{addr}/mcp")), 200),
+            (get(&format!("http://{addr}/healthz")), 200),
+            (get(&format!("HTTP://{addr}/healthz?x=1")), 200),
+            (get(&format!("https://{addr}/healthz")), 200),
+            (get(&format!("http://{addr}")), 404),
+            (get(&format!("ftp://{addr}/healthz")), 400),
+            (get(&format!("http://user@{addr}/healthz")), 400),
+            (get("http:///healthz"), 400),
+            (post("http://evil.example/mcp"), 421),
+        ];
+        for (head, expected) in cases {
+            let answer = answer_to(addr, head.as_bytes());
+            assert!(answer.starts_with(&format!("HTTP/1.1 {expected} ")), "{head:?}: {answer}");
+            if expected == 200 && head.starts_with("POST") {
+                assert!(answer.contains(r#""result":{}"#), "{answer}");
+            }
+        }
+    });
+}
+
+/// Two values of a header the access checks or the 2026-07-28 header
+/// checks read would let a proxy and this server see different requests
+/// (each taking a different one): 400, as for two Host headers.
+#[test]
+fn duplicate_access_and_mcp_headers_are_refused() {
+    run_attack("duplicate access and MCP headers", &[], Probes::MustSucceed, |target| {
+        let cases = [
+            ("Mcp-Method", "tools/list", "tools/call"),
+            ("Origin", "http://localhost", "http://evil.example"),
+            ("Authorization", &format!("Bearer {TOKEN}") as &str, "Bearer wrong"),
+            ("X-MCP-AUTH", TOKEN, "wrong"),
+            ("Mcp-Name", "describe_environment", "run_job"),
+            ("MCP-Protocol-Version", "2026-07-28", "2025-11-25"),
+            ("Mcp-Session-Id", target.session.as_str(), "other"),
+        ];
+        for (name, first, second) in cases {
+            let head = format!(
+                "POST /mcp HTTP/1.1\r\nHost: {}\r\n{name}: {first}\r\n{}: {second}\r\nContent-Length: 0\r\n\r\n",
+                target.addr,
+                name.to_ascii_lowercase()
+            );
+            let answer = answer_to(&target.addr, head.as_bytes());
+            assert!(answer.starts_with("HTTP/1.1 400 "), "{name}: {answer}");
+            assert!(answer.contains(&format!("more than one `{name}` header")), "{name}: {answer}");
+        }
+    });
+}
+
+/// The README promises 400 for bare LF line ends: a head with one is
+/// refused as soon as it arrives, not after the head timeout (408).
+#[test]
+fn bare_lf_heads_are_refused_at_once() {
+    run_attack("bare LF heads", &[], Probes::MustSucceed, |target| {
+        let cases = [
+            format!("GET /healthz HTTP/1.1\nHost: {}\n\n", target.addr),
+            format!("GET /healthz HTTP/1.1\r\nHost: {}\n\n", target.addr),
+            format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\n", target.addr),
+            "\nGET /healthz HTTP/1.1\r\n".to_string(),
+            "GET /healthz HTTP/1.1\rHost: x".to_string(),
+        ];
+        for head in cases {
+            let answer = answer_to(&target.addr, head.as_bytes());
+            assert!(answer.starts_with("HTTP/1.1 400 "), "{head:?}: {answer}");
+            assert!(answer.contains("CRLF"), "{head:?}: {answer}");
+        }
+    });
+}
+
+/// RFC 9112 section 6.1: Transfer-Encoding in an HTTP/1.0 message is
+/// faulty framing: 400, and the connection closes.
+#[test]
+fn transfer_encoding_on_http_1_0_is_refused() {
+    run_attack("Transfer-Encoding on HTTP/1.0", &[], Probes::MustSucceed, |target| {
+        let smuggled = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        for framing in
+            ["Transfer-Encoding: chunked\r\n", "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "Transfer-Encoding: gzip\r\n"]
+        {
+            let head = format!("POST /mcp HTTP/1.0\r\nX-MCP-AUTH: {TOKEN}\r\n{framing}\r\n5\r\nhello\r\n0\r\n\r\n{smuggled}");
+            let answer = answer_to(&target.addr, head.as_bytes());
+            assert!(answer.starts_with("HTTP/1.1 400 "), "{framing:?}: {answer}");
+            assert!(answer.contains("HTTP/1.0") && answer.contains("Connection: close"), "{framing:?}: {answer}");
+            // The smuggled GET would be a 200 (the message names HTTP/1.1
+            // too, so status lines are not simply counted).
+            assert!(!answer.contains("HTTP/1.1 200"), "{framing:?}: answered twice: {answer}");
+        }
+    });
+}
+
+/// The 1,024-byte cap on a chunk-size line (size and extensions) holds
+/// when the whole line arrived with the head, in one read.
+#[test]
+fn long_chunk_extensions_are_refused_when_already_buffered() {
+    run_attack("2,000-byte chunk extension in one write", &[], Probes::MustSucceed, |target| {
+        let ping = r#"{"jsonrpc":"2.0","id":"chunked","method":"ping"}"#;
+        for (extension_bytes, expected) in [(2000, 400), (1000, 200)] {
+            let extension = "x".repeat(extension_bytes);
+            let text = format!(
+                "POST /mcp HTTP/1.1\r\nHost: {}\r\nX-MCP-AUTH: {TOKEN}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {}\r\nMCP-Protocol-Version: 2025-11-25\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n{:x};e={extension}\r\n{ping}\r\n0\r\n\r\n",
+                target.addr,
+                target.session,
+                ping.len()
+            );
+            let answer = answer_to(&target.addr, text.as_bytes());
+            assert!(answer.starts_with(&format!("HTTP/1.1 {expected} ")), "{extension_bytes}: {answer}");
+            if expected == 400 {
+                assert!(answer.contains("chunk-size or trailer line too long"), "{answer}");
+            }
+        }
+    });
+}
+
+/// More clients than `MCP_K8S_MAX_CONNECTIONS` connect, wait, then each
+/// sends a ping: every one gets an HTTP answer. Those whose slot went to a
+/// newcomer hear 503 with Retry-After, never a silent close.
+#[test]
+fn every_client_beyond_the_connection_cap_gets_an_answer() {
+    run_attack("48 clients on 8 connections, then each pings", &[("MCP_K8S_MAX_CONNECTIONS", "8")], Probes::PingMayBeRefused, |target| {
+        let mut clients: Vec<TcpStream> = (0..48).map(|_| connect(&target.addr)).collect();
+        thread::sleep(Duration::from_millis(500));
+        let ping = r#"{"jsonrpc":"2.0","id":"capped","method":"ping"}"#;
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {}\r\nX-MCP-AUTH: {TOKEN}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {}\r\nMCP-Protocol-Version: 2025-11-25\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{ping}",
+            target.addr,
+            target.session,
+            ping.len()
+        );
+        for client in &mut clients {
+            // A client already answered and closed may see its write fail.
+            let _ = client.write_all(request.as_bytes());
+        }
+        let mut statuses = Vec::new();
+        for (index, client) in clients.iter_mut().enumerate() {
+            let mut answer = Vec::new();
+            // A reset after the answer still leaves the answer read.
+            let _ = client.read_to_end(&mut answer);
+            let answer = String::from_utf8_lossy(&answer);
+            let status = answer.split(' ').nth(1).unwrap_or("none").to_string();
+            match status.as_str() {
+                "200" => assert!(answer.contains(r#""result":{}"#), "client {index}: {answer}"),
+                "503" => {
+                    assert!(answer.contains("Retry-After: 1") && answer.contains("MCP_K8S_MAX_CONNECTIONS"), "client {index}: {answer}")
+                }
+                _ => panic!("client {index} got no HTTP answer: {answer:?}"),
+            }
+            statuses.push(status);
+        }
+        assert!(statuses.iter().any(|status| status == "200"), "{statuses:?}");
+    });
+}
+
+/// Malformed `Mcp-Name` values in the 2026-07-28 encoded form get 400
+/// with -32020, and the server stays up; a valid one is decoded.
+#[test]
+fn malformed_encoded_mcp_names() {
+    run_attack("malformed encoded Mcp-Name values", &[], Probes::MustSucceed, |target| {
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"describe_environment","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+        let long = format!("=?base64?{}?=", "QUFB".repeat(3000));
+        let cases: Vec<(String, u16)> = vec![
+            ("=?base64?ZGVzY3JpYmVfZW52aXJvbm1lbnQ=?=".into(), 200),
+            ("=?base64?!!!?=".into(), 400),
+            ("=?base64?/w==?=".into(), 400),
+            ("=?base64?=?=".into(), 400),
+            ("=?base64?".into(), 400),
+            ("=?base64??=".into(), 400),
+            ("=?base64?7aCA?=".into(), 400),
+            (long, 400),
+        ];
+        for (value, expected) in cases {
+            let headers = [
+                ("X-MCP-AUTH", TOKEN),
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", value.as_str()),
+            ];
+            let answer = request(&target.addr, "POST", "/mcp", &headers, call.as_bytes());
+            let shown: String = value.chars().take(40).collect();
+            assert!(matches!(&answer, Ok((status, _)) if *status == expected), "{shown}: {answer:?}");
+            if expected == 400 {
+                assert!(answer.is_ok_and(|(_, body)| body.contains("-32020")), "{shown}");
+            }
+        }
+    });
+}
+
 // ---------------------------------------------------------------------------
 // The harness.
 
@@ -469,6 +701,17 @@ fn connect(addr: &str) -> TcpStream {
     stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
     stream.set_write_timeout(Some(Duration::from_secs(15))).unwrap();
     stream
+}
+
+/// Writes `bytes` on a new connection and reads the answer to the end
+/// (the server closes after it, or the request said `Connection: close`).
+fn answer_to(addr: &str, bytes: &[u8]) -> String {
+    let mut stream = connect(addr);
+    // A refusal may come before everything was written.
+    let _ = stream.write_all(bytes);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
 }
 
 /// `count` connections that each sent `first_bytes` and are kept open.

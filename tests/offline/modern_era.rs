@@ -206,6 +206,39 @@ fn http_headers_must_match_the_body() {
     }
 }
 
+/// `Mcp-Name` in the encoded form `=?base64?…?=` (a URI that is not plain
+/// ASCII) is decoded before it is compared with the body; a malformed one
+/// is 400 with -32020 and says what is wrong.
+#[test]
+fn http_decodes_an_encoded_mcp_name() {
+    let dir = std::env::temp_dir().join(format!("mcp-encoded-name-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("snippets folder");
+    std::fs::write(dir.join("h\u{e9}llo.py"), "print('hi')\n").expect("a snippet");
+    let folder = dir.display().to_string();
+    let http = HttpServer::start(&[("MCP_K8S_SNIPPETS_DIR", folder.as_str())]);
+    let read = request(1, "resources/read", json!({ "uri": "snippet://h\u{e9}llo" }));
+    let cases: &[(&str, &str, u16, Option<&str>)] = &[
+        ("encoded", "=?base64?c25pcHBldDovL2jDqWxsbw==?=", 200, None),
+        ("encoded, spaces around", "  =?base64?c25pcHBldDovL2jDqWxsbw==?=  ", 200, None),
+        ("encoded, another name", "=?base64?c25pcHBldDovL2hlbGxv?=", 400, Some("does not match the body's")),
+        ("invalid base64", "=?base64?c25p!!?=", 400, Some("is not base64")),
+        ("not UTF-8", "=?base64?/w==?=", 400, Some("does not decode to UTF-8")),
+    ];
+    for (case, value, status, message) in cases {
+        let response = http_post(&http, &read, &[("Mcp-Name", Some(value))]);
+        assert_eq!(response.status, *status, "{case}: {}", response.body);
+        match message {
+            None => assert_eq!(response.json()["result"]["contents"][0]["text"], "print('hi')\n", "{case}"),
+            Some(message) => {
+                let error = &response.json()["error"];
+                assert_eq!(error["code"], -32020, "{case}");
+                assert!(error["message"].as_str().is_some_and(|text| text.contains(message)), "{case}: {error}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn http_has_no_sessions_and_no_get_stream_in_this_era_while_the_handshake_era_works_as_before() {
     let http = HttpServer::start(&[]);

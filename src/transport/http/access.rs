@@ -27,8 +27,10 @@ pub type Cors = Vec<(&'static str, String)>;
 /// Host (DNS rebinding), Origin and token checks, in that order: a browser
 /// on a foreign page is refused before its token is even looked at.
 pub fn check(access: &Access, head: &Head) -> Result<Cors, Response> {
+    // The authority of an absolute-form target stands for the Host header
+    // (RFC 9112 section 3.2.2), so it is the one checked.
     if access.check_host
-        && let Some(host) = head.header("Host")
+        && let Some(host) = head.authority()
         && !is_loopback_authority(host)
     {
         log::warn("request refused: foreign Host header", &[]);

@@ -103,6 +103,7 @@ const LINGER_BYTES: usize = 1 << 20;
 
 /// Cap on one chunk-size line (size plus extensions, RFC 9112 7.1.1).
 const MAX_CHUNK_LINE: usize = 1024;
+const LINE_TOO_LONG: &str = "a chunk-size or trailer line too long";
 
 impl Response {
     pub fn new(status: u16, content_type: &'static str, body: impl Into<Vec<u8>>) -> Response {
@@ -225,6 +226,9 @@ impl Conn {
                     }
                     Err(error) => self.refuse_head(&error),
                 };
+            }
+            if head::has_bare_line_end(&self.buffer) {
+                return self.refuse_head(&head::BARE_LINE_END);
             }
             if self.buffer.len() >= self.limits.head.max_bytes {
                 return self.refuse_head(&HeadError::TooLarge { limit: self.limits.head.max_bytes });
@@ -374,16 +378,24 @@ impl Conn {
         Ok(())
     }
 
-    /// One line ending in CRLF, without it, at most `max` bytes.
-    fn take_line(&mut self, max: usize, deadline: Instant) -> Result<Vec<u8>, BodyError> {
+    /// One line ending in CRLF, without it, at most `max` bytes; a longer
+    /// one is `BadChunk` with `too_long`.
+    fn take_line(&mut self, max: usize, too_long: &'static str, deadline: Instant) -> Result<Vec<u8>, BodyError> {
         loop {
             if let Some(end) = self.buffer.windows(2).position(|pair| pair == b"\r\n") {
+                // The cap holds for a line that arrived whole with earlier
+                // bytes (the head, the previous chunk) as for one still coming.
+                if end > max {
+                    return Err(BodyError::BadChunk { what: too_long });
+                }
                 let line = self.buffer[..end].to_vec();
                 self.buffer.drain(..end + 2);
                 return Ok(line);
             }
-            if self.buffer.len() > max {
-                return Err(BodyError::BadChunk { what: "a chunk-size or trailer line too long" });
+            // No CRLF yet: `max` bytes and a CR whose LF is still coming
+            // may be a line within the cap.
+            if self.buffer.len() > max + 1 {
+                return Err(BodyError::BadChunk { what: too_long });
             }
             match self.read_more(deadline, max + 2 - self.buffer.len()) {
                 Ok(0) => return Err(BodyError::Incomplete),
@@ -400,7 +412,7 @@ impl Conn {
         let limit = self.limits.max_body_bytes;
         let mut body = Vec::new();
         loop {
-            let line = self.take_line(MAX_CHUNK_LINE, deadline)?;
+            let line = self.take_line(MAX_CHUNK_LINE, LINE_TOO_LONG, deadline)?;
             let size = parse_chunk_size(&line)?;
             if size == 0 {
                 break;
@@ -413,13 +425,14 @@ impl Conn {
                 return Err(BodyError::Busy { budget: budget.total() });
             }
             self.take_exact(&mut body, size, deadline)?;
-            if !self.take_line(2, deadline)?.is_empty() {
-                return Err(BodyError::BadChunk { what: "chunk data longer than its size" });
+            const DATA_TOO_LONG: &str = "chunk data longer than its size";
+            if !self.take_line(0, DATA_TOO_LONG, deadline)?.is_empty() {
+                return Err(BodyError::BadChunk { what: DATA_TOO_LONG });
             }
         }
         let mut trailer_bytes = 0;
         loop {
-            let line = self.take_line(self.limits.head.max_bytes, deadline)?;
+            let line = self.take_line(self.limits.head.max_bytes, LINE_TOO_LONG, deadline)?;
             if line.is_empty() {
                 return Ok(body);
             }

@@ -8,8 +8,8 @@
 //! is taken), and beyond that a 503 is written without blocking and the
 //! connection closed.
 //! A connection that only waits for a request head gives up its slot to a
-//! newcomer when all are taken (`waiting`), so idle and slowloris floods
-//! cannot hold them. `head` parses request heads, `conn` reads and writes
+//! newcomer when all are taken (`waiting`; its client is sent a 503 to
+//! retry), so idle and slowloris floods cannot hold them. `head` parses request heads, `conn` reads and writes
 //! one connection under its bounds, `routes` picks the handler, `access`
 //! checks who may call, `mcp` serves the MCP endpoints, `sessions` keeps
 //! sessions, `sse` writes event streams, `budget` counts shared bytes and
@@ -61,13 +61,20 @@ pub const PROBE_RESERVE: usize = 16;
 /// Prometheus send theirs at once.
 const PROBE_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Connections the kernel holds for the accept loop. std's 128 made a
+/// burst of 1,200 connections wait in SYN retries (a `/healthz` took
+/// 1.4 s); the kernel caps this at net.core.somaxconn (4096 by default
+/// since Linux 5.4). The accept loop admits or refuses each at once, so a
+/// full queue is only ever a burst.
+const LISTEN_BACKLOG: libc::c_int = 4096;
+
 /// How long a body waits for room in `MCP_K8S_BODY_BUDGET_BYTES` before 503.
 const BUDGET_WAIT: Duration = Duration::from_secs(5);
 
 /// Serves until `stop` is cancelled, then stops accepting, lets in-flight
 /// calls finish within the grace period and closes the SSE streams.
 pub fn serve(server: Arc<Server>, config: &Config, stop: CancelToken) -> io::Result<()> {
-    let listener = TcpListener::bind(config.addr)?;
+    let listener = socket::listen(config.addr, LISTEN_BACKLOG)?;
     // Non-blocking, so that accept never waits once poll said "ready"
     // (the client may have gone in between).
     listener.set_nonblocking(true)?;
@@ -200,7 +207,7 @@ fn admit(state: &Arc<HttpState>, socket: TcpStream) {
     }
     // Each SSE event and answer is one write; Nagle would hold them back.
     let _ = socket.set_nodelay(true);
-    let regular = state.connections.try_take(state.max_connections).or_else(|| state.waiting.evict_oldest());
+    let regular = state.connections.try_take(state.max_connections).or_else(|| evict_oldest_waiting(state));
     let (lane, slot) = match regular {
         Some(slot) => (Lane::Regular, slot),
         None => match state.probe_connections.try_take(PROBE_RESERVE) {
@@ -214,6 +221,18 @@ fn admit(state: &Arc<HttpState>, socket: TcpStream) {
         // The socket went down with the closure and is closed.
         log::error("could not start a connection thread", &[("error", json!(error.to_string()))]);
     }
+}
+
+/// Takes the slot of the connection that has waited longest for a request
+/// head. Its client is sent the 503 of a full server, with Retry-After,
+/// rather than a bare close: it may have been about to send a request (or
+/// have sent part of one), and a silent close reads as a crash. Evicting
+/// stays (rather than refusing the newcomer) so that an idle or slowloris
+/// flood cannot hold every slot; the 503 costs nothing when the client
+/// was a flood, and tells a real one to come back.
+fn evict_oldest_waiting(state: &HttpState) -> Option<CounterGuard> {
+    let farewell = routes::connection_limit_response(state.max_connections).encode(false, true);
+    state.waiting.evict_oldest(&farewell)
 }
 
 /// Answers requests on one connection until it closes.
@@ -259,7 +278,18 @@ fn serve_connection(state: &Arc<HttpState>, socket: TcpStream, lane: Lane, slot:
             Lane::Probes => routes::route_probe_only(state, &mut conn, &head),
         }
     }
+    // A lingering close (a body nobody read) may take a second; meanwhile
+    // the slot may go to a newcomer, as while waiting for a head. Without
+    // this a burst of requests with unread bodies held every slot for that
+    // second and the probes, finding the reserve taken too, got 503.
+    let ticket = match (lane, slot) {
+        (Lane::Regular, Some(held)) => Some(state.waiting.enter(&socket, held)),
+        _ => None,
+    };
     conn.close();
+    if let Some(ticket) = ticket {
+        state.waiting.leave(ticket);
+    }
 }
 
 /// Answers a connection beyond every limit only as far as the socket takes

@@ -2,7 +2,9 @@
 //! idle between keep-alive requests), oldest first. When every connection
 //! slot is taken, the accept loop ends the one that has waited longest and
 //! hands its slot to the newcomer, so a flood of idle or slowloris
-//! connections cannot lock out probes and real clients.
+//! connections cannot lock out probes and real clients. The
+//! evicted client is sent a farewell (the caller's bytes, a 503) so that
+//! one that was about to send a request hears why and when to retry.
 //! Connections inside a request (a body being read, a call, an event
 //! stream) are not here and are never evicted. Knows nothing of HTTP.
 
@@ -11,6 +13,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::budget::CounterGuard;
+use super::socket;
 
 #[derive(Default)]
 pub struct Waiting {
@@ -44,9 +47,23 @@ impl Waiting {
     }
 
     /// Ends the connection that has waited longest and returns its slot.
-    pub fn evict_oldest(&self) -> Option<CounterGuard> {
-        let (_, (socket, slot)) = self.lock().by_ticket.pop_first()?;
+    /// One whose socket holds bytes not yet read is passed over: its
+    /// request has arrived and its thread is about to read it (evicting it
+    /// would drop a request in flight, such as a probe's on a busy
+    /// machine). A flood cannot hide behind that: its threads read what
+    /// it sends at once. `None` when every connection is passed over.
+    /// `farewell` is sent first, as far as the socket takes it at once:
+    /// the caller is the accept loop, which must never wait on a client.
+    pub fn evict_oldest(&self, farewell: &[u8]) -> Option<CounterGuard> {
+        let (socket, slot) = {
+            let mut entries = self.lock();
+            let ticket =
+                entries.by_ticket.iter().find(|(_, (socket, _))| !socket::has_unread_bytes(&**socket)).map(|(ticket, _)| *ticket)?;
+            entries.by_ticket.remove(&ticket)?
+        };
+        socket::send_now(&*socket, farewell);
         // Its thread's blocked read returns at once and the thread ends.
+        // What was queued is still sent before the FIN.
         let _ = socket.shutdown(Shutdown::Both);
         Some(slot)
     }
@@ -74,13 +91,34 @@ mod tests {
         let second = Arc::new(listener.accept().unwrap().0);
         let first_ticket = waiting.enter(&first, counter.try_take(2).unwrap());
         let second_ticket = waiting.enter(&second, counter.try_take(2).unwrap());
-        let slot = waiting.evict_oldest().unwrap();
+        let slot = waiting.evict_oldest(b"bye").unwrap();
         assert_eq!(counter.in_use(), 2, "the slot changed hands; it was not freed");
         assert_eq!((&*first).read(&mut [0u8; 1]).unwrap(), 0, "the evicted socket reads as closed");
+        let mut farewell = Vec::new();
+        (&_clients[0]).read_to_end(&mut farewell).unwrap();
+        assert_eq!(farewell, b"bye", "the evicted client is told before the close");
         assert!(waiting.leave(first_ticket).is_none());
         let second_slot = waiting.leave(second_ticket);
         assert!(second_slot.is_some());
         drop(slot);
         assert_eq!(counter.in_use(), 1);
+    }
+
+    #[test]
+    fn a_connection_whose_request_has_arrived_is_passed_over() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let counter = Arc::new(Counter::default());
+        let waiting = Waiting::default();
+        let mut clients: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(address).unwrap()).collect();
+        let first = Arc::new(listener.accept().unwrap().0);
+        let second = Arc::new(listener.accept().unwrap().0);
+        let first_ticket = waiting.enter(&first, counter.try_take(2).unwrap());
+        let _second_ticket = waiting.enter(&second, counter.try_take(2).unwrap());
+        std::io::Write::write_all(&mut clients[0], b"GET / HTTP/1.1\r\n").unwrap();
+        assert!(super::socket::wait(&*first, super::socket::Readiness::Readable, std::time::Duration::from_secs(5)).unwrap());
+        assert!(waiting.evict_oldest(b"").is_some(), "the second, idle, is evicted");
+        assert!(waiting.evict_oldest(b"").is_none(), "the first has a request waiting to be read");
+        assert!(waiting.leave(first_ticket).is_some());
     }
 }

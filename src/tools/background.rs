@@ -16,7 +16,7 @@ use crate::engine::background::{self, Listed, Submitted, TokenKind};
 use crate::engine::collect::LiveChunk;
 use crate::engine::jobs::{Phase, View};
 use crate::engine::run::Progress;
-use crate::engine::spec::RunStatus;
+use crate::engine::spec::{RunSpec, RunStatus};
 use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, check_known_arguments, execute_code, job_args, job_result, run_job};
 
 /// Longest `fetch_job` long-poll: clients give up on calls after about a
@@ -111,10 +111,7 @@ pub fn task_submit(ctx: &Ctx, tool_name: &str, arguments: &Map<String, Value>) -
     let (spec, kind) = if tool_name == execute_code::NAME {
         (execute_code::parse_execute_args(arguments, &ctx.config).map_err(CallError::Invalid)?, TokenKind::Code)
     } else {
-        (
-            job_args::parse_run_args(arguments, &run_job::arg_bounds(&ctx.config)).map_err(|error| CallError::Invalid(error.0))?,
-            TokenKind::Job,
-        )
+        (job_spec(ctx, arguments)?, TokenKind::Job)
     };
     match background::submit(engine_of(ctx)?, &spec, kind) {
         Ok(submitted) => Ok(TaskStart::Task(submitted.token)),
@@ -202,9 +199,14 @@ fn submit_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 }
 
 fn submit(ctx: &Ctx, arguments: &Map<String, Value>) -> Result<Submitted, CallError> {
-    let spec = job_args::parse_run_args(arguments, &run_job::arg_bounds(&ctx.config)).map_err(|error| CallError::Invalid(error.0))?;
+    let spec = job_spec(ctx, arguments)?;
     let engine = engine_of(ctx)?;
     Ok(background::submit(engine, &spec, TokenKind::Job)?)
+}
+
+/// `run_job`'s arguments, checked in full, as the run they describe.
+fn job_spec(ctx: &Ctx, arguments: &Map<String, Value>) -> Result<RunSpec, CallError> {
+    job_args::parse_run_args(arguments, &run_job::arg_bounds(&ctx.config)).map_err(|error| CallError::Invalid(error.0))
 }
 
 // ---------------------------------------------------------------------------

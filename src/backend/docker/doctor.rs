@@ -146,14 +146,22 @@ pub fn runner_arch_refusal(path: &str, machine: u16, engine_arch: &str) -> Optio
 
 /// The ELF header's `e_machine`, for a 64-bit little-endian ELF.
 pub fn elf_machine(bytes: &[u8]) -> Option<u16> {
-    elf_is_static(bytes)?;
+    if !is_elf64_le(bytes) {
+        return None;
+    }
     Some(u16::from_le_bytes(bytes.get(0x12..0x14)?.try_into().ok()?))
+}
+
+/// The ELF magic, 64-bit class and little-endian data: the only layout
+/// these readers know.
+fn is_elf64_le(bytes: &[u8]) -> bool {
+    bytes.get(..4) == Some(b"\x7fELF".as_slice()) && bytes.get(4) == Some(&2) && bytes.get(5) == Some(&1)
 }
 
 /// `Some(true)` for a 64-bit little-endian ELF without a `PT_INTERP`
 /// program header (no dynamic loader), `None` for something else.
 pub fn elf_is_static(bytes: &[u8]) -> Option<bool> {
-    if bytes.get(..4)? != b"\x7fELF" || *bytes.get(4)? != 2 || *bytes.get(5)? != 1 {
+    if !is_elf64_le(bytes) {
         return None;
     }
     let u16_at = |at: usize| Some(u16::from_le_bytes(bytes.get(at..at + 2)?.try_into().ok()?));

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Two figures of issue 12, finding 15, through MCP over stdio on the test cluster:
+"""Two bounds figures, through MCP over stdio on the test cluster:
 
 - `rss`: the server's peak RSS (VmHWM) before and after one run_job whose
   command writes a 9 MiB artifact of random bytes (returned as base64);

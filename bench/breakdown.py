@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a cold run_job's time goes, on the test cluster (issue 17).
+"""Where a cold run_job's time goes, on the test cluster.
 
 Sequential run_job calls through MCP (stdio), each timed on this machine's
 clock, which the server, the kubelet and the runner share (one node):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cold against warm run_job on the test cluster (issue 17), in one run.
+"""Cold against warm run_job on the test cluster, in one run.
 
 Two servers over stdio, the same build and settings, calls interleaved:
 one without pools (every run cold) and one with a busybox and a python pool

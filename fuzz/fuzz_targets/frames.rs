@@ -1,5 +1,5 @@
 //! Fuzz target: a container log → the runner's frame decoder
-//! (`sandbox::frame::decode`) and the engine's reassembly
+//! (`sandbox::frame::decode`, tags included) and the engine's reassembly
 //! (`engine::collect::Collector::read_all`), with small caps. Checks that
 //! nothing panics, that a decoded frame encodes back to one line that decodes
 //! to the same frame, and that the collector keeps to its caps whatever the
@@ -17,10 +17,10 @@ const CAPTURE_MARKER_SLACK: u64 = 256;
 
 fuzz_target!(|data: &[u8]| {
     for line in String::from_utf8_lossy(data).lines() {
-        if let Ok(Some(decoded)) = frame::decode(line) {
-            let encoded = frame::encode(&decoded);
+        if let Ok(Some((tag, decoded))) = frame::decode(line) {
+            let encoded = frame::encode(tag, &decoded);
             assert_eq!(encoded.matches('\n').count(), 1, "one frame is one line: {encoded:?}");
-            assert_eq!(frame::decode(&encoded), Ok(Some(decoded)), "re-encoded: {encoded:?}");
+            assert_eq!(frame::decode(&encoded), Ok(Some((tag, decoded))), "re-encoded: {encoded:?}");
         }
     }
 

@@ -1,11 +1,17 @@
 //! Reassembles the runner's frames, read line by line from the followed
 //! container log, into live output and a final result, with memory bounded
-//! by the configured caps whatever the log contains.
+//! by the configured caps whatever the log contains. The first frame's tag
+//! is the run's (the runner writes it before the command exists); a frame
+//! with another tag was written by something else and is ignored.
 
 use std::io::BufRead;
 
 use crate::engine::spec::Artifact;
-use crate::sandbox::frame::{self, Frame, MAX_LINE_BYTES, RunResult, Stream};
+use crate::sandbox::frame::{self, Frame, MAX_LINE_BYTES, RunResult, Stream, Tag};
+
+/// The note for frames that do not carry the run's tag.
+pub const IMITATION_NOTE: &str = "ignored log lines shaped like the runner's frames but without this run's tag: \
+     something in the sandbox wrote them past the runner, so they are not part of this result";
 
 /// Room for the runner's "bytes omitted" marker on top of the output cap.
 const CAPTURE_MARKER_SLACK: usize = 256;
@@ -32,6 +38,8 @@ pub struct Collector {
     pub result: Option<RunResult>,
     /// Problems with the log itself (bad frames, overlong lines).
     pub problems: Vec<String>,
+    /// The run's tag, from the first frame.
+    tag: Option<Tag>,
 }
 
 impl Collector {
@@ -48,19 +56,24 @@ impl Collector {
             artifact_bytes: 0,
             result: None,
             problems: Vec::new(),
+            tag: None,
         }
     }
 
     /// Takes one log line; returns live output it carried, if any.
     pub fn push_line(&mut self, line: &str) -> Option<LiveChunk> {
-        let frame = match frame::decode(line) {
-            Ok(Some(frame)) => frame,
+        let (tag, frame) = match frame::decode(line) {
+            Ok(Some(decoded)) => decoded,
             Ok(None) => return None,
             Err(error) => {
                 self.note_problem(error.to_string());
                 return None;
             }
         };
+        if *self.tag.get_or_insert(tag) != tag {
+            self.note_problem(IMITATION_NOTE.to_string());
+            return None;
+        }
         match frame {
             Frame::Started(started) => self.started_at_ms = Some(started.started_at_ms),
             Frame::Output(output) => return self.push_output(output.stream, &output.data_b64),
@@ -208,10 +221,32 @@ pub fn read_line_bounded(reader: &mut dyn BufRead, line: &mut Vec<u8>, max: usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::frame::{ArtifactChunk, ArtifactHeader, Output};
+    use crate::sandbox::frame::{ArtifactChunk, ArtifactHeader, Output, TAG_BYTES};
+
+    const TAG: Tag = Tag::from_bytes([1; TAG_BYTES]);
 
     fn line(frame: Frame) -> String {
-        frame::encode(&frame)
+        frame::encode(TAG, &frame)
+    }
+
+    #[test]
+    fn frames_without_the_runs_tag_are_ignored_and_noted() {
+        let output = |text: &[u8]| Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(text) });
+        let mut result = RunResult::started(1);
+        result.exit_code = Some(0);
+        let forged = |frame: &Frame| frame::encode(Tag::from_bytes([2; TAG_BYTES]), frame);
+        let log = [
+            line(Frame::Started(frame::Started { started_at_ms: 1 })),
+            forged(&output(b"FORGED")),
+            line(output(b"real")),
+            forged(&Frame::Result(result.clone())),
+        ]
+        .concat();
+        let mut collector = Collector::new(100, 100);
+        collector.read_all(&mut log.as_bytes(), &mut |_| {}).unwrap();
+        assert_eq!(collector.live_stdout, b"real");
+        assert!(collector.result.is_none(), "a result with another tag is not the run's");
+        assert_eq!(collector.problems, [IMITATION_NOTE]);
     }
 
     #[test]

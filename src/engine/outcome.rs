@@ -325,10 +325,13 @@ mod tests {
     fn judged_with(result: Option<RunResult>, finished: Option<Finished>, cancel_requested: bool) -> RunOutcome {
         let mut collector = Collector::new(100, 100);
         for (stream, bytes) in [(Stream::Stdout, b"out"), (Stream::Stderr, b"err")] {
-            collector.push_line(&frame::encode(&Frame::Captured(Output { stream, data_b64: frame::to_base64(bytes) })));
+            collector.push_line(&frame::encode(
+                frame::Tag::from_bytes([0; frame::TAG_BYTES]),
+                &Frame::Captured(Output { stream, data_b64: frame::to_base64(bytes) }),
+            ));
         }
         if let Some(result) = result {
-            collector.push_line(&frame::encode(&Frame::Result(result)));
+            collector.push_line(&frame::encode(frame::Tag::from_bytes([0; frame::TAG_BYTES]), &Frame::Result(result)));
         }
         let facts = Judged {
             run_id: "r",

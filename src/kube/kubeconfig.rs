@@ -413,15 +413,75 @@ fn parse(text: &[u8], path: &Path) -> Result<RawKubeconfig, Error> {
     }
     // JSON is read as JSON: it is valid YAML only mostly (tabs), and client-go
     // does the same by converting YAML to JSON first.
+    // A parser's message may quote the text that did not fit, and in a
+    // kubeconfig that is often a token, a password or a key; the saphyr
+    // snippet shows the lines around it verbatim. So the message is the
+    // parser's words without any quoted value, and the position.
     let parsed = if text.trim_start().starts_with('{') {
-        serde_json::from_str::<RawKubeconfig>(text).map_err(|error| error.to_string())
+        serde_json::from_str::<RawKubeconfig>(text)
+            .map_err(|error| parse_failure(&error.to_string(), Some((error.line() as u64, error.column() as u64))))
     } else {
-        serde_saphyr::from_str::<RawKubeconfig>(text).map_err(|error| error.to_string())
+        serde_saphyr::from_str::<RawKubeconfig>(text).map_err(|error| {
+            let position = error.location().map(|location| (location.line(), location.column())).filter(|(line, _)| *line > 0);
+            let message = parse_failure(&error.without_snippet().to_string(), position);
+            match position.and_then(|(line, _)| key_on_line(text, line)) {
+                Some(key) => format!("field `{key}`: {message}"),
+                None => message,
+            }
+        })
     };
     let mut file = parsed.map_err(|message| Error::Config(format!("cannot parse kubeconfig `{}`: {message}", path.display())))?;
     let base = path.parent().unwrap_or(Path::new("."));
     resolve_local_paths(&mut file, base);
     Ok(file)
+}
+
+/// A parse error as the operator may see it in a log: the parser's words
+/// with every double-quoted value hidden (serde quotes the string it could
+/// not use; field names, which say what to fix, are in backticks and kept),
+/// its own trailing position dropped, and the position given once.
+pub fn parse_failure(message: &str, position: Option<(u64, u64)>) -> String {
+    let mut shown = String::with_capacity(message.len());
+    let mut in_quote = false;
+    let mut escaped = false;
+    for character in message.chars() {
+        match (in_quote, escaped, character) {
+            (true, false, '\\') => escaped = true,
+            (true, true, _) => escaped = false,
+            (true, false, '"') => {
+                in_quote = false;
+                shown.push_str("…\"");
+            }
+            (true, false, _) => {}
+            (false, _, '"') => {
+                in_quote = true;
+                shown.push('"');
+            }
+            (false, _, other) => shown.push(other),
+        }
+    }
+    if in_quote {
+        shown.push_str("…\"");
+    }
+    let words = match shown.find(" at line ") {
+        Some(index) => shown[..index].trim_end().to_string(),
+        None => shown.lines().next().unwrap_or_default().trim_end().to_string(),
+    };
+    match position {
+        Some((line, column)) => format!("{words} (line {line}, column {column}; values are not shown)"),
+        None => format!("{words} (values are not shown)"),
+    }
+}
+
+/// The YAML key that starts line `line` (1-based), if it is a plain one:
+/// `    as: [1]` and `- name: u` give `as` and `name`. Only the key, never
+/// what follows it.
+fn key_on_line(text: &str, line: u64) -> Option<&str> {
+    let text = text.lines().nth(usize::try_from(line.checked_sub(1)?).ok()?)?;
+    let text = text.trim_start().trim_start_matches("- ").trim_start();
+    let key = &text[..text.find(':')?];
+    let plain = !key.is_empty() && key.len() <= 64 && key.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"-_.".contains(&byte));
+    plain.then_some(key)
 }
 
 /// client-go `ResolveLocalPaths`: file references are relative to the
@@ -793,5 +853,55 @@ mod tests {
         assert_eq!(read_text_bounded(&path, 4).unwrap(), "abcd");
         assert!(read_bounded(&path, 3).unwrap_err().to_string().contains("larger than 3 bytes"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A parse error names the file and the place, never a credential's
+    /// value: the kubeconfig's secrets next to the faulty line, and a secret
+    /// given where a list belongs, in YAML and in JSON.
+    #[test]
+    fn a_parse_error_shows_no_credential() {
+        let secret = "eyJhbGciOiJSUzI1NiIsImtpZCI6IlNFQ1JFVCJ9.c2VjcmV0LXNlY3JldA";
+        let cases = [
+            format!("users:\n- name: u\n  user:\n    password: hunter2-{secret}\n    token: {secret}\n    as: [1]\n"),
+            format!("users:\n- name: u\n  user:\n    token: {secret}\n    client-key-data: {secret}\n    as-groups: {secret}\n"),
+            format!("users:\n- name: u\n  user:\n    exec:\n      env: {secret}\n"),
+            format!(r#"{{"users": [{{"name": "u", "user": {{"token": "{secret}", "as-groups": "{secret}"}}}}]}}"#),
+            format!(r#"{{"users": [{{"name": "u", "user": {{"token": "{secret}", "as": ["#),
+        ];
+        for text in cases {
+            let error = parse(text.as_bytes(), Path::new("/etc/kube/config")).err().map(|error| error.to_string()).unwrap_or_default();
+            assert!(error.contains("cannot parse kubeconfig `/etc/kube/config`"), "{error}");
+            assert!(error.contains("line "), "the place is named: {error}");
+            if !text.starts_with('{') {
+                assert!(error.contains("field `"), "the field is named: {error}");
+            }
+            assert!(!error.contains("hunter2") && !error.contains("c2VjcmV0"), "a credential in `{error}`");
+        }
+    }
+
+    #[test]
+    fn the_key_of_a_line_is_named_without_its_value() {
+        let text = "users:\n- name: u\n    as: [1]\n  token: abc:def\n  \"quoted key\": x\nnot a key\n";
+        let cases =
+            [(1, Some("users")), (2, Some("name")), (3, Some("as")), (4, Some("token")), (5, None), (6, None), (7, None), (0, None)];
+        for (line, expected) in cases {
+            assert_eq!(key_on_line(text, line), expected, "line {line}");
+        }
+    }
+
+    #[test]
+    fn parse_failures_hide_quoted_values_and_keep_field_names() {
+        let cases = [
+            (
+                "invalid type: string \"tok\\\"en\", expected a sequence at line 3 column 5",
+                Some((3, 5)),
+                "invalid type: string \"…\", expected a sequence (line 3, column 5; values are not shown)",
+            ),
+            ("unknown field `tokn`, expected one of `token`", None, "unknown field `tokn`, expected one of `token` (values are not shown)"),
+            ("unterminated \"abc", Some((1, 1)), "unterminated \"…\" (line 1, column 1; values are not shown)"),
+        ];
+        for (message, position, expected) in cases {
+            assert_eq!(parse_failure(message, position), expected);
+        }
     }
 }

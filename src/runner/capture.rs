@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 
-use crate::sandbox::frame::{self, Frame, Output, Stream};
+use crate::sandbox::frame::{self, Frame, Output, Stream, TAG_BYTES, Tag};
 
 /// Head and tail of a byte stream under a total cap.
 ///
@@ -66,17 +66,28 @@ impl HeadTail {
 }
 
 /// Where frames go: the runner's stdout, shared by both stream readers and
-/// the main thread. A write error (the log pipe closed) is remembered, since
-/// there is nobody to report it to until the result is written.
-pub type FrameSink = Arc<Mutex<Box<dyn Write + Send>>>;
+/// the main thread, each frame stamped with the run's tag. A write error
+/// (the log pipe closed) is dropped, since there is nobody to report it to.
+#[derive(Clone)]
+pub struct FrameSink {
+    tag: Tag,
+    out: Arc<Mutex<Box<dyn Write + Send>>>,
+}
+
+impl FrameSink {
+    /// The runner's stdout, with a fresh tag.
+    pub fn stdout() -> Result<FrameSink, String> {
+        Ok(FrameSink { tag: Tag::random()?, out: Arc::new(Mutex::new(Box::new(std::io::stdout()))) })
+    }
+}
 
 /// A sink that keeps the frames in memory, with the buffer to read them
 /// back: how the runner's tests (and any caller that wants the frames as
 /// bytes) see exactly what would reach the container log.
 pub fn memory_sink() -> (FrameSink, Arc<Mutex<Vec<u8>>>) {
     let buffer = Arc::new(Mutex::new(Vec::new()));
-    let sink: FrameSink = Arc::new(Mutex::new(Box::new(MemoryWriter(buffer.clone()))));
-    (sink, buffer)
+    let out: Box<dyn Write + Send> = Box::new(MemoryWriter(buffer.clone()));
+    (FrameSink { tag: Tag::from_bytes([0; TAG_BYTES]), out: Arc::new(Mutex::new(out)) }, buffer)
 }
 
 struct MemoryWriter(Arc<Mutex<Vec<u8>>>);
@@ -93,17 +104,17 @@ impl Write for MemoryWriter {
 }
 
 pub fn write_frame(sink: &FrameSink, frame: &Frame) {
-    let line = frame::encode(frame);
-    if let Ok(mut out) = sink.lock() {
+    let line = frame::encode(sink.tag, frame);
+    if let Ok(mut out) = sink.out.lock() {
         let _ = out.write_all(line.as_bytes());
         let _ = out.flush();
     }
 }
 
-/// Reads `source` to its end, keeping a `HeadTail` of it and forwarding the
+/// Reads `source` to its end into `kept` (shared, so that what was read is
+/// there even while a stray process holds the stream open), forwarding the
 /// first `live_cap` bytes as `Output` frames as they arrive.
-pub fn pump(mut source: impl Read, stream: Stream, cap: usize, live_cap: usize, sink: &FrameSink) -> HeadTail {
-    let mut kept = HeadTail::new(cap);
+pub fn pump(mut source: impl Read, stream: Stream, kept: &Mutex<HeadTail>, live_cap: usize, sink: &FrameSink) {
     let mut live_sent = 0usize;
     let mut buffer = vec![0u8; frame::CHUNK_BYTES];
     loop {
@@ -114,14 +125,13 @@ pub fn pump(mut source: impl Read, stream: Stream, cap: usize, live_cap: usize, 
             Err(_) => break,
         };
         let chunk = &buffer[..read];
-        kept.push(chunk);
+        kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(chunk);
         if live_sent < live_cap {
             let live = &chunk[..chunk.len().min(live_cap - live_sent)];
             live_sent += live.len();
             write_frame(sink, &Frame::Output(Output { stream, data_b64: frame::to_base64(live) }));
         }
     }
-    kept
 }
 
 #[cfg(test)]
@@ -179,10 +189,11 @@ mod tests {
     #[test]
     fn pump_forwards_live_output_up_to_its_cap() {
         let (sink, sink_buffer) = memory_sink();
-        let kept = pump(&b"hello world"[..], Stream::Stdout, 100, 5, &sink);
-        assert_eq!(kept.contents(), b"hello world");
+        let kept = Mutex::new(HeadTail::new(100));
+        pump(&b"hello world"[..], Stream::Stdout, &kept, 5, &sink);
+        assert_eq!(kept.lock().unwrap().contents(), b"hello world");
         let text = String::from_utf8(sink_buffer.lock().unwrap().clone()).unwrap();
-        let frames: Vec<_> = text.lines().map(|line| frame::decode(line).unwrap().unwrap()).collect();
+        let frames: Vec<_> = text.lines().map(|line| frame::decode(line).unwrap().unwrap().1).collect();
         assert_eq!(frames, vec![Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hello") })]);
     }
 }

@@ -57,8 +57,14 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("await-ready") => {
             argv::parse_await(rest).and_then(|options| init::await_ready(&options.ready_file, options.timeout).map(|()| 0))
         }
-        Some("exec") => argv::parse_exec(rest).map(|options| run_exec(&options)),
-        Some("await-assignment") => argv::parse_assign(rest).and_then(|options| run_await_assignment(&options)),
+        Some("exec") => argv::parse_exec(rest).and_then(|options| {
+            process::seal_runner()?;
+            run_exec(&options)
+        }),
+        Some("await-assignment") => argv::parse_assign(rest).and_then(|options| {
+            process::seal_runner()?;
+            run_await_assignment(&options)
+        }),
         Some("clone") => argv::parse_clone(rest).and_then(|options| clone::run_clone(&options)),
         Some("credential") => argv::parse_credential(rest).and_then(|options| clone::run_credential(&options)),
         Some("probe-pids") => argv::parse_probe(rest).map(|ceiling| {
@@ -133,7 +139,7 @@ fn run_await_assignment(options: &AssignOptions) -> Result<i32, String> {
         }
     };
     let assignment = taken.map_err(|error| error.to_string())?;
-    let sink: FrameSink = Arc::new(Mutex::new(Box::new(std::io::stdout())));
+    let sink = FrameSink::stdout()?;
     Ok(run_exec_with(&assignment.exec, &assignment.env, &sink))
 }
 
@@ -144,9 +150,9 @@ fn read_key(key_file: &std::path::Path) -> Result<Key, String> {
 }
 
 /// Runs the command and writes every frame; returns the runner's exit code.
-pub fn run_exec(options: &ExecOptions) -> i32 {
-    let sink: FrameSink = Arc::new(Mutex::new(Box::new(std::io::stdout())));
-    run_exec_to(options, &sink)
+pub fn run_exec(options: &ExecOptions) -> Result<i32, String> {
+    let sink = FrameSink::stdout()?;
+    Ok(run_exec_to(options, &sink))
 }
 
 /// `run_exec` with the frames going to `sink`, so tests can read them.
@@ -195,6 +201,11 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
             let ending = process::wait(&mut child, options.timeout, options.kill_grace, &stop);
             result.disk_limit_exceeded = watcher.and_then(disk::Watcher::finish).map(|exceeded| exceeded.message());
             process::kill_group_leftovers(&child);
+            if process::kill_strays() {
+                result.notes.push(
+                    "processes that left the command's group were still running when it ended; they were stopped with the sandbox".into(),
+                );
+            }
             let (stdout, stderr) = finish_pumps(outputs, &mut result.notes);
             send_captured(&mut result, &stdout, &stderr, sink);
             match ending {
@@ -237,37 +248,55 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
     exit_code
 }
 
-type Pump = std::thread::JoinHandle<HeadTail>;
+/// A stream reader and what it has read so far: shared, so that a stream a
+/// stray process still holds open gives up what was read before it.
+type Pump = (std::thread::JoinHandle<()>, Arc<Mutex<HeadTail>>);
 
 fn start_pumps(child: &mut std::process::Child, options: &ExecOptions, sink: &FrameSink) -> (Option<Pump>, Option<Pump>) {
     let cap = options.max_output_bytes;
-    let stdout = child.stdout.take().map(|pipe| {
-        let sink = sink.clone();
-        std::thread::spawn(move || capture::pump(pipe, Stream::Stdout, cap, cap, &sink))
-    });
-    let stderr = child.stderr.take().map(|pipe| {
-        let sink = sink.clone();
-        std::thread::spawn(move || capture::pump(pipe, Stream::Stderr, cap, cap, &sink))
-    });
+    let start = |pipe: Box<dyn std::io::Read + Send>, stream: Stream| -> Pump {
+        let kept = Arc::new(Mutex::new(HeadTail::new(cap)));
+        let (sink, shared) = (sink.clone(), kept.clone());
+        (std::thread::spawn(move || capture::pump(pipe, stream, &shared, cap, &sink)), kept)
+    };
+    let stdout = child.stdout.take().map(|pipe| start(Box::new(pipe), Stream::Stdout));
+    let stderr = child.stderr.take().map(|pipe| start(Box::new(pipe), Stream::Stderr));
     (stdout, stderr)
 }
 
-/// Joins the stream readers. Their pipes close once every process in the
-/// group is gone, which `kill_group_leftovers` has just ensured; a process
-/// that left the group (setsid) could still hold a pipe open, so the join is
-/// bounded and such a stream is reported as cut short.
-fn finish_pumps(pumps: (Option<Pump>, Option<Pump>), notes: &mut Vec<String>) -> (HeadTail, HeadTail) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let mut join = |pump: Option<Pump>, name: &str| -> HeadTail {
-        let Some(pump) = pump else { return HeadTail::new(0) };
-        while !pump.is_finished() && std::time::Instant::now() < deadline {
+/// How long a stream may stay open after the command and its group ended.
+const STREAM_DRAIN: Duration = Duration::from_secs(5);
+
+/// One stream's final capture, and whether it was cut: still held open
+/// `STREAM_DRAIN` after the command ended, so what came later is missing.
+struct Drained {
+    kept: HeadTail,
+    cut: bool,
+}
+
+/// Joins the stream readers. Their pipes close once every process that
+/// holds them is gone: `kill_group_leftovers` ends the command's group and
+/// `kill_strays` the processes that left it. Where neither reaches a holder
+/// (a runner that is not its namespace's first process), the join is
+/// bounded; such a stream keeps what was read and is reported as cut.
+fn finish_pumps(pumps: (Option<Pump>, Option<Pump>), notes: &mut Vec<String>) -> (Drained, Drained) {
+    let deadline = std::time::Instant::now() + STREAM_DRAIN;
+    let mut join = |pump: Option<Pump>, name: &str| -> Drained {
+        let Some((handle, kept)) = pump else { return Drained { kept: HeadTail::new(0), cut: false } };
+        while !handle.is_finished() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        if !pump.is_finished() {
-            notes.push(format!("{name} was still open 5 s after the command ended (a process left its group); its output is missing"));
-            return HeadTail::new(0);
+        let cut = !handle.is_finished();
+        if cut {
+            notes.push(format!(
+                "{name} was still held open {} s after the command ended, by a process that left its group; the output read until then is kept, anything later is missing",
+                STREAM_DRAIN.as_secs()
+            ));
+        } else {
+            let _ = handle.join();
         }
-        pump.join().unwrap_or_else(|_| HeadTail::new(0))
+        let kept = std::mem::replace(&mut *kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), HeadTail::new(0));
+        Drained { kept, cut }
     };
     let stdout = join(pumps.0, "stdout");
     let stderr = join(pumps.1, "stderr");
@@ -276,9 +305,9 @@ fn finish_pumps(pumps: (Option<Pump>, Option<Pump>), notes: &mut Vec<String>) ->
 
 /// Writes the final capture of both streams as `Captured` chunks and
 /// records their sizes and totals in the result.
-fn send_captured(result: &mut RunResult, stdout: &HeadTail, stderr: &HeadTail, sink: &FrameSink) {
-    for (stream, kept) in [(Stream::Stdout, stdout), (Stream::Stderr, stderr)] {
-        let contents = kept.contents();
+fn send_captured(result: &mut RunResult, stdout: &Drained, stderr: &Drained, sink: &FrameSink) {
+    for (stream, drained) in [(Stream::Stdout, stdout), (Stream::Stderr, stderr)] {
+        let contents = drained.kept.contents();
         for chunk in contents.chunks(frame::CHUNK_BYTES) {
             capture::write_frame(sink, &Frame::Captured(frame::Output { stream, data_b64: frame::to_base64(chunk) }));
         }
@@ -287,10 +316,10 @@ fn send_captured(result: &mut RunResult, stdout: &HeadTail, stderr: &HeadTail, s
             Stream::Stderr => result.stderr_captured_bytes = contents.len() as u64,
         }
     }
-    result.stdout_total_bytes = stdout.total_bytes();
-    result.stderr_total_bytes = stderr.total_bytes();
-    result.stdout_truncated = stdout.truncated();
-    result.stderr_truncated = stderr.truncated();
+    result.stdout_total_bytes = stdout.kept.total_bytes();
+    result.stderr_total_bytes = stderr.kept.total_bytes();
+    result.stdout_truncated = stdout.kept.truncated() || stdout.cut;
+    result.stderr_truncated = stderr.kept.truncated() || stderr.cut;
 }
 
 fn now_ms() -> u64 {

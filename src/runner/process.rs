@@ -72,6 +72,53 @@ pub fn kill_group_leftovers(child: &Child) {
     signal_group(child, libc::SIGKILL);
 }
 
+/// Sends SIGKILL to every other process in the runner's PID namespace when
+/// the runner is its first process (as in a pod's main container or a
+/// Docker container): a process that left the command's group (`setsid
+/// daemon &`) would otherwise outlive the command and hold its output
+/// pipes open. Returns whether any such process was found. Elsewhere (the
+/// runner's own tests) it does nothing: `kill(-1)` would reach every
+/// process of the user.
+pub fn kill_strays() -> bool {
+    if std::process::id() != 1 {
+        return false;
+    }
+    // SAFETY: kill(2) with pid -1 signals every process the caller may
+    // signal except itself and touches no memory; ESRCH means none is left.
+    unsafe { libc::kill(-1, libc::SIGKILL) == 0 }
+}
+
+/// Puts the runner out of the command's reach. The command runs as the
+/// same user, so without this it could open `/proc/1/fd/1` (the runner's
+/// stdout: the log the server reads its result from), read the runner's
+/// memory or trace it. A process that is not dumpable has its `/proc`
+/// entries owned by root and refuses ptrace to others of its user, and the
+/// command, a new program, does not inherit the setting. Every descriptor
+/// the runner was started with past stderr is also marked close-on-exec,
+/// so the command inherits none of them (its stdin is /dev/null and its
+/// stdout and stderr are pipes to the runner, `spawn`).
+pub fn seal_runner() -> Result<(), String> {
+    // SAFETY: prctl(PR_SET_DUMPABLE, 0) changes a flag of this process and
+    // touches no memory.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(format!("cannot make the runner non-dumpable: {}", io::Error::last_os_error()));
+    }
+    let descriptors = std::fs::read_dir("/proc/self/fd").map_err(|error| format!("cannot list the runner's descriptors: {error}"))?;
+    let numbers: Vec<libc::c_int> =
+        descriptors.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok()).filter(|fd| *fd > 2).collect();
+    for fd in numbers {
+        // SAFETY: fcntl(2) on a descriptor number changes its flags only; a
+        // number that is no longer open (the listing's own) fails with EBADF.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The exit code and signal of a finished command.
 pub fn code_and_signal(status: ExitStatus) -> (Option<i32>, Option<i32>) {
     (status.code(), status.signal())

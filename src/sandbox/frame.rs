@@ -2,7 +2,7 @@
 //! versioned lines on the runner's stdout, which the server reads back from
 //! the container log (followed while the command runs).
 //!
-//! Every frame is one line `MCPK8S/1 <kind> <json>` so that it survives the
+//! Every frame is one line `MCPK8S/2 <tag> <json>` so that it survives the
 //! kubelet's log handling (CRI splits long lines into partial records and
 //! joins them again when serving the log) and can be parsed one line at a
 //! time with bounded memory. Payload bytes travel as base64 inside the JSON,
@@ -14,6 +14,14 @@
 //! Lines that do not start with the prefix are not ours (for example a
 //! message from the container runtime) and are ignored by the reader.
 //!
+//! The tag is the run's own: 128 random bits the runner draws before the
+//! command exists and writes on every frame. The command cannot read the
+//! runner's memory or its stdout (the runner is not dumpable, and the
+//! command's streams are pipes to it), so a line it manages to put in the
+//! log cannot carry the tag, and the reader, which takes the first frame's
+//! tag as the run's, ignores it. That is the second wall; the first is that
+//! the command cannot reach the runner's stdout at all.
+//!
 //! Both halves live here: the runner encodes, the engine decodes. A change
 //! to the format bumps `VERSION`; the engine rejects versions it does not know.
 
@@ -21,9 +29,11 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 /// The format version written in every line's prefix.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Prefix of every frame line, including the version.
-pub const PREFIX: &str = "MCPK8S/1 ";
+pub const PREFIX: &str = "MCPK8S/2 ";
+/// Bytes of randomness in a run's tag.
+pub const TAG_BYTES: usize = 16;
 /// Largest payload carried by one `Output` or `ArtifactChunk` frame.
 pub const CHUNK_BYTES: usize = 48 * 1024;
 /// Longest log line the engine keeps; the runner's own frames stay far
@@ -162,12 +172,53 @@ impl RunResult {
     }
 }
 
+/// The run's tag, written on every frame. Its `Debug` never shows it: a
+/// command that could read the server's log must not learn it there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Tag([u8; TAG_BYTES]);
+
+impl Tag {
+    pub const fn from_bytes(bytes: [u8; TAG_BYTES]) -> Tag {
+        Tag(bytes)
+    }
+
+    /// A fresh tag from the kernel's random source.
+    pub fn random() -> Result<Tag, String> {
+        use ring::rand::SecureRandom as _;
+        let mut bytes = [0u8; TAG_BYTES];
+        ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| "the system's random source failed".to_string())?;
+        Ok(Tag(bytes))
+    }
+
+    fn to_hex(self) -> String {
+        self.0.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    /// The inverse of `to_hex`; only the lowercase form the runner writes.
+    fn from_hex(text: &str) -> Option<Tag> {
+        if text.len() != 2 * TAG_BYTES || !text.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
+        let mut bytes = [0u8; TAG_BYTES];
+        for (index, byte) in bytes.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&text[2 * index..2 * index + 2], 16).ok()?;
+        }
+        Some(Tag(bytes))
+    }
+}
+
+impl std::fmt::Debug for Tag {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("Tag(***)")
+    }
+}
+
 /// Encodes one frame as a full line, newline included.
-pub fn encode(frame: &Frame) -> String {
+pub fn encode(tag: Tag, frame: &Frame) -> String {
     // Serialising these plain structs cannot fail: every key is a string and
     // there are no maps with non-string keys or floats.
     let json = serde_json::to_string(frame).unwrap_or_else(|_| String::from("{}"));
-    format!("{PREFIX}{json}\n")
+    format!("{PREFIX}{} {json}\n", tag.to_hex())
 }
 
 /// Why a line could not be decoded.
@@ -175,7 +226,7 @@ pub fn encode(frame: &Frame) -> String {
 pub enum DecodeError {
     /// The line carries our marker with a version this build does not know.
     UnknownVersion(String),
-    /// The line has our prefix but its JSON is not a frame.
+    /// The line has our prefix but no tag, or its JSON is not a frame.
     Malformed(String),
 }
 
@@ -191,11 +242,16 @@ impl std::fmt::Display for DecodeError {
     }
 }
 
-/// Decodes one log line. `Ok(None)` means the line is not a frame at all.
-pub fn decode(line: &str) -> Result<Option<Frame>, DecodeError> {
+/// Decodes one log line into its tag and frame. `Ok(None)` means the line
+/// is not a frame at all. Whether the tag is the run's is the reader's
+/// business (`engine::collect`).
+pub fn decode(line: &str) -> Result<Option<(Tag, Frame)>, DecodeError> {
     let line = line.trim_end_matches(['\n', '\r']);
-    if let Some(json) = line.strip_prefix(PREFIX) {
-        return serde_json::from_str(json).map(Some).map_err(|error| DecodeError::Malformed(error.to_string()));
+    if let Some(rest) = line.strip_prefix(PREFIX) {
+        let (tag, json) = rest.split_once(' ').unwrap_or((rest, ""));
+        let tag = Tag::from_hex(tag).ok_or_else(|| DecodeError::Malformed("a frame without a valid tag".to_string()))?;
+        let frame = serde_json::from_str(json).map_err(|error| DecodeError::Malformed(error.to_string()))?;
+        return Ok(Some((tag, frame)));
     }
     if let Some(rest) = line.strip_prefix("MCPK8S/") {
         let version = rest.split(' ').next().unwrap_or_default();
@@ -216,6 +272,8 @@ pub fn from_base64(text: &str) -> Result<Vec<u8>, DecodeError> {
 mod tests {
     use super::*;
 
+    const TAG: Tag = Tag::from_bytes([7; TAG_BYTES]);
+
     #[test]
     fn every_kind_round_trips_as_one_line() {
         let frames = [
@@ -225,16 +283,16 @@ mod tests {
             Frame::ArtifactChunk(ArtifactChunk { data_b64: to_base64(&[0, 255, 10]) }),
         ];
         for frame in frames {
-            let line = encode(&frame);
+            let line = encode(TAG, &frame);
             assert!(line.starts_with(PREFIX));
             assert_eq!(line.matches('\n').count(), 1, "{line}");
-            assert_eq!(decode(&line), Ok(Some(frame)));
+            assert_eq!(decode(&line), Ok(Some((TAG, frame))));
         }
     }
 
     #[test]
     fn foreign_lines_are_not_frames() {
-        for line in ["", "hello", "MCPK8S", "mcpk8s/1 result {}"] {
+        for line in ["", "hello", "MCPK8S", "mcpk8s/2 result {}"] {
             assert_eq!(decode(line), Ok(None), "{line:?}");
         }
     }
@@ -242,6 +300,28 @@ mod tests {
     #[test]
     fn unknown_version_and_bad_json_are_errors() {
         assert_eq!(decode("MCPK8S/9 {\"kind\":\"started\"}"), Err(DecodeError::UnknownVersion("MCPK8S/9".into())));
-        assert!(matches!(decode("MCPK8S/1 {not json"), Err(DecodeError::Malformed(_))));
+        assert_eq!(decode("MCPK8S/1 {\"kind\":\"started\"}"), Err(DecodeError::UnknownVersion("MCPK8S/1".into())));
+        let tag = "07".repeat(TAG_BYTES);
+        assert!(matches!(decode(&format!("MCPK8S/2 {tag} {{not json")), Err(DecodeError::Malformed(_))));
+    }
+
+    #[test]
+    fn a_frame_needs_a_tag_of_32_lowercase_hex_digits() {
+        let json = r#"{"kind":"started","started_at_ms":5}"#;
+        let cases = [
+            (format!("MCPK8S/2 {} {json}", "07".repeat(TAG_BYTES)), true),
+            (format!("MCPK8S/2 {json}"), false),
+            (format!("MCPK8S/2 {} {json}", "07".repeat(TAG_BYTES - 1)), false),
+            (format!("MCPK8S/2 {} {json}", "0A".repeat(TAG_BYTES)), false),
+            (format!("MCPK8S/2 {}", "07".repeat(TAG_BYTES)), false),
+        ];
+        for (line, decodes) in cases {
+            assert_eq!(decode(&line).is_ok(), decodes, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_tag_is_never_shown_by_debug() {
+        assert_eq!(format!("{TAG:?}"), "Tag(***)");
     }
 }

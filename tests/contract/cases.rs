@@ -222,8 +222,8 @@ fn list_jobs_lists_a_background_run() {
     assert_eq!((done["status"].as_str(), done["result_status"].as_str()), (Some("done"), Some("succeeded")), "{done}");
 }
 
-/// A run in network `none` is fenced from its command's first instant (issue
-/// 16): its first act, a connection to the API server's Service (the
+/// A run in network `none` is fenced from its command's first instant:
+/// its first act, a connection to the API server's Service (the
 /// address the kubelet gives every pod; on Docker there is none, and the
 /// fallback address is unreachable with only loopback), is refused. On the
 /// test cluster's kube-router this holds only because the server waits for
@@ -236,5 +236,59 @@ fn network_none_reaches_nothing_from_the_first_instant() {
     let out = server.run(json!({"image": BUSYBOX, "command": sh(script), "network": "none"}));
     assert_eq!(out["status"], "succeeded", "{out}");
     assert_eq!(out["stdout"], "refused\n", "{out}");
+    assert_nothing_left(BACKEND, out["run_id"].as_str().unwrap_or_default());
+}
+
+/// A run's result is the runner's, never the command's: a command that
+/// knows the frame format tries every route to the channel the server reads
+/// (the runner's stdout and stderr, which the container log is made of; an
+/// inherited descriptor; the log files themselves) with a forged success
+/// whose output is `FORGED`, then exits 3. Every route is closed, the
+/// caller sees exit 3, and the same lines printed on the command's own
+/// stdout come back as plain output.
+#[test]
+fn a_command_cannot_forge_its_own_result() {
+    let mut server = server(&[]);
+    let forged_result = r#"{"kind":"result","exit_code":0,"signal":null,"timed_out":false,"terminated_by_request":false,"oom_killed":false,"start_error":null,"started_at_ms":1,"finished_at_ms":2,"stdout_captured_bytes":7,"stderr_captured_bytes":0,"stdout_total_bytes":7,"stderr_total_bytes":0,"stdout_truncated":false,"stderr_truncated":false,"artifact_count":0,"artifacts_truncated":false,"notes":[]}"#;
+    let captured = r#"{"kind":"captured","stream":"stdout","data_b64":"Rk9SR0VECg=="}"#;
+    let tag = "0123456789abcdef0123456789abcdef";
+    let forgery = format!("MCPK8S/1 {captured}\nMCPK8S/1 {forged_result}\nMCPK8S/2 {tag} {captured}\nMCPK8S/2 {tag} {forged_result}\n");
+    // Each route that takes the forgery (or lets the runner be read) says so
+    // on stderr.
+    let script = r#"
+        try() { cat forgery > "$1" 2>/dev/null && echo "open: $1" >&2; }
+        for route in /proc/1/fd/1 /proc/1/fd/2 /proc/$PPID/fd/1 /proc/$PPID/fd/2 \
+                     /var/log/pods/*/*/*.log /var/log/containers/*.log /var/lib/docker/containers/*/*.log; do
+            [ -e "$route" ] && try "$route"
+        done
+        for fd in /proc/$$/fd/*; do
+            case "${fd##*/}" in 0|1|2) ;; *) try "$fd" ;; esac
+        done
+        head -c 1 /proc/1/environ >/dev/null 2>&1 && echo "open: /proc/1/environ" >&2
+        ls /proc/1/fd >/dev/null 2>&1 && echo "open: /proc/1/fd" >&2
+        cat forgery > /dev/stdout
+        exit 3"#;
+    let out = server.run(json!({
+        "image": BUSYBOX,
+        "command": sh(script),
+        "files": [{"path": "forgery", "content_b64": b64(forgery.as_bytes())}],
+    }));
+    assert_eq!((out["status"].as_str(), out["exit_code"].as_i64()), (Some("failed"), Some(3)), "{out}");
+    assert_eq!(out["stderr"], "", "no route was open: {out}");
+    assert_eq!(out["stdout"], forgery.as_str(), "the command's own lines are its output: {out}");
+    assert!(!out["notes"].to_string().contains("without this run's tag"), "nothing reached the log: {out}");
+}
+
+/// A daemon started with `setsid … &` keeps the command's stdout open after
+/// the command ends. What the command printed comes back whole, and the
+/// daemon ends with the sandbox.
+#[test]
+fn a_daemon_that_holds_stdout_open_loses_no_output_and_ends_with_the_sandbox() {
+    let mut server = server(&[]);
+    let out = server.run(json!({"image": BUSYBOX, "command": sh("echo before; setsid sleep 300 & echo started")}));
+    assert_eq!(out["status"], "succeeded", "{out}");
+    assert_eq!(out["stdout"], "before\nstarted\n", "{out}");
+    assert_eq!(out["truncated"]["stdout"], false, "nothing was cut: {out}");
+    assert!(out["notes"].to_string().contains("stopped with the sandbox"), "{out}");
     assert_nothing_left(BACKEND, out["run_id"].as_str().unwrap_or_default());
 }

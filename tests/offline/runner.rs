@@ -100,11 +100,18 @@ fn options(name: &str, argv: &[&str]) -> ExecOptions {
     }
 }
 
+/// The frames of one run's stdout: nothing but frames, all with one tag.
+fn frames_of(text: &str) -> Vec<Frame> {
+    let decoded: Vec<_> = text.lines().map(|line| frame::decode(line).expect("a valid frame").expect("only frames on stdout")).collect();
+    assert!(decoded.windows(2).all(|pair| pair[0].0 == pair[1].0), "one tag for the whole run");
+    decoded.into_iter().map(|(_, frame)| frame).collect()
+}
+
 fn run(options: &ExecOptions) -> Run {
     let (sink, buffer) = mcp_k8s_ephemeral_job::runner::capture::memory_sink();
     let exit_code = runner::run_exec_to(options, &sink);
     let text = String::from_utf8(buffer.lock().unwrap().clone()).expect("frames are UTF-8");
-    let frames = text.lines().map(|line| frame::decode(line).expect("valid frame").expect("only frames on the runner's stdout")).collect();
+    let frames = frames_of(&text);
     // The termination log is not an artifact candidate of interest here.
     let _ = fs::remove_file(options.workdir.join(".termination-log-unused"));
     Run { exit_code, frames, workdir: options.workdir.clone() }
@@ -268,7 +275,7 @@ fn sigterm_to_the_runner_stops_the_command_and_still_reports() {
     loop {
         let mut line = String::new();
         assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0, "runner ended early");
-        let is_output = matches!(frame::decode(&line), Ok(Some(Frame::Output(_))));
+        let is_output = matches!(frame::decode(&line), Ok(Some((_, Frame::Output(_)))));
         lines.push(line);
         if is_output {
             break;
@@ -279,7 +286,7 @@ fn sigterm_to_the_runner_stops_the_command_and_still_reports() {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
     child.wait().unwrap();
-    let frames: Vec<Frame> = rest.lines().filter_map(|line| frame::decode(line).ok().flatten()).collect();
+    let frames: Vec<Frame> = rest.lines().filter_map(|line| Some(frame::decode(line).ok()??.1)).collect();
     let result = frames
         .iter()
         .find_map(|frame| match frame {
@@ -367,7 +374,7 @@ fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
     let mut stdout = String::new();
     runner.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
     let status = runner.wait().unwrap();
-    let frames = stdout.lines().map(|line| frame::decode(line).expect("a valid frame").expect("only frames on stdout")).collect();
+    let frames = frames_of(&stdout);
     let mode = fs::metadata(workdir.join("data/in.txt")).unwrap().permissions().mode();
     let run = Run { exit_code: status.code().unwrap_or(-1), frames, workdir };
     assert!(matches!(run.frames.first(), Some(Frame::Started(_))), "{stdout}");
@@ -407,7 +414,7 @@ fn a_warm_runner_on_stdin_takes_its_assignment_and_the_command_reads_nothing() {
     let mut stdout = String::new();
     runner.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
     let status = runner.wait().unwrap();
-    let frames = stdout.lines().map(|line| frame::decode(line).expect("a valid frame").expect("only frames on stdout")).collect();
+    let frames = frames_of(&stdout);
     let run = Run { exit_code: status.code().unwrap_or(-1), frames, workdir: exec.workdir.clone() };
     assert_eq!(String::from_utf8_lossy(&run.stdout()), "input\nhello from the assignment\n");
     assert_eq!((run.result().exit_code, run.exit_code), (Some(4), 4));
@@ -419,4 +426,67 @@ fn a_warm_runner_on_stdin_takes_its_assignment_and_the_command_reads_nothing() {
     assert_ne!(ended.status.code(), Some(0));
     let stderr = String::from_utf8_lossy(&ended.stderr);
     assert!(stderr.contains("stdin ended before an assignment arrived"), "{stderr}");
+}
+
+/// The runner is out of its command's reach: the command (the same user,
+/// here `nobody` when the tests run as root, as in a pod) cannot open the
+/// runner's stdout or stderr through `/proc`, list its descriptors or read
+/// its environment, and inherits no descriptor past stderr. Each open route
+/// would print `open:` on the command's stderr.
+#[test]
+fn the_command_cannot_reach_the_runners_descriptors_or_memory() {
+    let workdir = std::env::temp_dir().join(format!("runner-spec-{}-sealed", std::process::id()));
+    let _ = fs::remove_dir_all(&workdir);
+    fs::create_dir_all(&workdir).unwrap();
+    fs::set_permissions(&workdir, fs::Permissions::from_mode(0o777)).unwrap();
+    let script = r#"
+        for route in /proc/$PPID/fd/1 /proc/$PPID/fd/2; do
+            { echo forged > "$route"; } 2>/dev/null && echo "open: $route" >&2
+        done
+        ls /proc/$PPID/fd >/dev/null 2>&1 && echo "open: /proc/$PPID/fd" >&2
+        head -c 1 /proc/$PPID/environ >/dev/null 2>&1 && echo "open: /proc/$PPID/environ" >&2
+        for fd in 3 4 5 6 7 8 9; do
+            { true >&$fd; } 2>/dev/null && echo "inherited: $fd" >&2
+        done
+        echo done"#;
+    // SAFETY: geteuid(2) reads a number.
+    let as_root = unsafe { libc::geteuid() } == 0;
+    let mut command = if as_root {
+        let mut setpriv = std::process::Command::new("setpriv");
+        setpriv.args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_mcp-k8s-ephemeral-job")]);
+        setpriv
+    } else {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mcp-k8s-ephemeral-job"))
+    };
+    let output = command
+        .args(["runner", "exec", "--workdir"])
+        .arg(&workdir)
+        .args(["--termination-log", "/dev/null", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let run = Run { exit_code: output.status.code().unwrap_or(-1), frames: frames_of(&String::from_utf8_lossy(&output.stdout)), workdir };
+    assert_eq!(String::from_utf8_lossy(&run.stderr()), "", "every route is closed");
+    assert_eq!(String::from_utf8_lossy(&run.stdout()), "done\n");
+    assert_eq!(run.exit_code, 0, "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// Where the runner cannot end a process that left the command's group (it
+/// is not its namespace's first process, as here), a stream that process
+/// holds open is waited for a bounded time: what was read comes back, and
+/// the stream is reported as cut.
+#[test]
+fn a_stream_held_open_by_a_stray_keeps_what_was_read_and_says_it_was_cut() {
+    let script = "echo before; setsid sh -c 'echo $$ > stray.pid; exec sleep 60' & echo started";
+    let options = options("stray", &["sh", "-c", script]);
+    let stray_pid = options.workdir.join("stray.pid");
+    let run = run(&options);
+    if let Ok(pid) = fs::read_to_string(&stray_pid) {
+        // SAFETY: plain kill(2) on the stray this test started.
+        unsafe { libc::kill(pid.trim().parse().unwrap_or(0), libc::SIGKILL) };
+    }
+    assert_eq!(String::from_utf8_lossy(&run.stdout()), "before\nstarted\n");
+    let result = run.result();
+    assert!(result.stdout_truncated, "the stream was cut");
+    assert!(result.notes.iter().any(|note| note.contains("stdout was still held open")), "{:?}", result.notes);
+    assert_eq!(result.exit_code, Some(0));
 }

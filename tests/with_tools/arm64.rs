@@ -69,7 +69,7 @@ fn runner_exec_writes_its_frames_under_qemu() {
     // started by the host kernel.
     let output = qemu(&["runner", "exec", "--workdir", &workdir_arg, "--termination-log", &log, "--", "echo", "hi"]);
     let text = String::from_utf8(output.stdout.clone()).expect("frames are UTF-8");
-    let frames: Vec<Frame> = text.lines().map(|line| frame::decode(line).expect("valid frame").expect("only frames on stdout")).collect();
+    let frames: Vec<Frame> = text.lines().map(|line| frame::decode(line).expect("valid frame").expect("only frames on stdout").1).collect();
     assert!(matches!(frames.first(), Some(Frame::Started(_))), "{text}");
     let Some(Frame::Result(result)) = frames.last() else { panic!("the last frame is not the result: {text}") };
     assert_eq!(result.exit_code, Some(0), "{text}");

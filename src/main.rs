@@ -31,6 +31,25 @@ enum Command {
     Version,
 }
 
+/// glibc's allocator gives each busy thread an arena of its own (up to 8
+/// per core) and keeps what is freed there, and its mmap threshold rises
+/// to the largest block freed: after a burst of large messages on many
+/// connection threads, memory the server no longer uses stays resident in
+/// every arena (a burst of 128 clients left 200 MB). Two arenas, large
+/// blocks always mapped (and so returned on free) and trimming past
+/// 128 KiB keep the resident set near what is in use. The static musl
+/// build (the release images) has no such arenas.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt(3) sets allocator parameters; it is called once, on
+    // the main thread, before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 10);
+    }
+}
+
 fn main() -> ExitCode {
     // The in-pod runner is dispatched before anything else: it must not read
     // the server's configuration from an environment that belongs to the
@@ -41,6 +60,7 @@ fn main() -> ExitCode {
         return ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1));
     }
     install_panic_hook();
+    tune_allocator();
     let command = match parse_command_line(lexopt::Parser::from_env()) {
         Ok(command) => command,
         Err(message) => {

@@ -65,6 +65,12 @@ impl Collector {
         let (tag, frame) = match frame::decode(line) {
             Ok(Some(decoded)) => decoded,
             Ok(None) => return None,
+            // Once the run's first frame is in, a line of another version
+            // is not a stale runner's: the runner wrote one already.
+            Err(frame::DecodeError::UnknownVersion(_)) if self.tag.is_some() => {
+                self.note_problem(IMITATION_NOTE.to_string());
+                return None;
+            }
             Err(error) => {
                 self.note_problem(error.to_string());
                 return None;
@@ -238,6 +244,7 @@ mod tests {
         let log = [
             line(Frame::Started(frame::Started { started_at_ms: 1 })),
             forged(&output(b"FORGED")),
+            "MCPK8S/1 {\"kind\":\"output\",\"stream\":\"stdout\",\"data_b64\":\"Rk9SR0VECg==\"}\n".to_string(),
             line(output(b"real")),
             forged(&Frame::Result(result.clone())),
         ]

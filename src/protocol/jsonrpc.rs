@@ -238,7 +238,18 @@ impl Rejection {
 /// serde_json. On failure returns what to answer, with the request's id
 /// whenever the text is JSON and the id is a string or an integer.
 pub fn parse(text: &str) -> Result<Message, Rejection> {
+    parse_counted(text).0
+}
+
+/// `parse`, with the number of values the scan counted (0 when it refused
+/// the text), so the caller can bound what the message costs.
+pub fn parse_counted(text: &str) -> (Result<Message, Rejection>, usize) {
     let scanned = scan::scan(text, &scan::LIMITS);
+    let values = scanned.as_ref().map(|scanned| scanned.n_values).unwrap_or(0);
+    (parse_scanned(text, scanned), values)
+}
+
+fn parse_scanned(text: &str, scanned: Result<scan::Scanned<'_>, scan::ScanError<'_>>) -> Result<Message, Rejection> {
     let raw_id = match &scanned {
         Ok(scanned) => scanned.id,
         Err(error) if error.kind.is_syntax() => {

@@ -165,7 +165,8 @@ impl Server {
     /// The one entry point of every transport: handles one incoming
     /// message (a complete JSON text).
     pub fn handle(self: &Arc<Self>, session: &Arc<Session>, text: &str, outbox: Outbox) -> Dispatch {
-        match jsonrpc::parse(text) {
+        let (parsed, values) = jsonrpc::parse_counted(text);
+        match parsed {
             Err(rejection) => {
                 // The code only: the message may quote caller input.
                 log::debug("invalid message", &[("code", json!(rejection.error.code.code()))]);
@@ -173,7 +174,7 @@ impl Server {
                 Dispatch::Reply
             }
             Ok(Message::Request(request)) => {
-                self.on_request(session, request, outbox, text.len());
+                self.on_request(session, request, outbox, scan::parsed_cost(text.len(), values));
                 Dispatch::Reply
             }
             Ok(Message::Notification(notification)) => {
@@ -211,8 +212,8 @@ impl Server {
 
     /// Takes the request apart: `params` moves on to the call that needs
     /// it rather than being copied.
-    /// `message_bytes` is the size of the message the request came in,
-    /// which a call holds (as values) until it ends.
+    /// `message_bytes` is what the message the request came in costs as
+    /// parsed values (`scan::parsed_cost`), which a call holds until it ends.
     fn on_request(self: &Arc<Self>, session: &Arc<Session>, request: Request, outbox: Outbox, message_bytes: usize) {
         let era = era::of_request(&request.method, &request.params, session.era_hint());
         lock(&session.state).era = Some(era);
@@ -471,7 +472,9 @@ impl Calls {
 
     /// A call is refused when it would take the bytes in flight over the
     /// cap, except when nothing runs: one message within
-    /// `MCP_K8S_MAX_MESSAGE_BYTES` is always served.
+    /// `MCP_K8S_MAX_MESSAGE_BYTES` is always served. `message_bytes` is
+    /// what the call's message costs as parsed values
+    /// (`scan::parsed_cost`), which the call holds until it ends.
     fn register(&self, cancel: &CancelToken, message_bytes: usize) -> Result<u64, ResponseError> {
         let mut state = lock(&self.state);
         if !state.accepting {
@@ -487,7 +490,7 @@ impl Calls {
             return Err(ResponseError::new(
                 ErrorCode::InternalError,
                 format!(
-                    "the calls in flight hold {} bytes of messages and this one has {message_bytes}, more than this server holds at once (MCP_K8S_MAX_INFLIGHT_BYTES, {}); retry when some have finished",
+                    "the calls in flight hold up to {} bytes of parsed messages and this one up to {message_bytes}, more than this server holds at once (MCP_K8S_MAX_INFLIGHT_BYTES, {}); retry when some have finished",
                     state.bytes_in_flight, self.max_bytes_in_flight
                 ),
             ));

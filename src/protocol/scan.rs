@@ -38,6 +38,26 @@ pub struct Limits {
 /// this stays well under it so the scan, not serde, decides.
 pub const LIMITS: Limits = Limits { max_values: 100_000, max_depth: 64 };
 
+/// Bytes one parsed value may cost beyond its text: a `Value` is 32 bytes,
+/// and a growing array or object may hold as much again in spare room.
+const VALUE_BYTES: usize = 64;
+
+/// An upper bound on the memory a message of `bytes` bytes holding
+/// `values` values costs once parsed into `Value`s: its text again (the
+/// strings' contents) plus `VALUE_BYTES` per value. The transports and the
+/// calls in flight count this, not the text, against their budgets: 99,000
+/// strings of 38 characters are 4.06 MB of text and about 10 MB of values.
+pub fn parsed_cost(bytes: usize, values: usize) -> usize {
+    bytes.saturating_add(values.saturating_mul(VALUE_BYTES))
+}
+
+/// `parsed_cost` of a message's text, scanning it (allocation-free). A
+/// message the scan refuses is never parsed into values: its text alone.
+pub fn parsed_cost_of(text: &str) -> usize {
+    let values = scan(text, &LIMITS).map(|scanned| scanned.n_values).unwrap_or(0);
+    parsed_cost(text.len(), values)
+}
+
 /// The raw top-level `id` member of a message: its JSON text exactly as
 /// the client wrote it (quotes and escapes included), and its shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -435,6 +455,23 @@ fn key_text(raw: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_parsed_cost_bounds_what_values_can_hold() {
+        let strings = format!("[{}]", vec![format!("\"{}\"", "s".repeat(38)); 99_000].join(","));
+        // (text, bound): the text again plus 64 bytes a value.
+        let cases = [
+            ("{}".to_string(), 2 + 64),
+            ("[0,1,2]".to_string(), 7 + 4 * 64),
+            (strings.clone(), strings.len() + 99_001 * 64),
+            ("[0,".to_string(), 3),
+            (format!("[{}0]", "0,".repeat(100_000)), 200_003),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parsed_cost_of(&text), expected, "{}", &text[..text.len().min(20)]);
+        }
+        assert_eq!(parsed_cost(usize::MAX, 1), usize::MAX);
+    }
 
     fn kind_of(text: &str) -> Option<ScanErrorKind> {
         scan(text, &LIMITS).err().map(|error| error.kind)

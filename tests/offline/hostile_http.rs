@@ -273,6 +273,60 @@ fn concurrent_max_size_posts_with_the_token() {
     });
 }
 
+/// The server's default message cap and body budget, for the attacks that
+/// measure what the defaults allow.
+const DEFAULT_LIMITS: &[(&str, &str)] = &[("MCP_K8S_MAX_MESSAGE_BYTES", "4194304"), ("MCP_K8S_BODY_BUDGET_BYTES", "33554432")];
+
+/// A message under every per-message cap that costs the most once parsed:
+/// a `tools/call` whose arguments hold 99,000 strings of 38 characters
+/// (4.06 MB of text, about twice that as parsed values).
+fn costly_call() -> String {
+    let strings = vec![format!("\"{}\"", "s".repeat(38)); 99_000].join(",");
+    format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"describe_environment","arguments":{{"x":[{strings}]}}}}}}"#
+    )
+}
+
+/// `clients` clients post the costly message at once, twice each, with
+/// the server's defaults: the memory a message costs after it is read
+/// (the parse, the call) is held within the budget too.
+fn costly_messages_at_once(clients: usize) {
+    let name = format!("{clients} clients posting 4 MB messages of 99,000 strings at once (defaults)");
+    run_attack(&name, DEFAULT_LIMITS, Probes::MustSucceed, |target| {
+        let message = Arc::new(costly_call());
+        let posters: Vec<_> = (0..clients)
+            .map(|_| {
+                let (addr, session, message) = (target.addr.clone(), target.session.clone(), Arc::clone(&message));
+                thread::spawn(move || {
+                    let headers = [("X-MCP-AUTH", TOKEN), ("Content-Type", "application/json"), ("Mcp-Session-Id", session.as_str())];
+                    (0..2)
+                        .map(|_| request(&addr, "POST", "/mcp", &headers, message.as_bytes()).map(|(status, _)| status))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let statuses: Vec<u16> = posters.into_iter().flat_map(|poster| poster.join().unwrap()).map(|status| status.unwrap_or(0)).collect();
+        // 503: the budget stayed full for its wait; the client may retry.
+        assert!(statuses.iter().all(|status| [200, 503].contains(status)), "{statuses:?}");
+        assert!(statuses.contains(&200), "some were served: {statuses:?}");
+    });
+}
+
+#[test]
+fn costly_messages_from_8_clients_at_once() {
+    costly_messages_at_once(8);
+}
+
+#[test]
+fn costly_messages_from_32_clients_at_once() {
+    costly_messages_at_once(32);
+}
+
+#[test]
+fn costly_messages_from_128_clients_at_once() {
+    costly_messages_at_once(128);
+}
+
 #[test]
 fn request_smuggling_shapes() {
     run_attack("request smuggling shapes", &[], Probes::MustSucceed, |target| {

@@ -75,6 +75,15 @@ impl Reservation {
     }
 }
 
+impl Reservation {
+    /// Grows what is held to `target` bytes (to the whole budget at most,
+    /// so one message is always servable); nothing when it holds that much.
+    pub fn grow_to(&mut self, target: usize, wait: Duration) -> bool {
+        let target = target.min(self.budget.total);
+        target <= self.bytes || self.grow(target - self.bytes, wait)
+    }
+}
+
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.budget.give_back(self.bytes);
@@ -135,6 +144,17 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         drop(held);
         assert!(waiter.join().unwrap());
+    }
+
+    #[test]
+    fn growing_to_a_target_stops_at_the_whole_budget() {
+        let budget = Budget::new(100);
+        let mut held = budget.reserve(30, Duration::ZERO).unwrap();
+        assert!(held.grow_to(20, Duration::ZERO), "already holds more");
+        assert!(held.grow_to(1_000, Duration::ZERO), "the whole budget at most");
+        assert!(budget.reserve(1, Duration::ZERO).is_none());
+        drop(held);
+        assert!(budget.reserve(100, Duration::ZERO).is_some());
     }
 
     #[test]

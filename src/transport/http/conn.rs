@@ -94,7 +94,7 @@ pub enum Next {
 const READ_CHUNK: usize = 4096;
 
 /// Bodies up to this size take nothing from the shared budget.
-const UNBUDGETED_BYTES: usize = 8 << 10;
+pub(super) const UNBUDGETED_BYTES: usize = 8 << 10;
 
 /// How long and how much `close` reads and discards from a client that
 /// may still be sending.

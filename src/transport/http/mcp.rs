@@ -14,19 +14,20 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use super::HttpState;
 use super::access::Cors;
 use super::budget::Reservation;
-use super::conn::{Conn, Response};
+use super::conn::{BodyError, Conn, Response, UNBUDGETED_BYTES};
 use super::head::Head;
 use super::routes::{answer, error_response};
 use super::sessions::SessionKind;
 use super::socket;
 use super::sse::{ANSWER_KEEPALIVE, End, SESSION_KEEPALIVE, SseStream, TICK};
+use super::{BUDGET_WAIT, HttpState};
 use crate::log;
 use crate::protocol::era::Era;
 use crate::protocol::jsonrpc::{self, ErrorCode};
 use crate::protocol::modern::RequestHeaders;
+use crate::protocol::scan;
 use crate::protocol::{Dispatch, Outgoing, SUPPORTED_VERSIONS, Session};
 
 /// A POSTed request whose answer has not come within this, from a client
@@ -279,7 +280,9 @@ fn log_stream_end(message: &str, end: End) {
 }
 
 /// The body as text, within the size cap and the shared budget. The
-/// reservation must be kept until the message is parsed.
+/// reservation covers the text and what parsing it will cost
+/// (`scan::parsed_cost_of`: its values can take several times its bytes),
+/// and must be kept until the message is parsed.
 fn read_message(state: &HttpState, conn: &mut Conn, head: &Head) -> Result<(String, Reservation), Response> {
     if let Some(content_type) = head.header("Content-Type") {
         let media_type = content_type.split(';').next().unwrap_or("").trim();
@@ -296,7 +299,15 @@ fn read_message(state: &HttpState, conn: &mut Conn, head: &Head) -> Result<(Stri
         error_response(error.status(), &error.to_string())
     })?;
     match String::from_utf8(body) {
-        Ok(text) => Ok((text, reservation)),
+        Ok(text) => {
+            let mut reservation = reservation;
+            let needed = text.len().saturating_add(scan::parsed_cost_of(&text));
+            if needed > UNBUDGETED_BYTES && !reservation.grow_to(needed, BUDGET_WAIT) {
+                let error = BodyError::Busy { budget: state.budget.total() };
+                return Err(error_response(error.status(), &error.to_string()));
+            }
+            Ok((text, reservation))
+        }
         Err(_) => {
             let text = jsonrpc::Response::error(None, ErrorCode::ParseError, "parse error: body is not UTF-8").to_json().to_string();
             Err(Response::json(400, text))

@@ -69,7 +69,7 @@ const PROBE_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 const LISTEN_BACKLOG: libc::c_int = 4096;
 
 /// How long a body waits for room in `MCP_K8S_BODY_BUDGET_BYTES` before 503.
-const BUDGET_WAIT: Duration = Duration::from_secs(5);
+pub(super) const BUDGET_WAIT: Duration = Duration::from_secs(5);
 
 /// Serves until `stop` is cancelled, then stops accepting, lets in-flight
 /// calls finish within the grace period and closes the SSE streams.

@@ -20,7 +20,7 @@ use crate::engine::collect::{Collector, LiveChunk};
 use crate::engine::decide::{Away, Deadlines, Event, LogEnd, RunState, ServerEnd, Step, Verdict};
 use crate::engine::jobs::Lookup;
 use crate::engine::outcome::{self, Finished, Judged};
-use crate::engine::slots::{SlotError, Slots};
+use crate::engine::slots::{Gate, SlotError, Slots};
 use crate::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
 use crate::engine::verdict::{self, DecidedBy, Ended};
 use crate::log;
@@ -123,10 +123,17 @@ pub const EXPIRY_SLACK: Duration = Duration::from_secs(60);
 /// Creates the run's sandbox. A refusal comes back as the run's outcome
 /// (boxed: it is large, and the happy path should not carry it).
 pub fn create(ctx: &Ctx, spec: &RunSpec, run_id: &str, keep: Keep) -> Result<Created, Box<RunOutcome>> {
+    let _creating = CREATING.enter();
     ctx.backend
         .create(&NewRun { run_id, spec, keep })
         .map_err(|refused| Box::new(RunOutcome::without_result(run_id, RunStatus::Error, refused.reason, refused.message)))
 }
+
+/// Runs being created at once, over every caller. A create is a burst of
+/// API calls, each on a connection with its TLS state and buffers; later
+/// callers wait here, as threads that hold next to nothing, and creates
+/// are short, so the wait is too.
+static CREATING: Gate = Gate::new(8);
 
 /// What following a run needs besides its id: the deadlines it is held to
 /// and the facts it is judged on. Built from the `RunSpec` for a run this

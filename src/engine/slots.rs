@@ -1,12 +1,47 @@
 //! `MCP_K8S_MAX_CONCURRENT` as a real limit: at most that many runs hold a
 //! slot at once; up to `queue_len` more wait in arrival order; beyond that a
-//! run is refused at once with a clear error instead of piling up.
+//! run is refused at once with a clear error instead of piling up. And
+//! `Gate`, a plain limit on how many threads do one short thing at once.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::cancel::CancelToken;
+
+/// A counting gate: at most `limit` threads inside at once, the others
+/// wait (without a queue or a time limit: for steps that are short and
+/// bounded by their own timeouts, such as creating a run's objects).
+pub struct Gate {
+    inside: Mutex<usize>,
+    left: Condvar,
+    limit: usize,
+}
+
+/// One thread inside a `Gate`; it leaves on drop.
+pub struct Inside<'gate>(&'gate Gate);
+
+impl Gate {
+    pub const fn new(limit: usize) -> Gate {
+        Gate { inside: Mutex::new(0), left: Condvar::new(), limit }
+    }
+
+    pub fn enter(&self) -> Inside<'_> {
+        let mut inside = self.inside.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while *inside >= self.limit {
+            inside = self.left.wait(inside).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        *inside += 1;
+        Inside(self)
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        *self.0.inside.lock().unwrap_or_else(std::sync::PoisonError::into_inner) -= 1;
+        self.0.left.notify_one();
+    }
+}
 
 #[derive(Clone)]
 pub struct Slots {
@@ -119,6 +154,34 @@ impl Drop for Permit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gate_lets_in_at_most_its_limit() {
+        static GATE: Gate = Gate::new(2);
+        let peak = Arc::new(Mutex::new((0usize, 0usize)));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let peak = Arc::clone(&peak);
+                std::thread::spawn(move || {
+                    let _inside = GATE.enter();
+                    {
+                        let mut counts = peak.lock().unwrap();
+                        counts.0 += 1;
+                        counts.1 = counts.1.max(counts.0);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                    peak.lock().unwrap().0 -= 1;
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let (inside, most) = *peak.lock().unwrap();
+        // All eight got in (the joins returned), never more than two at once.
+        assert_eq!(inside, 0);
+        assert!((1..=2).contains(&most), "{most} inside at once");
+    }
     use std::sync::mpsc;
 
     #[test]

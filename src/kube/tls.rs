@@ -126,6 +126,12 @@ pub fn agent(settings: &ConnectionSettings, client_cert: Option<ClientCert>) -> 
         .timeout_connect(Some(settings.connect_timeout))
         .timeout_per_read(Some(settings.read_timeout))
         .timeout_per_write(Some(settings.read_timeout))
+        // ureq's 128 KiB in and 128 KiB out are held per open connection,
+        // and a burst of runs opens one each (256 calls in flight held
+        // 64 MiB in buffers alone). A response head fits in 64 KiB (ureq's
+        // own cap on it); a request head, credentials included, in 32 KiB.
+        .input_buffer_size(64 << 10)
+        .output_buffer_size(32 << 10)
         .build();
     let Some(server_name) = &settings.tls_server_name else {
         return Ok(config.into());

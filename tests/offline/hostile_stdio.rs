@@ -19,6 +19,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+
+use crate::support::fake_api::{FakeApi, Fault};
+use crate::support::{TempDir, render_fixture};
 use mcp_k8s_ephemeral_job::protocol::scan;
 use serde_json::{Value, json};
 
@@ -264,8 +267,73 @@ fn allowlist_digest_bypass() {
 
 /// Starts a server, sends `lines` at once while pinging, checks every
 /// answer arrived (by raw id) and hands them to `check`, then reports.
+/// A server whose cluster is the fake API server, which refuses every Job
+/// (422), as a cluster whose admission refuses the pods would: each run
+/// ends at once, so a flood of them is as many finished runs as the client
+/// can send. Returns the server and what keeps the fake alive.
+fn client_against_a_refusing_cluster() -> (Client, FakeApi, TempDir) {
+    let fake = FakeApi::start();
+    fake.inject("POST /apis/batch/v1", Fault::Status { code: 422, retry_after: None }, usize::MAX);
+    client_against(fake)
+}
+
+/// A server whose cluster is `fake`.
+fn client_against(fake: FakeApi) -> (Client, FakeApi, TempDir) {
+    let temp = TempDir::new("hostile-stdio-refusing");
+    let ca_data = crate::support::base64(&fake.pki.ca_pem);
+    let text = render_fixture("live/token.yaml", &[("SERVER", &fake.url), ("CA_DATA", &ca_data)]);
+    let kubeconfig = temp.write("kubeconfig", &text);
+    let client = Client::start_with(&[("MCP_K8S_KUBECONFIG", kubeconfig.to_str().unwrap_or_default()), ("MCP_K8S_NAMESPACE", "live-ns")]);
+    (client, fake, temp)
+}
+
+/// 2,000 task-augmented `run_job` calls, each refused by the cluster: every
+/// one is answered (as the tool's own result), and what they leave behind
+/// stays bounded.
+#[test]
+fn two_thousand_task_augmented_runs_the_cluster_refuses() {
+    let (client, fake, _temp) = client_against_a_refusing_cluster();
+    let lines: Vec<String> = (0..2_000)
+        .map(|id| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                "name": "run_job", "task": {"ttl": 60_000},
+                "arguments": {"image": "busybox:1.36", "command": ["echo", format!("run {id}")]},
+            }})
+            .to_string()
+        })
+        .collect();
+    run_attack_on(client, "2,000 task-augmented run_job calls, each refused by the cluster", lines, |answers| {
+        let answered = answers.values().filter(|answer| answer.get("result").is_some() || answer.get("error").is_some()).count();
+        assert_eq!(answered, 2_000);
+    });
+    assert!(fake.count("POST /apis/batch/v1") >= 1, "the runs reached the cluster");
+}
+
+/// 1,000 `tasks/get` for tasks that do not exist, with ids of every shape.
+#[test]
+fn a_thousand_forged_task_gets() {
+    let (client, _fake, _temp) = client_against(FakeApi::start());
+    let lines: Vec<String> = (0..1_000)
+        .map(|id| {
+            let task_id = match id % 4 {
+                0 => format!("mcpk8s-{id:032x}"),
+                1 => "x".repeat(10_000),
+                2 => format!("../../{id}"),
+                _ => format!("job-{id}.{}", "A".repeat(200)),
+            };
+            json!({"jsonrpc": "2.0", "id": id, "method": "tasks/get", "params": {"taskId": task_id}}).to_string()
+        })
+        .collect();
+    run_attack_on(client, "1,000 forged tasks/get", lines, |answers| {
+        assert!(answers.values().all(|answer| answer["error"]["code"].is_i64()), "each is an error");
+    });
+}
+
 fn run_attack(name: &str, lines: Vec<String>, check: impl FnOnce(&HashMap<String, Value>)) {
-    let mut client = Client::start();
+    run_attack_on(Client::start(), name, lines, check);
+}
+
+fn run_attack_on(mut client: Client, name: &str, lines: Vec<String>, check: impl FnOnce(&HashMap<String, Value>)) {
     client.initialize();
     let mut expected = Vec::new();
     for line in lines {

@@ -142,12 +142,16 @@ impl TokenFile {
                     state.stamp = stamp;
                     state.read_at = Some(Instant::now());
                 }
-                // client-go keeps using the last good token when a re-read fails.
+                // client-go keeps using the last good token when a re-read
+                // fails. The file is not read again (nor the warning
+                // logged) until it changes or TOKEN_FILE_REREAD passes:
+                // once per request flooded the log.
                 Err(error) if state.token.is_some() => {
                     crate::log::warn(
                         "token file unreadable, keeping the previous token",
                         &[("path", self.path.display().to_string().into()), ("error", error.to_string().into())],
                     );
+                    state.stamp = stamp;
                     state.read_at = Some(Instant::now());
                 }
                 Err(error) => return Err(error),
@@ -404,4 +408,31 @@ fn duration_text(duration: Duration) -> String {
         return format!("{} s", duration.as_secs());
     }
     format!("{:.1} s", duration.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An emptied token file: the previous token is kept, and the file is
+    /// read again only once it changes (not at every request).
+    #[test]
+    fn an_emptied_token_file_keeps_the_token_and_is_not_reread_until_it_changes() {
+        let dir = std::env::temp_dir().join(format!("mcp-k8s-token-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("token");
+        std::fs::write(&path, "first\n").unwrap();
+        let state = TokenFileState { token: None, read_at: None, stamp: None };
+        let file = TokenFile { path: path.clone(), state: Mutex::new(state) };
+        let bearer = |file: &TokenFile| file.credential(false).unwrap().authorization.map(|header| header.0).unwrap_or_default();
+        assert_eq!(bearer(&file), "Bearer first");
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(bearer(&file), "Bearer first", "the previous token is kept");
+        let read_at = file.state.lock().unwrap().read_at;
+        assert_eq!(bearer(&file), "Bearer first");
+        assert_eq!(file.state.lock().unwrap().read_at, read_at, "not read again while unchanged");
+        std::fs::write(&path, "second").unwrap();
+        assert_eq!(bearer(&file), "Bearer second", "a change is read");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

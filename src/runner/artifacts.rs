@@ -33,12 +33,31 @@ pub struct FileStamp {
 /// Relative path (with `/`) → stamp of every regular file under a folder.
 pub struct Snapshot {
     pub files: BTreeMap<String, FileStamp>,
+    /// Entries that are neither regular files nor folders (links, FIFOs,
+    /// sockets, devices), with what they are: never sent, but named in a
+    /// note when they would have been chosen.
+    pub others: BTreeMap<String, &'static str>,
     /// True when the walk stopped at `MAX_WALKED_FILES`.
     pub incomplete: bool,
 }
 
+/// What a non-regular entry is, in a note's words.
+fn kind_of(file_type: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_symlink() {
+        "a symbolic link"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else {
+        "a device"
+    }
+}
+
 pub fn snapshot(workdir: &Path) -> Snapshot {
     let mut files = BTreeMap::new();
+    let mut others = BTreeMap::new();
     let mut incomplete = false;
     let mut pending = vec![(workdir.to_path_buf(), String::new())];
     while let Some((dir, prefix)) = pending.pop() {
@@ -59,10 +78,42 @@ pub fn snapshot(workdir: &Path) -> Snapshot {
                     continue;
                 }
                 files.insert(relative, stamp(&metadata));
+            } else if files.len() + others.len() < MAX_WALKED_FILES {
+                others.insert(relative, kind_of(metadata.file_type()));
+            } else {
+                incomplete = true;
             }
         }
     }
-    Snapshot { files, incomplete }
+    Snapshot { files, others, incomplete }
+}
+
+/// The note for entries that would have been chosen but are not regular
+/// files (a link could point anywhere; a FIFO could block the runner), or
+/// `None` when there are none: matching one of `patterns`, or with no
+/// patterns, new since `before`.
+pub fn skipped_note(before: &Snapshot, after: &Snapshot, patterns: &[String]) -> Option<String> {
+    let skipped: Vec<String> = after
+        .others
+        .iter()
+        .filter(|(path, kind)| {
+            if patterns.is_empty() {
+                before.others.get(*path) != Some(kind)
+            } else {
+                patterns.iter().any(|pattern| glob_matches(pattern, path))
+            }
+        })
+        .map(|(path, kind)| format!("`{path}` ({kind})"))
+        .collect();
+    if skipped.is_empty() {
+        return None;
+    }
+    let shown = skipped.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    let more = if skipped.len() > 5 { format!(" and {} more", skipped.len() - 5) } else { String::new() };
+    Some(format!(
+        "{} entries chosen as artifacts are not regular files and were not sent (only regular files are): {shown}{more}",
+        skipped.len()
+    ))
 }
 
 /// Chooses the artifacts: files matching one of `patterns`, or with no

@@ -233,6 +233,7 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
 
     let after = artifacts::snapshot(&options.workdir);
     let chosen = artifacts::select(&before, &after, &options.artifact_patterns);
+    result.notes.extend(artifacts::skipped_note(&before, &after, &options.artifact_patterns));
     let sent = artifacts::send(&options.workdir, &chosen, options.max_artifact_bytes, sink);
     result.artifact_count = sent.count;
     result.artifacts_truncated = sent.truncated;

@@ -196,6 +196,16 @@ fn parse_additional_files(value: Option<&Value>, entrypoint: &str) -> Result<Vec
             return Err(format!("`additional_files` must be an array of {{filename, content}}, not {}", crate::json::json_kind(other)));
         }
     };
+    // Checked here, in this tool's terms: the entrypoint is one of the
+    // files a run may have.
+    if items.len() >= job_args::MAX_INPUT_FILES {
+        return Err(format!(
+            "`additional_files` has {} entries; at most {} (a run has at most {} files, the entrypoint included)",
+            items.len(),
+            job_args::MAX_INPUT_FILES - 1,
+            job_args::MAX_INPUT_FILES
+        ));
+    }
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     for (index, item) in items.iter().enumerate() {
         let field = |name: &str| format!("additional_files[{index}].{name}");
@@ -366,6 +376,7 @@ mod tests {
             (json!({"language": "python", "entrypoint_code": "x", "entrypoint_filename": "-V"}), "`entrypoint_filename` `-V` must not start with `-`: the interpreter would read it as an option; name the file e.g. main.py".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "entrypoint_filename": "./--help"}), "`entrypoint_filename` `--help` must not start with `-`: the interpreter would read it as an option; name the file e.g. main.py".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "additional_files": {}}), "`additional_files` must be an array of {filename, content}, not an object".to_string()),
+            (json!({"language": "python", "entrypoint_code": "x", "additional_files": (0..501).map(|i| json!({"filename": format!("f{i}"), "content": ""})).collect::<Vec<_>>()}), "`additional_files` has 501 entries; at most 255 (a run has at most 256 files, the entrypoint included)".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"content": "y"}]}), "`additional_files[0].filename` is required and must be a string".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"filename": "main.py", "content": "y"}]}), "`additional_files[0].filename` `main.py` is the entrypoint's file name; give it another name".to_string()),
             (json!({"language": "python", "entrypoint_code": "x", "additional_files": [{"filename": "a", "content": "y"}, {"filename": "a", "content": "z"}]}), "`additional_files[1].filename` `a` is given twice".to_string()),

@@ -490,3 +490,21 @@ fn a_stream_held_open_by_a_stray_keeps_what_was_read_and_says_it_was_cut() {
     assert!(result.notes.iter().any(|note| note.contains("stdout was still held open")), "{:?}", result.notes);
     assert_eq!(result.exit_code, Some(0));
 }
+
+/// Entries chosen as artifacts that are not regular files (a link could
+/// point anywhere, a FIFO would block the reader) are not sent, and a note
+/// names each, so nothing is left out silently.
+#[test]
+fn links_and_fifos_chosen_as_artifacts_are_named_in_a_note() {
+    let mut options = options("not-regular", &["sh", "-c", "echo x > real.txt; ln -s /etc/passwd link.txt; mkfifo pipe.txt"]);
+    options.artifact_patterns = vec!["*.txt".into()];
+    let run = run(&options);
+    let sent: Vec<String> = run.artifacts().into_iter().map(|(header, _)| header.path).collect();
+    assert_eq!(sent, ["real.txt"]);
+    let notes = &run.result().notes;
+    let note = notes.iter().find(|note| note.contains("not regular files")).unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(
+        note.starts_with("2 entries") && note.contains("`link.txt` (a symbolic link)") && note.contains("`pipe.txt` (a FIFO)"),
+        "{note}"
+    );
+}

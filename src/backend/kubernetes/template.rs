@@ -95,6 +95,14 @@ pub enum Error {
         path: PathBuf,
         key: String,
     },
+    /// A label or annotation key, or a label value, the API server refuses:
+    /// every run would fail with a 422.
+    BadMetadata {
+        path: PathBuf,
+        field: String,
+        entry: String,
+        why: &'static str,
+    },
     /// The template and `MCP_K8S_RUNTIME_CLASS` name different classes.
     RuntimeClassConflict {
         path: PathBuf,
@@ -132,6 +140,11 @@ impl fmt::Display for Error {
             Error::ProfileAnnotation { path, key } => write!(
                 f,
                 "MCP_K8S_POD_TEMPLATE: `{}`: annotations key `{key}` would set a container's AppArmor or seccomp profile, which the server sets itself for restricted Pod Security; remove it",
+                path.display()
+            ),
+            Error::BadMetadata { path, field, entry, why } => write!(
+                f,
+                "MCP_K8S_POD_TEMPLATE: `{}`: {field} `{entry}` is not valid ({why}); the API server would refuse every run with it",
                 path.display()
             ),
             Error::RuntimeClassConflict { path, template, setting } => write!(
@@ -297,7 +310,7 @@ impl Checker<'_> {
 
     fn check(&self, field: &str, shape: Shape, value: &Value) -> Result<(), Error> {
         match shape {
-            Shape::StringMap => self.string_map(field, value).map(|_| ()),
+            Shape::StringMap => self.string_map(field, value).and_then(|map| self.label_entries(field, &map, true)),
             Shape::Tolerations => self.tolerations(field, value),
             Shape::Affinity => self.affinity(field, value),
             Shape::ListOfMaps => self.list_of_maps(field, value).map(|_| ()),
@@ -331,7 +344,29 @@ impl Checker<'_> {
         if let Some(key) = map.keys().find(|key| is_reserved_key(key)) {
             return Err(Error::ReservedKey { path: self.path.to_path_buf(), field: field.to_string(), key: key.clone() });
         }
+        let values_are_labels = field != "annotations";
+        self.label_entries(field, &map, values_are_labels)?;
         Ok(map)
+    }
+
+    /// Keys are qualified names; with `values_are_labels` (labels, a node
+    /// selector), values are label values too.
+    fn label_entries(&self, field: &str, map: &BTreeMap<String, String>, values_are_labels: bool) -> Result<(), Error> {
+        let bad = |entry: &str, why| Error::BadMetadata {
+            path: self.path.to_path_buf(),
+            field: field.to_string(),
+            entry: entry.to_string(),
+            why,
+        };
+        for (key, value) in map {
+            if let Some(why) = qualified_name_problem(key) {
+                return Err(bad(&format!("key {key}"), why));
+            }
+            if values_are_labels && let Some(why) = label_value_problem(value) {
+                return Err(bad(&format!("value {value} of {key}"), why));
+            }
+        }
+        Ok(())
     }
 
     /// Annotations, without the legacy keys that set security profiles: a
@@ -405,6 +440,13 @@ impl Checker<'_> {
     /// A DNS-1123 subdomain, as RuntimeClass and PriorityClass names are.
     fn name(&self, field: &str, value: &Value) -> Result<(), Error> {
         match value.as_str() {
+            // Kubernetes reserves `system-` for its own classes, which let a
+            // pod preempt the cluster's own components.
+            Some(text) if field == "priorityClassName" && text.starts_with("system-") => Err(Error::Forbidden {
+                path: self.path.to_path_buf(),
+                field: field.to_string(),
+                why: "the system- priority classes are for the cluster's own components, which a sandbox must never preempt",
+            }),
             Some(text) if is_object_name(text) => Ok(()),
             _ => Err(self.wrong_type(field, "a Kubernetes object name (lowercase letters, digits, '-' and '.')")),
         }
@@ -448,6 +490,50 @@ impl Checker<'_> {
         }
         Ok(())
     }
+}
+
+/// Why `text` is not a label value (at most 63 characters, empty or
+/// alphanumerics with `-`, `_` and `.` inside), or `None` when it is.
+pub fn label_value_problem(text: &str) -> Option<&'static str> {
+    if text.len() > 63 {
+        return Some("at most 63 characters");
+    }
+    (!text.is_empty() && !is_label_segment(text)).then_some("letters, digits, '-', '_' and '.', starting and ending with a letter or digit")
+}
+
+/// Why `key` is not a qualified name (`[prefix/]name`: a DNS subdomain of
+/// at most 253 characters, then a name of at most 63 as in a label value),
+/// or `None` when it is.
+pub fn qualified_name_problem(key: &str) -> Option<&'static str> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix
+        && (prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(is_dns_label))
+    {
+        return Some("a prefix must be a DNS subdomain: lowercase letters, digits, '-' and '.'");
+    }
+    if name.is_empty() || name.len() > 63 || !is_label_segment(name) {
+        return Some("a name of 1 to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit");
+    }
+    None
+}
+
+fn is_label_segment(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let inner = |byte: &u8| byte.is_ascii_alphanumeric() || b"-_.".contains(byte);
+    bytes.first().is_some_and(u8::is_ascii_alphanumeric) && bytes.last().is_some_and(u8::is_ascii_alphanumeric) && bytes.iter().all(inner)
+}
+
+fn is_dns_label(label: &str) -> bool {
+    let bytes = label.as_bytes();
+    let inner = |byte: &u8| byte.is_ascii_lowercase() || byte.is_ascii_digit() || *byte == b'-';
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes.iter().all(inner)
+        && bytes.first().is_some_and(|byte| byte.is_ascii_alphanumeric())
+        && bytes.last().is_some_and(|byte| byte.is_ascii_alphanumeric())
 }
 
 fn is_reserved_key(key: &str) -> bool {
@@ -534,6 +620,38 @@ dnsConfig:
     }
 
     #[test]
+    fn label_keys_and_values_follow_the_api_servers_rules() {
+        let long = "a".repeat(64);
+        let values = [
+            ("", true),
+            ("a", true),
+            ("a-b_c.d", true),
+            ("A9", true),
+            ("-a", false),
+            ("a-", false),
+            ("a b", false),
+            (long.as_str(), false),
+        ];
+        for (value, valid) in values {
+            assert_eq!(label_value_problem(value).is_none(), valid, "value {value:?}");
+        }
+        let keys = [
+            ("team", true),
+            ("example.com/team", true),
+            ("a.b-c/d_e", true),
+            ("", false),
+            ("/team", false),
+            ("Example.com/team", false),
+            ("example.com/", false),
+            ("a/b/c", false),
+            (long.as_str(), false),
+        ];
+        for (key, valid) in keys {
+            assert_eq!(qualified_name_problem(key).is_none(), valid, "key {key:?}");
+        }
+    }
+
+    #[test]
     fn json_is_accepted_too() {
         let template = parsed(r#"{"nodeSelector": {"pool": "a"}, "imagePullSecrets": [{"name": "creds"}]}"#).unwrap();
         assert_eq!(template.image_pull_secrets(), ["creds"]);
@@ -563,6 +681,14 @@ dnsConfig:
             ("affinity: {nodeAffinity: []}", "field `affinity.nodeAffinity` must be a mapping"),
             ("affinity: {hostAffinity: {}}", "unknown field `affinity.hostAffinity`"),
             ("priorityClassName: High", "field `priorityClassName` must be a Kubernetes object name"),
+            ("priorityClassName: system-node-critical", "field `priorityClassName` is forbidden: the system- priority classes"),
+            ("priorityClassName: system-cluster-critical", "field `priorityClassName` is forbidden: the system- priority classes"),
+            ("labels: {team: \"two words\"}", "labels `value two words of team` is not valid (letters, digits"),
+            ("labels: {team: -x}", "labels `value -x of team` is not valid"),
+            ("labels: {\"bad key\": x}", "labels `key bad key` is not valid (a name of 1 to 63"),
+            ("labels: {Example.com/team: x}", "labels `key Example.com/team` is not valid (a prefix must be a DNS subdomain"),
+            ("annotations: {\"/x\": z}", "annotations `key /x` is not valid"),
+            ("nodeSelector: {pool: \"a b\"}", "nodeSelector `value a b of pool` is not valid"),
             ("runtimeClassName: 3", "field `runtimeClassName` must be a Kubernetes object name"),
             ("imagePullSecrets: [creds]", "field `imagePullSecrets[0]` must be a mapping"),
             ("imagePullSecrets: [{}]", "field `imagePullSecrets[0].name` must be a Kubernetes object name"),

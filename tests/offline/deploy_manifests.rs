@@ -76,6 +76,23 @@ fn the_jobs_network_policy_selects_job_pods() {
     assert_eq!(policy["spec"]["ingress"], serde_json::json!([]), "no ingress at all");
 }
 
+/// `restricted` lets DNS out to the cluster's resolver only: a rule with
+/// ports and no destination would let port 53 reach any address.
+#[test]
+fn restricted_dns_goes_to_the_clusters_resolver_only() {
+    let policy = manifest("networkpolicy-jobs-restricted.yaml");
+    let egress = policy["spec"]["egress"].as_array().cloned().unwrap_or_default();
+    assert!(!egress.is_empty(), "{policy}");
+    for rule in &egress {
+        let peers = rule["to"].as_array().cloned().unwrap_or_default();
+        assert!(!peers.is_empty(), "every egress rule names where it may go: {rule}");
+    }
+    let dns = &egress[0];
+    assert_eq!(dns["ports"][0]["port"], 53, "{dns}");
+    assert_eq!(dns["to"][0]["podSelector"]["matchLabels"]["k8s-app"], "kube-dns", "{dns}");
+    assert_eq!(dns["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "kube-system", "{dns}");
+}
+
 #[test]
 fn the_kustomization_lists_every_manifest() {
     let kustomization = manifest("kustomization.yaml");

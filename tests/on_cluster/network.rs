@@ -55,8 +55,12 @@ enum Target {
     WebPod,
     /// Its Service's ClusterIP (port 80 -> 8080).
     WebService,
-    /// A listener on port 53 (what DNS would use) in the same pod.
+    /// A listener on port 53 (what DNS would use) in the same pod: not the
+    /// cluster's resolver, so DNS rules must not reach it.
     Dns,
+    /// A stand-in for the cluster's resolver: a pod labelled as CoreDNS is
+    /// (`k8s-app: kube-dns` in kube-system), listening on 53.
+    Resolver,
     /// The `kubernetes` Service, 10.96.0.1:443.
     ApiService,
     /// The API server's endpoint on the node, 10.244.0.1:6443.
@@ -71,7 +75,8 @@ enum Target {
 const CASES: &[(Target, [bool; 4])] = &[
     (Target::WebPod, [false, false, true, true]),
     (Target::WebService, [false, false, true, true]),
-    (Target::Dns, [false, true, true, true]),
+    (Target::Dns, [false, false, true, true]),
+    (Target::Resolver, [false, true, true, true]),
     (Target::ApiService, [false, false, false, false]),
     (Target::ApiEndpoint, [false, false, false, false]),
     (Target::Kubelet, [false, false, false, false]),
@@ -314,12 +319,15 @@ impl Drop for Deleted {
     }
 }
 
-/// What the clients connect to: an HTTP server pod (8080, and 53 standing in
-/// for DNS) with a Service in a namespace of its own, and a pod labelled as
-/// the server in the server's namespace (HTTP on 8080).
+/// What the clients connect to: an HTTP server pod (8080, and 53 as any
+/// address's DNS port) with a Service in a namespace of its own, a pod
+/// labelled as the cluster's resolver in kube-system (53), and a pod
+/// labelled as the server in the server's namespace (HTTP on 8080).
 struct Targets {
     web: TestPod,
     web_ip: String,
+    resolver_ip: String,
+    _resolver: TestPod,
     web_service_ip: String,
     server: TestPod,
     server_ip: String,
@@ -341,7 +349,10 @@ impl Targets {
                 "resources": {"limits": {"cpu": "100m", "memory": "32Mi"}},
             }],
         });
-        let web = TestPod::create(&namespace, "web", &[("app", "net-web")], web_spec);
+        let web = TestPod::create(&namespace, "web", &[("app", "net-web")], web_spec.clone());
+        let mut resolver_spec = web_spec;
+        resolver_spec["containers"][0]["command"] = json!(["sh", "-c", "httpd -p 53 -h /tmp && exec sleep 600"]);
+        let resolver = TestPod::create("kube-system", "resolver", &[("k8s-app", "kube-dns")], resolver_spec);
         let service = json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "web", "namespace": namespace},
@@ -352,10 +363,12 @@ impl Targets {
         let server =
             TestPod::create(SERVER_NAMESPACE, "server", &server_labels, cluster::restricted_pod_spec(BUSYBOX, "httpd -f -p 8080 -h /tmp"));
         web.wait_running();
+        resolver.wait_running();
         server.wait_running();
+        let resolver_ip = resolver.ip();
         let web_service_ip = kubectl(&["-n", &namespace, "get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"], None);
         let (web_ip, server_ip) = (web.ip(), server.ip());
-        Targets { web, web_ip, web_service_ip, server, server_ip, _namespace: namespace_guard }
+        Targets { web, web_ip, resolver_ip, _resolver: resolver, web_service_ip, server, server_ip, _namespace: namespace_guard }
     }
 
     fn address(&self, target: Target) -> (String, u16) {
@@ -363,6 +376,7 @@ impl Targets {
             Target::WebPod => (self.web_ip.clone(), 8080),
             Target::WebService => (self.web_service_ip.clone(), 80),
             Target::Dns => (self.web_ip.clone(), 53),
+            Target::Resolver => (self.resolver_ip.clone(), 53),
             Target::ApiService => (cluster::env_value("KUBERNETES_SERVICE_IP").unwrap_or_else(|| "10.96.0.1".into()), 443),
             Target::ApiEndpoint => (NODE_IP.into(), 6443),
             Target::Kubelet => (NODE_IP.into(), 10250),

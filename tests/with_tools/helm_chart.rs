@@ -268,6 +268,9 @@ fn network_service_and_env_values_land_where_values_yaml_says() {
     let jobs = &objects["NetworkPolicy mcp-ephemeral/mcp-ephemeral-jobs-restricted"]["spec"]["egress"];
     assert_eq!(jobs.as_array().map(Vec::len), Some(2), "DNS, then jobsEgress: {jobs}");
     assert_eq!(jobs[1]["to"][0]["ipBlock"]["cidr"], "203.0.113.10/32");
+    // DNS goes to the cluster's resolver only, never to any address on 53.
+    assert_eq!(jobs[0]["to"][0]["podSelector"]["matchLabels"]["k8s-app"], "kube-dns", "{jobs}");
+    assert_eq!(jobs[0]["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "kube-system", "{jobs}");
     let server = &objects["NetworkPolicy mcp-system/mcp-k8s-ephemeral-job"]["spec"]["ingress"][0];
     assert_eq!(server["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "agents");
     assert_eq!(server["ports"][0]["port"], 8080, "still the HTTP port only");

@@ -14,10 +14,11 @@
 //!
 //! A minimal HTTP/1.1 reader of our own, not `tiny_http` (which aborted on
 //! a huge Content-Length and bounded nothing) nor the server's transport
-//! (the runner imports only `sandbox`): one request per connection, one
-//! connection at a time, no keep-alive, no chunked bodies. The only peer is
-//! the API server (the NetworkPolicy admits nothing else), and one slow
-//! connection costs at most `CONNECTION_DEADLINE`.
+//! (the runner imports only `sandbox`): one request per connection, each
+//! connection read on a thread of its own (up to `MAX_READERS`), no
+//! keep-alive, no chunked bodies. The only peer should be the API server,
+//! but a slow or silent connection holds only itself, never the delivery
+//! behind it; each costs at most `CONNECTION_DEADLINE`.
 //!
 //! A Docker sandbox takes its assignment on stdin instead (`--stdin`,
 //! `await_stdin`): it may have no network at all, and only a Docker API
@@ -107,6 +108,12 @@ impl Connection for TcpStream {
     }
 }
 
+/// Connections read at once. Each is read on a thread of its own, so a
+/// slow or silent peer holds only itself, not the listener: the delivery
+/// that follows it is read at once. Past this many, a new connection is
+/// closed unread (each holds a thread and at most one body).
+pub const MAX_READERS: usize = 16;
+
 /// Serves `listener` until one request carries `key` and an assignment
 /// for `workdir`, then closes the listener (nothing more is accepted),
 /// lets `prepare` make the sandbox ready for it (write the input files),
@@ -118,41 +125,67 @@ pub fn await_assignment<L: Listener>(
     workdir: &Path,
     max_wait: Duration,
     prepare: impl FnOnce(&Assignment) -> Result<(), String>,
-) -> Result<Assignment, Error> {
+) -> Result<Assignment, Error>
+where
+    L::Stream: Send + 'static,
+{
     let deadline = Instant::now() + max_wait;
+    let (taken, verdicts) = std::sync::mpsc::channel::<(L::Stream, Assignment)>();
+    let readers = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     loop {
+        if let Ok((mut stream, assignment)) = verdicts.try_recv() {
+            drop(listener);
+            if let Err(why) = prepare(&assignment) {
+                let _ = respond(&mut stream, 500, &why);
+                return Err(Error::Prepare(why));
+            }
+            let text = format!("assignment for run `{}` taken", assignment.run_id);
+            // The command runs whether or not the answer got through: the
+            // server follows the log either way.
+            let _ = respond(&mut stream, 202, &text);
+            return Ok(assignment);
+        }
         let now = Instant::now();
         if now >= deadline {
             return Err(Error::NoAssignment { waited: max_wait });
         }
-        if !readable(&listener, deadline - now).map_err(Error::Listen)? {
+        // While a connection is being read, wake often for its verdict.
+        let slice = if readers.load(std::sync::atomic::Ordering::SeqCst) > 0 { Duration::from_millis(5) } else { deadline - now };
+        if !readable(&listener, slice.min(deadline - now)).map_err(Error::Listen)? {
             continue;
         }
-        let mut stream = match listener.accept_one() {
+        let stream = match listener.accept_one() {
             Ok(stream) => stream,
             // A peer that gave up between poll and accept; keep waiting.
             Err(error) if is_transient(&error) => continue,
             Err(error) => return Err(Error::Listen(error)),
         };
-        let verdict = read_request(&mut stream).and_then(|body| judge(&body, key, workdir));
-        match verdict {
-            Ok(assignment) => {
-                drop(listener);
-                if let Err(why) = prepare(&assignment) {
-                    let _ = respond(&mut stream, 500, &why);
-                    return Err(Error::Prepare(why));
-                }
-                let text = format!("assignment for run `{}` taken", assignment.run_id);
-                // The command runs whether or not the answer got through: the
-                // server follows the log either way.
-                let _ = respond(&mut stream, 202, &text);
-                return Ok(assignment);
-            }
-            Err(Refusal::Silent) => {}
-            Err(Refusal::Status(code, text)) => {
-                let _ = respond(&mut stream, code, &text);
-                close_gently(stream);
-            }
+        if readers.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= MAX_READERS {
+            readers.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            drop(stream);
+            continue;
+        }
+        let (key, workdir, taken, reading) = (key.clone(), workdir.to_path_buf(), taken.clone(), readers.clone());
+        let spawned = std::thread::Builder::new().name("assignment-reader".into()).spawn(move || {
+            read_one(stream, &key, &workdir, &taken);
+            reading.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        });
+        if spawned.is_err() {
+            readers.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// Reads and judges one connection: a valid assignment goes to `taken`
+/// (the waiting loop answers it), anything else is answered here.
+fn read_one<S: Connection>(mut stream: S, key: &Key, workdir: &Path, taken: &std::sync::mpsc::Sender<(S, Assignment)>) {
+    match read_request(&mut stream).and_then(|body| judge(&body, key, workdir)) {
+        // After another was taken the loop is gone, and so is this one.
+        Ok(assignment) => drop(taken.send((stream, assignment))),
+        Err(Refusal::Silent) => {}
+        Err(Refusal::Status(code, text)) => {
+            let _ = respond(&mut stream, code, &text);
+            close_gently(stream);
         }
     }
 }
@@ -474,6 +507,30 @@ mod tests {
         let code = answer.get(9..12).and_then(|code| code.parse().ok()).unwrap_or(0);
         let text = answer.split("\r\n\r\n").nth(1).unwrap_or_default().trim_end().to_string();
         (code, text)
+    }
+
+    /// Slow peers (a job holding connections to an idle sandbox's port)
+    /// hold only themselves: the delivery behind them is taken while they
+    /// are still open and unanswered.
+    #[test]
+    fn slow_connections_do_not_hold_up_the_delivery_behind_them() {
+        let (address, runner) = waiting_runner(Duration::from_secs(30));
+        let slow: Vec<TcpStream> = (0..3)
+            .map(|_| {
+                let mut stream = TcpStream::connect(address).unwrap();
+                stream.write_all(b"POST /assign HTTP/1.1\r\nHost: x\r\n").unwrap();
+                stream
+            })
+            .collect();
+        let (code, _) = send(address, &post(&assignment::encode(&key(), &an_assignment("/work"))));
+        assert_eq!(code, 202);
+        assert_eq!(runner.join().unwrap().unwrap(), an_assignment("/work"));
+        for mut stream in slow {
+            stream.set_nonblocking(true).unwrap();
+            let mut byte = [0u8; 1];
+            let unanswered = matches!(stream.read(&mut byte), Err(error) if error.kind() == io::ErrorKind::WouldBlock);
+            assert!(unanswered, "a slow connection is still being read when the delivery was taken");
+        }
     }
 
     #[test]

@@ -9,6 +9,16 @@ ensure_packages() {
   done
   ((${#missing[@]})) || return 0
   echo "installing ${missing[*]}" >&2
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt_install "${missing[@]}"
+}
+
+# Installs the packages named (update first), one script at a time: two
+# scripts run side by side (./demo and a test script, or the cluster and
+# the Docker engine coming up) would otherwise fail on apt's lock.
+apt_install() {
+  (
+    flock -w 900 9 || { echo "packages: apt stayed busy for 15 min" >&2; exit 1; }
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  ) 9>/var/lock/mcp-k8s-ephemeral-job-apt.lock
 }

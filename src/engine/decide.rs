@@ -192,6 +192,10 @@ pub struct RunState {
     unschedulable_since: Option<Instant>,
     /// The scheduler's last word, for a run that waited for capacity.
     last_unschedulable: Option<String>,
+    /// The quota's last refusal, for a run that waits for capacity: a full
+    /// ResourceQuota frees up as other runs end, and the Job controller
+    /// creates the pod then.
+    last_quota_refusal: Option<String>,
     next_start_poll: Instant,
     log: Log,
     started_reported: bool,
@@ -210,6 +214,7 @@ impl RunState {
             gone: false,
             unschedulable_since: None,
             last_unschedulable: None,
+            last_quota_refusal: None,
             next_start_poll: now + START_FAILURE_POLL,
             log: Log::NotStarted,
             started_reported: false,
@@ -255,6 +260,10 @@ impl RunState {
             // A run that waits for capacity reports that it never came; a
             // sync run whose start timeout comes before its grace timed out.
             let waited_for_capacity = self.deadlines.unschedulable_grace.is_none();
+            if let Some(message) = self.last_quota_refusal.as_ref().filter(|_| waited_for_capacity && self.view.is_none()) {
+                let message = format!("{message}; the namespace's quota stayed full until the start timeout, so no pod was made");
+                return Some(Verdict::Server(ServerEnd::Refused { reason: RunReason::QuotaExceeded, message }));
+            }
             return Some(Verdict::Server(match (self.unschedulable_since, &self.last_unschedulable) {
                 (Some(_), Some(message)) if waited_for_capacity => ServerEnd::Unschedulable { message: message.clone() },
                 _ => ServerEnd::StartTimeout,
@@ -283,6 +292,10 @@ impl RunState {
                 self.outage.get_or_insert(Outage { since: now, why: String::new(), next_probe: now + OUTAGE_PROBE }).why = why;
             }
             Event::ApiFailed(message) => return Some(Verdict::Server(ServerEnd::WatchFailed { message })),
+            // A run that waits for capacity waits for quota too.
+            Event::StartFailed { reason: RunReason::QuotaExceeded, message } if self.deadlines.unschedulable_grace.is_none() => {
+                self.last_quota_refusal = Some(message);
+            }
             Event::StartFailed { reason, message } => return Some(Verdict::Server(ServerEnd::Refused { reason, message })),
             Event::LogEnded(end) => return self.log_ended(end, now),
             Event::Tick | Event::Cancelled => {}
@@ -558,6 +571,29 @@ mod tests {
                 quick_start,
                 vec![(secs(0), unschedulable("0/1 nodes")), (secs(10), Event::Tick)],
                 server(ServerEnd::StartTimeout),
+            ),
+            (
+                "a background run waits for quota: a refused pod creation is made once others end",
+                background,
+                vec![
+                    (secs(2), Event::StartFailed { reason: RunReason::QuotaExceeded, message: "exceeded quota".into() }),
+                    (secs(12), running()),
+                    (secs(13), Event::Tick),
+                ],
+                vec![],
+            ),
+            (
+                "a background run whose quota stays full ends at its start deadline, saying so",
+                background,
+                vec![
+                    (secs(2), Event::StartFailed { reason: RunReason::QuotaExceeded, message: "exceeded quota".into() }),
+                    (secs(59), Event::Tick),
+                    (secs(60), Event::Tick),
+                ],
+                server(ServerEnd::Refused {
+                    reason: RunReason::QuotaExceeded,
+                    message: "exceeded quota; the namespace's quota stayed full until the start timeout, so no pod was made".into(),
+                }),
             ),
             (
                 "a background run waits for capacity up to its start deadline and says the scheduler's last word",

@@ -379,3 +379,51 @@ fn tasks_are_background_jobs_seen_through_mcp_tasks() {
     let (result, _) = request(&mut server, "tasks/result", json!({"taskId": long_id}));
     assert_eq!(result["result"]["structuredContent"]["status"], "cancelled", "{result}");
 }
+
+/// A background job waits for a full quota as it waits for capacity: in a
+/// namespace whose quota admits no pod, the job is still waiting after the
+/// first refusal; once the quota is raised the Job controller makes its pod
+/// and the command runs. (One whose quota stays full ends `QuotaExceeded`
+/// at its start timeout: `engine::decide`'s table.)
+#[test]
+fn a_background_job_waits_for_a_full_quota() {
+    let namespace = &cluster::unique_name("mcp-quota-wait");
+    let admin = cluster::admin_client();
+    let quotas = kube::Resource { api_path: "/api/v1", plural: "resourcequotas", namespaced: true };
+    let labels = json!({"pod-security.kubernetes.io/enforce": "restricted"});
+    let _ = admin.create(
+        kube::Resource::NAMESPACES,
+        "",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}),
+    );
+    let quota =
+        |pods: &str| json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "pods"}, "spec": {"hard": {"pods": pods}}});
+    let _ = admin.delete(quotas, namespace, "pods");
+    admin.create(quotas, namespace, &quota("0")).expect("the quota is created");
+    let admin_kubeconfig = cluster::admin_kubeconfig().display().to_string();
+    let settings = [("MCP_K8S_KUBECONFIG", admin_kubeconfig.as_str()), ("MCP_K8S_NAMESPACE", namespace), ("MCP_K8S_START_TIMEOUT_S", "90")];
+    let mut server = server(&settings);
+    let token = submit(&mut server, "echo ran");
+    // The Job controller's creation is refused (its FailedCreate event).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let job_name = format!("mcpk8s-{}", run_id_of(&token));
+    let events = kube::Resource { api_path: "/api/v1", plural: "events", namespaced: true };
+    loop {
+        let listed = admin.list(events, namespace, &kube::ListParams::default()).expect("events are listed");
+        let refused = listed.items.iter().any(|event| {
+            event["involvedObject"]["name"] == job_name.as_str() && event["message"].as_str().unwrap_or_default().contains("exceeded quota")
+        });
+        if refused {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no quota refusal for {job_name}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let waiting = fetch(&mut server, &token, 0);
+    assert_eq!(waiting["status"], "running", "a full quota is waited for: {waiting}");
+    admin.delete(quotas, namespace, "pods").expect("the quota is removed");
+    admin.create(quotas, namespace, &quota("10")).expect("the quota is raised");
+    let done = fetch_done(&mut server, &token);
+    assert_eq!((done["result"]["status"].as_str(), done["result"]["stdout"].as_str()), (Some("succeeded"), Some("ran\n")), "{done}");
+    let _ = admin.delete(kube::Resource::NAMESPACES, "", namespace);
+}

@@ -5,6 +5,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// Milliseconds since the Unix epoch (0 before it), as the runner's
+/// arguments carry moments.
+pub fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).map(|since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
+}
+
 /// Parses `2006-01-02T15:04:05[.frac](Z|±hh:mm)`, fractions down to the
 /// nanosecond: exec plugins' expiry times and the API's own timestamps.
 ///

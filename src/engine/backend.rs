@@ -123,6 +123,9 @@ pub struct NewRun<'a> {
     pub run_id: &'a str,
     pub spec: &'a RunSpec,
     pub keep: Keep,
+    /// When the server gives up on a run that has not started: the runner
+    /// does not start the command after it (`None`: no such bound).
+    pub start_by: Option<SystemTime>,
 }
 
 /// How long a run's objects outlive its end.

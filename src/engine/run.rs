@@ -125,8 +125,15 @@ pub const EXPIRY_SLACK: Duration = Duration::from_secs(60);
 pub fn create(ctx: &Ctx, spec: &RunSpec, run_id: &str, keep: Keep) -> Result<Created, Box<RunOutcome>> {
     let _creating = CREATING.enter();
     ctx.backend
-        .create(&NewRun { run_id, spec, keep })
+        .create(&NewRun { run_id, spec, keep, start_by: Some(start_by(&ctx.policy)) })
         .map_err(|refused| Box::new(RunOutcome::without_result(run_id, RunStatus::Error, refused.reason, refused.message)))
+}
+
+/// The moment after which the runner must not start the command: the
+/// server's start deadline (`Followed::from_spec`, taken just before the
+/// create), less a second for the moments between them and the clocks.
+fn start_by(policy: &Policy) -> SystemTime {
+    SystemTime::now() + policy.start_timeout.saturating_sub(Duration::from_secs(1))
 }
 
 /// Runs being created at once, over every caller. A create is a burst of

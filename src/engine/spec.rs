@@ -79,6 +79,7 @@ pub fn exec_options(spec: &RunSpec, policy: &Policy) -> ExecOptions {
         disk_paths,
         disk_limit_bytes: u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0),
         termination_log: TERMINATION_LOG.into(),
+        start_deadline_ms: None,
         argv: spec.command.clone(),
     }
 }

@@ -475,6 +475,7 @@ mod tests {
                 disk_paths: Vec::new(),
                 disk_limit_bytes: 0,
                 termination_log: crate::sandbox::TERMINATION_LOG.into(),
+                start_deadline_ms: None,
                 argv: vec!["true".into()],
             },
             env: Default::default(),

@@ -172,6 +172,15 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
             eprintln!("mcp-k8s-ephemeral-job runner: cannot handle signal {signal}");
         }
     }
+    // Before anything, the Started frame included: a command past its
+    // start deadline is never started, and the result says why.
+    if let Some(deadline_ms) = options.start_deadline_ms.filter(|deadline_ms| now_ms() > *deadline_ms) {
+        let mut result = RunResult::started(now_ms());
+        result.start_error = Some(LateStart { deadline_ms }.to_string());
+        result.finished_at_ms = result.started_at_ms;
+        capture::write_frame(sink, &Frame::Result(result));
+        return 125;
+    }
     let oom_kills_before = read_oom_kill_count();
     let pids_failures_before = read_pids_fork_failures();
     let before = artifacts::snapshot(&options.workdir);
@@ -251,6 +260,23 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
 
 /// A stream reader and what it has read so far: shared, so that a stream a
 /// stray process still holds open gives up what was read before it.
+/// The run's start deadline had passed when the runner came to start the
+/// command: the server has given up on the run, so the command is not
+/// started at all.
+struct LateStart {
+    deadline_ms: u64,
+}
+
+impl std::fmt::Display for LateStart {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            formatter,
+            "the run's start deadline passed {} ms before the sandbox was ready; the server has given up on the run, so the command was not started",
+            now_ms().saturating_sub(self.deadline_ms)
+        )
+    }
+}
+
 type Pump = (std::thread::JoinHandle<()>, Arc<Mutex<HeadTail>>);
 
 fn start_pumps(child: &mut std::process::Child, options: &ExecOptions, sink: &FrameSink) -> (Option<Pump>, Option<Pump>) {

@@ -26,7 +26,20 @@ pub struct ExecOptions {
     pub disk_paths: Vec<PathBuf>,
     pub disk_limit_bytes: u64,
     pub termination_log: PathBuf,
+    /// Milliseconds since the Unix epoch after which the command must not
+    /// start: the server gives up on a run that has not started by its
+    /// start timeout, and a runner that comes up later (an image pull that
+    /// ended after the pod was deleted) must not run it anyway.
+    pub start_deadline_ms: Option<u64>,
     pub argv: Vec<String>,
+}
+
+/// Adds `--start-deadline-ms` to a `runner exec` argument list (before
+/// its `--`): set by the backend when it creates the run, since the
+/// deadline is a moment, not a property of the run.
+pub fn with_start_deadline(exec_args: &mut Vec<String>, deadline_ms: u64) {
+    let at = exec_args.iter().position(|arg| arg == "--").unwrap_or(exec_args.len());
+    exec_args.splice(at..at, ["--start-deadline-ms".to_string(), deadline_ms.to_string()]);
 }
 
 /// Options of `runner clone`, as the engine writes them into the pod spec.
@@ -116,6 +129,10 @@ pub fn exec_args(options: &ExecOptions) -> Vec<String> {
         args.push("--artifact".to_string());
         args.push(pattern.clone());
     }
+    if let Some(deadline_ms) = options.start_deadline_ms {
+        args.push("--start-deadline-ms".to_string());
+        args.push(deadline_ms.to_string());
+    }
     if options.disk_limit_bytes > 0 {
         args.push("--disk-limit-bytes".to_string());
         args.push(options.disk_limit_bytes.to_string());
@@ -142,6 +159,7 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
         disk_paths: Vec::new(),
         disk_limit_bytes: 0,
         termination_log: PathBuf::from(TERMINATION_LOG),
+        start_deadline_ms: None,
         argv: Vec::new(),
     };
     while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
@@ -155,6 +173,7 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
             Long("disk-path") => options.disk_paths.push(PathBuf::from(value(&mut parser)?)),
             Long("disk-limit-bytes") => options.disk_limit_bytes = number(&mut parser, "--disk-limit-bytes")?,
             Long("termination-log") => options.termination_log = PathBuf::from(value(&mut parser)?),
+            Long("start-deadline-ms") => options.start_deadline_ms = Some(number(&mut parser, "--start-deadline-ms")?),
             Value(first) => {
                 options.argv.push(first.to_string_lossy().into_owned());
                 for raw in parser.raw_args().map_err(|error| error.to_string())? {
@@ -404,9 +423,13 @@ mod tests {
             disk_paths: vec!["/src".into(), "/tmp".into()],
             disk_limit_bytes: 1 << 30,
             termination_log: "/tmp/term".into(),
+            start_deadline_ms: Some(1_800_000_000_000),
             argv: vec!["sh".into(), "-c".into(), "echo --not-an-option".into()],
         };
-        assert_eq!(parse_exec(after_subcommand(exec_args(&options))), Ok(options));
+        assert_eq!(parse_exec(after_subcommand(exec_args(&options))), Ok(options.clone()));
+        let mut added = exec_args(&ExecOptions { start_deadline_ms: None, ..options.clone() });
+        with_start_deadline(&mut added, 1_800_000_000_000);
+        assert_eq!(parse_exec(after_subcommand(added)), Ok(options), "the deadline added later reads the same");
     }
 
     #[test]

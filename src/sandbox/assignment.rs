@@ -221,6 +221,7 @@ pub fn decode(body: &[u8]) -> Result<(Key, Assignment), DecodeError> {
         disk_paths: wire.disk_paths.into_iter().map(PathBuf::from).collect(),
         disk_limit_bytes: wire.disk_limit_bytes,
         termination_log: PathBuf::from(TERMINATION_LOG),
+        start_deadline_ms: None,
         argv: wire.argv,
     };
     Ok((key, Assignment { run_id: wire.run_id, exec, env: wire.env, files }))
@@ -286,6 +287,7 @@ mod tests {
                 disk_paths: vec!["/work".into(), "/tmp".into()],
                 disk_limit_bytes: 1 << 30,
                 termination_log: TERMINATION_LOG.into(),
+                start_deadline_ms: None,
                 argv: vec!["sh".into(), "-c".into(), "echo $A".into()],
             },
             env: [("A".to_string(), "secret value".to_string())].into(),

@@ -316,3 +316,23 @@ fn a_pool_job_waits_for_its_assignment_with_the_key_in_main_only() {
     let secret = manifest::key_secret(&policy(), "0123456789abcdef0123456789abcdef", "uid-1", "00ff");
     check("pool_key_secret.json", &secret);
 }
+
+/// The start deadline goes onto the main container's runner, before the
+/// command's `--`, and nowhere else.
+#[test]
+fn the_start_deadline_reaches_the_main_runner_only() {
+    let mut job = manifest::job(&spec(), &policy(), "0123abcd");
+    let before = job.clone();
+    manifest::apply_start_deadline(&mut job, 1_800_000_000_000);
+    let containers = job["spec"]["template"]["spec"]["containers"].as_array().unwrap().clone();
+    for (index, container) in containers.iter().enumerate() {
+        let command: Vec<&str> = container["command"].as_array().unwrap().iter().filter_map(|arg| arg.as_str()).collect();
+        if container["name"] == "main" {
+            let at = command.iter().position(|arg| *arg == "--start-deadline-ms").expect("the deadline is given");
+            assert_eq!(command[at + 1], "1800000000000");
+            assert!(at < command.iter().position(|arg| *arg == "--").unwrap(), "before the command: {command:?}");
+        } else {
+            assert_eq!(container, &before["spec"]["template"]["spec"]["containers"][index], "only main changes");
+        }
+    }
+}

@@ -96,6 +96,7 @@ fn options(name: &str, argv: &[&str]) -> ExecOptions {
         disk_paths: Vec::new(),
         disk_limit_bytes: 0,
         termination_log: workdir.join(".termination-log-unused"),
+        start_deadline_ms: None,
         argv: argv.iter().map(|s| s.to_string()).collect(),
     }
 }
@@ -507,4 +508,25 @@ fn links_and_fifos_chosen_as_artifacts_are_named_in_a_note() {
         note.starts_with("2 entries") && note.contains("`link.txt` (a symbolic link)") && note.contains("`pipe.txt` (a FIFO)"),
         "{note}"
     );
+}
+
+/// A runner that comes up after the run's start deadline (the server has
+/// given up on it: an image pull that ended after the pod was deleted)
+/// does not start the command, and its one frame says why.
+#[test]
+fn a_command_past_its_start_deadline_is_never_started() {
+    let mut options = options("late", &["sh", "-c", "echo ran > ran.txt"]);
+    options.start_deadline_ms = Some(1);
+    let ran = options.workdir.join("ran.txt");
+    let run = run(&options);
+    assert!(!ran.exists(), "the command did not run");
+    assert_eq!(run.frames.len(), 1, "only the result: {:?}", run.frames);
+    let result = run.result();
+    assert_eq!(result.exit_code, None);
+    assert!(result.start_error.as_deref().unwrap_or_default().contains("start deadline passed"), "{:?}", result.start_error);
+    assert_eq!(run.exit_code, 125);
+    // A deadline still ahead changes nothing.
+    let mut options = self::options("in-time", &["sh", "-c", "echo ran"]);
+    options.start_deadline_ms = Some(u64::MAX);
+    assert_eq!(String::from_utf8_lossy(&self::run(&options).stdout()), "ran\n");
 }

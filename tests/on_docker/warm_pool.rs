@@ -226,7 +226,9 @@ fn a_failed_delivery_removes_the_container_and_says_try_again() {
     let container = spec::container_name(&run_id);
     crate::client().container_kill(&container, "KILL").expect("kill");
     let keep = Keep::UntilRemoved { expires_at: std::time::SystemTime::now() + Duration::from_secs(600) };
-    let Err(refused) = backend.create(&NewRun { run_id: &run_id, spec: &spec, keep }) else { panic!("a dead sandbox took a run") };
+    let Err(refused) = backend.create(&NewRun { run_id: &run_id, spec: &spec, keep, start_by: None }) else {
+        panic!("a dead sandbox took a run")
+    };
     assert!(refused.message.contains("try again (the pool replaces the container)"), "{}", refused.message);
     assert!(refused.message.contains(&container), "{}", refused.message);
     assert!(matches!(crate::client().container_inspect(&container), Err(error) if error.is_not_found()), "removed");

@@ -170,6 +170,10 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
     // the runner skips it, and nothing on Docker reads it: the result
     // frame is the result.
     let exec_options = exec_options(spec, policy);
+    let mut cmd = args::exec_args(&exec_options);
+    if let Some(start_by) = run.start_by {
+        args::with_start_deadline(&mut cmd, crate::time::unix_ms(start_by));
+    }
     let env = command_env(spec, policy);
     let mut tmpfs = BTreeMap::new();
     if separate_tmp(spec) {
@@ -185,7 +189,7 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
     ContainerSpec {
         image: spec.image.clone(),
         entrypoint: Some(vec![RUNNER_PATH.to_string()]),
-        cmd: args::exec_args(&exec_options),
+        cmd,
         env: env.iter().map(|(name, value)| format!("{name}={value}")).collect(),
         working_dir: spec.workdir.clone(),
         user: format!("{0}:{0}", policy.run_as_user),
@@ -242,7 +246,8 @@ pub struct PoolSandbox<'a> {
 /// a run's (`container_name`), so a run that takes it is found like a cold
 /// one.
 pub fn pool_container(template: &RunSpec, policy: &Policy, options: &Options, sandbox: &PoolSandbox) -> ContainerSpec {
-    let run = NewRun { run_id: sandbox.run_id, spec: template, keep: Keep::UntilRemoved { expires_at: sandbox.expires_at } };
+    let run =
+        NewRun { run_id: sandbox.run_id, spec: template, keep: Keep::UntilRemoved { expires_at: sandbox.expires_at }, start_by: None };
     let mut body = container(&run, policy, options);
     let assign =
         AssignOptions { listen: Endpoint::Stdin, key_file: None, workdir: template.workdir.clone().into(), max_wait: sandbox.max_wait };
@@ -432,7 +437,7 @@ mod tests {
     fn the_create_body_is_hardened_and_runs_the_runner() {
         let spec = run_spec();
         let expires_at = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let run = NewRun { run_id: "r1", spec: &spec, keep: Keep::UntilRemoved { expires_at } };
+        let run = NewRun { run_id: "r1", spec: &spec, keep: Keep::UntilRemoved { expires_at }, start_by: None };
         let body = serde_json::to_string_pretty(&container(&run, &policy(), &options())).unwrap();
         let expected = r#"{
   "Image": "busybox:1.35",
@@ -542,7 +547,7 @@ mod tests {
         let spec = RunSpec { workdir: "/tmp".into(), network: NetworkMode::Restricted, ..run_spec() };
         let record = BackgroundRecord { token: "t".into(), timeout_s: 30, command: "busybox:1.35 sh".into() };
         let keep = Keep::Background { record, result_ttl: Duration::from_secs(60), expires_at: UNIX_EPOCH };
-        let run = NewRun { run_id: "r2", spec: &spec, keep };
+        let run = NewRun { run_id: "r2", spec: &spec, keep, start_by: None };
         let options = Options { restricted_network: Some("runs".into()), ..options() };
         let body = container(&run, &policy(), &options);
         assert_eq!(body.labels[LABEL_MODE], MODE_BACKGROUND);
@@ -568,7 +573,7 @@ mod tests {
             assert_eq!(network_mode(mode, options).as_deref(), expected, "{mode:?}");
         }
         let spec = RunSpec { network: NetworkMode::Restricted, ..run_spec() };
-        let run = NewRun { run_id: "r3", spec: &spec, keep: Keep::UntilRemoved { expires_at: UNIX_EPOCH } };
+        let run = NewRun { run_id: "r3", spec: &spec, keep: Keep::UntilRemoved { expires_at: UNIX_EPOCH }, start_by: None };
         assert_eq!(container(&run, &policy(), &options()).host_config.network_mode, "none", "fails closed");
     }
 
@@ -608,7 +613,7 @@ mod tests {
     #[test]
     fn a_run_without_files_gets_a_tmpfs_workdir_owned_by_its_user() {
         let spec = RunSpec { files: vec![], ..run_spec() };
-        let run = NewRun { run_id: "r3", spec: &spec, keep: Keep::UntilRemoved { expires_at: UNIX_EPOCH } };
+        let run = NewRun { run_id: "r3", spec: &spec, keep: Keep::UntilRemoved { expires_at: UNIX_EPOCH }, start_by: None };
         let body = container(&run, &policy(), &options());
         assert!(!has_inputs(&spec));
         assert!(body.volumes.is_empty(), "no volume to fill");
@@ -616,7 +621,7 @@ mod tests {
         assert_eq!(body.host_config.tmpfs["/tmp"], "rw,exec,nosuid,nodev,mode=1777,size=1073741824");
 
         let in_tmp = RunSpec { workdir: "/tmp".into(), ..spec };
-        let run = NewRun { run_id: "r4", spec: &in_tmp, keep: Keep::UntilRemoved { expires_at: UNIX_EPOCH } };
+        let run = NewRun { run_id: "r4", spec: &in_tmp, keep: Keep::UntilRemoved { expires_at: UNIX_EPOCH }, start_by: None };
         let body = container(&run, &policy(), &options());
         assert_eq!(body.host_config.tmpfs.len(), 1, "a /tmp workdir is one mount");
         assert!(body.host_config.tmpfs["/tmp"].contains("uid=65532"));

@@ -299,6 +299,19 @@ pub fn apply_retention(object: &mut Value, retention: &Retention) {
     }
 }
 
+/// Tells the main container's runner not to start the command after
+/// `deadline_ms` (ms since the Unix epoch; `sandbox::args::with_start_deadline`).
+/// Applied after `job`, which stays a pure function of the run.
+pub fn apply_start_deadline(job: &mut Value, deadline_ms: u64) {
+    let Some(containers) = job["spec"]["template"]["spec"]["containers"].as_array_mut() else { return };
+    for container in containers.iter_mut().filter(|container| container["name"] == "main") {
+        let Some(command) = container["command"].as_array() else { continue };
+        let mut command: Vec<String> = command.iter().filter_map(|arg| arg.as_str().map(str::to_string)).collect();
+        args::with_start_deadline(&mut command, deadline_ms);
+        container["command"] = json!(command);
+    }
+}
+
 /// The Job-level deadline's margin over the pod's (see `job`).
 pub const JOB_DEADLINE_SLACK: Duration = Duration::from_secs(60);
 

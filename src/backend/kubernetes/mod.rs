@@ -182,6 +182,9 @@ impl Backend for Kubernetes {
             manifest::apply_pod_template(&mut job_manifest, pod_template);
         }
         manifest::apply_retention(&mut job_manifest, &retention);
+        if let Some(start_by) = run.start_by {
+            manifest::apply_start_deadline(&mut job_manifest, crate::time::unix_ms(start_by));
+        }
         let job = self.client.create(Resource::JOBS, namespace, &job_manifest).map_err(|error| {
             metrics::api_error("create_job");
             refusal("create the Job", &error)

@@ -434,9 +434,19 @@ impl Client {
     /// server's `pods/proxy`, and returns the answer's body. The pod's
     /// answer keeps its status: a non-2xx is `Error::Api`. Like every POST,
     /// retried only when nothing was sent.
-    pub fn proxy_post(&self, namespace: &str, pod: &str, port: u16, path: &str, body: Vec<u8>) -> Result<Vec<u8>, Error> {
+    /// `read_timeout` bounds each wait for the pod's answer (through the
+    /// API server), instead of `Options::read_timeout`.
+    pub fn proxy_post(
+        &self,
+        namespace: &str,
+        pod: &str,
+        port: u16,
+        path: &str,
+        body: Vec<u8>,
+        read_timeout: Duration,
+    ) -> Result<Vec<u8>, Error> {
         let path = format!("{}:{port}/proxy/{}", object_path(Resource::PODS, namespace, pod)?, path.trim_start_matches('/'));
-        let request = ApiRequest { body: Some(body), ..ApiRequest::new("POST", path) };
+        let request = ApiRequest { body: Some(body), read_timeout: Some(Some(read_timeout)), ..ApiRequest::new("POST", path) };
         let response = self.execute(&request, None)?;
         let response = check_status(&request, response)?;
         read_body(&request, response)

@@ -258,8 +258,6 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
     exit_code
 }
 
-/// A stream reader and what it has read so far: shared, so that a stream a
-/// stray process still holds open gives up what was read before it.
 /// The run's start deadline had passed when the runner came to start the
 /// command: the server has given up on the run, so the command is not
 /// started at all.
@@ -277,6 +275,8 @@ impl std::fmt::Display for LateStart {
     }
 }
 
+/// A stream reader and what it has read so far: shared, so that a stream a
+/// stray process still holds open gives up what was read before it.
 type Pump = (std::thread::JoinHandle<()>, Arc<Mutex<HeadTail>>);
 
 fn start_pumps(child: &mut std::process::Child, options: &ExecOptions, sink: &FrameSink) -> (Option<Pump>, Option<Pump>) {

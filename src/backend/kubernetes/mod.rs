@@ -80,7 +80,7 @@ impl Kubernetes {
             return Err(Refused {
                 reason: RunReason::ApiError,
                 message: format!(
-                    "could not {what} `{}` (pool `{}`): {error}; the run did not start; try again (the pool replaces the pod)",
+                    "could not {what} `{}` (pool `{}`): {error}; the warm pod was removed, so nothing of the run is running; try again (the pool replaces the pod)",
                     reserved.pod, reserved.pool
                 ),
             });

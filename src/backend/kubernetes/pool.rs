@@ -32,6 +32,11 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 /// How long a delivery keeps trying while the runner's port is not open
 /// yet (its container runs, its listener is a few milliseconds away).
 const DELIVERY_RETRY_FOR: Duration = Duration::from_secs(3);
+/// How long the hand-off may wait for the runner's answer: it writes the
+/// input files and answers at once, so a longer wait is a hand-off gone
+/// wrong, which ends the run with a message naming it, not its whole start
+/// timeout later.
+const DELIVERY_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a drain waits for a creation in flight, so that the sandbox
 /// it makes is deleted too rather than left to its expiry.
 const DRAIN_WAITS_FOR: Duration = Duration::from_secs(10);
@@ -140,7 +145,14 @@ impl Pools {
         let body = assignment::encode(&reserved.key, &crate::engine::pool::assignment(run_id, spec, &self.policy));
         let started = Instant::now();
         loop {
-            let sent = self.client.proxy_post(&self.policy.namespace, &reserved.pod, assignment::PORT, assignment::PATH, body.clone());
+            let sent = self.client.proxy_post(
+                &self.policy.namespace,
+                &reserved.pod,
+                assignment::PORT,
+                assignment::PATH,
+                body.clone(),
+                DELIVERY_READ_TIMEOUT,
+            );
             match sent {
                 Ok(_) => return Ok(()),
                 // The API server says 503 while the port is not open yet.

@@ -329,7 +329,7 @@ fn network_policy_check(probe: &sandbox::probe::ConnectProbe) -> Check {
         Check::warn("NetworkPolicy: not checked (the probe pod had no KUBERNETES_SERVICE_HOST to try)")
     } else if probe.connected_at_start {
         Check::warn(format!(
-            "NetworkPolicy: enforced only after a pod has started: a job pod connected to the API server's Service ({}) at once, and was refused 2 s later; the CNI fences a pod once it has seen it (kube-router does), so a job's first moments are not fenced; a CNI that applies policies before the pod runs (Calico, Cilium) closes this",
+            "NetworkPolicy: enforced only after a pod has started: a job pod connected to the API server's Service ({}) at once, and was refused 2 s later; the CNI fences a pod once it has seen it (kube-router does), so a job's first moments are not fenced: set MCP_K8S_AWAIT_NETWORK_POLICY=1 (each command then waits until its pod is fenced; it is off here), or use a CNI that applies policies before the pod runs (Calico, Cilium)",
             probe.target
         ))
     } else {

@@ -22,6 +22,9 @@ use crate::engine::spec::RunReason;
 
 /// How often start failures are looked for while no sandbox exists.
 const START_FAILURE_POLL: Duration = Duration::from_secs(2);
+/// How long the fresh look at a sandbox past its start deadline may take
+/// before the run ends without it (the API does not answer).
+const START_CONFIRM_WAIT: Duration = Duration::from_secs(5);
 /// How often the sandbox is probed while the event stream is in trouble:
 /// a stream that reconnected to an unchanged sandbox says nothing.
 const OUTAGE_PROBE: Duration = Duration::from_secs(2);
@@ -192,6 +195,11 @@ pub struct RunState {
     unschedulable_since: Option<Instant>,
     /// The scheduler's last word, for a run that waited for capacity.
     last_unschedulable: Option<String>,
+    /// When the start deadline passed with no start seen, and a fresh look
+    /// at the sandbox was asked for (`Step::ProbeSandbox`): the watch's
+    /// view may be seconds behind on a loaded node, and a command that
+    /// started must not be judged as never started. With whether it came.
+    start_probe: Option<(Instant, bool)>,
     /// The quota's last refusal, for a run that waits for capacity: a full
     /// ResourceQuota frees up as other runs end, and the Job controller
     /// creates the pod then.
@@ -215,6 +223,7 @@ impl RunState {
             unschedulable_since: None,
             last_unschedulable: None,
             last_quota_refusal: None,
+            start_probe: None,
             next_start_poll: now + START_FAILURE_POLL,
             log: Log::NotStarted,
             started_reported: false,
@@ -236,10 +245,19 @@ impl RunState {
         if event == Event::Cancelled {
             return vec![Step::Done(Verdict::Server(ServerEnd::Cancelled))];
         }
+        // The fresh look asked for at the start deadline is acted on before
+        // any deadline is judged.
+        let answers_probe = matches!(self.start_probe, Some((_, false))) && matches!(event, Event::Seen(_) | Event::Gone(_));
         // Deadlines are judged on what was known before this event: a view
         // that ends an outage must first be acted on.
-        if let Some(verdict) = self.past_deadline(now) {
-            return vec![Step::Done(verdict)];
+        if !answers_probe {
+            if self.start_deadline_reached(now) && self.start_probe.is_none() {
+                self.start_probe = Some((now, false));
+                return vec![Step::ProbeSandbox];
+            }
+            if let Some(verdict) = self.past_deadline(now) {
+                return vec![Step::Done(verdict)];
+            }
         }
         let mut steps = Vec::new();
         if let Some(verdict) = self.apply(event, now) {
@@ -249,14 +267,28 @@ impl RunState {
             steps.push(Step::Done(verdict));
             return steps;
         }
+        if answers_probe {
+            self.start_probe = self.start_probe.map(|(asked, _)| (asked, true));
+            if let Some(verdict) = self.past_deadline(now) {
+                steps.push(Step::Done(verdict));
+                return steps;
+            }
+        }
         self.polls(now, &mut steps);
         steps
     }
 
+    /// The start deadline has passed with no start seen. While the API does
+    /// not answer, the sandbox may well have started: only a fresh view may
+    /// say it did not.
+    fn start_deadline_reached(&self, now: Instant) -> bool {
+        self.log == Log::NotStarted && now >= self.deadlines.start && self.outage.is_none()
+    }
+
     fn past_deadline(&self, now: Instant) -> Option<Verdict> {
-        // While the API does not answer, the sandbox may well have started:
-        // only a fresh view may say it did not.
-        if self.log == Log::NotStarted && now >= self.deadlines.start && self.outage.is_none() {
+        // Judged once the fresh look came back, or did not in time.
+        let looked = self.start_probe.is_some_and(|(asked, answered)| answered || now >= asked + START_CONFIRM_WAIT);
+        if self.start_deadline_reached(now) && looked {
             // A run that waits for capacity reports that it never came; a
             // sync run whose start timeout comes before its grace timed out.
             let waited_for_capacity = self.deadlines.unschedulable_grace.is_none();
@@ -532,9 +564,27 @@ mod tests {
         let refused_pull = || ServerEnd::Refused { reason: RunReason::ImagePullFailed, message: "`nope:1` could not be pulled".into() };
         let rows: Vec<Row> = vec![
             (
-                "a pod that has not started by the start deadline is a start timeout, described by the shell",
+                "at the start deadline with no start seen, the sandbox is looked at afresh first",
                 sync,
                 vec![(secs(0), seen(SandboxState::Pending)), (secs(60), Event::Tick)],
+                vec![Step::ProbeSandbox],
+            ),
+            (
+                "a pod the fresh look finds still not started is a start timeout, described by the shell",
+                sync,
+                vec![(secs(0), seen(SandboxState::Pending)), (secs(60), Event::Tick), (secs(60), seen(SandboxState::Pending))],
+                server(ServerEnd::StartTimeout),
+            ),
+            (
+                "a pod the fresh look finds running (the watch was behind) is followed, not timed out",
+                sync,
+                vec![(secs(0), seen(SandboxState::Pending)), (secs(60), Event::Tick), (secs(60), running())],
+                vec![Step::ReportStarted, Step::FollowOutput { reported: 0 }],
+            ),
+            (
+                "a fresh look that does not come back ends the run 5 s later",
+                sync,
+                vec![(secs(0), seen(SandboxState::Pending)), (secs(60), Event::Tick), (secs(64), Event::Tick), (secs(65), Event::Tick)],
                 server(ServerEnd::StartTimeout),
             ),
             (
@@ -551,6 +601,7 @@ mod tests {
                     (secs(50), Event::ApiTrouble("refused".into())),
                     (secs(61), Event::ApiBack),
                     (secs(62), Event::Tick),
+                    (secs(62), seen(SandboxState::Pending)),
                 ],
                 server(ServerEnd::StartTimeout),
             ),
@@ -569,7 +620,7 @@ mod tests {
             (
                 "a sync run whose start deadline comes before its grace is a start timeout",
                 quick_start,
-                vec![(secs(0), unschedulable("0/1 nodes")), (secs(10), Event::Tick)],
+                vec![(secs(0), unschedulable("0/1 nodes")), (secs(10), Event::Tick), (secs(10), unschedulable("0/1 nodes"))],
                 server(ServerEnd::StartTimeout),
             ),
             (
@@ -589,6 +640,7 @@ mod tests {
                     (secs(2), Event::StartFailed { reason: RunReason::QuotaExceeded, message: "exceeded quota".into() }),
                     (secs(59), Event::Tick),
                     (secs(60), Event::Tick),
+                    (secs(65), Event::Tick),
                 ],
                 server(ServerEnd::Refused {
                     reason: RunReason::QuotaExceeded,
@@ -603,6 +655,7 @@ mod tests {
                     (secs(30), unschedulable("0/3 nodes")),
                     (secs(59), Event::Tick),
                     (secs(60), Event::Tick),
+                    (secs(60), unschedulable("0/3 nodes")),
                 ],
                 server(ServerEnd::Unschedulable { message: "0/3 nodes".into() }),
             ),

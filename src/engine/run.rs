@@ -396,10 +396,9 @@ impl<'scope> Shell<'scope, '_> {
                 None => Vec::new(),
             },
             Step::ProbeSandbox => match self.ctx.backend.probe(self.run_id) {
-                Ok(newest) => {
-                    log::info("the backend answers again", &[("run_id", self.run_id.into())]);
-                    self.listed(newest)
-                }
+                // Asked for during an outage, or for a fresh look at a
+                // sandbox past its start deadline; either way, what is there.
+                Ok(newest) => self.listed(newest),
                 Err(_) => Vec::new(),
             },
             // The loop in `decide` ends the run itself; nothing to do here.

@@ -83,10 +83,14 @@ pub trait Listener: AsRawFd {
 }
 
 /// One accepted connection, whichever the listener.
-pub trait Connection: Read + Write {
+pub trait Connection: Read + Write + Sized {
     fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
     fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
     fn shutdown_write(&self) -> io::Result<()>;
+    /// A second handle on the same connection, to close it from elsewhere.
+    fn another_handle(&self) -> io::Result<Self>;
+    /// Closes both directions: a read blocked on it returns.
+    fn shutdown_both(&self) -> io::Result<()>;
 }
 
 impl Listener for TcpListener {
@@ -106,12 +110,19 @@ impl Connection for TcpStream {
     fn shutdown_write(&self) -> io::Result<()> {
         self.shutdown(Shutdown::Write)
     }
+    fn another_handle(&self) -> io::Result<TcpStream> {
+        self.try_clone()
+    }
+    fn shutdown_both(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Both)
+    }
 }
 
 /// Connections read at once. Each is read on a thread of its own, so a
 /// slow or silent peer holds only itself, not the listener: the delivery
-/// that follows it is read at once. Past this many, a new connection is
-/// closed unread (each holds a thread and at most one body).
+/// that follows it is read at once. Past this many, the oldest is closed
+/// to make room, so peers that hold many connections cannot keep the
+/// delivery out either (each holds a thread and at most one body).
 pub const MAX_READERS: usize = 16;
 
 /// Serves `listener` until one request carries `key` and an assignment
@@ -131,7 +142,10 @@ where
 {
     let deadline = Instant::now() + max_wait;
     let (taken, verdicts) = std::sync::mpsc::channel::<(L::Stream, Assignment)>();
-    let readers = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // The connections being read, oldest first: whether each reader is
+    // done, and a handle to close it with.
+    let mut readers: std::collections::VecDeque<(std::sync::Arc<std::sync::atomic::AtomicBool>, L::Stream)> =
+        std::collections::VecDeque::new();
     loop {
         if let Ok((mut stream, assignment)) = verdicts.try_recv() {
             drop(listener);
@@ -149,8 +163,9 @@ where
         if now >= deadline {
             return Err(Error::NoAssignment { waited: max_wait });
         }
+        readers.retain(|(done, _)| !done.load(std::sync::atomic::Ordering::SeqCst));
         // While a connection is being read, wake often for its verdict.
-        let slice = if readers.load(std::sync::atomic::Ordering::SeqCst) > 0 { Duration::from_millis(5) } else { deadline - now };
+        let slice = if readers.is_empty() { deadline - now } else { Duration::from_millis(5) };
         if !readable(&listener, slice.min(deadline - now)).map_err(Error::Listen)? {
             continue;
         }
@@ -160,18 +175,20 @@ where
             Err(error) if is_transient(&error) => continue,
             Err(error) => return Err(Error::Listen(error)),
         };
-        if readers.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= MAX_READERS {
-            readers.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-            drop(stream);
-            continue;
+        if readers.len() >= MAX_READERS
+            && let Some((_, oldest)) = readers.pop_front()
+        {
+            let _ = oldest.shutdown_both();
         }
-        let (key, workdir, taken, reading) = (key.clone(), workdir.to_path_buf(), taken.clone(), readers.clone());
+        let Ok(handle) = stream.another_handle() else { continue };
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (key, workdir, taken, finished) = (key.clone(), workdir.to_path_buf(), taken.clone(), done.clone());
         let spawned = std::thread::Builder::new().name("assignment-reader".into()).spawn(move || {
             read_one(stream, &key, &workdir, &taken);
-            reading.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            finished.store(true, std::sync::atomic::Ordering::SeqCst);
         });
-        if spawned.is_err() {
-            readers.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        if spawned.is_ok() {
+            readers.push_back((done, handle));
         }
     }
 }
@@ -508,6 +525,26 @@ mod tests {
         let code = answer.get(9..12).and_then(|code| code.parse().ok()).unwrap_or(0);
         let text = answer.split("\r\n\r\n").nth(1).unwrap_or_default().trim_end().to_string();
         (code, text)
+    }
+
+    /// Peers that hold more connections than are read at once make room
+    /// for the delivery: the oldest are closed, and the delivery is taken.
+    #[test]
+    fn more_held_connections_than_readers_cannot_keep_the_delivery_out() {
+        let (address, runner) = waiting_runner(Duration::from_secs(30));
+        let held: Vec<TcpStream> = (0..MAX_READERS + 4)
+            .map(|_| {
+                let mut stream = TcpStream::connect(address).unwrap();
+                stream.write_all(b"POST /assign HTTP/1.1\r\n").unwrap();
+                stream
+            })
+            .collect();
+        let (code, _) = send(address, &post(&assignment::encode(&key(), &an_assignment("/work"))));
+        assert_eq!(code, 202);
+        assert_eq!(runner.join().unwrap().unwrap(), an_assignment("/work"));
+        let mut oldest = &held[0];
+        let mut byte = [0u8; 1];
+        assert_eq!(oldest.read(&mut byte).unwrap_or(0), 0, "the oldest held connection was closed to make room");
     }
 
     /// Slow peers (a job holding connections to an idle sandbox's port)

@@ -285,7 +285,11 @@ fn a_command_cannot_forge_its_own_result() {
 #[test]
 fn a_daemon_that_holds_stdout_open_loses_no_output_and_ends_with_the_sandbox() {
     let mut server = server(&[]);
-    let out = server.run(json!({"image": BUSYBOX, "command": sh("echo before; setsid sleep 300 & echo started")}));
+    // The command ends only once the daemon has left its group (it marks
+    // that after setsid), so the group kill cannot reach it first.
+    let script = "echo before; setsid sh -c 'touch /tmp/daemon-up; exec sleep 300' & \
+                  while [ ! -e /tmp/daemon-up ]; do sleep 1; done; echo started";
+    let out = server.run(json!({"image": BUSYBOX, "command": sh(script)}));
     assert_eq!(out["status"], "succeeded", "{out}");
     assert_eq!(out["stdout"], "before\nstarted\n", "{out}");
     assert_eq!(out["truncated"]["stdout"], false, "nothing was cut: {out}");

@@ -477,7 +477,10 @@ fn the_command_cannot_reach_the_runners_descriptors_or_memory() {
 /// the stream is reported as cut.
 #[test]
 fn a_stream_held_open_by_a_stray_keeps_what_was_read_and_says_it_was_cut() {
-    let script = "echo before; setsid sh -c 'echo $$ > stray.pid; exec sleep 60' & echo started";
+    // The command ends only once the stray has left its group (it writes
+    // its pid after setsid), so the group kill cannot reach it first.
+    let script = "echo before; setsid sh -c 'echo $$ > stray.pid; exec sleep 60' & \
+                  while [ ! -s stray.pid ]; do sleep 0.05; done; echo started";
     let options = options("stray", &["sh", "-c", script]);
     let stray_pid = options.workdir.join("stray.pid");
     let run = run(&options);

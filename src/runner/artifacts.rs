@@ -96,13 +96,7 @@ pub fn skipped_note(before: &Snapshot, after: &Snapshot, patterns: &[String]) ->
     let skipped: Vec<String> = after
         .others
         .iter()
-        .filter(|(path, kind)| {
-            if patterns.is_empty() {
-                before.others.get(*path) != Some(kind)
-            } else {
-                patterns.iter().any(|pattern| glob_matches(pattern, path))
-            }
-        })
+        .filter(|(path, kind)| chosen(path, patterns, || before.others.get(*path) != Some(kind)))
         .map(|(path, kind)| format!("`{path}` ({kind})"))
         .collect();
     if skipped.is_empty() {
@@ -122,15 +116,15 @@ pub fn select(before: &Snapshot, after: &Snapshot, patterns: &[String]) -> Vec<S
     after
         .files
         .iter()
-        .filter(|(path, stamp)| {
-            if patterns.is_empty() {
-                before.files.get(*path) != Some(stamp)
-            } else {
-                patterns.iter().any(|pattern| glob_matches(pattern, path))
-            }
-        })
+        .filter(|(path, stamp)| chosen(path, patterns, || before.files.get(*path) != Some(stamp)))
         .map(|(path, _)| path.clone())
         .collect()
+}
+
+/// The one rule for what is chosen: matching one of `patterns`, or with
+/// no patterns, `changed` (new or changed since the snapshot before).
+fn chosen(path: &str, patterns: &[String], changed: impl FnOnce() -> bool) -> bool {
+    if patterns.is_empty() { changed() } else { patterns.iter().any(|pattern| glob_matches(pattern, path)) }
 }
 
 /// Summary of what `send` wrote.

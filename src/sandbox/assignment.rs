@@ -54,29 +54,19 @@ impl Key {
 
     /// A fresh key from the kernel's random source.
     pub fn random() -> Result<Key, String> {
-        use ring::rand::SecureRandom as _;
-        let mut bytes = [0u8; KEY_BYTES];
-        ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| "the system's random source failed".to_string())?;
-        Ok(Key(bytes))
+        super::random_bytes().map(Key)
     }
 
     /// The key as the Secret holds it and the body carries it: hex.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|byte| format!("{byte:02x}")).collect()
+        super::to_hex(&self.0)
     }
 
     /// The inverse of `to_hex` (either case); the Secret's file may end in
     /// a newline when an operator wrote one by hand.
     pub fn from_hex(text: &str) -> Result<Key, String> {
         let text = text.trim_end_matches(['\n', '\r']);
-        if text.len() != 2 * KEY_BYTES || !text.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-            return Err(format!("a key is {} hex digits", 2 * KEY_BYTES));
-        }
-        let mut bytes = [0u8; KEY_BYTES];
-        for (index, byte) in bytes.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&text[2 * index..2 * index + 2], 16).map_err(|error| error.to_string())?;
-        }
-        Ok(Key(bytes))
+        super::from_hex(text).map(Key).ok_or_else(|| format!("a key is {} hex digits", 2 * KEY_BYTES))
     }
 
     /// Compares without an early exit, so the time taken says nothing about

@@ -184,26 +184,19 @@ impl Tag {
 
     /// A fresh tag from the kernel's random source.
     pub fn random() -> Result<Tag, String> {
-        use ring::rand::SecureRandom as _;
-        let mut bytes = [0u8; TAG_BYTES];
-        ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| "the system's random source failed".to_string())?;
-        Ok(Tag(bytes))
+        super::random_bytes().map(Tag)
     }
 
     fn to_hex(self) -> String {
-        self.0.iter().map(|byte| format!("{byte:02x}")).collect()
+        super::to_hex(&self.0)
     }
 
     /// The inverse of `to_hex`; only the lowercase form the runner writes.
     fn from_hex(text: &str) -> Option<Tag> {
-        if text.len() != 2 * TAG_BYTES || !text.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')) {
+        if text.bytes().any(|byte| byte.is_ascii_uppercase()) {
             return None;
         }
-        let mut bytes = [0u8; TAG_BYTES];
-        for (index, byte) in bytes.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&text[2 * index..2 * index + 2], 16).ok()?;
-        }
-        Some(Tag(bytes))
+        super::from_hex(text).map(Tag)
     }
 }
 

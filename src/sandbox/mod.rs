@@ -4,7 +4,8 @@
 //! runner parses (`args`), the inputs manifest (`inputs`), the probe line
 //! `doctor` reads back (`probe`), a warm sandbox's assignment
 //! (`assignment`), and the defaults both sides agree on
-//! (here). Each of these is defined once, so the two halves cannot drift.
+//! (here), with the random bytes and hex of keys and tags. Each of these
+//! is defined once, so the two halves cannot drift.
 //!
 //! Deliberately knows no Kubernetes, no MCP and no run logic: it imports
 //! nothing from the crate, and both `engine` and `runner` import it.
@@ -34,6 +35,33 @@ pub const TMP_DIR: &str = "/tmp";
 pub const TERMINATION_LOG: &str = "/dev/termination-log";
 /// Time the runner gives the command between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
+/// `N` bytes from the kernel's random source: a warm sandbox's key, a
+/// run's frame tag.
+pub fn random_bytes<const N: usize>() -> Result<[u8; N], String> {
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; N];
+    ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| "the system's random source failed".to_string())?;
+    Ok(bytes)
+}
+
+/// Bytes as lowercase hex, as keys and tags are written.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The inverse of `to_hex`, either case; `None` unless `text` is exactly
+/// `2 * N` hex digits.
+pub fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    if text.len() != 2 * N || !text.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut bytes = [0u8; N];
+    for (index, byte) in bytes.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * index..2 * index + 2], 16).ok()?;
+    }
+    Some(bytes)
+}
+
 /// Threads `probe-pids` starts at most unless told otherwise: well above
 /// the podPidsLimit an operator would choose, well below what a node has.
 pub const PROBE_CEILING: u64 = 4096;

@@ -73,7 +73,8 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_RESULT_TTL_S", Some("result-ttl-s"), "3600", "how long background job results are kept for fetch_job", |r| &mut r.result_ttl_s),
     setting("MCP_K8S_WORKDIR_SIZE", Some("workdir-size"), "1Gi", "what a job may write to its workdir and /tmp together (Kubernetes quantity)", |r| &mut r.workdir_size),
     setting("MCP_K8S_RUNTIME_CLASS", Some("runtime-class"), "", "RuntimeClass for job pods (e.g. gvisor); empty uses the cluster default", |r| &mut r.runtime_class),
-    setting("MCP_K8S_AWAIT_NETWORK_POLICY", Some("await-network-policy"), "0", "1: hold each command until its pod's network policy is in force (a connection to the API server's Service is refused), for network plugins that fence a pod only after it starts (kube-router); needs every mode to refuse the API server, as deploy/ does", |r| &mut r.await_network_policy),
+    setting("MCP_K8S_AWAIT_NETWORK_POLICY", Some("await-network-policy"), "auto", "which runs hold their command until their pod's network policy is in force (a connection to the API server's Service is refused), for network plugins that fence a pod only after it starts (kube-router): auto (none and restricted), 1 (every mode; needs open to refuse the API server, as deploy/ does) or 0 (none)", |r| &mut r.await_network_policy),
+    setting("MCP_K8S_NETWORK_POLICY_WAIT_S", Some("network-policy-wait-s"), "10", "how long a run waits for its fence (MCP_K8S_AWAIT_NETWORK_POLICY) before it ends NetworkPolicyNotEnforced without starting the command", |r| &mut r.network_policy_wait_s),
     setting("MCP_K8S_POD_TEMPLATE", Some("pod-template"), "", "YAML or JSON file with the operator's parts of every job pod: nodeSelector, tolerations, affinity, imagePullSecrets, labels... (see the README)", |r| &mut r.pod_template),
     setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "4194304", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
     setting("MCP_K8S_MAX_INFLIGHT_BYTES", Some("max-inflight-bytes"), "16777216", "bytes of tools/call messages (as parsed values) whose calls are still running; more calls are refused until some finish", |r| &mut r.max_inflight_bytes),
@@ -136,6 +137,7 @@ pub struct RawConfig {
     pub workdir_size: Option<String>,
     pub runtime_class: Option<String>,
     pub await_network_policy: Option<String>,
+    pub network_policy_wait_s: Option<String>,
     pub pod_template: Option<String>,
     pub max_message_bytes: Option<String>,
     pub max_inflight_bytes: Option<String>,
@@ -237,7 +239,8 @@ pub struct Config {
     pub workdir_size: Quantity,
     pub runtime_class: Option<String>,
     /// MCP_K8S_AWAIT_NETWORK_POLICY.
-    pub await_network_policy: bool,
+    pub await_network_policy: crate::network::FenceModes,
+    pub network_policy_wait_s: u64,
     /// The operator's pod template file. Only its path is checked here:
     /// `backend::kubernetes::template` reads and checks its content, since
     /// its fields are Kubernetes' own.
@@ -432,7 +435,8 @@ impl Config {
             result_ttl_s: number(&raw.result_ttl_s, "MCP_K8S_RESULT_TTL_S", 3600, 60, 7 * 86_400)?,
             workdir_size: quantity(&raw.workdir_size, "MCP_K8S_WORKDIR_SIZE", "1Gi")?,
             runtime_class: raw.runtime_class.as_deref().map(|name| object_name(name, "MCP_K8S_RUNTIME_CLASS")).transpose()?,
-            await_network_policy: parse_flag(raw.await_network_policy.as_deref(), "MCP_K8S_AWAIT_NETWORK_POLICY")?,
+            await_network_policy: parse_fence_modes(raw.await_network_policy.as_deref())?,
+            network_policy_wait_s: number(&raw.network_policy_wait_s, "MCP_K8S_NETWORK_POLICY_WAIT_S", 10, 1, 3600)?,
             pod_template: raw.pod_template.as_ref().map(PathBuf::from),
             max_message_bytes: max_message_bytes as usize,
             max_inflight_bytes: number(&raw.max_inflight_bytes, "MCP_K8S_MAX_INFLIGHT_BYTES", 16 << 20, 64 << 10, 1 << 32)? as usize,
@@ -813,6 +817,16 @@ fn parse_log_level(value: Option<&str>) -> Result<Level, Error> {
         .ok_or_else(|| invalid("MCP_K8S_LOG_LEVEL", text, "one of debug, info, notice, warning, error, critical, alert, emergency"))
 }
 
+fn parse_fence_modes(value: Option<&str>) -> Result<crate::network::FenceModes, Error> {
+    use crate::network::FenceModes;
+    match value {
+        None | Some("auto") => Ok(FenceModes::Closed),
+        Some("0") | Some("false") => Ok(FenceModes::Never),
+        Some("1") | Some("true") => Ok(FenceModes::All),
+        Some(other) => Err(invalid("MCP_K8S_AWAIT_NETWORK_POLICY", other, "auto, 1 or 0")),
+    }
+}
+
 fn parse_flag(value: Option<&str>, variable: &'static str) -> Result<bool, Error> {
     match value {
         None | Some("0") | Some("false") => Ok(false),
@@ -855,6 +869,26 @@ mod tests {
         assert!(config.job_extra_env.is_empty());
         assert_eq!(config.log_level, Level::Info);
         assert!(!config.test_tools);
+    }
+
+    #[test]
+    fn the_fence_wait_is_on_for_the_closed_modes_unless_told_otherwise() {
+        use crate::network::FenceModes;
+        type Case<'a> = (&'a [(&'a str, &'a str)], FenceModes, u64);
+        let cases: &[Case] = &[
+            (&[], FenceModes::Closed, 10),
+            (&[("MCP_K8S_AWAIT_NETWORK_POLICY", "auto")], FenceModes::Closed, 10),
+            (&[("MCP_K8S_AWAIT_NETWORK_POLICY", "1")], FenceModes::All, 10),
+            (&[("MCP_K8S_AWAIT_NETWORK_POLICY", "true")], FenceModes::All, 10),
+            (&[("MCP_K8S_AWAIT_NETWORK_POLICY", "0")], FenceModes::Never, 10),
+            (&[("MCP_K8S_AWAIT_NETWORK_POLICY", "false"), ("MCP_K8S_NETWORK_POLICY_WAIT_S", "30")], FenceModes::Never, 30),
+        ];
+        for (pairs, modes, wait_s) in cases {
+            let config = Config::from_raw(&raw(pairs)).unwrap();
+            assert_eq!((config.await_network_policy, config.network_policy_wait_s), (*modes, *wait_s), "{pairs:?}");
+        }
+        assert!(error_of(&[("MCP_K8S_AWAIT_NETWORK_POLICY", "yes")]).contains("auto, 1 or 0"));
+        assert!(error_of(&[("MCP_K8S_NETWORK_POLICY_WAIT_S", "0")]).contains("MCP_K8S_NETWORK_POLICY_WAIT_S"));
     }
 
     #[test]

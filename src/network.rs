@@ -35,6 +35,20 @@ impl NetworkMode {
     }
 }
 
+/// Which network modes wait for the fence (MCP_K8S_AWAIT_NETWORK_POLICY).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceModes {
+    /// `0`: no run waits.
+    Never,
+    /// `auto`, the default: `none` and `restricted`, the modes that refuse
+    /// every in-cluster address, so a wait can only fail where the mode's
+    /// promise is false.
+    Closed,
+    /// `1`: every mode, `open` too (it needs the API server in `open`'s
+    /// `except`, as deploy/ has it).
+    All,
+}
+
 /// `none, restricted, open` (or a part of it), for messages.
 pub fn names(modes: &[NetworkMode]) -> String {
     modes.iter().map(|mode| mode.name()).collect::<Vec<_>>().join(", ")
@@ -53,5 +67,19 @@ mod tests {
             assert_eq!(NetworkMode::from_name(other), None, "{other:?}");
         }
         assert_eq!(names(&NetworkMode::ALL), "none, restricted, open");
+    }
+
+    #[test]
+    fn which_modes_wait_for_their_fence() {
+        use crate::engine::spec::AwaitFence;
+        let bound = std::time::Duration::from_secs(10);
+        let cases =
+            [(FenceModes::Never, [false, false, false]), (FenceModes::Closed, [true, true, false]), (FenceModes::All, [true, true, true])];
+        for (modes, waits) in cases {
+            let fence = AwaitFence { modes, bound };
+            for (mode, waits) in NetworkMode::ALL.into_iter().zip(waits) {
+                assert_eq!(fence.bound_for(mode), waits.then_some(bound), "{modes:?} {mode:?}");
+            }
+        }
     }
 }

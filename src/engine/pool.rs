@@ -405,7 +405,7 @@ mod tests {
             clone: None,
             finished_ttl: Duration::from_secs(300),
             runtime_class: None,
-            await_network_policy: None,
+            await_network_policy: crate::engine::spec::AwaitFence::NEVER,
         };
         let assignment = assignment("run-1", &spec(), &policy);
         assert_eq!(assignment.exec, exec_options(&spec(), &policy), "the argv, caps, timeout and disk bound of runner exec");

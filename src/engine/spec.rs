@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::network::NetworkMode;
+use crate::network::{FenceModes, NetworkMode};
 use crate::quantity::Quantity;
 use crate::sandbox::args::ExecOptions;
 use crate::sandbox::{KILL_GRACE, TERMINATION_LOG, TMP_DIR};
@@ -129,9 +129,31 @@ pub struct Policy {
     pub finished_ttl: Duration,
     /// Optional RuntimeClass (gVisor, Kata) for stronger isolation.
     pub runtime_class: Option<String>,
-    /// Hold each command until its pod's network policy is seen in force
-    /// (MCP_K8S_AWAIT_NETWORK_POLICY; `None`: do not wait).
-    pub await_network_policy: Option<Duration>,
+    /// Which runs hold their command until their pod's network policy is
+    /// seen in force, and for how long at most.
+    pub await_network_policy: AwaitFence,
+}
+
+/// The fence wait: for which modes (MCP_K8S_AWAIT_NETWORK_POLICY), up to
+/// how long (MCP_K8S_NETWORK_POLICY_WAIT_S).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AwaitFence {
+    pub modes: FenceModes,
+    pub bound: Duration,
+}
+
+impl AwaitFence {
+    pub const NEVER: AwaitFence = AwaitFence { modes: FenceModes::Never, bound: Duration::ZERO };
+
+    /// How long a run in `mode` waits for its fence; `None`: it does not.
+    pub fn bound_for(self, mode: NetworkMode) -> Option<Duration> {
+        let waits = match self.modes {
+            FenceModes::Never => false,
+            FenceModes::Closed => mode != NetworkMode::Open,
+            FenceModes::All => true,
+        };
+        waits.then_some(self.bound)
+    }
 }
 
 #[derive(Clone, Debug)]

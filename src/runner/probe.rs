@@ -68,7 +68,7 @@ const FENCE_PAUSE: Duration = Duration::from_millis(50);
 pub fn await_fence(bound: Duration) -> Result<(), String> {
     let Some(address) = api_service_address() else {
         return Err(format!(
-            "{FENCE_FAILURE} (cannot tell: the pod has no KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT to try); unset MCP_K8S_AWAIT_NETWORK_POLICY on this cluster"
+            "{FENCE_FAILURE} (cannot tell: the pod has no KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT to try); set MCP_K8S_AWAIT_NETWORK_POLICY=0 on this cluster"
         ));
     };
     let deadline = std::time::Instant::now() + bound;
@@ -78,7 +78,7 @@ pub fn await_fence(bound: Duration) -> Result<(), String> {
         }
         if std::time::Instant::now() >= deadline {
             return Err(format!(
-                "{FENCE_FAILURE} within {} s: the pod could still connect to the API server's Service ({address}), which every network mode refuses; check that the cluster's network plugin enforces NetworkPolicy (`doctor` warns when it does not) and that deploy/'s policies are applied (the `open` policy's `except` must hold the API server's address), or unset MCP_K8S_AWAIT_NETWORK_POLICY",
+                "{FENCE_FAILURE} within {} s: the pod could still connect to the API server's Service ({address}), which every network mode refuses; check that the cluster's network plugin enforces NetworkPolicy (`doctor` warns when it does not) and that deploy/'s policies are applied (the `open` policy's `except` must hold the API server's address), or set MCP_K8S_AWAIT_NETWORK_POLICY=0 (the mode is then not fenced in its first moments)",
                 bound.as_secs()
             ));
         }

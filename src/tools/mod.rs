@@ -584,8 +584,10 @@ pub fn engine_policy(config: &Config) -> engine::spec::Policy {
         clone: config.clone.as_ref().map(|clone| engine::spec::CloneStep { image: clone.image.clone(), secret_name: clone.secret.clone() }),
         finished_ttl: Duration::from_secs(FINISHED_JOB_TTL_S),
         runtime_class: config.runtime_class.clone(),
-        // Bounded: a fence not in force after 10 s will not come.
-        await_network_policy: config.await_network_policy.then_some(Duration::from_secs(10)),
+        await_network_policy: engine::spec::AwaitFence {
+            modes: config.await_network_policy,
+            bound: Duration::from_secs(config.network_policy_wait_s),
+        },
     }
 }
 

@@ -45,7 +45,7 @@ fn policy() -> Policy {
         cache: None,
         finished_ttl: Duration::from_secs(300),
         runtime_class: None,
-        await_network_policy: None,
+        await_network_policy: mcp_k8s_ephemeral_job::engine::spec::AwaitFence::NEVER,
         clone: None,
     }
 }

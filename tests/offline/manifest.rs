@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use mcp_k8s_ephemeral_job::backend::kubernetes::manifest;
 use mcp_k8s_ephemeral_job::backend::kubernetes::template::{self, PodTemplate};
-use mcp_k8s_ephemeral_job::engine::spec::{CacheVolume, CloneSpec, CloneStep, InputFile, Policy, RunSpec};
-use mcp_k8s_ephemeral_job::network::NetworkMode;
+use mcp_k8s_ephemeral_job::engine::spec::{AwaitFence, CacheVolume, CloneSpec, CloneStep, InputFile, Policy, RunSpec};
+use mcp_k8s_ephemeral_job::network::{FenceModes, NetworkMode};
 use mcp_k8s_ephemeral_job::quantity::Quantity;
 
 fn policy() -> Policy {
@@ -29,7 +29,7 @@ fn policy() -> Policy {
         clone: None,
         finished_ttl: Duration::from_secs(300),
         runtime_class: None,
-        await_network_policy: None,
+        await_network_policy: AwaitFence::NEVER,
     }
 }
 
@@ -259,29 +259,41 @@ fn the_template_never_replaces_what_the_server_set() {
     assert_eq!(job["spec"]["template"]["spec"]["runtimeClassName"], "kata");
 }
 
-/// MCP_K8S_AWAIT_NETWORK_POLICY: `prepare` waits for the fence,
-/// and does so as an init container (beside `main`, its hook would hold
-/// the kubelet's pass that reports the pod's IP, which kube-router fences
-/// by, and the wait would never end).
+/// MCP_K8S_AWAIT_NETWORK_POLICY: `prepare` waits for the fence in the
+/// modes the setting names, and does so as an init container (beside
+/// `main`, its hook would hold the kubelet's pass that reports the pod's
+/// IP, which kube-router fences by, and the wait would never end).
 #[test]
 fn awaiting_the_network_policy_makes_prepare_an_init_container_that_waits() {
-    let plain = manifest::job(&spec(), &policy(), "0123abcd");
-    let pod = &plain["spec"]["template"]["spec"];
-    assert!(pod["initContainers"].as_array().is_none_or(|init| init.is_empty()), "{pod}");
-    assert!(!pod.to_string().contains("--await-fence-ms"));
-
-    let waiting = Policy { await_network_policy: Some(std::time::Duration::from_secs(10)), ..policy() };
-    let job = manifest::job(&spec(), &waiting, "0123abcd");
-    let pod = &job["spec"]["template"]["spec"];
-    let init = pod["initContainers"].as_array().expect("init containers");
-    assert_eq!(init.len(), 1, "{pod}");
-    assert_eq!(init[0]["name"], "prepare");
-    let command: Vec<&str> = init[0]["command"].as_array().unwrap().iter().filter_map(|arg| arg.as_str()).collect();
-    let at = command.iter().position(|arg| *arg == "--await-fence-ms").expect("the fence wait");
-    assert_eq!(command[at + 1], "10000");
-    assert!(init[0].get("lifecycle").is_none(), "no hook: nothing waits beside main");
-    let names: Vec<&str> = pod["containers"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
-    assert_eq!(names, ["main"]);
+    use NetworkMode::{None as Closed, Open, Restricted};
+    let cases = [
+        (FenceModes::Never, Closed, false),
+        (FenceModes::Never, Open, false),
+        (FenceModes::Closed, Closed, true),
+        (FenceModes::Closed, Restricted, true),
+        (FenceModes::Closed, Open, false),
+        (FenceModes::All, Open, true),
+    ];
+    for (modes, network, waits) in cases {
+        let policy = Policy { await_network_policy: AwaitFence { modes, bound: Duration::from_secs(10) }, ..policy() };
+        let job = manifest::job(&RunSpec { network, ..spec() }, &policy, "0123abcd");
+        let pod = &job["spec"]["template"]["spec"];
+        let case = format!("{modes:?} {network:?}");
+        if !waits {
+            assert!(pod["initContainers"].as_array().is_none_or(|init| init.is_empty()), "{case}: {pod}");
+            assert!(!pod.to_string().contains("--await-fence-ms"), "{case}");
+            continue;
+        }
+        let init = pod["initContainers"].as_array().expect("init containers");
+        assert_eq!(init.len(), 1, "{case}: {pod}");
+        assert_eq!(init[0]["name"], "prepare");
+        let command: Vec<&str> = init[0]["command"].as_array().unwrap().iter().filter_map(|arg| arg.as_str()).collect();
+        let at = command.iter().position(|arg| *arg == "--await-fence-ms").expect("the fence wait");
+        assert_eq!(command[at + 1], "10000", "{case}");
+        assert!(init[0].get("lifecycle").is_none(), "no hook: nothing waits beside main");
+        let names: Vec<&str> = pod["containers"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+        assert_eq!(names, ["main"], "{case}");
+    }
 }
 
 /// A warm pool's Job: the cold Job of the pool's shape, whose main container

@@ -215,9 +215,32 @@ fn doctor_sees_the_policies_enforced() {
     let line = stdout.lines().find(|line| line.contains("NetworkPolicy")).unwrap_or_else(|| panic!("no NetworkPolicy line:\n{stdout}"));
     // kube-router fences a pod ~0.6 s after its container started; the
     // runner's init container usually covers that, else doctor says so.
+    // The servers under test set MCP_K8S_AWAIT_NETWORK_POLICY=1, which
+    // covers the late fence.
     let enforced = line.starts_with("ok    NetworkPolicy: a job pod cannot connect to the API server's Service (10.96.0.1:443: ")
-        || line.starts_with("WARN  NetworkPolicy: enforced only after a pod has started");
+        || (line.starts_with("ok    NetworkPolicy: enforced only after a pod has started")
+            && line.contains("every command waits for its fence"));
     assert!(enforced, "{stdout}");
+}
+
+/// The fence wait's default (`auto`) holds `none` and `restricted`
+/// commands until their pod is fenced, so on kube-router, which fences a
+/// pod ~0.6 s after it started, their first act, a connection to the API
+/// server's Service, is refused. Each mode three times: an unfenced start
+/// connects in its first ~0.6 s, so one run in three would show it.
+#[test]
+fn by_default_none_and_restricted_commands_start_fenced() {
+    let mut server = cluster::server(&[("MCP_K8S_AWAIT_NETWORK_POLICY", "auto")]);
+    let script = "nc -w 2 $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT </dev/null && echo reached || echo refused";
+    for network in ["none", "restricted", "none", "restricted", "none", "restricted"] {
+        let out = crate::support::faults::ok(
+            &mut server,
+            "run_job",
+            json!({"image": BUSYBOX, "command": ["sh", "-c", script], "network": network}),
+        );
+        assert_eq!(out["status"], "succeeded", "{network}: {out}");
+        assert_eq!(out["stdout"], "refused\n", "{network}: {out}");
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -165,7 +165,7 @@ fn pools_and_backend(name: &str) -> (std::sync::Arc<pool::Pools>, Docker, RunSpe
         clone: None,
         finished_ttl: Duration::from_secs(60),
         runtime_class: None,
-        await_network_policy: None,
+        await_network_policy: mcp_k8s_ephemeral_job::engine::spec::AwaitFence::NEVER,
     };
     let options = spec::Options {
         runner_binary: crate::backend::runner_binary(),

@@ -404,7 +404,7 @@ mod tests {
             clone: None,
             finished_ttl: Duration::from_secs(300),
             runtime_class: None,
-            await_network_policy: None,
+            await_network_policy: crate::engine::spec::AwaitFence::NEVER,
         }
     }
 

@@ -27,7 +27,7 @@ use crate::engine;
 use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
 use crate::kube;
 use crate::kube::objects;
-use crate::network::NetworkMode;
+use crate::network::{FenceModes, NetworkMode};
 use crate::sandbox;
 
 /// Runs every check, handing each to `report` as soon as it is done (the
@@ -309,17 +309,26 @@ fn pids_check(probe: &sandbox::probe::PidsProbe) -> Check {
 /// NetworkPolicy objects are enforced rather than merely accepted.
 fn check_network_policy(ctx: &engine::run::Ctx, config: &Config) -> Check {
     let command = [config.runner_binary_path.as_str(), "runner", "probe-connect"];
-    let outcome = run_check_job(ctx, &config.runner_image, &command);
+    // The probe measures the network plugin itself, so it does not wait
+    // for its fence: the verdict then says whether the setting covers
+    // what it saw.
+    let unfenced = engine::run::Ctx {
+        backend: ctx.backend.clone(),
+        policy: engine::spec::Policy { await_network_policy: engine::spec::AwaitFence::NEVER, ..ctx.policy.clone() },
+        slots: ctx.slots.clone(),
+        jobs: ctx.jobs.clone(),
+    };
+    let outcome = run_check_job(&unfenced, &config.runner_image, &command);
     let stdout = String::from_utf8_lossy(&outcome.stdout);
     match (outcome.status, stdout.lines().find_map(sandbox::probe::parse_connect_line)) {
-        (RunStatus::Succeeded, Some(probe)) => network_policy_check(&probe),
+        (RunStatus::Succeeded, Some(probe)) => network_policy_check(&probe, config.await_network_policy),
         _ => Check::warn(format!("NetworkPolicy: the probe job did not report, so enforcement is unknown: {}", failure_text(&outcome))),
     }
 }
 
 /// The verdict on one connection probe: a job pod that reached the API
 /// server means the network modes are not enforced.
-fn network_policy_check(probe: &sandbox::probe::ConnectProbe) -> Check {
+fn network_policy_check(probe: &sandbox::probe::ConnectProbe, waits: FenceModes) -> Check {
     if probe.connected {
         Check::warn(format!(
             "NetworkPolicy: a job pod connected to the API server's Service ({}), which every network mode refuses: the cluster does not appear to enforce NetworkPolicy; use a CNI that enforces it (Calico, Cilium, kube-router, ...) and apply deploy/networkpolicy-jobs*.yaml (on a cluster whose API server endpoint is public, add it to the open policy's `except`) before trusting a network mode",
@@ -328,10 +337,7 @@ fn network_policy_check(probe: &sandbox::probe::ConnectProbe) -> Check {
     } else if probe.target == "none" {
         Check::warn("NetworkPolicy: not checked (the probe pod had no KUBERNETES_SERVICE_HOST to try)")
     } else if probe.connected_at_start {
-        Check::warn(format!(
-            "NetworkPolicy: enforced only after a pod has started: a job pod connected to the API server's Service ({}) at once, and was refused 2 s later; the CNI fences a pod once it has seen it (kube-router does), so a job's first moments are not fenced: set MCP_K8S_AWAIT_NETWORK_POLICY=1 (each command then waits until its pod is fenced; it is off here), or use a CNI that applies policies before the pod runs (Calico, Cilium)",
-            probe.target
-        ))
+        late_fence_check(&probe.target, waits)
     } else {
         Check::pass(format!(
             "NetworkPolicy: a job pod cannot connect to the API server's Service ({}: {}), as deploy/'s policies say",
@@ -358,6 +364,24 @@ fn run_check_job(ctx: &engine::run::Ctx, image: &str, command: &[&str]) -> RunOu
     };
     let run_id = engine::run::new_run_id();
     engine::run::run(ctx, &spec, &run_id, &CancelToken::new(), &|_| {})
+}
+
+/// A plugin that fences a pod only once it has seen it: whether the fence
+/// wait (MCP_K8S_AWAIT_NETWORK_POLICY) holds the commands that must not
+/// run unfenced.
+fn late_fence_check(target: &str, waits: FenceModes) -> Check {
+    let seen = format!(
+        "NetworkPolicy: enforced only after a pod has started: a job pod connected to the API server's Service ({target}) at once, and was refused 2 s later; the CNI fences a pod once it has seen it (kube-router does)"
+    );
+    match waits {
+        FenceModes::All => Check::pass(format!("{seen}; every command waits for its fence (MCP_K8S_AWAIT_NETWORK_POLICY=1)")),
+        FenceModes::Closed => Check::warn(format!(
+            "{seen}; `none` and `restricted` commands wait for their fence (MCP_K8S_AWAIT_NETWORK_POLICY=auto), `open` ones do not and can reach the API server in their first moments: set it to 1 to hold them too"
+        )),
+        FenceModes::Never => Check::warn(format!(
+            "{seen}, and MCP_K8S_AWAIT_NETWORK_POLICY=0 here, so a job's first moments are not fenced in any mode: set it to `auto` (the default) or 1, or use a CNI that applies policies before the pod runs (Calico, Cilium)"
+        )),
+    }
 }
 
 /// Reason, message and stderr of a check job that did not succeed.
@@ -396,14 +420,21 @@ mod tests {
             connected,
             error: error.into(),
         };
-        let enforced = network_policy_check(&probe(false, false, "ConnectionRefused"));
+        let enforced = network_policy_check(&probe(false, false, "ConnectionRefused"), FenceModes::Never);
         assert_eq!(
             enforced.line(),
             "ok    NetworkPolicy: a job pod cannot connect to the API server's Service (10.96.0.1:443: ConnectionRefused), as deploy/'s policies say"
         );
-        let late = network_policy_check(&probe(true, false, "ConnectionRefused"));
-        assert!(late.passed && late.line().starts_with("WARN  NetworkPolicy: enforced only after a pod has started"), "{late:?}");
-        let open = network_policy_check(&probe(true, true, "none"));
+        for (waits, warns, says) in [
+            (FenceModes::Never, true, "MCP_K8S_AWAIT_NETWORK_POLICY=0 here"),
+            (FenceModes::Closed, true, "set it to 1 to hold them too"),
+            (FenceModes::All, false, "every command waits for its fence"),
+        ] {
+            let late = network_policy_check(&probe(true, false, "ConnectionRefused"), waits);
+            assert!(late.passed && late.warning == warns, "{waits:?}: {late:?}");
+            assert!(late.text.starts_with("NetworkPolicy: enforced only after a pod has started") && late.text.contains(says), "{late:?}");
+        }
+        let open = network_policy_check(&probe(true, true, "none"), FenceModes::Closed);
         assert!(open.passed && open.warning, "a warning does not fail doctor: {open:?}");
         assert!(
             open.line().starts_with("WARN  NetworkPolicy: a job pod connected to the API server's Service (10.96.0.1:443)"),

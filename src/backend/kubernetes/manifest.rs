@@ -108,7 +108,7 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
         volumes.push(json!({"name": "clone-tmp", "emptyDir": {"sizeLimit": "64Mi"}}));
         init_containers.push(prepare_container(spec, policy, Prepare::Before));
         init_containers.push(clone_container(spec, clone_spec, clone_step, policy));
-    } else if policy.await_network_policy.is_some() {
+    } else if policy.await_network_policy.bound_for(spec.network).is_some() {
         // Waiting for the fence beside `main` would never end: its hook
         // holds the kubelet's first pass, so the pod's IP is not reported,
         // and a plugin that fences by the reported IP (kube-router) never
@@ -381,7 +381,12 @@ fn ready_file() -> String {
 
 fn prepare_container(spec: &RunSpec, policy: &Policy, place: Prepare) -> Value {
     let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR}), json!({"name": "work", "mountPath": spec.workdir})];
-    let mut init = InitOptions { copy_to: runner_path().into(), inputs: None, ready_file: None, await_fence: policy.await_network_policy };
+    let mut init = InitOptions {
+        copy_to: runner_path().into(),
+        inputs: None,
+        ready_file: None,
+        await_fence: policy.await_network_policy.bound_for(spec.network),
+    };
     if !spec.files.is_empty() {
         init.inputs = Some((INPUTS_DIR.into(), spec.workdir.clone().into()));
         mounts.push(json!({"name": "inputs", "mountPath": INPUTS_DIR, "readOnly": true}));

@@ -68,18 +68,4 @@ mod tests {
         }
         assert_eq!(names(&NetworkMode::ALL), "none, restricted, open");
     }
-
-    #[test]
-    fn which_modes_wait_for_their_fence() {
-        use crate::engine::spec::AwaitFence;
-        let bound = std::time::Duration::from_secs(10);
-        let cases =
-            [(FenceModes::Never, [false, false, false]), (FenceModes::Closed, [true, true, false]), (FenceModes::All, [true, true, true])];
-        for (modes, waits) in cases {
-            let fence = AwaitFence { modes, bound };
-            for (mode, waits) in NetworkMode::ALL.into_iter().zip(waits) {
-                assert_eq!(fence.bound_for(mode), waits.then_some(bound), "{modes:?} {mode:?}");
-            }
-        }
-    }
 }

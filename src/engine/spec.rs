@@ -379,6 +379,20 @@ impl RunOutcome {
 mod tests {
     use super::*;
 
+    #[test]
+    fn which_modes_wait_for_their_fence() {
+        use crate::network::FenceModes;
+        let bound = std::time::Duration::from_secs(10);
+        let cases =
+            [(FenceModes::Never, [false, false, false]), (FenceModes::Closed, [true, true, false]), (FenceModes::All, [true, true, true])];
+        for (modes, waits) in cases {
+            let fence = AwaitFence { modes, bound };
+            for (mode, waits) in NetworkMode::ALL.into_iter().zip(waits) {
+                assert_eq!(fence.bound_for(mode), waits.then_some(bound), "{modes:?} {mode:?}");
+            }
+        }
+    }
+
     /// Each row: created, scheduled, started, finished in ms (None: not
     /// seen), and what `ordered` makes of them.
     #[test]

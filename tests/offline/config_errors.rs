@@ -34,6 +34,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_RUNNER_BINARY_PATH", "bin/x", "MCP_K8S_RUNNER_BINARY_PATH: `bin/x` is not accepted"),
     ("MCP_K8S_RUN_AS_USER", "0", "MCP_K8S_RUN_AS_USER: `0` is out of range"),
     ("MCP_K8S_START_TIMEOUT_S", "1", "MCP_K8S_START_TIMEOUT_S: `1` is out of range"),
+    ("MCP_K8S_NETWORK_POLICY_WAIT_S", "0", "MCP_K8S_NETWORK_POLICY_WAIT_S: `0` is out of range"),
     ("MCP_K8S_MAX_QUEUED", "many", "MCP_K8S_MAX_QUEUED: `many` is not accepted"),
     ("MCP_K8S_RESULT_TTL_S", "5", "MCP_K8S_RESULT_TTL_S: `5` is out of range"),
     ("MCP_K8S_WORKDIR_SIZE", "0", "MCP_K8S_WORKDIR_SIZE: `0` is not accepted"),

@@ -183,6 +183,29 @@ fn a_warm_run_keeps_the_run_contract() {
     await_no_pool_objects(&pool, Duration::from_secs(60));
 }
 
+/// An idle pool pod's runner port takes the hand-off from the API server
+/// (its node, which Kubernetes always admits, or kube-system's proxies),
+/// and from no pod of the jobs: an `open` job that tries it is refused,
+/// and the pool's next warm run still works.
+#[test]
+fn a_job_cannot_reach_an_idle_pool_pods_runner_port() {
+    let mut warm = Warm::start(2, &[]);
+    warm.await_ready(2);
+    let client = cluster::admin_client();
+    let params = kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/pool={}", warm.pool)), field_selector: None };
+    let pods = client.list(kube::Resource::PODS, NAMESPACE, &params).expect("list works with the admin kubeconfig");
+    let address = pods.items.iter().find_map(|pod| pod["status"]["podIP"].as_str().map(str::to_string)).expect("an idle pod has an IP");
+    let script = format!("nc -w 2 {address} 7777 </dev/null && echo reached || echo refused");
+    let out = warm.ok("run_job", json!({"image": BUSYBOX, "command": sh(&script), "network": "open", "limits": {"memory": "96Mi"}}));
+    assert_eq!(out["stdout"], "refused\n", "{out}");
+    cluster::assert_nothing_left(out["run_id"].as_str().unwrap_or_default());
+
+    let (out, _) = warm.run_warm(json!({"image": BUSYBOX, "command": sh("echo handed-off")}));
+    assert_eq!(out["stdout"], "handed-off\n", "{out}");
+    let pool = warm.stop();
+    await_no_pool_objects(&pool, Duration::from_secs(60));
+}
+
 #[test]
 fn a_background_run_on_a_warm_pod_is_fetched_listed_and_cancelled() {
     let mut warm = Warm::start(1, &[]);

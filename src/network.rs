@@ -40,9 +40,9 @@ impl NetworkMode {
 pub enum FenceModes {
     /// `0`: no run waits.
     Never,
-    /// `auto`, the default: `none` and `restricted`, the modes that refuse
-    /// every in-cluster address, so a wait can only fail where the mode's
-    /// promise is false.
+    /// `auto`, the default: `none` and `restricted`, whose policies never
+    /// admit the API server's Service (the address the wait tries), so a
+    /// wait can only fail where the mode's promise is false.
     Closed,
     /// `1`: every mode, `open` too (it needs the API server in `open`'s
     /// `except`, as deploy/ has it).

@@ -309,16 +309,10 @@ fn pids_check(probe: &sandbox::probe::PidsProbe) -> Check {
 /// NetworkPolicy objects are enforced rather than merely accepted.
 fn check_network_policy(ctx: &engine::run::Ctx, config: &Config) -> Check {
     let command = [config.runner_binary_path.as_str(), "runner", "probe-connect"];
-    // The probe measures the network plugin itself, so it does not wait
-    // for its fence: the verdict then says whether the setting covers
-    // what it saw.
-    let unfenced = engine::run::Ctx {
-        backend: ctx.backend.clone(),
-        policy: engine::spec::Policy { await_network_policy: engine::spec::AwaitFence::NEVER, ..ctx.policy.clone() },
-        slots: ctx.slots.clone(),
-        jobs: ctx.jobs.clone(),
-    };
-    let outcome = run_check_job(&unfenced, &config.runner_image, &command);
+    // The probe job is not held for its fence (run_check_job), so it
+    // measures the network plugin itself; the verdict says whether the
+    // setting covers what it saw.
+    let outcome = run_check_job(ctx, &config.runner_image, &command);
     let stdout = String::from_utf8_lossy(&outcome.stdout);
     match (outcome.status, stdout.lines().find_map(sandbox::probe::parse_connect_line)) {
         (RunStatus::Succeeded, Some(probe)) => network_policy_check(&probe, config.await_network_policy),
@@ -346,8 +340,18 @@ fn network_policy_check(probe: &sandbox::probe::ConnectProbe, waits: FenceModes)
     }
 }
 
-/// Runs `command` in `image` through the engine, exactly as a job would run.
+/// Runs `command` in `image` through the engine, exactly as a job would
+/// run, except that it is not held for its fence: the checks need no
+/// network, the connection probe must see the plugin unaided, and on a
+/// cluster that does not enforce NetworkPolicy the other checks still
+/// measure what they are for instead of ending NetworkPolicyNotEnforced.
 fn run_check_job(ctx: &engine::run::Ctx, image: &str, command: &[&str]) -> RunOutcome {
+    let unfenced = engine::run::Ctx {
+        backend: ctx.backend.clone(),
+        policy: engine::spec::Policy { await_network_policy: engine::spec::AwaitFence::NEVER, ..ctx.policy.clone() },
+        slots: ctx.slots.clone(),
+        jobs: ctx.jobs.clone(),
+    };
     let spec = RunSpec {
         image: image.to_string(),
         command: command.iter().map(|arg| arg.to_string()).collect(),
@@ -363,7 +367,7 @@ fn run_check_job(ctx: &engine::run::Ctx, image: &str, command: &[&str]) -> RunOu
         network: NetworkMode::None,
     };
     let run_id = engine::run::new_run_id();
-    engine::run::run(ctx, &spec, &run_id, &CancelToken::new(), &|_| {})
+    engine::run::run(&unfenced, &spec, &run_id, &CancelToken::new(), &|_| {})
 }
 
 /// A plugin that fences a pod only once it has seen it: whether the fence

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Benchmark of run_job through the MCP interface (stdio) on the test cluster.
 
-N sequential and M concurrent calls of `true` on the busybox image. Reports:
+N sequential and M concurrent calls of `true` on the busybox image, then N
+sequential `echo hello`. Reports:
 - end-to-end latency p50/p95 (request sent -> response read);
+- the result's own timings: time to answer (`answer_ms`) and, for `echo`,
+  time to first output (`first_output_ms`), both from the server taking the
+  call, the figures hosted sandboxes publish;
 - the server's own overhead: end-to-end time minus the pod's lifecycle as
   the API recorded it (Job creationTimestamp -> main container finishedAt),
   which is what the cluster itself spent; timestamps have 1 s resolution, so
@@ -95,9 +99,9 @@ def parse_time(text):
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp() if text else None
 
 
-def one_run(server):
+def one_run(server, command=("true",)):
     started = time.monotonic()
-    response = server.request("tools/call", {"name": "run_job", "arguments": {"image": BUSYBOX, "command": ["true"]}})
+    response = server.request("tools/call", {"name": "run_job", "arguments": {"image": BUSYBOX, "command": list(command)}})
     elapsed = time.monotonic() - started
     result = response["result"]["structuredContent"]
     if result["status"] != "succeeded":
@@ -105,7 +109,7 @@ def one_run(server):
     timings = result["timings"]
     created, finished = parse_time(timings.get("created_at")), parse_time(timings.get("finished_at"))
     cluster_time = finished - created if created and finished else None
-    return elapsed, cluster_time
+    return elapsed, cluster_time, timings.get("answer_ms"), timings.get("first_output_ms")
 
 
 def percentile(values, fraction):
@@ -120,6 +124,10 @@ def report(name, samples, cpu, runs):
     print(f"  end-to-end p50 {percentile(latencies, 0.5):.2f} s, p95 {percentile(latencies, 0.95):.2f} s, max {max(latencies):.2f} s")
     if overheads:
         print(f"  server overhead (end-to-end minus Job created->container finished, 1 s timestamps): median {statistics.median(overheads):.2f} s")
+    for label, index in (("time to answer (timings.answer_ms)", 2), ("time to first output (timings.first_output_ms)", 3)):
+        values = [s[index] for s in samples if s[index] is not None]
+        if values:
+            print(f"  {label}: p50 {percentile(values, 0.5)} ms, p95 {percentile(values, 0.95)} ms")
     print(f"  server CPU per job: {cpu / runs * 1000:.1f} ms")
 
 
@@ -156,6 +164,10 @@ def main():
     wall = time.monotonic() - wall
     report(f"concurrent x{args.concurrent}", samples, server.cpu_seconds() - cpu_before, args.concurrent)
     print(f"  wall time for the batch: {wall:.2f} s")
+
+    cpu_before = server.cpu_seconds()
+    samples = [one_run(server, ("echo", "hello")) for _ in range(args.sequential)]
+    report("sequential echo hello", samples, server.cpu_seconds() - cpu_before, args.sequential)
     print(f"peak RSS of the server: {server.peak_rss_kib() / 1024:.1f} MiB")
     server.close()
 

@@ -17,6 +17,7 @@ use crate::log::{Level, Redacted};
 use crate::network::{self, NetworkMode};
 use crate::pools::{self, Pool};
 use crate::quantity::{Quantity, Resource};
+use crate::supervise;
 
 /// The runner image when MCP_K8S_RUNNER_IMAGE is unset: this release's
 /// image under its plain name, which operators mirror and usually override.
@@ -103,6 +104,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_DOCKER_PULL", Some("docker-pull"), "never", "whether the Docker backend pulls a missing image: never or missing", |r| &mut r.docker_pull),
     setting("MCP_K8S_RUNNER_BINARY", Some("runner-binary"), "", "host path of the static runner binary the Docker backend mounts into jobs; empty means this server's own executable", |r| &mut r.runner_binary),
     setting("MCP_K8S_TEST_TOOLS", None, "", "1 registers diagnostic tools for tests (environment only)", |r| &mut r.test_tools),
+    setting("MCP_K8S_TEST_PANIC_THREAD", None, "", "test hook: the first thread of this kind (reaper, pool, http-connection...) panics as it starts, to test what a panic does; never set it in production (environment only)", |r| &mut r.test_panic_thread),
 ];
 
 /// What the environment and the command line said, unchecked. An empty
@@ -159,6 +161,7 @@ pub struct RawConfig {
     pub snippets_dir: Option<String>,
     pub log_level: Option<String>,
     pub test_tools: Option<String>,
+    pub test_panic_thread: Option<String>,
     pub backend: Option<String>,
     pub docker_host: Option<String>,
     pub docker_network: Option<String>,
@@ -268,6 +271,9 @@ pub struct Config {
     pub snippets_dir: Option<PathBuf>,
     pub log_level: Level,
     pub test_tools: bool,
+    /// MCP_K8S_TEST_PANIC_THREAD, a test hook: the kind of thread whose
+    /// first one panics as it starts.
+    pub test_panic_thread: Option<supervise::Kind>,
     pub backend: BackendChoice,
     /// `unix://` socket of the Docker daemon; `None`: `DOCKER_HOST`, else
     /// the default socket.
@@ -451,6 +457,7 @@ impl Config {
             snippets_dir: raw.snippets_dir.as_deref().map(parse_snippets_dir).transpose()?,
             log_level: parse_log_level(raw.log_level.as_deref())?,
             test_tools: parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?,
+            test_panic_thread: raw.test_panic_thread.as_deref().map(parse_thread_kind).transpose()?,
             backend,
             docker_host: raw.docker_host.as_deref().map(parse_docker_host).transpose()?,
             docker_network,
@@ -539,6 +546,13 @@ fn parse_backend(value: Option<&str>) -> Result<BackendChoice, Error> {
         "docker" => Ok(BackendChoice::Docker),
         other => Err(invalid("MCP_K8S_BACKEND", other, "one of auto, kubernetes, docker")),
     }
+}
+
+fn parse_thread_kind(value: &str) -> Result<supervise::Kind, Error> {
+    supervise::Kind::parse(value).ok_or_else(|| {
+        let kinds: Vec<&str> = supervise::Kind::ALL.iter().map(|kind| kind.as_str()).collect();
+        invalid("MCP_K8S_TEST_PANIC_THREAD", value, &format!("one of {}", kinds.join(", ")))
+    })
 }
 
 fn parse_docker_pull(value: Option<&str>) -> Result<DockerPull, Error> {
@@ -918,6 +932,7 @@ mod tests {
             ("MCP_K8S_ALLOWED_ORIGINS", "https://app.example.com,http://10.0.0.1:3000"),
             ("MCP_K8S_LOG_LEVEL", "debug"),
             ("MCP_K8S_TEST_TOOLS", "1"),
+            ("MCP_K8S_TEST_PANIC_THREAD", "http-connection"),
         ]))
         .unwrap();
         assert_eq!(config.transport, Transport::Http);
@@ -930,6 +945,7 @@ mod tests {
         assert_eq!(config.job_extra_env.keys().collect::<Vec<_>>(), ["A_1", "B"]);
         assert_eq!(config.allowed_origins.len(), 2);
         assert!(config.test_tools);
+        assert_eq!(config.test_panic_thread, Some(supervise::Kind::HttpConnection));
     }
 
     #[test]
@@ -1032,6 +1048,7 @@ mod tests {
             ),
             (&[("MCP_K8S_LOG_LEVEL", "verbose")], "MCP_K8S_LOG_LEVEL: `verbose` is not accepted; expected one of debug, info"),
             (&[("MCP_K8S_TEST_TOOLS", "yes")], "MCP_K8S_TEST_TOOLS: `yes` is not accepted; expected 1 or 0"),
+            (&[("MCP_K8S_TEST_PANIC_THREAD", "main")], "MCP_K8S_TEST_PANIC_THREAD: `main` is not accepted; expected one of reaper, pool, "),
             (&[("MCP_K8S_RUNTIME_CLASS", "gVisor")], "MCP_K8S_RUNTIME_CLASS: `gVisor` is not accepted; expected a Kubernetes object name"),
             (&[("MCP_K8S_RUN_AS_USER", "0")], "MCP_K8S_RUN_AS_USER: `0` is out of range"),
             (&[("MCP_K8S_RUNNER_IMAGE", "a b")], "MCP_K8S_RUNNER_IMAGE: `a b`"),

@@ -17,7 +17,9 @@
 //! `config` turns the environment and flags into a checked `Config`; `echo`
 //! shortens caller input quoted in errors; `log`
 //! writes metadata-only JSON lines to stderr; `metrics` keeps the counters
-//! `/metrics` serves; `doctor` checks the cluster set-up against the
+//! `/metrics` serves; `supervise` starts the server's threads and sees
+//! their panics (logged, counted, and for an essential thread, a failing
+//! `/readyz`); `doctor` checks the cluster set-up against the
 //! configuration.
 
 pub mod backend;
@@ -26,6 +28,7 @@ pub mod config;
 pub mod docker;
 pub mod echo;
 pub mod engine;
+pub mod http1;
 pub mod images;
 pub mod json;
 pub mod kube;
@@ -38,6 +41,8 @@ pub mod protocol;
 pub mod quantity;
 pub mod runner;
 pub mod sandbox;
+pub mod supervise;
 pub mod time;
 pub mod tools;
 pub mod transport;
+pub mod wiring;

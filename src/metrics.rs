@@ -4,7 +4,8 @@
 //! This module owns the numbers and their text form only. It knows nothing
 //! of HTTP (the transport serves `render()`), nor of runs: callers pass the
 //! label values, which are the contract's wire words (`succeeded`,
-//! `OOMKilled`) chosen by `tools`, and fixed operation names from `engine`.
+//! `OOMKilled`) chosen by `tools`, fixed operation names from `engine`,
+//! and thread kinds from `supervise`.
 //! Like `log`, it is a leaf every layer may use. Labels are only ever those
 //! closed sets, never caller data, so the series stay few.
 
@@ -86,6 +87,22 @@ pub fn pool_size(pool: &str, size: usize, ready: usize) {
     counts.ready = ready as u64;
 }
 
+/// A supervised thread of `kind` (`supervise::Kind`'s label) started:
+/// its panic counter is shown from then on, at zero until one panics.
+pub fn thread_started(kind: &'static str) {
+    lock().thread_panics.entry(kind).or_insert(0);
+}
+
+/// A supervised thread of `kind` ended by a panic.
+pub fn thread_panicked(kind: &'static str) {
+    *lock().thread_panics.entry(kind).or_insert(0) += 1;
+}
+
+/// Threads ended by a panic, by kind, for every kind started so far.
+pub fn thread_panics() -> BTreeMap<&'static str, u64> {
+    lock().thread_panics.clone()
+}
+
 /// Everything, in the Prometheus text format.
 pub fn render() -> String {
     let state = lock();
@@ -106,6 +123,10 @@ pub fn render() -> String {
     header(&mut text, "mcp_k8s_api_errors_total", "counter", "Failed Kubernetes API calls a run needed, by operation.");
     for (operation, count) in &state.api_errors {
         let _ = writeln!(text, "mcp_k8s_api_errors_total{{operation=\"{operation}\"}} {count}");
+    }
+    header(&mut text, "mcp_k8s_thread_panics_total", "counter", "Server threads ended by a panic, by kind.");
+    for (thread, count) in &state.thread_panics {
+        let _ = writeln!(text, "mcp_k8s_thread_panics_total{{thread=\"{thread}\"}} {count}");
     }
     if !state.pools.is_empty() {
         for (name, kind, help) in [
@@ -134,13 +155,9 @@ pub fn render() -> String {
     text
 }
 
-/// A pool's live counts, by pool name.
-pub fn pool_counts() -> BTreeMap<String, PoolCounts> {
-    lock().pools.clone()
-}
-
+/// A pool's counts, as `/metrics` renders them.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PoolCounts {
+struct PoolCounts {
     pub size: u64,
     pub ready: u64,
     pub hits: u64,
@@ -154,6 +171,7 @@ struct State {
     run_seconds: Histogram,
     command_seconds: Histogram,
     api_errors: BTreeMap<&'static str, u64>,
+    thread_panics: BTreeMap<&'static str, u64>,
 }
 
 struct Histogram {
@@ -197,6 +215,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     run_seconds: Histogram::new(),
     command_seconds: Histogram::new(),
     api_errors: BTreeMap::new(),
+    thread_panics: BTreeMap::new(),
 });
 static RUNS_IN_FLIGHT: AtomicI64 = AtomicI64::new(0);
 static RUNS_QUEUED: AtomicI64 = AtomicI64::new(0);
@@ -246,13 +265,16 @@ mod tests {
     // The statics are shared by every test in this binary, so this one
     // test owns them and compares differences, not absolute values.
     #[test]
-    fn runs_gauges_and_api_errors_appear_in_the_text() {
+    fn runs_gauges_api_errors_and_thread_panics_appear_in_the_text() {
         record_run("failed", "OOMKilled", Duration::from_secs(3), Duration::from_secs(2));
         api_error("create_job");
+        thread_started("signals");
         let queued = track(Gauge::RunsQueued);
         let text = render();
         assert!(text.contains("mcp_k8s_runs_total{status=\"failed\",reason=\"OOMKilled\"} "), "{text}");
         assert!(text.contains("mcp_k8s_api_errors_total{operation=\"create_job\"} "), "{text}");
+        assert!(text.contains("# TYPE mcp_k8s_thread_panics_total counter"), "{text}");
+        assert!(text.contains("mcp_k8s_thread_panics_total{thread=\"signals\"} "), "{text}");
         assert!(text.contains("# TYPE mcp_k8s_run_duration_seconds histogram"), "{text}");
         assert!(text.contains("mcp_k8s_runs_queued 1"), "{text}");
         drop(queued);

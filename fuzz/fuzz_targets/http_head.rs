@@ -4,8 +4,14 @@
 //! most one of each header the access and MCP checks read. The bytes as text, and any `Mcp-Name` of an
 //! accepted head, also go through `protocol::modern::decode_header_value`, which gives a value or an error,
 //! and leaves a value without the `=?base64?…?=` markers as it was, trimmed.
+//!
+//! The same bytes go through `http1`, the head reader the server, the Docker client and the runner share:
+//! an accepted head has no bare CR or LF, token names and values without control characters; every line
+//! through its Content-Length and chunk-size readers, which accept digits (hex digits) only; and through the
+//! Docker client's response head parser, which must not panic.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
+use mcp_k8s_ephemeral_job::http1;
 use mcp_k8s_ephemeral_job::protocol::modern;
 use mcp_k8s_ephemeral_job::transport::http::head::{self, Framing, HeadLimits, Version};
 
@@ -21,10 +27,32 @@ fn check_decoding(raw: &str) {
     }
 }
 
+fn check_http1(data: &[u8]) {
+    if let Ok((_, fields)) = http1::split(data, 8) {
+        assert!(!http1::has_bare_line_end(data), "{data:?}");
+        assert!(fields.len() <= 8);
+        for (name, value) in &fields {
+            assert!(!name.is_empty() && name.bytes().all(http1::is_token_byte), "{name:?}");
+            assert!(!value.bytes().any(|byte| byte == b'\r' || byte == b'\n' || byte == 0), "{value:?}");
+        }
+    }
+    let _ = mcp_k8s_ephemeral_job::docker::http::parse_head(data);
+    for line in String::from_utf8_lossy(data).split("\r\n") {
+        if let Some(length) = http1::content_length(line) {
+            assert!(!line.is_empty() && line.bytes().all(|byte| byte.is_ascii_digit()), "{line:?}");
+            assert!(length == u64::MAX || line.parse::<u64>() == Ok(length), "{line:?}");
+        }
+        if let Some(size) = http1::chunk_size(line) {
+            assert!(size < 1 << 60, "{line:?}");
+        }
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
         check_decoding(text);
     }
+    check_http1(data);
     for limits in [HeadLimits::default(), SMALL_LIMITS] {
         let Ok(parsed) = head::parse_head(data, &limits) else { continue };
         assert!(data.len() <= limits.max_bytes);

@@ -13,9 +13,9 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use mcp_k8s_ephemeral_job::config::{Config, RawConfig};
 use mcp_k8s_ephemeral_job::backend::kubernetes::manifest;
+use mcp_k8s_ephemeral_job::backend::kubernetes::settings::Settings;
 use mcp_k8s_ephemeral_job::engine::spec::Policy;
 use mcp_k8s_ephemeral_job::tools::job_args::{self, MAX_INPUT_BYTES};
-use mcp_k8s_ephemeral_job::tools::engine_policy;
 use mcp_k8s_ephemeral_job::tools::run_job::arg_bounds;
 
 static CONFIG: LazyLock<Config> = LazyLock::new(|| {
@@ -33,9 +33,10 @@ static CONFIG: LazyLock<Config> = LazyLock::new(|| {
     Config::from_raw(&raw).expect("the fuzz configuration is valid")
 });
 
-/// What `main` hands the engine, from the same configuration (cache and
-/// clone step on).
-static POLICY: LazyLock<Policy> = LazyLock::new(|| engine_policy(&CONFIG));
+/// What `main` hands the engine and the Kubernetes backend, from the same
+/// configuration (cache and clone step on).
+static POLICY: LazyLock<Policy> = LazyLock::new(|| mcp_k8s_ephemeral_job::wiring::policy(&CONFIG));
+static CLUSTER: LazyLock<Settings> = LazyLock::new(|| Settings::from_config(&CONFIG));
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
@@ -56,9 +57,9 @@ fuzz_target!(|data: &[u8]| {
     }
     assert!(total_bytes <= MAX_INPUT_BYTES, "{total_bytes}");
 
-    let job = manifest::job(&run_spec, &POLICY, "fuzz0123");
+    let job = manifest::job(&run_spec, &POLICY, &CLUSTER, "fuzz0123");
     let _ = job.to_string();
-    if let Some(secret) = manifest::inputs_secret(&run_spec, &POLICY, "fuzz0123", "uid-fuzz") {
+    if let Some(secret) = manifest::inputs_secret(&run_spec, &CLUSTER, "fuzz0123", "uid-fuzz") {
         let _ = secret.to_string();
     }
     let _ = mcp_k8s_ephemeral_job::engine::spec::run_deadline(&run_spec, &POLICY);

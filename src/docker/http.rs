@@ -6,9 +6,13 @@
 //! requests and decodes the bodies. Each request uses its own connection
 //! (`Connection: close`): a Unix socket connect costs microseconds, and one
 //! connection per call keeps a stuck stream from ever blocking another call.
-//! The parsing functions are pure, for the unit tests below.
+//! The parsing functions are pure, for the unit tests below; the head's
+//! lines and fields, a Content-Length and a chunk size are read by
+//! `http1`, as the MCP server and the runner read theirs.
 
 use std::io::{BufRead, Read};
+
+use crate::http1;
 
 /// The longest response head we read (status line and headers together).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -48,7 +52,8 @@ pub enum ParseError {
     HeadTooLarge,
     TooManyHeaders,
     BadStatusLine(String),
-    BadHeader(String),
+    /// The head's lines or fields (`http1`'s words).
+    BadHead(http1::Error),
     BadContentLength(String),
     BadChunkSize(String),
     ChunkLineTooLong,
@@ -62,7 +67,7 @@ impl std::fmt::Display for ParseError {
             ParseError::HeadTooLarge => write!(formatter, "response head longer than {MAX_HEAD_BYTES} bytes"),
             ParseError::TooManyHeaders => write!(formatter, "more than {MAX_HEADERS} response headers"),
             ParseError::BadStatusLine(line) => write!(formatter, "bad status line `{line}`"),
-            ParseError::BadHeader(line) => write!(formatter, "bad header line `{line}`"),
+            ParseError::BadHead(error) => write!(formatter, "bad response head: {error}"),
             ParseError::BadContentLength(value) => write!(formatter, "bad Content-Length `{value}`"),
             ParseError::BadChunkSize(line) => write!(formatter, "bad chunk size line `{line}`"),
             ParseError::ChunkLineTooLong => write!(formatter, "chunk size line longer than {MAX_CHUNK_LINE_BYTES} bytes"),
@@ -127,28 +132,15 @@ pub fn read_head_bytes(reader: &mut impl BufRead) -> std::io::Result<Result<Vec<
     }
 }
 
-/// Parses a complete head (status line, headers, blank line).
+/// Parses a complete head (status line, headers, blank line), its lines
+/// and fields read by `http1` like every head here.
 pub fn parse_head(bytes: &[u8]) -> Result<Head, ParseError> {
-    let text = String::from_utf8_lossy(bytes);
-    let mut lines = text.split('\n').map(|line| line.strip_suffix('\r').unwrap_or(line));
-    let status_line = lines.next().unwrap_or_default();
-    let (status, reason) = parse_status_line(status_line)?;
-    let mut headers = Vec::new();
-    for line in lines {
-        if line.is_empty() {
-            break;
-        }
-        if headers.len() == MAX_HEADERS {
-            return Err(ParseError::TooManyHeaders);
-        }
-        let Some((name, value)) = line.split_once(':') else {
-            return Err(ParseError::BadHeader(quote(line)));
-        };
-        if name.is_empty() || name.contains(char::is_whitespace) {
-            return Err(ParseError::BadHeader(quote(line)));
-        }
-        headers.push((name.to_ascii_lowercase(), value.trim().to_string()));
-    }
+    let (status_line, fields) = http1::split(bytes, MAX_HEADERS).map_err(|error| match error {
+        http1::Error::TooManyFields { .. } => ParseError::TooManyHeaders,
+        other => ParseError::BadHead(other),
+    })?;
+    let (status, reason) = parse_status_line(&String::from_utf8_lossy(status_line))?;
+    let headers = fields.into_iter().map(|(name, value)| (name.to_ascii_lowercase(), value)).collect();
     Ok(Head { status, reason, headers })
 }
 
@@ -179,10 +171,7 @@ pub fn framing(head: &Head) -> Result<Framing, ParseError> {
         return Ok(Framing::UntilClose);
     }
     match head.header("content-length") {
-        Some(value) => {
-            let length = value.parse::<u64>().map_err(|_| ParseError::BadContentLength(quote(value)))?;
-            Ok(Framing::Length(length))
-        }
+        Some(value) => http1::content_length(value).map(Framing::Length).ok_or_else(|| ParseError::BadContentLength(quote(value))),
         None => Ok(Framing::UntilClose),
     }
 }
@@ -190,11 +179,7 @@ pub fn framing(head: &Head) -> Result<Framing, ParseError> {
 /// Parses a chunk-size line without its CRLF: hex digits, then optional
 /// `;extensions`.
 pub fn parse_chunk_size(line: &str) -> Result<u64, ParseError> {
-    let size = line.split(';').next().unwrap_or_default().trim();
-    if size.is_empty() || size.len() > 15 || !size.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-        return Err(ParseError::BadChunkSize(quote(line)));
-    }
-    u64::from_str_radix(size, 16).map_err(|_| ParseError::BadChunkSize(quote(line)))
+    http1::chunk_size(line).ok_or_else(|| ParseError::BadChunkSize(quote(line)))
 }
 
 /// A response body as a `BufRead`: decodes the framing and reports EOF at
@@ -405,8 +390,9 @@ mod tests {
     fn bad_heads_are_refused() {
         assert!(matches!(parse_head(b"HTTP/2 200 OK\r\n\r\n"), Err(ParseError::BadStatusLine(_))));
         assert!(matches!(parse_head(b"HTTP/1.1 20 OK\r\n\r\n"), Err(ParseError::BadStatusLine(_))));
-        assert!(matches!(parse_head(b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n"), Err(ParseError::BadHeader(_))));
-        assert!(matches!(parse_head(b"HTTP/1.1 200 OK\r\nbad name: x\r\n\r\n"), Err(ParseError::BadHeader(_))));
+        assert_eq!(parse_head(b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n"), Err(ParseError::BadHead(http1::Error::NoColon)));
+        assert_eq!(parse_head(b"HTTP/1.1 200 OK\r\nbad name: x\r\n\r\n"), Err(ParseError::BadHead(http1::Error::NameNotToken)));
+        assert_eq!(parse_head(b"HTTP/1.1 200 OK\nA: b\n\n"), Err(ParseError::BadHead(http1::Error::BareLineEnd)));
         let many = format!("HTTP/1.1 200 OK\r\n{}\r\n", "a: b\r\n".repeat(MAX_HEADERS + 1));
         assert_eq!(parse_head(many.as_bytes()), Err(ParseError::TooManyHeaders));
         let mut huge = format!("HTTP/1.1 200 OK\r\nx: {}\r\n\r\n", "y".repeat(MAX_HEAD_BYTES));

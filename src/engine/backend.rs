@@ -5,7 +5,7 @@
 //!
 //! A backend speaks its own API and translates both ways: a `NewRun` into
 //! its objects, its objects' status into neutral `Sighting`s (the
-//! `decide::View` the state machine judges, plus the sandbox's name and
+//! `facts::View` the state machine judges, plus the sandbox's name and
 //! times), its record of a background run into a `Stored`. It makes no
 //! decision about a run's end; `decide` does.
 //!
@@ -16,9 +16,8 @@ use std::io::BufRead;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, SystemTime};
 
-use crate::engine::decide::View;
+use crate::engine::facts::{Recorded, View, Wording};
 use crate::engine::spec::{RunReason, RunSpec};
-use crate::engine::verdict::Recorded;
 
 /// Which kind of run asks `Backend::claim` for a warm sandbox.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,24 +97,27 @@ pub trait Backend: Send + Sync {
 
     /// The words this backend's users know its parts by, for messages.
     fn wording(&self) -> &'static Wording;
+
+    /// The server stops, after its last call: warm sandboxes nobody will
+    /// take go, and clean-up still under way finishes before the process
+    /// ends. Also when a start-up check stops the server.
+    fn shutdown(&self) {}
+
+    /// The warm pools' live figures, by pool (none without pools).
+    fn pool_figures(&self) -> Vec<PoolFigures> {
+        Vec::new()
+    }
 }
 
-/// What the engine's messages call a backend's parts, so that a message
-/// names what the caller can look at ("the pod", "the container").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Wording {
-    /// The sandbox: "pod", "container".
-    pub sandbox: &'static str,
-    /// What `create` makes, as progress names it: "Job", "container".
-    pub created: &'static str,
-    /// What stops a sandbox at its own deadline: "the kubelet".
-    pub stopper: &'static str,
-    /// The process limit, by the name an operator sets it with.
-    pub pids_limit: &'static str,
-    /// Who else deletes sandboxes, as examples.
-    pub outside_deleters: &'static str,
-    /// The API the server talks to: "the API server", "the Docker daemon".
-    pub api: &'static str,
+/// One warm pool as it is now, for `describe_environment`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolFigures {
+    pub name: String,
+    /// Sandboxes waiting for a run.
+    pub ready: usize,
+    /// Runs that took a sandbox, and runs the pool fitted but had none ready.
+    pub hits: u64,
+    pub misses: u64,
 }
 
 /// A run to create.
@@ -257,16 +259,54 @@ pub struct Stored {
     pub memory_limit: Option<String>,
     pub expires_at: String,
     pub cancelled_at: Option<String>,
+    /// The run took a warm pool's sandbox.
+    pub warm: bool,
     pub verdict: Option<Recorded>,
     /// The newest sandbox (`find` only; `list` leaves it out).
     pub sandbox: Option<Sighting>,
 }
 
-/// A backend call that failed; the text says what and why.
+/// A backend call that failed: what it tried, what kind of failure it met
+/// (for a caller to match on), and the API's or daemon's own words.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Error {
     pub what: &'static str,
+    pub kind: ErrorKind,
     pub message: String,
+}
+
+/// What a failed backend call means for whoever asked. Each backend sorts
+/// its API's failures into these; the engine and the tools decide on the
+/// kind, never on the text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The API or daemon could not be reached, timed out, or said it is
+    /// busy or failing (429, 5xx): the same call may work shortly.
+    Transient,
+    /// The server's own credentials may not do this (401, 403, no usable
+    /// credentials): only the operator can fix it.
+    Denied,
+    /// What the call named is not there (any more).
+    NotFound,
+    /// The request was refused as it is (another 4xx, a conflict, an
+    /// answer not understood): sending it again unchanged will not help.
+    Refused,
+}
+
+impl ErrorKind {
+    /// What the caller of a tool can do about it, for messages.
+    pub fn advice(self) -> &'static str {
+        match self {
+            ErrorKind::Transient => "retry shortly",
+            ErrorKind::Denied => {
+                "the server's credentials are not allowed to; this is for the operator to fix (`doctor` lists the permissions missing)"
+            }
+            ErrorKind::NotFound => "it is not there any more; list_jobs shows what exists",
+            ErrorKind::Refused => {
+                "the request was refused as it is, so retrying it unchanged will not help; the server's log has the details"
+            }
+        }
+    }
 }
 
 impl fmt::Display for Error {

@@ -26,14 +26,15 @@ use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cancel::CancelToken;
-use crate::engine::backend::{BackgroundRecord, Keep, Settled, Stop, Stored, Wording};
-use crate::engine::decide::SandboxState;
+use crate::engine::backend::{BackgroundRecord, ErrorKind, Keep, Settled, Stop, Stored};
+use crate::engine::facts::{DecidedBy, Recorded, SandboxState, Wording};
 use crate::engine::jobs::{Lookup, Phase, Seen, View};
 use crate::engine::run::{self, Ctx, Followed, Progress};
-use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
-use crate::engine::verdict::{self, DecidedBy, Ended, Recorded};
+use crate::engine::spec::{PhaseTimes, RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
+use crate::engine::verdict::{self, Ended};
 use crate::log;
 use crate::sandbox::frame::Stream;
+use crate::supervise;
 
 /// How long the runner may take to report the output so far after a
 /// cancel deleted its pod, before the follower is stopped outright.
@@ -67,8 +68,8 @@ pub enum Error {
     Refused { outcome: Box<RunOutcome> },
     /// `cancel` on a run that has already finished.
     AlreadyFinished { token: String },
-    /// An API call failed.
-    Api { what: &'static str, message: String },
+    /// An API call failed; `kind` says whether retrying can help.
+    Api { what: &'static str, kind: ErrorKind, message: String },
 }
 
 impl fmt::Display for Error {
@@ -89,7 +90,7 @@ impl fmt::Display for Error {
             Error::AlreadyFinished { token } => {
                 write!(formatter, "run `{token}` has already finished; its result can be read")
             }
-            Error::Api { what, message } => write!(formatter, "could not {what}: {message}; retry shortly"),
+            Error::Api { what, kind, message } => write!(formatter, "could not {what}: {message}; {}", kind.advice()),
         }
     }
 }
@@ -244,9 +245,10 @@ pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
     stop_all(ctx, &run_id);
     let thread_ctx = ctx.clone();
     let thread_run_id = run_id.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("cancel-{}", &run_id[..8.min(run_id.len())]))
-        .spawn(move || finish_cancel(&thread_ctx, &thread_run_id, &follower));
+    let spawned =
+        supervise::spawn_named(supervise::Kind::CancelFinisher, format!("cancel-{}", &run_id[..8.min(run_id.len())]), move || {
+            finish_cancel(&thread_ctx, &thread_run_id, &follower)
+        });
     if let Err(error) = spawned {
         // The pod is deleted already; without the thread, a runner that
         // never reports leaves the follower to its own deadlines.
@@ -308,6 +310,7 @@ fn ensure_known(ctx: &Ctx, token: &str) -> Result<(String, View), Error> {
         // recorded or it could not be followed: nothing is cached.
         Lookup::Missing => Err(Error::Api {
             what: "settle the job's outcome",
+            kind: ErrorKind::Transient,
             message: "the API server did not accept the outcome (see the server log)".into(),
         }),
     }
@@ -371,9 +374,10 @@ fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
 fn start_follower(ctx: &Ctx, run_id: &str, followed: Followed, created: Option<SystemTime>, cancel: CancelToken) {
     let thread_ctx = ctx.clone();
     let thread_run_id = run_id.to_string();
-    let spawned = std::thread::Builder::new()
-        .name(format!("job-{}", &run_id[..8.min(run_id.len())]))
-        .spawn(move || follow_to_end(&thread_ctx, &thread_run_id, &followed, created, &cancel));
+    let spawned =
+        supervise::spawn_named(supervise::Kind::BackgroundFollower, format!("job-{}", &run_id[..8.min(run_id.len())]), move || {
+            follow_to_end(&thread_ctx, &thread_run_id, &followed, created, &cancel)
+        });
     if let Err(error) = spawned {
         let message = format!("could not start a thread to follow the job: {error}; fetch_job will try again");
         // Forgetting the entry lets the next fetch re-attach.
@@ -399,6 +403,9 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
     // The record as it is now: whether another process cancelled the run,
     // and when it ended if that was before this process re-read it.
     let stored = ctx.backend.find(run_id).ok().flatten();
+    if let Some(stored) = &stored {
+        stored_times(stored, &mut ended.outcome.times);
+    }
     let marked_cancelled = stored.as_ref().is_some_and(|stored| stored.cancelled_at.is_some());
     let cancel_requested = matches!(ctx.jobs.lookup(run_id), Lookup::Found(view) if view.cancel_requested);
     if (cancel_requested || marked_cancelled) && mark_cancelled(&mut ended.outcome, ctx.backend.wording()) {
@@ -495,7 +502,17 @@ fn outcome_without_sandbox(
         },
     };
     outcome.times.created = created;
+    stored_times(stored, &mut outcome.times);
     outcome
+}
+
+/// What a background run's record says of its times, for any process:
+/// when it was submitted (its token's time) and whether it took a warm
+/// sandbox. Its first output and answer are not stamped: a process that
+/// re-reads the log would stamp its reading, not the run.
+fn stored_times(stored: &Stored, times: &mut PhaseTimes) {
+    times.submitted = parse_token(&stored.token).map(|token| token.submitted);
+    times.warm = stored.warm;
 }
 
 /// Deletes every sandbox of a cancelled run. Failures are the backend's
@@ -576,7 +593,7 @@ fn expired(ctx: &Ctx, token: &str) -> Error {
 }
 
 fn api(error: crate::engine::backend::Error) -> Error {
-    Error::Api { what: error.what, message: error.message }
+    Error::Api { what: error.what, kind: error.kind, message: error.message }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::outcome::Finished;
+use crate::engine::facts::{Finished, SandboxState, View};
 use crate::engine::spec::RunReason;
 
 /// How often start failures are looked for while no sandbox exists.
@@ -49,36 +49,6 @@ pub struct Deadlines {
     pub unschedulable_grace: Option<Duration>,
     /// Only reached if the runner and the backend both failed to end it.
     pub hard: Instant,
-}
-
-/// What the sandbox is doing, in the backend's own words made neutral.
-#[derive(Clone, Debug, PartialEq)]
-pub enum SandboxState {
-    /// Not decisive yet: scheduling, pulling, preparing.
-    Pending,
-    /// No node can take it (yet); the scheduler's message.
-    Unschedulable { message: String },
-    /// The command runs: its output can be followed.
-    Running,
-    /// It cannot start, and will not fix itself within the run. A state,
-    /// not an event like `Event::StartFailed`: a sandbox that is gone or
-    /// whose SIGTERM awaits evidence is judged first, as before.
-    FailFast { reason: RunReason, message: String },
-    /// The command (or the sandbox) ended; `ran`: the command's process
-    /// started, so there is output to read.
-    Finished { ran: bool },
-}
-
-/// A fresh view of the run's sandbox.
-#[derive(Clone, Debug, PartialEq)]
-pub struct View {
-    pub state: SandboxState,
-    /// How it ended, when its status says so or someone is deleting it;
-    /// `None` while it runs and nobody asked it to go.
-    pub ended: Option<Finished>,
-    /// What it is judged on if it disappears now: its last status, marked
-    /// deleted.
-    pub if_gone: Finished,
 }
 
 /// How the output follower stopped.
@@ -444,14 +414,14 @@ impl RunState {
 /// a removal.
 fn killed_unexplained(facts: &Finished) -> bool {
     let by_signal = facts.exit_code.is_some_and(|code| code > 128);
-    let oom = facts.container_reason.as_deref() == Some("OOMKilled");
-    by_signal && !oom && !facts.deleted && facts.pod_reason.is_none() && facts.disruption.is_none()
+    by_signal && !facts.oom_killed && !facts.deleted && facts.stopped.is_none() && facts.disruption.is_none()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::engine::collect::Collector;
+    use crate::engine::facts::Stopped;
     use crate::engine::outcome::{self, Judged};
 
     fn secs(seconds: u64) -> Duration {
@@ -502,15 +472,15 @@ mod tests {
     }
 
     fn exited(code: i32) -> Finished {
-        Finished { exit_code: Some(code), container_reason: Some("Error".into()), ..Finished::default() }
+        Finished { exit_code: Some(code), ..Finished::default() }
     }
 
     fn oom() -> Finished {
-        Finished { exit_code: Some(137), container_reason: Some("OOMKilled".into()), ..Finished::default() }
+        Finished { exit_code: Some(137), oom_killed: true, ..Finished::default() }
     }
 
     fn evicted() -> Finished {
-        Finished { pod_reason: Some("Evicted".into()), pod_message: Some("ephemeral storage".into()), ..Finished::default() }
+        Finished { stopped: Some(Stopped::Evicted { message: "ephemeral storage".into() }), ..Finished::default() }
     }
 
     fn deleted() -> Finished {
@@ -902,9 +872,9 @@ mod tests {
     #[test]
     fn an_oom_kill_needs_the_sandboxs_evidence_and_a_plain_137_is_an_exit_code() {
         let killed = judged(oom());
-        assert_eq!(killed.reason, Some(RunReason::OomKilled), "{}", killed.message);
+        assert_eq!(killed.reason, Some(RunReason::OOMKilled), "{}", killed.message);
         let plain = judged(exited(137));
-        assert_ne!(plain.reason, Some(RunReason::OomKilled), "{}", plain.message);
+        assert_ne!(plain.reason, Some(RunReason::OOMKilled), "{}", plain.message);
         assert_eq!(plain.exit_code, Some(137));
     }
 

@@ -4,34 +4,9 @@
 
 use std::time::Duration;
 
-use crate::engine::backend::Wording;
 use crate::engine::collect::Collector;
+use crate::engine::facts::{Finished, Stopped, Wording};
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus, Truncation};
-
-/// How the sandbox ended, as the backend saw it (for Kubernetes: the
-/// pod's status, read by `classify`).
-#[derive(Clone, Debug, PartialEq, Default)]
-pub struct Finished {
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    /// The container's terminated reason (`Completed`, `Error`, `OOMKilled`).
-    pub container_reason: Option<String>,
-    /// The container's terminated message: for `StartError`, the runtime's
-    /// text ("unable to set memory limit…", "argument list too long").
-    pub container_message: Option<String>,
-    /// The pod's status reason (`Evicted`, `DeadlineExceeded`).
-    pub pod_reason: Option<String>,
-    pub pod_message: Option<String>,
-    /// The pod's `DisruptionTarget` condition, `reason: message`: set by
-    /// the kubelet or the control plane when they stop a pod (eviction,
-    /// preemption, node shutdown), never by a plain delete.
-    pub disruption: Option<String>,
-    /// The pod has a `deletionTimestamp` or is gone: someone deleted it.
-    pub deleted: bool,
-    /// The runtime never started the command's process; its text, for the
-    /// caller as it is.
-    pub start_failure: Option<String>,
-}
 
 /// The facts a finished run is judged on, besides the collected log.
 pub struct Judged<'a> {
@@ -53,7 +28,7 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
     let mut outcome = RunOutcome::without_result(facts.run_id, RunStatus::Error, RunReason::ResultLost, String::new());
     outcome.notes.extend(collector.problems.iter().cloned());
     outcome.artifacts = collector.artifacts;
-    let oom_by_kubelet = facts.finished.and_then(|f| f.container_reason.as_deref()) == Some("OOMKilled");
+    let oom_by_kubelet = facts.finished.is_some_and(|f| f.oom_killed);
     let Some(result) = collector.result else {
         // No result frame: the runner itself was killed or the log was lost.
         // Keep what the live frames carried, and say so.
@@ -123,7 +98,7 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
             pids_message(facts.wording, result.pids_fork_failures, result.oom_killed || oom_by_kubelet),
         )
     } else if result.oom_killed || oom_by_kubelet {
-        (RunStatus::Failed, Some(RunReason::OomKilled), oom_message(facts))
+        (RunStatus::Failed, Some(RunReason::OOMKilled), oom_message(facts))
     } else if result.exit_code == Some(0) {
         (RunStatus::Succeeded, None, "the command exited with code 0".to_string())
     } else if let Some(code) = result.exit_code {
@@ -163,19 +138,19 @@ fn process_creations(count: u64) -> String {
 }
 
 fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOutcome) -> RunOutcome {
-    let pod_reason = facts.finished.and_then(|f| f.pod_reason.as_deref());
+    let stopped = facts.finished.and_then(|f| f.stopped.as_ref());
     let start_failure = facts.finished.and_then(|finished| finished.start_failure.clone());
     let (status, reason, message) = if facts.cancel_requested {
         cancelled()
     } else if let Some(message) = start_failure {
         (RunStatus::Error, RunReason::StartFailed, message)
     } else if oom_by_kubelet {
-        (RunStatus::Failed, RunReason::OomKilled, oom_message(facts))
+        (RunStatus::Failed, RunReason::OOMKilled, oom_message(facts))
     } else if let Some(message) = runtime_stopped_message(facts) {
         (RunStatus::Error, RunReason::ResultLost, message)
     } else if let Some(message) = eviction_message(facts) {
         (RunStatus::Error, RunReason::Evicted, message)
-    } else if pod_reason == Some("DeadlineExceeded") {
+    } else if stopped == Some(&Stopped::DeadlinePassed) {
         (
             RunStatus::TimedOut,
             RunReason::DeadlineExceeded,
@@ -206,17 +181,14 @@ fn deleted_message(wording: &Wording) -> String {
     )
 }
 
-/// `Finished::pod_reason` of a sandbox that its runtime stopped as it went
-/// away itself (a Docker daemon restarted or stopped mid-run);
-/// `pod_message` says what the backend saw.
-pub const RUNTIME_STOPPED: &str = "RuntimeStopped";
-
+/// A sandbox whose runtime went away itself (`Stopped::RuntimeGone`).
 fn runtime_stopped_message(facts: &Judged) -> Option<String> {
-    let finished = facts.finished?;
-    (finished.pod_reason.as_deref() == Some(RUNTIME_STOPPED)).then(|| {
-        let seen = finished.pod_message.as_deref().unwrap_or("the runtime went away");
-        format!("{seen}; the command was stopped with it; the output so far is included; run the job again")
-    })
+    match facts.finished?.stopped.as_ref()? {
+        Stopped::RuntimeGone { seen } => {
+            Some(format!("{seen}; the command was stopped with it; the output so far is included; run the job again"))
+        }
+        _ => None,
+    }
 }
 
 /// A runner that reports SIGTERM: a cancel when this server asked for one,
@@ -231,7 +203,7 @@ fn stopped_on_request(facts: &Judged) -> (RunStatus, RunReason, String) {
     if let Some(message) = eviction_message(facts) {
         return (RunStatus::Error, RunReason::Evicted, message);
     }
-    if facts.finished.and_then(|f| f.pod_reason.as_deref()) == Some("DeadlineExceeded") {
+    if facts.finished.and_then(|f| f.stopped.as_ref()) == Some(&Stopped::DeadlinePassed) {
         return (
             RunStatus::TimedOut,
             RunReason::DeadlineExceeded,
@@ -255,14 +227,13 @@ fn cancelled() -> (RunStatus, RunReason, String) {
     (RunStatus::Cancelled, RunReason::Cancelled, "the run was cancelled; the output so far is included".to_string())
 }
 
-/// The kubelet's eviction text (`status.reason: Evicted`), or the
+/// The node's eviction text (`Stopped::Evicted`), or the
 /// `DisruptionTarget` condition of an eviction through the API.
 fn eviction_message(facts: &Judged) -> Option<String> {
     let finished = facts.finished?;
-    let text = if finished.pod_reason.as_deref() == Some("Evicted") {
-        finished.pod_message.clone().unwrap_or_default()
-    } else {
-        finished.disruption.clone()?
+    let text = match &finished.stopped {
+        Some(Stopped::Evicted { message }) => message.clone(),
+        _ => finished.disruption.clone()?,
     };
     Some(format!(
         "the {} was evicted: {}; the workdir may have outgrown its size limit (MCP_K8S_WORKDIR_SIZE), or the node ran short of resources",
@@ -347,8 +318,7 @@ mod tests {
     #[test]
     fn a_runtime_that_stopped_the_sandbox_is_named_whether_the_runner_reported_or_not() {
         let stopped = || Finished {
-            pod_reason: Some(RUNTIME_STOPPED.into()),
-            pod_message: Some("the Docker daemon could not be reached".into()),
+            stopped: Some(Stopped::RuntimeGone { seen: "the Docker daemon could not be reached".into() }),
             ..Finished::default()
         };
         let mut terminated = result();
@@ -370,8 +340,8 @@ mod tests {
             change(&mut r);
             Some(r)
         };
-        let oom_container = Finished { container_reason: Some("OOMKilled".into()), exit_code: Some(137), ..Finished::default() };
-        let evicted = Finished { pod_reason: Some("Evicted".into()), pod_message: Some("disk".into()), ..Finished::default() };
+        let oom_container = Finished { oom_killed: true, exit_code: Some(137), ..Finished::default() };
+        let evicted = Finished { stopped: Some(Stopped::Evicted { message: "disk".into() }), ..Finished::default() };
         // (name, runner result, kubelet view, expected status, expected reason)
         type Case = (&'static str, Option<RunResult>, Option<Finished>, RunStatus, Option<RunReason>);
         let cases: Vec<Case> = vec![
@@ -406,7 +376,7 @@ mod tests {
                 }),
                 None,
                 RunStatus::Failed,
-                Some(RunReason::OomKilled),
+                Some(RunReason::OOMKilled),
             ),
             (
                 "start error",
@@ -459,7 +429,7 @@ mod tests {
                 RunStatus::Error,
                 Some(RunReason::Terminated),
             ),
-            ("runner oom-killed", None, Some(oom_container), RunStatus::Failed, Some(RunReason::OomKilled)),
+            ("runner oom-killed", None, Some(oom_container), RunStatus::Failed, Some(RunReason::OOMKilled)),
             ("evicted", None, Some(evicted), RunStatus::Error, Some(RunReason::Evicted)),
             ("lost", None, None, RunStatus::Error, Some(RunReason::ResultLost)),
         ];
@@ -481,16 +451,13 @@ mod tests {
             Some(r)
         };
         let evicted = || Finished {
-            pod_reason: Some("Evicted".into()),
-            pod_message: Some("Usage of EmptyDir volume \"work\" exceeds the limit \"1Gi\". ".into()),
+            stopped: Some(Stopped::Evicted { message: "Usage of EmptyDir volume \"work\" exceeds the limit \"1Gi\". ".into() }),
             ..Finished::default()
         };
         let deleted = || Finished { deleted: true, exit_code: Some(143), ..Finished::default() };
         let drained =
             || Finished { disruption: Some("EvictionByEvictionAPI: Eviction API: evicting".into()), deleted: true, ..Finished::default() };
         let start_error = || Finished {
-            container_reason: Some("StartError".into()),
-            container_message: Some("unable to set memory limit to 64 (current usage: 2117632)".into()),
             exit_code: Some(128),
             // What the backend reads from such a status (`classify`).
             start_failure: Some(
@@ -520,7 +487,7 @@ mod tests {
             (
                 "2: the pod's own deadline",
                 sigterm(),
-                Some(Finished { pod_reason: Some("DeadlineExceeded".into()), ..Finished::default() }),
+                Some(Finished { stopped: Some(Stopped::DeadlinePassed), ..Finished::default() }),
                 false,
                 RunStatus::TimedOut,
                 RunReason::DeadlineExceeded,

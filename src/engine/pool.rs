@@ -390,9 +390,6 @@ mod tests {
     #[test]
     fn the_assignment_is_what_a_cold_pod_would_run() {
         let policy = Policy {
-            namespace: "jobs".into(),
-            runner_image: "runner:1".into(),
-            runner_binary_path: "/runner".into(),
             run_as_user: 65532,
             default_cpu: quantity("1"),
             default_memory: quantity("512Mi"),
@@ -403,9 +400,6 @@ mod tests {
             extra_env: [("PROXY".to_string(), "operator".to_string())].into(),
             cache: None,
             clone: None,
-            finished_ttl: Duration::from_secs(300),
-            runtime_class: None,
-            await_network_policy: crate::engine::spec::AwaitFence::NEVER,
         };
         let assignment = assignment("run-1", &spec(), &policy);
         assert_eq!(assignment.exec, exec_options(&spec(), &policy), "the argv, caps, timeout and disk bound of runner exec");

@@ -7,14 +7,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::engine::backend::Backend;
+use crate::supervise;
 
 /// How often the reaper looks.
 pub const REAP_EVERY: Duration = Duration::from_secs(60);
 
 /// Reaps once now, then every `every`, on its own thread, for the life of
-/// the process.
+/// the process (an essential one: a panic fails `/readyz`).
 pub fn start(backend: Arc<dyn Backend>, every: Duration) -> std::io::Result<()> {
-    std::thread::Builder::new().name("reaper".into()).spawn(move || {
+    supervise::spawn(supervise::Kind::Reaper, move || {
         loop {
             backend.reap(SystemTime::now());
             std::thread::sleep(every);

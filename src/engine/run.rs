@@ -15,16 +15,18 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cancel::CancelToken;
-use crate::engine::backend::{Abort, Backend, Created, Keep, NewRun, OutputError, Sighting, Watched, Wording};
+use crate::engine::backend::{Abort, Backend, Created, Keep, NewRun, OutputError, Sighting, Watched};
 use crate::engine::collect::{Collector, LiveChunk};
 use crate::engine::decide::{Away, Deadlines, Event, LogEnd, RunState, ServerEnd, Step, Verdict};
+use crate::engine::facts::{DecidedBy, Finished, Wording};
 use crate::engine::jobs::Lookup;
-use crate::engine::outcome::{self, Finished, Judged};
+use crate::engine::outcome::{self, Judged};
 use crate::engine::slots::{Gate, SlotError, Slots};
 use crate::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
-use crate::engine::verdict::{self, DecidedBy, Ended};
+use crate::engine::verdict::{self, Ended};
 use crate::log;
 use crate::metrics;
+use crate::network::NetworkMode;
 
 /// Everything a run needs from the server: shared by all runs.
 #[derive(Clone)]
@@ -67,9 +69,49 @@ pub fn new_run_id() -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
+/// A `doctor` check's tiny job: `command` in `image` run through the
+/// engine exactly as a job would run (the hardening, the mode's network),
+/// with no files and no caller environment, for 30 s at most.
+pub fn run_check(ctx: &Ctx, image: &str, command: &[&str], network: NetworkMode) -> RunOutcome {
+    let spec = RunSpec {
+        image: image.to_string(),
+        command: command.iter().map(|arg| arg.to_string()).collect(),
+        files: Vec::new(),
+        env: std::collections::BTreeMap::new(),
+        cpu_limit: None,
+        memory_limit: None,
+        timeout: Duration::from_secs(30),
+        workdir: crate::sandbox::WORKDIR.to_string(),
+        artifacts: Vec::new(),
+        clone: None,
+        network,
+    };
+    run(ctx, &spec, &new_run_id(), &CancelToken::new(), &|_| {})
+}
+
 /// Runs `spec` to its end. Always returns an outcome: API refusals and
-/// cancellation are outcomes with `status: error` or `cancelled`.
+/// cancellation are outcomes with `status: error` or `cancelled`. Its
+/// timings hold, on the server's clock, when the run was taken, when its
+/// first output arrived and when the answer was ready.
 pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_progress: &(dyn Fn(Progress) + Sync)) -> RunOutcome {
+    let submitted = SystemTime::now();
+    let first_output = std::sync::OnceLock::new();
+    let on_progress = |progress: Progress| {
+        if matches!(&progress, Progress::Output(chunk) if !chunk.bytes.is_empty()) {
+            let _ = first_output.set(SystemTime::now());
+        }
+        on_progress(progress)
+    };
+    let mut outcome = run_taken(ctx, spec, run_id, cancel, &on_progress);
+    outcome.times.submitted = Some(submitted);
+    outcome.times.first_output = first_output.get().copied();
+    outcome.times.answered = Some(SystemTime::now());
+    outcome
+}
+
+/// `run` itself: the slot, the sandbox, the end; `run` adds its own
+/// stamps of the call around it.
+fn run_taken(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_progress: &(dyn Fn(Progress) + Sync)) -> RunOutcome {
     if ctx.slots.counts().running > 0 {
         on_progress(Progress::Queued);
     }
@@ -113,6 +155,7 @@ pub fn run(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_pro
         outcome.notes.push(format!("the sandbox could not be stopped ({error}); it ends at its own deadline"));
     }
     outcome.times.created = created.created_at;
+    outcome.times.warm = claimed.is_some();
     log_finished(run_id, &outcome, started);
     outcome
 }
@@ -131,9 +174,19 @@ pub fn create(ctx: &Ctx, spec: &RunSpec, run_id: &str, keep: Keep) -> Result<Cre
 
 /// The moment after which the runner must not start the command: the
 /// server's start deadline (`Followed::from_spec`, taken just before the
-/// create), less a second for the moments between them and the clocks.
+/// create), less `start_by_margin`.
 fn start_by(policy: &Policy) -> SystemTime {
-    SystemTime::now() + policy.start_timeout.saturating_sub(Duration::from_secs(1))
+    SystemTime::now() + policy.start_timeout.saturating_sub(start_by_margin(policy.start_timeout))
+}
+
+/// Between the runner's last moment to start the command and the server's
+/// start deadline: the clocks, and the time a node takes to know it
+/// started a container, so that the fresh look at the deadline (which asks
+/// the node) sees every command that did start. A fifth of the start
+/// timeout, from 1 to 3 s, so a short one still leaves the sandbox most of
+/// its time.
+fn start_by_margin(start_timeout: Duration) -> Duration {
+    (start_timeout / 5).clamp(Duration::from_secs(1), Duration::from_secs(3))
 }
 
 /// Runs being created at once, over every caller. A create is a burst of
@@ -224,6 +277,7 @@ pub fn log_finished(run_id: &str, outcome: &RunOutcome, started: Instant) {
             ("stdout_bytes", outcome.stdout_total_bytes.into()),
             ("stderr_bytes", outcome.stderr_total_bytes.into()),
             ("artifacts", outcome.artifacts.len().into()),
+            ("warm", outcome.times.warm.into()),
             ("elapsed_ms", (started.elapsed().as_millis() as u64).into()),
         ],
     );
@@ -713,4 +767,16 @@ fn cancelled(run_id: &str, wording: &Wording, collector: Collector) -> RunOutcom
     outcome.truncated.stdout = true;
     outcome.truncated.stderr = true;
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runner_stops_starting_commands_a_fifth_of_the_start_timeout_early_from_1_to_3_s() {
+        for (timeout_s, margin_ms) in [(5, 1_000), (10, 2_000), (15, 3_000), (120, 3_000)] {
+            assert_eq!(start_by_margin(Duration::from_secs(timeout_s)), Duration::from_millis(margin_ms), "{timeout_s} s");
+        }
+    }
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::network::{FenceModes, NetworkMode};
+use crate::network::NetworkMode;
 use crate::quantity::Quantity;
 use crate::sandbox::args::ExecOptions;
 use crate::sandbox::{KILL_GRACE, TERMINATION_LOG, TMP_DIR};
@@ -105,11 +105,6 @@ pub fn command_env(spec: &RunSpec, policy: &Policy) -> BTreeMap<String, String> 
 /// What the operator configured, the same for every run.
 #[derive(Clone, Debug)]
 pub struct Policy {
-    pub namespace: String,
-    /// Image holding this binary; its `prepare` container copies the runner.
-    pub runner_image: String,
-    /// Path of this binary inside `runner_image`.
-    pub runner_binary_path: String,
     pub run_as_user: u32,
     pub default_cpu: Quantity,
     pub default_memory: Quantity,
@@ -124,36 +119,6 @@ pub struct Policy {
     /// The clone step, when MCP_K8S_CLONE_IMAGE and MCP_K8S_CLONE_SECRET
     /// are set; `tools` refuses `clone` arguments without it.
     pub clone: Option<CloneStep>,
-    /// How long a finished Job may stay before the TTL controller deletes
-    /// it, should the server not delete it itself (crash, lost connection).
-    pub finished_ttl: Duration,
-    /// Optional RuntimeClass (gVisor, Kata) for stronger isolation.
-    pub runtime_class: Option<String>,
-    /// Which runs hold their command until their pod's network policy is
-    /// seen in force, and for how long at most.
-    pub await_network_policy: AwaitFence,
-}
-
-/// The fence wait: for which modes (MCP_K8S_AWAIT_NETWORK_POLICY), up to
-/// how long (MCP_K8S_NETWORK_POLICY_WAIT_S).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AwaitFence {
-    pub modes: FenceModes,
-    pub bound: Duration,
-}
-
-impl AwaitFence {
-    pub const NEVER: AwaitFence = AwaitFence { modes: FenceModes::Never, bound: Duration::ZERO };
-
-    /// How long a run in `mode` waits for its fence; `None`: it does not.
-    pub fn bound_for(self, mode: NetworkMode) -> Option<Duration> {
-        let waits = match self.modes {
-            FenceModes::Never => false,
-            FenceModes::Closed => mode != NetworkMode::Open,
-            FenceModes::All => true,
-        };
-        waits.then_some(self.bound)
-    }
 }
 
 #[derive(Clone, Debug)]
@@ -179,11 +144,12 @@ pub enum RunStatus {
     Cancelled,
 }
 
-/// Declares `RunReason` with its wire names and `ALL` from one list, so a
-/// new reason cannot be missing from `ALL` (and so from `from_name`, which
-/// reads outcomes recorded on a Job).
+/// Declares `RunReason` and `ALL` from one list, so a new reason cannot be
+/// missing from `ALL` (and so from `from_name`, which reads outcomes
+/// recorded on a Job). A reason's wire name is its variant's name, so the
+/// two cannot drift apart.
 macro_rules! run_reasons {
-    ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
+    ($($(#[$doc:meta])* $variant:ident,)*) => {
         /// Why a run did not simply succeed or fail on its own.
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub enum RunReason {
@@ -197,7 +163,7 @@ macro_rules! run_reasons {
             /// The one name of a reason: in tool results, logs and metrics alike.
             pub fn name(self) -> &'static str {
                 match self {
-                    $(RunReason::$variant => $name,)*
+                    $(RunReason::$variant => stringify!($variant),)*
                 }
             }
         }
@@ -206,51 +172,52 @@ macro_rules! run_reasons {
 
 run_reasons! {
     /// The command exited non-zero.
-    NonZeroExit => "NonZeroExit",
+    NonZeroExit,
     /// The command was killed by a signal it did not get from us.
-    Signaled => "Signaled",
-    OomKilled => "OOMKilled",
+    Signaled,
+    /// The kernel's OOM killer ended the command (the memory limit).
+    OOMKilled,
     /// The pod reached its process limit (the kubelet's `podPidsLimit`)
     /// and the command failed: a fork storm, or too many threads.
-    PidsExhausted => "PidsExhausted",
+    PidsExhausted,
     /// The workdir or /tmp outgrew MCP_K8S_WORKDIR_SIZE; the runner
     /// stopped the command.
-    DiskLimitExceeded => "DiskLimitExceeded",
-    ImagePullFailed => "ImagePullFailed",
-    Unschedulable => "Unschedulable",
-    QuotaExceeded => "QuotaExceeded",
+    DiskLimitExceeded,
+    ImagePullFailed,
+    Unschedulable,
+    QuotaExceeded,
     /// Admission (Pod Security, LimitRange, validation) refused the pod.
-    Rejected => "Rejected",
+    Rejected,
     /// `timeout_s` passed while the command ran.
-    DeadlineExceeded => "DeadlineExceeded",
+    DeadlineExceeded,
     /// The pod did not start within the start timeout.
-    StartTimeout => "StartTimeout",
+    StartTimeout,
     /// The kubelet evicted the pod (workdir over its size limit, node
     /// pressure) or the eviction API did; the message carries its text.
-    Evicted => "Evicted",
+    Evicted,
     /// Something other than this server deleted the pod.
-    PodDeleted => "PodDeleted",
+    PodDeleted,
     /// The runner was sent SIGTERM by something other than this server,
     /// and neither an eviction nor a deletion was seen to explain it.
-    Terminated => "Terminated",
+    Terminated,
     /// The command could not be started (not found, not executable), or
     /// the container runtime could not start the container (`StartError`).
-    StartFailed => "StartFailed",
+    StartFailed,
     /// The container could not be created (bad config, missing volume).
-    ContainerFailed => "ContainerFailed",
+    ContainerFailed,
     /// The init container that writes inputs failed.
-    InputFailed => "InputFailed",
+    InputFailed,
     /// With MCP_K8S_AWAIT_NETWORK_POLICY, the pod's network policy was not
     /// seen in force in time: the command was never started.
-    NetworkPolicyNotEnforced => "NetworkPolicyNotEnforced",
-    CloneFailed => "CloneFailed",
+    NetworkPolicyNotEnforced,
+    CloneFailed,
     /// The pod ended without the runner's result frame.
-    ResultLost => "ResultLost",
-    Cancelled => "Cancelled",
+    ResultLost,
+    Cancelled,
     /// The API server refused or failed a call the run needed.
-    ApiError => "ApiError",
+    ApiError,
     /// The server was at MCP_K8S_MAX_CONCURRENT with a full queue.
-    QueueFull => "QueueFull",
+    QueueFull,
 }
 
 impl RunStatus {
@@ -299,28 +266,48 @@ pub struct Artifact {
     pub content: Option<Vec<u8>>,
 }
 
-/// Wall-clock instants of the run's phases, as far as they happened.
+/// Wall-clock instants of the run's phases, as far as they happened, and
+/// whether the run took a warm sandbox.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PhaseTimes {
+    /// The engine took the run (before it waited for a slot; a background
+    /// run's submission).
+    pub submitted: Option<SystemTime>,
+    /// Its sandbox was created, or a warm one was handed to it.
     pub created: Option<SystemTime>,
     pub scheduled: Option<SystemTime>,
     pub started: Option<SystemTime>,
+    /// The first output reached the server, for a run it followed from its
+    /// start (a run answered in the call).
+    pub first_output: Option<SystemTime>,
     pub finished: Option<SystemTime>,
+    /// The answer was ready (a run answered in the call).
+    pub answered: Option<SystemTime>,
+    /// The run took a warm pool's sandbox: it was never cold underneath.
+    pub warm: bool,
 }
 
 impl PhaseTimes {
-    /// The stamps in their phases' order, `created` ≤ `scheduled` ≤
-    /// `started` ≤ `finished`. They come from different observers (the
-    /// server's create call returning, the runtime's start record, the
-    /// runner's own clock, in ms) and can disagree by milliseconds; the
-    /// later phase's observer is the closer one, so an earlier stamp past
-    /// a later one is brought back to it. A missing stamp stays missing.
+    /// The stamps in their phases' order, `submitted` ≤ `created` ≤
+    /// `scheduled` ≤ `started` ≤ `first_output` ≤ `finished` ≤ `answered`.
+    /// They come from different observers (the server's clock, the API's
+    /// status in whole seconds, the runtime's start record, the runner's
+    /// own clock, in ms) and can disagree; the later phase's observer is
+    /// the closer one, so an earlier stamp past a later one is brought back
+    /// to it. `submitted` and `answered` are the server's own stamps of
+    /// the call and bound the run: they are never moved, and a stamp that a
+    /// coarser one brought back before `submitted` is raised to it. A
+    /// missing stamp stays missing.
     pub fn ordered(&self) -> PhaseTimes {
         let mut times = self.clone();
-        let mut bound = times.finished;
-        for stamp in [&mut times.started, &mut times.scheduled, &mut times.created] {
+        let submitted = times.submitted;
+        let mut bound = times.answered;
+        for stamp in [&mut times.finished, &mut times.first_output, &mut times.started, &mut times.scheduled, &mut times.created] {
             if let (Some(value), Some(limit)) = (*stamp, bound) {
                 *stamp = Some(value.min(limit));
+            }
+            if let (Some(value), Some(floor)) = (*stamp, submitted) {
+                *stamp = Some(value.max(floor));
             }
             bound = stamp.or(bound);
         }
@@ -379,41 +366,59 @@ impl RunOutcome {
 mod tests {
     use super::*;
 
-    #[test]
-    fn which_modes_wait_for_their_fence() {
-        use crate::network::FenceModes;
-        let bound = std::time::Duration::from_secs(10);
-        let cases =
-            [(FenceModes::Never, [false, false, false]), (FenceModes::Closed, [true, true, false]), (FenceModes::All, [true, true, true])];
-        for (modes, waits) in cases {
-            let fence = AwaitFence { modes, bound };
-            for (mode, waits) in NetworkMode::ALL.into_iter().zip(waits) {
-                assert_eq!(fence.bound_for(mode), waits.then_some(bound), "{modes:?} {mode:?}");
-            }
-        }
-    }
-
     /// Each row: created, scheduled, started, finished in ms (None: not
     /// seen), and what `ordered` makes of them.
     #[test]
     fn phase_times_are_always_in_their_phases_order() {
-        type Row = [Option<u64>; 4];
+        // submitted, created, scheduled, started, first output, finished, answered
+        type Row = [Option<u64>; 7];
         let cases: &[(Row, Row)] = &[
-            ([Some(1), Some(2), Some(3), Some(4)], [Some(1), Some(2), Some(3), Some(4)]),
+            (
+                [Some(1), Some(2), Some(3), Some(4), Some(5), Some(6), Some(7)],
+                [Some(1), Some(2), Some(3), Some(4), Some(5), Some(6), Some(7)],
+            ),
             // A Docker run: the create returned after the runtime's start
             // record, which came after the runner's first stamp.
-            ([Some(235), Some(229), Some(227), Some(900)], [Some(227), Some(227), Some(227), Some(900)]),
-            ([Some(5), None, Some(3), Some(9)], [Some(3), None, Some(3), Some(9)]),
-            ([Some(5), Some(6), None, None], [Some(5), Some(6), None, None]),
-            ([Some(8), Some(7), Some(6), Some(5)], [Some(5), Some(5), Some(5), Some(5)]),
-            ([None, None, None, None], [None, None, None, None]),
+            (
+                [None, Some(235), Some(229), Some(227), None, Some(900), None],
+                [None, Some(227), Some(227), Some(227), None, Some(900), None],
+            ),
+            ([None, Some(5), None, Some(3), None, Some(9), None], [None, Some(3), None, Some(3), None, Some(9), None]),
+            ([None, Some(5), Some(6), None, None, None, None], [None, Some(5), Some(6), None, None, None, None]),
+            ([None, Some(8), Some(7), Some(6), None, Some(5), None], [None, Some(5), Some(5), Some(5), None, Some(5), None]),
+            // The first output reached the server after the runner's
+            // clock said the command had finished; the answer after both.
+            (
+                [Some(100), Some(150), Some(160), Some(170), Some(420), Some(400), Some(430)],
+                [Some(100), Some(150), Some(160), Some(170), Some(400), Some(400), Some(430)],
+            ),
+            // The runner's clock ahead of the server's answer.
+            (
+                [Some(100), Some(150), Some(160), Some(170), None, Some(440), Some(430)],
+                [Some(100), Some(150), Some(160), Some(170), None, Some(430), Some(430)],
+            ),
+            // The API's whole-second scheduling stamp, truncated to before
+            // the call: the server's own stamps stay, the coarse one is
+            // raised to the submission.
+            (
+                [Some(1800), Some(1850), Some(1000), Some(1900), Some(2100), Some(2500), Some(2600)],
+                [Some(1800), Some(1800), Some(1800), Some(1900), Some(2100), Some(2500), Some(2600)],
+            ),
+            ([None; 7], [None; 7]),
         ];
         let at = |ms: Option<u64>| ms.map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms));
+        let times = |row: &Row| PhaseTimes {
+            submitted: at(row[0]),
+            created: at(row[1]),
+            scheduled: at(row[2]),
+            started: at(row[3]),
+            first_output: at(row[4]),
+            finished: at(row[5]),
+            answered: at(row[6]),
+            warm: true,
+        };
         for (input, expected) in cases {
-            let times = PhaseTimes { created: at(input[0]), scheduled: at(input[1]), started: at(input[2]), finished: at(input[3]) };
-            let want =
-                PhaseTimes { created: at(expected[0]), scheduled: at(expected[1]), started: at(expected[2]), finished: at(expected[3]) };
-            assert_eq!(times.ordered(), want, "{input:?}");
+            assert_eq!(times(input).ordered(), times(expected), "{input:?}");
         }
     }
 

@@ -19,40 +19,18 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 
 use crate::engine::backend::{Backend, Error, Settled, Stop};
+use crate::engine::facts::{DecidedBy, Recorded};
 use crate::engine::spec::{RunOutcome, RunReason, RunStatus};
 use crate::log;
 
 /// Longest message kept in a record (Kubernetes annotations share 256 KiB).
 const MESSAGE_CHARS: usize = 2000;
 
-/// Who decided a run's end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DecidedBy {
-    /// The runner's result frame: the pod ends on its own, and its log
-    /// keeps the output for any process that reads it.
-    Runner,
-    /// This server, without a result (deadlines, pod state, API trouble,
-    /// a cancel): the sandbox must be stopped before the answer goes out.
-    Server,
-}
-
 /// A run's end as `run::follow` decided it.
 #[derive(Clone, Debug)]
 pub struct Ended {
     pub outcome: RunOutcome,
     pub by: DecidedBy,
-}
-
-/// A verdict as recorded with a run.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Recorded {
-    pub status: RunStatus,
-    pub reason: Option<RunReason>,
-    pub message: String,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub by: DecidedBy,
-    pub ended_at: Option<SystemTime>,
 }
 
 /// Whether the verdict is recorded: background runs' are (any process

@@ -25,6 +25,7 @@ use ureq::tls::ClientCert;
 use crate::kube::Error;
 use crate::kube::kubeconfig::{CredentialsConfig, ExecConfig, InteractiveMode};
 use crate::log::Redacted;
+use crate::supervise;
 
 /// client-go re-reads token files this often even when nothing changed.
 pub const TOKEN_FILE_REREAD: Duration = Duration::from_secs(60);
@@ -353,15 +354,17 @@ fn run_plugin(config: &ExecConfig, timeout: Duration) -> Result<Vec<u8>, Error> 
     Ok(stdout)
 }
 
-/// Reads a child's pipe to the end on a thread of its own.
+/// Reads a child's pipe to the end on a thread of its own. A thread that
+/// cannot start panics, as `std::thread::spawn` does.
 fn spawn_reader(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
+    supervise::spawn(supervise::Kind::ExecPluginReader, move || {
         let mut bytes = Vec::new();
         if let Some(mut pipe) = pipe {
             let _ = pipe.read_to_end(&mut bytes);
         }
         bytes
     })
+    .expect("failed to spawn thread")
 }
 
 fn decode_exec_output(config: &ExecConfig, stdout: &[u8]) -> Result<ExecOutput, Error> {

@@ -154,6 +154,8 @@ impl Resource {
     pub const EVENTS: Resource = Resource { api_path: "/api/v1", plural: "events", namespaced: true };
     pub const PERSISTENT_VOLUME_CLAIMS: Resource = Resource { api_path: "/api/v1", plural: "persistentvolumeclaims", namespaced: true };
     pub const NAMESPACES: Resource = Resource { api_path: "/api/v1", plural: "namespaces", namespaced: false };
+    pub const NODES: Resource = Resource { api_path: "/api/v1", plural: "nodes", namespaced: false };
+    pub const ENDPOINT_SLICES: Resource = Resource { api_path: "/apis/discovery.k8s.io/v1", plural: "endpointslices", namespaced: true };
 }
 
 /// Selectors for list and watch.

@@ -142,6 +142,8 @@ pub struct PodStatus {
     pub init_container_statuses: Vec<ContainerStatus>,
     #[serde(default, deserialize_with = "lenient")]
     pub start_time: Option<String>,
+    #[serde(default, rename = "podIP", deserialize_with = "lenient")]
+    pub pod_ip: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -357,6 +359,80 @@ pub struct ClaimStatus {
     /// `Pending`, `Bound` or `Lost`.
     #[serde(default, deserialize_with = "lenient")]
     pub phase: Option<String>,
+}
+
+/// A node: the addresses it reports and its kubelet's port.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Node {
+    #[serde(default, deserialize_with = "lenient")]
+    pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "lenient")]
+    pub status: NodeStatus,
+}
+
+impl Node {
+    pub fn from_value(value: &Value) -> Node {
+        view(value)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    #[serde(default, deserialize_with = "lenient_items")]
+    pub addresses: Vec<NodeAddress>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub daemon_endpoints: DaemonEndpoints,
+}
+
+/// `InternalIP`, `ExternalIP`, `Hostname`, ... and its value.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct NodeAddress {
+    #[serde(default, rename = "type", deserialize_with = "lenient")]
+    pub kind: String,
+    #[serde(default, deserialize_with = "lenient")]
+    pub address: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonEndpoints {
+    #[serde(default, deserialize_with = "lenient")]
+    pub kubelet_endpoint: DaemonEndpoint,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct DaemonEndpoint {
+    #[serde(default, rename = "Port", deserialize_with = "lenient")]
+    pub port: Option<u16>,
+}
+
+/// An EndpointSlice (discovery.k8s.io/v1): the addresses behind a Service
+/// and its ports.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct EndpointSlice {
+    #[serde(default, deserialize_with = "lenient_items")]
+    pub endpoints: Vec<Endpoint>,
+    #[serde(default, deserialize_with = "lenient_items")]
+    pub ports: Vec<EndpointPort>,
+}
+
+impl EndpointSlice {
+    pub fn from_value(value: &Value) -> EndpointSlice {
+        view(value)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Endpoint {
+    #[serde(default, deserialize_with = "lenient_items")]
+    pub addresses: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct EndpointPort {
+    #[serde(default, deserialize_with = "lenient")]
+    pub port: Option<u16>,
 }
 
 /// The answer of `GET /version`.

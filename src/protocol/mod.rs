@@ -36,6 +36,7 @@ use serde_json::{Map, Value, json};
 use crate::cancel::CancelToken;
 use crate::echo;
 use crate::log::{self, Level};
+use crate::supervise;
 use crate::tools::{self, CallEvents, ToolOutcome};
 use jsonrpc::{ErrorCode, Message, Notification, Request, RequestId, Response, ResponseError};
 
@@ -396,7 +397,7 @@ impl Server {
                     era,
                 },
             };
-            let spawned = std::thread::Builder::new().name(format!("call-{name}")).spawn(move || running.run());
+            let spawned = supervise::spawn_named(supervise::Kind::Call, format!("call-{name}"), move || running.run());
             if let Err(error) = spawned {
                 calls.remove(request_id);
                 self.calls.unregister(call_number);
@@ -589,7 +590,7 @@ impl RunningCall {
             ),
         };
         let result = match self.era {
-            EraCall::Modern { .. } => result.map(modern::complete),
+            EraCall::Modern { .. } => result.map(complete),
             EraCall::Handshake => result,
         };
         let answered = self.handle.answer.load(Ordering::SeqCst);
@@ -696,6 +697,20 @@ fn set_log_level(session: &Session, params: &Map<String, Value>) -> Result<Value
     };
     lock(&session.state).log_level = level;
     Ok(json!({}))
+}
+
+/// Tags a 2026-07-28 result as complete unless it says otherwise (a
+/// task): what `EraCall::Modern`'s results carry. Here, beside the
+/// dispatcher that tags each modern call's result, rather than in `modern`:
+/// `tasks_extension` needs it too (a task's inlined tool result), and
+/// `modern` imports `tasks_extension`.
+fn complete(mut result: Value) -> Value {
+    if let Value::Object(object) = &mut result
+        && !object.contains_key("resultType")
+    {
+        object.insert("resultType".into(), json!("complete"));
+    }
+    result
 }
 
 fn invalid_params(message: impl Into<String>) -> ResponseError {

@@ -22,7 +22,9 @@ use serde_json::{Map, Value, json};
 
 use super::era::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
 use super::jsonrpc::{ErrorCode, Request, Response, ResponseError};
-use super::{CallStart, EraCall, Outbox, Server, Session, Work, invalid_params, list_tools, resources, send_response, tasks_extension};
+use super::{
+    CallStart, EraCall, Outbox, Server, Session, Work, complete, invalid_params, list_tools, resources, send_response, tasks_extension,
+};
 use crate::echo;
 use crate::log::Level;
 use crate::tools;
@@ -135,16 +137,6 @@ impl Server {
         };
         send_response(&outbox, &Response { id: Some(id), result: result.map(complete) });
     }
-}
-
-/// Tags a result as complete unless it says otherwise (a task).
-pub fn complete(mut result: Value) -> Value {
-    if let Value::Object(object) = &mut result
-        && !object.contains_key("resultType")
-    {
-        object.insert("resultType".into(), json!("complete"));
-    }
-    result
 }
 
 /// `YYYY-MM-DD`, the shape of every MCP revision name.

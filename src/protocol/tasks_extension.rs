@@ -40,7 +40,7 @@ pub fn create(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError>
     let task_id = match background::task_submit(ctx, name, arguments).map_err(response_error)? {
         TaskStart::Task(task_id) => task_id,
         // No run to make a task of: the answer is the tool's result, complete.
-        TaskStart::Answered(outcome) => return Ok(super::modern::complete(tools::result_json(outcome))),
+        TaskStart::Answered(outcome) => return Ok(super::complete(tools::result_json(outcome))),
     };
     let now = SystemTime::now();
     let state = TaskState { task_id, status: TaskStatus::Working, message: None, created: now, updated: now };
@@ -58,7 +58,7 @@ fn get(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     if state.status == TaskStatus::Completed {
         // Terminal, so this reads the recorded outcome without waiting.
         let outcome = background::task_result(ctx, task_id, call.cancel).map_err(response_error)?;
-        task["result"] = super::modern::complete(tools::result_json(outcome));
+        task["result"] = super::complete(tools::result_json(outcome));
     }
     Ok(task)
 }

@@ -37,10 +37,14 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::http1;
 use crate::sandbox::assignment::{self, Assignment, Key};
 
 /// Request line and headers together, at most.
 pub const MAX_HEAD_BYTES: usize = 8 << 10;
+/// The most header lines a request head may have: a server's delivery
+/// sends a handful.
+const MAX_HEADERS: usize = 32;
 /// How long one connection may take to send its whole request.
 pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -279,7 +283,7 @@ fn read_request(stream: &mut impl Connection) -> Result<Vec<u8>, Refusal> {
     let deadline = Instant::now() + CONNECTION_DEADLINE;
     let mut buffer = Vec::with_capacity(1024);
     let head_end = loop {
-        if let Some(end) = find_head_end(&buffer) {
+        if let Some(end) = http1::head_end(&buffer) {
             break end;
         }
         if buffer.len() >= MAX_HEAD_BYTES {
@@ -293,7 +297,7 @@ fn read_request(stream: &mut impl Connection) -> Result<Vec<u8>, Refusal> {
         }
     };
     let head = parse_head(&buffer[..head_end])?;
-    let mut body = buffer.split_off(head_end + 4);
+    let mut body = buffer.split_off(head_end);
     if body.len() > head.content_length {
         return Err(refuse(400, "more bytes than Content-Length says: one request per connection"));
     }
@@ -325,10 +329,11 @@ struct Head {
     expects_continue: bool,
 }
 
+/// A complete head (its `\r\n\r\n` included), its lines and fields read
+/// by `http1` like every head here.
 fn parse_head(head: &[u8]) -> Result<Head, Refusal> {
-    let text = std::str::from_utf8(head).map_err(|_| refuse(400, "the request head is not UTF-8"))?;
-    let mut lines = text.split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
+    let (request_line, fields) = http1::split(head, MAX_HEADERS).map_err(|error| refuse(400, error.to_string()))?;
+    let request_line = std::str::from_utf8(request_line).map_err(|_| refuse(400, "the request line is not UTF-8"))?;
     let mut parts = request_line.split(' ');
     let (method, target, version) = (parts.next(), parts.next(), parts.next());
     let (Some(method), Some(target), Some(version), None) = (method, target, version, parts.next()) else {
@@ -343,23 +348,20 @@ fn parse_head(head: &[u8]) -> Result<Head, Refusal> {
     if method != "POST" {
         return Err(refuse(405, format!("{} takes POST only", assignment::PATH)));
     }
-    let mut content_length = None;
-    let mut expects_continue = false;
-    for line in lines {
-        let (name, value) = line.split_once(':').ok_or_else(|| refuse(400, "a header line has no `:`"))?;
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            let length: usize = value.parse().map_err(|_| refuse(400, "Content-Length is not a number"))?;
-            if content_length.is_some_and(|earlier| earlier != length) {
-                return Err(refuse(400, "two different Content-Length headers"));
-            }
-            content_length = Some(length);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err(refuse(411, "send the assignment with a Content-Length, not a Transfer-Encoding"));
-        } else if name.eq_ignore_ascii_case("expect") {
-            expects_continue = value.eq_ignore_ascii_case("100-continue");
-        }
+    if http1::values(&fields, "transfer-encoding").next().is_some() {
+        return Err(refuse(411, "send the assignment with a Content-Length, not a Transfer-Encoding"));
     }
+    let mut content_length = None;
+    for value in http1::values(&fields, "content-length") {
+        let length = http1::content_length(value)
+            .and_then(|length| usize::try_from(length).ok())
+            .ok_or_else(|| refuse(400, "Content-Length is not a number"))?;
+        if content_length.is_some_and(|earlier| earlier != length) {
+            return Err(refuse(400, "two different Content-Length headers"));
+        }
+        content_length = Some(length);
+    }
+    let expects_continue = http1::values(&fields, "expect").last().is_some_and(|value| value.eq_ignore_ascii_case("100-continue"));
     let content_length = content_length.ok_or_else(|| refuse(411, "the assignment needs a Content-Length"))?;
     if content_length > assignment::MAX_BODY_BYTES {
         return Err(refuse(413, format!("the body is {content_length} bytes; an assignment is at most {}", assignment::MAX_BODY_BYTES)));
@@ -383,10 +385,6 @@ fn check_workdir(assignment: &Assignment, workdir: &Path) -> Result<(), String> 
         return Ok(());
     }
     Err(format!("the assignment's workdir `{}` is not this sandbox's `{}`", assignment.exec.workdir.display(), workdir.display()))
-}
-
-fn find_head_end(buffer: &[u8]) -> Option<usize> {
-    buffer.windows(4).position(|window| window == b"\r\n\r\n")
 }
 
 /// Reads more bytes into `buffer` before `deadline`, never past `up_to` in all.
@@ -727,7 +725,7 @@ mod tests {
 
     #[test]
     fn heads_are_parsed_strictly() {
-        let head = |text: &str| parse_head(text.as_bytes());
+        let head = |text: &str| parse_head(format!("{text}\r\n\r\n").as_bytes());
         assert_eq!(
             head("POST /assign HTTP/1.1\r\ncontent-length: 12\r\nexpect: 100-Continue"),
             Ok(Head { content_length: 12, expects_continue: true })
@@ -738,5 +736,11 @@ mod tests {
         assert!(head("POST /assign HTTP/2\r\nContent-Length: 1").is_err());
         assert!(head("POST  /assign HTTP/1.1\r\nContent-Length: 1").is_err());
         assert!(head("POST /assign HTTP/1.1\r\nContent-Length: -1").is_err());
+        assert!(head("POST /assign HTTP/1.1\r\nContent-Length: +1").is_err());
+        assert!(head("POST /assign HTTP/1.1\nContent-Length: 1").is_err(), "a bare LF");
+        assert!(head("POST /assign HTTP/1.1\r\nContent-Length : 1").is_err(), "space before the colon");
+        assert!(head("POST /assign HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked").is_err());
+        let many = format!("POST /assign HTTP/1.1\r\nContent-Length: 1{}", "\r\nA: b".repeat(MAX_HEADERS));
+        assert!(head(&many).is_err(), "more than {MAX_HEADERS} header lines");
     }
 }

@@ -20,7 +20,9 @@
 //! - `runner probe-pids [--ceiling N]`, run by `doctor` as a job's command,
 //!   prints the pod's real process limit (see `probe`);
 //! - `runner probe-connect`, run by `doctor` as a job's command, prints
-//!   whether the pod could connect to the API server (see `probe`).
+//!   whether the pod could connect to the API server (see `probe`);
+//! - `runner probe-reach IP:PORT...`, run by `doctor` as an `open` job's
+//!   command, prints which of the addresses it could connect to.
 
 pub mod artifacts;
 pub mod assign;
@@ -76,8 +78,14 @@ pub fn main(args: Vec<OsString>) -> i32 {
             Ok(0)
         }
         Some("probe-connect") => Err("runner probe-connect takes no arguments".to_string()),
+        Some("probe-reach") => argv::parse_reach(rest).map(|targets| {
+            for probe in probe::probe_reach(&targets) {
+                println!("{}", sandbox::probe::reach_line(&probe));
+            }
+            0
+        }),
         other => Err(format!(
-            "unknown runner subcommand `{}`; expected `init`, `await-ready`, `clone`, `credential`, `exec`, `await-assignment`, `probe-pids` or `probe-connect`",
+            "unknown runner subcommand `{}`; expected `init`, `await-ready`, `clone`, `credential`, `exec`, `await-assignment`, `probe-pids`, `probe-connect` or `probe-reach`",
             other.unwrap_or("")
         )),
     };
@@ -109,7 +117,7 @@ fn run_init(options: &InitOptions) -> Result<i32, String> {
 fn prepare(options: &InitOptions) -> Result<(), String> {
     // First: nothing of the run is in place until the pod is fenced.
     if let Some(bound) = options.await_fence {
-        probe::await_fence(bound)?;
+        probe::await_fence(probe::fence_bound(bound, options.await_fence_until_ms, now_ms()))?;
     }
     if let Some((inputs, workdir)) = &options.inputs {
         init::write_inputs(inputs, workdir)?;

@@ -1,6 +1,7 @@
 //! `runner probe-pids`: measures the process limit a pod really has, for
 //! `doctor`; `runner probe-connect`: tries the one
-//! connection every network mode refuses (see `probe_connect`). The pid limit of a Kubernetes pod is the
+//! connection every network mode refuses (see `probe_connect`); `runner
+//! probe-reach`: tries the addresses `open` must not reach (`probe_reach`). The pid limit of a Kubernetes pod is the
 //! kubelet's `podPidsLimit`, set on the pod's cgroup; the container sees
 //! only its own cgroup, whose `pids.max` is `max`, so reading files cannot
 //! tell. Starting threads until the kernel refuses one can: threads count
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::sandbox::probe::{ConnectProbe, FENCE_FAILURE, PidsProbe};
+use crate::sandbox::probe::{ConnectProbe, FENCE_FAILURE, PidsProbe, ReachProbe};
 
 /// How long a connection may take before the probe calls it refused: a
 /// policy that drops (rather than rejects) shows as a timeout.
@@ -43,6 +44,32 @@ pub fn probe_connect() -> ConnectProbe {
         Err(error) => (false, format!("{:?}", error.kind())),
     };
     ConnectProbe { target: address.to_string(), connected_at_start, connected, error }
+}
+
+/// Tries a TCP connection to each of `targets`, all at once, after
+/// `SETTLE` (the pod is then fenced on plugins that fence late): what the
+/// `open` policy lets through once in force.
+pub fn probe_reach(targets: &[SocketAddr]) -> Vec<ReachProbe> {
+    std::thread::sleep(SETTLE);
+    let tries: Vec<_> = targets
+        .iter()
+        .map(|target| {
+            let target = *target;
+            std::thread::spawn(move || TcpStream::connect_timeout(&target, CONNECT_TIMEOUT).map(|_| ()))
+        })
+        .collect();
+    targets
+        .iter()
+        .zip(tries)
+        .map(|(target, tried)| {
+            let outcome = tried.join().unwrap_or_else(|_| Err(std::io::Error::other("the try panicked")));
+            ReachProbe {
+                target: target.to_string(),
+                reached: outcome.is_ok(),
+                error: outcome.err().map_or_else(|| "none".to_string(), |error| format!("{:?}", error.kind())),
+            }
+        })
+        .collect()
 }
 
 /// The API server's Service, from the environment the kubelet gives every
@@ -86,6 +113,13 @@ pub fn await_fence(bound: Duration) -> Result<(), String> {
     }
 }
 
+/// How long the fence wait lasts: `bound`, or until `until_ms` (ms since
+/// the Unix epoch) when that is later.
+pub fn fence_bound(bound: Duration, until_ms: Option<u64>, now_ms: u64) -> Duration {
+    let until = until_ms.map_or(Duration::ZERO, |until_ms| Duration::from_millis(until_ms.saturating_sub(now_ms)));
+    bound.max(until)
+}
+
 /// Starts up to `ceiling` idle threads, counts them and lets them go.
 pub fn probe_pids(ceiling: u64) -> PidsProbe {
     let release = Arc::new(AtomicBool::new(false));
@@ -127,6 +161,16 @@ fn own_pids_max() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fence_wait_lasts_its_bound_or_until_its_deadline_whichever_is_later() {
+        let ten = Duration::from_secs(10);
+        for (until_ms, now_ms, expected) in
+            [(None, 1_000, ten), (Some(5_000), 1_000, ten), (Some(31_000), 1_000, Duration::from_secs(30)), (Some(500), 1_000, ten)]
+        {
+            assert_eq!(fence_bound(ten, until_ms, now_ms), expected, "{until_ms:?} at {now_ms}");
+        }
+    }
 
     #[test]
     fn a_small_ceiling_is_reached_without_a_limit() {

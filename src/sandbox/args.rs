@@ -64,6 +64,9 @@ pub struct InitOptions {
     /// Wait up to this long for the pod's network policy to be in force
     /// before anything else (`runner::fence`; MCP_K8S_AWAIT_NETWORK_POLICY).
     pub await_fence: Option<Duration>,
+    /// ... and at least until this moment (ms since the Unix epoch): a
+    /// background run waits out a late fence up to its start deadline.
+    pub await_fence_until_ms: Option<u64>,
 }
 
 /// Options of `runner await-ready`, the postStart hook that holds the main
@@ -245,13 +248,26 @@ pub fn init_args(options: &InitOptions) -> Vec<String> {
     if let Some(bound) = options.await_fence {
         args.extend(["--await-fence-ms".to_string(), bound.as_millis().to_string()]);
     }
+    if let Some(until_ms) = options.await_fence_until_ms {
+        args.extend(["--await-fence-until-ms".to_string(), until_ms.to_string()]);
+    }
     args
+}
+
+/// Makes the fence wait of `runner init` arguments last at least until
+/// `until_ms` (ms since the Unix epoch); arguments without a fence wait
+/// are left as they are.
+pub fn with_fence_until(init_args: &mut Vec<String>, until_ms: u64) {
+    if init_args.iter().any(|arg| arg == "--await-fence-ms") {
+        init_args.extend(["--await-fence-until-ms".to_string(), until_ms.to_string()]);
+    }
 }
 
 pub fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
     use lexopt::prelude::*;
     let mut parser = lexopt::Parser::from_args(args);
-    let (mut copy_to, mut inputs, mut workdir, mut ready_file, mut await_fence) = (None, None, None, None, None);
+    let (mut copy_to, mut inputs, mut workdir, mut ready_file, mut await_fence, mut await_fence_until_ms) =
+        (None, None, None, None, None, None);
     while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
         match arg {
             Long("copy-to") => copy_to = Some(PathBuf::from(value(&mut parser)?)),
@@ -259,6 +275,7 @@ pub fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
             Long("workdir") => workdir = Some(PathBuf::from(value(&mut parser)?)),
             Long("ready-file") => ready_file = Some(PathBuf::from(value(&mut parser)?)),
             Long("await-fence-ms") => await_fence = Some(Duration::from_millis(number(&mut parser, "--await-fence-ms")?)),
+            Long("await-fence-until-ms") => await_fence_until_ms = Some(number(&mut parser, "--await-fence-until-ms")?),
             other => return Err(other.unexpected().to_string()),
         }
     }
@@ -268,7 +285,10 @@ pub fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
         (None, None) => None,
         _ => return Err("runner init needs --inputs and --workdir together".into()),
     };
-    Ok(InitOptions { copy_to, inputs, ready_file, await_fence })
+    if await_fence_until_ms.is_some() && await_fence.is_none() {
+        return Err("runner init needs --await-fence-ms with --await-fence-until-ms".into());
+    }
+    Ok(InitOptions { copy_to, inputs, ready_file, await_fence, await_fence_until_ms })
 }
 
 /// Builds the argument list of `runner await-ready` for a pod spec; the
@@ -393,6 +413,22 @@ pub fn parse_probe(args: Vec<OsString>) -> Result<u64, String> {
     Ok(ceiling)
 }
 
+/// The most addresses one `runner probe-reach` tries (one thread each).
+pub const MAX_REACH_TARGETS: usize = 64;
+
+/// `runner probe-reach IP:PORT...`: the addresses to try, at least one.
+pub fn parse_reach(args: Vec<OsString>) -> Result<Vec<std::net::SocketAddr>, String> {
+    if args.is_empty() || args.len() > MAX_REACH_TARGETS {
+        return Err(format!("runner probe-reach takes 1 to {MAX_REACH_TARGETS} IP:PORT addresses"));
+    }
+    args.iter()
+        .map(|arg| {
+            let text = arg.to_string_lossy();
+            text.parse().map_err(|_| format!("runner probe-reach: `{text}` is not an IP:PORT address"))
+        })
+        .collect()
+}
+
 fn value(parser: &mut lexopt::Parser) -> Result<String, String> {
     parser.value().map_err(|error| error.to_string()).map(|value| value.to_string_lossy().into_owned())
 }
@@ -457,19 +493,38 @@ mod tests {
     fn init_args_round_trip() {
         for inputs in [None, Some(("/mcp/inputs".into(), "/work".into()))] {
             for ready_file in [None, Some("/mcp/bin/.ready".into())] {
-                for await_fence in [None, Some(Duration::from_secs(10))] {
+                for (await_fence, await_fence_until_ms) in
+                    [(None, None), (Some(Duration::from_secs(10)), None), (Some(Duration::from_secs(10)), Some(1_800_000_000_000))]
+                {
                     let options = InitOptions {
                         copy_to: "/mcp/bin/runner".into(),
                         inputs: inputs.clone(),
                         ready_file: ready_file.clone(),
                         await_fence,
+                        await_fence_until_ms,
                     };
-                    assert_eq!(parse_init(after_subcommand(init_args(&options))), Ok(options));
+                    assert_eq!(parse_init(after_subcommand(init_args(&options))), Ok(options.clone()));
+                    // The deadline added later reads the same, and only where there is a wait.
+                    let mut added = init_args(&InitOptions { await_fence_until_ms: None, ..options.clone() });
+                    with_fence_until(&mut added, 1_800_000_000_000);
+                    let expected = await_fence.map(|_| 1_800_000_000_000);
+                    assert_eq!(parse_init(after_subcommand(added)).map(|parsed| parsed.await_fence_until_ms), Ok(expected));
                 }
             }
         }
         let half = vec!["--copy-to".into(), "/x".into(), "--inputs".into(), "/i".into()];
         assert!(parse_init(half).is_err());
+        let until_alone = vec!["--copy-to".into(), "/x".into(), "--await-fence-until-ms".into(), "1".into()];
+        assert!(parse_init(until_alone).is_err());
+    }
+
+    #[test]
+    fn reach_takes_one_to_sixty_four_addresses() {
+        let parsed = parse_reach(vec!["192.0.2.2:6443".into(), "[2001:db8::1]:10250".into()]).unwrap();
+        assert_eq!(parsed.iter().map(|address| address.to_string()).collect::<Vec<_>>(), ["192.0.2.2:6443", "[2001:db8::1]:10250"]);
+        assert!(parse_reach(vec![]).is_err());
+        assert!(parse_reach(vec!["node-1:10250".into()]).is_err(), "names are not resolved");
+        assert!(parse_reach(vec!["192.0.2.2:1".into(); MAX_REACH_TARGETS + 1]).is_err());
     }
 
     #[test]

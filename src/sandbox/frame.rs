@@ -253,6 +253,18 @@ pub fn decode(line: &str) -> Result<Option<(Tag, Frame)>, DecodeError> {
     Ok(None)
 }
 
+/// Whether the start of a runner's output shows the command started: a
+/// `Started` frame among its whole lines. Any tag counts: the runner writes
+/// that frame before the command exists, so no command can have written
+/// one that did not start.
+pub fn shows_start(log: &[u8]) -> bool {
+    let whole_lines = match log.iter().rposition(|byte| *byte == b'\n') {
+        Some(last) => &log[..=last],
+        None => return false,
+    };
+    String::from_utf8_lossy(whole_lines).lines().any(|line| matches!(decode(line), Ok(Some((_, Frame::Started(_))))))
+}
+
 pub fn to_base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
@@ -266,6 +278,26 @@ mod tests {
     use super::*;
 
     const TAG: Tag = Tag::from_bytes([7; TAG_BYTES]);
+
+    #[test]
+    fn a_log_shows_a_start_by_its_started_frame_only() {
+        let tag = Tag::from_hex("00112233445566778899aabbccddeeff").unwrap();
+        let started = encode(tag, &Frame::Started(Started { started_at_ms: 5 }));
+        let mut not_started = RunResult::started(0);
+        not_started.start_error = Some("the run's start deadline passed".into());
+        let late = encode(tag, &Frame::Result(not_started));
+        let cases: Vec<(&str, String, bool)> = vec![
+            ("nothing yet", String::new(), false),
+            ("the started frame", format!("{started}\n"), true),
+            ("started, then output", format!("{started}\nhello\n"), true),
+            ("a late start: a result, no start", format!("{late}\n"), false),
+            ("a line still being written", started.trim_end().to_string(), false),
+            ("other text", "waiting\n".to_string(), false),
+        ];
+        for (case, log, shows) in cases {
+            assert_eq!(shows_start(log.as_bytes()), shows, "{case}");
+        }
+    }
 
     #[test]
     fn every_kind_round_trips_as_one_line() {

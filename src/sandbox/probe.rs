@@ -1,8 +1,8 @@
-//! The lines `runner probe-pids` and `runner probe-connect` print and
-//! `doctor` reads back: one line of `key=value` words each, describing the
-//! process limit a pod really has, or whether it could open a connection the
-//! jobs' NetworkPolicy refuses. Only the format lives here; the measuring is
-//! the runner's (`runner::probe`).
+//! The lines `runner probe-pids`, `runner probe-connect` and `runner
+//! probe-reach` print and `doctor` reads back: one line of `key=value`
+//! words each, describing the process limit a pod really has, or whether it
+//! could open a connection the jobs' NetworkPolicy refuses. Only the format
+//! lives here; the measuring is the runner's (`runner::probe`).
 
 /// What one probe found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,19 +23,26 @@ pub fn probe_line(probe: &PidsProbe) -> String {
 
 /// The inverse of `probe_line`; `None` for anything else.
 pub fn parse_probe_line(line: &str) -> Option<PidsProbe> {
-    let mut threads_started = None;
-    let mut limited = None;
-    let mut own_pids_max = None;
-    for word in line.split_whitespace() {
-        let (key, value) = word.split_once('=')?;
-        match key {
-            "threads_started" => threads_started = value.parse().ok(),
-            "limited" => limited = value.parse().ok(),
-            "own_pids_max" => own_pids_max = Some(value.to_string()),
-            _ => {}
-        }
+    let words = Words::of(line)?;
+    Some(PidsProbe {
+        threads_started: words.get("threads_started")?.parse().ok()?,
+        limited: words.get("limited")?.parse().ok()?,
+        own_pids_max: words.get("own_pids_max")?.to_string(),
+    })
+}
+
+/// A probe line's `key=value` words; `None` when a word has no `=`.
+struct Words<'a>(Vec<(&'a str, &'a str)>);
+
+impl<'a> Words<'a> {
+    fn of(line: &'a str) -> Option<Words<'a>> {
+        line.split_whitespace().map(|word| word.split_once('=')).collect::<Option<Vec<_>>>().map(Words)
     }
-    Some(PidsProbe { threads_started: threads_started?, limited: limited?, own_pids_max: own_pids_max? })
+
+    /// The value of `key`'s last word.
+    fn get(&self, key: &str) -> Option<&'a str> {
+        self.0.iter().rev().find(|(word_key, _)| *word_key == key).map(|(_, value)| *value)
+    }
 }
 
 /// What `runner probe-connect` found: whether a job pod could open a TCP
@@ -70,21 +77,42 @@ pub fn connect_line(probe: &ConnectProbe) -> String {
 
 /// The inverse of `connect_line`; `None` for anything else.
 pub fn parse_connect_line(line: &str) -> Option<ConnectProbe> {
-    let mut target = None;
-    let mut connected_at_start = None;
-    let mut connected = None;
-    let mut error = None;
-    for word in line.split_whitespace() {
-        let (key, value) = word.split_once('=')?;
-        match key {
-            "connect_target" => target = Some(value.to_string()),
-            "connected_at_start" => connected_at_start = value.parse().ok(),
-            "connected" => connected = value.parse().ok(),
-            "connect_error" => error = Some(value.to_string()),
-            _ => {}
-        }
-    }
-    Some(ConnectProbe { target: target?, connected_at_start: connected_at_start?, connected: connected?, error: error? })
+    let words = Words::of(line)?;
+    Some(ConnectProbe {
+        target: words.get("connect_target")?.to_string(),
+        connected_at_start: words.get("connected_at_start")?.parse().ok()?,
+        connected: words.get("connected")?.parse().ok()?,
+        error: words.get("connect_error")?.to_string(),
+    })
+}
+
+/// What `runner probe-reach` found for one address: whether a pod in
+/// network mode `open` could open a TCP connection to it (the API server's
+/// endpoints, the nodes' kubelets, a warm pool pod's runner port: none of
+/// which `open` may reach).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReachProbe {
+    /// `ip:port` tried.
+    pub target: String,
+    pub reached: bool,
+    /// Why it did not connect, one word (`ConnectionRefused`, `TimedOut`,
+    /// ...), or `none`.
+    pub error: String,
+}
+
+/// One address's line of `runner probe-reach`.
+pub fn reach_line(probe: &ReachProbe) -> String {
+    format!("reach_target={} reached={} reach_error={}", probe.target, probe.reached, probe.error)
+}
+
+/// The inverse of `reach_line`; `None` for anything else.
+pub fn parse_reach_line(line: &str) -> Option<ReachProbe> {
+    let words = Words::of(line)?;
+    Some(ReachProbe {
+        target: words.get("reach_target")?.to_string(),
+        reached: words.get("reached")?.parse().ok()?,
+        error: words.get("reach_error")?.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -101,6 +129,14 @@ mod tests {
         );
         assert_eq!(parse_connect_line(&connect_line(&probe)), Some(probe));
         assert_eq!(parse_connect_line("threads_started=3 limited=true own_pids_max=max"), None);
+    }
+
+    #[test]
+    fn the_reach_line_round_trips() {
+        let probe = ReachProbe { target: "192.0.2.2:6443".into(), reached: true, error: "none".into() };
+        assert_eq!(reach_line(&probe), "reach_target=192.0.2.2:6443 reached=true reach_error=none");
+        assert_eq!(parse_reach_line(&reach_line(&probe)), Some(probe));
+        assert_eq!(parse_reach_line("connect_target=10.96.0.1:443 connected_at_start=true connected=false connect_error=x"), None);
     }
 
     #[test]

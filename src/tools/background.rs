@@ -522,7 +522,24 @@ mod tests {
                 false,
                 "quota",
             ),
-            (background::Error::Api { what: "list the background Jobs", message: "connection refused".into() }, false, "retry shortly"),
+            (
+                background::Error::Api {
+                    what: "list the background Jobs",
+                    kind: crate::engine::backend::ErrorKind::Transient,
+                    message: "connection refused".into(),
+                },
+                false,
+                "retry shortly",
+            ),
+            (
+                background::Error::Api {
+                    what: "list the background Jobs",
+                    kind: crate::engine::backend::ErrorKind::Denied,
+                    message: "403 Forbidden".into(),
+                },
+                false,
+                "this is for the operator to fix",
+            ),
         ];
         for (error, invalid, expected) in cases {
             let shown = format!("{error:?}");

@@ -101,13 +101,26 @@ fn timings_json(times: &PhaseTimes) -> Value {
         Some(to?.duration_since(from?).unwrap_or(Duration::ZERO).as_millis() as u64)
     };
     json!({
+        "warm": times.warm,
+        "submitted_at": stamp(times.submitted),
         "created_at": stamp(times.created),
         "scheduled_at": stamp(times.scheduled),
         "started_at": stamp(times.started),
+        "first_output_at": stamp(times.first_output),
         "finished_at": stamp(times.finished),
+        "answered_at": stamp(times.answered),
         "queued_ms": between(times.created, times.scheduled),
         "starting_ms": between(times.scheduled, times.started),
+        "first_output_ms": between(times.submitted, times.first_output),
+        "answer_ms": between(times.submitted, times.answered),
     })
+}
+
+/// Every reason a result can carry, from the one list (a hand-written one
+/// here once missed two).
+fn reason_description() -> String {
+    let names: Vec<&str> = RunReason::ALL.iter().map(|reason| reason.name()).collect();
+    format!("Why, when not plainly succeeded: {}", names.join(", "))
 }
 
 /// The `outputSchema` of `run_job` (and of a finished `fetch_job`).
@@ -119,7 +132,7 @@ pub fn output_schema() -> Value {
         "properties": {
             "run_id": {"type": "string"},
             "status": {"type": "string", "enum": ["succeeded", "failed", "timeout", "error", "cancelled"]},
-            "reason": {"type": ["string", "null"], "description": "Why, when not plainly succeeded: NonZeroExit, OOMKilled, PidsExhausted, DiskLimitExceeded, ImagePullFailed, Unschedulable, QuotaExceeded, Rejected, DeadlineExceeded, StartTimeout, Evicted, PodDeleted, Terminated, StartFailed, ContainerFailed, InputFailed, CloneFailed, ResultLost, Cancelled, ApiError, QueueFull"},
+            "reason": {"type": ["string", "null"], "description": reason_description()},
             "message": {"type": "string", "description": "What happened and what to do about it"},
             "exit_code": {"type": "integer", "description": "-1 when the command did not exit by itself"},
             "signal": {"type": ["integer", "null"]},
@@ -144,10 +157,14 @@ pub fn output_schema() -> Value {
             "truncated": {"type": "object", "required": ["stdout", "stderr", "artifacts"], "properties": {
                 "stdout": {"type": "boolean"}, "stderr": {"type": "boolean"}, "artifacts": {"type": "boolean"},
             }},
-            "timings": {"type": "object", "properties": {
-                "created_at": string_or_null, "scheduled_at": string_or_null,
-                "started_at": string_or_null, "finished_at": string_or_null,
+            "timings": {"type": "object", "description": "The run's phases in order (submitted, created, scheduled, started, first output, finished, answered; null when not seen) and whether it took a warm sandbox", "properties": {
+                "warm": {"type": "boolean", "description": "The run took a warm pool's sandbox"},
+                "submitted_at": string_or_null, "created_at": string_or_null, "scheduled_at": string_or_null,
+                "started_at": string_or_null, "first_output_at": string_or_null, "finished_at": string_or_null,
+                "answered_at": string_or_null,
                 "queued_ms": {"type": ["integer", "null"]}, "starting_ms": {"type": ["integer", "null"]},
+                "first_output_ms": {"type": ["integer", "null"], "description": "Time to first output, from submission"},
+                "answer_ms": {"type": ["integer", "null"], "description": "Time to answer, from submission"},
             }},
             "notes": {"type": "array", "items": {"type": "string"}},
         },
@@ -169,6 +186,33 @@ mod tests {
         assert!(json.get("stderr_b64").is_none());
         assert_eq!(json["exit_code"], -1);
         assert_eq!(json["reason"], "NonZeroExit");
+    }
+
+    #[test]
+    fn timings_are_ordered_with_time_to_first_output_and_answer() {
+        let at = |ms: u64| Some(std::time::UNIX_EPOCH + Duration::from_millis(1_800_000_000_000 + ms));
+        let mut outcome = RunOutcome::without_result("r", RunStatus::Succeeded, RunReason::NonZeroExit, "m".into());
+        outcome.times = PhaseTimes {
+            submitted: at(0),
+            created: at(40),
+            scheduled: at(50),
+            started: at(90),
+            first_output: at(130),
+            finished: at(120),
+            answered: at(150),
+            warm: true,
+        };
+        let timings = &outcome_json(&outcome)["timings"];
+        assert_eq!(timings["warm"], true);
+        assert_eq!(timings["submitted_at"], "2027-01-15T08:00:00.000Z");
+        assert_eq!(timings["first_output_at"], timings["finished_at"], "brought back to the runner's finish: {timings}");
+        assert_eq!((timings["first_output_ms"].as_u64(), timings["answer_ms"].as_u64()), (Some(120), Some(150)));
+        let keys: Vec<&String> = timings.as_object().unwrap().keys().collect();
+        let schema = output_schema();
+        let described: Vec<&String> = schema["properties"]["timings"]["properties"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, described, "the schema names every field");
+        let cold = outcome_json(&RunOutcome::without_result("r", RunStatus::Error, RunReason::ApiError, "m".into()));
+        assert_eq!((cold["timings"]["warm"].as_bool(), cold["timings"]["answer_ms"].is_null()), (Some(false), true));
     }
 
     #[test]

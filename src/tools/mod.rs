@@ -19,7 +19,6 @@ pub mod run_job;
 pub mod snippets;
 
 use std::fmt;
-use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
@@ -27,7 +26,6 @@ use crate::json::{json_kind, json_text};
 
 use crate::cancel::CancelToken;
 use crate::config::Config;
-use crate::engine;
 use crate::log::Level;
 
 /// Everything a tool handler may use besides its call. The engine's context
@@ -411,7 +409,7 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
             "memory": profile.memory.as_str(),
         })).collect::<Vec<_>>(),
         "snippets_available": config.snippets_dir.is_some(),
-        "warm_pools": warm_pools_view(config),
+        "warm_pools": warm_pools_view(ctx),
         "network": {
             "modes": config.network_modes.iter().map(|mode| mode.name()).collect::<Vec<_>>(),
             "run_job_default": config.network_default.name(),
@@ -421,14 +419,15 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     }))
 }
 
-/// The configured pools, with their live counts from `/metrics`' cells.
-fn warm_pools_view(config: &crate::config::Config) -> Vec<Value> {
-    let counts = crate::metrics::pool_counts();
-    config
+/// The configured pools, with their live figures from the backend that
+/// keeps them (zeros while it has none, as on a server without a backend).
+fn warm_pools_view(ctx: &Ctx) -> Vec<Value> {
+    let figures = ctx.engine.as_ref().map(|engine| engine.backend.pool_figures()).unwrap_or_default();
+    ctx.config
         .warm_pools
         .iter()
         .map(|pool| {
-            let live = counts.get(&pool.name).copied().unwrap_or_default();
+            let live = figures.iter().find(|figures| figures.name == pool.name).cloned().unwrap_or_default();
             json!({
                 "name": pool.name,
                 "image": pool.image,
@@ -540,60 +539,6 @@ fn test_panic(_ctx: &Ctx, _call: &Call<'_>) -> ToolOutcome {
 pub fn no_backend(why: &str) -> String {
     format!("this server has no backend to run sandboxes on: {why}")
 }
-
-/// The operator's warm pools as the engine sees them: each one's shape (what
-/// a run must match) and rules.
-pub fn warm_pools(config: &Config) -> Vec<(engine::pool::PoolShape, engine::pool::PoolRules)> {
-    let start_timeout = Duration::from_secs(config.start_timeout_s);
-    config
-        .warm_pools
-        .iter()
-        .map(|pool| {
-            let shape = engine::pool::PoolShape {
-                name: pool.name.clone(),
-                image: pool.image.clone(),
-                cpu: pool.cpu.clone(),
-                memory: pool.memory.clone(),
-                network: pool.network,
-                workdir: crate::sandbox::WORKDIR.to_string(),
-            };
-            (shape, engine::pool::PoolRules { size: pool.size as usize, max_idle: pool.max_idle, start_timeout })
-        })
-        .collect()
-}
-
-/// The operator's choices as the engine sees them (the binary's and the
-/// fuzz targets' one source).
-pub fn engine_policy(config: &Config) -> engine::spec::Policy {
-    engine::spec::Policy {
-        namespace: config.namespace.clone(),
-        runner_image: config.runner_image.clone(),
-        runner_binary_path: config.runner_binary_path.clone(),
-        run_as_user: config.run_as_user,
-        default_cpu: config.default_cpu.clone(),
-        default_memory: config.default_memory.clone(),
-        max_output_bytes: config.max_output_bytes,
-        max_artifact_bytes: config.max_artifact_bytes,
-        start_timeout: Duration::from_secs(config.start_timeout_s),
-        workdir_size_limit: config.workdir_size.clone(),
-        extra_env: config.job_extra_env.clone(),
-        cache: config
-            .cache
-            .as_ref()
-            .map(|cache| engine::spec::CacheVolume { claim_name: cache.pvc.clone(), mount_path: cache.mount_path.clone() }),
-        clone: config.clone.as_ref().map(|clone| engine::spec::CloneStep { image: clone.image.clone(), secret_name: clone.secret.clone() }),
-        finished_ttl: Duration::from_secs(FINISHED_JOB_TTL_S),
-        runtime_class: config.runtime_class.clone(),
-        await_network_policy: engine::spec::AwaitFence {
-            modes: config.await_network_policy,
-            bound: Duration::from_secs(config.network_policy_wait_s),
-        },
-    }
-}
-
-/// Backstop TTL of a finished run's Job, for when the server could not
-/// delete it itself (crash, lost connection).
-const FINISHED_JOB_TTL_S: u64 = 300;
 
 #[cfg(test)]
 mod tests {

@@ -16,7 +16,6 @@ use std::io::{self, BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread;
 use std::time::Duration;
 
 use serde_json::json;
@@ -25,6 +24,7 @@ use crate::cancel::CancelToken;
 use crate::log;
 use crate::protocol::jsonrpc::{self, ErrorCode, Rejection, ResponseError};
 use crate::protocol::{Outbox, Outgoing, Server, Session};
+use crate::supervise;
 
 /// One line of input as the reader sees it.
 #[derive(Debug, PartialEq, Eq)]
@@ -55,17 +55,17 @@ pub fn serve(server: Arc<Server>, limits: Limits, grace: Duration, stop: CancelT
     let writing_done = Arc::new(AtomicBool::new(false));
     let mover = {
         let (queue, writing_done) = (Arc::clone(&queue), Arc::clone(&writing_done));
-        thread::Builder::new().name("stdio-queue".into()).spawn(move || queue_loop(&outgoing, &queue, &writing_done))?
+        supervise::spawn(supervise::Kind::StdioQueue, move || queue_loop(&outgoing, &queue, &writing_done))?
     };
     let writer = {
         let queue = Arc::clone(&queue);
-        thread::Builder::new().name("stdio-writer".into()).spawn(move || write_loop(&queue))?
+        supervise::spawn(supervise::Kind::StdioWriter, move || write_loop(&queue))?
     };
     {
         let (server, queue, stop) = (Arc::clone(&server), Arc::clone(&queue), stop.clone());
         // The reader is never joined: after a signal it may sit in a
         // blocking read of stdin that only the process exit ends.
-        thread::Builder::new().name("stdio-reader".into()).spawn(move || {
+        supervise::spawn(supervise::Kind::StdioReader, move || {
             read_loop(&server, limits.max_message_bytes, &outbox, &queue);
             log::info("stdin closed", &[]);
             stop.cancel();

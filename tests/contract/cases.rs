@@ -60,10 +60,17 @@ fn exit_zero_is_succeeded() {
     assert!(out["timings"]["started_at"].is_string(), "{out}");
     // One order on every backend: the stamps (RFC 3339, UTC, one format)
     // that are there never go back in time.
-    let stamps: Vec<&str> =
-        ["created_at", "scheduled_at", "started_at", "finished_at"].iter().filter_map(|key| out["timings"][key].as_str()).collect();
-    assert!(stamps.len() >= 2, "{out}");
+    let phases = ["submitted_at", "created_at", "scheduled_at", "started_at", "first_output_at", "finished_at", "answered_at"];
+    let stamps: Vec<&str> = phases.iter().filter_map(|key| out["timings"][key].as_str()).collect();
+    assert!(stamps.len() >= 5, "{out}");
     assert!(stamps.windows(2).all(|pair| pair[0] <= pair[1]), "timings out of order: {}", out["timings"]);
+    // The server's own stamps of a run answered in the call, and the warm
+    // flag (this table runs cold and warm alike).
+    for key in ["submitted_at", "first_output_at", "answered_at"] {
+        assert!(out["timings"][key].is_string(), "{key}: {}", out["timings"]);
+    }
+    assert!(out["timings"]["warm"].is_boolean(), "{}", out["timings"]);
+    assert!(out["timings"]["first_output_ms"].as_u64() <= out["timings"]["answer_ms"].as_u64(), "{}", out["timings"]);
 }
 
 #[test]

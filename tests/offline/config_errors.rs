@@ -65,6 +65,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ),
     ("MCP_K8S_LOG_LEVEL", "verbose", "MCP_K8S_LOG_LEVEL: `verbose` is not accepted"),
     ("MCP_K8S_TEST_TOOLS", "yes", "MCP_K8S_TEST_TOOLS: `yes` is not accepted"),
+    ("MCP_K8S_TEST_PANIC_THREAD", "main", "MCP_K8S_TEST_PANIC_THREAD: `main` is not accepted; expected one of reaper, pool, "),
     ("MCP_K8S_AWAIT_NETWORK_POLICY", "on", "MCP_K8S_AWAIT_NETWORK_POLICY: `on` is not accepted"),
     ("MCP_K8S_BACKEND", "podman", "MCP_K8S_BACKEND: `podman` is not accepted"),
     ("MCP_K8S_DOCKER_HOST", "tcp://127.0.0.1:2375", "MCP_K8S_DOCKER_HOST: `tcp://127.0.0.1:2375` is not accepted"),

@@ -13,6 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::fake_api::{FakeApi, Fault};
+use mcp_k8s_ephemeral_job::backend::kubernetes::settings::{AwaitFence, Settings};
 use mcp_k8s_ephemeral_job::backend::kubernetes::{Kubernetes, record};
 use mcp_k8s_ephemeral_job::cancel::CancelToken;
 use mcp_k8s_ephemeral_job::engine::background;
@@ -31,9 +32,6 @@ const PODS: &str = "/api/v1/namespaces/live-ns/pods";
 
 fn policy() -> Policy {
     Policy {
-        namespace: NAMESPACE.into(),
-        runner_image: "runner:1".into(),
-        runner_binary_path: "/mcp-k8s-ephemeral-job".into(),
         run_as_user: 65532,
         default_cpu: Quantity::parse("100m").unwrap(),
         default_memory: Quantity::parse("64Mi").unwrap(),
@@ -43,10 +41,18 @@ fn policy() -> Policy {
         workdir_size_limit: Quantity::parse("1Gi").unwrap(),
         extra_env: BTreeMap::new(),
         cache: None,
+        clone: None,
+    }
+}
+
+fn cluster() -> Settings {
+    Settings {
+        namespace: NAMESPACE.into(),
+        runner_image: "runner:1".into(),
+        runner_binary_path: "/mcp-k8s-ephemeral-job".into(),
         finished_ttl: Duration::from_secs(300),
         runtime_class: None,
-        await_network_policy: mcp_k8s_ephemeral_job::engine::spec::AwaitFence::NEVER,
-        clone: None,
+        await_network_policy: AwaitFence::NEVER,
     }
 }
 
@@ -71,7 +77,7 @@ fn new_ctx(fake: &FakeApi, start_timeout: Duration) -> (Ctx, crate::support::Tem
     let (client, temp) = crate::support::connect(fake);
     let jobs = Jobs::new(Limits::new(Duration::from_secs(600), 4));
     let policy = Policy { start_timeout, ..policy() };
-    (Ctx { backend: std::sync::Arc::new(Kubernetes::new(client, policy.clone())), policy, slots: Slots::new(4, 4), jobs }, temp)
+    (Ctx { backend: std::sync::Arc::new(Kubernetes::new(client, policy.clone(), cluster())), policy, slots: Slots::new(4, 4), jobs }, temp)
 }
 
 /// Starts a run on its own thread; returns its run id and the handle.

@@ -1,7 +1,9 @@
 //! The offline tier: every integration test that needs no cluster (the
 //! binary over stdio and HTTP, hostile clients, the kube client against the
 //! fake API server, the engine's fault handling, the in-pod runner, manifests,
-//! configuration, docs/configuration.md and deploy files, the architecture rules), in
+//! configuration, docs/configuration.md and deploy files, the architecture rules,
+//! the public reason names,
+//! panics in the server's threads), in
 //! one test binary so the library is linked once. Run it with
 //! `cargo test --lib --test offline` (the README's offline loop): it needs
 //! nothing but the Rust toolchain (the checks that need helm or the arm64
@@ -30,5 +32,7 @@ mod kube_kubeconfig;
 mod manifest;
 mod modern_era;
 mod readme_config;
+mod reasons;
 mod runner;
 mod stdio;
+mod supervise;

@@ -7,16 +7,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mcp_k8s_ephemeral_job::backend::kubernetes::manifest;
+use mcp_k8s_ephemeral_job::backend::kubernetes::settings::{AwaitFence, Settings};
 use mcp_k8s_ephemeral_job::backend::kubernetes::template::{self, PodTemplate};
-use mcp_k8s_ephemeral_job::engine::spec::{AwaitFence, CacheVolume, CloneSpec, CloneStep, InputFile, Policy, RunSpec};
+use mcp_k8s_ephemeral_job::engine::spec::{CacheVolume, CloneSpec, CloneStep, InputFile, Policy, RunSpec};
 use mcp_k8s_ephemeral_job::network::{FenceModes, NetworkMode};
 use mcp_k8s_ephemeral_job::quantity::Quantity;
 
 fn policy() -> Policy {
     Policy {
-        namespace: "mcp-ephemeral".into(),
-        runner_image: "mcp-k8s-test.local/mcp-k8s-ephemeral-job:dev".into(),
-        runner_binary_path: "/mcp-k8s-ephemeral-job".into(),
         run_as_user: 65532,
         default_cpu: Quantity::parse("1").unwrap(),
         default_memory: Quantity::parse("512Mi").unwrap(),
@@ -27,6 +25,14 @@ fn policy() -> Policy {
         extra_env: BTreeMap::from([("CI".into(), "true".into()), ("SHARED".into(), "operator".into())]),
         cache: None,
         clone: None,
+    }
+}
+
+fn cluster() -> Settings {
+    Settings {
+        namespace: "mcp-ephemeral".into(),
+        runner_image: "mcp-k8s-test.local/mcp-k8s-ephemeral-job:dev".into(),
+        runner_binary_path: "/mcp-k8s-ephemeral-job".into(),
         finished_ttl: Duration::from_secs(300),
         runtime_class: None,
         await_network_policy: AwaitFence::NEVER,
@@ -62,7 +68,7 @@ fn check(name: &str, actual: &serde_json::Value) {
 
 #[test]
 fn plain_run() {
-    check("plain-run.json", &manifest::job(&spec(), &policy(), "0123abcd"));
+    check("plain-run.json", &manifest::job(&spec(), &policy(), &cluster(), "0123abcd"));
 }
 
 #[test]
@@ -78,9 +84,9 @@ fn run_with_files_limits_and_cache() {
     spec.network = NetworkMode::None;
     let mut policy = policy();
     policy.cache = Some(CacheVolume { claim_name: "deps".into(), mount_path: "/cache".into() });
-    policy.runtime_class = Some("gvisor".into());
-    check("files-limits-cache.json", &manifest::job(&spec, &policy, "0123abcd"));
-    let secret = manifest::inputs_secret(&spec, &policy, "0123abcd", "uid-1").expect("a secret for files");
+    let cluster = Settings { runtime_class: Some("gvisor".into()), ..cluster() };
+    check("files-limits-cache.json", &manifest::job(&spec, &policy, &cluster, "0123abcd"));
+    let secret = manifest::inputs_secret(&spec, &cluster, "0123abcd", "uid-1").expect("a secret for files");
     check("files-secret.json", &secret);
 }
 
@@ -91,14 +97,14 @@ fn run_with_files_limits_and_cache() {
 fn the_network_mode_is_a_pod_label_and_nothing_else_changes() {
     let mut names = Vec::new();
     for mode in NetworkMode::ALL {
-        let job = manifest::job(&RunSpec { network: mode, ..spec() }, &policy(), "0123abcd");
+        let job = manifest::job(&RunSpec { network: mode, ..spec() }, &policy(), &cluster(), "0123abcd");
         let pod_labels = &job["spec"]["template"]["metadata"]["labels"];
         assert_eq!(pod_labels["app.kubernetes.io/managed-by"], "mcp-k8s-ephemeral-job");
         names.push(pod_labels[manifest::LABEL_NETWORK].as_str().unwrap().to_string());
         assert!(job["metadata"]["labels"].get(manifest::LABEL_NETWORK).is_none(), "not on the Job");
         let mut without = job.clone();
         without["spec"]["template"]["metadata"]["labels"].as_object_mut().unwrap().remove(manifest::LABEL_NETWORK);
-        let mut open = manifest::job(&spec(), &policy(), "0123abcd");
+        let mut open = manifest::job(&spec(), &policy(), &cluster(), "0123abcd");
         open["spec"]["template"]["metadata"]["labels"].as_object_mut().unwrap().remove(manifest::LABEL_NETWORK);
         assert_eq!(without, open, "{mode:?} changes only the label");
     }
@@ -116,7 +122,7 @@ fn run_with_clone() {
     });
     let mut policy = policy();
     policy.clone = Some(CloneStep { image: "mcp-k8s-test.local/git:2.39".into(), secret_name: "git-tokens".into() });
-    let job = manifest::job(&spec, &policy, "0123abcd");
+    let job = manifest::job(&spec, &policy, &cluster(), "0123abcd");
     check("clone.json", &job);
     // Only the clone init container sees the Secret.
     let pod = &job["spec"]["template"]["spec"];
@@ -129,7 +135,7 @@ fn run_with_clone() {
 fn clone_arguments_without_a_clone_step_add_nothing() {
     let mut spec = spec();
     spec.clone = Some(CloneSpec { repo_url: "https://h/r".into(), git_ref: "main".into(), subdir: String::new() });
-    assert_eq!(manifest::job(&spec, &policy(), "0123abcd"), manifest::job(&self::spec(), &policy(), "0123abcd"));
+    assert_eq!(manifest::job(&spec, &policy(), &cluster(), "0123abcd"), manifest::job(&self::spec(), &policy(), &cluster(), "0123abcd"));
 }
 
 /// The main container's root was writable with no
@@ -140,7 +146,7 @@ fn every_container_has_a_read_only_root_and_bounded_storage() {
     spec.clone = Some(CloneSpec { repo_url: "https://h/r".into(), git_ref: "main".into(), subdir: String::new() });
     let mut policy = policy();
     policy.clone = Some(CloneStep { image: "git".into(), secret_name: "tokens".into() });
-    let job = manifest::job(&spec, &policy, "0123abcd");
+    let job = manifest::job(&spec, &policy, &cluster(), "0123abcd");
     let pod = &job["spec"]["template"]["spec"];
     let containers: Vec<&serde_json::Value> =
         pod["initContainers"].as_array().unwrap().iter().chain(pod["containers"].as_array().unwrap()).collect();
@@ -164,7 +170,7 @@ fn every_container_has_a_read_only_root_and_bounded_storage() {
 #[test]
 fn home_is_the_writable_tmp_unless_someone_set_it() {
     let home = |spec: &RunSpec, policy: &Policy| {
-        let job = manifest::job(spec, policy, "0123abcd");
+        let job = manifest::job(spec, policy, &cluster(), "0123abcd");
         let env = main_container(&job["spec"]["template"]["spec"])["env"].as_array().unwrap().clone();
         env.iter().find(|var| var["name"] == "HOME").map(|var| var["value"].as_str().unwrap().to_string())
     };
@@ -182,7 +188,7 @@ fn a_workdir_of_tmp_is_the_scratch_volume_itself() {
     let mounts = |workdir: &str| {
         let mut spec = spec();
         spec.workdir = workdir.into();
-        let job = manifest::job(&spec, &policy(), "0123abcd");
+        let job = manifest::job(&spec, &policy(), &cluster(), "0123abcd");
         let pod = &job["spec"]["template"]["spec"];
         let paths: Vec<String> =
             main_container(pod)["volumeMounts"].as_array().unwrap().iter().map(|m| m["mountPath"].as_str().unwrap().to_string()).collect();
@@ -201,7 +207,7 @@ fn main_container(pod: &serde_json::Value) -> &serde_json::Value {
 
 #[test]
 fn no_files_no_secret() {
-    assert!(manifest::inputs_secret(&spec(), &policy(), "x", "uid").is_none());
+    assert!(manifest::inputs_secret(&spec(), &cluster(), "x", "uid").is_none());
 }
 
 #[test]
@@ -222,7 +228,7 @@ fn full_template() -> PodTemplate {
 #[test]
 fn run_with_a_full_pod_template() {
     let template = full_template();
-    let mut job = manifest::job(&spec(), &policy(), "0123abcd");
+    let mut job = manifest::job(&spec(), &policy(), &cluster(), "0123abcd");
     manifest::apply_pod_template(&mut job, &template);
     check("pod-template.json", &job);
     let mut pod = job["spec"]["template"].clone();
@@ -231,7 +237,7 @@ fn run_with_a_full_pod_template() {
     assert_eq!(pod["spec"]["imagePullSecrets"][0]["name"], "registry-creds");
     // Without the template's own fields, the pod is the plain one: the
     // restricted Pod Security fields, containers and volumes are untouched.
-    let plain = manifest::job(&spec(), &policy(), "0123abcd");
+    let plain = manifest::job(&spec(), &policy(), &cluster(), "0123abcd");
     for field in template.pod_spec.keys() {
         pod["spec"].as_object_mut().unwrap().remove(field);
     }
@@ -251,9 +257,8 @@ fn run_with_a_full_pod_template() {
 fn the_template_never_replaces_what_the_server_set() {
     let mut template = full_template();
     template.labels.insert(manifest::LABEL_RUN_ID.into(), "someone-else".into());
-    let mut policy = policy();
-    policy.runtime_class = Some("kata".into());
-    let mut job = manifest::job(&spec(), &policy, "0123abcd");
+    let cluster = Settings { runtime_class: Some("kata".into()), ..cluster() };
+    let mut job = manifest::job(&spec(), &policy(), &cluster, "0123abcd");
     manifest::apply_pod_template(&mut job, &template);
     assert_eq!(job["spec"]["template"]["metadata"]["labels"][manifest::LABEL_RUN_ID], "0123abcd");
     assert_eq!(job["spec"]["template"]["spec"]["runtimeClassName"], "kata");
@@ -275,8 +280,8 @@ fn awaiting_the_network_policy_makes_prepare_an_init_container_that_waits() {
         (FenceModes::All, Open, true),
     ];
     for (modes, network, waits) in cases {
-        let policy = Policy { await_network_policy: AwaitFence { modes, bound: Duration::from_secs(10) }, ..policy() };
-        let job = manifest::job(&RunSpec { network, ..spec() }, &policy, "0123abcd");
+        let cluster = Settings { await_network_policy: AwaitFence { modes, bound: Duration::from_secs(10) }, ..cluster() };
+        let job = manifest::job(&RunSpec { network, ..spec() }, &policy(), &cluster, "0123abcd");
         let pod = &job["spec"]["template"]["spec"];
         let case = format!("{modes:?} {network:?}");
         if !waits {
@@ -305,7 +310,7 @@ fn a_pool_job_waits_for_its_assignment_with_the_key_in_main_only() {
     let mut pool_spec = spec();
     pool_spec.command = Vec::new();
     pool_spec.env = BTreeMap::new();
-    let job = manifest::pool_job(&pool_spec, &policy(), "0123456789abcdef0123456789abcdef", &sandbox);
+    let job = manifest::pool_job(&pool_spec, &policy(), &cluster(), "0123456789abcdef0123456789abcdef", &sandbox);
     check("pool_job.json", &job);
     let pod_spec = &job["spec"]["template"]["spec"];
     let key_mounts: Vec<&str> = pod_spec["containers"]
@@ -325,7 +330,7 @@ fn a_pool_job_waits_for_its_assignment_with_the_key_in_main_only() {
             (Some("py"), Some("0123456789ab"))
         );
     }
-    let secret = manifest::key_secret(&policy(), "0123456789abcdef0123456789abcdef", "uid-1", "00ff");
+    let secret = manifest::key_secret(&cluster(), "0123456789abcdef0123456789abcdef", "uid-1", "00ff");
     check("pool_key_secret.json", &secret);
 }
 
@@ -333,7 +338,7 @@ fn a_pool_job_waits_for_its_assignment_with_the_key_in_main_only() {
 /// command's `--`, and nowhere else.
 #[test]
 fn the_start_deadline_reaches_the_main_runner_only() {
-    let mut job = manifest::job(&spec(), &policy(), "0123abcd");
+    let mut job = manifest::job(&spec(), &policy(), &cluster(), "0123abcd");
     let before = job.clone();
     manifest::apply_start_deadline(&mut job, 1_800_000_000_000);
     let containers = job["spec"]["template"]["spec"]["containers"].as_array().unwrap().clone();
@@ -346,5 +351,26 @@ fn the_start_deadline_reaches_the_main_runner_only() {
         } else {
             assert_eq!(container, &before["spec"]["template"]["spec"]["containers"][index], "only main changes");
         }
+    }
+}
+
+/// A background run's fence wait lasts until the deadline given, on the
+/// `prepare` step that waits; a job whose `prepare` does not wait is left
+/// as it is.
+#[test]
+fn a_fence_deadline_reaches_only_a_prepare_step_that_waits() {
+    let waiting = Settings { await_network_policy: AwaitFence { modes: FenceModes::Closed, bound: Duration::from_secs(10) }, ..cluster() };
+    let mut job = manifest::job(&RunSpec { network: NetworkMode::None, ..spec() }, &policy(), &waiting, "0123abcd");
+    manifest::apply_fence_deadline(&mut job, 1_800_000_000_000);
+    let init = &job["spec"]["template"]["spec"]["initContainers"][0];
+    let command: Vec<&str> = init["command"].as_array().unwrap().iter().filter_map(|arg| arg.as_str()).collect();
+    let at = command.iter().position(|arg| *arg == "--await-fence-until-ms").expect("the deadline is given");
+    assert_eq!(command[at + 1], "1800000000000");
+    for network in [NetworkMode::Open, NetworkMode::None] {
+        let cluster = if network == NetworkMode::Open { waiting.clone() } else { cluster() };
+        let mut job = manifest::job(&RunSpec { network, ..spec() }, &policy(), &cluster, "0123abcd");
+        let before = job.clone();
+        manifest::apply_fence_deadline(&mut job, 1_800_000_000_000);
+        assert_eq!(job, before, "{network:?}: nothing waits, nothing changes");
     }
 }

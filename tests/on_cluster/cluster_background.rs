@@ -434,3 +434,91 @@ fn a_background_job_waits_for_a_full_quota() {
     assert_eq!((done["result"]["status"].as_str(), done["result"]["stdout"].as_str()), (Some("succeeded"), Some("ran\n")), "{done}");
     let _ = admin.delete(kube::Resource::NAMESPACES, "", namespace);
 }
+
+/// A background run waits out a late fence up to its start deadline, where
+/// a `run_job` gives up at MCP_K8S_NETWORK_POLICY_WAIT_S. In a namespace of
+/// the test's own with no policy yet, a `none` run_job ends
+/// `NetworkPolicyNotEnforced` after the 1 s setting; a `none` background
+/// run is still waiting well past it, and once the test applies a deny-all
+/// policy (kube-router then refuses the pod's connections) its command
+/// runs.
+#[test]
+fn a_background_job_waits_for_a_late_fence_up_to_its_start_deadline() {
+    let namespace = &cluster::unique_name("mcp-late-fence");
+    let admin = cluster::admin_client();
+    let labels = json!({"pod-security.kubernetes.io/enforce": "restricted"});
+    admin
+        .create(
+            kube::Resource::NAMESPACES,
+            "",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}),
+        )
+        .expect("the namespace is created");
+    let _gone = NamespaceGone(namespace.clone());
+    let admin_kubeconfig = cluster::admin_kubeconfig().display().to_string();
+    let settings = [
+        ("MCP_K8S_KUBECONFIG", admin_kubeconfig.as_str()),
+        ("MCP_K8S_NAMESPACE", namespace),
+        ("MCP_K8S_START_TIMEOUT_S", "90"),
+        ("MCP_K8S_AWAIT_NETWORK_POLICY", "auto"),
+        ("MCP_K8S_NETWORK_POLICY_WAIT_S", "1"),
+    ];
+    let mut server = server(&settings);
+    let unfenced = ok(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["echo", "ran"], "network": "none"}));
+    assert_eq!(
+        (unfenced["status"].as_str(), unfenced["reason"].as_str()),
+        (Some("error"), Some("NetworkPolicyNotEnforced")),
+        "a run_job waits only the setting's 1 s: {unfenced}"
+    );
+    let submitted = ok(&mut server, "submit_job", json!({"image": BUSYBOX, "command": ["sh", "-c", "echo ran"], "network": "none"}));
+    let token = submitted["job_token"].as_str().expect("a token").to_string();
+    let prepare_running_for = |at_least: Duration| {
+        let pods = admin
+            .list(
+                kube::Resource::PODS,
+                namespace,
+                &kube::ListParams {
+                    label_selector: Some(format!("mcp-k8s-ephemeral-job/run-id={}", run_id_of(&token))),
+                    field_selector: None,
+                },
+            )
+            .expect("pods are listed");
+        pods.items.iter().any(|pod| {
+            pod["status"]["initContainerStatuses"].as_array().into_iter().flatten().any(|status| {
+                status["name"] == "prepare"
+                    && status["state"]["running"]["startedAt"].as_str().and_then(started_ago).is_some_and(|ago| ago >= at_least)
+            })
+        })
+    };
+    // Three times the setting's bound, and the fence wait still holds the run.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !prepare_running_for(Duration::from_secs(3)) {
+        let view = fetch(&mut server, &token, 0);
+        assert_eq!(view["status"], "running", "the run is still waiting for its fence: {view}");
+        assert!(Instant::now() < deadline, "the pod's prepare step never ran for 3 s: {view}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let policies = kube::Resource { api_path: "/apis/networking.k8s.io/v1", plural: "networkpolicies", namespaced: true };
+    let deny_all = json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "deny-all"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": []},
+    });
+    admin.create(policies, namespace, &deny_all).expect("the policy is created");
+    let done = fetch_done(&mut server, &token);
+    assert_eq!((done["result"]["status"].as_str(), done["result"]["stdout"].as_str()), (Some("succeeded"), Some("ran\n")), "{done}");
+}
+
+/// How long ago an RFC 3339 time (`2026-12-03T10:00:00Z`) was.
+fn started_ago(rfc3339: &str) -> Option<Duration> {
+    let at = mcp_k8s_ephemeral_job::time::parse_rfc3339(rfc3339)?;
+    std::time::SystemTime::now().duration_since(at).ok()
+}
+
+/// Deletes the test's namespace (and so everything in it) on drop.
+struct NamespaceGone(String);
+
+impl Drop for NamespaceGone {
+    fn drop(&mut self) {
+        let _ = cluster::admin_client().delete(kube::Resource::NAMESPACES, "", &self.0);
+    }
+}

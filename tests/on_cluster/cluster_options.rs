@@ -5,7 +5,9 @@
 //! between runs, MCP_K8S_JOB_EXTRA_ENV under the caller's env, start-up
 //! refusal of a missing PVC or clone Secret, and `doctor` passing on the
 //! test namespace and failing, naming the permission, when a verb is
-//! missing from the Role.
+//! missing from the Role, or naming the address, when a job in network mode
+//! `open` reaches the API server at a node address outside the policy's
+//! `except`.
 //!
 //! The git server runs on this machine (git http-backend behind
 //! tests/support/git_server.py) on the bridge address pods reach the host
@@ -175,6 +177,7 @@ fn a_missing_cache_pvc_or_clone_secret_stops_the_server() {
 
 #[test]
 fn doctor_passes_on_the_test_namespace() {
+    let _turn = no_fake_node();
     let git_secret = CloneSecret::create(&[("git.example.com", "t")], "");
     let output = binary(&[("MCP_K8S_CLONE_IMAGE", GIT), ("MCP_K8S_CLONE_SECRET", &git_secret.name)]).arg("doctor").output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -193,6 +196,11 @@ fn doctor_passes_on_the_test_namespace() {
         // The kubelet's podPidsLimit (tests/cluster/up: 1024), measured.
         "ok    pids limit: a job pod can run about",
         "ok    clone image (MCP_K8S_CLONE_IMAGE) `mcp-k8s-test.local/git:2.39` runs a job: `git --version` printed `git version 2.39",
+        // deploy/doctor.optional.yaml is applied: the API server's endpoint
+        // and the node's kubelet, both on the bridge, inside `except`.
+        "ok    network mode `open` keeps off the API server, the kubelets and pool pods: a job pod reached none of",
+        "10.244.0.1:6443",
+        "10.244.0.1:10250",
         "all checks passed",
     ] {
         assert!(stdout.contains(expected), "missing `{expected}` in:\n{stdout}");
@@ -219,6 +227,104 @@ fn doctor_fails_naming_the_permission_a_role_lacks() {
     assert!(failures[0].starts_with(&expected), "{stdout}");
     assert!(stdout.contains("ok    runner image"), "the rest still works:\n{stdout}");
     assert!(stdout.ends_with("some checks failed\n"), "{stdout}");
+}
+
+/// A node whose address lies outside the `open` policy's `except` (here a
+/// documentation address this test puts on the machine, where the API
+/// server listens on every address): a job in mode `open` reaches the API
+/// server there, and doctor fails naming the address and the `except` entry
+/// that closes it. The node is an object only (no kubelet, unschedulable).
+#[test]
+fn doctor_fails_when_an_open_job_reaches_the_api_server_at_a_node_address() {
+    let _turn = no_fake_node();
+    let address = "203.0.113.77";
+    let _on_this_machine = HostAddress::add(address);
+    let _node = FakeNode::create(address);
+    let output = binary(&[]).arg("doctor").output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let failures: Vec<&str> = stdout.lines().filter(|line| line.starts_with("FAIL")).collect();
+    assert_eq!(failures.len(), 1, "only the open mode's reach fails:\n{stdout}");
+    let failure = failures[0];
+    assert!(failure.starts_with("FAIL  network mode `open`: a job pod reached "), "{failure}");
+    assert!(failure.contains(&format!("{address}:6443 (the API server's port on node `")), "{failure}");
+    assert!(failure.contains(&format!("add {address}/32 to the `open` policy's `except`")), "{failure}");
+    assert!(!failure.contains("10.244.0.1"), "the bridge addresses stay refused: {failure}");
+}
+
+/// Held by the doctor tests that see every node: the fake node must not
+/// be there while another expects doctor to pass.
+fn no_fake_node() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// An address of this machine, on a bridge of its own with no ports
+/// (this kernel has no dummy links); removed on drop.
+struct HostAddress {
+    link: String,
+}
+
+impl HostAddress {
+    fn add(address: &str) -> HostAddress {
+        let link = format!("mcpnode{}", std::process::id() % 100_000);
+        host("ip", &["link", "add", &link, "type", "bridge"]);
+        let added = HostAddress { link };
+        host("ip", &["addr", "add", &format!("{address}/32"), "dev", &added.link]);
+        host("ip", &["link", "set", &added.link, "up"]);
+        added
+    }
+}
+
+impl Drop for HostAddress {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.link]).status();
+    }
+}
+
+/// A Node object with one InternalIP and no kubelet behind it,
+/// unschedulable and tainted so no pod lands on it; deleted on drop.
+struct FakeNode {
+    name: String,
+}
+
+impl FakeNode {
+    fn create(address: &str) -> FakeNode {
+        let name = unique("fake-node");
+        let nodes = kube::Resource { api_path: "/api/v1", plural: "nodes", namespaced: false };
+        let node = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"mcp-k8s-test/fake": "true"}},
+            "spec": {"unschedulable": true, "taints": [{"key": "mcp-k8s-test/fake", "effect": "NoSchedule"}]},
+        });
+        cluster::admin_client().create(nodes, "", &node).expect("the fake node");
+        let created = FakeNode { name };
+        // Status is the status subresource's: set it as a kubelet would.
+        let status = json!({"status": {"addresses": [{"type": "InternalIP", "address": address}], "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}});
+        kubectl(&["patch", "node", &created.name, "--subresource=status", "--type=merge", "-p", &status.to_string()]);
+        created
+    }
+}
+
+impl Drop for FakeNode {
+    fn drop(&mut self) {
+        let nodes = kube::Resource { api_path: "/api/v1", plural: "nodes", namespaced: false };
+        let _ = cluster::admin_client().delete(nodes, "", &self.name);
+    }
+}
+
+fn host(program: &str, args: &[&str]) {
+    let output = Command::new(program).args(args).output().unwrap_or_else(|error| panic!("{program}: {error}"));
+    assert!(output.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// kubectl with the admin kubeconfig.
+fn kubectl(args: &[&str]) {
+    let kubectl = cluster::env_value("KUBECTL").expect("KUBECTL in the test cluster's env file");
+    let admin = cluster::admin_kubeconfig();
+    let mut full = vec!["--kubeconfig", admin.to_str().expect("a UTF-8 path")];
+    full.extend_from_slice(args);
+    host(&kubectl, &full);
 }
 
 // ---------------------------------------------------------------------------

@@ -63,6 +63,7 @@ fn exit_code_and_separate_streams() {
     assert_eq!(out["stdout"], "to-stdout\n");
     assert_eq!(out["stderr"], "to-stderr\n");
     assert!(out["timings"]["started_at"].is_string(), "{out}");
+    assert_eq!(out["timings"]["warm"], false, "no pools here: {out}");
     assert!(progress.iter().any(|p| p.contains("to-stdout")), "live output reaches progress: {progress:?}");
     cluster::assert_nothing_left(out["run_id"].as_str().unwrap());
 }

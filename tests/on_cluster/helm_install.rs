@@ -18,6 +18,7 @@ use std::process::Command;
 use super::cluster_in_cluster::{Deployment, TOKEN, assert_serves_a_job_with_its_token, run_kubectl};
 use crate::support::TempDir;
 use crate::support::cluster::{self, BUSYBOX};
+use mcp_k8s_ephemeral_job::kube;
 use serde_json::json;
 
 /// Where Helm keeps the release record (a Secret); see the header.
@@ -30,6 +31,12 @@ fn the_chart_installs_a_server_that_runs_a_job_over_http_with_its_token() {
     assert_serves_a_job_with_its_token(&release.deployment, &addr);
     let status = helm(&["status", &release.name, "--namespace", RELEASE_NAMESPACE]).expect("helm status");
     assert!(status.contains("STATUS: deployed"), "{status}");
+    // The API server's endpoint and the node's address, read at install.
+    let policies = kube::Resource { api_path: "/apis/networking.k8s.io/v1", plural: "networkpolicies", namespaced: true };
+    let open =
+        cluster::admin_client().get(policies, &release.deployment.jobs_namespace, "mcp-ephemeral-jobs-open").expect("the open policy");
+    let except = &open["spec"]["egress"][0]["to"][0]["ipBlock"]["except"];
+    assert!(except.as_array().is_some_and(|entries| entries.iter().any(|entry| entry == "10.244.0.1/32")), "{except}");
 }
 
 /// One release; uninstalled on drop, whatever happened, and then its

@@ -33,4 +33,5 @@ mod dockerfile_image;
 mod helm_install;
 mod network;
 mod pod_template;
+mod slow_image_pull;
 mod warm_pool;

@@ -67,6 +67,12 @@ enum Target {
     ApiEndpoint,
     /// The kubelet on the node, 10.244.0.1:10250.
     Kubelet,
+    /// The API server's port at the machine's address off the bridge
+    /// (eth0's): it listens on every address, and that one is outside
+    /// deploy/'s private ranges (tests/cluster/up excepts it).
+    ApiAtHostAddress,
+    /// The kubelet at that address.
+    KubeletAtHostAddress,
     /// A pod labelled as the server, in the server's namespace.
     ServerPod,
 }
@@ -80,6 +86,8 @@ const CASES: &[(Target, [bool; 4])] = &[
     (Target::ApiService, [false, false, false, false]),
     (Target::ApiEndpoint, [false, false, false, false]),
     (Target::Kubelet, [false, false, false, false]),
+    (Target::ApiAtHostAddress, [false, false, false, false]),
+    (Target::KubeletAtHostAddress, [false, false, false, false]),
     (Target::ServerPod, [false, false, false, false]),
 ];
 
@@ -403,9 +411,21 @@ impl Targets {
             Target::ApiService => (cluster::env_value("KUBERNETES_SERVICE_IP").unwrap_or_else(|| "10.96.0.1".into()), 443),
             Target::ApiEndpoint => (NODE_IP.into(), 6443),
             Target::Kubelet => (NODE_IP.into(), 10250),
+            Target::ApiAtHostAddress => (host_address(), 6443),
+            Target::KubeletAtHostAddress => (host_address(), 10250),
             Target::ServerPod => (self.server_ip.clone(), 8080),
         }
     }
+}
+
+/// This machine's first IPv4 address off the pod bridge (eth0's).
+fn host_address() -> String {
+    let listing = host("ip", &["-4", "-o", "addr", "show", "scope", "global"]);
+    listing
+        .lines()
+        .filter(|line| line.split_whitespace().nth(1).is_some_and(|link| link != "mcp-k8s0" && !link.starts_with("mcp")))
+        .find_map(|line| line.split_whitespace().nth(3)?.split('/').next().map(str::to_string))
+        .unwrap_or_else(|| panic!("this machine has no IPv4 address off the pod bridge to try:\n{listing}"))
 }
 
 /// A command on the host (the tests run as root, like the cluster).

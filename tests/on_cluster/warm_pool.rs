@@ -102,6 +102,7 @@ impl Warm {
         assert_eq!(result["isError"], false, "{result}");
         let out = result["structuredContent"].clone();
         assert_eq!(self.hits(), before + 1, "the run did not take a warm pod: {out}");
+        assert_eq!(out["timings"]["warm"], true, "the result says so: {out}");
         cluster::assert_nothing_left(out["run_id"].as_str().unwrap_or_default());
         (out, progress)
     }
@@ -221,6 +222,10 @@ fn a_background_run_on_a_warm_pod_is_fetched_listed_and_cancelled() {
     let result = &fetched["result"];
     assert_eq!((result["status"].as_str(), result["exit_code"].as_i64()), (Some("failed"), Some(4)), "{fetched}");
     assert_eq!(result["stdout"], "background-out\n", "{fetched}");
+    // From the Job's record, as any process reads it: warm, and submitted
+    // at its token's time.
+    assert_eq!(result["timings"]["warm"], true, "{fetched}");
+    assert!(result["timings"]["submitted_at"].is_string(), "{fetched}");
 
     let before = warm.await_ready(1)["hits"].as_u64().unwrap_or_default();
     let submitted = warm.ok("submit_job", json!({"image": BUSYBOX, "command": sh("echo started; sleep 120")}));

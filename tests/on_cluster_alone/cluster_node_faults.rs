@@ -3,8 +3,9 @@
 //! run is in flight, and an exec credential plugin that hangs.
 //!
 //! Killing containerd stops image and container operations for every pod
-//! on the node, so this file is a test binary of its own (cargo runs test
-//! binaries one after another) and its two tests take turns. A
+//! on the node, so this file is in a test binary of its own (cargo runs
+//! test binaries one after another) and its tests take turns with every
+//! other test of that binary (`crate::take_turn`). A
 //! `Containerd` guard starts containerd again with the flags
 //! `tests/cluster/up` gave it (read from `/proc/<pid>/cmdline`) and
 //! rewrites its pid file, also when the test fails, so `tests/cluster/down`
@@ -13,19 +14,12 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::support::cluster::{self, BUSYBOX};
 use crate::support::faults;
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::json;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn take_turn() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// The cluster's containerd, killed by `kill` and started again by
 /// `restart` or, at the latest, when dropped.
@@ -128,7 +122,7 @@ impl Drop for Containerd {
 // and so were its processes on the node.
 #[test]
 fn containerd_killed_and_restarted_mid_run_fails_nothing() {
-    let _turn = take_turn();
+    let _turn = crate::take_turn();
     let mut server = cluster::server(&[]);
     // Neither marker contains the other: each finds its own run's pod.
     let sync_marker = faults::marker("containerd-sync");
@@ -235,7 +229,7 @@ fn processes_with(marker: &str) -> Vec<(String, String)> {
 /// each waited its own 60 s in turn and the third answered after 180 s.
 #[test]
 fn a_hanging_credential_plugin_runs_once_and_every_call_hears_of_it() {
-    let _turn = take_turn();
+    let _turn = crate::take_turn();
     let dir = std::env::temp_dir().join(format!("cluster-node-faults-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");
     let runs = dir.join("runs");

@@ -59,6 +59,7 @@ fn warm_run(server: &mut StdioServer, arguments: Value) -> Value {
     let hits = await_ready(server, 1)["hits"].as_u64().unwrap_or(0);
     let out = run(server, arguments);
     assert_eq!(pool_view(server)["hits"].as_u64(), Some(hits + 1), "the run took a pool container: {out}");
+    assert_eq!(out["timings"]["warm"], true, "the result says so: {out}");
     out
 }
 
@@ -109,6 +110,7 @@ fn warm_runs_keep_the_run_contract_and_the_stopped_server_leaves_no_pool_contain
     let done = crate::backend::fetch_done(&mut server, &token);
     assert_eq!(done["result"]["stdout"], "background\n", "{done}");
     assert_eq!(pool_view(&mut server)["hits"].as_u64(), Some(hits), "the background run ran cold");
+    assert_eq!(done["result"]["timings"]["warm"], false, "and says so: {done}");
 
     // Stopped right after a claim, while the pool makes the claimed one's
     // successor: that one goes too.
@@ -150,9 +152,6 @@ fn a_killed_servers_pool_containers_carry_a_bounded_expiry() {
 fn pools_and_backend(name: &str) -> (std::sync::Arc<pool::Pools>, Docker, RunSpec) {
     use mcp_k8s_ephemeral_job::quantity::Quantity;
     let policy = Policy {
-        namespace: String::new(),
-        runner_image: String::new(),
-        runner_binary_path: String::new(),
         run_as_user: 65532,
         default_cpu: Quantity::parse("500m").unwrap(),
         default_memory: Quantity::parse("64Mi").unwrap(),
@@ -163,9 +162,6 @@ fn pools_and_backend(name: &str) -> (std::sync::Arc<pool::Pools>, Docker, RunSpe
         extra_env: Default::default(),
         cache: None,
         clone: None,
-        finished_ttl: Duration::from_secs(60),
-        runtime_class: None,
-        await_network_policy: mcp_k8s_ephemeral_job::engine::spec::AwaitFence::NEVER,
     };
     let options = spec::Options {
         runner_binary: crate::backend::runner_binary(),

@@ -159,6 +159,8 @@ impl Drop for StdioServer {
 pub struct HttpServer {
     pub child: Child,
     pub addr: String,
+    /// The log lines before `listening`, which `start` read to find it.
+    pub startup_log: Vec<String>,
     pub stderr: Receiver<String>,
 }
 
@@ -172,7 +174,7 @@ impl HttpServer {
         let stderr = line_channel(child.stderr.take().unwrap());
         // Built before the address is known so that Drop kills the child
         // even when the wait below fails.
-        let mut server = HttpServer { child, addr: String::new(), stderr };
+        let mut server = HttpServer { child, addr: String::new(), startup_log: Vec::new(), stderr };
         let deadline = Instant::now() + Duration::from_secs(10);
         while server.addr.is_empty() {
             let wait = deadline.saturating_duration_since(Instant::now());
@@ -180,6 +182,8 @@ impl HttpServer {
             let log: Value = serde_json::from_str(&line).expect("stderr lines are JSON");
             if log["msg"] == "listening" {
                 server.addr = log["addr"].as_str().unwrap().to_string();
+            } else {
+                server.startup_log.push(line);
             }
         }
         server

@@ -1,10 +1,10 @@
-//! A container's state as the engine's neutral view (`decide::View`,
-//! `outcome::Finished`): created is pending, running runs, exited is
+//! A container's state as the engine's neutral view (`facts::View`,
+//! `facts::Finished`): created is pending, running runs, exited is
 //! finished. Pure, so each state is a table case.
 //!
 //! The facts are put in the fields the engine's judge reads: the kernel's
-//! OOM kill as `container_reason: OOMKilled` (so `outcome::judge` says
-//! `OOMKilled`), any other exit as its code (137 without the OOM flag is a
+//! OOM kill as `oom_killed` (so `outcome::judge` says `OOMKilled`), any
+//! other exit as its code (137 without the OOM flag is a
 //! SIGKILL from someone, not an OOM), a runtime that could not start the
 //! process as `start_failure`, and a container being removed (or gone) as
 //! `deleted`. Times: `FinishedAt` can be earlier than `StartedAt` on a
@@ -17,8 +17,7 @@ use std::time::SystemTime;
 use crate::docker::objects::ContainerInspect;
 use crate::docker::outages::Outage;
 use crate::engine::backend::{Sighting, Times};
-use crate::engine::decide::{SandboxState, View};
-use crate::engine::outcome::{Finished, RUNTIME_STOPPED};
+use crate::engine::facts::{Finished, SandboxState, Stopped, View};
 use crate::log;
 
 /// Docker's time for "never": `0001-01-01T00:00:00Z`.
@@ -37,7 +36,7 @@ pub fn sighting(inspect: &ContainerInspect) -> Sighting {
 
 /// The sighting of a container that ended while the daemon could not be
 /// reached (`outage`, from the client): its end is named as the daemon's
-/// (`RUNTIME_STOPPED`), since a daemon that shuts down stops its
+/// (`Stopped::RuntimeGone`), since a daemon that shuts down stops its
 /// containers (SIGTERM, then SIGKILL) and one that comes back without
 /// live-restore kills those still running.
 pub fn with_outage(mut sighting: Sighting, outage: Option<Outage>) -> Sighting {
@@ -48,8 +47,7 @@ pub fn with_outage(mut sighting: Sighting, outage: Option<Outage>) -> Sighting {
         log::rfc3339_utc(outage.to)
     );
     for finished in sighting.view.ended.iter_mut().chain(std::iter::once(&mut sighting.view.if_gone)) {
-        finished.pod_reason = Some(RUNTIME_STOPPED.to_string());
-        finished.pod_message = Some(message.clone());
+        finished.stopped = Some(Stopped::RuntimeGone { seen: message.clone() });
     }
     sighting
 }
@@ -94,20 +92,11 @@ fn finished(inspect: &ContainerInspect) -> Finished {
     let ended = is_finished(inspect);
     let never_started = time_of(&state.started_at).is_none();
     let start_failure = (!state.error.is_empty() && never_started).then(|| format!("the container could not start: {}", state.error));
-    let container_reason = if state.oom_killed {
-        Some("OOMKilled".to_string())
-    } else if ended {
-        Some(if state.exit_code == 0 { "Completed" } else { "Error" }.to_string())
-    } else {
-        None
-    };
     Finished {
         exit_code: ended.then(|| i32::try_from(state.exit_code).unwrap_or(i32::MAX)),
         signal: None,
-        container_reason,
-        container_message: (!state.error.is_empty()).then(|| state.error.clone()),
-        pod_reason: None,
-        pod_message: None,
+        oom_killed: state.oom_killed,
+        stopped: None,
         disruption: None,
         deleted: false,
         start_failure,
@@ -151,23 +140,24 @@ mod tests {
         let cases = [
             ("created", container("created", 0, false, "", false), "Pending", None),
             ("running", container("running", 0, false, "", true), "Running", None),
-            ("exit 0", container("exited", 0, false, "", true), "Finished { ran: true }", Some((Some(0), "Completed", false))),
-            ("exit 3", container("exited", 3, false, "", true), "Finished { ran: true }", Some((Some(3), "Error", false))),
-            ("OOM", container("exited", 137, true, "", true), "Finished { ran: true }", Some((Some(137), "OOMKilled", false))),
-            ("SIGKILL, no OOM", container("exited", 137, false, "", true), "Finished { ran: true }", Some((Some(137), "Error", false))),
-            ("removing", container("removing", 137, false, "", true), "Finished { ran: true }", Some((Some(137), "Error", true))),
+            ("exit 0", container("exited", 0, false, "", true), "Finished { ran: true }", Some((Some(0), false, false))),
+            ("exit 3", container("exited", 3, false, "", true), "Finished { ran: true }", Some((Some(3), false, false))),
+            ("OOM", container("exited", 137, true, "", true), "Finished { ran: true }", Some((Some(137), true, false))),
+            ("SIGKILL, no OOM", container("exited", 137, false, "", true), "Finished { ran: true }", Some((Some(137), false, false))),
+            ("removing", container("removing", 137, false, "", true), "Finished { ran: true }", Some((Some(137), false, true))),
             (
                 "could not start",
                 container("created", 127, false, "exec: no such file", false),
                 "Finished { ran: false }",
-                Some((None, "", false)),
+                Some((None, false, false)),
             ),
         ];
         for (case, inspect, state, ended) in cases {
             let view = view(&inspect);
             assert_eq!(format!("{:?}", view.state), state, "{case}");
-            let got = view.ended.as_ref().map(|f| (f.exit_code, f.container_reason.clone().unwrap_or_default(), f.deleted));
-            assert_eq!(got, ended.map(|(code, reason, deleted)| (code, reason.to_string(), deleted)), "{case}");
+            // (exit code, OOM-killed, deleted)
+            let got = view.ended.as_ref().map(|f| (f.exit_code, f.oom_killed, f.deleted));
+            assert_eq!(got, ended, "{case}");
             assert!(view.if_gone.deleted, "{case}: gone means removed");
         }
     }
@@ -194,9 +184,9 @@ mod tests {
         let outage = Outage { from: std::time::UNIX_EPOCH, to: std::time::UNIX_EPOCH + std::time::Duration::from_secs(1) };
         let named = with_outage(exited.clone(), Some(outage));
         let ended = named.view.ended.as_ref().unwrap();
-        assert_eq!(ended.pod_reason.as_deref(), Some(RUNTIME_STOPPED));
-        assert!(ended.pod_message.as_deref().unwrap().starts_with("the Docker daemon could not be reached from 1970-01-01T00:00:00.000Z"));
-        assert_eq!(named.view.if_gone.pod_reason.as_deref(), Some(RUNTIME_STOPPED));
+        let Some(Stopped::RuntimeGone { seen }) = &ended.stopped else { panic!("{ended:?}") };
+        assert!(seen.starts_with("the Docker daemon could not be reached from 1970-01-01T00:00:00.000Z"), "{seen}");
+        assert!(matches!(named.view.if_gone.stopped, Some(Stopped::RuntimeGone { .. })));
         assert_eq!(with_outage(exited.clone(), None), exited, "no outage, no change");
     }
 }

@@ -7,18 +7,13 @@
 //! Knows `Config`, the engine (to run a check job) and `docker`; nothing
 //! of MCP.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
 use crate::backend::Check;
 use crate::backend::docker::spec;
-use crate::cancel::CancelToken;
 use crate::config::Config;
 use crate::docker;
 use crate::engine;
-use crate::engine::spec::{RunSpec, RunStatus};
+use crate::engine::spec::RunStatus;
 use crate::network::NetworkMode;
-use crate::sandbox;
 
 /// Runs every check, handing each to `report` when done; true when all passed.
 pub fn run(
@@ -196,21 +191,7 @@ fn check_restricted_network(client: &docker::Client, network: &str) -> Check {
 /// starts, the runner runs under the hardening (the mode's network made
 /// first when it is this server's), and the container goes again.
 fn check_run(ctx: &engine::run::Ctx, image: &str, network: NetworkMode) -> Check {
-    let spec = RunSpec {
-        image: image.to_string(),
-        command: vec!["true".to_string()],
-        files: Vec::new(),
-        env: BTreeMap::new(),
-        cpu_limit: None,
-        memory_limit: None,
-        timeout: Duration::from_secs(30),
-        workdir: sandbox::WORKDIR.to_string(),
-        artifacts: Vec::new(),
-        clone: None,
-        network,
-    };
-    let run_id = engine::run::new_run_id();
-    let outcome = engine::run::run(ctx, &spec, &run_id, &CancelToken::new(), &|_| {});
+    let outcome = engine::run::run_check(ctx, image, &["true"], network);
     if outcome.status == RunStatus::Succeeded {
         Check::pass(format!("a check container ran `true` in `{image}` with network `{}`", network.name()))
     } else {

@@ -6,7 +6,8 @@
 //! `record` keeps a background run's record, verdict and cancel mark in
 //! labels, `removal` removes a run's containers after its answer, `reaper`
 //! removes what expired, `doctor` checks a daemon against the
-//! configuration.
+//! configuration, `pool` is the warm pool sandboxes (containers that wait
+//! for their run on stdin) for the engine's pool manager.
 //!
 //! A run: the image is looked up (pulled only when the operator allows),
 //! the container is created, its workdir volume gets the input files by
@@ -21,6 +22,7 @@
 //! run's end (the engine's `decide` does).
 
 pub mod classify;
+pub mod connect;
 pub mod doctor;
 pub mod pool;
 pub mod reaper;
@@ -34,13 +36,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::docker;
 use crate::engine::backend::{
-    self, Abort, Backend, Created, Keep, NewRun, Output, OutputError, Refused, RunKind, Settled, Sighting, Stop, Stored, Watch, Wording,
+    self, Abort, Backend, Created, ErrorKind, Keep, NewRun, Output, OutputError, Refused, RunKind, Settled, Sighting, Stop, Stored, Watch,
 };
+use crate::engine::facts::{Recorded, Wording};
 use crate::engine::spec::{Policy, RunReason};
-use crate::engine::verdict::Recorded;
 use crate::log;
 use crate::metrics;
 use crate::network::NetworkMode;
+use crate::supervise;
 
 /// Runs on one Docker daemon.
 #[derive(Clone)]
@@ -53,6 +56,9 @@ pub struct Docker {
     /// The warm pools (`MCP_K8S_WARM_POOLS`), when the server keeps any.
     pools: Option<std::sync::Arc<pool::Pools>>,
 }
+
+/// How long the process waits at exit for removals under way.
+const SHUTDOWN_REMOVALS: Duration = Duration::from_secs(10);
 
 /// dockerd's words for a container on a network name two networks share.
 const AMBIGUOUS: &str = "is ambiguous";
@@ -87,15 +93,15 @@ impl Docker {
                 reason: RunReason::ApiError,
                 message: format!(
                     "could not hand the run to its warm container `{}` (pool `{}`): {error}; the run did not start; try again (the pool replaces the container)",
-                    reserved.container, reserved.pool
+                    reserved.name, reserved.pool
                 ),
             });
         }
         log::info(
             "run handed to a warm container",
-            &[("run_id", run.run_id.into()), ("container", reserved.container.as_str().into()), ("pool", reserved.pool.as_str().into())],
+            &[("run_id", run.run_id.into()), ("container", reserved.name.as_str().into()), ("pool", reserved.pool.as_str().into())],
         );
-        Ok(Created { name: reserved.container.clone(), created_at: Some(SystemTime::now()) })
+        Ok(Created { name: reserved.name.clone(), created_at: Some(SystemTime::now()) })
     }
 
     /// The image is there, or pulled when the operator allows it.
@@ -284,7 +290,7 @@ impl Docker {
         self.kill(run_id, "TERM");
         let backend = self.clone();
         let run_id = run_id.to_string();
-        let spawned = std::thread::Builder::new().name("container-kill".into()).spawn(move || {
+        let spawned = supervise::spawn(supervise::Kind::ContainerKill, move || {
             std::thread::sleep(crate::sandbox::KILL_GRACE + Duration::from_secs(1));
             backend.kill(&run_id, "KILL");
         });
@@ -485,6 +491,19 @@ impl Backend for Docker {
     fn wording(&self) -> &'static Wording {
         &WORDING
     }
+
+    /// A run's containers are removed after its answer on threads of their
+    /// own (`removal`): they end before the process does.
+    fn shutdown(&self) {
+        removal::finish(SHUTDOWN_REMOVALS);
+        if let Some(pools) = &self.pools {
+            pools.drain();
+        }
+    }
+
+    fn pool_figures(&self) -> Vec<backend::PoolFigures> {
+        self.pools.as_ref().map(|pools| pools.figures()).unwrap_or_default()
+    }
 }
 
 /// What Docker users call the parts of a run.
@@ -506,7 +525,33 @@ pub fn sighting(client: &docker::Client, inspect: &docker::objects::ContainerIns
 }
 
 fn api_error(what: &'static str, error: &docker::Error) -> backend::Error {
-    backend::Error { what, message: error.to_string() }
+    backend::Error { what, kind: error_kind(error), message: error.to_string() }
+}
+
+/// What a daemon's failure means for whoever asked.
+fn error_kind(error: &docker::Error) -> ErrorKind {
+    use docker::Error as E;
+    match error {
+        E::SocketMissing { .. }
+        | E::DaemonNotRunning { .. }
+        | E::Connect { .. }
+        | E::Timeout { .. }
+        | E::Transport { .. }
+        | E::Aborted { .. } => ErrorKind::Transient,
+        E::Status { code, .. } if *code == 429 || *code >= 500 => ErrorKind::Transient,
+        E::PermissionDenied { .. } => ErrorKind::Denied,
+        E::Status { code: 401 | 403, .. } => ErrorKind::Denied,
+        E::NotFound { .. } => ErrorKind::NotFound,
+        E::UnsupportedHost { .. }
+        | E::ApiTooOld { .. }
+        | E::InvalidName { .. }
+        | E::Conflict { .. }
+        | E::Status { .. }
+        | E::Protocol { .. }
+        | E::Decode { .. }
+        | E::TooLarge { .. }
+        | E::Progress { .. } => ErrorKind::Refused,
+    }
 }
 
 fn api_refusal(what: &str, error: &docker::Error) -> Refused {
@@ -538,5 +583,33 @@ fn start_refusal(error: &docker::Error, runner_binary: &str) -> Refused {
         message: format!(
             "the container could not start: {error}; check that MCP_K8S_RUNNER_BINARY (`{runner_binary}`) is a static Linux binary of this server on the daemon's host"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn the_daemons_failures_keep_their_kind() {
+        let socket = || PathBuf::from("/run/docker.sock");
+        let status = |code: u16| docker::Error::Status { verb: "GET", path: "/x".into(), code, message: String::new() };
+        let cases = [
+            (docker::Error::DaemonNotRunning { socket: socket() }, ErrorKind::Transient),
+            (docker::Error::SocketMissing { socket: socket() }, ErrorKind::Transient),
+            (docker::Error::Timeout { verb: "GET", path: "/x".into() }, ErrorKind::Transient),
+            (status(500), ErrorKind::Transient),
+            (status(429), ErrorKind::Transient),
+            (docker::Error::PermissionDenied { socket: socket() }, ErrorKind::Denied),
+            (status(403), ErrorKind::Denied),
+            (docker::Error::NotFound { verb: "GET", path: "/x".into(), message: "no such container".into() }, ErrorKind::NotFound),
+            (docker::Error::Conflict { verb: "POST", path: "/x".into(), message: "name in use".into() }, ErrorKind::Refused),
+            (status(400), ErrorKind::Refused),
+            (docker::Error::Protocol { verb: "GET", path: "/x".into(), message: "bad chunk".into() }, ErrorKind::Refused),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(api_error("look", &error).kind, kind, "{error}");
+        }
     }
 }

@@ -32,7 +32,8 @@ use crate::backend::docker::{classify, spec};
 use crate::docker::objects::{ContainerInspect, ContainerSpec, ContainerSummary, HostConfig};
 use crate::docker::{self, Filters};
 use crate::engine::backend::{Settled, Stored};
-use crate::engine::verdict::{self, Recorded};
+use crate::engine::facts::Recorded;
+use crate::engine::verdict;
 use crate::log;
 
 pub const ROLE_RECORD: &str = "record";
@@ -130,6 +131,9 @@ pub fn stored(run_id: &str, containers: &RunContainers, run: Option<&ContainerIn
         memory_limit: labels.get(spec::LABEL_MEMORY_LIMIT).cloned(),
         expires_at: labels.get(spec::LABEL_EXPIRES_AT).cloned().unwrap_or_default(),
         cancelled_at: containers.cancel.as_ref().and_then(|cancel| cancel.labels.get(LABEL_CANCELLED_AT).cloned()),
+        // A background run never takes a warm container here (its record
+        // lives in labels, which a started container cannot gain).
+        warm: false,
         verdict: containers.verdict(),
         sandbox: None,
     })
@@ -201,8 +205,8 @@ pub(crate) fn never_started(image: &str, labels: BTreeMap<String, String>) -> Co
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::facts::DecidedBy;
     use crate::engine::spec::{RunReason, RunStatus};
-    use crate::engine::verdict::DecidedBy;
 
     fn summary(role: &str, extra: &[(&str, &str)]) -> ContainerSummary {
         let mut labels = BTreeMap::from([

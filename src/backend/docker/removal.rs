@@ -9,7 +9,7 @@
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::log;
+use crate::{log, supervise};
 
 /// The removals under way in this process.
 static PENDING: Pending = Pending { count: Mutex::new(0), changed: Condvar::new() };
@@ -49,7 +49,7 @@ impl Drop for Counted {
 pub fn spawn(run_id: &str, remove: impl FnOnce() + Clone + Send + 'static) {
     let counted = Counted::new();
     let on_thread = remove.clone();
-    let spawned = std::thread::Builder::new().name("container-remove".into()).spawn(move || {
+    let spawned = supervise::spawn(supervise::Kind::ContainerRemove, move || {
         on_thread();
         drop(counted);
     });

@@ -389,9 +389,6 @@ mod tests {
 
     pub fn policy() -> Policy {
         Policy {
-            namespace: "unused".into(),
-            runner_image: "unused".into(),
-            runner_binary_path: "/unused".into(),
             run_as_user: 65532,
             default_cpu: Quantity::parse("1").unwrap(),
             default_memory: Quantity::parse("512Mi").unwrap(),
@@ -402,9 +399,6 @@ mod tests {
             extra_env: BTreeMap::from([("A".to_string(), "operator".to_string())]),
             cache: None,
             clone: None,
-            finished_ttl: Duration::from_secs(300),
-            runtime_class: None,
-            await_network_policy: crate::engine::spec::AwaitFence::NEVER,
         }
     }
 

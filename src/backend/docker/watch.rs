@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::docker;
 use crate::engine::backend::{Abort, Sighting, Watch, Watched};
-use crate::log;
+use crate::{log, supervise};
 
 /// How often the container is inspected while it is changing (its start,
 /// a short command's end)...
@@ -39,7 +39,7 @@ pub fn start(client: docker::Client, name: String) -> Watch {
     let aborted = Arc::new(AtomicBool::new(false));
     let (sender, events) = mpsc::channel();
     let thread_aborted = Arc::clone(&aborted);
-    let spawned = std::thread::Builder::new().name("container-watch".into()).spawn(move || feed(&client, &name, &sender, &thread_aborted));
+    let spawned = supervise::spawn(supervise::Kind::ContainerWatch, move || feed(&client, &name, &sender, &thread_aborted));
     if let Err(error) = &spawned {
         // The receiver then reports a closed stream; the engine's deadlines
         // end the run with what it knows.
@@ -141,8 +141,7 @@ fn feed(client: &docker::Client, name: &str, sender: &mpsc::Sender<Watched>, abo
 mod tests {
     use super::*;
     use crate::engine::backend::Times;
-    use crate::engine::decide::{SandboxState, View};
-    use crate::engine::outcome::Finished;
+    use crate::engine::facts::{Finished, SandboxState, View};
 
     fn sighting(state: SandboxState) -> Sighting {
         Sighting {

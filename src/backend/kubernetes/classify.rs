@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use crate::backend::kubernetes::manifest::{CLONE_CONTAINER, MAIN_CONTAINER, PREPARE_CONTAINER};
-use crate::engine::decide::{SandboxState, View};
+use crate::engine::facts::{Finished, SandboxState, Stopped, View};
 use crate::engine::spec::RunReason;
 use crate::kube::objects::{Condition, ContainerStatus, Event, Pod, PodStatus, StateTerminated};
 
@@ -29,9 +29,6 @@ pub enum PodState {
     /// The main container (or the pod) has ended.
     Finished(Finished),
 }
-
-/// How a pod ended: the engine's neutral type, read from the pod here.
-pub use crate::engine::outcome::Finished;
 
 /// Waiting reasons that mean the image will not be pulled in this run.
 const IMAGE_PULL_FAILURES: &[&str] = &["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "ImageInspectError"];
@@ -98,14 +95,26 @@ pub fn is_deleting_view(pod: &Pod) -> bool {
 }
 
 /// The main container's process never ran: the runtime refused to start
-/// it. Its text goes to the caller as it is.
-pub fn start_failure(finished: &Finished) -> Option<String> {
-    let reason = finished.container_reason.as_deref()?;
+/// it (its terminated reason). Its text goes to the caller as it is.
+pub fn start_failure(terminated: &StateTerminated) -> Option<String> {
+    let reason = terminated.reason.as_deref()?;
     if !TERMINATED_WITHOUT_STARTING.contains(&reason) {
         return None;
     }
-    let message = finished.container_message.as_deref().map(str::trim).filter(|message| !message.is_empty());
+    let message = terminated.message.as_deref().map(str::trim).filter(|message| !message.is_empty());
     Some(start_failure_message(reason, message.unwrap_or("no message")))
+}
+
+/// The kubelet's words for a stopped pod (`status.reason`, `.message`),
+/// as the engine's `Stopped`.
+fn stopped(status: &PodStatus) -> Option<Stopped> {
+    let message = status.message.clone().unwrap_or_default();
+    Some(match status.reason.as_deref()? {
+        "Evicted" => Stopped::Evicted { message },
+        "DeadlineExceeded" => Stopped::DeadlinePassed,
+        other if message.is_empty() => Stopped::Other { why: other.to_string() },
+        other => Stopped::Other { why: format!("{other}: {message}") },
+    })
 }
 
 /// What a pod that has not started is doing, for the `StartTimeout`
@@ -302,19 +311,15 @@ fn unschedulable_message(status: &PodStatus) -> Option<String> {
 }
 
 fn finished(status: &PodStatus, terminated: Option<&StateTerminated>) -> Finished {
-    let mut finished = Finished {
+    Finished {
         exit_code: terminated.and_then(|terminated| terminated.exit_code).map(|code| code as i32),
         signal: terminated.and_then(|terminated| terminated.signal).map(|signal| signal as i32),
-        container_reason: terminated.and_then(|terminated| terminated.reason.clone()),
-        container_message: terminated.and_then(|terminated| terminated.message.clone()),
-        pod_reason: status.reason.clone(),
-        pod_message: status.message.clone(),
+        oom_killed: terminated.and_then(|terminated| terminated.reason.as_deref()) == Some("OOMKilled"),
+        stopped: stopped(status),
         disruption: disruption(&status.conditions),
         deleted: false,
-        start_failure: None,
-    };
-    finished.start_failure = start_failure(&finished);
-    finished
+        start_failure: terminated.and_then(start_failure),
+    }
 }
 
 /// Reads a finished pod, with its deletion mark (the `Finished` of
@@ -526,14 +531,49 @@ mod tests {
     }
 
     #[test]
+    fn the_kubelets_words_become_the_engines_facts() {
+        let status = |reason: Option<&str>, message: Option<&str>| PodStatus {
+            reason: reason.map(str::to_string),
+            message: message.map(str::to_string),
+            ..PodStatus::default()
+        };
+        let cases = [
+            (None, None, None),
+            (
+                Some("Evicted"),
+                Some("The node was low on resource: ephemeral-storage."),
+                Some(Stopped::Evicted { message: "The node was low on resource: ephemeral-storage.".into() }),
+            ),
+            (
+                Some("DeadlineExceeded"),
+                Some("Pod was active on the node longer than the specified deadline"),
+                Some(Stopped::DeadlinePassed),
+            ),
+            (Some("NodeLost"), None, Some(Stopped::Other { why: "NodeLost".into() })),
+            (
+                Some("Shutdown"),
+                Some("Pod was terminated in response to imminent node shutdown."),
+                Some(Stopped::Other { why: "Shutdown: Pod was terminated in response to imminent node shutdown.".into() }),
+            ),
+        ];
+        for (reason, message, expected) in cases {
+            assert_eq!(stopped(&status(reason, message)), expected, "{reason:?}");
+        }
+        let oom = StateTerminated { exit_code: Some(137), reason: Some("OOMKilled".into()), ..StateTerminated::default() };
+        assert!(finished(&PodStatus::default(), Some(&oom)).oom_killed);
+        let error = StateTerminated { exit_code: Some(137), reason: Some("Error".into()), ..StateTerminated::default() };
+        assert!(!finished(&PodStatus::default(), Some(&error)).oom_killed, "137 alone is a SIGKILL, not an OOM kill");
+    }
+
+    #[test]
     fn a_start_error_carries_the_runtimes_text() {
         let pod = pod(json!({"phase": "Failed", "containerStatuses": [{"name": "main", "state": {"terminated": {
             "exitCode": 128, "reason": "StartError",
             "message": "failed to create containerd task: unable to set memory limit to 64 (current usage: 2117632, peak usage: 2117632)"}}}]}));
         let finished = finished_pod(&pod).unwrap();
-        let message = start_failure(&finished).unwrap();
+        let message = finished.start_failure.unwrap();
         assert!(message.contains("StartError") && message.contains("unable to set memory limit to 64"), "{message}");
-        let completed = Finished { container_reason: Some("Completed".into()), ..Finished::default() };
+        let completed = StateTerminated { reason: Some("Completed".into()), ..StateTerminated::default() };
         assert_eq!(start_failure(&completed), None);
     }
 

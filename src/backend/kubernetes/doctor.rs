@@ -15,16 +15,17 @@
 //! Knows `Config`, the engine (to run a tiny job), the runner's probe line
 //! and `kube`; nothing of MCP.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::Arc;
 
 use crate::backend::Check;
+use crate::backend::kubernetes::Kubernetes;
+use crate::backend::kubernetes::open_reach;
 use crate::backend::kubernetes::permissions::{self, Permission};
+use crate::backend::kubernetes::settings::{AwaitFence, Settings};
 use crate::backend::kubernetes::template::PodTemplate;
-use crate::cancel::CancelToken;
 use crate::config::Config;
 use crate::engine;
-use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
+use crate::engine::spec::{RunOutcome, RunStatus};
 use crate::kube;
 use crate::kube::objects;
 use crate::network::{FenceModes, NetworkMode};
@@ -33,13 +34,10 @@ use crate::sandbox;
 /// Runs every check, handing each to `report` as soon as it is done (the
 /// last one starts a pod and takes a few seconds). Returns true when all
 /// passed.
-pub fn run(
-    config: &Config,
-    pod_template: Option<&PodTemplate>,
-    ctx: &engine::run::Ctx,
-    client: &kube::Client,
-    report: &mut dyn FnMut(&Check),
-) -> bool {
+pub fn run(config: &Config, kubernetes: &Kubernetes, ctx: &engine::run::Ctx, report: &mut dyn FnMut(&Check)) -> bool {
+    let client = &kubernetes.client;
+    let pod_template = kubernetes.pod_template.as_deref();
+    let ctx = &unfenced(kubernetes, ctx);
     let mut all_passed = true;
     let mut emit = |check: Check| {
         all_passed &= check.passed;
@@ -77,6 +75,7 @@ pub fn run(
     emit(check_image_runs(ctx, "runner image (MCP_K8S_RUNNER_IMAGE)", &config.runner_image, &[&config.runner_binary_path, "--version"]));
     emit(check_pids_limit(ctx, config));
     emit(check_network_policy(ctx, config));
+    emit(check_open_reach(ctx, config, client));
     if let Some(clone) = &config.clone {
         emit(check_image_runs(ctx, "clone image (MCP_K8S_CLONE_IMAGE)", &clone.image, &["git", "--version"]));
     }
@@ -261,7 +260,7 @@ fn check_allowlist(config: &Config) -> Check {
 /// Runs `command` in `image` through the engine, exactly as a job would run
 /// (same pod shape, runner, security context), and expects exit code 0.
 fn check_image_runs(ctx: &engine::run::Ctx, what: &str, image: &str, command: &[&str]) -> Check {
-    let outcome = run_check_job(ctx, image, command);
+    let outcome = engine::run::run_check(ctx, image, command, NetworkMode::None);
     if outcome.status == RunStatus::Succeeded {
         let first_line = String::from_utf8_lossy(&outcome.stdout).lines().next().unwrap_or("").to_string();
         return Check::pass(format!("{what} `{image}` runs a job: `{}` printed `{first_line}`", command.join(" ")));
@@ -276,7 +275,7 @@ fn check_image_runs(ctx: &engine::run::Ctx, what: &str, image: &str, command: &[
 fn check_pids_limit(ctx: &engine::run::Ctx, config: &Config) -> Check {
     let ceiling = sandbox::PROBE_CEILING.to_string();
     let command = [config.runner_binary_path.as_str(), "runner", "probe-pids", "--ceiling", &ceiling];
-    let outcome = run_check_job(ctx, &config.runner_image, &command);
+    let outcome = engine::run::run_check(ctx, &config.runner_image, &command, NetworkMode::None);
     let stdout = String::from_utf8_lossy(&outcome.stdout);
     let probe = stdout.lines().find_map(sandbox::probe::parse_probe_line);
     match (outcome.status, probe) {
@@ -312,12 +311,40 @@ fn check_network_policy(ctx: &engine::run::Ctx, config: &Config) -> Check {
     // The probe job is not held for its fence (run_check_job), so it
     // measures the network plugin itself; the verdict says whether the
     // setting covers what it saw.
-    let outcome = run_check_job(ctx, &config.runner_image, &command);
+    let outcome = engine::run::run_check(ctx, &config.runner_image, &command, NetworkMode::None);
     let stdout = String::from_utf8_lossy(&outcome.stdout);
     match (outcome.status, stdout.lines().find_map(sandbox::probe::parse_connect_line)) {
         (RunStatus::Succeeded, Some(probe)) => network_policy_check(&probe, config.await_network_policy),
         _ => Check::warn(format!("NetworkPolicy: the probe job did not report, so enforcement is unknown: {}", failure_text(&outcome))),
     }
+}
+
+/// Whether network mode `open` keeps off the API server (by any of its
+/// addresses and the nodes'), the kubelets and pool pods: a job in `open`
+/// tries each (`open_reach`). Not checked when `open` is not offered.
+fn check_open_reach(ctx: &engine::run::Ctx, config: &Config, client: &kube::Client) -> Check {
+    if !config.network_modes.contains(&NetworkMode::Open) {
+        return Check::pass("network mode `open`: not offered (MCP_K8S_NETWORK_MODES), so not checked");
+    }
+    let seen = open_reach::look(client, &config.namespace);
+    let targets = open_reach::targets(&seen);
+    let missing = open_reach::not_looked_up(&seen);
+    if targets.is_empty() {
+        return open_reach::verdict(&targets, &[], &missing);
+    }
+    let addresses: Vec<String> = targets.iter().map(|target| target.address.to_string()).collect();
+    let mut command = vec![config.runner_binary_path.as_str(), "runner", "probe-reach"];
+    command.extend(addresses.iter().map(String::as_str));
+    let outcome = engine::run::run_check(ctx, &config.runner_image, &command, NetworkMode::Open);
+    let stdout = String::from_utf8_lossy(&outcome.stdout);
+    let probes: Vec<_> = stdout.lines().filter_map(sandbox::probe::parse_reach_line).collect();
+    if outcome.status != RunStatus::Succeeded && probes.is_empty() {
+        return Check::warn(format!(
+            "network mode `open`: the probe job did not report, so what it reaches is unknown: {}",
+            failure_text(&outcome)
+        ));
+    }
+    open_reach::verdict(&targets, &probes, &missing)
 }
 
 /// The verdict on one connection probe: a job pod that reached the API
@@ -340,34 +367,19 @@ fn network_policy_check(probe: &sandbox::probe::ConnectProbe, waits: FenceModes)
     }
 }
 
-/// Runs `command` in `image` through the engine, exactly as a job would
-/// run, except that it is not held for its fence: the checks need no
+/// The engine on this backend, its check jobs run exactly as a job would
+/// run except that they are not held for their fence: the checks need no
 /// network, the connection probe must see the plugin unaided, and on a
 /// cluster that does not enforce NetworkPolicy the other checks still
 /// measure what they are for instead of ending NetworkPolicyNotEnforced.
-fn run_check_job(ctx: &engine::run::Ctx, image: &str, command: &[&str]) -> RunOutcome {
-    let unfenced = engine::run::Ctx {
-        backend: ctx.backend.clone(),
-        policy: engine::spec::Policy { await_network_policy: engine::spec::AwaitFence::NEVER, ..ctx.policy.clone() },
+fn unfenced(kubernetes: &Kubernetes, ctx: &engine::run::Ctx) -> engine::run::Ctx {
+    let cluster = Settings { await_network_policy: AwaitFence::NEVER, ..kubernetes.cluster.clone() };
+    engine::run::Ctx {
+        backend: Arc::new(Kubernetes { cluster, ..kubernetes.clone() }),
+        policy: ctx.policy.clone(),
         slots: ctx.slots.clone(),
         jobs: ctx.jobs.clone(),
-    };
-    let spec = RunSpec {
-        image: image.to_string(),
-        command: command.iter().map(|arg| arg.to_string()).collect(),
-        files: Vec::new(),
-        env: BTreeMap::new(),
-        cpu_limit: None,
-        memory_limit: None,
-        timeout: Duration::from_secs(30),
-        workdir: sandbox::WORKDIR.to_string(),
-        artifacts: Vec::new(),
-        clone: None,
-        // The checks need no network, so they get none.
-        network: NetworkMode::None,
-    };
-    let run_id = engine::run::new_run_id();
-    engine::run::run(&unfenced, &spec, &run_id, &CancelToken::new(), &|_| {})
+    }
 }
 
 /// A plugin that fences a pod only once it has seen it: whether the fence

@@ -1,6 +1,7 @@
 //! The Job and the inputs Secret for one run, built in code from a checked
-//! `RunSpec` and the operator's `Policy`. Pure and deterministic (sorted env,
-//! fixed names), so tests compare JSON text. Never built from caller YAML.
+//! `RunSpec`, the operator's `Policy` and the cluster's `Settings`. Pure
+//! and deterministic (sorted env, fixed names), so tests compare JSON
+//! text. Never built from caller YAML.
 //!
 //! Pod shape: a container `prepare` from the runner image copies this
 //! binary into a shared volume and writes the input files; the `main`
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::backend::kubernetes::settings::Settings;
 use crate::backend::kubernetes::template::PodTemplate;
 use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
 use crate::sandbox::args::{self, AssignOptions, AwaitOptions, CloneOptions, Endpoint, InitOptions};
@@ -82,7 +84,7 @@ pub fn job_name(run_id: &str) -> String {
 }
 
 /// The Job for one run.
-pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
+pub fn job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str) -> Value {
     let name = job_name(run_id);
     let pod_deadline = run_deadline(spec, policy);
     let mut volumes = vec![
@@ -106,16 +108,16 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
     if let (Some(clone_spec), Some(clone_step)) = (&spec.clone, &policy.clone) {
         volumes.push(json!({"name": "git-creds", "secret": {"secretName": clone_step.secret_name, "defaultMode": 0o440}}));
         volumes.push(json!({"name": "clone-tmp", "emptyDir": {"sizeLimit": "64Mi"}}));
-        init_containers.push(prepare_container(spec, policy, Prepare::Before));
+        init_containers.push(prepare_container(spec, policy, cluster, Prepare::Before));
         init_containers.push(clone_container(spec, clone_spec, clone_step, policy));
-    } else if policy.await_network_policy.bound_for(spec.network).is_some() {
+    } else if cluster.await_network_policy.bound_for(spec.network).is_some() {
         // Waiting for the fence beside `main` would never end: its hook
         // holds the kubelet's first pass, so the pod's IP is not reported,
         // and a plugin that fences by the reported IP (kube-router) never
         // fences it. As an init container, one pass later, it is.
-        init_containers.push(prepare_container(spec, policy, Prepare::Before));
+        init_containers.push(prepare_container(spec, policy, cluster, Prepare::Before));
     } else {
-        containers.push(prepare_container(spec, policy, Prepare::Beside));
+        containers.push(prepare_container(spec, policy, cluster, Prepare::Beside));
     }
     containers.push(main_container(spec, policy));
     let mut pod_spec = json!({
@@ -137,13 +139,13 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
     if !init_containers.is_empty() {
         pod_spec["initContainers"] = json!(init_containers);
     }
-    if let Some(runtime_class) = &policy.runtime_class {
+    if let Some(runtime_class) = &cluster.runtime_class {
         pod_spec["runtimeClassName"] = json!(runtime_class);
     }
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": policy.namespace, "labels": labels(run_id)},
+        "metadata": {"name": name, "namespace": cluster.namespace, "labels": labels(run_id)},
         "spec": {
             "backoffLimit": 0,
             "completions": 1,
@@ -151,7 +153,7 @@ pub fn job(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
             // A backstop only: the pod's own deadline ends the run with its
             // logs intact, while a Job-level deadline deletes the pod.
             "activeDeadlineSeconds": (pod_deadline + JOB_DEADLINE_SLACK).as_secs(),
-            "ttlSecondsAfterFinished": policy.finished_ttl.as_secs(),
+            "ttlSecondsAfterFinished": cluster.finished_ttl.as_secs(),
             "template": {
                 "metadata": {"labels": pod_labels(spec, run_id)},
                 "spec": pod_spec,
@@ -172,9 +174,9 @@ pub struct PoolSandbox<'a> {
 /// files and the longest timeout a run may give), whose main container
 /// waits for its one assignment instead of running a command, with the
 /// key Secret (named like the Job, see `key_secret`) mounted into it alone.
-pub fn pool_job(spec: &RunSpec, policy: &Policy, run_id: &str, sandbox: &PoolSandbox) -> Value {
+pub fn pool_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str, sandbox: &PoolSandbox) -> Value {
     let name = job_name(run_id);
-    let mut job = job(spec, policy, run_id);
+    let mut job = job(spec, policy, cluster, run_id);
     for labels in ["/metadata/labels", "/spec/template/metadata/labels"] {
         if let Some(labels) = job.pointer_mut(labels) {
             labels[LABEL_POOL] = json!(sandbox.pool);
@@ -206,13 +208,13 @@ pub fn pool_job(spec: &RunSpec, policy: &Policy, run_id: &str, sandbox: &PoolSan
 
 /// A warm sandbox's key (hex), in a Secret named like its Job and owned by
 /// it, so that it goes with the Job.
-pub fn key_secret(policy: &Policy, run_id: &str, job_uid: &str, key_hex: &str) -> Value {
-    job_secret(policy, run_id, job_uid, json!({KEY_ENTRY: to_base64(key_hex.as_bytes())}))
+pub fn key_secret(cluster: &Settings, run_id: &str, job_uid: &str, key_hex: &str) -> Value {
+    job_secret(cluster, run_id, job_uid, json!({KEY_ENTRY: to_base64(key_hex.as_bytes())}))
 }
 
 /// A Secret named like the run's Job and owned by it (the inputs, a warm
 /// sandbox's key): the garbage collector removes it with the Job.
-fn job_secret(policy: &Policy, run_id: &str, job_uid: &str, data: Value) -> Value {
+fn job_secret(cluster: &Settings, run_id: &str, job_uid: &str, data: Value) -> Value {
     let name = job_name(run_id);
     json!({
         "apiVersion": "v1",
@@ -220,7 +222,7 @@ fn job_secret(policy: &Policy, run_id: &str, job_uid: &str, data: Value) -> Valu
         "type": "Opaque",
         "metadata": {
             "name": name,
-            "namespace": policy.namespace,
+            "namespace": cluster.namespace,
             "labels": labels(run_id),
             "ownerReferences": [{
                 "apiVersion": "batch/v1",
@@ -237,7 +239,7 @@ fn job_secret(policy: &Policy, run_id: &str, job_uid: &str, data: Value) -> Valu
 
 /// The Secret holding the input files, owned by the Job so that deleting
 /// the Job (or the garbage collector) removes it. `None` without files.
-pub fn inputs_secret(spec: &RunSpec, policy: &Policy, run_id: &str, job_uid: &str) -> Option<Value> {
+pub fn inputs_secret(spec: &RunSpec, cluster: &Settings, run_id: &str, job_uid: &str) -> Option<Value> {
     if spec.files.is_empty() {
         return None;
     }
@@ -250,7 +252,7 @@ pub fn inputs_secret(spec: &RunSpec, policy: &Policy, run_id: &str, job_uid: &st
     }
     let manifest = inputs::encode_manifest(&entries);
     data.insert(MANIFEST_KEY.to_string(), json!(to_base64(&manifest)));
-    Some(job_secret(policy, run_id, job_uid, Value::Object(data)))
+    Some(job_secret(cluster, run_id, job_uid, Value::Object(data)))
 }
 
 /// Merges the operator's pod template into a Job built by `job`: its pod
@@ -308,6 +310,22 @@ pub fn apply_start_deadline(job: &mut Value, deadline_ms: u64) {
         let Some(command) = container["command"].as_array() else { continue };
         let mut command: Vec<String> = command.iter().filter_map(|arg| arg.as_str().map(str::to_string)).collect();
         args::with_start_deadline(&mut command, deadline_ms);
+        container["command"] = json!(command);
+    }
+}
+
+/// Makes the `prepare` step's fence wait, where there is one, last until
+/// `until_ms` (ms since the Unix epoch; `sandbox::args::with_fence_until`):
+/// a background run waits out a late fence up to its start deadline
+/// instead of the fence setting. Applied after `job`, like the start
+/// deadline.
+pub fn apply_fence_deadline(job: &mut Value, until_ms: u64) {
+    // `get_mut`, not indexing: a job without init containers stays without.
+    let Some(init_containers) = job["spec"]["template"]["spec"].get_mut("initContainers").and_then(Value::as_array_mut) else { return };
+    for container in init_containers.iter_mut().filter(|container| container["name"] == PREPARE_CONTAINER) {
+        let Some(command) = container["command"].as_array() else { continue };
+        let mut command: Vec<String> = command.iter().filter_map(|arg| arg.as_str().map(str::to_string)).collect();
+        args::with_fence_until(&mut command, until_ms);
         container["command"] = json!(command);
     }
 }
@@ -379,13 +397,14 @@ fn ready_file() -> String {
     format!("{BIN_DIR}/.ready")
 }
 
-fn prepare_container(spec: &RunSpec, policy: &Policy, place: Prepare) -> Value {
+fn prepare_container(spec: &RunSpec, policy: &Policy, cluster: &Settings, place: Prepare) -> Value {
     let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR}), json!({"name": "work", "mountPath": spec.workdir})];
     let mut init = InitOptions {
         copy_to: runner_path().into(),
         inputs: None,
         ready_file: None,
-        await_fence: policy.await_network_policy.bound_for(spec.network),
+        await_fence: cluster.await_network_policy.bound_for(spec.network),
+        await_fence_until_ms: None,
     };
     if !spec.files.is_empty() {
         init.inputs = Some((INPUTS_DIR.into(), spec.workdir.clone().into()));
@@ -394,11 +413,11 @@ fn prepare_container(spec: &RunSpec, policy: &Policy, place: Prepare) -> Value {
     if place == Prepare::Beside {
         init.ready_file = Some(ready_file().into());
     }
-    let mut command = vec![policy.runner_binary_path.clone()];
+    let mut command = vec![cluster.runner_binary_path.clone()];
     command.extend(args::init_args(&init));
     let mut container = json!({
         "name": PREPARE_CONTAINER,
-        "image": policy.runner_image,
+        "image": cluster.runner_image,
         "imagePullPolicy": "IfNotPresent",
         "command": command.iter().map(|arg| escape_dollars(arg)).collect::<Vec<_>>(),
         // Its root is read-only and it writes only to volumes, so its own
@@ -415,7 +434,7 @@ fn prepare_container(spec: &RunSpec, policy: &Policy, place: Prepare) -> Value {
         // Bounded by the start timeout: past it the server gives up anyway.
         let wait = AwaitOptions { ready_file: ready_file().into(), timeout: policy.start_timeout };
         // Hook commands get no `$(VAR)` expansion, so no escaping either.
-        let mut hook = vec![policy.runner_binary_path.clone()];
+        let mut hook = vec![cluster.runner_binary_path.clone()];
         hook.extend(args::await_args(&wait));
         container["lifecycle"] = json!({"postStart": {"exec": {"command": hook}}});
     }

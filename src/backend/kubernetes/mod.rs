@@ -5,40 +5,48 @@
 //! background run's record and verdict in the Job's annotations, `reaper`
 //! deletes what expired, `permissions` lists the RBAC the server needs,
 //! `template` checks the operator's pod template (merged into every Job by
-//! `manifest`), `doctor` checks a cluster's set-up against the configuration.
+//! `manifest`), `doctor` checks a cluster's set-up against the configuration,
+//! `pool` makes, watches, hands runs to and deletes warm pool sandboxes for
+//! the engine's pool manager.
 //!
 //! Speaks to the API server only through `kube`; decides nothing about a
 //! run's end (the engine's `decide` does).
 
 pub mod classify;
+pub mod connect;
 pub mod doctor;
 pub mod manifest;
+pub mod open_reach;
 pub mod permissions;
 pub mod pool;
 pub mod reaper;
 pub mod record;
+pub mod settings;
 pub mod template;
 pub mod watch;
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
+use crate::backend::kubernetes::settings::Settings;
 use crate::backend::kubernetes::template::PodTemplate;
 use crate::engine::backend::{
-    self, Abort, Backend, Created, Keep, NewRun, Output, OutputError, Refused, Settled, Sighting, Stop, Stored, Watch, Wording,
+    self, Abort, Backend, Created, ErrorKind, Keep, NewRun, Output, OutputError, Refused, Settled, Sighting, Stop, Stored, Watch,
 };
+use crate::engine::facts::{Recorded, SandboxState, Wording};
 use crate::engine::spec::{Policy, RunReason, RunSpec};
-use crate::engine::verdict::Recorded;
 use crate::kube::objects::{Event, Job, Pod};
 use crate::kube::{self, ListParams, Resource};
 use crate::log;
 use crate::metrics;
 
-/// Runs on a cluster, in `policy.namespace`.
+/// Runs on a cluster, in `cluster.namespace`.
 #[derive(Clone)]
 pub struct Kubernetes {
     pub client: kube::Client,
     pub policy: Policy,
+    /// What only a cluster run reads (namespace, runner image, fence wait).
+    pub cluster: Settings,
     /// The operator's pod template (`MCP_K8S_POD_TEMPLATE`), checked at
     /// start; merged into every Job this backend creates. Kept here, not in
     /// the engine's `Policy`, because its fields are Kubernetes' own.
@@ -48,8 +56,8 @@ pub struct Kubernetes {
 }
 
 impl Kubernetes {
-    pub fn new(client: kube::Client, policy: Policy) -> Kubernetes {
-        Kubernetes { client, policy, pod_template: None, pools: None }
+    pub fn new(client: kube::Client, policy: Policy, cluster: Settings) -> Kubernetes {
+        Kubernetes { client, policy, cluster, pod_template: None, pools: None }
     }
 
     pub fn with_pod_template(mut self, pod_template: Option<PodTemplate>) -> Kubernetes {
@@ -67,12 +75,12 @@ impl Kubernetes {
     /// assignment. A failure deletes the sandbox; the run did not start.
     fn create_warm(&self, run: &NewRun, pools: &pool::Pools, reserved: &pool::Reserved) -> Result<Created, Refused> {
         let name = manifest::job_name(run.run_id);
-        let job_age = SystemTime::now().duration_since(reserved.created).unwrap_or_default();
-        let patch = pool::claim_patch(&retention(run, &self.policy), job_age, crate::engine::spec::run_deadline(run.spec, &self.policy));
+        let job_age = SystemTime::now().duration_since(reserved.made.created).unwrap_or_default();
+        let patch = pool::claim_patch(&retention(run, &self.cluster), job_age, crate::engine::spec::run_deadline(run.spec, &self.policy));
         let handed = self
             .client
             .merge_patch(Resource::JOBS, self.namespace(), &name, &patch)
-            .map_err(|error| ("make the warm Job the run's", error))
+            .map_err(|error| ("make the warm Job the run's", error.to_string()))
             .and_then(|_| pools.deliver(reserved, run.run_id, run.spec).map_err(|error| ("hand the run to its warm pod", error)));
         if let Err((what, error)) = handed {
             metrics::api_error("deliver_assignment");
@@ -81,19 +89,19 @@ impl Kubernetes {
                 reason: RunReason::ApiError,
                 message: format!(
                     "could not {what} `{}` (pool `{}`): {error}; the warm pod was removed, so nothing of the run is running; try again (the pool replaces the pod)",
-                    reserved.pod, reserved.pool
+                    reserved.name, reserved.pool
                 ),
             });
         }
         log::info(
             "run handed to a warm pod",
-            &[("run_id", run.run_id.into()), ("pod", reserved.pod.as_str().into()), ("pool", reserved.pool.as_str().into())],
+            &[("run_id", run.run_id.into()), ("pod", reserved.name.as_str().into()), ("pool", reserved.pool.as_str().into())],
         );
         Ok(Created { name, created_at: Some(SystemTime::now()) })
     }
 
     fn namespace(&self) -> &str {
-        &self.policy.namespace
+        &self.cluster.namespace
     }
 
     /// The run's pods, as typed views.
@@ -149,6 +157,18 @@ impl Kubernetes {
         }
     }
 
+    /// Whether the main container's log, as its node serves it now, shows
+    /// the runner started the command. A container the node has not
+    /// started answers with an error: not started.
+    fn node_shows_start(&self, pod: &str) -> bool {
+        let params = kube::LogParams {
+            container: Some(manifest::MAIN_CONTAINER.to_string()),
+            limit_bytes: Some(START_PROOF_BYTES),
+            ..kube::LogParams::default()
+        };
+        self.client.pod_logs(self.namespace(), pod, &params).is_ok_and(|log| crate::sandbox::frame::shows_start(&log))
+    }
+
     /// The pod's events, oldest first; none when they cannot be read.
     fn pod_events(&self, pod_name: &str) -> Vec<Event> {
         let params =
@@ -176,8 +196,8 @@ impl Backend for Kubernetes {
         }
         let namespace = self.namespace();
         let name = manifest::job_name(run.run_id);
-        let retention = retention(run, &self.policy);
-        let mut job_manifest = manifest::job(run.spec, &self.policy, run.run_id);
+        let retention = retention(run, &self.cluster);
+        let mut job_manifest = manifest::job(run.spec, &self.policy, &self.cluster, run.run_id);
         if let Some(pod_template) = &self.pod_template {
             manifest::apply_pod_template(&mut job_manifest, pod_template);
         }
@@ -185,13 +205,16 @@ impl Backend for Kubernetes {
         if let Some(start_by) = run.start_by {
             manifest::apply_start_deadline(&mut job_manifest, crate::time::unix_ms(start_by));
         }
+        if let Some(until) = fence_until(run) {
+            manifest::apply_fence_deadline(&mut job_manifest, crate::time::unix_ms(until));
+        }
         let job = self.client.create(Resource::JOBS, namespace, &job_manifest).map_err(|error| {
             metrics::api_error("create_job");
             refusal("create the Job", &error)
         })?;
         log::info("job created", &[("run_id", run.run_id.into()), ("job", name.as_str().into())]);
         let job = Job::from_value(&job);
-        if let Some(mut secret) = manifest::inputs_secret(run.spec, &self.policy, run.run_id, &job.metadata.uid) {
+        if let Some(mut secret) = manifest::inputs_secret(run.spec, &self.cluster, run.run_id, &job.metadata.uid) {
             manifest::apply_retention(&mut secret, &retention);
             if let Err(error) = self.client.create(Resource::SECRETS, namespace, &secret) {
                 metrics::api_error("create_secret");
@@ -211,9 +234,21 @@ impl Backend for Kubernetes {
         watch::start(self.client.clone(), self.namespace().to_string(), run_pods(run_id))
     }
 
+    /// The pod's status, and, while it says the command has not started,
+    /// the node's own word: on a loaded node the kubelet's status reports
+    /// reach the API seconds to a minute late, so a pod the API shows
+    /// waiting may be running its command. The kubelet serves the main
+    /// container's log from what it knows now; a `Started` frame there
+    /// means the command started, and the run is followed, never judged
+    /// as not started.
     fn probe(&self, run_id: &str) -> Result<Option<Sighting>, backend::Error> {
         let pods = self.pods(run_id).map_err(|error| api_error("list the run's pods", &error))?;
-        Ok(watch::newest(pods).map(|pod| watch::sighting(&pod)))
+        let Some(pod) = watch::newest(pods) else { return Ok(None) };
+        let mut sighting = watch::sighting(&pod);
+        if sighting.view.state == SandboxState::Pending && pod.spec.node_name.is_some() && self.node_shows_start(&pod.metadata.name) {
+            sighting.view.state = SandboxState::Running;
+        }
+        Ok(Some(sighting))
     }
 
     fn start_failure(&self, run_id: &str) -> Option<(RunReason, String)> {
@@ -336,6 +371,16 @@ impl Backend for Kubernetes {
     fn wording(&self) -> &'static Wording {
         &WORDING
     }
+
+    fn shutdown(&self) {
+        if let Some(pools) = &self.pools {
+            pools.drain();
+        }
+    }
+
+    fn pool_figures(&self) -> Vec<backend::PoolFigures> {
+        self.pools.as_ref().map(|pools| pools.figures()).unwrap_or_default()
+    }
 }
 
 /// What Kubernetes users call the parts of a run.
@@ -349,10 +394,10 @@ pub const WORDING: Wording = Wording {
 };
 
 /// The retention of a run's objects, as annotations and the Job's TTL.
-fn retention(run: &NewRun, policy: &Policy) -> manifest::Retention {
+fn retention(run: &NewRun, cluster: &Settings) -> manifest::Retention {
     match &run.keep {
         Keep::UntilRemoved { expires_at } => {
-            manifest::Retention { expires_at: log::rfc3339_utc(*expires_at), finished_ttl: policy.finished_ttl, background: None }
+            manifest::Retention { expires_at: log::rfc3339_utc(*expires_at), finished_ttl: cluster.finished_ttl, background: None }
         }
         Keep::Background { record: background, result_ttl, expires_at } => manifest::Retention {
             expires_at: log::rfc3339_utc(*expires_at),
@@ -362,12 +407,51 @@ fn retention(run: &NewRun, policy: &Policy) -> manifest::Retention {
     }
 }
 
+/// How much of the main container's log the start check reads: the
+/// `Started` frame is the runner's first line.
+const START_PROOF_BYTES: u64 = 4096;
+
+/// How long before its start deadline a background run's fence wait
+/// gives up: time for the kubelet to report the failed `prepare` step, so
+/// the run ends `NetworkPolicyNotEnforced` rather than `StartTimeout`.
+const FENCE_VERDICT_MARGIN: Duration = Duration::from_secs(3);
+
+/// Until when a run waits for a late fence beyond the fence setting: a
+/// background run exists to wait, so up to its start deadline (less the
+/// margin); a sync run, whose caller is waiting, only the setting's bound.
+fn fence_until(run: &NewRun) -> Option<SystemTime> {
+    match (&run.keep, run.start_by) {
+        (Keep::Background { .. }, Some(start_by)) => start_by.checked_sub(FENCE_VERDICT_MARGIN),
+        _ => None,
+    }
+}
+
 fn run_pods(run_id: &str) -> ListParams {
     ListParams { label_selector: Some(format!("{}={run_id}", manifest::LABEL_RUN_ID)), field_selector: None }
 }
 
 fn api_error(what: &'static str, error: &kube::Error) -> backend::Error {
-    backend::Error { what, message: error.to_string() }
+    backend::Error { what, kind: error_kind(error), message: error.to_string() }
+}
+
+/// What an API server's failure means for whoever asked; the watch's
+/// retries follow the same table.
+fn error_kind(error: &kube::Error) -> ErrorKind {
+    match error {
+        kube::Error::Transport { .. } => ErrorKind::Transient,
+        // Only a stream this process closed on purpose: nothing to retry.
+        kube::Error::Aborted { .. } => ErrorKind::Refused,
+        kube::Error::Api { status, .. } => match status.code {
+            401 | 403 => ErrorKind::Denied,
+            404 => ErrorKind::NotFound,
+            408 | 410 | 429 | 500..=599 => ErrorKind::Transient,
+            _ => ErrorKind::Refused,
+        },
+        kube::Error::Unauthorized { .. } | kube::Error::Config(_) | kube::Error::NoConfiguration { .. } | kube::Error::Credentials(_) => {
+            ErrorKind::Denied
+        }
+        kube::Error::Decode { .. } => ErrorKind::Refused,
+    }
 }
 
 fn refusal_message(reason: RunReason, api_message: &str) -> String {
@@ -400,4 +484,67 @@ fn refusal(what: &str, error: &kube::Error) -> Refused {
 
 fn time_of(text: Option<&str>) -> Option<SystemTime> {
     crate::time::parse_rfc3339(text?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::backend::BackgroundRecord;
+    use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn the_api_servers_failures_keep_their_kind() {
+        let api = |code: u16| kube::Error::Api {
+            verb: "GET",
+            path: "/x".into(),
+            status: Box::new(kube::error::Status { code, ..Default::default() }),
+        };
+        let cases = [
+            (api(403), ErrorKind::Denied),
+            (api(401), ErrorKind::Denied),
+            (api(404), ErrorKind::NotFound),
+            (api(409), ErrorKind::Refused),
+            (api(422), ErrorKind::Refused),
+            (api(429), ErrorKind::Transient),
+            (api(500), ErrorKind::Transient),
+            (api(503), ErrorKind::Transient),
+            (kube::Error::Transport { verb: "GET", path: "/x".into(), message: "connection refused".into() }, ErrorKind::Transient),
+            (kube::Error::Credentials("the exec plugin failed".into()), ErrorKind::Denied),
+            (kube::Error::Decode { verb: "GET", path: "/x".into(), message: "not JSON".into() }, ErrorKind::Refused),
+            (kube::Error::Aborted { verb: "GET", path: "/x".into() }, ErrorKind::Refused),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(api_error("look", &error).kind, kind, "{error}");
+        }
+    }
+
+    #[test]
+    fn only_a_background_run_waits_for_its_fence_up_to_its_start_deadline() {
+        let spec = RunSpec {
+            image: "busybox".into(),
+            command: vec!["true".into()],
+            files: Vec::new(),
+            env: Default::default(),
+            cpu_limit: None,
+            memory_limit: None,
+            timeout: Duration::from_secs(5),
+            workdir: crate::sandbox::WORKDIR.into(),
+            artifacts: Vec::new(),
+            clone: None,
+            network: crate::network::NetworkMode::None,
+        };
+        let start_by = UNIX_EPOCH + Duration::from_secs(1_000);
+        let background = Keep::Background {
+            record: BackgroundRecord { token: "t".into(), timeout_s: 5, command: "busybox true".into() },
+            result_ttl: Duration::from_secs(60),
+            expires_at: UNIX_EPOCH,
+        };
+        let sync = Keep::UntilRemoved { expires_at: UNIX_EPOCH };
+        for (keep, start_by, expected) in
+            [(&background, Some(start_by), Some(start_by - FENCE_VERDICT_MARGIN)), (&background, None, None), (&sync, Some(start_by), None)]
+        {
+            let run = NewRun { run_id: "r", spec: &spec, keep: keep.clone(), start_by };
+            assert_eq!(fence_until(&run), expected, "{keep:?} {start_by:?}");
+        }
+    }
 }

@@ -22,7 +22,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::backend::kubernetes::manifest;
 use crate::engine::backend::{BackgroundRecord, Settled, Stored};
-use crate::engine::verdict::{self, DecidedBy, Recorded};
+use crate::engine::facts::{DecidedBy, Recorded};
+use crate::engine::verdict;
 use crate::kube;
 use crate::kube::objects::Job;
 use crate::log;
@@ -170,6 +171,8 @@ pub fn stored(job: &Job) -> Option<Stored> {
         memory_limit,
         expires_at: record.expires_at.unwrap_or_default(),
         cancelled_at: record.cancelled_at,
+        // Only a claim writes when the Job was handed to its run.
+        warm: job.metadata.annotations.contains_key(manifest::ANNOTATION_ASSIGNED_AT),
         verdict: record.outcome,
         sandbox: None,
     })
@@ -212,8 +215,8 @@ pub fn write_verdict(client: &kube::Client, namespace: &str, run_id: &str, verdi
 mod tests {
     use super::*;
     use crate::backend::kubernetes::classify;
+    use crate::engine::facts::DecidedBy;
     use crate::engine::spec::{RunReason, RunStatus};
-    use crate::engine::verdict::DecidedBy;
 
     fn full_record() -> JobRecord {
         JobRecord {

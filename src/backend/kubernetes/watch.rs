@@ -9,10 +9,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::backend::kubernetes::classify;
-use crate::engine::backend::{Abort, Sighting, Times, Watch, Watched};
+use crate::engine::backend::{Abort, ErrorKind, Sighting, Times, Watch, Watched};
 use crate::kube::objects::Pod;
 use crate::kube::{self, ListParams, Resource};
-use crate::log;
+use crate::{log, supervise};
 
 /// How long 401/403 answers to the watch are taken for an API server
 /// whose caches are still cold after a restart (it answered 403 for a few
@@ -25,7 +25,7 @@ pub fn start(client: kube::Client, namespace: String, selector: ListParams) -> W
     let watcher = client.watch(Resource::PODS, &namespace, params);
     let handle = watcher.abort_handle();
     let (sender, events) = mpsc::channel();
-    let spawned = std::thread::Builder::new().name("pod-watch".into()).spawn(move || feed(watcher, &sender));
+    let spawned = supervise::spawn(supervise::Kind::PodWatch, move || feed(watcher, &sender));
     if let Err(error) = &spawned {
         // The receiver then reports a closed stream; the engine's deadlines
         // end the run with what it knows.
@@ -125,13 +125,10 @@ impl WatchHealth {
     }
 }
 
-/// Errors an API server that is restarting or overloaded gives.
+/// Errors an API server that is restarting or overloaded gives: the
+/// backend's one table of what is worth retrying.
 fn is_transient(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Transport { .. } => true,
-        kube::Error::Api { status, .. } => matches!(status.code, 408 | 410 | 429 | 500..=599),
-        _ => false,
-    }
+    super::error_kind(error) == ErrorKind::Transient
 }
 
 fn sleep_unless_aborted(delay: Duration, abort: &kube::watch::Abort) {
@@ -197,6 +194,6 @@ mod tests {
         assert!(sighting(&Pod::from_value(&deleting)).view.ended.unwrap().deleted);
         let evicted = serde_json::json!({"metadata": {"name": "p"}, "status": {"phase": "Failed", "reason": "Evicted", "message": "m"}});
         let facts = sighting(&Pod::from_value(&evicted)).view.ended.unwrap();
-        assert_eq!((facts.pod_reason.as_deref(), facts.deleted), (Some("Evicted"), false));
+        assert!(matches!(facts.stopped, Some(crate::engine::facts::Stopped::Evicted { .. })) && !facts.deleted, "{facts:?}");
     }
 }

@@ -6,9 +6,8 @@
 
 use serde_json::json;
 
-use super::conn::Response;
 use super::head::Head;
-use super::routes::error_response;
+use super::response::{Response, error_response};
 use crate::log;
 
 /// What the settings say about access.

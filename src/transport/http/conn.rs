@@ -8,7 +8,8 @@
 //! when a handler asks for it, within the shared `Budget`. A body nobody
 //! read is never drained: the connection closes instead (tiny_http's drain
 //! of a declared length is what an earlier build crashed on). Routing and what the
-//! requests mean belong to `routes` and `mcp`.
+//! requests mean belong to `routes` and `mcp`; a response's bytes, to
+//! `response`.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::budget::{Budget, Reservation};
 use super::head::{self, Framing, Head, HeadError, HeadLimits, Method, Version};
+use super::response::{Response, error_response};
 use crate::cancel::CancelToken;
 
 /// The bounds one connection works under.
@@ -33,14 +35,6 @@ pub struct ConnLimits {
     pub budget_wait: Duration,
     /// False for the probe reserve: one request, then close.
     pub keep_alive: bool,
-}
-
-/// An answer with a complete body.
-#[derive(Debug)]
-pub struct Response {
-    pub status: u16,
-    pub headers: Vec<(&'static str, String)>,
-    pub body: Vec<u8>,
 }
 
 /// Why a body could not be read. Each says which setting applies.
@@ -105,49 +99,9 @@ const LINGER_BYTES: usize = 1 << 20;
 const MAX_CHUNK_LINE: usize = 1024;
 const LINE_TOO_LONG: &str = "a chunk-size or trailer line too long";
 
-impl Response {
-    pub fn new(status: u16, content_type: &'static str, body: impl Into<Vec<u8>>) -> Response {
-        Response { status, headers: vec![("Content-Type", content_type.to_string())], body: body.into() }
-    }
-
-    pub fn empty(status: u16) -> Response {
-        Response { status, headers: Vec::new(), body: Vec::new() }
-    }
-
-    pub fn json(status: u16, text: String) -> Response {
-        Response::new(status, "application/json", text)
-    }
-
-    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Response {
-        self.headers.push((name, value.into()));
-        self
-    }
-
-    pub fn with_headers(mut self, headers: &[(&'static str, String)]) -> Response {
-        self.headers.extend_from_slice(headers);
-        self
-    }
-
-    /// The bytes on the wire: status line, headers, `Content-Length`,
-    /// `Connection: close` unless kept alive, and the body if wanted.
-    pub fn encode(&self, keep_alive: bool, with_body: bool) -> Vec<u8> {
-        let mut text = format!("HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
-        for (name, value) in &self.headers {
-            text.push_str(&format!("{name}: {value}\r\n"));
-        }
-        if self.status != 204 {
-            text.push_str(&format!("Content-Length: {}\r\n", self.body.len()));
-        }
-        if !keep_alive {
-            text.push_str("Connection: close\r\n");
-        }
-        text.push_str("\r\n");
-        let mut bytes = text.into_bytes();
-        if with_body {
-            bytes.extend_from_slice(&self.body);
-        }
-        bytes
-    }
+/// Writes `response`; a client that left gets nothing and is not told.
+pub fn answer(conn: &mut Conn, head: &Head, response: Response) {
+    let _ = conn.respond(Some(head), response);
 }
 
 impl std::fmt::Display for BodyError {
@@ -242,7 +196,7 @@ impl Conn {
                         "the request head did not arrive within {} s; raise MCP_K8S_HEAD_TIMEOUT_S",
                         self.limits.head_timeout.as_secs()
                     );
-                    let _ = self.respond(None, super::routes::error_response(408, &message));
+                    let _ = self.respond(None, error_response(408, &message));
                     return Next::Done;
                 }
                 Err(_) => return Next::Done,
@@ -342,7 +296,7 @@ impl Conn {
 
     fn refuse_head(&mut self, error: &HeadError) -> Next {
         self.refused = true;
-        let _ = self.respond(None, super::routes::error_response(error.status(), &error.to_string()));
+        let _ = self.respond(None, error_response(error.status(), &error.to_string()));
         Next::Done
     }
 
@@ -498,32 +452,6 @@ pub fn write_all_within(socket: &TcpStream, bytes: &[u8], timeout: Duration) -> 
         }
         _ => error,
     })
-}
-
-/// Reason phrases of the statuses we send.
-fn reason(status: u16) -> &'static str {
-    match status {
-        100 => "Continue",
-        200 => "OK",
-        202 => "Accepted",
-        204 => "No Content",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        413 => "Content Too Large",
-        415 => "Unsupported Media Type",
-        417 => "Expectation Failed",
-        421 => "Misdirected Request",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        503 => "Service Unavailable",
-        505 => "HTTP Version Not Supported",
-        _ => "",
-    }
 }
 
 #[cfg(test)]

@@ -10,13 +10,17 @@
 //! two `Content-Length` or `Host` headers (or two of a header the access
 //! and MCP header checks read), `Content-Length` together with
 //! `Transfer-Encoding`, `Transfer-Encoding` in HTTP/1.0, and any transfer
-//! coding but `chunked`. An HTTP/1.1 head needs one valid `Host` (RFC 9112
+//! coding but `chunked`. The lines and fields are `http1`'s, the one head
+//! reader every HTTP speaker here shares; the request line, the framing
+//! and the header rules are a server's, so they are here. An HTTP/1.1 head needs one valid `Host` (RFC 9112
 //! section 3.2); a target is origin-form (`/mcp`) or absolute-form
 //! (`http://host/mcp`, section 3.2.2). Reading the bytes off a socket,
 //! timeouts and the body itself belong to `conn`.
 
 use std::fmt;
 use std::net::Ipv6Addr;
+
+use crate::http1;
 
 /// Bounds on one request head; the defaults are the settings' defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,24 +237,10 @@ impl Head {
     }
 }
 
-/// Where the head ends in `buffer`: the index just past the `\r\n\r\n`.
-pub fn head_end(buffer: &[u8]) -> Option<usize> {
-    buffer.windows(4).position(|window| window == b"\r\n\r\n").map(|start| start + 4)
-}
-
-/// Whether the start of a head that is still arriving already holds a
-/// bare LF, or a CR followed by something else. `parse_head` refuses such
-/// a head whatever follows, and one ended with bare LFs never shows the
-/// `\r\n\r\n` that `head_end` looks for: waiting for more would only end
-/// in the head timeout. A CR at the very end may still be followed by LF.
-pub fn has_bare_line_end(partial: &[u8]) -> bool {
-    let bare_lf = partial.first() == Some(&b'\n') || partial.windows(2).any(|pair| pair[1] == b'\n' && pair[0] != b'\r');
-    let bare_cr = partial.windows(2).any(|pair| pair[0] == b'\r' && pair[1] != b'\n');
-    bare_lf || bare_cr
-}
+pub use crate::http1::{has_bare_line_end, head_end};
 
 /// The message for a bare CR or LF, here and in `conn`.
-pub const BARE_LINE_END: HeadError = HeadError::Malformed { what: "a bare CR or LF; lines must end in CRLF" };
+pub const BARE_LINE_END: HeadError = HeadError::Malformed { what: http1::Error::BareLineEnd.what() };
 
 /// Headers that must appear at most once besides `Host` and
 /// `Content-Length`: the ones the access checks and the 2026-07-28 header
@@ -264,19 +254,11 @@ pub fn parse_head(bytes: &[u8], limits: &HeadLimits) -> Result<Head, HeadError> 
     if bytes.len() > limits.max_bytes {
         return Err(HeadError::TooLarge { limit: limits.max_bytes });
     }
-    let Some(lines) = bytes.strip_suffix(b"\r\n\r\n") else {
-        return Err(HeadError::Malformed { what: "the head does not end with an empty line" });
-    };
-    let mut lines = split_lines(lines)?;
-    let request_line = lines.next().unwrap_or_default();
+    let (request_line, headers) = http1::split(bytes, limits.max_headers).map_err(|error| match error {
+        http1::Error::TooManyFields { limit } => HeadError::TooManyHeaders { limit },
+        other => HeadError::Malformed { what: other.what() },
+    })?;
     let (method, (target, target_authority), version) = parse_request_line(request_line)?;
-    let mut headers = Vec::new();
-    for line in lines {
-        if headers.len() >= limits.max_headers {
-            return Err(HeadError::TooManyHeaders { limit: limits.max_headers });
-        }
-        headers.push(parse_header_line(line)?);
-    }
     let framing = framing(&headers, version)?;
     check_host(&headers, version)?;
     for name in SINGLE_HEADERS {
@@ -341,20 +323,6 @@ fn check_host(headers: &[(String, String)], version: Version) -> Result<(), Head
     }
 }
 
-/// Splits on CRLF, refusing a bare CR or LF anywhere (RFC 9112 section 2.2
-/// lets a server reject them; accepting them is how smuggling starts).
-fn split_lines(bytes: &[u8]) -> Result<impl Iterator<Item = &[u8]>, HeadError> {
-    let mut index = 0;
-    while index < bytes.len() {
-        match bytes[index] {
-            b'\r' if bytes.get(index + 1) == Some(&b'\n') => index += 2,
-            b'\r' | b'\n' => return Err(BARE_LINE_END),
-            _ => index += 1,
-        }
-    }
-    Ok(bytes.split(|byte| *byte == b'\n').map(|line| line.strip_suffix(b"\r").unwrap_or(line)))
-}
-
 /// The request target as path and query, and an absolute-form target's authority.
 type Target = (String, Option<String>);
 
@@ -364,7 +332,7 @@ fn parse_request_line(line: &[u8]) -> Result<(Method, Target, Version), HeadErro
     let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err(HeadError::Malformed { what: "the request line is not `METHOD /path HTTP/1.1`" });
     };
-    if method.is_empty() || !method.bytes().all(is_token_byte) {
+    if method.is_empty() || !method.bytes().all(http1::is_token_byte) {
         return Err(HeadError::Malformed { what: "the method is not a token" });
     }
     let target = parse_target(target)?;
@@ -411,32 +379,6 @@ fn parse_target(target: &str) -> Result<Target, HeadError> {
     Ok((path, Some(authority.to_string())))
 }
 
-fn parse_header_line(line: &[u8]) -> Result<(String, String), HeadError> {
-    if line.first().is_some_and(|byte| *byte == b' ' || *byte == b'\t') {
-        return Err(HeadError::Malformed { what: "a folded header line (obsolete line folding)" });
-    }
-    let Some(colon) = line.iter().position(|byte| *byte == b':') else {
-        return Err(HeadError::Malformed { what: "a header line without `:`" });
-    };
-    let (name, value) = (&line[..colon], &line[colon + 1..]);
-    // No whitespace between the name and the colon (RFC 9112 section 5.1).
-    if name.is_empty() || !name.iter().copied().all(is_token_byte) {
-        return Err(HeadError::Malformed { what: "a header name that is not a token" });
-    }
-    if value.iter().any(|byte| (byte.is_ascii_control() && *byte != b'\t') || *byte == 0x7f) {
-        return Err(HeadError::Malformed { what: "a control character in a header value" });
-    }
-    let value = std::str::from_utf8(value).map_err(|_| HeadError::Malformed { what: "a header value that is not UTF-8" })?;
-    // Names are tokens, so ASCII; the conversion cannot fail.
-    let name = String::from_utf8_lossy(name).into_owned();
-    Ok((name, value.trim_matches([' ', '\t']).to_string()))
-}
-
-/// RFC 9110 section 5.6.2 `tchar`.
-fn is_token_byte(byte: u8) -> bool {
-    byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte)
-}
-
 /// Decides the body framing, refusing every ambiguous combination.
 fn framing(headers: &[(String, String)], version: Version) -> Result<Framing, HeadError> {
     let mut lengths = headers.iter().filter(|(name, _)| name.eq_ignore_ascii_case("content-length")).map(|(_, value)| value);
@@ -468,13 +410,10 @@ fn framing(headers: &[(String, String)], version: Version) -> Result<Framing, He
     }
 }
 
-/// Digits only: no sign, no spaces inside, no list (`5, 5`). A number too
-/// large for u64 is "too large", not malformed.
+/// Digits only (`http1::content_length`). A number too large for u64 is
+/// "too large", not malformed.
 fn parse_content_length(value: &str) -> Result<u64, HeadError> {
-    if value.is_empty() || !value.bytes().all(|byte| byte.is_ascii_digit()) {
-        return Err(HeadError::BadContentLength { value: value.chars().take(64).collect() });
-    }
-    Ok(value.parse().unwrap_or(u64::MAX))
+    http1::content_length(value).ok_or_else(|| HeadError::BadContentLength { value: value.chars().take(64).collect() })
 }
 
 #[cfg(test)]

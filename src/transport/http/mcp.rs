@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use super::access::Cors;
 use super::budget::Reservation;
-use super::conn::{BodyError, Conn, Response, UNBUDGETED_BYTES};
+use super::conn::{BodyError, Conn, UNBUDGETED_BYTES, answer};
 use super::head::Head;
-use super::routes::{answer, error_response};
+use super::response::{Response, error_response};
 use super::sessions::SessionKind;
 use super::socket;
 use super::sse::{ANSWER_KEEPALIVE, End, SESSION_KEEPALIVE, SseStream, TICK};

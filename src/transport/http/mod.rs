@@ -10,7 +10,8 @@
 //! A connection that only waits for a request head gives up its slot to a
 //! newcomer when all are taken (`waiting`; its client is sent a 503 to
 //! retry), so idle and slowloris floods cannot hold them. `head` parses request heads, `conn` reads and writes
-//! one connection under its bounds, `routes` picks the handler, `access`
+//! one connection under its bounds, `response` is an answer and its bytes
+//! (and the error body every refusal uses), `routes` picks the handler, `access`
 //! checks who may call, `mcp` serves the MCP endpoints, `sessions` keeps
 //! sessions, `sse` writes event streams, `budget` counts shared bytes and
 //! connections, `waiting` lists connections that may be evicted, `socket`
@@ -28,6 +29,7 @@ mod access;
 mod budget;
 mod conn;
 mod mcp;
+mod response;
 mod routes;
 mod sessions;
 mod socket;
@@ -46,6 +48,7 @@ use crate::cancel::CancelToken;
 use crate::config::Config;
 use crate::log;
 use crate::protocol::Server;
+use crate::supervise;
 use budget::{Budget, Counter, CounterGuard};
 use conn::{Conn, ConnLimits, Next};
 use head::HeadLimits;
@@ -216,7 +219,7 @@ fn admit(state: &Arc<HttpState>, socket: TcpStream) {
         },
     };
     let thread_state = Arc::clone(state);
-    let spawned = thread::Builder::new().name("http-connection".into()).spawn(move || serve_connection(&thread_state, socket, lane, slot));
+    let spawned = supervise::spawn(supervise::Kind::HttpConnection, move || serve_connection(&thread_state, socket, lane, slot));
     if let Err(error) = spawned {
         // The socket went down with the closure and is closed.
         log::error("could not start a connection thread", &[("error", json!(error.to_string()))]);

@@ -1,17 +1,18 @@
 //! Which handler answers a request: the probes (`/healthz`, `/readyz`,
 //! `/metrics`, with GET or HEAD and no token), the MCP endpoints (`/mcp`,
 //! `/sse`, `/messages`, behind the access checks), CORS preflight, and the
-//! 404 and 405 answers that name what would have worked. The transport's
-//! error body lives here too. What the MCP endpoints do is `mcp`'s.
+//! 404 and 405 answers that name what would have worked. What the MCP
+//! endpoints do is `mcp`'s; the error body is `response`'s.
 
 use std::sync::Arc;
 
 use super::HttpState;
 use super::access;
-use super::conn::{Conn, Response};
+use super::conn::{Conn, answer};
 use super::head::{Head, Method};
 use super::mcp;
-use crate::protocol::jsonrpc::{self, ErrorCode};
+use super::response::{Response, error_response};
+use crate::supervise;
 
 /// Answers one request on a regular connection.
 pub fn route(state: &Arc<HttpState>, conn: &mut Conn, head: &Head) {
@@ -49,21 +50,11 @@ pub fn connection_limit_response(max_connections: usize) -> Response {
     error_response(503, &message).with_header("Retry-After", "1")
 }
 
-/// A transport-level refusal: HTTP status plus a JSON-RPC error body
-/// without an id, which both SDKs can show to a user.
-pub fn error_response(status: u16, message: &str) -> Response {
-    let text = jsonrpc::Response::error(None, ErrorCode::InvalidRequest, message).to_json().to_string();
-    Response::json(status, text)
-}
-
-/// Writes `response`; a client that left gets nothing and is not told.
-pub fn answer(conn: &mut Conn, head: &Head, response: Response) {
-    let _ = conn.respond(Some(head), response);
-}
-
-/// `/healthz` (always 200), `/readyz` (503 once shutting down) and
-/// `/metrics`: counters only, no caller data, so no token, like the probes
-/// (a Prometheus scrape needs no MCP credentials).
+/// `/healthz` (always 200), `/readyz` (503 once shutting down, or once a
+/// panic ended an essential thread, which it names: the server can no
+/// longer do its whole job, and only a restart brings the thread back)
+/// and `/metrics`: counters only, no caller data, so no token, like the
+/// probes (a Prometheus scrape needs no MCP credentials).
 fn probe(state: &HttpState, head: &Head) -> Response {
     if !matches!(head.method, Method::Get | Method::Head) {
         return method_not_allowed(head, "use GET or HEAD", "GET, HEAD");
@@ -71,7 +62,10 @@ fn probe(state: &HttpState, head: &Head) -> Response {
     match head.path() {
         "/healthz" => Response::new(200, "text/plain; charset=utf-8", "ok\n"),
         "/readyz" if state.stop.is_cancelled() => Response::new(503, "text/plain; charset=utf-8", "shutting down\n"),
-        "/readyz" => Response::new(200, "text/plain; charset=utf-8", "ready\n"),
+        "/readyz" => match supervise::lost_essential_threads() {
+            lost if lost.is_empty() => Response::new(200, "text/plain; charset=utf-8", "ready\n"),
+            lost => Response::new(503, "text/plain; charset=utf-8", format!("essential thread stopped by a panic: {}\n", lost.join(", "))),
+        },
         _ => Response::new(200, crate::metrics::CONTENT_TYPE, crate::metrics::render()),
     }
 }

@@ -29,10 +29,16 @@ use mcp_k8s_ephemeral_job::kube;
 use serde_json::{Value, json};
 
 const N_JOBS: usize = 60;
-/// Tight for the burst (the security review's finding used 30 s): measured
-/// here (2 cores), many pods of the burst are still in their `prepare`
-/// step at 30 s, and about 30 of the 60 runs end `StartTimeout`.
-const START_TIMEOUT_S: u64 = 30;
+/// The first round's start timeout, tight for the burst (the security
+/// review's finding used 30 s). How far the burst spreads its starts
+/// depends on the machine: measured on two, the last of 60 pods started
+/// 27 s and over 30 s after its Job was created. A round in which every
+/// run started, or none did, proves nothing, so the next round's deadline
+/// is put inside the starts that round showed (`next_start_timeout`).
+const FIRST_START_TIMEOUT_S: u64 = 20;
+const MAX_ROUNDS: usize = 3;
+/// The server's least `MCP_K8S_START_TIMEOUT_S`.
+const LEAST_START_TIMEOUT_S: u64 = 5;
 /// How long each command stays after it reached the listener, so that the
 /// node is busy with running pods as well as starting ones.
 const HOLD_S: u64 = 3;
@@ -58,10 +64,55 @@ const NOT_RUN_PHRASES: &[&str] = &["will not run", "was not started", "no pod wa
 fn under_a_burst_no_job_reported_as_not_run_ever_ran() {
     let _turn = crate::take_turn();
     let listener = MarkerListener::start();
+    let mut start_timeout_s = FIRST_START_TIMEOUT_S;
+    let mut rounds_tried: Vec<String> = Vec::new();
+    for _ in 0..MAX_ROUNDS {
+        let round = burst_round(&listener, start_timeout_s);
+        if round.start_timeouts > 0 && round.succeeded > 0 {
+            return;
+        }
+        rounds_tried.push(format!("{start_timeout_s} s: {} succeeded, {} StartTimeout", round.succeeded, round.start_timeouts));
+        match next_start_timeout(start_timeout_s, &round) {
+            Some(next) => start_timeout_s = next,
+            None => break,
+        }
+    }
+    panic!(
+        "no round of the burst both ran commands and gave others up at their start deadline, so this test proved nothing \
+         about a StartTimeout (start timeouts tried: {})",
+        rounds_tried.join("; ")
+    );
+}
+
+/// What one burst showed, for choosing the next round's deadline.
+struct Round {
+    succeeded: usize,
+    start_timeouts: usize,
+    latest_start: Option<Duration>,
+}
+
+/// The next round's start timeout, or none when no deadline is left to
+/// try: where no run started, twice the last one; where every run
+/// started, half the time the latest of them took, so that the deadline
+/// falls inside the burst's starts.
+fn next_start_timeout(tried_s: u64, round: &Round) -> Option<u64> {
+    if round.succeeded == 0 {
+        return Some(tried_s * 2);
+    }
+    if tried_s <= LEAST_START_TIMEOUT_S {
+        return None;
+    }
+    let halfway = round.latest_start?.as_secs() / 2;
+    Some(halfway.clamp(LEAST_START_TIMEOUT_S, tried_s - 1))
+}
+
+/// One burst of `N_JOBS` with `start_timeout_s`: fails on a run reported
+/// as not run that ran, and on a run that succeeded without reaching the
+/// listener.
+fn burst_round(listener: &MarkerListener, start_timeout_s: u64) -> Round {
     let marker_prefix = faults::marker("burst");
     let markers: Vec<String> = (0..N_JOBS).map(|job_idx| format!("{marker_prefix}-{job_idx}")).collect();
-    let start_timeout_s = START_TIMEOUT_S.to_string();
-    let mut server = cluster::server(&[("MCP_K8S_START_TIMEOUT_S", &start_timeout_s)]);
+    let mut server = cluster::server(&[("MCP_K8S_START_TIMEOUT_S", &start_timeout_s.to_string())]);
     let mut cleanup = faults::Cleanup(Vec::new());
 
     // Every submit_job at once: the server takes each call on its own thread.
@@ -132,7 +183,7 @@ fn under_a_burst_no_job_reported_as_not_run_ever_ran() {
     let not_run: Vec<usize> = (0..N_JOBS).filter(|job_idx| says_it_did_not_run(&results[*job_idx])).collect();
     let (succeeded, start_timeouts) = (count(&results, "status", "succeeded"), count(&results, "reason", "StartTimeout"));
     eprintln!(
-        "cluster_burst: {N_JOBS} jobs, MCP_K8S_START_TIMEOUT_S={START_TIMEOUT_S}: submits answered in {:.1} s, every result in {:.1} s \
+        "cluster_burst: {N_JOBS} jobs, MCP_K8S_START_TIMEOUT_S={start_timeout_s}: submits answered in {:.1} s, every result in {:.1} s \
          ({} fetch_job errors retried); {succeeded} succeeded, {start_timeouts} StartTimeout, {} reported as not run in all\n{}",
         submitted_in.as_secs_f64(),
         burst_took.as_secs_f64(),
@@ -200,7 +251,8 @@ fn under_a_burst_no_job_reported_as_not_run_ever_ran() {
             .map(|job_idx| {
                 let run_id = faults::run_id_of(&tokens[*job_idx]);
                 let pod = ended_pods.get(&run_id).map_or("gone".to_string(), |pod| pod.text.clone());
-                describe_run(*job_idx, &run_id, &results[*job_idx], seen.get(markers[*job_idx].as_str()).copied(), &pod)
+                let arrived = seen.get(markers[*job_idx].as_str()).copied();
+                describe_run(*job_idx, &run_id, &results[*job_idx], start_timeout_s, arrived, &pod)
             })
             .collect();
         panic!(
@@ -214,11 +266,7 @@ fn under_a_burst_no_job_reported_as_not_run_ever_ran() {
         .map(|job_idx| format!("job {job_idx}: {}", results[job_idx]))
         .collect();
     assert!(unreached.is_empty(), "runs that succeeded never reached the listener (is the route open?):\n{}", unreached.join("\n"));
-    assert!(
-        start_timeouts > 0,
-        "the burst provoked no StartTimeout, so this test proved nothing about them: lower START_TIMEOUT_S until some happen here"
-    );
-    assert!(succeeded > 0, "no run succeeded, so nothing showed that a command which runs reaches the listener");
+    Round { succeeded, start_timeouts, latest_start: latest_start_of_a_success(&results) }
 }
 
 /// Whether `result` says its command did not run and will not.
@@ -230,14 +278,14 @@ fn says_it_did_not_run(result: &Value) -> bool {
 
 /// A run reported as not run that ran: its verdict, when its marker
 /// arrived against its Job's creation (the start deadline is
-/// `START_TIMEOUT_S` after it), and its pod.
-fn describe_run(job_idx: usize, run_id: &str, result: &Value, arrived: Option<SystemTime>, pod: &str) -> String {
+/// `start_timeout_s` after it), and its pod.
+fn describe_run(job_idx: usize, run_id: &str, result: &Value, start_timeout_s: u64, arrived: Option<SystemTime>, pod: &str) -> String {
     let created = result["timings"]["created_at"].as_str().and_then(mcp_k8s_ephemeral_job::time::parse_rfc3339);
     let arrival = match (arrived, created) {
         (None, _) => "no marker arrived".to_string(),
         (Some(at), None) => format!("marker at {}", mcp_k8s_ephemeral_job::log::rfc3339_utc(at)),
         (Some(at), Some(created)) => format!(
-            "marker at {}, {:.1} s after the Job was created (the start deadline: {START_TIMEOUT_S} s)",
+            "marker at {}, {:.1} s after the Job was created (the start deadline: {start_timeout_s} s)",
             mcp_k8s_ephemeral_job::log::rfc3339_utc(at),
             at.duration_since(created).unwrap_or_default().as_secs_f64()
         ),

@@ -35,7 +35,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class Server:
-    def __init__(self, binary, max_concurrent, extra=None):
+    def __init__(self, binary, max_concurrent, extra=None, stderr=None):
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "MCP_K8S_KUBECONFIG": f"{CLUSTER}/server.kubeconfig",
@@ -47,7 +47,7 @@ class Server:
             "MCP_K8S_LOG_LEVEL": "warning",
         }
         env.update(extra or {})
-        self.proc = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
+        self.proc = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1, stderr=stderr)
         self.lock = threading.Lock()
         self.waiters = {}
         self.next_id = 1

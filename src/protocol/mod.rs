@@ -463,11 +463,15 @@ struct CallsState {
     /// Each call's cancel token and the size of its message.
     running: HashMap<u64, (CancelToken, usize)>,
     bytes_in_flight: usize,
+    /// Calls whose answer is being queued: they hold no slot (a client
+    /// that sends its next call once it has an answer is never refused),
+    /// but shutdown still waits for them.
+    answering: usize,
 }
 
 impl Calls {
     fn new(max_bytes_in_flight: usize) -> Calls {
-        let state = CallsState { accepting: true, next_number: 0, running: HashMap::new(), bytes_in_flight: 0 };
+        let state = CallsState { accepting: true, next_number: 0, running: HashMap::new(), bytes_in_flight: 0, answering: 0 };
         Calls { state: Mutex::new(state), idle: Condvar::new(), max_bytes_in_flight }
     }
 
@@ -508,7 +512,26 @@ impl Calls {
         if let Some((_, message_bytes)) = state.running.remove(&number) {
             state.bytes_in_flight -= message_bytes;
         }
-        if state.running.is_empty() {
+        if state.running.is_empty() && state.answering == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// The call's work is done and its answer is about to be queued: its
+    /// slot and bytes are free from now on; `answered` ends it.
+    fn finishing(&self, number: u64) {
+        let mut state = lock(&self.state);
+        if let Some((_, message_bytes)) = state.running.remove(&number) {
+            state.bytes_in_flight -= message_bytes;
+            state.answering += 1;
+        }
+    }
+
+    /// The answer of a call passed to `finishing` is queued (or dropped).
+    fn answered(&self) {
+        let mut state = lock(&self.state);
+        state.answering = state.answering.saturating_sub(1);
+        if state.running.is_empty() && state.answering == 0 {
             self.idle.notify_all();
         }
     }
@@ -527,14 +550,14 @@ impl Calls {
     fn wait_idle(&self, timeout: Duration) -> usize {
         let deadline = Instant::now() + timeout;
         let mut state = lock(&self.state);
-        while !state.running.is_empty() {
+        while !state.running.is_empty() || state.answering > 0 {
             let now = Instant::now();
             if now >= deadline {
                 break;
             }
             state = self.idle.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
         }
-        state.running.len()
+        state.running.len() + state.answering
     }
 }
 
@@ -602,15 +625,18 @@ impl RunningCall {
                 ("duration_ms", json!(started.elapsed().as_millis() as u64)),
             ],
         );
+        // The slot is free before the answer goes out, so a client that
+        // sends its next call on reading this answer finds it free.
+        self.server.calls.finishing(self.call_number);
         // A call the client cancelled gets no response (cancellation
         // utility: "SHOULD NOT send a response").
         if answered {
             send_response(&self.events.outbox, &Response { id: Some(self.request_id.clone()), result });
         }
-        // Unregister only after the response is queued, so a shutdown that
+        // Ended only after the response is queued, so a shutdown that
         // sees no calls left knows every answer is already in an outbox.
         lock(&self.session.calls).remove(&self.request_id);
-        self.server.calls.unregister(self.call_number);
+        self.server.calls.answered();
     }
 }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Dispatch, Outgoing, Server, Session};
+use super::{Calls, Dispatch, MAX_CALLS_IN_FLIGHT, Outgoing, Server, Session};
+use crate::cancel::CancelToken;
 use crate::config::{Config, RawConfig};
 use crate::tools;
 
@@ -427,6 +428,27 @@ fn calls_in_flight_are_bounded_by_the_bytes_they_hold() {
     let (_, messages) = exchange(&server, &session, &call(3, 0));
     let last = messages.last().unwrap();
     assert_eq!(last["result"]["structuredContent"], json!({ "slept_ms": 0 }), "{last}");
+}
+
+/// A call's slot is free once its answer is about to go out, so a client
+/// that waits for an answer before it sends the next call is never refused
+/// at the limit of calls in flight; shutdown still waits for that answer.
+#[test]
+fn a_slot_is_free_before_its_answer_goes_out_and_shutdown_waits_for_the_answer() {
+    let calls = Calls::new(usize::MAX);
+    let numbers: Vec<u64> = (0..MAX_CALLS_IN_FLIGHT).map(|_| calls.register(&CancelToken::new(), 1).unwrap()).collect();
+    let refused = calls.register(&CancelToken::new(), 1).unwrap_err();
+    assert!(refused.message.contains("too many calls in flight"), "{}", refused.message);
+
+    calls.finishing(numbers[0]);
+    let next = calls.register(&CancelToken::new(), 1).expect("the finishing call's slot is free");
+    calls.unregister(next);
+    for number in &numbers[1..] {
+        calls.unregister(*number);
+    }
+    assert_eq!(calls.wait_idle(Duration::ZERO), 1, "the answer being queued is still waited for");
+    calls.answered();
+    assert_eq!(calls.wait_idle(Duration::ZERO), 0);
 }
 
 /// With a snippets folder, `resources` is declared and its files

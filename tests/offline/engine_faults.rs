@@ -97,12 +97,12 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn pod_name(run_id: &str) -> String {
+pub(crate) fn pod_name(run_id: &str) -> String {
     format!("mcpk8s-{run_id}-abcde")
 }
 
 /// What the kubelet would report for the pod at each step.
-fn pod(run_id: &str, main_state: Value) -> Value {
+pub(crate) fn pod(run_id: &str, main_state: Value) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": pod_name(run_id), "labels": {"mcp-k8s-ephemeral-job/run-id": run_id}},

@@ -279,11 +279,18 @@ fn client_against_a_refusing_cluster() -> (Client, FakeApi, TempDir) {
 
 /// A server whose cluster is `fake`.
 fn client_against(fake: FakeApi) -> (Client, FakeApi, TempDir) {
+    client_against_with(fake, &[])
+}
+
+/// A server whose cluster is `fake`, with more settings.
+pub(crate) fn client_against_with(fake: FakeApi, env: &[(&str, &str)]) -> (Client, FakeApi, TempDir) {
     let temp = TempDir::new("hostile-stdio-refusing");
     let ca_data = crate::support::base64(&fake.pki.ca_pem);
     let text = render_fixture("live/token.yaml", &[("SERVER", &fake.url), ("CA_DATA", &ca_data)]);
     let kubeconfig = temp.write("kubeconfig", &text);
-    let client = Client::start_with(&[("MCP_K8S_KUBECONFIG", kubeconfig.to_str().unwrap_or_default()), ("MCP_K8S_NAMESPACE", "live-ns")]);
+    let mut settings = vec![("MCP_K8S_KUBECONFIG", kubeconfig.to_str().unwrap_or_default()), ("MCP_K8S_NAMESPACE", "live-ns")];
+    settings.extend_from_slice(env);
+    let client = Client::start_with(&settings);
     (client, fake, temp)
 }
 
@@ -390,7 +397,7 @@ struct Answer {
 }
 
 /// The server and the threads that feed its stdin and read its stdout.
-struct Client {
+pub(crate) struct Client {
     child: Child,
     outbound: Option<Sender<(String, Option<String>)>>,
     /// When each ping (by raw id) was fully written to the pipe.
@@ -441,7 +448,7 @@ impl Client {
         Client { child, outbound: Some(outbound), written, answers, reading, notifications, seen: HashMap::new(), n_pings: 0 }
     }
 
-    fn initialize(&mut self) {
+    pub(crate) fn initialize(&mut self) {
         let initialize = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"hostile","version":"1"}}}"#;
         self.send(initialize.to_string(), None);
         self.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string(), None);
@@ -450,7 +457,7 @@ impl Client {
     }
 
     /// Queues a line for stdin; `ping_id` records when it was written.
-    fn send(&self, line: String, ping_id: Option<String>) {
+    pub(crate) fn send(&self, line: String, ping_id: Option<String>) {
         let outbound = self.outbound.as_ref().expect("stdin open");
         outbound.send((line, ping_id)).expect("the writer thread runs");
     }
@@ -488,7 +495,7 @@ impl Client {
 
     /// The answers to `raw_ids`, keyed by id without quotes for strings
     /// (`"1"` for id 1 and for id "1" alike; tests use one or the other).
-    fn wait_all(&mut self, raw_ids: Vec<String>, timeout: Duration) -> HashMap<String, Value> {
+    pub(crate) fn wait_all(&mut self, raw_ids: Vec<String>, timeout: Duration) -> HashMap<String, Value> {
         raw_ids
             .into_iter()
             .map(|raw_id| {
@@ -511,11 +518,25 @@ impl Client {
     }
 
     /// VmHWM, the peak resident set of the server so far.
-    fn peak_rss_mib(&self) -> f64 {
+    pub(crate) fn peak_rss_mib(&self) -> f64 {
+        self.status_field("VmHWM") as f64 / 1024.0
+    }
+
+    /// A number of the server's `/proc/<pid>/status` (`VmRSS` in kB, `Threads`).
+    pub(crate) fn status_field(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("/proc/<pid>/status");
-        let line = status.lines().find(|line| line.starts_with("VmHWM:")).expect("a VmHWM line");
-        let kib: f64 = line.split_whitespace().nth(1).and_then(|kib| kib.parse().ok()).expect("VmHWM in kB");
-        kib / 1024.0
+        let line = status.lines().find(|line| line.split(':').next() == Some(field)).unwrap_or_else(|| panic!("a {field} line"));
+        line.split_whitespace().nth(1).and_then(|number| number.parse().ok()).unwrap_or_else(|| panic!("{field}: a number"))
+    }
+
+    /// The server's CPU time so far (user and system), in seconds.
+    pub(crate) fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).expect("/proc/<pid>/stat");
+        // The fields after the command name, which is in parentheses.
+        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
+        // USER_HZ is 100 on Linux.
+        ticks as f64 / 100.0
     }
 }
 

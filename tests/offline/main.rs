@@ -34,5 +34,6 @@ mod modern_era;
 mod readme_config;
 mod reasons;
 mod runner;
+mod scaling;
 mod stdio;
 mod supervise;

@@ -1,0 +1,175 @@
+//! The server's cost as background work grows: `submit_job` runs in
+//! flight at once on one server over stdio, against the fake API playing
+//! the cluster and the kubelet (each Job gets a running pod whose log
+//! holds the runner's frames), so the cluster is not what limits it. Per
+//! level: the time until every submit is answered, the server's RSS and
+//! threads while every run is in flight, its peak RSS, its CPU per run
+//! and the API requests per run; every run must end `succeeded` with its
+//! output. It prints one markdown row per level.
+//!
+//! As a test it runs 1 and 10 runs; `bench/scaling` runs it with the
+//! release build at 1, 10, 100 and 1,000 (`MCP_K8S_SCALING_LEVELS`).
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::engine_faults::{pod, pod_name};
+use crate::hostile_stdio::client_against_with;
+use crate::support::fake_api::FakeApi;
+use mcp_k8s_ephemeral_job::sandbox::frame::{self, Frame, Output, RunResult, Started, Stream};
+use serde_json::json;
+
+const NAMESPACE: &str = "live-ns";
+const JOBS: &str = "/apis/batch/v1/namespaces/live-ns/jobs";
+const PODS: &str = "/api/v1/namespaces/live-ns/pods";
+/// Calls sent before their answers are awaited: under the server's
+/// limit of calls in flight (256).
+const SUBMIT_WINDOW: usize = 200;
+/// Generous: a hang, not a slow machine, should fail it.
+const WITHIN: Duration = Duration::from_secs(300);
+
+#[test]
+fn background_runs_in_flight_cost_what_the_table_says() {
+    let levels: Vec<usize> = std::env::var("MCP_K8S_SCALING_LEVELS")
+        .ok()
+        .map(|levels| levels.split(',').filter_map(|level| level.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 10]);
+    eprintln!(
+        "| runs in flight | all accepted (s) | RSS in flight (MiB) | peak RSS (MiB) | threads in flight | CPU per run (ms) | API requests per run |"
+    );
+    eprintln!("|---|---|---|---|---|---|---|");
+    for n_runs in levels {
+        let row = level(n_runs);
+        eprintln!(
+            "| {n_runs} | {:.2} | {:.1} | {:.1} | {} | {:.2} | {:.1} |",
+            row.accepted.as_secs_f64(),
+            row.rss_in_flight_mib,
+            row.peak_rss_mib,
+            row.threads_in_flight,
+            row.cpu_per_run_ms,
+            row.requests_per_run
+        );
+    }
+}
+
+struct Row {
+    accepted: Duration,
+    rss_in_flight_mib: f64,
+    peak_rss_mib: f64,
+    threads_in_flight: u64,
+    cpu_per_run_ms: f64,
+    requests_per_run: f64,
+}
+
+/// `n_runs` background runs at once on a fresh server, each held running
+/// until every one is in flight, then ended.
+fn level(n_runs: usize) -> Row {
+    let limit = n_runs.clamp(1, 1000).to_string();
+    let (mut client, fake, _temp) = client_against_with(
+        FakeApi::start(),
+        &[("MCP_K8S_MAX_CONCURRENT", &limit), ("MCP_K8S_MAX_QUEUED", &limit), ("MCP_K8S_START_TIMEOUT_S", "300")],
+    );
+    client.initialize();
+    let cpu_before = client.cpu_seconds();
+
+    // In windows: the server answers more calls in flight than
+    // `MAX_CALLS_IN_FLIGHT` with an error that says to retry.
+    let started = Instant::now();
+    let mut answers = std::collections::HashMap::new();
+    for window in (0..n_runs).collect::<Vec<usize>>().chunks(SUBMIT_WINDOW) {
+        for id in window {
+            let arguments = json!({"image": "busybox:1.36", "command": ["echo", format!("run {id}")]});
+            client.send(
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "submit_job", "arguments": arguments}})
+                    .to_string(),
+                None,
+            );
+        }
+        answers.extend(client.wait_all(window.iter().map(|id| id.to_string()).collect(), WITHIN));
+    }
+    let accepted = started.elapsed();
+    let tokens: Vec<String> = (0..n_runs)
+        .map(|id| {
+            let answer = &answers[&id.to_string()];
+            answer["result"]["structuredContent"]["job_token"].as_str().unwrap_or_else(|| panic!("submit_job {id}: {answer}")).to_string()
+        })
+        .collect();
+    let run_ids: Vec<String> = tokens.iter().map(|token| token[4..36].to_string()).collect();
+
+    // The kubelet: every pod runs and has written its Started frame, and
+    // the server follows each log before anything ends.
+    for run_id in &run_ids {
+        wait_for("the Job", || fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_some());
+        let name = pod_name(run_id);
+        fake.set_log(NAMESPACE, &name, &line(&Frame::Started(Started { started_at_ms: 1 })), false);
+        fake.insert(PODS, pod(run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
+    }
+    for run_id in &run_ids {
+        wait_for("the server to follow the log", || fake.log_followed(NAMESPACE, &pod_name(run_id)));
+    }
+    let (rss_in_flight_mib, threads_in_flight) = (client.status_field("VmRSS") as f64 / 1024.0, client.status_field("Threads"));
+
+    for (id, run_id) in run_ids.iter().enumerate() {
+        let name = pod_name(run_id);
+        let stdout = format!("run {id}\n");
+        fake.append_log(
+            NAMESPACE,
+            &name,
+            &line(&Frame::Captured(Output { stream: Stream::Stdout, data_b64: frame::to_base64(stdout.as_bytes()) })),
+        );
+        fake.append_log(NAMESPACE, &name, &line(&result(stdout.len())));
+        fake.finish_log(NAMESPACE, &name);
+        fake.update(PODS, &name, |pod| {
+            pod["status"]["phase"] = "Succeeded".into();
+            pod["status"]["containerStatuses"][0]["state"] =
+                json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-01-01T00:00:01Z", "finishedAt": "2026-01-01T00:00:02Z"}});
+        });
+    }
+    let mut fetched = std::collections::HashMap::new();
+    for window in (0..n_runs).collect::<Vec<usize>>().chunks(SUBMIT_WINDOW) {
+        for id in window {
+            let arguments = json!({"job_token": tokens[*id], "wait_s": 60});
+            let call = json!({"jsonrpc": "2.0", "id": format!("fetch-{id}"), "method": "tools/call", "params": {"name": "fetch_job", "arguments": arguments}});
+            client.send(call.to_string(), None);
+        }
+        fetched.extend(client.wait_all(window.iter().map(|id| format!("\"fetch-{id}\"")).collect(), WITHIN));
+    }
+    for id in 0..n_runs {
+        let answer = &fetched[&format!("fetch-{id}")];
+        let content = &answer["result"]["structuredContent"];
+        assert_eq!(content["status"], "done", "fetch_job {id}: {answer}");
+        assert_eq!(content["result"]["status"], "succeeded", "run {id}: {}", content["result"]);
+        assert_eq!(content["result"]["stdout"], format!("run {id}\n"), "run {id}");
+    }
+    Row {
+        accepted,
+        rss_in_flight_mib,
+        // VmHWM is brought up to date lazily: it may lag the RSS sampled.
+        peak_rss_mib: client.peak_rss_mib().max(rss_in_flight_mib),
+        threads_in_flight,
+        cpu_per_run_ms: (client.cpu_seconds() - cpu_before) * 1000.0 / n_runs as f64,
+        requests_per_run: fake.requests().len() as f64 / n_runs as f64,
+    }
+}
+
+fn line(frame: &Frame) -> String {
+    frame::encode(frame::Tag::from_bytes([3; frame::TAG_BYTES]), frame)
+}
+
+fn result(stdout_bytes: usize) -> Frame {
+    Frame::Result(RunResult {
+        exit_code: Some(0),
+        finished_at_ms: 2,
+        stdout_captured_bytes: stdout_bytes as u64,
+        stdout_total_bytes: stdout_bytes as u64,
+        ..RunResult::started(1)
+    })
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WITHIN;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(5));
+    }
+}

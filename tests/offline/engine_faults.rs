@@ -105,7 +105,7 @@ pub(crate) fn pod_name(run_id: &str) -> String {
 pub(crate) fn pod(run_id: &str, main_state: Value) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod_name(run_id), "labels": {"mcp-k8s-ephemeral-job/run-id": run_id}},
+        "metadata": {"name": pod_name(run_id), "labels": {"app.kubernetes.io/managed-by": "mcp-k8s-ephemeral-job", "mcp-k8s-ephemeral-job/run-id": run_id}},
         "status": {"phase": "Running", "containerStatuses": [{"name": "main", "state": main_state}]},
     })
 }

@@ -53,11 +53,14 @@ pub struct Kubernetes {
     pub pod_template: Option<Arc<PodTemplate>>,
     /// The warm pools (`MCP_K8S_WARM_POOLS`), if any.
     pub pools: Option<Arc<pool::Pools>>,
+    /// The one pod watch every run reads.
+    pods: watch::PodHub,
 }
 
 impl Kubernetes {
     pub fn new(client: kube::Client, policy: Policy, cluster: Settings) -> Kubernetes {
-        Kubernetes { client, policy, cluster, pod_template: None, pools: None }
+        let pods = watch::PodHub::new(client.clone(), cluster.namespace.clone());
+        Kubernetes { client, policy, cluster, pod_template: None, pools: None, pods }
     }
 
     pub fn with_pod_template(mut self, pod_template: Option<PodTemplate>) -> Kubernetes {
@@ -231,7 +234,7 @@ impl Backend for Kubernetes {
     }
 
     fn watch(&self, run_id: &str) -> Watch {
-        watch::start(self.client.clone(), self.namespace().to_string(), run_pods(run_id))
+        self.pods.watch(run_id)
     }
 
     /// The pod's status, and, while it says the command has not started,

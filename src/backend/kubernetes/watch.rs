@@ -1,14 +1,23 @@
-//! Follows a run's pods for the engine: one thread per run reads the
-//! pod watch (which resumes after drops and re-lists on 410) and sends
-//! each pod as a neutral `Sighting`. API trouble is retried here for as
-//! long as the run lasts (the engine's deadlines bound it), except
-//! refusals that outlive `DENIED_GRACE` and answers that retrying cannot
-//! change.
+//! Follows the runs' pods for the engine: one pod watch for every run of
+//! this backend (the pods of all runs share the managed-by label), read
+//! by one thread that keeps the pods it has seen by run and passes each
+//! change to the run it belongs to as a neutral `Sighting`. A run that
+//! starts watching gets its pods as they are now (`Watched::Listed`),
+//! once the watch has listed them. The watch resumes after drops and
+//! re-lists on 410 (each run then gets its pods listed again). API trouble
+//! is retried for as long as runs watch (the engine's deadlines bound
+//! each), except refusals that outlive `DENIED_GRACE` and answers that
+//! retrying cannot change: those end every watching run's stream, and
+//! the next run to watch starts the watch again.
+//!
+//! Why one: a watch per run held a thread and a TLS connection for each
+//! run in flight (bench/scaling).
 
-use std::sync::mpsc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
-use crate::backend::kubernetes::classify;
+use crate::backend::kubernetes::{classify, manifest};
 use crate::engine::backend::{Abort, ErrorKind, Sighting, Times, Watch, Watched};
 use crate::kube::objects::Pod;
 use crate::kube::{self, ListParams, Resource};
@@ -19,19 +28,96 @@ use crate::{log, supervise};
 /// seconds once) before they count as a real refusal.
 pub const DENIED_GRACE: Duration = Duration::from_secs(30);
 
-/// Starts the watch thread for the pods `selector` picks in `namespace`.
-pub fn start(client: kube::Client, namespace: String, selector: ListParams) -> Watch {
-    let params = kube::watch::WatchParams { list: selector, ..kube::watch::WatchParams::default() };
-    let watcher = client.watch(Resource::PODS, &namespace, params);
-    let handle = watcher.abort_handle();
-    let (sender, events) = mpsc::channel();
-    let spawned = supervise::spawn(supervise::Kind::PodWatch, move || feed(watcher, &sender));
-    if let Err(error) = &spawned {
-        // The receiver then reports a closed stream; the engine's deadlines
-        // end the run with what it knows.
-        log::error("could not start the pod watch thread", &[("error", error.to_string().into())]);
+/// The one pod watch of a backend, shared by its runs.
+#[derive(Clone)]
+pub struct PodHub {
+    client: kube::Client,
+    namespace: String,
+    state: Arc<Mutex<HubState>>,
+}
+
+#[derive(Default)]
+struct HubState {
+    /// The watch thread runs.
+    running: bool,
+    /// Which start of the watch thread is the current one: a thread that
+    /// was told to stop touches nothing after a newer one started.
+    generation: u64,
+    /// Its first list came in: `pods` is what the API holds.
+    listed: bool,
+    /// Pods seen, by run id, then by pod name.
+    pods: HashMap<String, BTreeMap<String, Pod>>,
+    /// The runs watching, by run id, each with its subscription number.
+    watchers: HashMap<String, Vec<(u64, mpsc::Sender<Watched>)>>,
+    next_number: u64,
+    /// Closes the running watch's connection.
+    abort: Option<kube::watch::Abort>,
+}
+
+impl PodHub {
+    pub fn new(client: kube::Client, namespace: String) -> PodHub {
+        PodHub { client, namespace, state: Arc::default() }
     }
-    Watch { events, abort: Abort::new(move || handle.abort()) }
+
+    /// The pods of `run_id`, from now until the returned watch is aborted.
+    pub fn watch(&self, run_id: &str) -> Watch {
+        let (sender, events) = mpsc::channel();
+        let mut state = lock(&self.state);
+        if state.listed {
+            let _ = sender.send(Watched::Listed(newest_sighting(state.pods.get(run_id))));
+        }
+        state.next_number += 1;
+        let number = state.next_number;
+        state.watchers.entry(run_id.to_string()).or_default().push((number, sender));
+        if !state.running {
+            self.start(&mut state);
+        }
+        drop(state);
+        let (hub, run_id) = (Arc::clone(&self.state), run_id.to_string());
+        Watch { events, abort: Abort::new(move || unsubscribe(&hub, &run_id, number)) }
+    }
+
+    /// Starts the watch thread; on failure every watcher's stream closes,
+    /// and the engine's deadlines end each run with what it knows.
+    fn start(&self, state: &mut HubState) {
+        let selector =
+            ListParams { label_selector: Some(format!("{}={}", manifest::LABEL_MANAGED_BY, manifest::MANAGED_BY)), field_selector: None };
+        let params = kube::watch::WatchParams { list: selector, ..kube::watch::WatchParams::default() };
+        let watcher = self.client.watch(Resource::PODS, &self.namespace, params);
+        state.abort = Some(watcher.abort_handle());
+        state.running = true;
+        state.generation += 1;
+        let (hub, generation) = (Arc::clone(&self.state), state.generation);
+        if let Err(error) = supervise::spawn(supervise::Kind::PodWatch, move || feed(watcher, &hub, generation)) {
+            log::error("could not start the pod watch thread", &[("error", error.to_string().into())]);
+            state.stop();
+            state.watchers.clear();
+        }
+    }
+}
+
+/// Ends one run's watch. The shared watch goes on while runs remain; the
+/// last one leaving closes it (an idle server holds no connection).
+fn unsubscribe(hub: &Mutex<HubState>, run_id: &str, number: u64) {
+    let mut state = lock(hub);
+    if let Some(watchers) = state.watchers.get_mut(run_id) {
+        watchers.retain(|(watcher, _)| *watcher != number);
+        if watchers.is_empty() {
+            state.watchers.remove(run_id);
+        }
+    }
+    if state.watchers.is_empty() && state.running {
+        state.stop();
+    }
+}
+
+fn lock(hub: &Mutex<HubState>) -> MutexGuard<'_, HubState> {
+    hub.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The newest of a run's pods, as the engine sees it.
+fn newest_sighting(pods: Option<&BTreeMap<String, Pod>>) -> Option<Sighting> {
+    newest(pods.map(|pods| pods.values().cloned().collect()).unwrap_or_default()).map(|pod| sighting(&pod))
 }
 
 /// The most recently created of a run's pods: the one to judge.
@@ -52,45 +138,124 @@ pub fn sighting(pod: &Pod) -> Sighting {
     }
 }
 
-/// Feeds pod events to the decision loop until it stops listening. API
-/// trouble is retried here for as long as the run lasts (the decision
-/// loop's deadlines bound it), except refusals that outlive `DENIED_GRACE`
-/// and answers that retrying cannot change.
-fn feed(mut watcher: kube::watch::Watcher, sender: &mpsc::Sender<Watched>) {
+/// Reads the shared watch and passes each change to the runs it belongs
+/// to, until no run watches (or retrying cannot help). Whatever ends it,
+/// a panic included, `Stopped` marks the hub stopped and closes every
+/// watcher's stream, so no run waits on a watch nobody reads.
+fn feed(mut watcher: kube::watch::Watcher, hub: &Arc<Mutex<HubState>>, generation: u64) {
+    let _stopped = Stopped { hub: Arc::clone(hub), generation };
     let abort = watcher.abort_handle();
     let mut health = WatchHealth::default();
     loop {
-        let sent = match watcher.next() {
+        match watcher.next() {
             Ok(event) => {
                 health.on_success();
+                let mut state = lock(hub);
+                if state.generation != generation {
+                    return;
+                }
                 match event {
-                    kube::watch::WatchEvent::Listed(pods) => {
-                        let newest = newest(pods.iter().map(Pod::from_value).collect());
-                        sender.send(Watched::Listed(newest.map(|pod| sighting(&pod)))).is_ok()
-                    }
-                    kube::watch::WatchEvent::Added(pod) | kube::watch::WatchEvent::Modified(pod) => {
-                        sender.send(Watched::Seen(sighting(&Pod::from_value(&pod)))).is_ok()
-                    }
-                    kube::watch::WatchEvent::Deleted(pod) => sender.send(Watched::Gone(sighting(&Pod::from_value(&pod)))).is_ok(),
+                    kube::watch::WatchEvent::Listed(pods) => state.listed_again(pods.iter().map(Pod::from_value)),
+                    kube::watch::WatchEvent::Added(pod) | kube::watch::WatchEvent::Modified(pod) => state.seen(Pod::from_value(&pod)),
+                    kube::watch::WatchEvent::Deleted(pod) => state.gone(Pod::from_value(&pod)),
                 }
             }
             Err(_) if abort.is_aborted() => return,
             Err(error) => match health.on_error(&error, Instant::now()) {
                 Some(delay) => {
-                    let sent = sender.send(Watched::Trouble(error.to_string())).is_ok();
+                    lock(hub).tell_all(|| Watched::Trouble(error.to_string()));
                     sleep_unless_aborted(delay, &abort);
-                    sent
                 }
                 None => {
-                    let _ = sender.send(Watched::Failed(error.to_string()));
+                    lock(hub).tell_all(|| Watched::Failed(error.to_string()));
                     return;
                 }
             },
-        };
-        if !sent {
-            return;
         }
     }
+}
+
+/// Marks the hub stopped when its thread ends, however it ends, unless
+/// a newer thread took over.
+struct Stopped {
+    hub: Arc<Mutex<HubState>>,
+    generation: u64,
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let mut state = lock(&self.hub);
+        if state.generation == self.generation {
+            state.stop();
+            // Dropping the senders closes each watcher's stream.
+            state.watchers.clear();
+        }
+    }
+}
+
+impl HubState {
+    /// Closes the watch; the next run to watch starts it again.
+    fn stop(&mut self) {
+        if let Some(abort) = self.abort.take() {
+            abort.abort();
+        }
+        self.running = false;
+        self.listed = false;
+        self.pods.clear();
+    }
+
+    /// A complete look: the pods now, and each watching run its own.
+    fn listed_again(&mut self, pods: impl Iterator<Item = Pod>) {
+        self.pods.clear();
+        for pod in pods {
+            self.keep(pod);
+        }
+        self.listed = true;
+        let runs: Vec<String> = self.watchers.keys().cloned().collect();
+        for run_id in runs {
+            let listed = newest_sighting(self.pods.get(&run_id));
+            self.tell_run(&run_id, || Watched::Listed(listed.clone()));
+        }
+    }
+
+    fn seen(&mut self, pod: Pod) {
+        let (run_id, sighting) = (run_id_of(&pod), sighting(&pod));
+        self.keep(pod);
+        self.tell_run(&run_id, || Watched::Seen(sighting.clone()));
+    }
+
+    fn gone(&mut self, pod: Pod) {
+        let run_id = run_id_of(&pod);
+        if let Some(pods) = self.pods.get_mut(&run_id) {
+            pods.remove(&pod.metadata.name);
+            if pods.is_empty() {
+                self.pods.remove(&run_id);
+            }
+        }
+        let sighting = sighting(&pod);
+        self.tell_run(&run_id, || Watched::Gone(sighting.clone()));
+    }
+
+    fn keep(&mut self, pod: Pod) {
+        self.pods.entry(run_id_of(&pod)).or_default().insert(pod.metadata.name.clone(), pod);
+    }
+
+    /// Sends to the run's watchers; a watcher that stopped listening is dropped.
+    fn tell_run(&mut self, run_id: &str, event: impl Fn() -> Watched) {
+        if let Some(watchers) = self.watchers.get_mut(run_id) {
+            watchers.retain(|(_, sender)| sender.send(event()).is_ok());
+        }
+    }
+
+    fn tell_all(&mut self, event: impl Fn() -> Watched) {
+        for watchers in self.watchers.values_mut() {
+            watchers.retain(|(_, sender)| sender.send(event()).is_ok());
+        }
+    }
+}
+
+fn run_id_of(pod: &Pod) -> String {
+    pod.metadata.labels.get(manifest::LABEL_RUN_ID).cloned().unwrap_or_default()
 }
 
 /// Which watch errors are retried, and after how long (pure, for tests).
@@ -181,6 +346,68 @@ mod tests {
         assert_eq!(delays[0], Duration::from_millis(500));
         assert!(delays.windows(2).all(|pair| pair[0] <= pair[1]));
         assert_eq!(*delays.last().unwrap(), Duration::from_secs(4));
+    }
+
+    fn pod_of(run_id: &str, name: &str, phase: &str) -> Pod {
+        Pod::from_value(&serde_json::json!({
+            "metadata": {"name": name, "labels": {manifest::LABEL_RUN_ID: run_id}, "creationTimestamp": format!("2026-01-01T00:00:0{}Z", name.len() % 10)},
+            "status": {"phase": phase},
+        }))
+    }
+
+    fn watching(state: &mut HubState, run_id: &str) -> mpsc::Receiver<Watched> {
+        let (sender, events) = mpsc::channel();
+        state.next_number += 1;
+        state.watchers.entry(run_id.to_string()).or_default().push((state.next_number, sender));
+        events
+    }
+
+    fn names(events: &mpsc::Receiver<Watched>) -> Vec<String> {
+        events
+            .try_iter()
+            .map(|event| match event {
+                Watched::Listed(sighting) => format!("listed {}", sighting.map_or("-".to_string(), |sighting| sighting.sandbox)),
+                Watched::Seen(sighting) => format!("seen {}", sighting.sandbox),
+                Watched::Gone(sighting) => format!("gone {}", sighting.sandbox),
+                Watched::Trouble(_) => "trouble".to_string(),
+                Watched::Failed(_) => "failed".to_string(),
+            })
+            .collect()
+    }
+
+    /// Each run hears of its own pods only: its newest on a list, each
+    /// change after, and trouble that concerns every run.
+    #[test]
+    fn the_shared_watch_tells_each_run_of_its_own_pods() {
+        let mut state = HubState::default();
+        let (a, b) = (watching(&mut state, "a"), watching(&mut state, "b"));
+        state.listed_again([pod_of("a", "a-1", "Running"), pod_of("a", "a-22", "Pending"), pod_of("x", "x-1", "Running")].into_iter());
+        assert_eq!(names(&a), ["listed a-22"], "the newest of its pods");
+        assert_eq!(names(&b), ["listed -"]);
+        state.seen(pod_of("b", "b-1", "Pending"));
+        state.seen(pod_of("x", "x-2", "Pending"));
+        assert_eq!((names(&a), names(&b)), (vec![], vec!["seen b-1".to_string()]));
+        state.gone(pod_of("a", "a-22", "Running"));
+        assert_eq!(names(&a), ["gone a-22"]);
+        assert_eq!(newest_sighting(state.pods.get("a")).map(|sighting| sighting.sandbox), Some("a-1".into()), "a-22 is no longer kept");
+        state.tell_all(|| Watched::Trouble("503".into()));
+        assert_eq!((names(&a), names(&b)), (vec!["trouble".to_string()], vec!["trouble".to_string()]));
+        drop(a);
+        state.seen(pod_of("a", "a-1", "Succeeded"));
+        assert!(!state.watchers.contains_key("a") || state.watchers["a"].is_empty(), "a run that stopped listening is dropped");
+    }
+
+    /// A thread that was told to stop leaves a newer one's watchers alone;
+    /// the current one's end closes every watcher's stream.
+    #[test]
+    fn only_the_current_watch_threads_end_closes_the_streams() {
+        let hub = Arc::new(Mutex::new(HubState { running: true, generation: 2, ..HubState::default() }));
+        let events = watching(&mut lock(&hub), "a");
+        drop(Stopped { hub: Arc::clone(&hub), generation: 1 });
+        assert!(lock(&hub).running && lock(&hub).watchers.contains_key("a"), "an older thread's end changes nothing");
+        drop(Stopped { hub: Arc::clone(&hub), generation: 2 });
+        assert!(!lock(&hub).running);
+        assert_eq!(events.recv(), Err(mpsc::RecvError), "the stream is closed");
     }
 
     #[test]

@@ -194,11 +194,14 @@ impl Drop for Stopped {
 }
 
 impl HubState {
-    /// Closes the watch; the next run to watch starts it again.
+    /// Closes the watch; the next run to watch starts it again. The
+    /// stopped thread's generation is over: an event it still reads is
+    /// not kept.
     fn stop(&mut self) {
         if let Some(abort) = self.abort.take() {
             abort.abort();
         }
+        self.generation += 1;
         self.running = false;
         self.listed = false;
         self.pods.clear();

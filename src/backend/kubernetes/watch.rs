@@ -62,24 +62,32 @@ impl PodHub {
     /// The pods of `run_id`, from now until the returned watch is aborted.
     pub fn watch(&self, run_id: &str) -> Watch {
         let (sender, events) = mpsc::channel();
-        let mut state = lock(&self.state);
-        if state.listed {
-            let _ = sender.send(Watched::Listed(newest_sighting(state.pods.get(run_id))));
+        let (number, starting) = {
+            let mut state = lock(&self.state);
+            if state.listed {
+                let _ = sender.send(Watched::Listed(newest_sighting(state.pods.get(run_id))));
+            }
+            state.next_number += 1;
+            let number = state.next_number;
+            state.watchers.entry(run_id.to_string()).or_default().push((number, sender));
+            (number, (!state.running).then(|| self.begin(&mut state)))
+        };
+        if let Some((watcher, stopped)) = starting {
+            // Spawned without the lock: a thread that cannot start drops
+            // `stopped`, which takes the lock to close every stream.
+            if let Err(error) = supervise::spawn(supervise::Kind::PodWatch, move || feed(watcher, stopped)) {
+                log::error("could not start the pod watch thread", &[("error", error.to_string().into())]);
+            }
         }
-        state.next_number += 1;
-        let number = state.next_number;
-        state.watchers.entry(run_id.to_string()).or_default().push((number, sender));
-        if !state.running {
-            self.start(&mut state);
-        }
-        drop(state);
         let (hub, run_id) = (Arc::clone(&self.state), run_id.to_string());
         Watch { events, abort: Abort::new(move || unsubscribe(&hub, &run_id, number)) }
     }
 
-    /// Starts the watch thread; on failure every watcher's stream closes,
-    /// and the engine's deadlines end each run with what it knows.
-    fn start(&self, state: &mut HubState) {
+    /// Marks a new generation of the watch running; its thread is to read
+    /// the returned watcher and hold the returned guard, which stops the
+    /// hub however the thread ends (an injected panic before its body
+    /// included), unless a newer generation took over.
+    fn begin(&self, state: &mut HubState) -> (kube::watch::Watcher, Stopped) {
         let selector =
             ListParams { label_selector: Some(format!("{}={}", manifest::LABEL_MANAGED_BY, manifest::MANAGED_BY)), field_selector: None };
         let params = kube::watch::WatchParams { list: selector, ..kube::watch::WatchParams::default() };
@@ -87,12 +95,7 @@ impl PodHub {
         state.abort = Some(watcher.abort_handle());
         state.running = true;
         state.generation += 1;
-        let (hub, generation) = (Arc::clone(&self.state), state.generation);
-        if let Err(error) = supervise::spawn(supervise::Kind::PodWatch, move || feed(watcher, &hub, generation)) {
-            log::error("could not start the pod watch thread", &[("error", error.to_string().into())]);
-            state.stop();
-            state.watchers.clear();
-        }
+        (watcher, Stopped { hub: Arc::clone(&self.state), generation: state.generation })
     }
 }
 
@@ -142,8 +145,8 @@ pub fn sighting(pod: &Pod) -> Sighting {
 /// to, until no run watches (or retrying cannot help). Whatever ends it,
 /// a panic included, `Stopped` marks the hub stopped and closes every
 /// watcher's stream, so no run waits on a watch nobody reads.
-fn feed(mut watcher: kube::watch::Watcher, hub: &Arc<Mutex<HubState>>, generation: u64) {
-    let _stopped = Stopped { hub: Arc::clone(hub), generation };
+fn feed(mut watcher: kube::watch::Watcher, stopped: Stopped) {
+    let (hub, generation) = (&stopped.hub, stopped.generation);
     let abort = watcher.abort_handle();
     let mut health = WatchHealth::default();
     loop {
@@ -161,16 +164,28 @@ fn feed(mut watcher: kube::watch::Watcher, hub: &Arc<Mutex<HubState>>, generatio
                 }
             }
             Err(_) if abort.is_aborted() => return,
-            Err(error) => match health.on_error(&error, Instant::now()) {
-                Some(delay) => {
-                    lock(hub).tell_all(|| Watched::Trouble(error.to_string()));
-                    sleep_unless_aborted(delay, &abort);
-                }
-                None => {
-                    lock(hub).tell_all(|| Watched::Failed(error.to_string()));
+            Err(error) => {
+                let delay = health.on_error(&error, Instant::now());
+                let mut state = lock(hub);
+                if state.generation != generation {
                     return;
                 }
-            },
+                match delay {
+                    Some(delay) => {
+                        state.tell_all(|| Watched::Trouble(error.to_string()));
+                        drop(state);
+                        sleep_unless_aborted(delay, &abort);
+                    }
+                    // Under the same lock: a run that starts watching after
+                    // this starts a new watch instead of joining this one.
+                    None => {
+                        state.tell_all(|| Watched::Failed(error.to_string()));
+                        state.stop();
+                        state.watchers.clear();
+                        return;
+                    }
+                }
+            }
         }
     }
 }
@@ -243,17 +258,23 @@ impl HubState {
         self.pods.entry(run_id_of(&pod)).or_default().insert(pod.metadata.name.clone(), pod);
     }
 
-    /// Sends to the run's watchers; a watcher that stopped listening is dropped.
+    /// Sends to the run's watchers; a watcher that stopped listening (its
+    /// watch dropped without an abort) is dropped, and a run left with
+    /// none with it, so the last run's leaving still closes the watch.
     fn tell_run(&mut self, run_id: &str, event: impl Fn() -> Watched) {
         if let Some(watchers) = self.watchers.get_mut(run_id) {
             watchers.retain(|(_, sender)| sender.send(event()).is_ok());
+            if watchers.is_empty() {
+                self.watchers.remove(run_id);
+            }
         }
     }
 
     fn tell_all(&mut self, event: impl Fn() -> Watched) {
-        for watchers in self.watchers.values_mut() {
+        self.watchers.retain(|_, watchers| {
             watchers.retain(|(_, sender)| sender.send(event()).is_ok());
-        }
+            !watchers.is_empty()
+        });
     }
 }
 
@@ -397,7 +418,10 @@ mod tests {
         assert_eq!((names(&a), names(&b)), (vec!["trouble".to_string()], vec!["trouble".to_string()]));
         drop(a);
         state.seen(pod_of("a", "a-1", "Succeeded"));
-        assert!(!state.watchers.contains_key("a") || state.watchers["a"].is_empty(), "a run that stopped listening is dropped");
+        assert!(!state.watchers.contains_key("a"), "a run that stopped listening is dropped");
+        drop(b);
+        state.tell_all(|| Watched::Trouble("503".into()));
+        assert!(state.watchers.is_empty(), "so are runs that stopped listening to trouble");
     }
 
     /// A thread that was told to stop leaves a newer one's watchers alone;

@@ -83,12 +83,16 @@ class Server:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
-    def peak_rss_kib(self):
+    def status_kib(self, field):
+        """A kB figure of the server's /proc status: VmRSS, VmHWM."""
         with open(f"/proc/{self.proc.pid}/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
         return 0
+
+    def peak_rss_kib(self):
+        return self.status_kib("VmHWM")
 
     def close(self):
         self.proc.stdin.close()

@@ -123,14 +123,6 @@ def concurrent(server, n_calls):
     return samples
 
 
-def rss_kib(server, field):
-    with open(f"/proc/{server.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--original", required=True, help="the original's binary (bench/original/build)")
@@ -156,7 +148,7 @@ def main():
     )
     original.label = "original"
     servers = (this, original)
-    idle = {server.label: rss_kib(server, "VmRSS") for server in servers}
+    idle = {server.label: server.status_kib("VmRSS") for server in servers}
     for server in servers:  # warm-up: the image is on the node, the connections are open
         call(server, "true")
 
@@ -185,7 +177,7 @@ def main():
         )
     cpu_mine, cpu_theirs = (sum(cpu_per_true[label]) / len(cpu_per_true[label]) * 1000 for label in ("this", "original"))
     print(f"{'server CPU per true':<18} {cpu_theirs:>10.0f}ms {cpu_mine:>7.0f}ms {cpu_mine / cpu_theirs:>5.2f}x")
-    peak = {server.label: rss_kib(server, "VmHWM") for server in servers}
+    peak = {server.label: server.status_kib("VmHWM") for server in servers}
     print(
         f"{'RSS idle':<18} {idle['original'] / 1024:>9.1f}MiB {idle['this'] / 1024:>6.1f}MiB {idle['this'] / idle['original']:>5.2f}x"
     )

@@ -26,9 +26,9 @@ use mcp_k8s_ephemeral_job::quantity::Quantity;
 use mcp_k8s_ephemeral_job::sandbox::frame::{self, Frame, Output, RunResult, Started, Stream};
 use serde_json::{Value, json};
 
-const NAMESPACE: &str = "live-ns";
-const JOBS: &str = "/apis/batch/v1/namespaces/live-ns/jobs";
-const PODS: &str = "/api/v1/namespaces/live-ns/pods";
+pub(crate) const NAMESPACE: &str = "live-ns";
+pub(crate) const JOBS: &str = "/apis/batch/v1/namespaces/live-ns/jobs";
+pub(crate) const PODS: &str = "/api/v1/namespaces/live-ns/pods";
 
 fn policy() -> Policy {
     Policy {
@@ -110,11 +110,11 @@ pub(crate) fn pod(run_id: &str, main_state: Value) -> Value {
     })
 }
 
-fn frame_line(frame: Frame) -> String {
+pub(crate) fn frame_line(frame: Frame) -> String {
     frame::encode(frame::Tag::from_bytes([3; frame::TAG_BYTES]), &frame)
 }
 
-fn result_frame(stdout: &[u8]) -> Frame {
+pub(crate) fn result_frame(stdout: &[u8]) -> Frame {
     Frame::Result(RunResult {
         exit_code: Some(0),
         finished_at_ms: 2,
@@ -135,8 +135,13 @@ fn play_successful_pod(fake: &FakeApi, run_id: &str) {
     wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
     fake.append_log(NAMESPACE, &name, &frame_line(Frame::Captured(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
     fake.append_log(NAMESPACE, &name, &frame_line(result_frame(b"hi\n")));
-    fake.finish_log(NAMESPACE, &name);
-    fake.update(PODS, &name, |pod| {
+    end_pod_succeeded(fake, &name);
+}
+
+/// The container exited 0: its log ends and the pod says so.
+pub(crate) fn end_pod_succeeded(fake: &FakeApi, name: &str) {
+    fake.finish_log(NAMESPACE, name);
+    fake.update(PODS, name, |pod| {
         pod["status"]["phase"] = "Succeeded".into();
         pod["status"]["containerStatuses"][0]["state"] =
             json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-01-01T00:00:01Z", "finishedAt": "2026-01-01T00:00:02Z"}});

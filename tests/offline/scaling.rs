@@ -10,18 +10,17 @@
 //! As a test it runs 1 and 10 runs; `bench/scaling` runs it with the
 //! release build at 1, 10, 100 and 1,000 (`MCP_K8S_SCALING_LEVELS`).
 
+use std::collections::HashMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::engine_faults::{pod, pod_name};
-use crate::hostile_stdio::client_against_with;
+use crate::engine_faults::{JOBS, NAMESPACE, PODS, end_pod_succeeded, frame_line, pod, pod_name, result_frame};
+use crate::hostile_stdio::{Client, client_against_with};
 use crate::support::fake_api::FakeApi;
-use mcp_k8s_ephemeral_job::sandbox::frame::{self, Frame, Output, RunResult, Started, Stream};
-use serde_json::json;
+use crate::support::faults;
+use mcp_k8s_ephemeral_job::sandbox::frame::{self, Frame, Output, Started, Stream};
+use serde_json::{Value, json};
 
-const NAMESPACE: &str = "live-ns";
-const JOBS: &str = "/apis/batch/v1/namespaces/live-ns/jobs";
-const PODS: &str = "/api/v1/namespaces/live-ns/pods";
 /// Calls sent before their answers are awaited: under the server's
 /// limit of calls in flight (256).
 const SUBMIT_WINDOW: usize = 200;
@@ -72,21 +71,11 @@ fn level(n_runs: usize) -> Row {
     client.initialize();
     let cpu_before = client.cpu_seconds();
 
-    // In windows: the server answers more calls in flight than
-    // `MAX_CALLS_IN_FLIGHT` with an error that says to retry.
     let started = Instant::now();
-    let mut answers = std::collections::HashMap::new();
-    for window in (0..n_runs).collect::<Vec<usize>>().chunks(SUBMIT_WINDOW) {
-        for id in window {
-            let arguments = json!({"image": "busybox:1.36", "command": ["echo", format!("run {id}")]});
-            client.send(
-                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "submit_job", "arguments": arguments}})
-                    .to_string(),
-                None,
-            );
-        }
-        answers.extend(client.wait_all(window.iter().map(|id| id.to_string()).collect(), WITHIN));
-    }
+    let answers = call_in_windows(&mut client, n_runs, |id| {
+        let arguments = json!({"image": "busybox:1.36", "command": ["echo", format!("run {id}")]});
+        (json!(id), json!({"name": "submit_job", "arguments": arguments}))
+    });
     let accepted = started.elapsed();
     let tokens: Vec<String> = (0..n_runs)
         .map(|id| {
@@ -94,14 +83,14 @@ fn level(n_runs: usize) -> Row {
             answer["result"]["structuredContent"]["job_token"].as_str().unwrap_or_else(|| panic!("submit_job {id}: {answer}")).to_string()
         })
         .collect();
-    let run_ids: Vec<String> = tokens.iter().map(|token| token[4..36].to_string()).collect();
+    let run_ids: Vec<String> = tokens.iter().map(|token| faults::run_id_of(token)).collect();
 
     // The kubelet: every pod runs and has written its Started frame, and
     // the server follows each log before anything ends.
     for run_id in &run_ids {
-        wait_for("the Job", || fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_some());
+        wait_for("the Job", || fake.object(JOBS, &faults::job_name(run_id)).is_some());
         let name = pod_name(run_id);
-        fake.set_log(NAMESPACE, &name, &line(&Frame::Started(Started { started_at_ms: 1 })), false);
+        fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
         fake.insert(PODS, pod(run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
     }
     for run_id in &run_ids {
@@ -112,28 +101,14 @@ fn level(n_runs: usize) -> Row {
     for (id, run_id) in run_ids.iter().enumerate() {
         let name = pod_name(run_id);
         let stdout = format!("run {id}\n");
-        fake.append_log(
-            NAMESPACE,
-            &name,
-            &line(&Frame::Captured(Output { stream: Stream::Stdout, data_b64: frame::to_base64(stdout.as_bytes()) })),
-        );
-        fake.append_log(NAMESPACE, &name, &line(&result(stdout.len())));
-        fake.finish_log(NAMESPACE, &name);
-        fake.update(PODS, &name, |pod| {
-            pod["status"]["phase"] = "Succeeded".into();
-            pod["status"]["containerStatuses"][0]["state"] =
-                json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-01-01T00:00:01Z", "finishedAt": "2026-01-01T00:00:02Z"}});
-        });
+        let captured = Frame::Captured(Output { stream: Stream::Stdout, data_b64: frame::to_base64(stdout.as_bytes()) });
+        fake.append_log(NAMESPACE, &name, &frame_line(captured));
+        fake.append_log(NAMESPACE, &name, &frame_line(result_frame(stdout.as_bytes())));
+        end_pod_succeeded(&fake, &name);
     }
-    let mut fetched = std::collections::HashMap::new();
-    for window in (0..n_runs).collect::<Vec<usize>>().chunks(SUBMIT_WINDOW) {
-        for id in window {
-            let arguments = json!({"job_token": tokens[*id], "wait_s": 60});
-            let call = json!({"jsonrpc": "2.0", "id": format!("fetch-{id}"), "method": "tools/call", "params": {"name": "fetch_job", "arguments": arguments}});
-            client.send(call.to_string(), None);
-        }
-        fetched.extend(client.wait_all(window.iter().map(|id| format!("\"fetch-{id}\"")).collect(), WITHIN));
-    }
+    let fetched = call_in_windows(&mut client, n_runs, |id| {
+        (json!(format!("fetch-{id}")), json!({"name": "fetch_job", "arguments": {"job_token": tokens[id], "wait_s": 60}}))
+    });
     for id in 0..n_runs {
         let answer = &fetched[&format!("fetch-{id}")];
         let content = &answer["result"]["structuredContent"];
@@ -152,18 +127,22 @@ fn level(n_runs: usize) -> Row {
     }
 }
 
-fn line(frame: &Frame) -> String {
-    frame::encode(frame::Tag::from_bytes([3; frame::TAG_BYTES]), frame)
-}
-
-fn result(stdout_bytes: usize) -> Frame {
-    Frame::Result(RunResult {
-        exit_code: Some(0),
-        finished_at_ms: 2,
-        stdout_captured_bytes: stdout_bytes as u64,
-        stdout_total_bytes: stdout_bytes as u64,
-        ..RunResult::started(1)
-    })
+/// One `tools/call` per id in 0..n, from `call(id)` (the request id and
+/// the params), sent in windows: the server answers more calls in flight
+/// than `MAX_CALLS_IN_FLIGHT` with an error that says to retry. The
+/// answers by id, string ids without their quotes.
+fn call_in_windows(client: &mut Client, n: usize, call: impl Fn(usize) -> (Value, Value)) -> HashMap<String, Value> {
+    let mut answers = HashMap::new();
+    for window in (0..n).collect::<Vec<usize>>().chunks(SUBMIT_WINDOW) {
+        let mut raw_ids = Vec::new();
+        for id in window {
+            let (request_id, params) = call(*id);
+            raw_ids.push(request_id.to_string());
+            client.send(json!({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).to_string(), None);
+        }
+        answers.extend(client.wait_all(raw_ids, WITHIN));
+    }
+    answers
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {

@@ -39,6 +39,10 @@ use crate::supervise;
 /// How long the runner may take to report the output so far after a
 /// cancel deleted its pod, before the follower is stopped outright.
 const CANCEL_DRAIN: Duration = Duration::from_secs(15);
+/// How long the first look at a running run waits for its output, which
+/// nobody read before (a run's output is read once someone asks or at its
+/// end): one kubelet log request, and the first frames.
+const FIRST_LOOK: Duration = Duration::from_secs(1);
 /// Longest program name kept in a run's record.
 const PROGRAM_NAME_CHARS: usize = 64;
 /// A follower that re-attaches gets at least this long to see the pod
@@ -172,8 +176,11 @@ pub fn submit(ctx: &Ctx, spec: &RunSpec, kind: TokenKind) -> Result<Submitted, E
     }
     let mut followed = Followed::from_spec(spec, &ctx.policy);
     // Nobody waits on a background run, so it waits for capacity (a node
-    // freeing CPU) up to its start timeout instead of the sync grace.
+    // freeing CPU) up to its start timeout instead of the sync grace, and
+    // its output is read once someone asks (or at its end), so a run
+    // nobody watches holds no stream while it runs.
     followed.unschedulable_grace = None;
+    followed.output_on_demand = true;
     let result_ttl = ctx.jobs.limits().result_ttl;
     let keep = Keep::Background {
         record: BackgroundRecord { token: token.clone(), timeout_s: spec.timeout.as_secs(), command: command_summary(spec) },
@@ -201,6 +208,11 @@ pub fn fetch(ctx: &Ctx, token: &str, wait: Duration, stop: &CancelToken, on_outp
     // Two rounds: an entry evicted while waiting is found in the cluster.
     for _ in 0..2 {
         let (run_id, _) = ensure_known(ctx, token)?;
+        if ctx.jobs.want_output(&run_id) {
+            // Its output is read from now on: give this first look the
+            // output so far, as a run followed all along would have it.
+            ctx.jobs.wait_for_output(&run_id, Instant::now() + FIRST_LOOK, &Seen::default());
+        }
         let seen = seen.get_or_insert_with(|| match ctx.jobs.lookup(&run_id) {
             Lookup::Found(view) => Seen { stdout: view.stdout_seen, stderr: view.stderr_seen },
             _ => Seen::default(),
@@ -535,6 +547,7 @@ fn followed_from_stored(ctx: &Ctx, stored: &Stored) -> Followed {
         start_deadline: since_creation(ctx.policy.start_timeout),
         unschedulable_grace: None,
         hard_deadline: since_creation(stored.run_deadline + run::HARD_DEADLINE_SLACK),
+        output_on_demand: true,
     }
 }
 

@@ -6,7 +6,9 @@
 //! It owns every rule about when a run ends and why: the start timeout
 //! (only on a fresh view), the unschedulable grace, fail-fast start
 //! failures, the result before the status, a log cut while the command
-//! runs, the hard deadline, riding out an API outage, a SIGTERM nobody
+//! runs, when to read the output of a run read on demand (once someone
+//! asks, or the sandbox ends or is being deleted), the hard deadline,
+//! riding out an API outage, a SIGTERM nobody
 //! here sent (wait for the sandbox to say who did), and a sandbox killed
 //! without its result (wait a moment for it to be removed: `docker rm -f`
 //! kills first and removes after).
@@ -85,6 +87,9 @@ pub enum Event {
     Tick,
     /// The caller cancelled the run.
     Cancelled,
+    /// Someone asks for the output while the command runs (a run whose
+    /// output is read on demand: `RunState::reading_on_demand`).
+    OutputWanted,
 }
 
 /// What the shell is asked to do.
@@ -144,8 +149,14 @@ pub struct Away {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Log {
     NotStarted,
+    /// The command runs, and nobody asked for its output yet: it is read
+    /// once someone does, or once the sandbox ends or is being deleted.
+    Deferred,
     Following,
-    Ended { has_result: bool, reported: usize },
+    Ended {
+        has_result: bool,
+        reported: usize,
+    },
 }
 
 /// Since when the event stream has been failing, and why.
@@ -182,6 +193,10 @@ pub struct RunState {
     evidence_deadline: Option<Instant>,
     /// Until when a killed sandbox is watched for its removal.
     removal_deadline: Option<Instant>,
+    /// Read the output only when asked or at the end: a background run
+    /// nobody watches holds no stream while its command runs.
+    on_demand: bool,
+    output_wanted: bool,
 }
 
 impl RunState {
@@ -201,7 +216,17 @@ impl RunState {
             next_log_restart: now,
             evidence_deadline: None,
             removal_deadline: None,
+            on_demand: false,
+            output_wanted: false,
         }
+    }
+
+    /// The output of a command that runs is read only once
+    /// `Event::OutputWanted` comes, or the sandbox ends or is being
+    /// deleted; the run's end is judged the same way (a background run).
+    pub fn reading_on_demand(mut self) -> RunState {
+        self.on_demand = true;
+        self
     }
 
     /// Why the event stream is failing, while it is.
@@ -300,6 +325,7 @@ impl RunState {
             }
             Event::StartFailed { reason, message } => return Some(Verdict::Server(ServerEnd::Refused { reason, message })),
             Event::LogEnded(end) => return self.log_ended(end, now),
+            Event::OutputWanted => self.output_wanted = true,
             Event::Tick | Event::Cancelled => {}
         }
         None
@@ -358,7 +384,7 @@ impl RunState {
             }
             SandboxState::Finished { ran } => {
                 // A command the runtime never started has no output to wait for.
-                if self.log == Log::NotStarted && ran {
+                if matches!(self.log, Log::NotStarted | Log::Deferred) && ran {
                     self.log = Log::Following;
                     steps.push(Step::FollowOutput { reported: 0 });
                 }
@@ -378,11 +404,15 @@ impl RunState {
             self.started_reported = true;
             steps.push(Step::ReportStarted);
         }
+        // Being deleted (a cancel, an eviction): the runner reports what
+        // it has, which only a reader already following gets.
+        let read_now = !self.on_demand || self.output_wanted || self.view.as_ref().is_some_and(|view| view.ended.is_some());
         match self.log {
-            Log::NotStarted => {
+            Log::NotStarted | Log::Deferred if read_now => {
                 self.log = Log::Following;
                 steps.push(Step::FollowOutput { reported: 0 });
             }
+            Log::NotStarted => self.log = Log::Deferred,
             // The log ended without a result while the command still runs:
             // the stream was cut (an API server restart). Read it again
             // from the start; what was reported live is not reported twice.
@@ -882,5 +912,60 @@ mod tests {
     fn an_eviction_and_an_outside_deletion_are_not_cancels() {
         assert_eq!(judged(evicted()).reason, Some(RunReason::Evicted));
         assert_eq!(judged(Finished { deleted: true, ..exited(143) }).reason, Some(RunReason::PodDeleted));
+    }
+
+    /// A background run's output is read on demand: (rule, events, the
+    /// steps of the last event). Everything else about its end is the
+    /// table above's.
+    #[test]
+    fn a_run_read_on_demand_opens_its_output_only_when_asked_or_at_its_end() {
+        let being_deleted = Event::Seen(View { ended: Some(deleted()), ..view(SandboxState::Running) });
+        let rows: Vec<(&str, Vec<Event>, Vec<Step>)> = vec![
+            ("a running command nobody asked about is reported started, and not read", vec![running()], vec![Step::ReportStarted]),
+            ("nor while it keeps running", vec![running(), running(), Event::Tick], vec![]),
+            (
+                "someone asks: the output is read from the start",
+                vec![running(), Event::OutputWanted],
+                vec![Step::FollowOutput { reported: 0 }],
+            ),
+            (
+                "asked before it ran: read once it runs",
+                vec![Event::OutputWanted, running()],
+                vec![Step::ReportStarted, Step::FollowOutput { reported: 0 }],
+            ),
+            ("asked twice: read once", vec![running(), Event::OutputWanted, Event::OutputWanted], vec![]),
+            (
+                "being deleted (a cancel, an eviction): read, for what the runner reports",
+                vec![running(), being_deleted],
+                vec![Step::FollowOutput { reported: 0 }],
+            ),
+            (
+                "it ended unread: read to the end, then judged",
+                vec![running(), finished(&exited(3))],
+                vec![Step::FollowOutput { reported: 0 }, Step::Done(Verdict::Judge { finished: Some(exited(3)) })],
+            ),
+            (
+                "it ended before any look: read to the end, then judged",
+                vec![finished(&exited(0))],
+                vec![Step::FollowOutput { reported: 0 }, Step::Done(Verdict::Judge { finished: Some(exited(0)) })],
+            ),
+        ];
+        for (rule, events, expected) in rows {
+            let t0 = Instant::now();
+            let mut machine = RunState::new(background(t0), t0).reading_on_demand();
+            let mut last = Vec::new();
+            for event in events {
+                last = machine.on(event, t0 + secs(1));
+            }
+            assert_eq!(last, expected, "{rule}");
+        }
+    }
+
+    #[test]
+    fn a_command_seen_running_but_unread_is_not_timed_out_at_the_start_deadline() {
+        let t0 = Instant::now();
+        let mut machine = RunState::new(background(t0), t0).reading_on_demand();
+        machine.on(running(), t0 + secs(1));
+        assert_eq!(machine.on(Event::Tick, t0 + secs(61)), vec![]);
     }
 }

@@ -194,6 +194,36 @@ impl Jobs {
         Some(entry.cancel.clone())
     }
 
+    /// Someone looks at the run: its output is read live from now on
+    /// (`run::Followed::output_on_demand`). True the first time for a run
+    /// still going, when nothing may have been read yet.
+    pub fn want_output(&self, run_id: &str) -> bool {
+        let mut table = self.lock();
+        let Some(entry) = table.entries.get_mut(run_id) else { return false };
+        let first = !entry.output_wanted && entry.phase != Phase::Finished;
+        entry.output_wanted = true;
+        first
+    }
+
+    /// Whether the run's output is to be read live: someone looked at it
+    /// or cancelled it (the runner then reports what it has).
+    pub fn output_wanted(&self, run_id: &str) -> bool {
+        self.lock().entries.get(run_id).is_some_and(|entry| entry.output_wanted || entry.cancel_requested)
+    }
+
+    /// Waits until the run shows output beyond `seen` or finishes, or
+    /// `deadline` passes; for a first look at a run whose output starts
+    /// being read only now.
+    pub fn wait_for_output(&self, run_id: &str, deadline: Instant, seen: &Seen) {
+        while Instant::now() < deadline {
+            match self.wait_for_change(run_id, deadline, seen) {
+                Lookup::Found(view)
+                    if view.phase != Phase::Finished && view.stdout_seen <= seen.stdout && view.stderr_seen <= seen.stderr => {}
+                _ => return,
+            }
+        }
+    }
+
     pub fn lookup(&self, run_id: &str) -> Lookup {
         let mut table = self.lock();
         table.lookup(run_id, self.shared.limits.result_ttl)
@@ -329,6 +359,9 @@ struct Entry {
     finished: Option<(SystemTime, u64)>,
     cancel: CancelToken,
     cancel_requested: bool,
+    /// Someone asked for the run while it ran (`Jobs::want_output`): its
+    /// follower reads the output live from then on.
+    output_wanted: bool,
 }
 
 impl Entry {
@@ -344,6 +377,7 @@ impl Entry {
             finished: None,
             cancel,
             cancel_requested: false,
+            output_wanted: false,
         }
     }
 

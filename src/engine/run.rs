@@ -4,7 +4,8 @@
 //! remove everything it created, whatever happened.
 //!
 //! Threads are scoped to the run: the backend's watch thread reports the
-//! sandbox, one thread reads the output; the run's own thread feeds both
+//! sandbox, one thread reads the output (a background run's only once
+//! someone asks for it, or at its end); the run's own thread feeds both
 //! to the state machine and does what its steps ask. Cancellation (an MCP
 //! cancel, a shutdown) ends the run at once with what was read so far.
 //!
@@ -212,6 +213,10 @@ pub struct Followed {
     /// The pod's own deadline plus slack: only reached if the runner and
     /// the kubelet both failed to end the run.
     pub hard_deadline: Instant,
+    /// Read the command's output only once someone asks for it (in the
+    /// jobs store: `Jobs::output_wanted`) or the sandbox ends: a
+    /// background run. A sync run's caller always waits on it.
+    pub output_on_demand: bool,
 }
 
 impl Followed {
@@ -224,6 +229,7 @@ impl Followed {
             start_deadline: now + policy.start_timeout,
             unschedulable_grace: Some(UNSCHEDULABLE_GRACE),
             hard_deadline: now + run_deadline(spec, policy) + HARD_DEADLINE_SLACK,
+            output_on_demand: false,
         }
     }
 
@@ -318,7 +324,10 @@ fn decide<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
 ) -> Ended {
     let mut machine = RunState::new(followed.deadlines(), Instant::now());
-    let mut shell = Shell { ctx, followed, run_id, cancel, on_progress, last: None, log: LogState::NotStarted };
+    if followed.output_on_demand {
+        machine = machine.reading_on_demand();
+    }
+    let mut shell = Shell { ctx, followed, run_id, cancel, on_progress, last: None, log: LogState::NotStarted, wanted_told: false };
     let mut queue = std::collections::VecDeque::new();
     loop {
         if queue.is_empty() {
@@ -345,6 +354,8 @@ struct Shell<'scope, 'run> {
     /// The sandbox as last seen: its name (to read its output) and times.
     last: Option<Sighting>,
     log: LogState<'scope>,
+    /// `Event::OutputWanted` was fed (once is enough).
+    wanted_told: bool,
 }
 
 impl<'scope> Shell<'scope, '_> {
@@ -362,6 +373,10 @@ impl<'scope> Shell<'scope, '_> {
                 vec![Event::Tick]
             }
         };
+        if self.followed.output_on_demand && !self.wanted_told && self.ctx.jobs.output_wanted(self.run_id) {
+            self.wanted_told = true;
+            events.push(Event::OutputWanted);
+        }
         if let LogState::Following((handle, _)) = &self.log
             && handle.is_finished()
         {

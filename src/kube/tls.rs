@@ -132,6 +132,11 @@ pub fn agent(settings: &ConnectionSettings, client_cert: Option<ClientCert>) -> 
         // own cap on it); a request head, credentials included, in 32 KiB.
         .input_buffer_size(64 << 10)
         .output_buffer_size(32 << 10)
+        // Runs make their API calls from their own threads; with ureq's
+        // default of 3 idle connections per host, most calls under load
+        // paid a new TLS handshake. 25 is client-go's own choice.
+        .max_idle_connections(25)
+        .max_idle_connections_per_host(25)
         .build();
     let Some(server_name) = &settings.tls_server_name else {
         return Ok(config.into());

@@ -124,18 +124,45 @@ pub(crate) fn result_frame(stdout: &[u8]) -> Frame {
     })
 }
 
-/// Plays a pod that starts, prints `hi`, and exits 0.
+/// Plays a pod that starts, prints `hi`, and exits 0, for a run whose
+/// caller waits: its log is followed while the command runs.
 fn play_successful_pod(fake: &FakeApi, run_id: &str) {
+    let name = start_pod_printing_hi(fake, run_id);
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
+    end_pod_printing_hi(fake, &name);
+}
+
+/// The same pod for a background run nobody looks at: it is seen running
+/// (its phase says so) and its log is read only once the pod has ended.
+fn play_successful_background_pod(fake: &FakeApi, ctx: &Ctx, run_id: &str) {
+    let name = start_pod_printing_hi(fake, run_id);
+    wait_seen_running(ctx, run_id);
+    end_pod_printing_hi(fake, &name);
+}
+
+/// Waits until the run's follower has seen its pod running.
+fn wait_seen_running(ctx: &Ctx, run_id: &str) {
+    wait_for(
+        "the run to be seen running",
+        || matches!(ctx.jobs.lookup(run_id), mcp_k8s_ephemeral_job::engine::jobs::Lookup::Found(view) if view.phase == Phase::Running),
+    );
+}
+
+/// A running pod whose log holds the runner's start and `hi`; its name.
+fn start_pod_printing_hi(fake: &FakeApi, run_id: &str) -> String {
     wait_for("the Job", || fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_some());
     let name = pod_name(run_id);
     fake.set_log(NAMESPACE, &name, "", true);
     fake.insert(PODS, pod(run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
     fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
     fake.append_log(NAMESPACE, &name, &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
-    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
-    fake.append_log(NAMESPACE, &name, &frame_line(Frame::Captured(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
-    fake.append_log(NAMESPACE, &name, &frame_line(result_frame(b"hi\n")));
-    end_pod_succeeded(fake, &name);
+    name
+}
+
+fn end_pod_printing_hi(fake: &FakeApi, name: &str) {
+    fake.append_log(NAMESPACE, name, &frame_line(Frame::Captured(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hi\n") })));
+    fake.append_log(NAMESPACE, name, &frame_line(result_frame(b"hi\n")));
+    end_pod_succeeded(fake, name);
 }
 
 /// The container exited 0: its log ends and the pod says so.
@@ -185,6 +212,28 @@ fn a_broken_log_stream_is_opened_again() {
     let outcome = handle.join().unwrap();
     assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
     fake.assert_fired("/log?");
+}
+
+/// Runs one after another (an agent's calls) share one pod watch: the
+/// second joins the first's, still open, instead of listing every managed
+/// pod again.
+#[test]
+fn runs_one_after_another_share_one_listed_pod_watch() {
+    let fake = FakeApi::start();
+    let (ctx, _temp) = new_ctx(&fake, policy().start_timeout);
+    for _ in 0..2 {
+        let (run_ctx, run_id) = (ctx.clone(), run::new_run_id());
+        let thread_run_id = run_id.clone();
+        let handle = thread::spawn(move || run::run(&run_ctx, &spec(), &thread_run_id, &CancelToken::new(), &|_| {}));
+        play_successful_pod(&fake, &run_id);
+        assert_succeeded_and_cleaned(&fake, &run_id, &handle.join().unwrap());
+    }
+    let pod_lists = fake.requests().iter().filter(|request| request.method == "GET" && is_pod_list(&request.target)).count();
+    assert_eq!(pod_lists, 1, "one list of the managed pods for both runs");
+}
+
+fn is_pod_list(target: &str) -> bool {
+    target.strip_prefix(PODS).is_some_and(|rest| rest.starts_with('?') && !rest.contains("watch="))
 }
 
 #[test]
@@ -382,7 +431,7 @@ fn the_first_fetch_after_a_restart_has_the_result() {
     let fake = FakeApi::start();
     let (first, _temp) = new_ctx(&fake, Duration::from_secs(30));
     let submitted = submit(&first);
-    play_successful_pod(&fake, &submitted.run_id);
+    play_successful_background_pod(&fake, &first, &submitted.run_id);
     let job_name = format!("mcpk8s-{}", submitted.run_id);
     wait_for("the verdict", || fake.object(JOBS, &job_name).is_some_and(|job| record::recorded(&job).is_some()));
     // As if the first process was SIGKILLed before it could record it.
@@ -399,6 +448,44 @@ fn the_first_fetch_after_a_restart_has_the_result() {
     assert_eq!(record::recorded(&job).map(|recorded| recorded.status), Some(RunStatus::Succeeded), "recorded again");
 }
 
+/// A background run nobody looks at opens no log stream while its
+/// command runs (at 1,000 runs in flight, a stream each is most of the
+/// server's memory); its output is read once the pod has ended, and the
+/// result is whole.
+#[test]
+fn a_background_run_nobody_looks_at_reads_its_log_once_at_its_end() {
+    let fake = FakeApi::start();
+    let (ctx, _temp) = new_ctx(&fake, Duration::from_secs(30));
+    let submitted = submit(&ctx);
+    let name = start_pod_printing_hi(&fake, &submitted.run_id);
+    wait_seen_running(&ctx, &submitted.run_id);
+    // The watch's next events (or ticks) would have started a follower by now.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(fake.count("/log?"), 0, "no log was opened while nobody looked");
+    end_pod_printing_hi(&fake, &name);
+    let view = fetch(&ctx, &submitted.token, Duration::from_secs(20));
+    let outcome = view.outcome.expect("done");
+    assert_eq!((outcome.status, outcome.stdout.as_slice()), (RunStatus::Succeeded, &b"hi\n"[..]), "{}", outcome.message);
+    assert_eq!(fake.count("/log?"), 1, "one read, at the end");
+}
+
+/// The first look at a running background run has its output so far, as
+/// if it had been followed all along, and from then on it is followed.
+#[test]
+fn the_first_fetch_of_a_running_background_run_has_its_output_so_far() {
+    let fake = FakeApi::start();
+    let (ctx, _temp) = new_ctx(&fake, Duration::from_secs(30));
+    let submitted = submit(&ctx);
+    let name = start_pod_printing_hi(&fake, &submitted.run_id);
+    wait_seen_running(&ctx, &submitted.run_id);
+    let view = fetch(&ctx, &submitted.token, Duration::ZERO);
+    assert_eq!((view.phase, view.stdout.as_slice()), (Phase::Running, &b"hi\n"[..]), "the output so far");
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
+    end_pod_printing_hi(&fake, &name);
+    let outcome = fetch(&ctx, &submitted.token, Duration::from_secs(20)).outcome.expect("done");
+    assert_eq!((outcome.status, outcome.stdout.as_slice()), (RunStatus::Succeeded, &b"hi\n"[..]), "{}", outcome.message);
+}
+
 /// A verdict that could not be written onto the Job
 /// (the API failed the patch) is not cached either; the next fetch reads
 /// the cluster again, records it, and answers the truth.
@@ -409,7 +496,7 @@ fn a_verdict_that_could_not_be_recorded_is_not_cached() {
     let submitted = submit(&ctx);
     let job_name = format!("mcpk8s-{}", submitted.run_id);
     fake.inject(&format!("PATCH {JOBS}/{job_name}"), Fault::Status { code: 503, retry_after: None }, 1);
-    play_successful_pod(&fake, &submitted.run_id);
+    play_successful_background_pod(&fake, &ctx, &submitted.run_id);
     wait_for("the failed patch", || fake.fired(&format!("PATCH {JOBS}/{job_name}")) == 1);
     wait_for("the entry to go", || matches!(ctx.jobs.lookup(&submitted.run_id), mcp_k8s_ephemeral_job::engine::jobs::Lookup::Missing));
 

@@ -389,7 +389,7 @@ fn expect_tool_error(answer: &Value, message: &str) {
 }
 
 /// One answer: its raw id, when it was read, and the message itself when
-/// it is small enough to keep (huge ids are only counted).
+/// it is small enough to keep (answers to huge ids are only counted).
 struct Answer {
     raw_id: String,
     at: Instant,
@@ -583,7 +583,8 @@ fn read_answers(stdout: impl std::io::Read, answers: &Sender<Answer>, reading: &
             notifications.fetch_add(1, Ordering::SeqCst);
             continue;
         };
-        let value = if line.len() < (64 << 10) { serde_json::from_str(line).unwrap_or(Value::Null) } else { Value::Null };
+        let keep = raw_id.len() < 1024 && line.len() < (4 << 20);
+        let value = if keep { serde_json::from_str(line).unwrap_or(Value::Null) } else { Value::Null };
         if answers.send(Answer { raw_id, at, value }).is_err() {
             return;
         }

@@ -126,6 +126,9 @@ struct State {
     /// (verb, resource) pairs SelfSubjectAccessReview denies.
     denied: Vec<(String, String)>,
     requests: Vec<Recorded>,
+    /// collection path → the highest resourceVersion any watch of it has
+    /// written to its client.
+    delivered: BTreeMap<String, u64>,
 }
 
 struct HistoryEntry {
@@ -276,6 +279,13 @@ impl FakeApi {
 
     pub fn deny(&self, verb: &str, resource: &str) {
         self.state().denied.push((verb.to_string(), resource.to_string()));
+    }
+
+    /// Whether a watch of `collection` has written every change made so
+    /// far to its client.
+    pub fn watch_delivered_all(&self, collection: &str) -> bool {
+        let state = self.state();
+        state.delivered.get(collection).is_some_and(|delivered| *delivered >= state.resource_version)
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -779,6 +789,11 @@ fn watch(shared: &Shared, request: &Request, route: &Route, fault: Option<Fault>
             events_sent += 1;
         }
         sent_up_to = current;
+        {
+            let mut state = shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let delivered = state.delivered.entry(route.collection.clone()).or_default();
+            *delivered = (*delivered).max(current);
+        }
         if close_after == Some(events_sent) {
             return false;
         }

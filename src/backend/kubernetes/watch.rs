@@ -11,7 +11,10 @@
 //! the next run to watch starts the watch again.
 //!
 //! Why one: a watch per run held a thread and a TLS connection for each
-//! run in flight (bench/scaling).
+//! run in flight (bench/scaling). The watch stays open for `LINGER` after
+//! the last run leaves, so the next run (an agent's calls come one after
+//! another) joins a listed watch instead of listing every managed pod
+//! again; a server idle longer holds no connection.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
@@ -27,6 +30,9 @@ use crate::{log, supervise};
 /// whose caches are still cold after a restart (it answered 403 for a few
 /// seconds once) before they count as a real refusal.
 pub const DENIED_GRACE: Duration = Duration::from_secs(30);
+
+/// How long the watch stays open with no run watching.
+pub const LINGER: Duration = Duration::from_secs(60);
 
 /// The one pod watch of a backend, shared by its runs.
 #[derive(Clone)]
@@ -52,6 +58,10 @@ struct HubState {
     next_number: u64,
     /// Closes the running watch's connection.
     abort: Option<kube::watch::Abort>,
+    /// Since when no run watches, while the watch lingers.
+    idle_since: Option<Instant>,
+    /// A thread waits to close the idle watch (`linger`).
+    lingering: bool,
 }
 
 impl PodHub {
@@ -100,8 +110,9 @@ impl PodHub {
 }
 
 /// Ends one run's watch. The shared watch goes on while runs remain; the
-/// last one leaving closes it (an idle server holds no connection).
-fn unsubscribe(hub: &Mutex<HubState>, run_id: &str, number: u64) {
+/// last one leaving starts its `LINGER`, after which a thread closes it
+/// unless a run came.
+fn unsubscribe(hub: &Arc<Mutex<HubState>>, run_id: &str, number: u64) {
     let mut state = lock(hub);
     if let Some(watchers) = state.watchers.get_mut(run_id) {
         watchers.retain(|(watcher, _)| *watcher != number);
@@ -109,9 +120,57 @@ fn unsubscribe(hub: &Mutex<HubState>, run_id: &str, number: u64) {
             state.watchers.remove(run_id);
         }
     }
-    if state.watchers.is_empty() && state.running {
-        state.stop();
+    if !state.watchers.is_empty() || !state.running {
+        return;
     }
+    state.idle_since = Some(Instant::now());
+    if state.lingering {
+        return;
+    }
+    state.lingering = true;
+    drop(state);
+    let thread_hub = Arc::clone(hub);
+    if supervise::spawn(supervise::Kind::PodWatch, move || linger(&thread_hub)).is_err() {
+        // No thread to close it later: close it now.
+        let mut state = lock(hub);
+        state.lingering = false;
+        if state.watchers.is_empty() && state.running {
+            state.stop();
+        }
+    }
+}
+
+/// Waits out the idle watch's `LINGER`, then closes it if no run came.
+fn linger(hub: &Mutex<HubState>) {
+    loop {
+        let wait = {
+            let mut state = lock(hub);
+            match state.linger_step(Instant::now()) {
+                Linger::Wait(wait) => wait,
+                Linger::Close => {
+                    state.stop();
+                    state.lingering = false;
+                    return;
+                }
+                Linger::Done => {
+                    state.lingering = false;
+                    return;
+                }
+            }
+        };
+        std::thread::sleep(wait);
+    }
+}
+
+/// What the lingering thread does next.
+#[derive(Debug, PartialEq)]
+enum Linger {
+    /// Idle, but not for `LINGER` yet: look again after this long.
+    Wait(Duration),
+    /// Idle for `LINGER`: close the watch.
+    Close,
+    /// Runs watch again, or the watch is closed already.
+    Done,
 }
 
 fn lock(hub: &Mutex<HubState>) -> MutexGuard<'_, HubState> {
@@ -209,6 +268,16 @@ impl Drop for Stopped {
 }
 
 impl HubState {
+    fn linger_step(&self, now: Instant) -> Linger {
+        match self.idle_since {
+            Some(since) if self.running && self.watchers.is_empty() => match (since + LINGER).checked_duration_since(now) {
+                Some(left) if !left.is_zero() => Linger::Wait(left),
+                _ => Linger::Close,
+            },
+            _ => Linger::Done,
+        }
+    }
+
     /// Closes the watch; the next run to watch starts it again. The
     /// stopped thread's generation is over: an event it still reads is
     /// not kept.
@@ -219,6 +288,7 @@ impl HubState {
         self.generation += 1;
         self.running = false;
         self.listed = false;
+        self.idle_since = None;
         self.pods.clear();
     }
 
@@ -435,6 +505,22 @@ mod tests {
         drop(Stopped { hub: Arc::clone(&hub), generation: 2 });
         assert!(!lock(&hub).running);
         assert_eq!(events.recv(), Err(mpsc::RecvError), "the stream is closed");
+    }
+
+    /// An idle watch stays open for `LINGER`, then closes; a run that
+    /// comes meanwhile keeps it.
+    #[test]
+    fn an_idle_watch_lingers_then_closes_unless_a_run_comes() {
+        let t0 = Instant::now();
+        let idle = HubState { running: true, idle_since: Some(t0), ..HubState::default() };
+        assert_eq!(idle.linger_step(t0), Linger::Wait(LINGER));
+        assert_eq!(idle.linger_step(t0 + Duration::from_secs(45)), Linger::Wait(Duration::from_secs(15)));
+        assert_eq!(idle.linger_step(t0 + LINGER), Linger::Close);
+        let mut busy = HubState { running: true, idle_since: Some(t0), ..HubState::default() };
+        let _events = watching(&mut busy, "a");
+        assert_eq!(busy.linger_step(t0 + LINGER), Linger::Done, "a run watches again");
+        let closed = HubState { running: false, idle_since: Some(t0), ..HubState::default() };
+        assert_eq!(closed.linger_step(t0 + LINGER), Linger::Done, "closed already");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cancel::CancelToken;
-use crate::engine::backend::{Abort, Backend, Created, Keep, NewRun, OutputError, Sighting, Watched};
+use crate::engine::backend::{Abort, Backend, Created, Keep, NewRun, OutputError, Sighting, Watch, Watched};
 use crate::engine::collect::{Collector, LiveChunk};
 use crate::engine::decide::{Away, Deadlines, Event, LogEnd, RunState, ServerEnd, Step, Verdict};
 use crate::engine::facts::{DecidedBy, Finished, Wording};
@@ -306,8 +306,8 @@ impl Drop for Remove<'_> {
 /// it. Works the same for a pod that already finished: its log is read from
 /// the start. The caller makes the end final (`verdict::settle`).
 pub fn follow(ctx: &Ctx, followed: &Followed, run_id: &str, cancel: &CancelToken, on_progress: &(dyn Fn(Progress) + Sync)) -> Ended {
-    let watch = ctx.backend.watch(run_id);
-    let ended = std::thread::scope(|scope| decide(ctx, followed, run_id, cancel, on_progress, &watch.events, scope));
+    let mut watch = ctx.backend.watch(run_id);
+    let ended = std::thread::scope(|scope| decide(ctx, followed, run_id, cancel, on_progress, &mut watch, scope));
     watch.abort.abort();
     ended
 }
@@ -320,7 +320,7 @@ fn decide<'scope>(
     run_id: &str,
     cancel: &CancelToken,
     on_progress: &'scope (dyn Fn(Progress) + Sync),
-    pods: &mpsc::Receiver<Watched>,
+    pods: &mut Watch,
     scope: &'scope std::thread::Scope<'scope, '_>,
 ) -> Ended {
     let mut machine = RunState::new(followed.deadlines(), Instant::now());
@@ -361,15 +361,20 @@ struct Shell<'scope, 'run> {
 impl<'scope> Shell<'scope, '_> {
     /// What happened since the last look: a cancel, the watch's news (or a
     /// tick after 200 ms without any), a follower that finished.
-    fn next_events(&mut self, machine: &RunState, pods: &mpsc::Receiver<Watched>) -> Vec<Event> {
+    fn next_events(&mut self, machine: &RunState, pods: &mut Watch) -> Vec<Event> {
         if self.cancel.is_cancelled() {
             return vec![Event::Cancelled];
         }
-        let mut events = match pods.recv_timeout(Duration::from_millis(200)) {
+        let mut events = match pods.events.recv_timeout(Duration::from_millis(200)) {
             Ok(watched) => self.watched(machine, watched),
             Err(mpsc::RecvTimeoutError::Timeout) => vec![Event::Tick],
+            // The backend's watch ended without a word (its thread died):
+            // watch again, which starts a new one, rather than go blind
+            // until the hard deadline.
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 std::thread::sleep(Duration::from_millis(200));
+                pods.abort.abort();
+                *pods = self.ctx.backend.watch(self.run_id);
                 vec![Event::Tick]
             }
         };

@@ -126,7 +126,7 @@ pub(crate) fn result_frame(stdout: &[u8]) -> Frame {
 
 /// Plays a pod that starts, prints `hi`, and exits 0, for a run whose
 /// caller waits: its log is followed while the command runs.
-fn play_successful_pod(fake: &FakeApi, run_id: &str) {
+pub(crate) fn play_successful_pod(fake: &FakeApi, run_id: &str) {
     let name = start_pod_printing_hi(fake, run_id);
     wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
     end_pod_printing_hi(fake, &name);
@@ -232,7 +232,7 @@ fn runs_one_after_another_share_one_listed_pod_watch() {
     assert_eq!(pod_lists, 1, "one list of the managed pods for both runs");
 }
 
-fn is_pod_list(target: &str) -> bool {
+pub(crate) fn is_pod_list(target: &str) -> bool {
     target.strip_prefix(PODS).is_some_and(|rest| rest.starts_with('?') && !rest.contains("watch="))
 }
 

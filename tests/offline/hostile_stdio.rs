@@ -408,6 +408,8 @@ pub(crate) struct Client {
     notifications: Arc<AtomicUsize>,
     /// Answers received but not yet asked for.
     seen: HashMap<String, Answer>,
+    /// Lines the server's supervisor wrote for a thread's panic.
+    pub(crate) panics_logged: Arc<AtomicUsize>,
     n_pings: u64,
 }
 
@@ -430,8 +432,19 @@ impl Client {
         let stdin = child.stdin.take().expect("stdin");
         let stdout = child.stdout.take().expect("stdout");
         let stderr = child.stderr.take().expect("stderr");
-        // Logs are drained so a chatty server never blocks on them.
-        thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
+        // Logs are drained so a chatty server never blocks on them; the
+        // supervisor's panic lines are counted.
+        let panics_logged = Arc::new(AtomicUsize::new(0));
+        {
+            let panics_logged = Arc::clone(&panics_logged);
+            thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if line.contains("thread stopped by a panic") {
+                        panics_logged.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
         let written = Arc::new(Mutex::new(HashMap::new()));
         let (outbound, lines) = mpsc::channel();
         {
@@ -445,7 +458,17 @@ impl Client {
             let (reading, notifications) = (Arc::clone(&reading), Arc::clone(&notifications));
             thread::spawn(move || read_answers(stdout, &sender, &reading, &notifications));
         }
-        Client { child, outbound: Some(outbound), written, answers, reading, notifications, seen: HashMap::new(), n_pings: 0 }
+        Client {
+            child,
+            outbound: Some(outbound),
+            written,
+            answers,
+            reading,
+            notifications,
+            seen: HashMap::new(),
+            panics_logged,
+            n_pings: 0,
+        }
     }
 
     pub(crate) fn initialize(&mut self) {

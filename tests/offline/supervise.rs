@@ -138,3 +138,32 @@ fn a_panic_in_the_stdio_reader_is_logged_as_essential() {
     let server = StdioServer::start(&[("MCP_K8S_TEST_PANIC_THREAD", "stdio-reader")]);
     assert_logged(&panic_line(&[], &server.stderr, "stdio-reader"), "stdio-reader", true);
 }
+
+/// The pod watch every run shares dies (a panic in its thread, injected
+/// before its body): the run watching it starts a new one and ends as it
+/// would have, instead of going blind until its hard deadline.
+#[test]
+fn a_run_whose_pod_watch_dies_watches_again_and_succeeds() {
+    use crate::engine_faults::{JOBS, is_pod_list, play_successful_pod};
+    let (mut client, fake, _temp) =
+        crate::hostile_stdio::client_against_with(FakeApi::start(), &[("MCP_K8S_TEST_PANIC_THREAD", "pod-watch")]);
+    client.initialize();
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "run_job", "arguments": {"image": "busybox:1.36", "command": ["echo", "hi"], "timeout_s": 60},
+    }});
+    client.send(call.to_string(), None);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let job = loop {
+        if let Some(job) = fake.names(JOBS).pop() {
+            break job;
+        }
+        assert!(Instant::now() < deadline, "no Job was created");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    play_successful_pod(&fake, job.trim_start_matches("mcpk8s-"));
+    let answer = client.wait_all(vec!["1".into()], Duration::from_secs(60)).remove("1").expect("an answer");
+    assert_eq!(answer["result"]["structuredContent"]["status"], "succeeded", "{answer}");
+    let pod_lists = fake.requests().iter().filter(|request| request.method == "GET" && is_pod_list(&request.target)).count();
+    assert_eq!(pod_lists, 1, "the first watch died before it listed; the second listed the pods");
+    assert_eq!(client.panics_logged.load(std::sync::atomic::Ordering::SeqCst), 1, "the injected panic fired");
+}

@@ -217,6 +217,11 @@ impl FakeApi {
         self.shared.changed.notify_all();
     }
 
+    /// The names of the objects in `collection`.
+    pub fn names(&self, collection: &str) -> Vec<String> {
+        self.state().objects.get(collection).map(|objects| objects.keys().cloned().collect()).unwrap_or_default()
+    }
+
     pub fn object(&self, collection: &str, name: &str) -> Option<Value> {
         self.state().objects.get(collection).and_then(|objects| objects.get(name)).cloned()
     }

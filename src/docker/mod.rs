@@ -624,33 +624,30 @@ impl Client {
         .map(|_| ())
     }
 
-    /// `POST /containers/{id}/attach?stream=1&stdin=1`, upgraded to a raw
-    /// stream (`101`, or `200` from old daemons): writes `bytes` to the
-    /// running container's stdin and ends it. On a container created with
-    /// `StdinOnce` the daemon then closes the container's stdin, so the
-    /// process reads exactly `bytes` and an end-of-file. Returns once they
-    /// are written: dockerd keeps a `StdinOnce` attach open until the
-    /// container stops, so nothing is read after them (the container's
-    /// output is its log).
-    pub fn container_attach_stdin(&self, id: &str, bytes: &[u8]) -> Result<(), Error> {
-        let path = format!("/containers/{}/attach?stream=1&stdin=1", container_segment(id)?);
+    /// `POST /containers/{id}/attach?stream=1&stdin=1&stdout=1&stderr=1`,
+    /// upgraded to a raw stream (`101`, or `200` from old daemons): writes
+    /// `bytes` to the running container's stdin and ends it (on a container
+    /// created with `StdinOnce` the daemon then closes its stdin, so the
+    /// process reads exactly `bytes` and an end-of-file), and returns the
+    /// container's output from then on, as a followed log is read: the
+    /// connection that delivered the input carries the output back, without
+    /// the log file's round trip. The log keeps it all the same. The
+    /// stream ends when the container stops.
+    pub fn container_attach(&self, id: &str, bytes: &[u8]) -> Result<LogStream, Error> {
+        let path = format!("/containers/{}/attach?stream=1&stdin=1&stdout=1&stderr=1", container_segment(id)?);
         let request = Request { upgrade: true, ..self.request("POST", self.versioned(&path)) };
         let path = request.path.clone();
-        let response = check_status("POST", &path, self.execute(request, None)?)?;
+        let abort = Abort::new();
+        let response = check_status("POST", &path, self.execute(request, Some(&abort))?)?;
         if !matches!(response.head.status, 101 | 200) {
             let message = format!("expected `101` (a raw stream) and got `{} {}`", response.head.status, response.head.reason);
             return Err(Error::Protocol { verb: "POST", path, message });
         }
-        let body = response.body;
-        let reader = body.get_ref();
-        if !reader.buffer().is_empty() {
-            let message = "the daemon sent bytes on a stdin-only attach".to_string();
-            return Err(Error::Protocol { verb: "POST", path, message });
-        }
-        let mut stream = reader.get_ref();
+        let mut stream = response.body.get_ref().get_ref();
         stream.write_all(bytes).and_then(|()| stream.flush()).map_err(|source| Error::from_io("POST", &path, source))?;
         // The end of the input: the daemon closes the container's stdin.
-        stream.shutdown(std::net::Shutdown::Write).map_err(|source| Error::from_io("POST", &path, source))
+        stream.shutdown(std::net::Shutdown::Write).map_err(|source| Error::from_io("POST", &path, source))?;
+        Ok(LogStream::new(path, response.body, abort))
     }
 
     /// `GET /events?filters=` of containers, from now (or Unix second
@@ -788,7 +785,11 @@ impl Client {
         self.inner.outages.answered(std::time::SystemTime::now());
         let head =
             http::parse_head(&head_bytes).map_err(|error| Error::Protocol { verb, path: path.clone(), message: error.to_string() })?;
-        let framing = http::framing(&head).map_err(|error| Error::Protocol { verb, path: path.clone(), message: error.to_string() })?;
+        // An upgraded connection is the raw stream from here to its close.
+        let framing = match (upgrade, head.status) {
+            (true, 101) => http::Framing::UntilClose,
+            _ => http::framing(&head).map_err(|error| Error::Protocol { verb, path: path.clone(), message: error.to_string() })?,
+        };
         Ok(Response { head, body: http::Body::new(reader, framing) })
     }
 }
@@ -1012,21 +1013,25 @@ mod tests {
     }
 
     #[test]
-    fn an_attach_upgrades_writes_the_bytes_and_ends_the_input() {
-        let answer =
-            "HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n";
+    fn an_attach_writes_the_input_ends_it_and_reads_the_output_back() {
+        // After the head: the container's stdout, framed as a log is.
+        let answer = "HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n\
+                      \x01\x00\x00\x00\x00\x00\x00\x06frame\n";
         let (socket, daemon) = fake_daemon("upgraded", answer);
         let client = Client::connect(&socket, Options::default()).unwrap();
-        client.container_attach_stdin("mcp-run-r1", b"the assignment").unwrap();
+        let mut output = client.container_attach("mcp-run-r1", b"the assignment").unwrap();
         let (head, stream) = daemon.join().unwrap();
-        assert!(head.starts_with("POST /v1.41/containers/mcp-run-r1/attach?stream=1&stdin=1 HTTP/1.1\r\n"), "{head}");
+        assert!(head.starts_with("POST /v1.41/containers/mcp-run-r1/attach?stream=1&stdin=1&stdout=1&stderr=1 HTTP/1.1\r\n"), "{head}");
         assert!(head.contains("Upgrade: tcp\r\n"), "{head}");
         assert_eq!(stream, b"the assignment", "the bytes, then the end of the input");
+        let mut read = String::new();
+        std::io::Read::read_to_string(&mut output, &mut read).unwrap();
+        assert_eq!(read, "frame\n", "the output, unframed, to the end of the stream");
 
         let (socket, daemon) =
             fake_daemon("missing", "HTTP/1.1 404 Not Found\r\nContent-Length: 37\r\n\r\n{\"message\":\"No such container: abc\"}");
         let client = Client::connect(&socket, Options::default()).unwrap();
-        let error = client.container_attach_stdin("abc", b"x").unwrap_err();
+        let error = client.container_attach("abc", b"x").unwrap_err();
         assert!(error.is_not_found(), "{error}");
         daemon.join().unwrap();
     }

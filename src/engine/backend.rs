@@ -196,12 +196,21 @@ pub enum Watched {
     Trouble(String),
     /// The watch failed in a way retrying cannot fix.
     Failed(String),
+    /// The watch stopped without a word on the sandbox (its thread died):
+    /// the run watches again.
+    Ended,
+    /// Not the backend's: the engine's output reader number `n` finished,
+    /// sent on `Watch::wake` so the run acts on the runner's result at
+    /// once instead of at its next look.
+    OutputEnded(u64),
 }
 
 /// A running watch.
 pub struct Watch {
     pub events: mpsc::Receiver<Watched>,
     pub abort: Abort,
+    /// A sender into `events`, for the engine's own `Watched::OutputEnded`.
+    pub wake: mpsc::Sender<Watched>,
 }
 
 /// The output stream of a sandbox, and how to close it from elsewhere.

@@ -6,8 +6,10 @@
 //! Threads are scoped to the run: the backend's watch thread reports the
 //! sandbox, one thread reads the output (a background run's only once
 //! someone asks for it, or at its end); the run's own thread feeds both
-//! to the state machine and does what its steps ask. Cancellation (an MCP
-//! cancel, a shutdown) ends the run at once with what was read so far.
+//! to the state machine and does what its steps ask. The output reader
+//! says on the watch's stream when it ends, so the runner's result is
+//! acted on at once, not at the next look. Cancellation (an MCP cancel,
+//! a shutdown) ends the run at once with what was read so far.
 //!
 //! Knows no backend: everything about the sandbox goes through
 //! `engine::backend::Backend`.
@@ -327,7 +329,18 @@ fn decide<'scope>(
     if followed.output_on_demand {
         machine = machine.reading_on_demand();
     }
-    let mut shell = Shell { ctx, followed, run_id, cancel, on_progress, last: None, log: LogState::NotStarted, wanted_told: false };
+    let mut shell = Shell {
+        ctx,
+        followed,
+        run_id,
+        cancel,
+        on_progress,
+        last: None,
+        log: LogState::NotStarted,
+        wanted_told: false,
+        wake: pods.wake.clone(),
+        followers: 0,
+    };
     let mut queue = std::collections::VecDeque::new();
     loop {
         if queue.is_empty() {
@@ -356,6 +369,10 @@ struct Shell<'scope, 'run> {
     log: LogState<'scope>,
     /// `Event::OutputWanted` was fed (once is enough).
     wanted_told: bool,
+    /// Into the watch's stream: each output reader says there when it ends.
+    wake: mpsc::Sender<Watched>,
+    /// Output readers started; the last one's number is the current one.
+    followers: u64,
 }
 
 impl<'scope> Shell<'scope, '_> {
@@ -365,25 +382,33 @@ impl<'scope> Shell<'scope, '_> {
         if self.cancel.is_cancelled() {
             return vec![Event::Cancelled];
         }
+        let mut output_ended = false;
         let mut events = match pods.events.recv_timeout(Duration::from_millis(200)) {
-            Ok(watched) => self.watched(machine, watched),
-            Err(mpsc::RecvTimeoutError::Timeout) => vec![Event::Tick],
+            Ok(Watched::OutputEnded(number)) => {
+                output_ended = number == self.followers;
+                Vec::new()
+            }
             // The backend's watch ended without a word (its thread died):
             // watch again, which starts a new one, rather than go blind
             // until the hard deadline.
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Ok(Watched::Ended) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                 std::thread::sleep(Duration::from_millis(200));
                 pods.abort.abort();
                 *pods = self.ctx.backend.watch(self.run_id);
+                self.wake = pods.wake.clone();
                 vec![Event::Tick]
             }
+            Ok(watched) => self.watched(machine, watched),
+            Err(mpsc::RecvTimeoutError::Timeout) => vec![Event::Tick],
         };
         if self.followed.output_on_demand && !self.wanted_told && self.ctx.jobs.output_wanted(self.run_id) {
             self.wanted_told = true;
             events.push(Event::OutputWanted);
         }
+        // The reader's own word that it ended comes just before its thread
+        // does: joining it then waits only for that.
         if let LogState::Following((handle, _)) = &self.log
-            && handle.is_finished()
+            && (output_ended || handle.is_finished())
         {
             let collector = std::mem::replace(&mut self.log, LogState::NotStarted).join(self.cancel);
             let end = LogEnd {
@@ -431,6 +456,8 @@ impl<'scope> Shell<'scope, '_> {
                 metrics::api_error("watch_sandbox");
                 vec![Event::ApiFailed(message)]
             }
+            // Handled by `next_events` before it gets here.
+            Watched::Ended | Watched::OutputEnded(_) => Vec::new(),
         }
     }
 
@@ -457,7 +484,9 @@ impl<'scope> Shell<'scope, '_> {
         match step {
             Step::FollowOutput { reported } => {
                 if let Some(last) = &self.last {
-                    self.log = LogState::Following(start_follower(self.ctx, &last.sandbox, reported, self.on_progress, scope));
+                    self.followers += 1;
+                    let wake = (self.wake.clone(), self.followers);
+                    self.log = LogState::Following(start_follower(self.ctx, &last.sandbox, reported, self.on_progress, wake, scope));
                 }
                 Vec::new()
             }
@@ -708,17 +737,23 @@ impl StreamStop {
 
 /// Starts following the main container's log on its own thread; the
 /// first `already_reported` live bytes were reported by an earlier reader.
+/// It says on `wake`, with its number, when it has ended.
 fn start_follower<'scope>(
     ctx: &'scope Ctx,
     sandbox: &str,
     already_reported: usize,
     on_progress: &'scope (dyn Fn(Progress) + Sync),
+    (wake, number): (mpsc::Sender<Watched>, u64),
     scope: &'scope std::thread::Scope<'scope, '_>,
 ) -> Follower<'scope> {
     let sandbox = sandbox.to_string();
     let stop = StreamStop::default();
     let follower_stop = stop.clone();
-    let handle = scope.spawn(move || follow_output(ctx, &sandbox, &follower_stop, already_reported, on_progress));
+    let handle = scope.spawn(move || {
+        let collector = follow_output(ctx, &sandbox, &follower_stop, already_reported, on_progress);
+        let _ = wake.send(Watched::OutputEnded(number));
+        collector
+    });
     (handle, stop)
 }
 

@@ -74,6 +74,7 @@ impl Watcher {
     pub fn finish(mut self) -> Option<Exceeded> {
         self.done.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
             let _ = thread.join();
         }
         self.exceeded.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take()
@@ -91,8 +92,11 @@ fn watch(paths: &[PathBuf], limit_bytes: u64, stop: &AtomicBool, done: &AtomicBo
         }
         let pause = MIN_INTERVAL.max(started.elapsed() * 20);
         let until = Instant::now() + pause;
-        while Instant::now() < until && !done.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(50));
+        // `finish` unparks this thread: the command's end is not kept
+        // waiting for the pause to run out.
+        while !done.load(Ordering::Relaxed) {
+            let Some(left) = until.checked_duration_since(Instant::now()).filter(|left| !left.is_zero()) else { break };
+            std::thread::park_timeout(left);
         }
     }
 }

@@ -318,8 +318,9 @@ fn finish_pumps(pumps: (Option<Pump>, Option<Pump>), notes: &mut Vec<String>) ->
     let deadline = std::time::Instant::now() + STREAM_DRAIN;
     let mut join = |pump: Option<Pump>, name: &str| -> Drained {
         let Some((handle, kept)) = pump else { return Drained { kept: HeadTail::new(0), cut: false } };
+        let mut backoff = process::Backoff::new(Duration::from_millis(10));
         while !handle.is_finished() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(backoff.pause());
         }
         let cut = !handle.is_finished();
         if cut {

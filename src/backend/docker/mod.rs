@@ -55,6 +55,10 @@ pub struct Docker {
     open_network: std::sync::Arc<std::sync::Mutex<()>>,
     /// The warm pools (`MCP_K8S_WARM_POOLS`), when the server keeps any.
     pools: Option<std::sync::Arc<pool::Pools>>,
+    /// The output of warm runs, by container name, from the attach that
+    /// delivered their assignment, until `output` takes it (shared by the
+    /// clones the pools hold).
+    attached: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, docker::stream::LogStream>>>,
 }
 
 /// How long the process waits at exit for removals under way.
@@ -74,7 +78,14 @@ const OPEN_NETWORK_LOCK_WAIT: Duration = Duration::from_secs(10);
 
 impl Docker {
     pub fn new(client: docker::Client, policy: Policy, options: spec::Options) -> Docker {
-        Docker { client, policy, options, open_network: std::sync::Arc::new(std::sync::Mutex::new(())), pools: None }
+        Docker {
+            client,
+            policy,
+            options,
+            open_network: std::sync::Arc::new(std::sync::Mutex::new(())),
+            pools: None,
+            attached: std::sync::Arc::default(),
+        }
     }
 
     /// The backend that hands runs to `pools`' sandboxes.
@@ -304,6 +315,15 @@ impl Docker {
 
     /// Every container of the run: the sandbox and a background run's
     /// record, verdict and cancel mark.
+    /// Keeps a warm run's output stream for `output`.
+    fn keep_attached(&self, container: &str, stream: docker::stream::LogStream) {
+        self.attached.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(container.to_string(), stream);
+    }
+
+    fn take_attached(&self, container: &str) -> Option<docker::stream::LogStream> {
+        self.attached.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(container)
+    }
+
     fn remove_now(&self, run_id: &str) {
         let containers = match record::containers_of(&self.client, run_id) {
             Ok(containers) => containers,
@@ -432,9 +452,12 @@ impl Backend for Docker {
 
     /// The container's log, followed: stdout carries the runner's frames
     /// (stderr only the runner's own complaints, kept aside by the client).
+    /// A warm run's output comes back on the attach that delivered it,
+    /// once; the log is read after that (a stream that broke, another
+    /// process).
     fn output(&self, sandbox: &str) -> Result<Output, OutputError> {
         let params = docker::LogParams { follow: true, idle_timeout: None };
-        match self.client.container_logs(sandbox, &params) {
+        match self.take_attached(sandbox).map(Ok).unwrap_or_else(|| self.client.container_logs(sandbox, &params)) {
             Ok(stream) => {
                 let handle = stream.abort_handle();
                 Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) })
@@ -457,6 +480,10 @@ impl Backend for Docker {
     /// After the answer: on a thread of its own (`removal`), which the
     /// process waits for before it exits.
     fn remove(&self, run_id: &str) {
+        // An output stream nobody took (the run ended before it was read)
+        // closes now: an attach nobody reads could hold the container's
+        // writes up.
+        drop(self.take_attached(&spec::container_name(run_id)));
         let backend = self.clone();
         let owned = run_id.to_string();
         removal::spawn(run_id, move || backend.remove_now(&owned));

@@ -4,7 +4,7 @@
 //! and started ahead, whose runner waits for one assignment on its stdin
 //! (`spec::pool_container`); its health is the container's state; the run
 //! is written into its stdin through the Docker API
-//! (`docker::Client::container_attach_stdin`): no network, no host
+//! (`docker::Client::container_attach`, which also brings its output back): no network, no host
 //! directory, no key file, so a pool of network mode `none` is warm too
 //! and a server in a container with only the Docker socket can keep pools.
 //!
@@ -93,7 +93,9 @@ impl PoolSandboxes for Docker {
         if !inspect.state.running {
             return Err(format!("the container is `{}`, no longer waiting", inspect.state.status));
         }
-        self.client.container_attach_stdin(&reserved.name, &assignment::encode(&STDIN_KEY, assignment)).map_err(|error| error.to_string())
+        let output = self.client.container_attach(&reserved.name, &assignment::encode(&STDIN_KEY, assignment));
+        self.keep_attached(&reserved.name, output.map_err(|error| error.to_string())?);
+        Ok(())
     }
 
     /// Removes the sandbox's container (with its volume); the expiry label

@@ -38,14 +38,25 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 pub fn start(client: docker::Client, name: String) -> Watch {
     let aborted = Arc::new(AtomicBool::new(false));
     let (sender, events) = mpsc::channel();
+    let wake = sender.clone();
     let thread_aborted = Arc::clone(&aborted);
-    let spawned = supervise::spawn(supervise::Kind::ContainerWatch, move || feed(&client, &name, &sender, &thread_aborted));
+    // However the thread ends (a panic, or it never started), the run is
+    // told, and watches again.
+    let ended = EndedOnDrop(sender);
+    let spawned = supervise::spawn(supervise::Kind::ContainerWatch, move || feed(&client, &name, &ended.0, &thread_aborted));
     if let Err(error) = &spawned {
-        // The receiver then reports a closed stream; the engine's deadlines
-        // end the run with what it knows.
         log::error("could not start the container watch thread", &[("error", error.to_string().into())]);
     }
-    Watch { events, abort: Abort::new(move || aborted.store(true, Ordering::Relaxed)) }
+    Watch { events, abort: Abort::new(move || aborted.store(true, Ordering::Relaxed)), wake }
+}
+
+/// Sends `Watched::Ended` when the watch thread lets go of its sender.
+struct EndedOnDrop(mpsc::Sender<Watched>);
+
+impl Drop for EndedOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(Watched::Ended);
+    }
 }
 
 /// What the poller does with one answer (pure, for tests).

@@ -8,7 +8,9 @@
 //! is retried for as long as runs watch (the engine's deadlines bound
 //! each), except refusals that outlive `DENIED_GRACE` and answers that
 //! retrying cannot change: those end every watching run's stream, and
-//! the next run to watch starts the watch again.
+//! the next run to watch starts the watch again. A thread that dies
+//! otherwise (a panic) tells every run `Watched::Ended`, and each watches
+//! again.
 //!
 //! Why one: a watch per run held a thread and a TLS connection for each
 //! run in flight (bench/scaling). The watch stays open for `LINGER` after
@@ -72,6 +74,7 @@ impl PodHub {
     /// The pods of `run_id`, from now until the returned watch is aborted.
     pub fn watch(&self, run_id: &str) -> Watch {
         let (sender, events) = mpsc::channel();
+        let wake = sender.clone();
         let (number, starting) = {
             let mut state = lock(&self.state);
             if state.listed {
@@ -90,7 +93,7 @@ impl PodHub {
             }
         }
         let (hub, run_id) = (Arc::clone(&self.state), run_id.to_string());
-        Watch { events, abort: Abort::new(move || unsubscribe(&hub, &run_id, number)) }
+        Watch { events, abort: Abort::new(move || unsubscribe(&hub, &run_id, number)), wake }
     }
 
     /// Marks a new generation of the watch running; its thread is to read
@@ -202,8 +205,8 @@ pub fn sighting(pod: &Pod) -> Sighting {
 
 /// Reads the shared watch and passes each change to the runs it belongs
 /// to, until no run watches (or retrying cannot help). Whatever ends it,
-/// a panic included, `Stopped` marks the hub stopped and closes every
-/// watcher's stream, so no run waits on a watch nobody reads.
+/// a panic included, `Stopped` marks the hub stopped and tells every
+/// watcher `Watched::Ended`, so no run waits on a watch nobody reads.
 fn feed(mut watcher: kube::watch::Watcher, stopped: Stopped) {
     let (hub, generation) = (&stopped.hub, stopped.generation);
     let abort = watcher.abort_handle();
@@ -250,7 +253,7 @@ fn feed(mut watcher: kube::watch::Watcher, stopped: Stopped) {
 }
 
 /// Marks the hub stopped when its thread ends, however it ends, unless
-/// a newer thread took over.
+/// a newer thread took over, and tells the runs watching.
 struct Stopped {
     hub: Arc<Mutex<HubState>>,
     generation: u64,
@@ -261,7 +264,9 @@ impl Drop for Stopped {
         let mut state = lock(&self.hub);
         if state.generation == self.generation {
             state.stop();
-            // Dropping the senders closes each watcher's stream.
+            // Each run is told, and watches again (it holds a sender of its
+            // own stream, so the stream does not close with ours).
+            state.tell_all(|| Watched::Ended);
             state.watchers.clear();
         }
     }
@@ -465,6 +470,8 @@ mod tests {
                 Watched::Gone(sighting) => format!("gone {}", sighting.sandbox),
                 Watched::Trouble(_) => "trouble".to_string(),
                 Watched::Failed(_) => "failed".to_string(),
+                Watched::Ended => "ended".to_string(),
+                Watched::OutputEnded(number) => format!("output {number} ended"),
             })
             .collect()
     }
@@ -504,7 +511,8 @@ mod tests {
         assert!(lock(&hub).running && lock(&hub).watchers.contains_key("a"), "an older thread's end changes nothing");
         drop(Stopped { hub: Arc::clone(&hub), generation: 2 });
         assert!(!lock(&hub).running);
-        assert_eq!(events.recv(), Err(mpsc::RecvError), "the stream is closed");
+        assert_eq!(events.recv(), Ok(Watched::Ended), "the run is told to watch again");
+        assert_eq!(events.recv(), Err(mpsc::RecvError), "and the stream is closed");
     }
 
     /// An idle watch stays open for `LINGER`, then closes; a run that

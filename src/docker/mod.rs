@@ -647,6 +647,9 @@ impl Client {
         stream.write_all(bytes).and_then(|()| stream.flush()).map_err(|source| Error::from_io("POST", &path, source))?;
         // The end of the input: the daemon closes the container's stdin.
         stream.shutdown(std::net::Shutdown::Write).map_err(|source| Error::from_io("POST", &path, source))?;
+        // From here it is read as a followed log is: a quiet command is no
+        // failed read (the per-read timeout held only for the answer's head).
+        stream.set_read_timeout(None).map_err(|source| Error::from_io("POST", &path, source))?;
         Ok(LogStream::new(path, response.body, abort))
     }
 

@@ -391,7 +391,7 @@ impl<'scope> Shell<'scope, '_> {
             // The backend's watch ended without a word (its thread died):
             // watch again, which starts a new one, rather than go blind
             // until the hard deadline.
-            Ok(Watched::Ended) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Ok(Watched::Ended) => {
                 std::thread::sleep(Duration::from_millis(200));
                 pods.abort.abort();
                 *pods = self.ctx.backend.watch(self.run_id);
@@ -399,7 +399,8 @@ impl<'scope> Shell<'scope, '_> {
                 vec![Event::Tick]
             }
             Ok(watched) => self.watched(machine, watched),
-            Err(mpsc::RecvTimeoutError::Timeout) => vec![Event::Tick],
+            // The stream never closes: the run holds a sender of it (`wake`).
+            Err(_) => vec![Event::Tick],
         };
         if self.followed.output_on_demand && !self.wanted_told && self.ctx.jobs.output_wanted(self.run_id) {
             self.wanted_told = true;

@@ -89,7 +89,7 @@ fn start_run(fake: &FakeApi) -> (String, thread::JoinHandle<RunOutcome>, crate::
     (run_id, handle, temp)
 }
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -448,6 +448,16 @@ fn the_first_fetch_after_a_restart_has_the_result() {
     assert_eq!(record::recorded(&job).map(|recorded| recorded.status), Some(RunStatus::Succeeded), "recorded again");
 }
 
+/// A submitted run whose pod runs and has printed `hi`, seen running by
+/// its follower; the pod's name.
+fn background_run_printing_hi(fake: &FakeApi) -> (Ctx, crate::support::TempDir, background::Submitted, String) {
+    let (ctx, temp) = new_ctx(fake, Duration::from_secs(30));
+    let submitted = submit(&ctx);
+    let name = start_pod_printing_hi(fake, &submitted.run_id);
+    wait_seen_running(&ctx, &submitted.run_id);
+    (ctx, temp, submitted, name)
+}
+
 /// A background run nobody looks at opens no log stream while its
 /// command runs (at 1,000 runs in flight, a stream each is most of the
 /// server's memory); its output is read once the pod has ended, and the
@@ -455,10 +465,7 @@ fn the_first_fetch_after_a_restart_has_the_result() {
 #[test]
 fn a_background_run_nobody_looks_at_reads_its_log_once_at_its_end() {
     let fake = FakeApi::start();
-    let (ctx, _temp) = new_ctx(&fake, Duration::from_secs(30));
-    let submitted = submit(&ctx);
-    let name = start_pod_printing_hi(&fake, &submitted.run_id);
-    wait_seen_running(&ctx, &submitted.run_id);
+    let (ctx, _temp, submitted, name) = background_run_printing_hi(&fake);
     // The watch's next events (or ticks) would have started a follower by now.
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(fake.count("/log?"), 0, "no log was opened while nobody looked");
@@ -474,10 +481,7 @@ fn a_background_run_nobody_looks_at_reads_its_log_once_at_its_end() {
 #[test]
 fn the_first_fetch_of_a_running_background_run_has_its_output_so_far() {
     let fake = FakeApi::start();
-    let (ctx, _temp) = new_ctx(&fake, Duration::from_secs(30));
-    let submitted = submit(&ctx);
-    let name = start_pod_printing_hi(&fake, &submitted.run_id);
-    wait_seen_running(&ctx, &submitted.run_id);
+    let (ctx, _temp, submitted, name) = background_run_printing_hi(&fake);
     let view = fetch(&ctx, &submitted.token, Duration::ZERO);
     assert_eq!((view.phase, view.stdout.as_slice()), (Phase::Running, &b"hi\n"[..]), "the output so far");
     wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));

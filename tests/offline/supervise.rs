@@ -144,7 +144,7 @@ fn a_panic_in_the_stdio_reader_is_logged_as_essential() {
 /// would have, instead of going blind until its hard deadline.
 #[test]
 fn a_run_whose_pod_watch_dies_watches_again_and_succeeds() {
-    use crate::engine_faults::{JOBS, is_pod_list, play_successful_pod};
+    use crate::engine_faults::{JOBS, is_pod_list, play_successful_pod, wait_for};
     let (mut client, fake, _temp) =
         crate::hostile_stdio::client_against_with(FakeApi::start(), &[("MCP_K8S_TEST_PANIC_THREAD", "pod-watch")]);
     client.initialize();
@@ -152,14 +152,8 @@ fn a_run_whose_pod_watch_dies_watches_again_and_succeeds() {
         "name": "run_job", "arguments": {"image": "busybox:1.36", "command": ["echo", "hi"], "timeout_s": 60},
     }});
     client.send(call.to_string(), None);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let job = loop {
-        if let Some(job) = fake.names(JOBS).pop() {
-            break job;
-        }
-        assert!(Instant::now() < deadline, "no Job was created");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    wait_for("the Job", || !fake.names(JOBS).is_empty());
+    let job = fake.names(JOBS).pop().expect("the Job");
     play_successful_pod(&fake, job.trim_start_matches("mcpk8s-"));
     let answer = client.wait_all(vec!["1".into()], Duration::from_secs(60)).remove("1").expect("an answer");
     assert_eq!(answer["result"]["structuredContent"]["status"], "succeeded", "{answer}");

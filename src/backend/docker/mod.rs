@@ -313,8 +313,6 @@ impl Docker {
         Ok(())
     }
 
-    /// Every container of the run: the sandbox and a background run's
-    /// record, verdict and cancel mark.
     /// Keeps a warm run's output stream for `output`.
     fn keep_attached(&self, container: &str, stream: docker::stream::LogStream) {
         self.attached.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(container.to_string(), stream);
@@ -324,6 +322,8 @@ impl Docker {
         self.attached.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(container)
     }
 
+    /// Every container of the run: the sandbox and a background run's
+    /// record, verdict and cancel mark.
     fn remove_now(&self, run_id: &str) {
         let containers = match record::containers_of(&self.client, run_id) {
             Ok(containers) => containers,

@@ -332,7 +332,7 @@ fn docker(args: &[&str]) -> String {
 /// volumes carry neither once their container is gone; the on_docker
 /// tier's own tests check that the backend removes them with the container.
 fn docker_leftovers(run_id: &str) -> Vec<String> {
-    let containers = docker(&["ps", "--all", "--no-trunc", "--format", "container {{.ID}} {{.Names}} {{.Labels}}"]);
+    let containers = docker(&["ps", "--all", "--no-trunc", "--format", "container {{.ID}} {{.Names}} {{.Labels}} ({{.Status}})"]);
     let volumes = docker(&["volume", "ls", "--format", "volume {{.Name}} {{.Labels}}"]);
     containers.lines().chain(volumes.lines()).filter(|line| line.contains(run_id)).map(str::to_string).collect()
 }
@@ -363,11 +363,32 @@ pub fn assert_nothing_left(kind: Kind, run_id: &str) {
                 if left.is_empty() {
                     return;
                 }
-                assert!(Instant::now() < deadline, "run {run_id} left objects behind: {left:?}");
+                assert!(
+                    Instant::now() < deadline,
+                    "run {run_id} left objects behind: {left:?}; the daemon said:\n{}",
+                    daemon_said_of(&left)
+                );
                 std::thread::sleep(Duration::from_millis(500));
             }
         }
     }
+}
+
+/// The test dockerd's warnings and errors about the containers in
+/// `leftovers` (`tests/docker/up` keeps its log beside its socket): why a
+/// removal failed, when it did.
+fn daemon_said_of(leftovers: &[String]) -> String {
+    let ids: Vec<&str> = leftovers.iter().filter_map(|line| line.split_whitespace().nth(1)).collect();
+    let log_path =
+        docker_host().strip_prefix("unix://").and_then(|socket| Some(std::path::Path::new(socket).parent()?.join("dockerd.log")));
+    let Some(log) = log_path.and_then(|path| std::fs::read_to_string(path).ok()) else {
+        return "(no dockerd.log beside the socket)".to_string();
+    };
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|line| !line.contains("level=info") && !line.contains("level=debug") && ids.iter().any(|id| line.contains(id)))
+        .collect();
+    said[said.len().saturating_sub(20)..].join("\n")
 }
 
 /// Removes the objects a background run keeps for its result retention

@@ -99,7 +99,7 @@ impl Docker {
     fn create_warm(&self, run: &NewRun, pools: &pool::Pools, reserved: &pool::Reserved) -> Result<Created, Refused> {
         if let Err(error) = pools.deliver(reserved, run.run_id, run.spec) {
             metrics::api_error("deliver_assignment");
-            self.remove_now(run.run_id);
+            self.remove_now_or_log(run.run_id);
             return Err(Refused {
                 reason: RunReason::ApiError,
                 message: format!(
@@ -323,21 +323,27 @@ impl Docker {
     }
 
     /// Every container of the run: the sandbox and a background run's
-    /// record, verdict and cancel mark.
-    fn remove_now(&self, run_id: &str) {
-        let containers = match record::containers_of(&self.client, run_id) {
-            Ok(containers) => containers,
-            Err(error) => {
-                log::warn(
-                    "could not list the run's containers to remove them; the reaper will",
-                    &[("run_id", run_id.into()), ("error", error.to_string().into())],
-                );
-                return;
-            }
-        };
+    /// record, verdict and cancel mark; the first failure, if any (every
+    /// container is tried).
+    fn remove_now(&self, run_id: &str) -> Result<(), String> {
+        let containers =
+            record::containers_of(&self.client, run_id).map_err(|error| format!("could not list the run's containers: {error}"))?;
         let all = [&containers.run, &containers.record, &containers.verdict, &containers.cancel];
+        let mut first_failure = Ok(());
         for container in all.into_iter().flatten() {
-            remove_container(&self.client, &container.id, "container not removed; the reaper will");
+            if let Err(error) = try_remove_container(&self.client, &container.id) {
+                metrics::api_error("remove_container");
+                first_failure = first_failure.and(Err(format!("could not remove container {}: {error}", container.id)));
+            }
+        }
+        first_failure
+    }
+
+    /// `remove_now` where the caller goes on either way (a create that
+    /// failed): a failure is logged, and the reaper removes what is left.
+    fn remove_now_or_log(&self, run_id: &str) {
+        if let Err(error) = self.remove_now(run_id) {
+            log::warn("the run's containers were not removed; the reaper will", &[("run_id", run_id.into()), ("error", error.into())]);
         }
     }
 
@@ -362,13 +368,18 @@ impl Docker {
 /// Removes one container (with its anonymous volumes); one already gone
 /// is fine, any other failure is counted and logged as `unremoved`.
 pub(crate) fn remove_container(client: &docker::Client, container: &str, unremoved: &str) {
+    if let Err(error) = try_remove_container(client, container) {
+        metrics::api_error("remove_container");
+        log::warn(unremoved, &[("container", container.into()), ("error", error.to_string().into())]);
+    }
+}
+
+/// Removes one container (with its anonymous volumes); one already gone
+/// is fine.
+fn try_remove_container(client: &docker::Client, container: &str) -> Result<(), docker::Error> {
     match client.container_remove(container) {
-        Ok(()) => {}
-        Err(error) if error.is_not_found() => {}
-        Err(error) => {
-            metrics::api_error("remove_container");
-            log::warn(unremoved, &[("container", container.into()), ("error", error.to_string().into())]);
-        }
+        Err(error) if error.is_not_found() => Ok(()),
+        other => other,
     }
 }
 
@@ -392,7 +403,7 @@ impl Backend for Docker {
             }
             // Never claimed for one (`claim`); should it happen, it runs
             // cold under the id it claimed, in a container of its own.
-            self.remove_now(run.run_id);
+            self.remove_now_or_log(run.run_id);
         }
         if run.spec.clone.is_some() || self.policy.clone.is_some() {
             return Err(Refused {
@@ -413,13 +424,13 @@ impl Backend for Docker {
         if run.spec.network == NetworkMode::Open && attempt.as_ref().is_err_and(|refused| refused.message.contains(AMBIGUOUS)) {
             // Another server made a duplicate of the open network between
             // this one's check and its create: remove it and go again, once.
-            self.remove_now(run.run_id);
+            self.remove_now_or_log(run.run_id);
             self.ensure_network(run.spec.network, &run.spec.image)?;
             attempt = self.create_and_start(run, &name);
         }
         if let Err(refused) = attempt {
             metrics::api_error("create_container");
-            self.remove_now(run.run_id);
+            self.remove_now_or_log(run.run_id);
             return Err(refused);
         }
         log::info("container started", &[("run_id", run.run_id.into()), ("container", name.as_str().into())]);

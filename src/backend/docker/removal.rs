@@ -3,8 +3,14 @@
 //! run), and lets the process wait for the removals still under way before
 //! it exits (`finish`), so that a clean shutdown leaves nothing behind.
 //! What a crash or a SIGKILL interrupts, the reaper removes at its expiry.
+//! A removal the daemon refuses or does not answer (a busy daemon can take
+//! longer than a call's timeout to kill and unmount a container that is
+//! exiting) is tried again a few times (`RETRIES`) before it is left to
+//! the reaper: a container left until its expiry holds its memory and its
+//! slot on the host for minutes.
 //!
-//! Knows how many removals are under way; not what they remove.
+//! Knows how many removals are under way and when to try again; not what
+//! they remove.
 
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -43,14 +49,20 @@ impl Drop for Counted {
     }
 }
 
-/// Runs `remove` on a thread of its own; on the caller's thread when no
-/// thread can be started (the removal must happen either way; hence
-/// `Clone`: a failed spawn drops its copy).
-pub fn spawn(run_id: &str, remove: impl FnOnce() + Clone + Send + 'static) {
+/// The pauses before each new try of a removal that failed: about half a
+/// minute in all, past a call's timeout, before the reaper's turn.
+pub const RETRIES: [Duration; 4] = [Duration::from_secs(1), Duration::from_secs(3), Duration::from_secs(9), Duration::from_secs(20)];
+
+/// Runs `remove` on a thread of its own, again after each pause of
+/// `RETRIES` while it fails; on the caller's thread, once, when no thread
+/// can be started (the removal must happen either way; hence `Clone`: a
+/// failed spawn drops its copy).
+pub fn spawn(run_id: &str, remove: impl Fn() -> Result<(), String> + Clone + Send + 'static) {
     let counted = Counted::new();
     let on_thread = remove.clone();
+    let owned = run_id.to_string();
     let spawned = supervise::spawn(supervise::Kind::ContainerRemove, move || {
-        on_thread();
+        with_retries(&owned, &RETRIES, on_thread);
         drop(counted);
     });
     if let Err(error) = spawned {
@@ -58,7 +70,27 @@ pub fn spawn(run_id: &str, remove: impl FnOnce() + Clone + Send + 'static) {
             "could not start a thread to remove the run's containers; removing them now",
             &[("run_id", run_id.into()), ("error", error.to_string().into())],
         );
-        remove();
+        if let Err(error) = remove() {
+            log::warn("the run's containers were not removed; the reaper will", &[("run_id", run_id.into()), ("error", error.into())]);
+        }
+    }
+}
+
+/// Calls `remove` until it succeeds, pausing `pauses` in turn between
+/// tries; whether it succeeded. Each failure is logged.
+pub fn with_retries(run_id: &str, pauses: &[Duration], remove: impl Fn() -> Result<(), String>) -> bool {
+    let mut pauses = pauses.iter();
+    loop {
+        let Err(error) = remove() else { return true };
+        let Some(pause) = pauses.next() else {
+            log::warn("the run's containers were not removed; the reaper will", &[("run_id", run_id.into()), ("error", error.into())]);
+            return false;
+        };
+        log::warn(
+            "the run's containers were not removed; trying again",
+            &[("run_id", run_id.into()), ("error", error.into()), ("retry_in_ms", (pause.as_millis() as u64).into())],
+        );
+        std::thread::sleep(*pause);
     }
 }
 
@@ -94,8 +126,23 @@ mod tests {
         spawn("r", move || {
             std::thread::sleep(Duration::from_millis(100));
             flag.store(true, Ordering::SeqCst);
+            Ok(())
         });
         assert_eq!(finish(Duration::from_secs(10)), 0);
         assert!(done.load(Ordering::SeqCst), "finish returned before the removal ended");
+    }
+
+    #[test]
+    fn a_failed_removal_is_tried_again_until_it_succeeds_or_the_pauses_run_out() {
+        let pauses = [Duration::ZERO; 3];
+        // How many tries fail first, the result, and how many tries were made.
+        for (failures, removed, tries) in [(0, true, 1), (1, true, 2), (3, true, 4), (4, false, 4), (9, false, 4)] {
+            let made = std::cell::Cell::new(0);
+            let succeeded = with_retries("r", &pauses, || {
+                made.set(made.get() + 1);
+                if made.get() > failures { Ok(()) } else { Err("the daemon did not answer".to_string()) }
+            });
+            assert_eq!((succeeded, made.get()), (removed, tries), "{failures} failures first");
+        }
     }
 }

@@ -149,6 +149,9 @@ pub struct BackgroundRecord {
     pub timeout_s: u64,
     /// `image program`, for `list_jobs`.
     pub command: String,
+    /// The arguments' fingerprint of a run made with an idempotency key
+    /// (`idempotency::Keyed`): a retry with the same key compares it.
+    pub fingerprint: Option<String>,
 }
 
 /// What `create` made.
@@ -257,6 +260,8 @@ pub struct Stored {
     pub run_id: String,
     pub token: String,
     pub command: String,
+    /// As `BackgroundRecord::fingerprint`.
+    pub fingerprint: Option<String>,
     pub created_at: Option<SystemTime>,
     /// When the backend saw the run end, if it did.
     pub ended_at: Option<SystemTime>,

@@ -23,11 +23,13 @@
 //! Knows Kubernetes and the engine; nothing of MCP.
 
 use std::fmt;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cancel::CancelToken;
 use crate::engine::backend::{BackgroundRecord, ErrorKind, Keep, Settled, Stop, Stored};
 use crate::engine::facts::{DecidedBy, Recorded, SandboxState, Wording};
+use crate::engine::idempotency::{self, Judged, Keyed};
 use crate::engine::jobs::{Lookup, Phase, Seen, View};
 use crate::engine::run::{self, Ctx, Followed, Progress};
 use crate::engine::spec::{PhaseTimes, RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
@@ -72,6 +74,8 @@ pub enum Error {
     Refused { outcome: Box<RunOutcome> },
     /// `cancel` on a run that has already finished.
     AlreadyFinished { token: String },
+    /// An idempotency key given again with other arguments.
+    KeyReused { key: String },
     /// An API call failed; `kind` says whether retrying can help.
     Api { what: &'static str, kind: ErrorKind, message: String },
 }
@@ -94,6 +98,11 @@ impl fmt::Display for Error {
             Error::AlreadyFinished { token } => {
                 write!(formatter, "run `{token}` has already finished; its result can be read")
             }
+            Error::KeyReused { key } => write!(
+                formatter,
+                "idempotency_key `{}` was already used for a call with other arguments (or another tool); a key stands for one call: use a new key for new arguments",
+                crate::echo::shorten(key)
+            ),
             Error::Api { what, kind, message } => write!(formatter, "could not {what}: {message}; {}", kind.advice()),
         }
     }
@@ -165,8 +174,52 @@ pub fn parse_token(token: &str) -> Option<Token> {
 
 /// Creates the run's Job (kept after it ends) and starts following it.
 /// Returns once the Job exists, so the token is durable when returned.
-pub fn submit(ctx: &Ctx, spec: &RunSpec, kind: TokenKind) -> Result<Submitted, Error> {
-    let run_id = ctx.backend.claim(spec, crate::engine::backend::RunKind::Background).unwrap_or_else(run::new_run_id);
+/// With a key (`idempotency`), the key's run when it exists already.
+pub fn submit(ctx: &Ctx, spec: &RunSpec, kind: TokenKind, keyed: Option<&Keyed>) -> Result<Submitted, Error> {
+    match keyed {
+        Some(keyed) => submit_keyed(ctx, spec, kind, keyed),
+        None => {
+            let run_id = ctx.backend.claim(spec, crate::engine::backend::RunKind::Background).unwrap_or_else(run::new_run_id);
+            submit_new(ctx, spec, kind, &run_id, None)
+        }
+    }
+}
+
+/// Keyed submits of this process, striped by run id: two calls with one
+/// key here take turns, so the second finds the first's run; between
+/// processes the create of the key's run name decides.
+static KEYED: [Mutex<()>; 16] = [const { Mutex::new(()) }; 16];
+
+/// The run `keyed` names: found (a retry), or made now. A warm sandbox
+/// is never claimed for it (its run id is the key's, not the sandbox's).
+fn submit_keyed(ctx: &Ctx, spec: &RunSpec, kind: TokenKind, keyed: &Keyed) -> Result<Submitted, Error> {
+    let stripe = usize::from_str_radix(&keyed.run_id[..1], 16).unwrap_or(0) % KEYED.len();
+    let _turn = KEYED[stripe].lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(found) = keyed_run(ctx, keyed)? {
+        return found;
+    }
+    match submit_new(ctx, spec, kind, &keyed.run_id, Some(keyed.fingerprint.clone())) {
+        // Another process made the key's run between the look and the
+        // create (the name was taken): its run is the answer.
+        Err(refused @ Error::Refused { .. }) => keyed_run(ctx, keyed)?.unwrap_or(Err(refused)),
+        made => made,
+    }
+}
+
+/// The answer for a key whose run exists: its token for the same
+/// arguments, an error naming the key for others; `None` when no run of
+/// the key exists (never made, or removed at its retention's end).
+fn keyed_run(ctx: &Ctx, keyed: &Keyed) -> Result<Option<Result<Submitted, Error>>, Error> {
+    let Some(stored) = ctx.backend.find(&keyed.run_id).map_err(api)? else { return Ok(None) };
+    Ok(Some(match idempotency::judge(&keyed.fingerprint, &stored.token, stored.fingerprint.as_deref()) {
+        Judged::Same { token } => Ok(Submitted { token, run_id: stored.run_id }),
+        Judged::Different => Err(Error::KeyReused { key: keyed.key.clone() }),
+    }))
+}
+
+/// Creates the background run `run_id` and starts following it.
+fn submit_new(ctx: &Ctx, spec: &RunSpec, kind: TokenKind, run_id: &str, fingerprint: Option<String>) -> Result<Submitted, Error> {
+    let run_id = run_id.to_string();
     let token = token_for(kind, &run_id, SystemTime::now());
     let cancel = CancelToken::new();
     if let Err(full) = ctx.jobs.insert_new(&run_id, &token, cancel.clone()) {
@@ -183,7 +236,7 @@ pub fn submit(ctx: &Ctx, spec: &RunSpec, kind: TokenKind) -> Result<Submitted, E
     followed.output_on_demand = true;
     let result_ttl = ctx.jobs.limits().result_ttl;
     let keep = Keep::Background {
-        record: BackgroundRecord { token: token.clone(), timeout_s: spec.timeout.as_secs(), command: command_summary(spec) },
+        record: BackgroundRecord { token: token.clone(), timeout_s: spec.timeout.as_secs(), command: command_summary(spec), fingerprint },
         result_ttl,
         expires_at: SystemTime::now() + run_deadline(spec, &ctx.policy) + run::EXPIRY_SLACK + result_ttl,
     };

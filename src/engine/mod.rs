@@ -10,6 +10,7 @@ pub mod background;
 pub mod collect;
 pub mod decide;
 pub mod facts;
+pub mod idempotency;
 pub mod jobs;
 pub mod outcome;
 pub mod pool;

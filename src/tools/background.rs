@@ -18,7 +18,9 @@ use crate::engine::jobs::{Phase, View};
 use crate::engine::run::Progress;
 use crate::engine::slots::Gate;
 use crate::engine::spec::{RunSpec, RunStatus};
-use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, check_known_arguments, execute_code, job_args, job_result, run_job};
+use crate::tools::{
+    Annotations, Call, Ctx, Tool, ToolOutcome, check_known_arguments, execute_code, idempotency, job_args, job_result, run_job,
+};
 
 /// Longest `fetch_job` long-poll: clients give up on calls after about a
 /// minute or two, and a poll loop is cheap.
@@ -86,6 +88,7 @@ impl From<background::Error> for CallError {
             background::Error::AlreadyFinished { token } => {
                 CallError::Invalid(format!("job `{token}` has already finished; fetch_job returns its result"))
             }
+            error @ background::Error::KeyReused { .. } => CallError::Invalid(error.to_string()),
             error @ (background::Error::Full { .. } | background::Error::Refused { .. } | background::Error::Api { .. }) => {
                 CallError::Unavailable(error.to_string())
             }
@@ -117,12 +120,13 @@ pub fn task_submit(ctx: &Ctx, tool_name: &str, arguments: &Map<String, Value>) -
     if !TASK_TOOLS.contains(&tool_name) {
         return Err(CallError::Invalid(format!("tool `{tool_name}` cannot run as a task; tasks: {}", TASK_TOOLS.join(", "))));
     }
+    let (arguments, keyed) = idempotency::split(tool_name, arguments).map_err(CallError::Invalid)?;
     let (spec, kind) = if tool_name == execute_code::NAME {
-        (execute_code::parse_execute_args(arguments, &ctx.config).map_err(CallError::Invalid)?, TokenKind::Code)
+        (execute_code::parse_execute_args(&arguments, &ctx.config).map_err(CallError::Invalid)?, TokenKind::Code)
     } else {
-        (job_spec(ctx, arguments)?, TokenKind::Job)
+        (job_spec(ctx, &arguments)?, TokenKind::Job)
     };
-    match background::submit(engine_of(ctx)?, &spec, kind) {
+    match background::submit(engine_of(ctx)?, &spec, kind, keyed.as_ref()) {
         Ok(submitted) => Ok(TaskStart::Task(submitted.token)),
         Err(background::Error::Refused { outcome }) if kind == TokenKind::Code => Ok(TaskStart::Answered(execute_code::outcome(&outcome))),
         Err(background::Error::Refused { outcome }) => Ok(TaskStart::Answered(run_job_outcome(&outcome))),
@@ -209,9 +213,10 @@ fn submit_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 
 fn submit(ctx: &Ctx, arguments: &Map<String, Value>) -> Result<Submitted, CallError> {
     let _starting = STARTING.enter();
-    let spec = job_spec(ctx, arguments)?;
+    let (arguments, keyed) = idempotency::split("submit_job", arguments).map_err(CallError::Invalid)?;
+    let spec = job_spec(ctx, &arguments)?;
     let engine = engine_of(ctx)?;
-    Ok(background::submit(engine, &spec, TokenKind::Job)?)
+    Ok(background::submit(engine, &spec, TokenKind::Job, keyed.as_ref())?)
 }
 
 /// `run_job`'s arguments, checked in full, as the run they describe.

@@ -18,7 +18,7 @@ use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
 use crate::images::Allowlist;
 use crate::languages::Profile;
 use crate::tools::job_args::{self, ArgBounds};
-use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, job_result, run_job, snippets};
+use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, idempotency, job_result, run_job, snippets};
 
 /// The tool's name, also in `background::TASK_TOOLS`.
 pub const NAME: &str = "execute_code";
@@ -108,11 +108,16 @@ pub fn result_text(outcome: &RunOutcome) -> String {
 }
 
 fn execute_code(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let spec = match parse_execute_args(call.arguments, &ctx.config) {
+    let (arguments, keyed) = match idempotency::split(NAME, call.arguments) {
+        Ok(split) => split,
+        Err(message) => return ToolOutcome::Failure(message),
+    };
+    let spec = match parse_execute_args(&arguments, &ctx.config) {
         Ok(spec) => spec,
         Err(message) => return ToolOutcome::Failure(message),
     };
-    match run_job::run_reporting_progress(ctx, call, &spec) {
+    let keyed = keyed.as_ref().map(|keyed| (keyed, crate::engine::background::TokenKind::Code));
+    match run_job::run_reporting_progress(ctx, call, &spec, keyed) {
         Ok(run_outcome) => outcome(&run_outcome),
         Err(why) => ToolOutcome::Failure(why),
     }
@@ -318,6 +323,7 @@ fn input_schema(config: &Config) -> Value {
                 config.execute_code_network_default(),
                 " (none when the operator allows it, else the operator's MCP_K8S_NETWORK_DEFAULT)",
             ),
+            idempotency::ARGUMENT: idempotency::schema("the first call's result (waiting while its run goes on)", config.result_ttl_s),
         },
     })
 }

@@ -13,6 +13,7 @@
 
 pub mod background;
 pub mod execute_code;
+pub mod idempotency;
 pub mod job_args;
 pub mod job_result;
 pub mod run_job;

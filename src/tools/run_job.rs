@@ -14,6 +14,7 @@ use crate::engine;
 use crate::engine::run::Progress;
 use crate::network::{self, NetworkMode};
 use crate::sandbox::frame::Stream;
+use crate::tools::idempotency;
 use crate::tools::job_args::{self, ArgBounds};
 use crate::tools::job_result;
 use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome};
@@ -25,6 +26,8 @@ const PROGRESS_TEXT_BYTES: usize = 4096;
 /// SDK's `resetTimeoutOnProgress`, the Inspector; 60 s by default) keep
 /// waiting for a silent command.
 const HEARTBEAT: Duration = Duration::from_secs(5);
+/// One wait of a keyed call for its run; it waits again until the end.
+const KEYED_WAIT: Duration = Duration::from_secs(120);
 
 pub fn run_job_tool(config: &Config) -> Tool {
     Tool {
@@ -85,6 +88,7 @@ pub fn input_schema(config: &Config) -> Value {
                 "subdir": {"type": "string", "description": "folder under workdir, default \"repo\"; \".\" is workdir itself"},
             }},
             "network": network_schema(config, config.network_default, " (the operator's MCP_K8S_NETWORK_DEFAULT)"),
+            idempotency::ARGUMENT: idempotency::schema("the first call's run: its job_token from submit_job, its result from run_job (waiting while it runs)", config.result_ttl_s),
         },
     })
 }
@@ -125,11 +129,16 @@ pub fn network_schema(config: &Config, default: NetworkMode, default_text: &str)
 }
 
 fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let spec = match job_args::parse_run_args(call.arguments, &arg_bounds(&ctx.config)) {
+    let (arguments, keyed) = match idempotency::split("run_job", call.arguments) {
+        Ok(split) => split,
+        Err(message) => return ToolOutcome::Failure(message),
+    };
+    let spec = match job_args::parse_run_args(&arguments, &arg_bounds(&ctx.config)) {
         Ok(spec) => spec,
         Err(error) => return ToolOutcome::Failure(error.to_string()),
     };
-    match run_reporting_progress(ctx, call, &spec) {
+    let keyed = keyed.as_ref().map(|keyed| (keyed, engine::background::TokenKind::Job));
+    match run_reporting_progress(ctx, call, &spec, keyed) {
         Ok(outcome) => ToolOutcome::SuccessWithContent {
             structured: job_result::outcome_json(&outcome),
             extra_content: job_result::image_blocks(&outcome),
@@ -140,7 +149,17 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 
 /// Runs `spec` to its end, turning engine progress into MCP progress;
 /// shared with `execute_code`. `Err` when there is no engine to run on.
-pub fn run_reporting_progress(ctx: &Ctx, call: &Call<'_>, spec: &engine::spec::RunSpec) -> Result<engine::spec::RunOutcome, String> {
+/// A call with an idempotency key is the key's background run, waited for
+/// (`background::run_keyed`): only a kept run can be found again.
+pub fn run_reporting_progress(
+    ctx: &Ctx,
+    call: &Call<'_>,
+    spec: &engine::spec::RunSpec,
+    keyed: Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>,
+) -> Result<engine::spec::RunOutcome, String> {
+    if let Some((keyed, kind)) = keyed {
+        return run_keyed(ctx, call, spec, kind, keyed);
+    }
     let engine = match &ctx.engine {
         Ok(engine) => engine,
         Err(why) => return Err(super::no_backend(why)),
@@ -160,6 +179,43 @@ pub fn run_reporting_progress(ctx: &Ctx, call: &Call<'_>, spec: &engine::spec::R
         drop(finished);
         outcome
     }))
+}
+
+/// A call with an idempotency key: the key's background run (found, or
+/// made now), waited for to its end, its new output sent as progress. A
+/// cancelled call cancels the run, as a cancelled `run_job` stops its
+/// own; a retry with the key then reads the `cancelled` result.
+fn run_keyed(
+    ctx: &Ctx,
+    call: &Call<'_>,
+    spec: &engine::spec::RunSpec,
+    kind: engine::background::TokenKind,
+    keyed: &engine::idempotency::Keyed,
+) -> Result<engine::spec::RunOutcome, String> {
+    use engine::background;
+    let engine = ctx.engine.as_ref().map_err(|why| super::no_backend(why))?;
+    let token = match background::submit(engine, spec, kind, Some(keyed)) {
+        Ok(submitted) => submitted.token,
+        Err(background::Error::Refused { outcome }) => return Ok(*outcome),
+        Err(error) => return Err(error.to_string()),
+    };
+    let steps = AtomicU64::new(0);
+    let mut on_output = |stream, bytes: &[u8]| {
+        let step = steps.fetch_add(1, Ordering::Relaxed) + 1;
+        let message = progress_message(&Progress::Output(engine::collect::LiveChunk { stream, bytes: bytes.to_vec() }));
+        call.events.progress(step as f64, None, Some(&message));
+    };
+    loop {
+        let view = background::fetch(engine, &token, KEYED_WAIT, call.cancel, &mut on_output).map_err(|error| error.to_string())?;
+        if let Some(outcome) = view.outcome {
+            return Ok(std::sync::Arc::unwrap_or_clone(outcome));
+        }
+        if call.cancel.is_cancelled() {
+            // Already ended or gone: the retry reads whatever it became.
+            let _ = background::cancel(engine, &token);
+            return Err("the call was cancelled; its run was cancelled too".to_string());
+        }
+    }
 }
 
 /// Reports "still running" every `HEARTBEAT` until `stop` closes.

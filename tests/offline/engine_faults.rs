@@ -377,7 +377,7 @@ fn an_api_outage_and_403s_after_it_do_not_fail_a_run_that_succeeds() {
 fn submit(ctx: &Ctx) -> background::Submitted {
     let mut spec = spec();
     spec.image = "busybox:1".into();
-    background::submit(ctx, &spec, background::TokenKind::Job).expect("submit_job")
+    background::submit(ctx, &spec, background::TokenKind::Job, None).expect("submit_job")
 }
 
 fn fetch(ctx: &Ctx, token: &str, wait: Duration) -> mcp_k8s_ephemeral_job::engine::jobs::View {
@@ -532,4 +532,42 @@ fn a_task_whose_job_the_cluster_refuses_is_answered_with_the_runs_result() {
     assert_eq!(result["structuredContent"]["status"], json!("error"), "{result}");
     assert!(result["structuredContent"]["reason"].is_string(), "{result}");
     assert!(fake.fired(&format!("POST {JOBS}")) >= 1, "the 422 was served");
+}
+
+/// An idempotency key names one run for every process: a second replica
+/// given the key and the same arguments answers the first's token, with
+/// other arguments an error that names the key. When the key's run is made
+/// between a replica's look and its create (here the look is made to miss
+/// it), the create's conflict decides: the answer is the existing run, and
+/// nothing of it is touched.
+#[test]
+fn an_idempotency_key_names_one_run_for_every_process() {
+    use mcp_k8s_ephemeral_job::engine::idempotency::Keyed;
+    let fake = FakeApi::start();
+    let (first, _first_temp) = new_ctx(&fake, policy().start_timeout);
+    let (second, _second_temp) = new_ctx(&fake, policy().start_timeout);
+    let spec = RunSpec { image: "busybox:1".into(), ..spec() };
+    let arguments = |command: &str| json!({"image": "busybox:1", "command": [command]}).as_object().cloned().unwrap();
+    let keyed = Keyed::new("retry-me", "submit_job", &arguments("true")).unwrap();
+
+    let made = background::submit(&first, &spec, background::TokenKind::Job, Some(&keyed)).expect("the first submit");
+    assert_eq!(made.run_id, keyed.run_id, "the key names the run");
+    let again = background::submit(&second, &spec, background::TokenKind::Job, Some(&keyed)).expect("the retry");
+    assert_eq!(again.token, made.token, "a retry on another replica answers the first run");
+
+    let other = Keyed::new("retry-me", "submit_job", &arguments("false")).unwrap();
+    let error = background::submit(&second, &spec, background::TokenKind::Job, Some(&other)).unwrap_err();
+    assert!(matches!(error, background::Error::KeyReused { .. }), "{error}");
+    assert!(error.to_string().contains("idempotency_key `retry-me` was already used"), "{error}");
+
+    let job_name = format!("mcpk8s-{}", keyed.run_id);
+    let look = format!("GET {JOBS}/{job_name}");
+    fake.inject(&look, Fault::Status { code: 404, retry_after: None }, 1);
+    let (third, _third_temp) = new_ctx(&fake, policy().start_timeout);
+    let raced = background::submit(&third, &spec, background::TokenKind::Job, Some(&keyed)).expect("the raced submit");
+    fake.assert_fired(&look);
+    assert_eq!(raced.token, made.token, "the conflict on create makes the existing run the answer");
+    assert_eq!(fake.count(&format!("POST {JOBS}")), 2, "one create made the run, the raced one collided");
+    let job = fake.object(JOBS, &job_name).expect("the run's Job is still there");
+    assert_eq!(job["metadata"]["annotations"][record::ANNOTATION_TOKEN], made.token.as_str());
 }

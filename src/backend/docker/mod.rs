@@ -250,9 +250,12 @@ impl Docker {
 
     /// Creates, fills and starts the containers; the caller removes what
     /// is left on a refusal.
-    fn create_and_start(&self, run: &NewRun, name: &str) -> Result<(), Refused> {
+    fn create_and_start(&self, run: &NewRun, name: &str) -> Result<(), CreateFailed> {
         let body = spec::container(run, &self.policy, &self.options);
-        self.client.container_create(name, &body).map_err(|error| create_refusal(&error, &run.spec.image))?;
+        self.client.container_create(name, &body).map_err(|error| {
+            let refused = create_refusal(&error, &run.spec.image);
+            if error.is_conflict() { CreateFailed::NameTaken(refused) } else { CreateFailed::Refused(refused) }
+        })?;
         if let Keep::Background { .. } = run.keep {
             let record = record::record_container(&run.spec.image, &body.labels);
             self.client
@@ -262,7 +265,7 @@ impl Docker {
         if spec::workdir_is_volume(run.spec, &self.options) {
             self.write_inputs(run, name)?;
         }
-        self.client.container_start(name).map_err(|error| start_refusal(&error, &self.options.runner_binary))
+        self.client.container_start(name).map_err(|error| CreateFailed::Refused(start_refusal(&error, &self.options.runner_binary)))
     }
 
     /// The input files into the workdir volume, before the start.
@@ -365,6 +368,21 @@ impl Docker {
     }
 }
 
+/// A create that failed, by whether what it made may be removed.
+enum CreateFailed {
+    /// The run's container name is taken: another process's run of the
+    /// same id (two calls with one idempotency key) holds it.
+    NameTaken(Refused),
+    /// Anything else: what this create made of the run is removed.
+    Refused(Refused),
+}
+
+impl From<Refused> for CreateFailed {
+    fn from(refused: Refused) -> CreateFailed {
+        CreateFailed::Refused(refused)
+    }
+}
+
 /// Removes one container (with its anonymous volumes); one already gone
 /// is fine, any other failure is counted and logged as `unremoved`.
 pub(crate) fn remove_container(client: &docker::Client, container: &str, unremoved: &str) {
@@ -421,17 +439,24 @@ impl Backend for Docker {
         self.ensure_network(run.spec.network, &run.spec.image)?;
         let name = spec::container_name(run.run_id);
         let mut attempt = self.create_and_start(run, &name);
-        if run.spec.network == NetworkMode::Open && attempt.as_ref().is_err_and(|refused| refused.message.contains(AMBIGUOUS)) {
+        let ambiguous = |attempt: &Result<(), CreateFailed>| matches!(attempt, Err(CreateFailed::Refused(refused)) if refused.message.contains(AMBIGUOUS));
+        if run.spec.network == NetworkMode::Open && ambiguous(&attempt) {
             // Another server made a duplicate of the open network between
             // this one's check and its create: remove it and go again, once.
             self.remove_now_or_log(run.run_id);
             self.ensure_network(run.spec.network, &run.spec.image)?;
             attempt = self.create_and_start(run, &name);
         }
-        if let Err(refused) = attempt {
-            metrics::api_error("create_container");
-            self.remove_now_or_log(run.run_id);
-            return Err(refused);
+        match attempt {
+            Ok(()) => {}
+            // Another process's run holds the name (an idempotency key's,
+            // made at the same moment): it is theirs, left as it is.
+            Err(CreateFailed::NameTaken(refused)) => return Err(refused),
+            Err(CreateFailed::Refused(refused)) => {
+                metrics::api_error("create_container");
+                self.remove_now_or_log(run.run_id);
+                return Err(refused);
+            }
         }
         log::info("container started", &[("run_id", run.run_id.into()), ("container", name.as_str().into())]);
         Ok(Created { name, created_at: Some(SystemTime::now()) })

@@ -52,6 +52,8 @@ pub const LABEL_TOKEN: &str = "mcp-k8s-ephemeral-job/job-token";
 pub const LABEL_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
 /// `image program`, never the arguments.
 pub const LABEL_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
+/// The hash of a keyed run's tool and arguments (`engine::idempotency`).
+pub const LABEL_ARGUMENTS_SHA256: &str = "mcp-k8s-ephemeral-job/arguments-sha256";
 /// A warm pool's container: the pool's name, and the id of the server
 /// process that keeps it (replicas on one daemon keep apart).
 pub const LABEL_POOL: &str = "mcp-k8s-ephemeral-job/pool";
@@ -276,6 +278,9 @@ pub fn labels(run: &NewRun, policy: &Policy) -> BTreeMap<String, String> {
             labels.insert(LABEL_TOKEN.to_string(), record.token.clone());
             labels.insert(LABEL_TIMEOUT_S.to_string(), record.timeout_s.to_string());
             labels.insert(LABEL_COMMAND.to_string(), record.command.clone());
+            if let Some(fingerprint) = &record.fingerprint {
+                labels.insert(LABEL_ARGUMENTS_SHA256.to_string(), fingerprint.clone());
+            }
             (MODE_BACKGROUND, *expires_at)
         }
     };
@@ -539,7 +544,8 @@ mod tests {
     #[test]
     fn a_background_run_carries_its_record_and_a_named_network_is_used() {
         let spec = RunSpec { workdir: "/tmp".into(), network: NetworkMode::Restricted, ..run_spec() };
-        let record = BackgroundRecord { token: "t".into(), timeout_s: 30, command: "busybox:1.35 sh".into() };
+        let record =
+            BackgroundRecord { token: "t".into(), timeout_s: 30, command: "busybox:1.35 sh".into(), fingerprint: Some("f".into()) };
         let keep = Keep::Background { record, result_ttl: Duration::from_secs(60), expires_at: UNIX_EPOCH };
         let run = NewRun { run_id: "r2", spec: &spec, keep, start_by: None };
         let options = Options { restricted_network: Some("runs".into()), ..options() };
@@ -548,6 +554,7 @@ mod tests {
         assert_eq!(body.labels[LABEL_TOKEN], "t");
         assert_eq!(body.labels[LABEL_TIMEOUT_S], "30");
         assert_eq!(body.labels[LABEL_COMMAND], "busybox:1.35 sh");
+        assert_eq!(body.labels[LABEL_ARGUMENTS_SHA256], "f");
         assert_eq!(body.host_config.network_mode, "runs");
         assert!(body.host_config.tmpfs.is_empty(), "a /tmp workdir is the volume");
         assert!(body.volumes.contains_key("/tmp"));

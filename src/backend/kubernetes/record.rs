@@ -37,6 +37,11 @@ pub const ANNOTATION_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
 /// secrets), and a Job annotation keeps them in etcd, and its backups, for
 /// the whole retention.
 pub const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
+/// The SHA-256 of the tool and arguments of a run made with an
+/// idempotency key (`engine::idempotency`): the run's name comes from the
+/// key, and a retry compares this. Only a hash: the arguments are the
+/// caller's data.
+pub const ANNOTATION_ARGUMENTS_SHA256: &str = "mcp-k8s-ephemeral-job/arguments-sha256";
 /// Set by `cancel`: the run was stopped on purpose, even if its pod (and
 /// the partial output in its log) is gone when another process looks.
 pub const ANNOTATION_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
@@ -53,6 +58,8 @@ pub struct JobRecord {
     pub timeout_s: Option<u64>,
     /// `image program`; empty when absent.
     pub command: String,
+    /// Only on a run made with an idempotency key.
+    pub fingerprint: Option<String>,
     /// RFC 3339 UTC as written; `manifest` writes it at creation.
     pub expires_at: Option<String>,
     /// RFC 3339 UTC as written by `cancel`.
@@ -92,6 +99,7 @@ impl JobRecord {
             token,
             timeout_s: annotations.get(ANNOTATION_TIMEOUT_S).and_then(|text| text.parse().ok()),
             command: text(ANNOTATION_COMMAND).unwrap_or_default(),
+            fingerprint: text(ANNOTATION_ARGUMENTS_SHA256),
             expires_at: text(manifest::ANNOTATION_EXPIRES_AT),
             cancelled_at: text(ANNOTATION_CANCELLED_AT),
             outcome: annotations.get(ANNOTATION_OUTCOME).and_then(|text| verdict::decode(text)),
@@ -107,6 +115,9 @@ impl JobRecord {
             annotations.insert(ANNOTATION_TIMEOUT_S.to_string(), timeout_s.to_string());
         }
         annotations.insert(ANNOTATION_COMMAND.to_string(), self.command.clone());
+        if let Some(fingerprint) = &self.fingerprint {
+            annotations.insert(ANNOTATION_ARGUMENTS_SHA256.to_string(), fingerprint.clone());
+        }
         if let Some(expires_at) = &self.expires_at {
             annotations.insert(manifest::ANNOTATION_EXPIRES_AT.to_string(), expires_at.clone());
         }
@@ -136,6 +147,7 @@ pub fn background_annotations(background: &BackgroundRecord) -> serde_json::Map<
         token: background.token.clone(),
         timeout_s: Some(background.timeout_s),
         command: background.command.clone(),
+        fingerprint: background.fingerprint.clone(),
         expires_at: None,
         cancelled_at: None,
         outcome: None,
@@ -161,6 +173,7 @@ pub fn stored(job: &Job) -> Option<Stored> {
         run_id,
         token: record.token,
         command: record.command,
+        fingerprint: record.fingerprint,
         // A warm sandbox's Job is older than its run.
         created_at: time(job.metadata.annotations.get(manifest::ANNOTATION_ASSIGNED_AT).map(String::as_str))
             .or_else(|| time(job.metadata.creation_timestamp.as_deref())),
@@ -223,6 +236,7 @@ mod tests {
             token: "run-1.1767225600.sig".into(),
             timeout_s: Some(300),
             command: "python:3.12 python3".into(),
+            fingerprint: Some("5d41402a".into()),
             expires_at: Some("2026-01-01T01:00:00.000Z".into()),
             cancelled_at: Some("2026-01-01T00:00:30.000Z".into()),
             outcome: Some(Recorded {
@@ -244,7 +258,7 @@ mod tests {
     #[test]
     fn a_record_round_trips_through_its_annotations() {
         let full = full_record();
-        let fresh = JobRecord { timeout_s: None, expires_at: None, cancelled_at: None, outcome: None, ..full_record() };
+        let fresh = JobRecord { timeout_s: None, fingerprint: None, expires_at: None, cancelled_at: None, outcome: None, ..full_record() };
         for record in [full, fresh] {
             let read = JobRecord::from_annotations("j", &record.to_annotations());
             assert_eq!(read, Ok(record));
@@ -258,6 +272,7 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "mcp-k8s-ephemeral-job/arguments-sha256",
                 "mcp-k8s-ephemeral-job/cancelled-at",
                 "mcp-k8s-ephemeral-job/command",
                 "mcp-k8s-ephemeral-job/expires-at",
@@ -293,6 +308,7 @@ mod tests {
                     token: "t".into(),
                     timeout_s: None,
                     command: String::new(),
+                    fingerprint: None,
                     expires_at: None,
                     cancelled_at: None,
                     outcome: None,

@@ -201,10 +201,32 @@ fn submit_keyed(ctx: &Ctx, spec: &RunSpec, kind: TokenKind, keyed: &Keyed) -> Re
     match submit_new(ctx, spec, kind, &keyed.run_id, Some(keyed.fingerprint.clone())) {
         // Another process made the key's run between the look and the
         // create (the name was taken): its run is the answer.
-        Err(refused @ Error::Refused { .. }) => keyed_run(ctx, keyed)?.unwrap_or(Err(refused)),
+        Err(refused @ Error::Refused { .. }) => {
+            for pause in TAKEN_LOOKS {
+                std::thread::sleep(pause);
+                if let Some(found) = keyed_run(ctx, keyed)? {
+                    return found;
+                }
+            }
+            Err(refused)
+        }
         made => made,
     }
 }
+
+/// Pauses between the looks for the run that took a key's name when a
+/// create collided: dockerd reserves a name before the container it is
+/// making is listed (a Kubernetes create is whole at once). About a
+/// second and a half in all; a create that fails afterwards removes what
+/// it made, and the caller then gets this create's refusal.
+const TAKEN_LOOKS: [Duration; 6] = [
+    Duration::ZERO,
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+    Duration::from_millis(800),
+];
 
 /// The answer for a key whose run exists: its token for the same
 /// arguments, an error naming the key for others; `None` when no run of

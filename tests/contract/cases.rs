@@ -210,6 +210,75 @@ fn the_same_token_is_fetched_after_a_server_restart() {
     assert_eq!(out["stdout"], "before-restart\nafter-restart\n", "{out}");
 }
 
+/// A key of its own for each call of the suite: results are kept for an
+/// hour, and the tiers share the cluster and the daemon.
+fn fresh_key(label: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("contract-{label}-{}-{nanos}", std::process::id())
+}
+
+/// A tool error's text.
+fn tool_error(server: &mut Server, tool: &str, arguments: Value) -> String {
+    let called = server.call(tool, arguments);
+    assert_eq!(called.result["isError"], true, "{tool}: {}", called.result);
+    called.result["content"][0]["text"].as_str().unwrap_or_default().to_string()
+}
+
+/// A submit that is retried, at once from two replicas, after a restart,
+/// and once more, is one run; the same key with other arguments, or for
+/// another tool, is a tool error that names the key.
+#[test]
+fn an_idempotency_key_makes_every_retry_the_same_run() {
+    let key = fresh_key("submit");
+    // Output no second run could repeat.
+    let arguments = json!({"image": BUSYBOX, "command": sh("cat /proc/sys/kernel/random/uuid; sleep 2"), "idempotency_key": key});
+    let mut first = server(&[]);
+    let mut second = server(&[]);
+    // Both replicas at once: the create decides, never a lock here.
+    let (one, two) = (first.send_call("submit_job", arguments.clone()), second.send_call("submit_job", arguments.clone()));
+    let token_of = |server: &Server, id: u64| {
+        let called = server.answer(id);
+        assert_eq!(called.result["isError"], false, "{}", called.result);
+        called.result["structuredContent"]["job_token"].as_str().unwrap_or_default().to_string()
+    };
+    let token = token_of(&first, one);
+    let _cleanup = Cleanup::tokens(BACKEND, &[&token]);
+    assert_eq!(token_of(&second, two), token, "two replicas given one key made two runs");
+    assert_eq!(first.submit(arguments.clone()), token, "a retry on the same server");
+    // Dropping a server SIGKILLs it: the key lives in the cluster.
+    drop(first);
+    let mut restarted = server(&[]);
+    assert_eq!(restarted.submit(arguments.clone()), token, "a retry after a restart");
+
+    let mut other = arguments.clone();
+    other["command"] = sh("echo something else");
+    let said = tool_error(&mut restarted, "submit_job", other);
+    assert!(said.contains(&format!("idempotency_key `{key}` was already used")), "{said}");
+    let said = tool_error(&mut restarted, "run_job", arguments.clone());
+    assert!(said.contains("was already used for a call with other arguments (or another tool)"), "{said}");
+
+    let done = restarted.fetch_done(&token);
+    let out = &done["result"];
+    assert_eq!(out["status"], "succeeded", "{out}");
+    assert_eq!(out["stdout"].as_str().map(str::len), Some(37), "one uuid, from the one run: {out}");
+}
+
+/// `run_job` with a key: a retry, here from a second replica after the
+/// run ended, returns the first call's result (the same run, the same
+/// output) instead of running again.
+#[test]
+fn run_job_with_an_idempotency_key_answers_a_retry_with_the_first_result() {
+    let arguments = json!({"image": BUSYBOX, "command": sh("cat /proc/sys/kernel/random/uuid"), "idempotency_key": fresh_key("run")});
+    let mut first = server(&[]);
+    let out = first.ok("run_job", arguments.clone());
+    let run_id = out["run_id"].as_str().unwrap_or_else(|| panic!("no run_id in {out}")).to_string();
+    let _cleanup = Cleanup { kind: BACKEND, run_ids: vec![run_id.clone()] };
+    assert_eq!(out["status"], "succeeded", "{out}");
+    let mut second = server(&[]);
+    let again = second.ok("run_job", arguments);
+    assert_eq!((again["run_id"].as_str(), &again["stdout"]), (Some(run_id.as_str()), &out["stdout"]), "{again}");
+}
+
 #[test]
 fn list_jobs_lists_a_background_run() {
     let mut server = server(&[]);

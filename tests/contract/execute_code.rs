@@ -31,7 +31,13 @@ struct Setup {
 
 impl Setup {
     fn new(label: &str) -> Setup {
-        let dir = std::env::temp_dir().join(format!("mcp-execute-{label}-{}", std::process::id()));
+        // One folder per setup: the cold and the warm tier (this file,
+        // compiled once for each) run each case in one process at once, and
+        // a folder named by label alone was removed under the other's
+        // server when the first case ended.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let unique = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("mcp-execute-{label}-{BACKEND:?}-{}-{unique}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("snippets")).unwrap();
         // The test images, and requests small enough for the one node.
@@ -279,6 +285,29 @@ fn a_snippet_edited_between_two_calls_runs_its_new_text() {
     let second = execute(&mut server, json!({"snippet_name": "hello_world"}));
     assert_eq!(second["isError"], false, "{second}");
     assert_eq!(second["structuredContent"]["stdout"], "edited on disk\n", "{second}");
+}
+
+/// A retry with the same idempotency key, from a second replica, is the
+/// first call's answer, isolator's text included: the code ran once.
+#[test]
+fn a_retry_with_the_same_idempotency_key_answers_the_first_result() {
+    let setup = Setup::new("keyed");
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let arguments = json!({
+        "language": "python",
+        "entrypoint_code": "import uuid; print(uuid.uuid4())",
+        "idempotency_key": format!("execute-{}-{nanos}", std::process::id()),
+    });
+    // Kept whole: a warm tier's server holds its pool's files.
+    let mut first = setup.harness_server();
+    let result = call(&mut first.stdio, arguments.clone());
+    let run_id = result["structuredContent"]["run_id"].as_str().unwrap_or_else(|| panic!("no run_id: {result}")).to_string();
+    let _cleanup = harness::Cleanup { kind: BACKEND, run_ids: vec![run_id] };
+    assert_eq!(result["isError"], false, "{result}");
+    let mut second = setup.harness_server();
+    let again = call(&mut second.stdio, arguments);
+    assert_eq!(text(&again), text(&result), "the retry ran the code again");
+    assert_eq!(again["structuredContent"]["run_id"], result["structuredContent"]["run_id"]);
 }
 
 #[test]

@@ -337,13 +337,22 @@ fn docker_leftovers(run_id: &str) -> Vec<String> {
     containers.lines().chain(volumes.lines()).filter(|line| line.contains(run_id)).map(str::to_string).collect()
 }
 
+/// Removes what is listed, and lists again: a server still watching the
+/// run may write its verdict while this removes (and takes it back when it
+/// finds the run gone, which a single pass could miss).
 fn docker_remove(run_id: &str) {
-    for line in docker_leftovers(run_id) {
-        let mut words = line.split_whitespace();
-        match (words.next(), words.next()) {
-            (Some("container"), Some(id)) => drop(docker(&["rm", "--force", "--volumes", id])),
-            (Some("volume"), Some(name)) => drop(docker(&["volume", "rm", "--force", name])),
-            _ => {}
+    for _ in 0..4 {
+        let left = docker_leftovers(run_id);
+        if left.is_empty() {
+            return;
+        }
+        for line in left {
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next()) {
+                (Some("container"), Some(id)) => drop(docker(&["rm", "--force", "--volumes", id])),
+                (Some("volume"), Some(name)) => drop(docker(&["volume", "rm", "--force", name])),
+                _ => {}
+            }
         }
     }
 }

@@ -327,19 +327,27 @@ impl Docker {
 
     /// Every container of the run: the sandbox and a background run's
     /// record, verdict and cancel mark; the first failure, if any (every
-    /// container is tried).
+    /// container is tried). Lists again until nothing is left, since a
+    /// watcher may write the verdict while this removes (the writer takes
+    /// its mark back when it finds the run gone: `record`).
     fn remove_now(&self, run_id: &str) -> Result<(), String> {
-        let containers =
-            record::containers_of(&self.client, run_id).map_err(|error| format!("could not list the run's containers: {error}"))?;
-        let all = [&containers.run, &containers.record, &containers.verdict, &containers.cancel];
-        let mut first_failure = Ok(());
-        for container in all.into_iter().flatten() {
-            if let Err(error) = try_remove_container(&self.client, &container.id) {
-                metrics::api_error("remove_container");
-                first_failure = first_failure.and(Err(format!("could not remove container {}: {error}", container.id)));
+        for _ in 0..REMOVAL_ROUNDS {
+            let containers =
+                record::containers_of(&self.client, run_id).map_err(|error| format!("could not list the run's containers: {error}"))?;
+            let all = [&containers.run, &containers.record, &containers.verdict, &containers.cancel];
+            if all.iter().all(|container| container.is_none()) {
+                return Ok(());
             }
+            let mut first_failure = Ok(());
+            for container in all.into_iter().flatten() {
+                if let Err(error) = try_remove_container(&self.client, &container.id) {
+                    metrics::api_error("remove_container");
+                    first_failure = first_failure.and(Err(format!("could not remove container {}: {error}", container.id)));
+                }
+            }
+            first_failure?;
         }
-        first_failure
+        Err(format!("the run's containers were still there after {REMOVAL_ROUNDS} rounds of removal"))
     }
 
     /// `remove_now` where the caller goes on either way (a create that
@@ -394,6 +402,11 @@ pub(crate) fn remove_container(client: &docker::Client, container: &str, unremov
 
 /// Removes one container (with its anonymous volumes); one already gone
 /// is fine.
+/// How many times `remove_now` lists and removes: a mark written during
+/// the first round is found by the second; more means something keeps
+/// making the run's containers.
+const REMOVAL_ROUNDS: usize = 4;
+
 fn try_remove_container(client: &docker::Client, container: &str) -> Result<(), docker::Error> {
     match client.container_remove(container) {
         Err(error) if error.is_not_found() => Ok(()),

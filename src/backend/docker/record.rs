@@ -150,6 +150,7 @@ pub fn write_verdict(client: &docker::Client, run_id: &str, recorded: &Recorded)
     let mut labels = mark_labels(&source.labels, ROLE_VERDICT);
     labels.insert(LABEL_VERDICT.to_string(), verdict::encode_recorded(recorded));
     match client.container_create(&container_name(ROLE_VERDICT, run_id), &never_started(&source.image, labels)) {
+        Ok(_) if taken_back_when_orphaned(client, run_id, ROLE_VERDICT)? => Ok(Settled::NoRecord),
         Ok(_) => Ok(Settled::Recorded),
         Err(error) if error.is_conflict() => {
             // Someone wrote first: theirs is the run's verdict.
@@ -170,10 +171,24 @@ pub fn mark_cancelled(client: &docker::Client, run_id: &str, at: SystemTime) -> 
     let mut labels = mark_labels(&source.labels, ROLE_CANCEL);
     labels.insert(LABEL_CANCELLED_AT.to_string(), log::rfc3339_utc(at));
     match client.container_create(&container_name(ROLE_CANCEL, run_id), &never_started(&source.image, labels)) {
-        Ok(_) => Ok(()),
+        Ok(_) => taken_back_when_orphaned(client, run_id, ROLE_CANCEL).map(drop),
         Err(error) if error.is_conflict() => Ok(()),
         Err(error) => Err(error),
     }
+}
+
+/// Removes the mark of `role` just made when the run's own containers
+/// are gone by now: a removal (`cancel_job`'s, the retention's, or one
+/// from outside) that listed the run before the mark existed would leave
+/// it alone until its expiry. A removal lists again until it finds
+/// nothing, so between the two no mark outlives its run.
+fn taken_back_when_orphaned(client: &docker::Client, run_id: &str, role: &str) -> Result<bool, docker::Error> {
+    let after = containers_of(client, run_id)?;
+    if after.run.is_some() || after.record.is_some() {
+        return Ok(false);
+    }
+    super::try_remove_container(client, &container_name(role, run_id))?;
+    Ok(true)
 }
 
 /// The ownership and expiry labels of the run, with `role`.

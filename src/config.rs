@@ -95,6 +95,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_LANGUAGES", Some("languages"), "", "JSON file of execute_code language profiles that override or add to the built-in ones (python, javascript, go, bash)", |r| &mut r.languages),
     setting("MCP_K8S_WARM_POOLS", Some("warm-pools"), "", "JSON file of warm pools: sandboxes kept running ahead for runs of one image, limits and network mode (see the README)", |r| &mut r.warm_pools),
     setting("MCP_K8S_SNIPPETS_DIR", Some("snippets-dir"), "", "folder of named snippets for execute_code's snippet_name, also served as MCP resources; empty means none", |r| &mut r.snippets_dir),
+    setting("MCP_K8S_AUDIT_LOG", Some("audit-log"), "", "where the audit trail goes, one JSON line per run (who, which tool, image, network, outcome; never arguments): stderr, or an absolute file path appended to; empty keeps none", |r| &mut r.audit_log),
     setting("MCP_K8S_LOG_LEVEL", Some("log-level"), "info", "lowest level written to stderr: debug, info, notice, warning, error", |r| &mut r.log_level),
     setting("MCP_K8S_BACKEND", Some("backend"), "auto", "where jobs run: kubernetes, docker, or auto (cluster credentials found: kubernetes; else a Docker daemon that answers: docker)", |r| &mut r.backend),
     setting("MCP_K8S_DOCKER_HOST", Some("docker-host"), "", "the Docker daemon's socket, unix:///path; empty uses DOCKER_HOST, else unix:///var/run/docker.sock", |r| &mut r.docker_host),
@@ -159,6 +160,7 @@ pub struct RawConfig {
     pub languages: Option<String>,
     pub warm_pools: Option<String>,
     pub snippets_dir: Option<String>,
+    pub audit_log: Option<String>,
     pub log_level: Option<String>,
     pub test_tools: Option<String>,
     pub test_panic_thread: Option<String>,
@@ -269,6 +271,8 @@ pub struct Config {
     /// MCP_K8S_SNIPPETS_DIR, checked to be a folder at start; its files are
     /// read at call time.
     pub snippets_dir: Option<PathBuf>,
+    /// MCP_K8S_AUDIT_LOG; `None` keeps no audit trail.
+    pub audit_log: Option<crate::audit::Sink>,
     pub log_level: Level,
     pub test_tools: bool,
     /// MCP_K8S_TEST_PANIC_THREAD, a test hook: the kind of thread whose
@@ -455,6 +459,7 @@ impl Config {
             languages,
             warm_pools,
             snippets_dir: raw.snippets_dir.as_deref().map(parse_snippets_dir).transpose()?,
+            audit_log: raw.audit_log.as_deref().map(parse_audit_log).transpose()?,
             log_level: parse_log_level(raw.log_level.as_deref())?,
             test_tools: parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?,
             test_panic_thread: raw.test_panic_thread.as_deref().map(parse_thread_kind).transpose()?,
@@ -718,6 +723,16 @@ fn parse_snippets_dir(text: &str) -> Result<PathBuf, Error> {
         Ok(metadata) if metadata.is_dir() => Ok(PathBuf::from(text)),
         Ok(_) => Err(invalid("MCP_K8S_SNIPPETS_DIR", text, "a folder, not a file")),
         Err(error) => Err(invalid("MCP_K8S_SNIPPETS_DIR", text, &format!("an existing folder ({error})"))),
+    }
+}
+
+/// `stderr`, or an absolute path; whether the file can be written is
+/// checked when it is opened at start (`audit::init`).
+fn parse_audit_log(text: &str) -> Result<crate::audit::Sink, Error> {
+    match text {
+        "stderr" => Ok(crate::audit::Sink::Stderr),
+        path if path.starts_with('/') && !path.ends_with('/') => Ok(crate::audit::Sink::File(PathBuf::from(path))),
+        _ => Err(invalid("MCP_K8S_AUDIT_LOG", text, "stderr, or the absolute path of a file to append to")),
     }
 }
 

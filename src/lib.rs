@@ -16,12 +16,14 @@
 //! operator's warm pools.
 //! `config` turns the environment and flags into a checked `Config`; `echo`
 //! shortens caller input quoted in errors; `log`
-//! writes metadata-only JSON lines to stderr; `metrics` keeps the counters
+//! writes metadata-only JSON lines to stderr; `audit` keeps the trail of
+//! who ran what and how it ended; `metrics` keeps the counters
 //! `/metrics` serves; `supervise` starts the server's threads and sees
 //! their panics (logged, counted, and for an essential thread, a failing
 //! `/readyz`); `doctor` checks the cluster set-up against the
 //! configuration.
 
+pub mod audit;
 pub mod backend;
 pub mod cancel;
 pub mod config;

@@ -124,6 +124,10 @@ fn serve(raw: &RawConfig) -> ExitCode {
         Err(code) => return code,
     };
     log::set_stderr_level(config.log_level);
+    if let Err(message) = mcp_k8s_ephemeral_job::audit::init(config.audit_log.as_ref()) {
+        eprintln!("{NAME}: {message}");
+        return ExitCode::from(2);
+    }
     if let Some(kind) = config.test_panic_thread {
         log::warn("MCP_K8S_TEST_PANIC_THREAD is set: a test hook makes a thread panic", &[("thread", json!(kind.as_str()))]);
         supervise::panic_next(kind);

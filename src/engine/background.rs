@@ -26,6 +26,7 @@ use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::audit;
 use crate::cancel::CancelToken;
 use crate::engine::backend::{BackgroundRecord, ErrorKind, Keep, Settled, Stop, Stored};
 use crate::engine::facts::{DecidedBy, Recorded, SandboxState, Wording};
@@ -511,7 +512,12 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
 fn record_and_finish(ctx: &Ctx, run_id: &str, mut ended: Ended, ended_at: SystemTime) {
     match verdict::settle(ctx.backend.as_ref(), run_id, &ended, verdict::Record::Yes) {
         Ok(Settled::AlreadyRecorded(recorded)) => verdict::apply(&mut ended.outcome, &recorded),
-        Ok(Settled::Recorded | Settled::NoRecord) => {}
+        // The first writer of the verdict, whichever process that is,
+        // writes the one `ended` line of the run's audit trail.
+        Ok(Settled::Recorded) => {
+            audit::record(&audit::Entry { ended: Some(ended.outcome.audited()), ..audit::Entry::new(audit::Event::Ended, run_id) })
+        }
+        Ok(Settled::NoRecord) => {}
         Err(error) => {
             log::warn(
                 "the outcome could not be recorded on the job; the next fetch_job reads the cluster again",

@@ -340,6 +340,17 @@ pub struct RunOutcome {
 }
 
 impl RunOutcome {
+    /// How the run ended, for its audit line (metadata only).
+    pub fn audited(&self) -> crate::audit::Ended {
+        crate::audit::Ended {
+            status: self.status.name(),
+            reason: self.reason.map(RunReason::name),
+            exit_code: self.exit_code,
+            signal: self.signal,
+            duration: self.duration,
+        }
+    }
+
     /// An outcome for a run whose command never produced a result.
     pub fn without_result(run_id: &str, status: RunStatus, reason: RunReason, message: String) -> RunOutcome {
         RunOutcome {

@@ -126,7 +126,10 @@ pub fn task_submit(ctx: &Ctx, tool_name: &str, arguments: &Map<String, Value>) -
     } else {
         (job_spec(ctx, &arguments)?, TokenKind::Job)
     };
-    match background::submit(engine_of(ctx)?, &spec, kind, keyed.as_ref()) {
+    let arrived = std::time::Instant::now();
+    let submitted = background::submit(engine_of(ctx)?, &spec, kind, keyed.as_ref());
+    super::audit_submit(ctx, tool_name, &spec, &submitted, arrived);
+    match submitted {
         Ok(submitted) => Ok(TaskStart::Task(submitted.token)),
         Err(background::Error::Refused { outcome }) if kind == TokenKind::Code => Ok(TaskStart::Answered(execute_code::outcome(&outcome))),
         Err(background::Error::Refused { outcome }) => Ok(TaskStart::Answered(run_job_outcome(&outcome))),
@@ -216,7 +219,10 @@ fn submit(ctx: &Ctx, arguments: &Map<String, Value>) -> Result<Submitted, CallEr
     let (arguments, keyed) = idempotency::split("submit_job", arguments).map_err(CallError::Invalid)?;
     let spec = job_spec(ctx, &arguments)?;
     let engine = engine_of(ctx)?;
-    Ok(background::submit(engine, &spec, TokenKind::Job, keyed.as_ref())?)
+    let arrived = std::time::Instant::now();
+    let submitted = background::submit(engine, &spec, TokenKind::Job, keyed.as_ref());
+    super::audit_submit(ctx, "submit_job", &spec, &submitted, arrived);
+    Ok(submitted?)
 }
 
 /// `run_job`'s arguments, checked in full, as the run they describe.

@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 
 use crate::json::{json_kind, json_text};
 
+use crate::audit;
 use crate::cancel::CancelToken;
 use crate::config::Config;
 use crate::log::Level;
@@ -37,6 +38,55 @@ pub struct Ctx {
     /// The job engine, or why there is none (no usable cluster
     /// credentials): job tools then answer with that reason.
     pub engine: Result<crate::engine::run::Ctx, String>,
+}
+
+/// Who the audit trail says made a call: one caller per server today,
+/// named by how it reaches the server.
+pub fn caller(config: &Config) -> &'static str {
+    match (config.transport, config.auth_token.is_some()) {
+        (crate::config::Transport::Stdio, _) => "stdio",
+        (crate::config::Transport::Http, true) => "token",
+        (crate::config::Transport::Http, false) => "unauthenticated",
+    }
+}
+
+/// The audit line of a call that ran, submitted or found `run_id`.
+pub fn audit_call(
+    config: &Config,
+    event: audit::Event,
+    tool: &str,
+    spec: &crate::engine::spec::RunSpec,
+    run_id: &str,
+    ended: Option<(&crate::engine::spec::RunOutcome, std::time::Duration)>,
+) {
+    audit::record(&audit::Entry {
+        caller: Some(caller(config)),
+        tool: Some(tool),
+        image: Some(&spec.image),
+        network: Some(spec.network),
+        ended: ended.map(|(outcome, _)| outcome.audited()),
+        elapsed: ended.map(|(_, elapsed)| elapsed),
+        ..audit::Entry::new(event, run_id)
+    });
+}
+
+/// A submit's audit line: `submitted` for a run made or found, `run` for
+/// one refused at once (a full queue); a call refused before any run
+/// (bad arguments, a key reused) has no run to record.
+pub fn audit_submit(
+    ctx: &Ctx,
+    tool: &str,
+    spec: &crate::engine::spec::RunSpec,
+    submitted: &Result<crate::engine::background::Submitted, crate::engine::background::Error>,
+    arrived: std::time::Instant,
+) {
+    match submitted {
+        Ok(submitted) => audit_call(&ctx.config, audit::Event::Submitted, tool, spec, &submitted.run_id, None),
+        Err(crate::engine::background::Error::Refused { outcome }) => {
+            audit_call(&ctx.config, audit::Event::Run, tool, spec, &outcome.run_id, Some((outcome, arrived.elapsed())))
+        }
+        Err(_) => {}
+    }
 }
 
 /// One tool call as a handler sees it.

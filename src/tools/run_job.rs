@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::audit;
 use crate::config::Config;
 use crate::engine;
 use crate::engine::run::Progress;
@@ -138,7 +139,7 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Err(error) => return ToolOutcome::Failure(error.to_string()),
     };
     let keyed = keyed.as_ref().map(|keyed| (keyed, engine::background::TokenKind::Job));
-    match run_reporting_progress(ctx, call, &spec, keyed) {
+    match run_reporting_progress(ctx, call, "run_job", &spec, keyed) {
         Ok(outcome) => ToolOutcome::SuccessWithContent {
             structured: job_result::outcome_json(&outcome),
             extra_content: job_result::image_blocks(&outcome),
@@ -154,12 +155,14 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 pub fn run_reporting_progress(
     ctx: &Ctx,
     call: &Call<'_>,
+    tool: &str,
     spec: &engine::spec::RunSpec,
     keyed: Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>,
 ) -> Result<engine::spec::RunOutcome, String> {
     if let Some((keyed, kind)) = keyed {
-        return run_keyed(ctx, call, spec, kind, keyed);
+        return run_keyed(ctx, call, tool, spec, kind, keyed);
     }
+    let arrived = std::time::Instant::now();
     let engine = match &ctx.engine {
         Ok(engine) => engine,
         Err(why) => return Err(super::no_backend(why)),
@@ -177,6 +180,7 @@ pub fn run_reporting_progress(
         scope.spawn(move || heartbeat(&heartbeat_stop, report));
         let outcome = engine::run::run(engine, spec, &run_id, call.cancel, &on_progress);
         drop(finished);
+        super::audit_call(&ctx.config, audit::Event::Run, tool, spec, &run_id, Some((&outcome, arrived.elapsed())));
         outcome
     }))
 }
@@ -188,13 +192,17 @@ pub fn run_reporting_progress(
 fn run_keyed(
     ctx: &Ctx,
     call: &Call<'_>,
+    tool: &str,
     spec: &engine::spec::RunSpec,
     kind: engine::background::TokenKind,
     keyed: &engine::idempotency::Keyed,
 ) -> Result<engine::spec::RunOutcome, String> {
     use engine::background;
     let engine = ctx.engine.as_ref().map_err(|why| super::no_backend(why))?;
-    let token = match background::submit(engine, spec, kind, Some(keyed)) {
+    let arrived = std::time::Instant::now();
+    let submitted = background::submit(engine, spec, kind, Some(keyed));
+    super::audit_submit(ctx, tool, spec, &submitted, arrived);
+    let token = match submitted {
         Ok(submitted) => submitted.token,
         Err(background::Error::Refused { outcome }) => return Ok(*outcome),
         Err(error) => return Err(error.to_string()),

@@ -210,6 +210,51 @@ fn the_same_token_is_fetched_after_a_server_restart() {
     assert_eq!(out["stdout"], "before-restart\nafter-restart\n", "{out}");
 }
 
+/// The audit trail: one `run` line for a synchronous run, a `submitted`
+/// and an `ended` line for a background one, field by field; never the
+/// command, an `env` value or the output.
+#[test]
+fn the_audit_trail_says_who_ran_what_and_how_it_ended_and_nothing_of_the_call() {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let path = std::env::temp_dir().join(format!("mcp-audit-{BACKEND:?}-{}-{nanos}.jsonl", std::process::id()));
+    let secret = format!("audit-secret-{nanos}");
+    let marker = format!("audit-marker-{nanos}");
+    let mut server = server(&[("MCP_K8S_AUDIT_LOG", path.to_str().unwrap())]);
+    let call = |exit: u8| {
+        json!({"image": BUSYBOX, "command": sh(&format!("echo {marker} $AUDIT_SECRET; exit {exit}")),
+               "env": {"AUDIT_SECRET": secret}, "network": "none"})
+    };
+    let ran = server.run(call(3));
+    let token = server.submit(call(0));
+    let _cleanup = Cleanup::tokens(BACKEND, &[&token]);
+    let done = server.fetch_done(&token);
+    assert_eq!(done["result"]["status"], "succeeded", "{done}");
+
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let _ = std::fs::remove_file(&path);
+    assert!(!text.contains(&secret) && !text.contains(&marker) && !text.contains("AUDIT_SECRET"), "the trail holds caller data:\n{text}");
+    let lines: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).expect("a JSON line")).collect();
+    let run_id = run_id_of_token(&token);
+    let mut want = vec![
+        json!({"event": "run", "run_id": ran["run_id"], "site": "default", "caller": "stdio", "tool": "run_job",
+               "image": BUSYBOX, "network": "none", "status": "failed", "reason": "NonZeroExit", "exit_code": 3}),
+        json!({"event": "submitted", "run_id": run_id, "site": "default", "caller": "stdio", "tool": "submit_job",
+               "image": BUSYBOX, "network": "none"}),
+        json!({"event": "ended", "run_id": run_id, "site": "default", "status": "succeeded", "reason": null, "exit_code": 0}),
+    ];
+    assert_eq!(lines.len(), want.len(), "one line per event:\n{text}");
+    for (line, want) in lines.iter().zip(&mut want) {
+        let mut line = line.clone();
+        let fields = line.as_object_mut().unwrap();
+        // Times vary: present and of the right kind is the promise.
+        assert!(fields.remove("time").is_some_and(|time| time.as_str().is_some_and(|time| time.ends_with('Z'))), "{text}");
+        assert!(fields.remove("duration_ms").is_none_or(|ms| ms.is_u64()), "{text}");
+        let elapsed = fields.remove("elapsed_ms");
+        assert_eq!(elapsed.is_some(), want["event"] == "run", "elapsed_ms on a synchronous run only: {text}");
+        assert_eq!(&line, want, "{text}");
+    }
+}
+
 /// A key of its own for each call of the suite: results are kept for an
 /// hour, and the tiers share the cluster and the daemon.
 fn fresh_key(label: &str) -> String {

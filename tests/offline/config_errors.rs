@@ -63,6 +63,8 @@ const CASES: &[(&str, &str, &str)] = &[
         "/nonexistent/snippets",
         "MCP_K8S_SNIPPETS_DIR: `/nonexistent/snippets` is not accepted; expected an existing folder",
     ),
+    ("MCP_K8S_AUDIT_LOG", "audit.log", "MCP_K8S_AUDIT_LOG: `audit.log` is not accepted; expected stderr, or the absolute path"),
+    ("MCP_K8S_AUDIT_LOG", "/nonexistent/audit.log", "MCP_K8S_AUDIT_LOG: cannot open /nonexistent/audit.log for appending"),
     ("MCP_K8S_LOG_LEVEL", "verbose", "MCP_K8S_LOG_LEVEL: `verbose` is not accepted"),
     ("MCP_K8S_TEST_TOOLS", "yes", "MCP_K8S_TEST_TOOLS: `yes` is not accepted"),
     ("MCP_K8S_TEST_PANIC_THREAD", "main", "MCP_K8S_TEST_PANIC_THREAD: `main` is not accepted; expected one of reaper, pool, "),

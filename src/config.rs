@@ -95,6 +95,9 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_LANGUAGES", Some("languages"), "", "JSON file of execute_code language profiles that override or add to the built-in ones (python, javascript, go, bash)", |r| &mut r.languages),
     setting("MCP_K8S_WARM_POOLS", Some("warm-pools"), "", "JSON file of warm pools: sandboxes kept running ahead for runs of one image, limits and network mode (see the README)", |r| &mut r.warm_pools),
     setting("MCP_K8S_SNIPPETS_DIR", Some("snippets-dir"), "", "folder of named snippets for execute_code's snippet_name, also served as MCP resources; empty means none", |r| &mut r.snippets_dir),
+    setting("MCP_K8S_OUTPUTS_DIR", Some("outputs-dir"), "", "folder where a run's whole stdout, stderr and files past the inline caps are kept until MCP_K8S_RESULT_TTL_S ends, read back in ranges through resource links (job://...); every replica must see the same folder (a ReadWriteMany volume); empty keeps none", |r| &mut r.outputs_dir),
+    setting("MCP_K8S_OUTPUTS_MAX_RUN_BYTES", Some("outputs-max-run-bytes"), "268435456", "bytes one run may keep in MCP_K8S_OUTPUTS_DIR, streams and files together; past it a link says its content is incomplete", |r| &mut r.outputs_max_run_bytes),
+    setting("MCP_K8S_OUTPUTS_MAX_BYTES", Some("outputs-max-bytes"), "10737418240", "bytes all runs may keep in MCP_K8S_OUTPUTS_DIR together; a run that finds it full keeps less (its links say so)", |r| &mut r.outputs_max_bytes),
     setting("MCP_K8S_AUDIT_LOG", Some("audit-log"), "", "where the audit trail goes, one JSON line per run (who, which tool, image, network, outcome; never arguments): stderr, or an absolute file path appended to; empty keeps none", |r| &mut r.audit_log),
     setting("MCP_K8S_LOG_LEVEL", Some("log-level"), "info", "lowest level written to stderr: debug, info, notice, warning, error", |r| &mut r.log_level),
     setting("MCP_K8S_BACKEND", Some("backend"), "auto", "where jobs run: kubernetes, docker, or auto (cluster credentials found: kubernetes; else a Docker daemon that answers: docker)", |r| &mut r.backend),
@@ -160,6 +163,9 @@ pub struct RawConfig {
     pub languages: Option<String>,
     pub warm_pools: Option<String>,
     pub snippets_dir: Option<String>,
+    pub outputs_dir: Option<String>,
+    pub outputs_max_run_bytes: Option<String>,
+    pub outputs_max_bytes: Option<String>,
     pub audit_log: Option<String>,
     pub log_level: Option<String>,
     pub test_tools: Option<String>,
@@ -272,6 +278,8 @@ pub struct Config {
     /// read at call time.
     pub snippets_dir: Option<PathBuf>,
     /// MCP_K8S_AUDIT_LOG; `None` keeps no audit trail.
+    /// The output store's settings, when MCP_K8S_OUTPUTS_DIR is set.
+    pub outputs: Option<OutputsSettings>,
     pub audit_log: Option<crate::audit::Sink>,
     pub log_level: Level,
     pub test_tools: bool,
@@ -459,6 +467,7 @@ impl Config {
             languages,
             warm_pools,
             snippets_dir: raw.snippets_dir.as_deref().map(parse_snippets_dir).transpose()?,
+            outputs: parse_outputs(raw)?,
             audit_log: raw.audit_log.as_deref().map(parse_audit_log).transpose()?,
             log_level: parse_log_level(raw.log_level.as_deref())?,
             test_tools: parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?,
@@ -728,6 +737,29 @@ fn parse_snippets_dir(text: &str) -> Result<PathBuf, Error> {
 
 /// `stderr`, or an absolute path; whether the file can be written is
 /// checked when it is opened at start (`audit::init`).
+/// Where and how much the output store keeps (`engine::outputs`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutputsSettings {
+    pub dir: PathBuf,
+    pub max_run_bytes: u64,
+    pub max_bytes: u64,
+}
+
+fn parse_outputs(raw: &RawConfig) -> Result<Option<OutputsSettings>, Error> {
+    let max_run_bytes = number(&raw.outputs_max_run_bytes, "MCP_K8S_OUTPUTS_MAX_RUN_BYTES", 256 << 20, 1 << 20, 64 << 30)?;
+    let max_bytes = number(&raw.outputs_max_bytes, "MCP_K8S_OUTPUTS_MAX_BYTES", 10 << 30, 1 << 20, 1 << 50)?;
+    let Some(dir) = raw.outputs_dir.as_deref() else { return Ok(None) };
+    let dir = absolute_path(dir, "MCP_K8S_OUTPUTS_DIR")?;
+    if max_run_bytes > max_bytes {
+        return Err(invalid(
+            "MCP_K8S_OUTPUTS_MAX_RUN_BYTES",
+            &max_run_bytes.to_string(),
+            "at most MCP_K8S_OUTPUTS_MAX_BYTES: one run cannot keep more than all runs together",
+        ));
+    }
+    Ok(Some(OutputsSettings { dir: PathBuf::from(dir), max_run_bytes, max_bytes }))
+}
+
 fn parse_audit_log(text: &str) -> Result<crate::audit::Sink, Error> {
     match text {
         "stderr" => Ok(crate::audit::Sink::Stderr),

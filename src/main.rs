@@ -128,6 +128,11 @@ fn serve(raw: &RawConfig) -> ExitCode {
         eprintln!("{NAME}: {message}");
         return ExitCode::from(2);
     }
+    // A folder the server cannot write stops it now, not each run later.
+    if let Some(Err(message)) = wiring::outputs(&config).map(|outputs| outputs.prepare()) {
+        eprintln!("{NAME}: {message}");
+        return ExitCode::from(2);
+    }
     if let Some(kind) = config.test_panic_thread {
         log::warn("MCP_K8S_TEST_PANIC_THREAD is set: a test hook makes a thread panic", &[("thread", json!(kind.as_str()))]);
         supervise::panic_next(kind);
@@ -164,7 +169,7 @@ fn serve(raw: &RawConfig) -> ExitCode {
     }
     let engine = connected.clone().map(|connected| wiring::engine_ctx(&config, connected));
     if let Ok(engine) = &engine
-        && let Err(error) = engine::reaper::start(engine.backend.clone(), engine::reaper::REAP_EVERY)
+        && let Err(error) = engine::reaper::start(engine.backend.clone(), engine.policy.outputs.clone(), engine::reaper::REAP_EVERY)
     {
         log::error("could not start the reaper", &[("error", json!(error.to_string()))]);
         return ExitCode::from(1);

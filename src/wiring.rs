@@ -68,7 +68,21 @@ pub fn policy(config: &Config) -> engine::spec::Policy {
             .as_ref()
             .map(|cache| engine::spec::CacheVolume { claim_name: cache.pvc.clone(), mount_path: cache.mount_path.clone() }),
         clone: config.clone.as_ref().map(|clone| engine::spec::CloneStep { image: clone.image.clone(), secret_name: clone.secret.clone() }),
+        outputs: outputs(config),
     }
+}
+
+/// The output store, when MCP_K8S_OUTPUTS_DIR is set: its entries stay
+/// as long as a background run's result (MCP_K8S_RESULT_TTL_S).
+pub fn outputs(config: &Config) -> Option<Arc<engine::outputs::Store>> {
+    config.outputs.as_ref().map(|outputs| {
+        Arc::new(engine::outputs::Store::new(
+            &outputs.dir,
+            outputs.max_run_bytes,
+            outputs.max_bytes,
+            Duration::from_secs(config.result_ttl_s),
+        ))
+    })
 }
 
 /// The engine on `backend`: the policy, the concurrency slots and the

@@ -331,6 +331,10 @@ pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
         log::warn("could not mark the run cancelled", &[("run_id", run_id.as_str().into()), ("error", error.to_string().into())]);
     }
     stop_all(ctx, &run_id);
+    // Nothing of a cancelled run stays in the output store.
+    if let Some(outputs) = &ctx.policy.outputs {
+        outputs.remove(&run_id);
+    }
     let thread_ctx = ctx.clone();
     let thread_run_id = run_id.clone();
     let spawned =

@@ -6,6 +6,7 @@
 
 use std::io::BufRead;
 
+use crate::engine::outputs::Spool;
 use crate::engine::spec::Artifact;
 use crate::sandbox::frame::{self, Frame, MAX_LINE_BYTES, RunResult, Stream, Tag};
 
@@ -40,6 +41,9 @@ pub struct Collector {
     pub problems: Vec<String>,
     /// The run's tag, from the first frame.
     tag: Option<Tag>,
+    /// Where `Spill` frames and files sent whole go (the output store):
+    /// straight to disk, never into memory. Without one they are dropped.
+    pub spool: Option<Spool>,
 }
 
 impl Collector {
@@ -57,6 +61,7 @@ impl Collector {
             result: None,
             problems: Vec::new(),
             tag: None,
+            spool: None,
         }
     }
 
@@ -90,9 +95,16 @@ impl Collector {
                 // to twice the artifact resident.
                 let room = self.max_artifact_bytes.saturating_sub(self.artifact_bytes).min(header.size);
                 let content = header.content_included.then(|| Vec::with_capacity(usize::try_from(room).unwrap_or(0)));
+                if let Some(spool) = self.spool.as_mut() {
+                    match header.spilled && !header.content_included {
+                        true => spool.file_start(&header.path, header.size),
+                        false => spool.file_end(),
+                    }
+                }
                 self.artifacts.push(Artifact { path: header.path, size: header.size, mode: header.mode, sha256: header.sha256, content });
             }
             Frame::ArtifactChunk(chunk) => self.push_artifact_chunk(&chunk.data_b64),
+            Frame::Spill(chunk) => self.push_spill(chunk.stream, chunk.offset, &chunk.data_b64),
             Frame::Result(result) => self.result = Some(result),
         }
         None
@@ -162,11 +174,27 @@ impl Collector {
         kept.extend_from_slice(&bytes);
     }
 
+    fn push_spill(&mut self, stream: Stream, offset: u64, data_b64: &str) {
+        let Some(spool) = self.spool.as_mut() else { return };
+        match frame::from_base64(data_b64) {
+            Ok(bytes) => spool.stream(stream, offset, &bytes),
+            Err(error) => self.note_problem(error.to_string()),
+        }
+    }
+
     fn push_artifact_chunk(&mut self, data_b64: &str) {
         let bytes = match frame::from_base64(data_b64) {
             Ok(bytes) => bytes,
             Err(error) => return self.note_problem(error.to_string()),
         };
+        // A file sent whole goes to the store; its header carried no
+        // content to fill.
+        if let Some(Artifact { content: None, .. }) = self.artifacts.last() {
+            if let Some(spool) = self.spool.as_mut() {
+                spool.file_chunk(&bytes);
+            }
+            return;
+        }
         let Some(Some(content)) = self.artifacts.last_mut().map(|artifact| artifact.content.as_mut()) else {
             return self.note_problem("artifact data without an artifact header".into());
         };
@@ -263,7 +291,14 @@ mod tests {
             "some runtime message\n".to_string(),
             line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"abc") })),
             line(Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"def") })),
-            line(Frame::Artifact(ArtifactHeader { path: "a".into(), size: 2, mode: 0o644, sha256: "x".into(), content_included: true })),
+            line(Frame::Artifact(ArtifactHeader {
+                path: "a".into(),
+                size: 2,
+                mode: 0o644,
+                sha256: "x".into(),
+                content_included: true,
+                spilled: false,
+            })),
             line(Frame::ArtifactChunk(ArtifactChunk { data_b64: frame::to_base64(b"hi") })),
         ]
         .concat();
@@ -285,10 +320,55 @@ mod tests {
             mode: 0,
             sha256: "x".into(),
             content_included: true,
+            spilled: false,
         })));
         collector.push_line(&line(Frame::ArtifactChunk(ArtifactChunk { data_b64: frame::to_base64(b"12345") })));
         assert_eq!(collector.artifacts[0].content, None);
         assert_eq!(collector.problems.len(), 1);
+    }
+
+    #[test]
+    fn spilled_streams_and_files_go_to_the_store_not_to_memory() {
+        use crate::engine::outputs::{Spool, Store};
+        let dir = std::env::temp_dir().join(format!("mcp-collect-spill-{}", std::process::id()));
+        let store = Store::new(&dir, 1 << 20, 1 << 20, std::time::Duration::from_secs(60));
+        store.prepare().unwrap();
+        let store = std::sync::Arc::new(store);
+        let run = "00000000000000000000000000000001";
+        let mut collector = Collector::new(4, 4);
+        collector.spool = Some(Spool::new(store.clone(), run));
+        let spill =
+            |offset, text: &[u8]| Frame::Spill(frame::SpillChunk { stream: Stream::Stderr, offset, data_b64: frame::to_base64(text) });
+        let header = |path: &str, included, spilled| {
+            Frame::Artifact(ArtifactHeader {
+                path: path.into(),
+                size: 6,
+                mode: 0o644,
+                sha256: "x".into(),
+                content_included: included,
+                spilled,
+            })
+        };
+        let chunk = |text: &[u8]| Frame::ArtifactChunk(ArtifactChunk { data_b64: frame::to_base64(text) });
+        for frame in [
+            spill(0, b"hello "),
+            spill(6, b"world"),
+            header("big.bin", false, true),
+            chunk(b"abc"),
+            chunk(b"def"),
+            header("listed.bin", false, false),
+        ] {
+            collector.push_line(&line(frame));
+        }
+        assert!(collector.problems.is_empty(), "{:?}", collector.problems);
+        assert_eq!(collector.artifacts.iter().map(|artifact| artifact.content.clone()).collect::<Vec<_>>(), vec![None, None]);
+        let (links, note) = collector.spool.take().unwrap().finish(Some([0, 11]), std::time::SystemTime::now());
+        assert_eq!(note, None);
+        let read = |uri: &str| store.read(&crate::engine::outputs::parse_uri(uri).unwrap(), std::time::SystemTime::now()).unwrap().bytes;
+        assert_eq!(links.iter().map(|link| link.name.as_str()).collect::<Vec<_>>(), ["stderr", "big.bin"]);
+        assert_eq!(read(&links[0].uri), b"hello world");
+        assert_eq!(read(&links[1].uri), b"abcdef");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod facts;
 pub mod idempotency;
 pub mod jobs;
 pub mod outcome;
+pub mod outputs;
 pub mod pool;
 pub mod pool_manager;
 pub mod reaper;

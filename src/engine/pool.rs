@@ -400,6 +400,7 @@ mod tests {
             extra_env: [("PROXY".to_string(), "operator".to_string())].into(),
             cache: None,
             clone: None,
+            outputs: None,
         };
         let assignment = assignment("run-1", &spec(), &policy);
         assert_eq!(assignment.exec, exec_options(&spec(), &policy), "the argv, caps, timeout and disk bound of runner exec");

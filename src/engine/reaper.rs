@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::engine::backend::Backend;
+use crate::engine::outputs::Store;
 use crate::supervise;
 
 /// How often the reaper looks.
@@ -14,10 +15,14 @@ pub const REAP_EVERY: Duration = Duration::from_secs(60);
 
 /// Reaps once now, then every `every`, on its own thread, for the life of
 /// the process (an essential one: a panic fails `/readyz`).
-pub fn start(backend: Arc<dyn Backend>, every: Duration) -> std::io::Result<()> {
+/// The output store's expired runs go on the same clock.
+pub fn start(backend: Arc<dyn Backend>, outputs: Option<Arc<Store>>, every: Duration) -> std::io::Result<()> {
     supervise::spawn(supervise::Kind::Reaper, move || {
         loop {
             backend.reap(SystemTime::now());
+            if let Some(outputs) = &outputs {
+                outputs.reap(SystemTime::now());
+            }
             std::thread::sleep(every);
         }
     })?;

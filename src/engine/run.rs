@@ -487,7 +487,8 @@ impl<'scope> Shell<'scope, '_> {
                 if let Some(last) = &self.last {
                     self.followers += 1;
                     let wake = (self.wake.clone(), self.followers);
-                    self.log = LogState::Following(start_follower(self.ctx, &last.sandbox, reported, self.on_progress, wake, scope));
+                    self.log =
+                        LogState::Following(start_follower(self.ctx, self.run_id, &last.sandbox, reported, self.on_progress, wake, scope));
                 }
                 Vec::new()
             }
@@ -578,8 +579,20 @@ fn cancel_requested(ctx: &Ctx, run_id: &str, cancel: &CancelToken) -> bool {
 }
 
 /// Judges a run from its collected log and the sandbox's last known times.
-fn judged_with_times(facts: &Facts, collector: Collector, last: Option<&Sighting>) -> RunOutcome {
+/// What the output store kept becomes the outcome's links here, once the
+/// streams' totals are known (a run without the runner's result has none:
+/// its stored streams are marked incomplete). A cancelled run keeps
+/// nothing: its spool is dropped, which deletes what it wrote.
+fn judged_with_times(facts: &Facts, mut collector: Collector, last: Option<&Sighting>) -> RunOutcome {
+    let spool = collector.spool.take().filter(|_| !facts.cancel_requested);
+    let reported = collector.result.is_some();
     let mut outcome = outcome::judge(&facts.judged(), collector);
+    if let Some(spool) = spool {
+        let totals = reported.then_some([outcome.stdout_total_bytes, outcome.stderr_total_bytes]);
+        let (links, note) = spool.finish(totals, SystemTime::now());
+        outcome.links = links;
+        outcome.notes.extend(note);
+    }
     if let Some(last) = last {
         outcome.times.scheduled = last.times.scheduled;
         outcome.times.started = outcome.times.started.or(last.times.started);
@@ -741,17 +754,18 @@ impl StreamStop {
 /// It says on `wake`, with its number, when it has ended.
 fn start_follower<'scope>(
     ctx: &'scope Ctx,
+    run_id: &str,
     sandbox: &str,
     already_reported: usize,
     on_progress: &'scope (dyn Fn(Progress) + Sync),
     (wake, number): (mpsc::Sender<Watched>, u64),
     scope: &'scope std::thread::Scope<'scope, '_>,
 ) -> Follower<'scope> {
-    let sandbox = sandbox.to_string();
+    let (run_id, sandbox) = (run_id.to_string(), sandbox.to_string());
     let stop = StreamStop::default();
     let follower_stop = stop.clone();
     let handle = scope.spawn(move || {
-        let collector = follow_output(ctx, &sandbox, &follower_stop, already_reported, on_progress);
+        let collector = follow_output(ctx, &run_id, &sandbox, &follower_stop, already_reported, on_progress);
         let _ = wake.send(Watched::OutputEnded(number));
         collector
     });
@@ -764,8 +778,11 @@ fn start_follower<'scope>(
 /// is not reported again). An output not ready yet and a backend that does
 /// not answer are waited for: the decision's deadlines stop this reader,
 /// so it never gives up on its own, except when the sandbox is gone.
+/// With an output store, the run's spool goes from one reading to the
+/// next: a second reading writes the same bytes at the same offsets.
 fn follow_output(
     ctx: &Ctx,
+    run_id: &str,
     sandbox: &str,
     stop: &StreamStop,
     mut already_reported: usize,
@@ -773,6 +790,7 @@ fn follow_output(
 ) -> Collector {
     let policy = &ctx.policy;
     let mut collector = Collector::new(policy.max_output_bytes, policy.max_artifact_bytes);
+    collector.spool = policy.outputs.clone().map(|store| crate::engine::outputs::Spool::new(store, run_id));
     let mut failures = 0u32;
     while !stop.is_stopped() {
         let mut output = match ctx.backend.output(sandbox) {
@@ -793,6 +811,7 @@ fn follow_output(
         };
         stop.set(output.abort.clone());
         let mut fresh = Collector::new(policy.max_output_bytes, policy.max_artifact_bytes);
+        fresh.spool = collector.spool.take();
         let mut seen = 0usize;
         let read = fresh.read_all(&mut output.reader, &mut |mut chunk| {
             let end = seen + chunk.bytes.len();

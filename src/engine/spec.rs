@@ -75,6 +75,7 @@ pub fn exec_options(spec: &RunSpec, policy: &Policy) -> ExecOptions {
         kill_grace: KILL_GRACE,
         max_output_bytes: policy.max_output_bytes as usize,
         max_artifact_bytes: policy.max_artifact_bytes,
+        spill_bytes: policy.outputs.as_ref().map_or(0, |store| store.max_run_bytes()),
         artifact_patterns: spec.artifacts.clone(),
         disk_paths,
         disk_limit_bytes: u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0),
@@ -119,6 +120,9 @@ pub struct Policy {
     /// The clone step, when MCP_K8S_CLONE_IMAGE and MCP_K8S_CLONE_SECRET
     /// are set; `tools` refuses `clone` arguments without it.
     pub clone: Option<CloneStep>,
+    /// The output store (MCP_K8S_OUTPUTS_DIR): where streams and files
+    /// past the inline caps are kept whole, behind resource links.
+    pub outputs: Option<std::sync::Arc<crate::engine::outputs::Store>>,
 }
 
 #[derive(Clone, Debug)]
@@ -332,6 +336,9 @@ pub struct RunOutcome {
     pub stderr_total_bytes: u64,
     pub truncated: Truncation,
     pub artifacts: Vec<Artifact>,
+    /// Streams and files kept whole in the output store, in order:
+    /// stdout, stderr, then files.
+    pub links: Vec<crate::engine::outputs::Link>,
     /// How long the command itself ran (zero if it never started).
     pub duration: Duration,
     pub times: PhaseTimes,
@@ -366,6 +373,7 @@ impl RunOutcome {
             stderr_total_bytes: 0,
             truncated: Truncation::default(),
             artifacts: Vec::new(),
+            links: Vec::new(),
             duration: Duration::ZERO,
             times: PhaseTimes::default(),
             notes: Vec::new(),

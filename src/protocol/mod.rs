@@ -238,9 +238,9 @@ impl Server {
             "tools/list" => list_tools(&self.registry, &params),
             // Declared only with a snippets folder; otherwise -32601, as for
             // any undeclared capability.
-            method if resources::METHODS.contains(&method) => match &self.ctx.config.snippets_dir {
-                Some(dir) => resources::handle(method, dir, &self.ctx.config, &params),
-                None => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`"))),
+            method if resources::METHODS.contains(&method) => match resources::offered(&self.ctx.config) {
+                true => resources::handle(method, &self.ctx, &params),
+                false => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`"))),
             },
             "logging/setLevel" => set_log_level(session, &params),
             "tools/call" => match self.start_call(session, &id, params, outbox.clone(), message_bytes, EraCall::Handshake) {
@@ -303,7 +303,7 @@ impl Server {
         }
         log::info("session initialized", &[("protocol_version", json!(version)), ("requested", json!(echo::shorten(requested)))]);
         let mut capabilities = json!({ "tools": {}, "logging": {}, "tasks": tasks::capability() });
-        if self.ctx.config.snippets_dir.is_some() {
+        if resources::offered(&self.ctx.config) {
             capabilities["resources"] = json!({});
         }
         Ok(json!({
@@ -561,6 +561,18 @@ impl Calls {
     }
 }
 
+/// A tool result as a session's revision knows it: `resource_link` blocks
+/// came with 2025-06-18, so an older client gets the links only in the
+/// result's JSON (text and `links`), never a block it cannot parse.
+fn for_version(mut result: Value, version: Option<&str>) -> Value {
+    if matches!(version, Some("2024-11-05" | "2025-03-26"))
+        && let Some(Value::Array(content)) = result.get_mut("content")
+    {
+        content.retain(|block| block.get("type").and_then(Value::as_str) != Some("resource_link"));
+    }
+    result
+}
+
 /// What a call thread runs.
 enum Work {
     /// A tool: its outcome becomes a `tools/call` result.
@@ -614,7 +626,7 @@ impl RunningCall {
         };
         let result = match self.era {
             EraCall::Modern { .. } => result.map(complete),
-            EraCall::Handshake => result,
+            EraCall::Handshake => result.map(|result| for_version(result, self.session.protocol_version())),
         };
         let answered = self.handle.answer.load(Ordering::SeqCst);
         log::info(

@@ -80,7 +80,7 @@ impl Server {
             Err(error) => return send_response(&outbox, &Response { id: Some(id), result: Err(error) }),
         };
         let result = match method.as_str() {
-            "server/discover" => Ok(discover(self.ctx.config.snippets_dir.is_some())),
+            "server/discover" => Ok(discover(resources::offered(&self.ctx.config))),
             "tools/list" => list_tools(&self.registry, &params).map(|result| cacheable(result, LIST_TTL_MS)),
             "tools/call" => {
                 // The 2025-11-25 `task` parameter does not exist here: the
@@ -127,10 +127,11 @@ impl Server {
             }
             // The snippets, as in the handshake era; declared in
             // `server/discover` only with a snippets folder.
-            method if resources::METHODS.contains(&method) && self.ctx.config.snippets_dir.is_some() => {
-                let dir = self.ctx.config.snippets_dir.as_deref().unwrap_or(std::path::Path::new(""));
-                resources::handle(method, dir, &self.ctx.config, &params)
+            method if resources::METHODS.contains(&method) && resources::offered(&self.ctx.config) => {
+                let private = resources::is_private(&params);
+                resources::handle(method, &self.ctx, &params)
                     .map(|result| cacheable(result, RESOURCES_TTL_MS))
+                    .map(|result| if private { private_cache(result) } else { result })
                     .map_err(|error| modern_resource_error(error, &params))
             }
             method => Err(method_not_found(method)),
@@ -342,6 +343,15 @@ fn cacheable(mut result: Value, ttl_ms: u64) -> Value {
 /// 2026-07-28 has no -32002: a resource that does not exist is invalid
 /// params, with the same message and the requested URI in `data.uri`
 /// (SEP-2164), so a client can tell which of its reads failed.
+/// A stored output's piece is the caller's alone (its URI is a
+/// capability): no shared cache may keep it.
+fn private_cache(mut result: Value) -> Value {
+    if let Value::Object(object) = &mut result {
+        object.insert("cacheScope".into(), json!("private"));
+    }
+    result
+}
+
 fn modern_resource_error(error: ResponseError, params: &Map<String, Value>) -> ResponseError {
     match error.code {
         ErrorCode::ResourceNotFound => {

@@ -1,12 +1,16 @@
-//! MCP resources (server feature `resources`): the snippets folder's files
-//! as `snippet://<name>` resources, so clients can list and show them
-//!. Declared in `initialize` only when MCP_K8S_SNIPPETS_DIR is
-//! set. The folder is read at each request, so the list is always current;
-//! `listChanged` and subscriptions are not offered (the folder is not
-//! watched).
+//! MCP resources (server feature `resources`), declared only when there is
+//! something to serve:
+//! - the snippets folder's files as `snippet://<name>` resources, so
+//!   clients can list and show them (MCP_K8S_SNIPPETS_DIR). The folder is
+//!   read at each request, so the list is always current; `listChanged`
+//!   and subscriptions are not offered (the folder is not watched);
+//! - the output store's entries (MCP_K8S_OUTPUTS_DIR), `job://<run id>/…`,
+//!   which results link to: read in pieces, never listed (each URI holds
+//!   its run id, a capability), described by `resources/templates/list`.
 //!
 //! Knows the JSON-RPC shapes only; which files are snippets, and their
-//! bounds, is `tools::snippets`'s.
+//! bounds, is `tools::snippets`'s; what a stored output's read answers,
+//! `tools::links`'s.
 
 use std::path::Path;
 
@@ -15,18 +19,65 @@ use serde_json::{Map, Value, json};
 use super::jsonrpc::{ErrorCode, ResponseError};
 use crate::config::Config;
 use crate::tools::snippets::{self, Entry};
+use crate::tools::{Ctx, links};
 
 /// Methods this module answers.
 pub const METHODS: [&str; 3] = ["resources/list", "resources/read", "resources/templates/list"];
 
-/// Answers one of `METHODS` from the snippets folder `dir`.
-pub fn handle(method: &str, dir: &Path, config: &Config, params: &Map<String, Value>) -> Result<Value, ResponseError> {
+/// Whether the server offers resources at all: a snippets folder, or an
+/// output store.
+pub fn offered(config: &Config) -> bool {
+    config.snippets_dir.is_some() || config.outputs.is_some()
+}
+
+/// Whether a request reads a stored output: its answer is one caller's,
+/// never to be shared by a cache.
+pub fn is_private(params: &Map<String, Value>) -> bool {
+    params.get("uri").and_then(Value::as_str).is_some_and(links::is_ours)
+}
+
+/// Answers one of `METHODS`.
+pub fn handle(method: &str, ctx: &Ctx, params: &Map<String, Value>) -> Result<Value, ResponseError> {
+    let config = &ctx.config;
+    let dir = config.snippets_dir.as_deref();
     match method {
-        "resources/list" => list(dir, config, params),
-        "resources/read" => read(dir, config, params),
-        // Every snippet is listed by its own URI: there are no templates.
-        _ => Ok(json!({ "resourceTemplates": [] })),
+        "resources/list" => match dir {
+            Some(dir) => list(dir, config, params),
+            None => Ok(json!({ "resources": [] })),
+        },
+        "resources/read" => match params.get("uri") {
+            Some(Value::String(uri)) if links::is_ours(uri) => read_output(ctx, uri),
+            _ => match dir {
+                Some(dir) => read(dir, config, params),
+                None => read_missing(params),
+            },
+        },
+        // Every snippet is listed by its own URI; stored outputs have
+        // templates.
+        _ => Ok(json!({ "resourceTemplates": if config.outputs.is_some() { links::templates() } else { json!([]) } })),
     }
+}
+
+fn read_output(ctx: &Ctx, uri: &str) -> Result<Value, ResponseError> {
+    match links::read(ctx, uri) {
+        Ok(content) => Ok(json!({ "contents": [content] })),
+        Err(links::ReadFailure::NotFound(message)) => Err(ResponseError::new(ErrorCode::ResourceNotFound, message)),
+        Err(links::ReadFailure::Invalid(message)) => Err(ResponseError::new(ErrorCode::InvalidParams, message)),
+        Err(links::ReadFailure::Internal(message)) => Err(ResponseError::new(ErrorCode::InternalError, message)),
+    }
+}
+
+/// A read of anything but a stored output on a server without snippets.
+fn read_missing(params: &Map<String, Value>) -> Result<Value, ResponseError> {
+    let uri = params.get("uri").and_then(Value::as_str).unwrap_or_default();
+    Err(ResponseError::new(
+        ErrorCode::ResourceNotFound,
+        format!(
+            "resource not found: `{}`; resources here are {}<run id>/…, which results link to",
+            crate::echo::shorten(uri),
+            links::SCHEME
+        ),
+    ))
 }
 
 fn list(dir: &Path, config: &Config, params: &Map<String, Value>) -> Result<Value, ResponseError> {

@@ -12,7 +12,7 @@ use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use crate::runner::capture::{FrameSink, write_frame};
+use crate::runner::capture::{FrameSink, SpillBudget, write_frame};
 use crate::sandbox::frame::{self, ArtifactChunk, ArtifactHeader, Frame};
 
 /// Upper bound on files considered, so a workdir with millions of files
@@ -137,8 +137,10 @@ pub struct Sent {
 /// Writes an `Artifact` frame (and its chunks) for each path, in order,
 /// while the content fits under `cap` bytes in total. Files past the cap are
 /// still listed, without content, and a note names them and the cap; past
-/// `MAX_ARTIFACT_FILES`, they are not listed at all.
-pub fn send(workdir: &Path, paths: &[String], cap: u64, sink: &FrameSink) -> Sent {
+/// `MAX_ARTIFACT_FILES`, they are not listed at all. With an output store's
+/// `spill` budget, a file past the cap that fits whole in what is left of
+/// it is sent anyway, marked `spilled`, for the store rather than inline.
+pub fn send(workdir: &Path, paths: &[String], cap: u64, spill: Option<&SpillBudget>, sink: &FrameSink) -> Sent {
     let mut sent = Sent { count: 0, truncated: false, notes: Vec::new() };
     let mut remaining = cap;
     let mut without_content = Vec::new();
@@ -155,7 +157,8 @@ pub fn send(workdir: &Path, paths: &[String], cap: u64, sink: &FrameSink) -> Sen
         match read_artifact(&full_path, remaining) {
             Ok((header_info, content)) => {
                 let content_included = content.is_some();
-                if !content_included {
+                let spilled = !content_included && spill.is_some_and(|budget| budget.take_whole(header_info.size));
+                if !content_included && !spilled {
                     sent.truncated = true;
                     without_content.push((relative.clone(), header_info.size));
                 }
@@ -167,8 +170,12 @@ pub fn send(workdir: &Path, paths: &[String], cap: u64, sink: &FrameSink) -> Sen
                         mode: header_info.mode,
                         sha256: header_info.sha256,
                         content_included,
+                        spilled,
                     }),
                 );
+                if spilled {
+                    send_whole(&full_path, header_info.size, sink);
+                }
                 if let Some(content) = content {
                     remaining -= content.len() as u64;
                     for chunk in content.chunks(frame::CHUNK_BYTES) {
@@ -183,10 +190,28 @@ pub fn send(workdir: &Path, paths: &[String], cap: u64, sink: &FrameSink) -> Sen
             }
         }
     }
-    if let Some(note) = over_cap_note(&without_content, cap, cap - remaining) {
+    if let Some(mut note) = over_cap_note(&without_content, cap, cap - remaining) {
+        if spill.is_some() {
+            note.push_str("; the output store had no room left for them under its limit per run (MCP_K8S_OUTPUTS_MAX_RUN_BYTES)");
+        }
         sent.notes.push(note);
     }
     sent
+}
+
+/// Streams a file's first `size` bytes as chunks, read again from disk so
+/// that a large file is never held whole. A file that shrank since it was
+/// hashed sends fewer bytes, which the server sees against `size`.
+fn send_whole(path: &Path, size: u64, sink: &FrameSink) {
+    let Ok(file) = fs::File::open(path) else { return };
+    let mut file = file.take(size);
+    let mut buffer = vec![0u8; frame::CHUNK_BYTES];
+    loop {
+        match file.read(&mut buffer) {
+            Ok(0) | Err(_) => return,
+            Ok(read) => write_frame(sink, &Frame::ArtifactChunk(ArtifactChunk { data_b64: frame::to_base64(&buffer[..read]) })),
+        }
+    }
 }
 
 /// Names the files that came back without content and the cap that

@@ -486,6 +486,7 @@ mod tests {
                 kill_grace: Duration::from_secs(2),
                 max_output_bytes: 1024,
                 max_artifact_bytes: 1024,
+                spill_bytes: 0,
                 artifact_patterns: Vec::new(),
                 disk_paths: Vec::new(),
                 disk_limit_bytes: 0,

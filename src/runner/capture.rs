@@ -1,12 +1,17 @@
 //! Bounded capture of one output stream: keeps the head and the tail within
 //! a byte cap (the end of a log usually holds the error), counts what was
 //! dropped, and forwards a capped live copy as frames while the command runs.
+//! With an output store (`--spill-bytes`), a stream that outgrows the cap is
+//! also sent whole, as `Spill` frames, from the moment it does: what it held
+//! so far first, then each new read, so output under the cap costs nothing
+//! extra and none of it waits on the sandbox's disk.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::sandbox::frame::{self, Frame, Output, Stream, TAG_BYTES, Tag};
+use crate::sandbox::frame::{self, Frame, Output, SpillChunk, Stream, TAG_BYTES, Tag};
 
 /// Head and tail of a byte stream under a total cap.
 ///
@@ -50,6 +55,11 @@ impl HeadTail {
 
     pub fn truncated(&self) -> bool {
         self.total > (self.head.len() + self.tail.len()) as u64
+    }
+
+    /// The whole stream so far, while nothing has been dropped.
+    fn whole(&self) -> Option<Vec<u8>> {
+        (!self.truncated()).then(|| self.head.iter().chain(self.tail.iter()).copied().collect())
     }
 
     /// The kept bytes; when something was dropped, a marker line saying how
@@ -103,6 +113,47 @@ impl Write for MemoryWriter {
     }
 }
 
+/// What the runner may still send whole for the output store, shared by
+/// both streams and the files: the server's per-run limit.
+#[derive(Clone)]
+pub struct SpillBudget(Arc<AtomicU64>);
+
+impl SpillBudget {
+    pub fn new(bytes: u64) -> SpillBudget {
+        SpillBudget(Arc::new(AtomicU64::new(bytes)))
+    }
+
+    /// Takes up to `wanted` bytes; returns how many it got.
+    pub fn take(&self, wanted: u64) -> u64 {
+        let taken = self.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| Some(left.saturating_sub(wanted)));
+        taken.map_or(0, |left| left.min(wanted))
+    }
+
+    /// Takes `wanted` bytes only if all of them are left.
+    pub fn take_whole(&self, wanted: u64) -> bool {
+        self.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(wanted)).is_ok()
+    }
+}
+
+/// One stream's sending of its whole text: the budget, and the bytes sent
+/// (the next offset), which the result reports.
+pub struct StreamSpill {
+    pub budget: SpillBudget,
+    pub sent: Arc<AtomicU64>,
+}
+
+impl StreamSpill {
+    /// Sends `bytes` as `Spill` frames at the next offset, as far as the
+    /// budget goes.
+    fn send(&self, sink: &FrameSink, stream: Stream, bytes: &[u8]) {
+        let granted = self.budget.take(bytes.len() as u64) as usize;
+        for chunk in bytes[..granted].chunks(frame::CHUNK_BYTES) {
+            let offset = self.sent.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+            write_frame(sink, &Frame::Spill(SpillChunk { stream, offset, data_b64: frame::to_base64(chunk) }));
+        }
+    }
+}
+
 pub fn write_frame(sink: &FrameSink, frame: &Frame) {
     let line = frame::encode(sink.tag, frame);
     if let Ok(mut out) = sink.out.lock() {
@@ -113,9 +164,11 @@ pub fn write_frame(sink: &FrameSink, frame: &Frame) {
 
 /// Reads `source` to its end into `kept` (shared, so that what was read is
 /// there even while a stray process holds the stream open), forwarding the
-/// first `live_cap` bytes as `Output` frames as they arrive.
-pub fn pump(mut source: impl Read, stream: Stream, kept: &Mutex<HeadTail>, live_cap: usize, sink: &FrameSink) {
+/// first `live_cap` bytes as `Output` frames as they arrive, and with
+/// `spill`, the whole stream once it outgrows what `kept` holds.
+pub fn pump(mut source: impl Read, stream: Stream, kept: &Mutex<HeadTail>, live_cap: usize, spill: Option<&StreamSpill>, sink: &FrameSink) {
     let mut live_sent = 0usize;
+    let mut spilling = false;
     let mut buffer = vec![0u8; frame::CHUNK_BYTES];
     loop {
         let read = match source.read(&mut buffer) {
@@ -125,7 +178,22 @@ pub fn pump(mut source: impl Read, stream: Stream, kept: &Mutex<HeadTail>, live_
             Err(_) => break,
         };
         let chunk = &buffer[..read];
-        kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(chunk);
+        let so_far = {
+            let mut kept = kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let crossing = spill.is_some() && !spilling && kept.total + chunk.len() as u64 > kept.cap as u64;
+            let so_far = if crossing { kept.whole() } else { None };
+            kept.push(chunk);
+            so_far
+        };
+        if let Some(spill) = spill {
+            if let Some(so_far) = so_far {
+                spilling = true;
+                spill.send(sink, stream, &so_far);
+            }
+            if spilling {
+                spill.send(sink, stream, chunk);
+            }
+        }
         if live_sent < live_cap {
             let live = &chunk[..chunk.len().min(live_cap - live_sent)];
             live_sent += live.len();
@@ -190,10 +258,67 @@ mod tests {
     fn pump_forwards_live_output_up_to_its_cap() {
         let (sink, sink_buffer) = memory_sink();
         let kept = Mutex::new(HeadTail::new(100));
-        pump(&b"hello world"[..], Stream::Stdout, &kept, 5, &sink);
+        pump(&b"hello world"[..], Stream::Stdout, &kept, 5, None, &sink);
         assert_eq!(kept.lock().unwrap().contents(), b"hello world");
         let text = String::from_utf8(sink_buffer.lock().unwrap().clone()).unwrap();
         let frames: Vec<_> = text.lines().map(|line| frame::decode(line).unwrap().unwrap().1).collect();
         assert_eq!(frames, vec![Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"hello") })]);
+    }
+
+    /// Feeds `reads` through a pump with a cap of 4 and a spill budget;
+    /// returns the spilled text as the frames put it back together, and
+    /// the bytes the pump says it sent.
+    fn spilled(reads: &[&[u8]], budget: u64) -> (Vec<u8>, u64) {
+        struct Reads(Vec<Vec<u8>>);
+        impl Read for Reads {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                if self.0.is_empty() {
+                    return Ok(0);
+                }
+                let next = self.0.remove(0);
+                out[..next.len()].copy_from_slice(&next);
+                Ok(next.len())
+            }
+        }
+        let (sink, sink_buffer) = memory_sink();
+        let kept = Mutex::new(HeadTail::new(4));
+        let spill = StreamSpill { budget: SpillBudget::new(budget), sent: Arc::new(AtomicU64::new(0)) };
+        pump(Reads(reads.iter().map(|read| read.to_vec()).collect()), Stream::Stderr, &kept, 0, Some(&spill), &sink);
+        let text = String::from_utf8(sink_buffer.lock().unwrap().clone()).unwrap();
+        let mut whole = Vec::new();
+        for line in text.lines() {
+            if let Some((_, Frame::Spill(chunk))) = frame::decode(line).unwrap() {
+                assert_eq!(chunk.offset, whole.len() as u64, "pieces arrive in order, each at its offset");
+                whole.extend(frame::from_base64(&chunk.data_b64).unwrap());
+            }
+        }
+        (whole, spill.sent.load(Ordering::SeqCst))
+    }
+
+    #[test]
+    fn a_stream_is_sent_whole_once_it_outgrows_the_cap_and_only_then() {
+        // (case, reads, budget, spilled text)
+        type Case<'a> = (&'a str, &'a [&'a [u8]], u64, &'a [u8]);
+        let cases: &[Case] = &[
+            ("within the cap: nothing extra", &[b"ab", b"cd"], 100, b""),
+            ("crossing in one read", &[b"abcdef"], 100, b"abcdef"),
+            ("what was held, then each read", &[b"abc", b"de", b"f"], 100, b"abcdef"),
+            ("the budget cuts it", &[b"abc", b"defgh"], 6, b"abcdef"),
+            ("no budget: nothing", &[b"abcdefgh"], 0, b""),
+        ];
+        for (case, reads, budget, expected) in cases {
+            let (whole, sent) = spilled(reads, *budget);
+            assert_eq!(whole, *expected, "{case}");
+            assert_eq!(sent, expected.len() as u64, "{case}");
+        }
+    }
+
+    #[test]
+    fn the_budget_is_shared_and_never_goes_below_zero() {
+        let budget = SpillBudget::new(10);
+        assert_eq!(budget.take(4), 4);
+        assert!(!budget.take_whole(7));
+        assert!(budget.take_whole(6));
+        assert_eq!(budget.take(1), 0);
     }
 }

@@ -38,7 +38,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -196,6 +196,7 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
     capture::write_frame(sink, &Frame::Started(Started { started_at_ms }));
 
     let mut result = RunResult::started(started_at_ms);
+    let spill_budget = (options.spill_bytes > 0).then(|| capture::SpillBudget::new(options.spill_bytes));
     if before.incomplete {
         result.notes.push(format!(
             "the workdir holds more than {} files; files past that were not considered as artifacts",
@@ -212,7 +213,7 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
             code
         }
         Ok(mut child) => {
-            let outputs = start_pumps(&mut child, options, sink);
+            let outputs = start_pumps(&mut child, options, &spill_budget, sink);
             let watcher = (options.disk_limit_bytes > 0 && !options.disk_paths.is_empty())
                 .then(|| disk::Watcher::start(options.disk_paths.clone(), options.disk_limit_bytes, stop.clone()));
             let ending = process::wait(&mut child, options.timeout, options.kill_grace, &stop);
@@ -251,7 +252,7 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
     let after = artifacts::snapshot(&options.workdir);
     let chosen = artifacts::select(&before, &after, &options.artifact_patterns);
     result.notes.extend(artifacts::skipped_note(&before, &after, &options.artifact_patterns));
-    let sent = artifacts::send(&options.workdir, &chosen, options.max_artifact_bytes, sink);
+    let sent = artifacts::send(&options.workdir, &chosen, options.max_artifact_bytes, spill_budget.as_ref(), sink);
     result.artifact_count = sent.count;
     result.artifacts_truncated = sent.truncated;
     result.notes.extend(sent.notes);
@@ -285,14 +286,22 @@ impl std::fmt::Display for LateStart {
 
 /// A stream reader and what it has read so far: shared, so that a stream a
 /// stray process still holds open gives up what was read before it.
-type Pump = (std::thread::JoinHandle<()>, Arc<Mutex<HeadTail>>);
+/// With the bytes it sent whole for the output store.
+type Pump = (std::thread::JoinHandle<()>, Arc<Mutex<HeadTail>>, Arc<AtomicU64>);
 
-fn start_pumps(child: &mut std::process::Child, options: &ExecOptions, sink: &FrameSink) -> (Option<Pump>, Option<Pump>) {
+fn start_pumps(
+    child: &mut std::process::Child,
+    options: &ExecOptions,
+    budget: &Option<capture::SpillBudget>,
+    sink: &FrameSink,
+) -> (Option<Pump>, Option<Pump>) {
     let cap = options.max_output_bytes;
     let start = |pipe: Box<dyn std::io::Read + Send>, stream: Stream| -> Pump {
         let kept = Arc::new(Mutex::new(HeadTail::new(cap)));
+        let spilled = Arc::new(AtomicU64::new(0));
+        let spill = budget.clone().map(|budget| capture::StreamSpill { budget, sent: spilled.clone() });
         let (sink, shared) = (sink.clone(), kept.clone());
-        (std::thread::spawn(move || capture::pump(pipe, stream, &shared, cap, &sink)), kept)
+        (std::thread::spawn(move || capture::pump(pipe, stream, &shared, cap, spill.as_ref(), &sink)), kept, spilled)
     };
     let stdout = child.stdout.take().map(|pipe| start(Box::new(pipe), Stream::Stdout));
     let stderr = child.stderr.take().map(|pipe| start(Box::new(pipe), Stream::Stderr));
@@ -307,6 +316,8 @@ const STREAM_DRAIN: Duration = Duration::from_secs(5);
 struct Drained {
     kept: HeadTail,
     cut: bool,
+    /// Bytes sent whole for the output store.
+    spilled: u64,
 }
 
 /// Joins the stream readers. Their pipes close once every process that
@@ -317,7 +328,7 @@ struct Drained {
 fn finish_pumps(pumps: (Option<Pump>, Option<Pump>), notes: &mut Vec<String>) -> (Drained, Drained) {
     let deadline = std::time::Instant::now() + STREAM_DRAIN;
     let mut join = |pump: Option<Pump>, name: &str| -> Drained {
-        let Some((handle, kept)) = pump else { return Drained { kept: HeadTail::new(0), cut: false } };
+        let Some((handle, kept, spilled)) = pump else { return Drained { kept: HeadTail::new(0), cut: false, spilled: 0 } };
         let mut backoff = process::Backoff::new(Duration::from_millis(10));
         while !handle.is_finished() && std::time::Instant::now() < deadline {
             std::thread::sleep(backoff.pause());
@@ -332,7 +343,7 @@ fn finish_pumps(pumps: (Option<Pump>, Option<Pump>), notes: &mut Vec<String>) ->
             let _ = handle.join();
         }
         let kept = std::mem::replace(&mut *kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), HeadTail::new(0));
-        Drained { kept, cut }
+        Drained { kept, cut, spilled: spilled.load(std::sync::atomic::Ordering::SeqCst) }
     };
     let stdout = join(pumps.0, "stdout");
     let stderr = join(pumps.1, "stderr");
@@ -354,6 +365,8 @@ fn send_captured(result: &mut RunResult, stdout: &Drained, stderr: &Drained, sin
     }
     result.stdout_total_bytes = stdout.kept.total_bytes();
     result.stderr_total_bytes = stderr.kept.total_bytes();
+    result.stdout_spilled_bytes = stdout.spilled;
+    result.stderr_spilled_bytes = stderr.spilled;
     result.stdout_truncated = stdout.kept.truncated() || stdout.cut;
     result.stderr_truncated = stderr.kept.truncated() || stderr.cut;
 }

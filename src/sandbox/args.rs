@@ -20,6 +20,10 @@ pub struct ExecOptions {
     pub kill_grace: Duration,
     pub max_output_bytes: usize,
     pub max_artifact_bytes: u64,
+    /// Bytes the runner may send on top, whole, for the server's output
+    /// store: streams past `max_output_bytes` and files past the artifact
+    /// cap, all together. Zero without a store (nothing extra is sent).
+    pub spill_bytes: u64,
     pub artifact_patterns: Vec<String>,
     /// Folders the command may write and the limit of each (`disk`); no
     /// watching with a limit of 0.
@@ -136,6 +140,10 @@ pub fn exec_args(options: &ExecOptions) -> Vec<String> {
         args.push("--start-deadline-ms".to_string());
         args.push(deadline_ms.to_string());
     }
+    if options.spill_bytes > 0 {
+        args.push("--spill-bytes".to_string());
+        args.push(options.spill_bytes.to_string());
+    }
     if options.disk_limit_bytes > 0 {
         args.push("--disk-limit-bytes".to_string());
         args.push(options.disk_limit_bytes.to_string());
@@ -158,6 +166,7 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
         kill_grace: KILL_GRACE,
         max_output_bytes: 1 << 20,
         max_artifact_bytes: 10 << 20,
+        spill_bytes: 0,
         artifact_patterns: Vec::new(),
         disk_paths: Vec::new(),
         disk_limit_bytes: 0,
@@ -172,6 +181,7 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
             Long("kill-grace-ms") => options.kill_grace = Duration::from_millis(number(&mut parser, "--kill-grace-ms")?),
             Long("max-output-bytes") => options.max_output_bytes = number(&mut parser, "--max-output-bytes")? as usize,
             Long("max-artifact-bytes") => options.max_artifact_bytes = number(&mut parser, "--max-artifact-bytes")?,
+            Long("spill-bytes") => options.spill_bytes = number(&mut parser, "--spill-bytes")?,
             Long("artifact") => options.artifact_patterns.push(value(&mut parser)?),
             Long("disk-path") => options.disk_paths.push(PathBuf::from(value(&mut parser)?)),
             Long("disk-limit-bytes") => options.disk_limit_bytes = number(&mut parser, "--disk-limit-bytes")?,
@@ -455,6 +465,7 @@ mod tests {
             kill_grace: Duration::from_millis(300),
             max_output_bytes: 4096,
             max_artifact_bytes: 8192,
+            spill_bytes: 1 << 28,
             artifact_patterns: vec!["out/*.txt".into(), "report.json".into()],
             disk_paths: vec!["/src".into(), "/tmp".into()],
             disk_limit_bytes: 1 << 30,

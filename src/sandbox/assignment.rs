@@ -159,6 +159,7 @@ pub fn encode(key: &Key, assignment: &Assignment) -> Vec<u8> {
         kill_grace_ms: exec.kill_grace.as_millis() as u64,
         max_output_bytes: exec.max_output_bytes as u64,
         max_artifact_bytes: exec.max_artifact_bytes,
+        spill_bytes: exec.spill_bytes,
         artifacts: exec.artifact_patterns.clone(),
         disk_paths: exec.disk_paths.iter().map(|path| path.to_string_lossy().into_owned()).collect(),
         disk_limit_bytes: exec.disk_limit_bytes,
@@ -207,6 +208,7 @@ pub fn decode(body: &[u8]) -> Result<(Key, Assignment), DecodeError> {
         kill_grace: Duration::from_millis(wire.kill_grace_ms),
         max_output_bytes: usize::try_from(wire.max_output_bytes).unwrap_or(usize::MAX),
         max_artifact_bytes: wire.max_artifact_bytes,
+        spill_bytes: wire.spill_bytes,
         artifact_patterns: wire.artifacts,
         disk_paths: wire.disk_paths.into_iter().map(PathBuf::from).collect(),
         disk_limit_bytes: wire.disk_limit_bytes,
@@ -232,6 +234,9 @@ struct Wire {
     kill_grace_ms: u64,
     max_output_bytes: u64,
     max_artifact_bytes: u64,
+    /// Absent from an older server's assignment: nothing extra is sent.
+    #[serde(default)]
+    spill_bytes: u64,
     artifacts: Vec<String>,
     disk_paths: Vec<String>,
     disk_limit_bytes: u64,
@@ -273,6 +278,7 @@ mod tests {
                 kill_grace: Duration::from_secs(2),
                 max_output_bytes: 4096,
                 max_artifact_bytes: 8192,
+                spill_bytes: 1 << 28,
                 artifact_patterns: vec!["out/*.txt".into()],
                 disk_paths: vec!["/work".into(), "/tmp".into()],
                 disk_limit_bytes: 1 << 30,

@@ -65,6 +65,10 @@ pub enum Frame {
     Captured(Output),
     Artifact(ArtifactHeader),
     ArtifactChunk(ArtifactChunk),
+    /// A piece of a stream's whole text, for the output store: sent only
+    /// when the engine asked for it (`--spill-bytes`) and the stream grew
+    /// past the inline cap, from offset 0 on.
+    Spill(SpillChunk),
     Result(RunResult),
 }
 
@@ -90,10 +94,29 @@ pub struct ArtifactHeader {
     /// False when the file did not fit under the artifact cap: its metadata
     /// is reported, its content is not, and no chunks follow.
     pub content_included: bool,
+    /// True when a file past the cap is sent whole for the output store
+    /// anyway: its `ArtifactChunk`s follow, and the engine stores them
+    /// instead of inlining them. Absent from older runners' frames.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub spilled: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ArtifactChunk {
+    pub data_b64: String,
+}
+
+/// Bytes of a stream at `offset` of its whole text. The offset makes a
+/// second reading of the same log (a follower that started again) write
+/// the same bytes in the same place, and a missing piece a visible gap.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpillChunk {
+    pub stream: Stream,
+    pub offset: u64,
     pub data_b64: String,
 }
 
@@ -135,6 +158,12 @@ pub struct RunResult {
     pub stderr_total_bytes: u64,
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
+    /// Bytes of each stream sent in `Spill` frames: its whole text when
+    /// this equals the total. Zero without an output store.
+    #[serde(default)]
+    pub stdout_spilled_bytes: u64,
+    #[serde(default)]
+    pub stderr_spilled_bytes: u64,
     /// How many `Artifact` frames were written before this one.
     pub artifact_count: u32,
     /// True when some matching files were left out or sent without content.
@@ -165,6 +194,8 @@ impl RunResult {
             stderr_total_bytes: 0,
             stdout_truncated: false,
             stderr_truncated: false,
+            stdout_spilled_bytes: 0,
+            stderr_spilled_bytes: 0,
             artifact_count: 0,
             artifacts_truncated: false,
             notes: Vec::new(),
@@ -304,7 +335,23 @@ mod tests {
         let frames = [
             Frame::Started(Started { started_at_ms: 5 }),
             Frame::Output(Output { stream: Stream::Stderr, data_b64: to_base64(b"a\nb") }),
-            Frame::Artifact(ArtifactHeader { path: "out/x.png".into(), size: 3, mode: 0o644, sha256: "ab".into(), content_included: true }),
+            Frame::Artifact(ArtifactHeader {
+                path: "out/x.png".into(),
+                size: 3,
+                mode: 0o644,
+                sha256: "ab".into(),
+                content_included: true,
+                spilled: false,
+            }),
+            Frame::Artifact(ArtifactHeader {
+                path: "big.bin".into(),
+                size: 3 << 20,
+                mode: 0o644,
+                sha256: "cd".into(),
+                content_included: false,
+                spilled: true,
+            }),
+            Frame::Spill(SpillChunk { stream: Stream::Stdout, offset: 1 << 20, data_b64: to_base64(b"x") }),
             Frame::ArtifactChunk(ArtifactChunk { data_b64: to_base64(&[0, 255, 10]) }),
         ];
         for frame in frames {

@@ -396,12 +396,12 @@ fn view_outcome(view: &View) -> ToolOutcome {
             "phase": phase_name(view.phase),
             "result": job_result::outcome_json(outcome),
         }),
-        extra_content: job_result::image_blocks(outcome),
+        extra_content: job_result::content_blocks(outcome),
     }
 }
 
 fn run_job_outcome(outcome: &engine::spec::RunOutcome) -> ToolOutcome {
-    ToolOutcome::SuccessWithContent { structured: job_result::outcome_json(outcome), extra_content: job_result::image_blocks(outcome) }
+    ToolOutcome::SuccessWithContent { structured: job_result::outcome_json(outcome), extra_content: job_result::content_blocks(outcome) }
 }
 
 fn view_schema() -> Value {

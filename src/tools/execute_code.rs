@@ -86,7 +86,7 @@ pub fn outcome(outcome: &RunOutcome) -> ToolOutcome {
     ToolOutcome::Rendered {
         text: result_text(outcome),
         structured: job_result::outcome_json(outcome),
-        extra_content: job_result::image_blocks(outcome),
+        extra_content: job_result::content_blocks(outcome),
         is_error: outcome.status != RunStatus::Succeeded,
     }
 }

@@ -1,12 +1,15 @@
 //! `RunOutcome` → the `run_job` result: the JSON in `structuredContent`
 //! (and repeated as text), plus MCP `image` blocks for PNG/JPEG/GIF/WebP
-//! artifacts so a model can see them. Wire names are decided here only.
+//! artifacts so a model can see them, and `resource_link` blocks for the
+//! streams and files kept whole in the output store. Wire names are
+//! decided here only.
 
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+use crate::engine::outputs::{self, Link};
 use crate::engine::spec::{Artifact, PhaseTimes, RunOutcome, RunReason, RunStatus};
 
 pub fn status_name(status: RunStatus) -> &'static str {
@@ -44,12 +47,56 @@ pub fn outcome_json(outcome: &RunOutcome) -> Value {
         "notes": outcome.notes,
     });
     result["artifacts"] = Value::Array(outcome.artifacts.iter().map(artifact_json).collect());
+    // Only when the store kept something: a small result is unchanged.
+    if !outcome.links.is_empty() {
+        result["links"] = Value::Array(outcome.links.iter().map(link_json).collect());
+    }
     for (name, bytes) in [("stdout_b64", &outcome.stdout), ("stderr_b64", &outcome.stderr)] {
         if std::str::from_utf8(bytes).is_err() {
             result[name] = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
         }
     }
     result
+}
+
+/// The content blocks besides the JSON text: pictures, then links.
+pub fn content_blocks(outcome: &RunOutcome) -> Vec<Value> {
+    let mut blocks = image_blocks(outcome);
+    blocks.extend(outcome.links.iter().map(link_block));
+    blocks
+}
+
+fn link_json(link: &Link) -> Value {
+    json!({
+        "uri": link.uri,
+        "name": link.name,
+        "mime_type": link.mime_type,
+        "size": link.size,
+        "total_bytes": link.total,
+        "complete": link.complete,
+        "expires_at": crate::log::rfc3339_utc(link.expires_at),
+    })
+}
+
+/// A `resource_link` block: what `resources/read` reads, and how to page.
+fn link_block(link: &Link) -> Value {
+    let whole = if link.complete {
+        format!("the whole {} ({} bytes)", link.name, link.size)
+    } else {
+        format!("the first {} of {} bytes of {} (the rest could not be kept)", link.size, link.total, link.name)
+    };
+    json!({
+        "type": "resource_link",
+        "uri": link.uri,
+        "name": link.name,
+        "mimeType": link.mime_type,
+        "size": link.size,
+        "description": format!(
+            "{whole}, readable until {}: resources/read returns {} bytes at most per piece; add ?offset=<byte>&length=<bytes> to the URI for the next",
+            crate::log::rfc3339_utc(link.expires_at),
+            outputs::MAX_PIECE
+        ),
+    })
 }
 
 /// `image` content blocks for artifacts that are pictures.
@@ -167,6 +214,19 @@ pub fn output_schema() -> Value {
                 "answer_ms": {"type": ["integer", "null"], "description": "Time to answer, from submission"},
             }},
             "notes": {"type": "array", "items": {"type": "string"}},
+            "links": {"type": "array", "description": "Present when a stream or file was too big to inline and the server keeps it whole (MCP_K8S_OUTPUTS_DIR): read each with resources/read, in pieces", "items": {
+                "type": "object",
+                "required": ["uri", "name", "size", "complete"],
+                "properties": {
+                    "uri": {"type": "string", "description": "job://<run id>/stdout, /stderr or /files/<path>; add ?offset=<byte>&length=<bytes> to read a piece"},
+                    "name": {"type": "string", "description": "stdout, stderr or the file's path"},
+                    "mime_type": {"type": "string"},
+                    "size": {"type": "integer", "description": "Bytes kept, all readable"},
+                    "total_bytes": {"type": "integer", "description": "Bytes the command wrote"},
+                    "complete": {"type": "boolean", "description": "false when the store could not keep all of it (size < total_bytes) or the log was cut"},
+                    "expires_at": {"type": "string"},
+                },
+            }},
         },
     })
 }

@@ -16,6 +16,7 @@ pub mod execute_code;
 pub mod idempotency;
 pub mod job_args;
 pub mod job_result;
+pub mod links;
 pub mod run_job;
 pub mod snippets;
 

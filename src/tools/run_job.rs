@@ -142,7 +142,7 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     match run_reporting_progress(ctx, call, "run_job", &spec, keyed) {
         Ok(outcome) => ToolOutcome::SuccessWithContent {
             structured: job_result::outcome_json(&outcome),
-            extra_content: job_result::image_blocks(&outcome),
+            extra_content: job_result::content_blocks(&outcome),
         },
         Err(why) => ToolOutcome::Failure(why),
     }

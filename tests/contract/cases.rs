@@ -255,6 +255,83 @@ fn the_audit_trail_says_who_ran_what_and_how_it_ended_and_nothing_of_the_call() 
     }
 }
 
+/// One `resources/read` of a stored output: the bytes (text or blob) and
+/// the answer's `_meta`; or the JSON-RPC error.
+fn read_piece(server: &mut Server, uri: &str) -> Result<(Vec<u8>, Value), Value> {
+    let answer = server.request("resources/read", json!({"uri": uri}));
+    let Some(content) = answer["result"]["contents"].get(0) else { return Err(answer["error"].clone()) };
+    let bytes = match (content["text"].as_str(), content["blob"].as_str()) {
+        (Some(text), None) => text.as_bytes().to_vec(),
+        (None, Some(blob)) => base64::engine::general_purpose::STANDARD.decode(blob).unwrap(),
+        _ => panic!("a content is text or blob: {answer}"),
+    };
+    Ok((bytes, content["_meta"].clone()))
+}
+
+/// Reads a stored output whole, following each piece's `next`, and
+/// returns its SHA-256 in hex and the number of pieces.
+fn read_whole(server: &mut Server, uri: &str) -> (String, usize) {
+    let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+    let (mut next, mut pieces) = (Some(uri.to_string()), 0);
+    while let Some(uri) = next {
+        let (bytes, meta) = read_piece(server, &uri).unwrap_or_else(|error| panic!("{uri}: {error}"));
+        assert!(bytes.len() <= 1 << 20, "a piece is at most 1 MiB: {meta}");
+        digest.update(&bytes);
+        pieces += 1;
+        next = meta["next"].as_str().map(str::to_string);
+    }
+    (digest.finish().as_ref().iter().map(|byte| format!("{byte:02x}")).collect(), pieces)
+}
+
+/// Streams and files past the inline caps are kept whole in the output
+/// store and linked from the result: read back in pieces, byte-exact (the
+/// hashes the command printed), by this server and by a second one (a
+/// replica, or this one restarted); a range past the end, a length of 0
+/// or over the piece limit, and a run nobody made answer as documented.
+#[test]
+fn outputs_past_the_caps_are_linked_and_read_back_whole_in_pieces() {
+    let dir = super::support::TempDir::new("outputs");
+    let settings = [("MCP_K8S_OUTPUTS_DIR", dir.path.to_str().unwrap()), ("MCP_K8S_MAX_ARTIFACT_BYTES", "1048576")];
+    let mut server = server(&settings);
+    let script = "head -c 3145733 /dev/urandom > /tmp/out; sha256sum /tmp/out >&2; cat /tmp/out; \
+                  head -c 2621440 /dev/urandom > big.bin; sha256sum big.bin >&2; echo small > small.txt";
+    let out = server.run(json!({"image": BUSYBOX, "command": sh(script), "network": "none"}));
+    assert_eq!(out["status"], "succeeded", "{out}");
+    assert_eq!((out["truncated"]["stdout"].as_bool(), out["stdout_total_bytes"].as_u64()), (Some(true), Some(3_145_733)), "{out}");
+    let hashes: Vec<&str> = out["stderr"].as_str().unwrap().lines().filter_map(|line| line.split_whitespace().next()).collect();
+    let links = out["links"].as_array().unwrap_or_else(|| panic!("no links in {out}"));
+    let facts: Vec<(&str, u64, bool)> =
+        links.iter().map(|link| (link["name"].as_str().unwrap(), link["size"].as_u64().unwrap(), link["complete"] == true)).collect();
+    assert_eq!(facts, [("stdout", 3_145_733, true), ("big.bin", 2_621_440, true)], "{out}");
+    let small = out["artifacts"].as_array().unwrap().iter().find(|artifact| artifact["path"] == "small.txt").unwrap();
+    assert!(small["content_b64"].is_string(), "what fits stays inline: {out}");
+    let (stdout_uri, file_uri) = (links[0]["uri"].as_str().unwrap().to_string(), links[1]["uri"].as_str().unwrap().to_string());
+
+    let (stdout_hash, pieces) = read_whole(&mut server, &stdout_uri);
+    assert_eq!((stdout_hash.as_str(), pieces), (hashes[0], 4), "3 MiB and 5 bytes are four pieces");
+    // A second server on the same folder: a replica, or this one after a
+    // restart.
+    let mut replica = super::harness::Server::start(BACKEND, &settings);
+    assert_eq!(read_whole(&mut replica, &file_uri).0, hashes[1]);
+
+    let size = 3_145_733;
+    let (at_end, meta) = read_piece(&mut server, &format!("{stdout_uri}?offset={size}")).unwrap();
+    assert!(at_end.is_empty() && meta["next"].is_null(), "{meta}");
+    let (empty, _) = read_piece(&mut server, &format!("{stdout_uri}?offset=7&length=0")).unwrap();
+    assert!(empty.is_empty());
+    let (capped, meta) = read_piece(&mut server, &format!("{stdout_uri}?offset=1&length=99999999")).unwrap();
+    assert_eq!(
+        (capped.len(), meta["size"].as_u64(), meta["next"].as_str()),
+        (1 << 20, Some(size), Some(format!("{stdout_uri}?offset={}", (1 << 20) + 1).as_str()))
+    );
+    let past = read_piece(&mut server, &format!("{stdout_uri}?offset={}", size + 1)).unwrap_err();
+    assert_eq!(past["code"], -32602, "{past}");
+    assert!(past["message"].as_str().unwrap().contains("past the end"), "{past}");
+    let unknown = stdout_uri.replace(out["run_id"].as_str().unwrap(), "0123456789abcdef0123456789abcdef");
+    let missing = read_piece(&mut replica, &unknown).unwrap_err();
+    assert_eq!(missing["code"], -32002, "another run's link, or a guess, reads nothing: {missing}");
+}
+
 /// A key of its own for each call of the suite: results are kept for an
 /// hour, and the tiers share the cluster and the daemon.
 fn fresh_key(label: &str) -> String {

@@ -153,6 +153,18 @@ impl Server {
         self.answer(id)
     }
 
+    /// Any other request; its whole response (`result` or `error`).
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        self.stdio.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string());
+        loop {
+            let message = self.stdio.recv_within(MESSAGE_WAIT);
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
     /// A tool call that must not be a tool error; its structured content.
     pub fn ok(&mut self, tool: &str, arguments: Value) -> Value {
         let called = self.call(tool, arguments);

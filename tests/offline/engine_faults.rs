@@ -42,6 +42,7 @@ fn policy() -> Policy {
         extra_env: BTreeMap::new(),
         cache: None,
         clone: None,
+        outputs: None,
     }
 }
 

@@ -25,6 +25,7 @@ fn policy() -> Policy {
         extra_env: BTreeMap::from([("CI".into(), "true".into()), ("SHARED".into(), "operator".into())]),
         cache: None,
         clone: None,
+        outputs: None,
     }
 }
 

@@ -92,6 +92,7 @@ fn options(name: &str, argv: &[&str]) -> ExecOptions {
         kill_grace: Duration::from_millis(500),
         max_output_bytes: 1 << 20,
         max_artifact_bytes: 1 << 20,
+        spill_bytes: 0,
         artifact_patterns: Vec::new(),
         disk_paths: Vec::new(),
         disk_limit_bytes: 0,
@@ -205,6 +206,44 @@ fn artifact_patterns_select_files_and_the_cap_leaves_content_out() {
     assert_eq!(summary, [("big.log", false, 0), ("small.log", true, 2)]);
     assert_eq!(artifacts[0].0.size, 10);
     assert!(run.result().artifacts_truncated);
+}
+
+/// With an output store, a stream past the cap and a file past the artifact
+/// cap are also sent whole, byte-exact, and the result says how much of
+/// each stream was; a file that does not fit in what is left of the
+/// store's share is listed without content, as without a store.
+#[test]
+fn with_an_output_store_streams_and_files_past_the_caps_are_sent_whole() {
+    let script = "head -c 300000 /dev/urandom > noise.bin; cat noise.bin; printf err >&2; head -c 5000 /dev/zero > big.bin; head -c 200 /dev/zero > huge.log";
+    let mut opts = options("spill", &["sh", "-c", script]);
+    opts.max_output_bytes = 1000;
+    opts.max_artifact_bytes = 100;
+    opts.artifact_patterns = vec!["*.bin".into(), "*.log".into()];
+    opts.spill_bytes = 300_000 + 5000 + 5;
+    let run = run(&opts);
+    let noise = fs::read(run.workdir.join("noise.bin")).unwrap();
+    let mut spilled = Vec::new();
+    for frame in &run.frames {
+        if let Frame::Spill(chunk) = frame {
+            assert_eq!(chunk.stream, Stream::Stdout, "stderr stayed under the cap");
+            assert_eq!(chunk.offset, spilled.len() as u64);
+            spilled.extend(frame::from_base64(&chunk.data_b64).unwrap());
+        }
+    }
+    assert!(spilled == noise, "the stream came back whole and byte-exact ({} of {} bytes)", spilled.len(), noise.len());
+    assert_eq!(run.result().stdout_spilled_bytes, noise.len() as u64);
+    assert_eq!(run.result().stderr_spilled_bytes, 0);
+    let files: Vec<(String, bool, bool, usize)> = run
+        .artifacts()
+        .into_iter()
+        .map(|(header, content)| (header.path, header.content_included, header.spilled, content.len()))
+        .collect();
+    assert_eq!(
+        files,
+        [("big.bin".to_string(), false, true, 5000), ("huge.log".to_string(), false, false, 0), ("noise.bin".to_string(), false, false, 0),]
+    );
+    let notes = &run.result().notes;
+    assert!(notes.iter().any(|note| note.contains("MCP_K8S_OUTPUTS_MAX_RUN_BYTES")), "{notes:?}");
 }
 
 /// An artifact over the cap came back without

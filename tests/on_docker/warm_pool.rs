@@ -162,6 +162,7 @@ fn pools_and_backend(name: &str) -> (std::sync::Arc<pool::Pools>, Docker, RunSpe
         extra_env: Default::default(),
         cache: None,
         clone: None,
+        outputs: None,
     };
     let options = spec::Options {
         runner_binary: crate::backend::runner_binary(),

@@ -34,7 +34,11 @@ impl TempDir {
     pub fn new(label: &str) -> TempDir {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let unique = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let path = std::env::temp_dir().join(format!("mcp-kube-{label}-{}-{unique}", std::process::id()));
+        // The time as well: a tier that compiles this tree twice (a module
+        // of its own and main.rs's) has two counters, and two tests with
+        // one label got one folder, each wiping the other's.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let path = std::env::temp_dir().join(format!("mcp-kube-{label}-{}-{unique}-{nanos}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).expect("create temp dir");
         TempDir { path }

@@ -404,6 +404,7 @@ mod tests {
             extra_env: BTreeMap::from([("A".to_string(), "operator".to_string())]),
             cache: None,
             clone: None,
+            outputs: None,
         }
     }
 

@@ -1,0 +1,105 @@
+//! The output store's entries as MCP resources: the `contents` entry a
+//! `resources/read` of a `job://` URI answers (one piece, with where it is
+//! and the next piece's URI in `_meta`) and the URI templates that
+//! describe them. The protocol layer wraps these in JSON-RPC; what is
+//! stored and how a range is cut is `engine::outputs`'s.
+
+use std::time::SystemTime;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use super::Ctx;
+use crate::engine::outputs::{self, ReadError};
+
+pub use crate::engine::outputs::{SCHEME, is_ours};
+
+/// Why a read answered nothing, as the protocol sorts it.
+#[derive(Debug, PartialEq)]
+pub enum ReadFailure {
+    /// No such entry, or its retention ended.
+    NotFound(String),
+    /// The URI or its range is wrong.
+    Invalid(String),
+    /// The store could not be read.
+    Internal(String),
+}
+
+/// The URI forms of stored outputs, RFC 6570 templates.
+pub fn templates() -> Value {
+    let range = format!(
+        "Add ?offset=<byte>&length=<bytes> for a piece (at most {} bytes, the default); each answer's _meta gives the size and the next piece's URI",
+        outputs::MAX_PIECE
+    );
+    json!([
+        {
+            "uriTemplate": "job://{run_id}/stdout{?offset,length}",
+            "name": "stdout",
+            "description": format!("A run's whole stdout when it was too big to inline; results link to it. {range}"),
+            "mimeType": "text/plain",
+        },
+        {
+            "uriTemplate": "job://{run_id}/stderr{?offset,length}",
+            "name": "stderr",
+            "description": format!("A run's whole stderr when it was too big to inline; results link to it. {range}"),
+            "mimeType": "text/plain",
+        },
+        {
+            "uriTemplate": "job://{run_id}/files/{+path}{?offset,length}",
+            "name": "file",
+            "description": format!("A file a run wrote that was past the artifact cap, its path percent-encoded; results link to it. {range}"),
+        },
+    ])
+}
+
+/// A piece of a stored output, as one `contents` entry: text when its
+/// bytes are UTF-8 and its type is text, else a blob; `_meta` says where
+/// it is and what comes next.
+pub fn read(ctx: &Ctx, uri: &str) -> Result<Value, ReadFailure> {
+    let store = match &ctx.engine {
+        Ok(engine) => engine.policy.outputs.as_ref(),
+        Err(_) => None,
+    };
+    let Some(store) = store else {
+        return Err(ReadFailure::NotFound(format!(
+            "`{}`: this server keeps no outputs (MCP_K8S_OUTPUTS_DIR is not set, or no backend is connected)",
+            crate::echo::shorten(uri)
+        )));
+    };
+    let request = outputs::parse_uri(uri).map_err(read_error)?;
+    let piece = store.read(&request, SystemTime::now()).map_err(read_error)?;
+    let end = piece.offset + piece.bytes.len() as u64;
+    let length = if request.length == outputs::MAX_PIECE { String::new() } else { format!("&length={}", request.length) };
+    let next = (end < piece.size).then(|| format!("{}?offset={end}{length}", outputs::uri(&request.run_id, &request.entry)));
+    let mut content = json!({
+        "uri": uri,
+        "mimeType": piece.mime_type,
+        "_meta": {
+            "offset": piece.offset,
+            "length": piece.bytes.len(),
+            "size": piece.size,
+            "total_bytes": piece.total,
+            "complete": piece.complete,
+            "next": next,
+        },
+    });
+    let blob = |bytes: &[u8]| Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+    if !piece.mime_type.starts_with("text/") {
+        content["blob"] = blob(&piece.bytes);
+    } else {
+        match String::from_utf8(piece.bytes) {
+            Ok(text) => content["text"] = Value::String(text),
+            Err(error) => content["blob"] = blob(error.as_bytes()),
+        }
+    }
+    Ok(content)
+}
+
+fn read_error(error: ReadError) -> ReadFailure {
+    let message = error.to_string();
+    match error {
+        ReadError::NotFound(_) | ReadError::Expired(_) => ReadFailure::NotFound(message),
+        ReadError::BadUri(_) | ReadError::BadRange(_) => ReadFailure::Invalid(message),
+        ReadError::Io(_) => ReadFailure::Internal(message),
+    }
+}

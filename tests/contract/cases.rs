@@ -330,6 +330,19 @@ fn outputs_past_the_caps_are_linked_and_read_back_whole_in_pieces() {
     let unknown = stdout_uri.replace(out["run_id"].as_str().unwrap(), "0123456789abcdef0123456789abcdef");
     let missing = read_piece(&mut replica, &unknown).unwrap_err();
     assert_eq!(missing["code"], -32002, "another run's link, or a guess, reads nothing: {missing}");
+
+    // A background run's result links the same way, fetched on the replica.
+    let token = server.submit(json!({"image": BUSYBOX, "command": sh("head -c 1048580 /dev/zero"), "network": "none"}));
+    let _cleanup = Cleanup::tokens(BACKEND, &[&token]);
+    let done = replica.fetch_done(&token);
+    let link = &done["result"]["links"][0];
+    assert_eq!(
+        (link["name"].as_str(), link["size"].as_u64(), link["complete"].as_bool()),
+        (Some("stdout"), Some(1_048_580), Some(true)),
+        "{done}"
+    );
+    let (bytes, _) = read_piece(&mut server, &format!("{}?offset=1048570", link["uri"].as_str().unwrap())).unwrap();
+    assert_eq!(bytes, [0; 10]);
 }
 
 /// A key of its own for each call of the suite: results are kept for an

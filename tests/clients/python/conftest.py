@@ -54,9 +54,12 @@ class HttpServer:
             return [json.loads(line) for line in file if line.strip()]
 
     def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=15)
-        os.unlink(self.log.name)
+        """Stops the server; a second call does nothing."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=15)
+        if os.path.exists(self.log.name):
+            os.unlink(self.log.name)
 
 
 @pytest.fixture(scope="module")

@@ -240,6 +240,22 @@ fn the_pod_template_is_mounted_and_the_server_accepts_it() {
 }
 
 #[test]
+fn an_outputs_claim_is_mounted_where_the_server_keeps_large_outputs() {
+    let objects = render(&[], &["outputs.existingClaim=shared-outputs", "outputs.maxRunBytes=1048576"]);
+    let server = deployment(&objects, "mcp-system");
+    assert_eq!(env_value(&server, "MCP_K8S_OUTPUTS_DIR"), "/var/lib/mcp-k8s-ephemeral-job/outputs");
+    assert_eq!(env_value(&server, "MCP_K8S_OUTPUTS_MAX_RUN_BYTES"), "1048576");
+    assert_eq!(env_value(&server, "MCP_K8S_OUTPUTS_MAX_BYTES"), "10737418240");
+    let pod = &server["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"][0]["persistentVolumeClaim"]["claimName"], "shared-outputs");
+    assert_eq!(pod["containers"][0]["volumeMounts"][0]["mountPath"], "/var/lib/mcp-k8s-ephemeral-job/outputs");
+    assert_eq!(pod["securityContext"]["fsGroup"], 65532, "the server's group may write the volume");
+    let plain = deployment(&render(&[], &[]), "mcp-system");
+    assert!(plain["spec"]["template"]["spec"]["volumes"].is_null(), "no claim, no volume");
+    assert!(env_var(&plain, "MCP_K8S_OUTPUTS_DIR").is_null());
+}
+
+#[test]
 fn the_chart_version_and_app_version_are_the_crate_version() {
     let path = chart_dir().join("Chart.yaml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));

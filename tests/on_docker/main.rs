@@ -20,6 +20,7 @@ mod support;
 mod backend;
 mod client;
 mod network;
+mod outputs;
 mod warm_pool;
 
 /// The contract table (tests/contract/), on the Docker backend.

@@ -197,6 +197,11 @@ pub struct RunState {
     /// nobody watches holds no stream while its command runs.
     on_demand: bool,
     output_wanted: bool,
+    /// The log was read once more after the sandbox ended, because the
+    /// reading before ended without the result: a followed log can end
+    /// early (the kubelet ends it when it rotates the file) while the
+    /// finished container's file still holds the result.
+    read_after_end: bool,
 }
 
 impl RunState {
@@ -214,6 +219,7 @@ impl RunState {
             started_reported: false,
             outage: None,
             next_log_restart: now,
+            read_after_end: false,
             evidence_deadline: None,
             removal_deadline: None,
             on_demand: false,
@@ -387,6 +393,16 @@ impl RunState {
                 if matches!(self.log, Log::NotStarted | Log::Deferred) && ran {
                     self.log = Log::Following;
                     steps.push(Step::FollowOutput { reported: 0 });
+                }
+                if let Log::Ended { has_result: false, reported } = self.log
+                    && ran
+                    && !self.gone
+                    && !self.read_after_end
+                {
+                    self.read_after_end = true;
+                    self.log = Log::Following;
+                    steps.push(Step::FollowOutput { reported });
+                    return None;
                 }
                 if explained.as_ref().is_some_and(killed_unexplained) {
                     let deadline = *self.removal_deadline.get_or_insert(now + REMOVAL_WAIT);
@@ -734,6 +750,18 @@ mod tests {
                 sync,
                 vec![(secs(0), running()), (secs(5), cut(42)), (secs(6), finished(&exited(3)))],
                 judge(Some(exited(3))),
+            ),
+            (
+                "a log cut again just before the pod finished is read once more, not judged lost",
+                sync,
+                vec![(secs(0), running()), (secs(5), cut(42)), (ms(5500), cut(50)), (ms(5800), finished(&exited(0)))],
+                vec![Step::FollowOutput { reported: 50 }],
+            ),
+            (
+                "that last reading ends the run, with its result or without",
+                sync,
+                vec![(secs(0), running()), (secs(5), cut(42)), (ms(5500), cut(50)), (ms(5800), finished(&exited(0))), (secs(6), cut(60))],
+                judge(Some(exited(0))),
             ),
             (
                 "a pod found finished is followed from the start before it is judged",

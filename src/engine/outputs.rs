@@ -33,6 +33,11 @@ use crate::sandbox::frame::Stream;
 
 /// The largest piece one `resources/read` returns.
 pub const MAX_PIECE: u64 = 1 << 20;
+/// The piece a read without `length` gets: half the largest, so that a
+/// binary piece, base64 in JSON, fits a client's 1 MiB event limit (the
+/// Python SDK's for server-sent events, which legacy SSE uses for every
+/// answer).
+pub const DEFAULT_PIECE: u64 = 512 << 10;
 /// How the URIs of stored outputs start.
 pub const SCHEME: &str = "job://";
 /// A partial folder no write has touched for this long belongs to a
@@ -83,7 +88,7 @@ pub struct Request {
     pub run_id: String,
     pub entry: Entry,
     pub offset: u64,
-    /// At most `MAX_PIECE`, the default when the URI names none.
+    /// At most `MAX_PIECE`; `DEFAULT_PIECE` when the URI names none.
     pub length: u64,
 }
 
@@ -214,7 +219,7 @@ pub fn is_ours(uri: &str) -> bool {
 }
 
 /// Reads a URI: `job://<run id>/<entry>[?offset=N][&length=M]`. The length
-/// defaults to, and is cut to, `MAX_PIECE`: a client pages by the `size`
+/// defaults to `DEFAULT_PIECE` and is cut to `MAX_PIECE`: a client pages by the `size`
 /// each answer carries.
 pub fn parse_uri(uri: &str) -> Result<Request, ReadError> {
     let bad = |why: &str| {
@@ -241,7 +246,7 @@ pub fn parse_uri(uri: &str) -> Result<Request, ReadError> {
             Entry::File(path)
         }
     };
-    let (mut offset, mut length) = (0u64, MAX_PIECE);
+    let (mut offset, mut length) = (0u64, DEFAULT_PIECE);
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let number = value.parse::<u64>().map_err(|_| bad(&format!("has `{key}` that is not a whole number")))?;
@@ -722,11 +727,15 @@ mod tests {
     fn a_uri_names_a_run_an_entry_and_a_range() {
         let piece = |entry: Entry, offset, length| Ok(Request { run_id: RUN.into(), entry, offset, length });
         let cases: Vec<(&str, String, Result<Request, ()>)> = vec![
-            ("stdout, the first piece", format!("job://{RUN}/stdout"), piece(Entry::Stdout, 0, MAX_PIECE)),
+            ("stdout, the first piece", format!("job://{RUN}/stdout"), piece(Entry::Stdout, 0, DEFAULT_PIECE)),
             ("stderr with a range", format!("job://{RUN}/stderr?offset=10&length=5"), piece(Entry::Stderr, 10, 5)),
             ("a length over the piece limit is cut", format!("job://{RUN}/stdout?length=99999999"), piece(Entry::Stdout, 0, MAX_PIECE)),
             ("length 0", format!("job://{RUN}/stdout?offset=3&length=0"), piece(Entry::Stdout, 3, 0)),
-            ("a file, percent-encoded", format!("job://{RUN}/files/out/a%20b.bin"), piece(Entry::File("out/a b.bin".into()), 0, MAX_PIECE)),
+            (
+                "a file, percent-encoded",
+                format!("job://{RUN}/files/out/a%20b.bin"),
+                piece(Entry::File("out/a b.bin".into()), 0, DEFAULT_PIECE),
+            ),
             ("another scheme", format!("file://{RUN}/stdout"), Err(())),
             ("no entry", format!("job://{RUN}"), Err(())),
             ("an unknown entry", format!("job://{RUN}/env"), Err(())),

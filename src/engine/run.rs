@@ -487,8 +487,15 @@ impl<'scope> Shell<'scope, '_> {
                 if let Some(last) = &self.last {
                     self.followers += 1;
                     let wake = (self.wake.clone(), self.followers);
-                    self.log =
-                        LogState::Following(start_follower(self.ctx, self.run_id, &last.sandbox, reported, self.on_progress, wake, scope));
+                    // One spool for the run: a reading that starts again
+                    // (the kubelet ends a followed log when it rotates the
+                    // file) adds to what the last one stored.
+                    let spool = self
+                        .log
+                        .take_spool()
+                        .or_else(|| self.ctx.policy.outputs.clone().map(|store| crate::engine::outputs::Spool::new(store, self.run_id)));
+                    let reading = Reading { sandbox: &last.sandbox, reported, spool };
+                    self.log = LogState::Following(start_follower(self.ctx, reading, self.on_progress, wake, scope));
                 }
                 Vec::new()
             }
@@ -688,6 +695,14 @@ enum LogState<'scope> {
 }
 
 impl LogState<'_> {
+    /// The spool of a reading that ended, for the next one.
+    fn take_spool(&mut self) -> Option<crate::engine::outputs::Spool> {
+        match self {
+            LogState::Ended(collector) => collector.spool.take(),
+            _ => None,
+        }
+    }
+
     /// What was read, waiting up to `LOG_DRAIN` for a follower to finish.
     fn join(self, cancel: &CancelToken) -> Collector {
         match self {
@@ -749,23 +764,30 @@ impl StreamStop {
     }
 }
 
+/// What a new reading of the log starts from: the sandbox, the live bytes
+/// an earlier reader reported, and the run's spool (output store).
+struct Reading<'a> {
+    sandbox: &'a str,
+    reported: usize,
+    spool: Option<crate::engine::outputs::Spool>,
+}
+
 /// Starts following the main container's log on its own thread; the
-/// first `already_reported` live bytes were reported by an earlier reader.
+/// first `reported` live bytes were reported by an earlier reader.
 /// It says on `wake`, with its number, when it has ended.
 fn start_follower<'scope>(
     ctx: &'scope Ctx,
-    run_id: &str,
-    sandbox: &str,
-    already_reported: usize,
+    reading: Reading<'_>,
     on_progress: &'scope (dyn Fn(Progress) + Sync),
     (wake, number): (mpsc::Sender<Watched>, u64),
     scope: &'scope std::thread::Scope<'scope, '_>,
 ) -> Follower<'scope> {
-    let (run_id, sandbox) = (run_id.to_string(), sandbox.to_string());
+    let Reading { sandbox, reported, spool } = reading;
+    let sandbox = sandbox.to_string();
     let stop = StreamStop::default();
     let follower_stop = stop.clone();
     let handle = scope.spawn(move || {
-        let collector = follow_output(ctx, &run_id, &sandbox, &follower_stop, already_reported, on_progress);
+        let collector = follow_output(ctx, &sandbox, spool, &follower_stop, reported, on_progress);
         let _ = wake.send(Watched::OutputEnded(number));
         collector
     });
@@ -782,15 +804,15 @@ fn start_follower<'scope>(
 /// next: a second reading writes the same bytes at the same offsets.
 fn follow_output(
     ctx: &Ctx,
-    run_id: &str,
     sandbox: &str,
+    spool: Option<crate::engine::outputs::Spool>,
     stop: &StreamStop,
     mut already_reported: usize,
     on_progress: &(dyn Fn(Progress) + Sync),
 ) -> Collector {
     let policy = &ctx.policy;
     let mut collector = Collector::new(policy.max_output_bytes, policy.max_artifact_bytes);
-    collector.spool = policy.outputs.clone().map(|store| crate::engine::outputs::Spool::new(store, run_id));
+    collector.spool = spool;
     let mut failures = 0u32;
     while !stop.is_stopped() {
         let mut output = match ctx.backend.output(sandbox) {

@@ -92,8 +92,9 @@ fn link_block(link: &Link) -> Value {
         "mimeType": link.mime_type,
         "size": link.size,
         "description": format!(
-            "{whole}, readable until {}: resources/read returns {} bytes at most per piece; add ?offset=<byte>&length=<bytes> to the URI for the next",
+            "{whole}, readable until {}: resources/read returns it in pieces of {} bytes (up to {} with length); add ?offset=<byte>&length=<bytes> to the URI, or follow the next URI in each piece's _meta",
             crate::log::rfc3339_utc(link.expires_at),
+            outputs::DEFAULT_PIECE,
             outputs::MAX_PIECE
         ),
     })

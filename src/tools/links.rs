@@ -28,8 +28,9 @@ pub enum ReadFailure {
 /// The URI forms of stored outputs, RFC 6570 templates.
 pub fn templates() -> Value {
     let range = format!(
-        "Add ?offset=<byte>&length=<bytes> for a piece (at most {} bytes, the default); each answer's _meta gives the size and the next piece's URI",
-        outputs::MAX_PIECE
+        "Add ?offset=<byte>&length=<bytes> for a piece (at most {} bytes; {} without length); each answer's _meta gives the size and the next piece's URI",
+        outputs::MAX_PIECE,
+        outputs::DEFAULT_PIECE
     );
     json!([
         {
@@ -69,7 +70,7 @@ pub fn read(ctx: &Ctx, uri: &str) -> Result<Value, ReadFailure> {
     let request = outputs::parse_uri(uri).map_err(read_error)?;
     let piece = store.read(&request, SystemTime::now()).map_err(read_error)?;
     let end = piece.offset + piece.bytes.len() as u64;
-    let length = if request.length == outputs::MAX_PIECE { String::new() } else { format!("&length={}", request.length) };
+    let length = if request.length == outputs::DEFAULT_PIECE { String::new() } else { format!("&length={}", request.length) };
     let next = (end < piece.size).then(|| format!("{}?offset={end}{length}", outputs::uri(&request.run_id, &request.entry)));
     let mut content = json!({
         "uri": uri,

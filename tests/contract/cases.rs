@@ -275,7 +275,7 @@ fn read_whole(server: &mut Server, uri: &str) -> (String, usize) {
     let (mut next, mut pieces) = (Some(uri.to_string()), 0);
     while let Some(uri) = next {
         let (bytes, meta) = read_piece(server, &uri).unwrap_or_else(|error| panic!("{uri}: {error}"));
-        assert!(bytes.len() <= 1 << 20, "a piece is at most 1 MiB: {meta}");
+        assert!(bytes.len() <= 512 << 10, "a piece without length is at most 512 KiB: {meta}");
         digest.update(&bytes);
         pieces += 1;
         next = meta["next"].as_str().map(str::to_string);
@@ -310,7 +310,7 @@ fn outputs_past_the_caps_are_linked_and_read_back_whole_in_pieces() {
     let (stdout_uri, file_uri) = (links[0]["uri"].as_str().unwrap().to_string(), links[1]["uri"].as_str().unwrap().to_string());
 
     let (stdout_hash, pieces) = read_whole(&mut server, &stdout_uri);
-    assert_eq!((stdout_hash.as_str(), pieces), (hashes[0], 4), "3 MiB and 5 bytes are four pieces");
+    assert_eq!((stdout_hash.as_str(), pieces), (hashes[0], 7), "3 MiB and 5 bytes are seven pieces of 512 KiB");
     // A second server on the same folder: a replica, or this one after a
     // restart.
     let mut replica = super::harness::Server::start(BACKEND, &settings);
@@ -324,7 +324,7 @@ fn outputs_past_the_caps_are_linked_and_read_back_whole_in_pieces() {
     let (capped, meta) = read_piece(&mut server, &format!("{stdout_uri}?offset=1&length=99999999")).unwrap();
     assert_eq!(
         (capped.len(), meta["size"].as_u64(), meta["next"].as_str()),
-        (1 << 20, Some(size), Some(format!("{stdout_uri}?offset={}", (1 << 20) + 1).as_str()))
+        (1 << 20, Some(size), Some(format!("{stdout_uri}?offset={}&length={}", (1 << 20) + 1, 1 << 20).as_str()))
     );
     let past = read_piece(&mut server, &format!("{stdout_uri}?offset={}", size + 1)).unwrap_err();
     assert_eq!(past["code"], -32602, "{past}");

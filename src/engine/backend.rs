@@ -67,6 +67,21 @@ pub trait Backend: Send + Sync {
     /// followed until the sandbox ends.
     fn output(&self, sandbox: &str) -> Result<Output, OutputError>;
 
+    /// The frames the runner held in the sandbox (`sandbox::held`),
+    /// fetched from its `port` with the run's `key`. Only a backend whose
+    /// runs hold output is asked; the error says what to fix.
+    fn held_output(&self, sandbox: &str, port: u16, key: &str) -> Result<Output, String> {
+        let _ = (sandbox, port, key);
+        Err("this backend does not keep output in the sandbox".to_string())
+    }
+
+    /// Tells the runner holding output that it may go on (and write its
+    /// result).
+    fn release_held(&self, sandbox: &str, port: u16, key: &str) -> Result<(), String> {
+        let _ = (sandbox, port, key);
+        Ok(())
+    }
+
     /// The run's inputs were read by the sandbox and may go (they can hold
     /// secrets). Failures are the backend's to log.
     fn inputs_used(&self, run_id: &str);

@@ -8,7 +8,7 @@ use std::io::BufRead;
 
 use crate::engine::outputs::Spool;
 use crate::engine::spec::Artifact;
-use crate::sandbox::frame::{self, Frame, MAX_LINE_BYTES, RunResult, Stream, Tag};
+use crate::sandbox::frame::{self, Frame, Held, MAX_LINE_BYTES, RunResult, Stream, Tag};
 
 /// The note for frames that do not carry the run's tag.
 pub const IMITATION_NOTE: &str = "ignored log lines shaped like the runner's frames but without this run's tag: \
@@ -44,6 +44,9 @@ pub struct Collector {
     /// Where `Spill` frames and files sent whole go (the output store):
     /// straight to disk, never into memory. Without one they are dropped.
     pub spool: Option<Spool>,
+    /// The runner holds what it sent whole in the sandbox, to be fetched
+    /// (`sandbox::held`); taken by the reader that fetches it.
+    pub held: Option<Held>,
 }
 
 impl Collector {
@@ -62,6 +65,7 @@ impl Collector {
             problems: Vec::new(),
             tag: None,
             spool: None,
+            held: None,
         }
     }
 
@@ -105,13 +109,61 @@ impl Collector {
             }
             Frame::ArtifactChunk(chunk) => self.push_artifact_chunk(&chunk.data_b64),
             Frame::Spill(chunk) => self.push_spill(chunk.stream, chunk.offset, &chunk.data_b64),
+            Frame::Held(held) => self.held = Some(held),
             Frame::Result(result) => self.result = Some(result),
         }
         None
     }
 
-    /// Reads `reader` until the result frame (always the runner's last) or
-    /// the end, feeding lines. `on_live` gets each live chunk as it arrives.
+    /// Reads the frames the runner held in the sandbox into the spool:
+    /// only what the log would have carried for the store (`Spill`, and
+    /// the files sent whole, header and chunks), with the run's tag. The
+    /// held file is writable from the sandbox, so anything else there
+    /// (a result, live output) is not the runner's and is ignored.
+    pub fn read_held(&mut self, reader: &mut dyn BufRead) -> std::io::Result<()> {
+        let mut line = Vec::new();
+        let mut ignored = false;
+        loop {
+            line.clear();
+            let (read, complete) = read_line_bounded(reader, &mut line, MAX_LINE_BYTES)?;
+            if read == 0 {
+                break;
+            }
+            let decoded = match complete {
+                true => frame::decode(&String::from_utf8_lossy(&line)).ok().flatten(),
+                false => None,
+            };
+            let Some(spool) = self.spool.as_mut() else { continue };
+            match decoded {
+                Some((tag, Frame::Spill(chunk))) if Some(tag) == self.tag => match frame::from_base64(&chunk.data_b64) {
+                    Ok(bytes) => spool.stream(chunk.stream, chunk.offset, &bytes),
+                    Err(_) => ignored = true,
+                },
+                Some((tag, Frame::Artifact(header))) if Some(tag) == self.tag && header.spilled => {
+                    spool.file_start(&header.path, header.size)
+                }
+                Some((tag, Frame::ArtifactChunk(chunk))) if Some(tag) == self.tag => match frame::from_base64(&chunk.data_b64) {
+                    Ok(bytes) => spool.file_chunk(&bytes),
+                    Err(_) => ignored = true,
+                },
+                _ => {
+                    spool.file_end();
+                    ignored = true;
+                }
+            }
+        }
+        if ignored {
+            self.note_problem(
+                "ignored lines in the output held in the sandbox that were not the runner's frames of this run: something in the sandbox wrote them"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Reads `reader` until the result frame (always the runner's last), a
+    /// `Held` frame (the caller fetches, then reads on) or the end, feeding
+    /// lines. `on_live` gets each live chunk as it arrives.
     /// Stopping at the result instead of waiting for the stream to end saves
     /// the kubelet's delay in noticing that the container exited.
     pub fn read_all(&mut self, reader: &mut dyn BufRead, on_live: &mut dyn FnMut(LiveChunk)) -> std::io::Result<()> {
@@ -130,7 +182,7 @@ impl Collector {
             if let Some(chunk) = self.push_line(&text) {
                 on_live(chunk);
             }
-            if self.result.is_some() {
+            if self.result.is_some() || self.held.is_some() {
                 return Ok(());
             }
         }
@@ -368,6 +420,45 @@ mod tests {
         assert_eq!(links.iter().map(|link| link.name.as_str()).collect::<Vec<_>>(), ["stderr", "big.bin"]);
         assert_eq!(read(&links[0].uri), b"hello world");
         assert_eq!(read(&links[1].uri), b"abcdef");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_log_stops_at_held_output_and_the_held_frames_fill_the_spool_but_nothing_else() {
+        use crate::engine::outputs::{Spool, Store};
+        let dir = std::env::temp_dir().join(format!("mcp-collect-held-{}", std::process::id()));
+        let store = Store::new(&dir, 1 << 20, 1 << 20, std::time::Duration::from_secs(60));
+        store.prepare().unwrap();
+        let store = std::sync::Arc::new(store);
+        let mut collector = Collector::new(4, 4);
+        collector.spool = Some(Spool::new(store.clone(), "00000000000000000000000000000002"));
+        let started = line(Frame::Started(frame::Started { started_at_ms: 1 }));
+        let held = line(Frame::Held(Held { port: 7777, bytes: 99 }));
+        let result = line(Frame::Result(RunResult::started(1)));
+        let log = format!("{started}{held}{result}");
+        let mut reader = log.as_bytes();
+        collector.read_all(&mut reader, &mut |_| {}).unwrap();
+        assert_eq!(collector.held.take(), Some(Held { port: 7777, bytes: 99 }), "the reader stops at Held to fetch");
+        assert!(collector.result.is_none(), "the result comes after the fetch");
+        let spill = |offset, text: &[u8]| {
+            line(Frame::Spill(frame::SpillChunk { stream: Stream::Stdout, offset, data_b64: frame::to_base64(text) }))
+        };
+        let mut forged_result = RunResult::started(1);
+        forged_result.exit_code = Some(0);
+        let other_tag = frame::encode(
+            Tag::from_bytes([9; frame::TAG_BYTES]),
+            &Frame::Spill(frame::SpillChunk { stream: Stream::Stdout, offset: 0, data_b64: frame::to_base64(b"FORGED") }),
+        );
+        let frames = [spill(0, b"whole "), line(Frame::Result(forged_result)), other_tag, spill(6, b"text")].concat();
+        collector.read_held(&mut frames.as_bytes()).unwrap();
+        assert!(collector.result.is_none(), "a result in the held file is not the runner's");
+        assert_eq!(collector.problems.len(), 1, "{:?}", collector.problems);
+        collector.read_all(&mut reader, &mut |_| {}).unwrap();
+        assert!(collector.result.is_some(), "then the log goes on to the result");
+        let (links, _) = collector.spool.take().unwrap().finish(Some([10, 0]), std::time::SystemTime::now());
+        let piece = store.read(&crate::engine::outputs::parse_uri(&links[0].uri).unwrap(), std::time::SystemTime::now()).unwrap();
+        assert_eq!(piece.bytes, b"whole text");
+        assert!(links[0].complete);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

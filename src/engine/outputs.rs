@@ -472,6 +472,9 @@ pub struct Spool {
     /// The file whose chunks arrive now.
     current: Option<usize>,
     failed: Option<String>,
+    /// The output the runner held in the sandbox is in (a log read again
+    /// says so again; it is fetched once).
+    pub held_fetched: bool,
 }
 
 /// One entry being written.
@@ -506,6 +509,7 @@ impl Spool {
             files: Vec::new(),
             current: None,
             failed: None,
+            held_fetched: false,
         }
     }
 

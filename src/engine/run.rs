@@ -494,7 +494,7 @@ impl<'scope> Shell<'scope, '_> {
                         .log
                         .take_spool()
                         .or_else(|| self.ctx.policy.outputs.clone().map(|store| crate::engine::outputs::Spool::new(store, self.run_id)));
-                    let reading = Reading { sandbox: &last.sandbox, reported, spool };
+                    let reading = Reading { run_id: self.run_id, sandbox: &last.sandbox, reported, spool };
                     self.log = LogState::Following(start_follower(self.ctx, reading, self.on_progress, wake, scope));
                 }
                 Vec::new()
@@ -767,6 +767,7 @@ impl StreamStop {
 /// What a new reading of the log starts from: the sandbox, the live bytes
 /// an earlier reader reported, and the run's spool (output store).
 struct Reading<'a> {
+    run_id: &'a str,
     sandbox: &'a str,
     reported: usize,
     spool: Option<crate::engine::outputs::Spool>,
@@ -782,12 +783,12 @@ fn start_follower<'scope>(
     (wake, number): (mpsc::Sender<Watched>, u64),
     scope: &'scope std::thread::Scope<'scope, '_>,
 ) -> Follower<'scope> {
-    let Reading { sandbox, reported, spool } = reading;
-    let sandbox = sandbox.to_string();
+    let Reading { run_id, sandbox, reported, spool } = reading;
+    let (run_id, sandbox) = (run_id.to_string(), sandbox.to_string());
     let stop = StreamStop::default();
     let follower_stop = stop.clone();
     let handle = scope.spawn(move || {
-        let collector = follow_output(ctx, &sandbox, spool, &follower_stop, reported, on_progress);
+        let collector = follow_output(ctx, (&run_id, &sandbox), spool, &follower_stop, reported, on_progress);
         let _ = wake.send(Watched::OutputEnded(number));
         collector
     });
@@ -804,7 +805,7 @@ fn start_follower<'scope>(
 /// next: a second reading writes the same bytes at the same offsets.
 fn follow_output(
     ctx: &Ctx,
-    sandbox: &str,
+    (run_id, sandbox): (&str, &str),
     spool: Option<crate::engine::outputs::Spool>,
     stop: &StreamStop,
     mut already_reported: usize,
@@ -835,14 +836,24 @@ fn follow_output(
         let mut fresh = Collector::new(policy.max_output_bytes, policy.max_artifact_bytes);
         fresh.spool = collector.spool.take();
         let mut seen = 0usize;
-        let read = fresh.read_all(&mut output.reader, &mut |mut chunk| {
+        let mut on_live = |mut chunk: LiveChunk| {
             let end = seen + chunk.bytes.len();
             if end > already_reported {
                 chunk.bytes.drain(..already_reported.saturating_sub(seen));
                 on_progress(Progress::Output(chunk));
             }
             seen = end;
-        });
+        };
+        let read = loop {
+            let read = fresh.read_all(&mut output.reader, &mut on_live);
+            match fresh.held.take() {
+                Some(held) if !stop.is_stopped() => {
+                    fetch_held(ctx, (run_id, sandbox), &held, &mut fresh, stop);
+                    stop.set(output.abort.clone());
+                }
+                _ => break read,
+            }
+        };
         already_reported = already_reported.max(seen);
         collector = fresh;
         if read.is_ok() || collector.result.is_some() || stop.is_stopped() {
@@ -850,6 +861,44 @@ fn follow_output(
         }
     }
     collector
+}
+
+/// Fetches what the runner held in the sandbox into the run's spool, once
+/// per run (a log read again says `Held` again), then releases the
+/// runner, which writes its result only after that. A fetch that fails
+/// is said in the result's notes; the links then say what is missing.
+fn fetch_held(
+    ctx: &Ctx,
+    (run_id, sandbox): (&str, &str),
+    held: &crate::sandbox::frame::Held,
+    collector: &mut Collector,
+    stop: &StreamStop,
+) {
+    let key = crate::sandbox::held::key(run_id);
+    let wanted = collector.spool.as_ref().is_some_and(|spool| !spool.held_fetched);
+    if wanted {
+        let fetched = ctx.backend.held_output(sandbox, held.port, &key).map_err(|error| error.to_string()).and_then(|mut output| {
+            stop.set(output.abort.clone());
+            collector.read_held(&mut output.reader).map_err(|error| error.to_string())
+        });
+        match fetched {
+            Ok(()) => {
+                if let Some(spool) = collector.spool.as_mut() {
+                    spool.held_fetched = true;
+                }
+            }
+            Err(why) => collector.problems.push(format!(
+                "the output the runner kept in the sandbox for the store ({} bytes of frames) could not be fetched: {why}; the stored links are incomplete",
+                held.bytes
+            )),
+        }
+    }
+    if let Err(why) = ctx.backend.release_held(sandbox, held.port, &key) {
+        log::warn(
+            "the runner holding output could not be released; it goes on after its wait",
+            &[("run_id", run_id.into()), ("error", why.as_str().into())],
+        );
+    }
 }
 
 fn cancelled(run_id: &str, wording: &Wording, collector: Collector) -> RunOutcome {

@@ -58,7 +58,10 @@ const COLLECT_SLACK: Duration = Duration::from_secs(30);
 /// enforces `timeout_s` itself; this only catches a sandbox that never gets
 /// that far, and every backend holds its sandbox to it.
 pub fn run_deadline(spec: &RunSpec, policy: &Policy) -> Duration {
-    policy.start_timeout + spec.timeout + crate::sandbox::KILL_GRACE + COLLECT_SLACK
+    // With an output store a Kubernetes runner may wait for the server to
+    // fetch what it held before it writes its result (`sandbox::held`).
+    let held = if policy.outputs.is_some() { crate::sandbox::held::WAIT } else { Duration::ZERO };
+    policy.start_timeout + spec.timeout + crate::sandbox::KILL_GRACE + COLLECT_SLACK + held
 }
 
 /// The runner's `exec` options for a run: the same contract on every
@@ -76,6 +79,7 @@ pub fn exec_options(spec: &RunSpec, policy: &Policy) -> ExecOptions {
         max_output_bytes: policy.max_output_bytes as usize,
         max_artifact_bytes: policy.max_artifact_bytes,
         spill_bytes: policy.outputs.as_ref().map_or(0, |store| store.max_run_bytes()),
+        hold: None,
         artifact_patterns: spec.artifacts.clone(),
         disk_paths,
         disk_limit_bytes: u64::try_from(policy.workdir_size_limit.nanos() / 1_000_000_000).unwrap_or(0),

@@ -193,6 +193,25 @@ pub struct LogParams {
     pub idle_timeout: Option<Duration>,
 }
 
+/// Where a `pods/proxy` POST goes: a path on a pod's port, and how long
+/// each wait for the pod's answer may take (instead of
+/// `Options::read_timeout`).
+pub struct ProxyTarget<'a> {
+    pub namespace: &'a str,
+    pub pod: &'a str,
+    pub port: u16,
+    pub path: &'a str,
+    pub read_timeout: Duration,
+}
+
+impl ProxyTarget<'_> {
+    fn request(&self, body: Vec<u8>) -> Result<ApiRequest, Error> {
+        let pod = object_path(Resource::PODS, self.namespace, self.pod)?;
+        let path = format!("{pod}:{}/proxy/{}", self.port, self.path.trim_start_matches('/'));
+        Ok(ApiRequest { body: Some(body), read_timeout: Some(Some(self.read_timeout)), ..ApiRequest::new("POST", path) })
+    }
+}
+
 /// A SelfSubjectAccessReview question: may I `verb` this resource here?
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AccessCheck {
@@ -438,20 +457,21 @@ impl Client {
     /// retried only when nothing was sent.
     /// `read_timeout` bounds each wait for the pod's answer (through the
     /// API server), instead of `Options::read_timeout`.
-    pub fn proxy_post(
-        &self,
-        namespace: &str,
-        pod: &str,
-        port: u16,
-        path: &str,
-        body: Vec<u8>,
-        read_timeout: Duration,
-    ) -> Result<Vec<u8>, Error> {
-        let path = format!("{}:{port}/proxy/{}", object_path(Resource::PODS, namespace, pod)?, path.trim_start_matches('/'));
-        let request = ApiRequest { body: Some(body), read_timeout: Some(Some(read_timeout)), ..ApiRequest::new("POST", path) };
+    pub fn proxy_post(&self, to: &ProxyTarget, body: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let request = to.request(body)?;
         let response = self.execute(&request, None)?;
         let response = check_status(&request, response)?;
         read_body(&request, response)
+    }
+
+    /// `proxy_post` with the answer's body streamed rather than read
+    /// whole: for answers too large to hold (a sandbox's held output).
+    pub fn proxy_post_stream(&self, to: &ProxyTarget, body: Vec<u8>) -> Result<LogStream, Error> {
+        let request = to.request(body)?;
+        let abort = Abort::new();
+        let response = self.execute(&request, Some(&abort))?;
+        let response = check_status(&request, response)?;
+        Ok(LogStream::new(request.path, response, abort))
     }
 
     /// Watches `resource` objects matching `params`: a list first, then

@@ -174,7 +174,23 @@ pub fn send(workdir: &Path, paths: &[String], cap: u64, spill: Option<&SpillBudg
                     }),
                 );
                 if spilled {
-                    send_whole(&full_path, header_info.size, sink);
+                    // Held in the sandbox: the header again where the
+                    // chunks go, so that the held frames stand alone.
+                    let held = spill.and_then(SpillBudget::held_sink);
+                    if let Some(held) = held {
+                        write_frame(
+                            held,
+                            &Frame::Artifact(ArtifactHeader {
+                                path: relative.clone(),
+                                size: header_info.size,
+                                mode: header_info.mode,
+                                sha256: String::new(),
+                                content_included: false,
+                                spilled: true,
+                            }),
+                        );
+                    }
+                    send_whole(&full_path, header_info.size, held.unwrap_or(sink));
                 }
                 if let Some(content) = content {
                     remaining -= content.len() as u64;

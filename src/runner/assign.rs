@@ -268,7 +268,7 @@ fn read_to_end_of_file(input: &mut (impl Read + AsRawFd), max_wait: Duration) ->
 /// Why one request was not taken: an answer, or none when the peer sent
 /// nothing at all (a TCP readiness probe connects and closes).
 #[derive(Debug, PartialEq)]
-enum Refusal {
+pub enum Refusal {
     Silent,
     Status(u16, String),
 }
@@ -280,6 +280,19 @@ fn refuse(code: u16, text: impl Into<String>) -> Refusal {
 /// The body, once the head says it is a POST to the assignment path with
 /// a bounded `Content-Length`.
 fn read_request(stream: &mut impl Connection) -> Result<Vec<u8>, Refusal> {
+    read_request_to(stream, &Served { paths: &[assignment::PATH], max_body: assignment::MAX_BODY_BYTES }).map(|(_, body)| body)
+}
+
+/// What a listener of the runner's serves: the paths it answers (each a
+/// `POST`) and the largest body it reads.
+pub struct Served<'a> {
+    pub paths: &'a [&'a str],
+    pub max_body: usize,
+}
+
+/// The path and body of one request to `served`, read under the same
+/// bounds as an assignment.
+pub fn read_request_to(stream: &mut impl Connection, served: &Served) -> Result<(String, Vec<u8>), Refusal> {
     let deadline = Instant::now() + CONNECTION_DEADLINE;
     let mut buffer = Vec::with_capacity(1024);
     let head_end = loop {
@@ -296,7 +309,7 @@ fn read_request(stream: &mut impl Connection) -> Result<Vec<u8>, Refusal> {
             Err(error) => return Err(timeout_or_silent(&error, "the request head")),
         }
     };
-    let head = parse_head(&buffer[..head_end])?;
+    let head = parse_head_for(&buffer[..head_end], served)?;
     let mut body = buffer.split_off(head_end);
     if body.len() > head.content_length {
         return Err(refuse(400, "more bytes than Content-Length says: one request per connection"));
@@ -311,7 +324,7 @@ fn read_request(stream: &mut impl Connection) -> Result<Vec<u8>, Refusal> {
             Err(error) => return Err(timeout_or_silent(&error, "the body")),
         }
     }
-    Ok(body)
+    Ok((head.target, body))
 }
 
 fn timeout_or_silent(error: &io::Error, part: &str) -> Refusal {
@@ -325,13 +338,19 @@ fn timeout_or_silent(error: &io::Error, part: &str) -> Refusal {
 /// What the runner needs of a request head.
 #[derive(Debug, PartialEq)]
 struct Head {
+    target: String,
     content_length: usize,
     expects_continue: bool,
 }
 
 /// A complete head (its `\r\n\r\n` included), its lines and fields read
 /// by `http1` like every head here.
+#[cfg(test)]
 fn parse_head(head: &[u8]) -> Result<Head, Refusal> {
+    parse_head_for(head, &Served { paths: &[assignment::PATH], max_body: assignment::MAX_BODY_BYTES })
+}
+
+fn parse_head_for(head: &[u8], served: &Served) -> Result<Head, Refusal> {
     let (request_line, fields) = http1::split(head, MAX_HEADERS).map_err(|error| refuse(400, error.to_string()))?;
     let request_line = std::str::from_utf8(request_line).map_err(|_| refuse(400, "the request line is not UTF-8"))?;
     let mut parts = request_line.split(' ');
@@ -342,14 +361,14 @@ fn parse_head(head: &[u8]) -> Result<Head, Refusal> {
     if version != "HTTP/1.1" && version != "HTTP/1.0" {
         return Err(refuse(400, format!("`{}` is not HTTP/1.1", crate::echo::shorten(version))));
     }
-    if target != assignment::PATH {
-        return Err(refuse(404, format!("only {} is served here", assignment::PATH)));
+    if !served.paths.contains(&target) {
+        return Err(refuse(404, format!("only {} is served here", served.paths.join(" and "))));
     }
     if method != "POST" {
-        return Err(refuse(405, format!("{} takes POST only", assignment::PATH)));
+        return Err(refuse(405, format!("{target} takes POST only")));
     }
     if http1::values(&fields, "transfer-encoding").next().is_some() {
-        return Err(refuse(411, "send the assignment with a Content-Length, not a Transfer-Encoding"));
+        return Err(refuse(411, "send the body with a Content-Length, not a Transfer-Encoding"));
     }
     let mut content_length = None;
     for value in http1::values(&fields, "content-length") {
@@ -362,11 +381,11 @@ fn parse_head(head: &[u8]) -> Result<Head, Refusal> {
         content_length = Some(length);
     }
     let expects_continue = http1::values(&fields, "expect").last().is_some_and(|value| value.eq_ignore_ascii_case("100-continue"));
-    let content_length = content_length.ok_or_else(|| refuse(411, "the assignment needs a Content-Length"))?;
-    if content_length > assignment::MAX_BODY_BYTES {
-        return Err(refuse(413, format!("the body is {content_length} bytes; an assignment is at most {}", assignment::MAX_BODY_BYTES)));
+    let content_length = content_length.ok_or_else(|| refuse(411, "the request needs a Content-Length"))?;
+    if content_length > served.max_body {
+        return Err(refuse(413, format!("the body is {content_length} bytes; {target} takes at most {}", served.max_body)));
     }
-    Ok(Head { content_length, expects_continue })
+    Ok(Head { target: target.to_string(), content_length, expects_continue })
 }
 
 /// The assignment in `body`, if it carries `key` and is for `workdir`.
@@ -402,8 +421,9 @@ fn read_some(stream: &mut impl Connection, buffer: &mut Vec<u8>, up_to: usize, d
     Ok(read)
 }
 
-fn respond(stream: &mut impl Connection, code: u16, text: &str) -> io::Result<()> {
+pub fn respond(stream: &mut impl Connection, code: u16, text: &str) -> io::Result<()> {
     let reason = match code {
+        200 => "OK",
         202 => "Accepted",
         400 => "Bad Request",
         401 => "Unauthorized",
@@ -430,7 +450,7 @@ fn respond(stream: &mut impl Connection, code: u16, text: &str) -> io::Result<()
 /// peer sent past what was read (a body not read after a 413) would make
 /// the kernel answer with a reset, which can destroy the answer in flight.
 /// A bounded amount is read and dropped first.
-fn close_gently(mut stream: impl Connection) {
+pub fn close_gently(mut stream: impl Connection) {
     let _ = stream.shutdown_write();
     let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
     let mut drained = 0usize;
@@ -445,7 +465,7 @@ fn close_gently(mut stream: impl Connection) {
 
 /// Waits up to `timeout` (at most a second at a time) for a connection
 /// or for bytes.
-fn readable(listener: &impl AsRawFd, timeout: Duration) -> io::Result<bool> {
+pub fn readable(listener: &impl AsRawFd, timeout: Duration) -> io::Result<bool> {
     let mut poll_fd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     let millis = timeout.as_millis().clamp(1, 1000) as libc::c_int;
     // SAFETY: one valid pollfd for the length of the call.
@@ -460,7 +480,7 @@ fn readable(listener: &impl AsRawFd, timeout: Duration) -> io::Result<bool> {
     }
 }
 
-fn is_transient(error: &io::Error) -> bool {
+pub fn is_transient(error: &io::Error) -> bool {
     matches!(
         error.kind(),
         io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
@@ -487,6 +507,7 @@ mod tests {
                 max_output_bytes: 1024,
                 max_artifact_bytes: 1024,
                 spill_bytes: 0,
+                hold: None,
                 artifact_patterns: Vec::new(),
                 disk_paths: Vec::new(),
                 disk_limit_bytes: 0,
@@ -581,18 +602,18 @@ mod tests {
             ("a malformed body", post(b"{\"v\":1}"), 400, "the body is not an assignment: missing field"),
             ("another path", b"POST /run HTTP/1.1\r\nContent-Length: 0\r\n\r\n".to_vec(), 404, "only /assign is served here"),
             ("another method", b"GET /assign HTTP/1.1\r\n\r\n".to_vec(), 405, "/assign takes POST only"),
-            ("no length", b"POST /assign HTTP/1.1\r\n\r\n".to_vec(), 411, "the assignment needs a Content-Length"),
+            ("no length", b"POST /assign HTTP/1.1\r\n\r\n".to_vec(), 411, "the request needs a Content-Length"),
             (
                 "a chunked body",
                 b"POST /assign HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(),
                 411,
-                "send the assignment with a Content-Length",
+                "send the body with a Content-Length",
             ),
             (
                 "an oversized body",
                 format!("POST /assign HTTP/1.1\r\nContent-Length: {}\r\n\r\n", assignment::MAX_BODY_BYTES + 1).into_bytes(),
                 413,
-                "the body is 8388609 bytes; an assignment is at most 8388608",
+                "the body is 8388609 bytes; /assign takes at most 8388608",
             ),
             (
                 "an oversized head",
@@ -729,7 +750,7 @@ mod tests {
         let head = |text: &str| parse_head(format!("{text}\r\n\r\n").as_bytes());
         assert_eq!(
             head("POST /assign HTTP/1.1\r\ncontent-length: 12\r\nexpect: 100-Continue"),
-            Ok(Head { content_length: 12, expects_continue: true })
+            Ok(Head { target: "/assign".into(), content_length: 12, expects_continue: true })
         );
         assert!(head("POST /assign HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2").is_err());
         assert_eq!(head("POST /assign HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1").map(|head| head.content_length), Ok(1));

@@ -89,6 +89,11 @@ impl FrameSink {
     pub fn stdout() -> Result<FrameSink, String> {
         Ok(FrameSink { tag: Tag::random()?, out: Arc::new(Mutex::new(Box::new(std::io::stdout()))) })
     }
+
+    /// Frames of this sink's run (its tag) written to `out` instead.
+    pub fn same_run_to(&self, out: Box<dyn Write + Send>) -> FrameSink {
+        FrameSink { tag: self.tag, out: Arc::new(Mutex::new(out)) }
+    }
 }
 
 /// A sink that keeps the frames in memory, with the buffer to read them
@@ -116,11 +121,22 @@ impl Write for MemoryWriter {
 /// What the runner may still send whole for the output store, shared by
 /// both streams and the files: the server's per-run limit.
 #[derive(Clone)]
-pub struct SpillBudget(Arc<AtomicU64>);
+pub struct SpillBudget(Arc<AtomicU64>, Option<FrameSink>);
 
 impl SpillBudget {
     pub fn new(bytes: u64) -> SpillBudget {
-        SpillBudget(Arc::new(AtomicU64::new(bytes)))
+        SpillBudget(Arc::new(AtomicU64::new(bytes)), None)
+    }
+
+    /// A budget whose frames go to `held` (a file in the sandbox the
+    /// server fetches, `sandbox::held`) instead of the log.
+    pub fn held(bytes: u64, held: FrameSink) -> SpillBudget {
+        SpillBudget(Arc::new(AtomicU64::new(bytes)), Some(held))
+    }
+
+    /// Where what is sent whole goes when it is held in the sandbox.
+    pub fn held_sink(&self) -> Option<&FrameSink> {
+        self.1.as_ref()
     }
 
     /// Takes up to `wanted` bytes; returns how many it got.
@@ -146,6 +162,7 @@ impl StreamSpill {
     /// Sends `bytes` as `Spill` frames at the next offset, as far as the
     /// budget goes.
     fn send(&self, sink: &FrameSink, stream: Stream, bytes: &[u8]) {
+        let sink = self.budget.held_sink().unwrap_or(sink);
         let granted = self.budget.take(bytes.len() as u64) as usize;
         for chunk in bytes[..granted].chunks(frame::CHUNK_BYTES) {
             let offset = self.sent.fetch_add(chunk.len() as u64, Ordering::SeqCst);

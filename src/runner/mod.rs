@@ -29,6 +29,7 @@ pub mod assign;
 pub mod capture;
 pub mod clone;
 pub mod disk;
+pub mod hold;
 pub mod init;
 pub mod probe;
 pub mod process;
@@ -196,7 +197,12 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
     capture::write_frame(sink, &Frame::Started(Started { started_at_ms }));
 
     let mut result = RunResult::started(started_at_ms);
-    let spill_budget = (options.spill_bytes > 0).then(|| capture::SpillBudget::new(options.spill_bytes));
+    let held = (options.spill_bytes > 0).then(|| options.hold.as_ref().and_then(|_| open_held(&mut result.notes))).flatten();
+    let holding = held.is_some();
+    let spill_budget = (options.spill_bytes > 0).then(|| match held {
+        Some(file) => capture::SpillBudget::held(options.spill_bytes, sink.same_run_to(Box::new(file))),
+        None => capture::SpillBudget::new(options.spill_bytes),
+    });
     if before.incomplete {
         result.notes.push(format!(
             "the workdir holds more than {} files; files past that were not considered as artifacts",
@@ -256,6 +262,9 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
     result.artifact_count = sent.count;
     result.artifacts_truncated = sent.truncated;
     result.notes.extend(sent.notes);
+    if let (Some(hold), true) = (&options.hold, holding) {
+        serve_held(hold, &stop, sink, &mut result.notes);
+    }
 
     let summary = serde_json::json!({
         "v": frame::VERSION, "exit_code": result.exit_code, "signal": result.signal,
@@ -265,6 +274,36 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
     capture::write_frame(sink, &Frame::Result(result));
     write_termination_message(&options.termination_log, &summary.to_string());
     exit_code
+}
+
+/// The file what is sent whole is held in (`sandbox::held`), made empty;
+/// when it cannot be made, what is sent whole goes to the log instead.
+fn open_held(notes: &mut Vec<String>) -> Option<std::fs::File> {
+    let opened = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(sandbox::held::FILE);
+    opened.map_err(|error| notes.push(format!("cannot hold output in `{}` ({error}); it went to the log", sandbox::held::FILE))).ok()
+}
+
+/// Says on the log that output is held, and serves it until the server
+/// releases the runner (or the wait passes): the result comes after it,
+/// so the server has fetched before it judges the run.
+fn serve_held(hold: &sandbox::held::HoldOptions, stop: &AtomicBool, sink: &FrameSink, notes: &mut Vec<String>) {
+    let bytes = std::fs::metadata(sandbox::held::FILE).map_or(0, |metadata| metadata.len());
+    if bytes == 0 {
+        return;
+    }
+    let listener = match assign::listen(hold.port) {
+        Ok(listener) => listener,
+        Err(error) => return notes.push(format!("cannot serve the held output on port {}: {error}", hold.port)),
+    };
+    capture::write_frame(sink, &Frame::Held(frame::Held { port: hold.port, bytes }));
+    let wait = sandbox::held::WAIT;
+    match hold::serve(&listener, &hold.key_sha256, std::path::Path::new(sandbox::held::FILE), wait, stop) {
+        Ok(hold::Ended::Released { .. }) | Ok(hold::Ended::Stopped) => {}
+        Ok(hold::Ended::WaitedOut { fetches }) => {
+            notes.push(format!("the server did not release the output held in the sandbox within {} s ({fetches} fetches)", wait.as_secs()))
+        }
+        Err(error) => notes.push(format!("serving the held output failed: {error}")),
+    }
 }
 
 /// The run's start deadline had passed when the runner came to start the

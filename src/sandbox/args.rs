@@ -10,6 +10,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::sandbox::held::HoldOptions;
 use crate::sandbox::{KILL_GRACE, PROBE_CEILING, TERMINATION_LOG, WORKDIR};
 
 /// Options of `runner exec`, as the engine writes them into the pod spec.
@@ -24,6 +25,9 @@ pub struct ExecOptions {
     /// store: streams past `max_output_bytes` and files past the artifact
     /// cap, all together. Zero without a store (nothing extra is sent).
     pub spill_bytes: u64,
+    /// Where what is sent whole goes: the log when `None`, else a file
+    /// in the sandbox the server fetches from this port (`held`).
+    pub hold: Option<HoldOptions>,
     pub artifact_patterns: Vec<String>,
     /// Folders the command may write and the limit of each (`disk`); no
     /// watching with a limit of 0.
@@ -144,6 +148,9 @@ pub fn exec_args(options: &ExecOptions) -> Vec<String> {
         args.push("--spill-bytes".to_string());
         args.push(options.spill_bytes.to_string());
     }
+    if let Some(hold) = &options.hold {
+        args.extend(["--hold-port".to_string(), hold.port.to_string(), "--hold-key-sha256".to_string(), hold.key_sha256.clone()]);
+    }
     if options.disk_limit_bytes > 0 {
         args.push("--disk-limit-bytes".to_string());
         args.push(options.disk_limit_bytes.to_string());
@@ -167,6 +174,7 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
         max_output_bytes: 1 << 20,
         max_artifact_bytes: 10 << 20,
         spill_bytes: 0,
+        hold: None,
         artifact_patterns: Vec::new(),
         disk_paths: Vec::new(),
         disk_limit_bytes: 0,
@@ -174,6 +182,7 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
         start_deadline_ms: None,
         argv: Vec::new(),
     };
+    let (mut hold_port, mut hold_key) = (None, None);
     while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
         match arg {
             Long("workdir") => options.workdir = PathBuf::from(value(&mut parser)?),
@@ -182,6 +191,10 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
             Long("max-output-bytes") => options.max_output_bytes = number(&mut parser, "--max-output-bytes")? as usize,
             Long("max-artifact-bytes") => options.max_artifact_bytes = number(&mut parser, "--max-artifact-bytes")?,
             Long("spill-bytes") => options.spill_bytes = number(&mut parser, "--spill-bytes")?,
+            Long("hold-port") => {
+                hold_port = Some(u16::try_from(number(&mut parser, "--hold-port")?).map_err(|_| "--hold-port is a port number")?)
+            }
+            Long("hold-key-sha256") => hold_key = Some(value(&mut parser)?),
             Long("artifact") => options.artifact_patterns.push(value(&mut parser)?),
             Long("disk-path") => options.disk_paths.push(PathBuf::from(value(&mut parser)?)),
             Long("disk-limit-bytes") => options.disk_limit_bytes = number(&mut parser, "--disk-limit-bytes")?,
@@ -199,6 +212,11 @@ pub fn parse_exec(args: Vec<OsString>) -> Result<ExecOptions, String> {
     if options.argv.is_empty() {
         return Err("runner exec needs a command after `--`".into());
     }
+    options.hold = match (hold_port, hold_key) {
+        (Some(port), Some(key_sha256)) => Some(HoldOptions { port, key_sha256 }),
+        (None, None) => None,
+        _ => return Err("--hold-port and --hold-key-sha256 go together".into()),
+    };
     Ok(options)
 }
 
@@ -466,6 +484,7 @@ mod tests {
             max_output_bytes: 4096,
             max_artifact_bytes: 8192,
             spill_bytes: 1 << 28,
+            hold: Some(HoldOptions { port: 7777, key_sha256: "ab".repeat(32) }),
             artifact_patterns: vec!["out/*.txt".into(), "report.json".into()],
             disk_paths: vec!["/src".into(), "/tmp".into()],
             disk_limit_bytes: 1 << 30,

@@ -69,7 +69,17 @@ pub enum Frame {
     /// when the engine asked for it (`--spill-bytes`) and the stream grew
     /// past the inline cap, from offset 0 on.
     Spill(SpillChunk),
+    /// The runner holds what it sends whole in the sandbox (`held`): the
+    /// server fetches it from `port` before the result comes.
+    Held(Held),
     Result(RunResult),
+}
+
+/// Output held in the sandbox, `bytes` of frames in the held file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Held {
+    pub port: u16,
+    pub bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -352,6 +362,7 @@ mod tests {
                 spilled: true,
             }),
             Frame::Spill(SpillChunk { stream: Stream::Stdout, offset: 1 << 20, data_b64: to_base64(b"x") }),
+            Frame::Held(Held { port: 7777, bytes: 1 << 30 }),
             Frame::ArtifactChunk(ArtifactChunk { data_b64: to_base64(&[0, 255, 10]) }),
         ];
         for frame in frames {

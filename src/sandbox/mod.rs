@@ -3,7 +3,8 @@
 //! (`frame`), the command lines the engine writes into the pod spec and the
 //! runner parses (`args`), the inputs manifest (`inputs`), the probe line
 //! `doctor` reads back (`probe`), a warm sandbox's assignment
-//! (`assignment`), and the defaults both sides agree on
+//! (`assignment`), output held in the sandbox for the server to fetch
+//! (`held`), and the defaults both sides agree on
 //! (here), with the random bytes and hex of keys and tags. Each of these
 //! is defined once, so the two halves cannot drift.
 //!
@@ -13,10 +14,13 @@
 pub mod args;
 pub mod assignment;
 pub mod frame;
+pub mod held;
 pub mod inputs;
 pub mod probe;
 
 use std::time::Duration;
+
+const _: () = assert!(held::PORT == assignment::PORT, "held output and assignments share the port the NetworkPolicies open");
 
 /// The command's working directory when the caller names none.
 pub const WORKDIR: &str = "/work";

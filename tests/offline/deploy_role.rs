@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use mcp_k8s_ephemeral_job::backend::kubernetes::permissions::{Permission, REQUIRED, WARM_POOLS};
+use mcp_k8s_ephemeral_job::backend::kubernetes::permissions::{OUTPUTS, Permission, REQUIRED, WARM_POOLS};
 
 /// (API group, resource or resource/subresource, verb).
 type Grant = (String, String, String);
@@ -16,13 +16,14 @@ fn granted_by_the_role() -> BTreeSet<Grant> {
     grants_of(&serde_saphyr::from_str(&text).expect("deploy/role.yaml is YAML"))
 }
 
-/// The Role among the documents of `deploy/warm-pools.optional.yaml`.
-fn granted_for_warm_pools() -> BTreeSet<Grant> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/warm-pools.optional.yaml");
-    let text = std::fs::read_to_string(path).expect("deploy/warm-pools.optional.yaml is readable");
-    let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).expect("deploy/warm-pools.optional.yaml is YAML");
+/// The Role among the documents of an optional file of `deploy/`.
+fn granted_by_optional(file: &str) -> BTreeSet<Grant> {
+    let path = format!("{}/deploy/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("deploy/{file} is readable: {error}"));
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).unwrap_or_else(|error| panic!("deploy/{file} is YAML: {error}"));
     let roles: Vec<&serde_json::Value> = documents.iter().filter(|document| document["kind"] == "Role").collect();
-    assert_eq!(roles.len(), 1, "one Role in deploy/warm-pools.optional.yaml");
+    assert_eq!(roles.len(), 1, "one Role in deploy/{file}");
     grants_of(roles[0])
 }
 
@@ -74,5 +75,14 @@ fn the_shipped_role_grants_exactly_what_the_server_needs() {
 
 #[test]
 fn the_warm_pools_role_grants_exactly_what_pools_need() {
-    assert_eq!(granted_for_warm_pools(), needed(WARM_POOLS), "deploy/warm-pools.optional.yaml and permissions::WARM_POOLS");
+    assert_eq!(
+        granted_by_optional("warm-pools.optional.yaml"),
+        needed(WARM_POOLS),
+        "deploy/warm-pools.optional.yaml and permissions::WARM_POOLS"
+    );
+}
+
+#[test]
+fn the_outputs_role_grants_exactly_what_fetching_held_output_needs() {
+    assert_eq!(granted_by_optional("outputs.optional.yaml"), needed(OUTPUTS), "deploy/outputs.optional.yaml and permissions::OUTPUTS");
 }

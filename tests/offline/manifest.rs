@@ -375,3 +375,31 @@ fn a_fence_deadline_reaches_only_a_prepare_step_that_waits() {
         assert_eq!(job, before, "{network:?}: nothing waits, nothing changes");
     }
 }
+
+#[test]
+fn with_an_output_store_the_runner_holds_output_in_a_volume_of_its_own_for_the_server_to_fetch() {
+    let store = mcp_k8s_ephemeral_job::engine::outputs::Store::new(
+        std::path::Path::new("/var/lib/outputs"),
+        256 << 20,
+        10 << 30,
+        Duration::from_secs(3600),
+    );
+    let with_store = Policy { outputs: Some(std::sync::Arc::new(store)), ..policy() };
+    let run_id = "0123456789abcdef0123456789abcdef";
+    let job = manifest::job(&spec(), &with_store, &cluster(), run_id);
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(job["spec"]["template"]["metadata"]["labels"]["mcp-k8s-ephemeral-job/outputs"], "held", "what the ingress policy selects");
+    let held = pod["volumes"].as_array().unwrap().iter().find(|volume| volume["name"] == "held").expect("a held volume");
+    assert_eq!(held["emptyDir"]["sizeLimit"], ((256u64 << 20) * 3 / 2 + (16 << 20)).to_string(), "base64 frames of the run's share");
+    let main = main_container(pod);
+    let command: Vec<&str> = main["command"].as_array().unwrap().iter().map(|arg| arg.as_str().unwrap()).collect();
+    let digest = mcp_k8s_ephemeral_job::sandbox::held::digest(&mcp_k8s_ephemeral_job::sandbox::held::key(run_id));
+    let at = command.iter().position(|arg| *arg == "--hold-key-sha256").expect("the key's digest");
+    assert_eq!(command[at + 1], digest, "the digest of the run's key, never the key");
+    assert!(command.windows(2).any(|pair| pair == ["--hold-port", "7777"]));
+    assert!(main["volumeMounts"].as_array().unwrap().iter().any(|mount| mount["mountPath"] == "/mcp/held"));
+    let storage = main["resources"]["limits"]["ephemeral-storage"].as_str().unwrap().parse::<u64>().unwrap();
+    assert!(storage >= (1 << 30) + (256 << 20) * 3 / 2, "the held volume counts in the main container's storage limit: {storage}");
+    let plain = manifest::job(&spec(), &policy(), &cluster(), run_id);
+    assert!(!plain.to_string().contains("hold"), "no store, nothing held");
+}

@@ -93,6 +93,7 @@ fn options(name: &str, argv: &[&str]) -> ExecOptions {
         max_output_bytes: 1 << 20,
         max_artifact_bytes: 1 << 20,
         spill_bytes: 0,
+        hold: None,
         artifact_patterns: Vec::new(),
         disk_paths: Vec::new(),
         disk_limit_bytes: 0,

@@ -250,7 +250,14 @@ fn an_outputs_claim_is_mounted_where_the_server_keeps_large_outputs() {
     assert_eq!(pod["volumes"][0]["persistentVolumeClaim"]["claimName"], "shared-outputs");
     assert_eq!(pod["containers"][0]["volumeMounts"][0]["mountPath"], "/var/lib/mcp-k8s-ephemeral-job/outputs");
     assert_eq!(pod["securityContext"]["fsGroup"], 65532, "the server's group may write the volume");
-    let plain = deployment(&render(&[], &[]), "mcp-system");
+    let role = &objects["Role mcp-ephemeral/mcp-k8s-ephemeral-job-outputs"];
+    assert_eq!(role["rules"][0]["resources"][0], "pods/proxy", "the server may fetch what a runner holds");
+    let policy = &objects["NetworkPolicy mcp-ephemeral/mcp-ephemeral-jobs-held-output"];
+    assert_eq!(policy["spec"]["podSelector"]["matchLabels"]["mcp-k8s-ephemeral-job/outputs"], "held");
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], 7777);
+    let plain_objects = render(&[], &[]);
+    assert!(!plain_objects.contains_key("Role mcp-ephemeral/mcp-k8s-ephemeral-job-outputs"), "no store, no pods/proxy");
+    let plain = deployment(&plain_objects, "mcp-system");
     assert!(plain["spec"]["template"]["spec"]["volumes"].is_null(), "no claim, no volume");
     assert!(env_var(&plain, "MCP_K8S_OUTPUTS_DIR").is_null());
 }

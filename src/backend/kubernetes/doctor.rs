@@ -53,6 +53,11 @@ pub fn run(config: &Config, kubernetes: &Kubernetes, ctx: &engine::run::Ctx, rep
             emit(check_permission(client, &config.namespace, permission));
         }
     }
+    if config.outputs.is_some() {
+        for permission in permissions::OUTPUTS {
+            emit(check_permission(client, &config.namespace, permission));
+        }
+    }
     if let Some(cache) = &config.cache {
         emit(check_cache_pvc(client, &config.namespace, &cache.pvc));
     }

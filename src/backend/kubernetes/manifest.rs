@@ -37,6 +37,7 @@ use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, ex
 use crate::sandbox::args::{self, AssignOptions, AwaitOptions, CloneOptions, Endpoint, InitOptions};
 use crate::sandbox::assignment::{KEY_DIR, KEY_FILE, PORT};
 use crate::sandbox::frame::to_base64;
+use crate::sandbox::held::{self, HoldOptions};
 use crate::sandbox::inputs::{self, InputFile as ManifestEntry, MANIFEST_KEY};
 use crate::sandbox::{BIN_DIR, CREDS_DIR, INPUTS_DIR, TMP_DIR};
 
@@ -52,6 +53,11 @@ pub const LABEL_NETWORK: &str = "mcp-k8s-ephemeral-job/network";
 /// Label on background Jobs only, so `list_jobs` selects them in one call.
 pub const LABEL_MODE: &str = "mcp-k8s-ephemeral-job/mode";
 pub const MODE_BACKGROUND: &str = "background";
+/// Label on the pod when its runner holds output for the server to fetch
+/// on its port (`sandbox::held`): what deploy/outputs.optional.yaml's
+/// NetworkPolicy selects to let the API server in.
+pub const LABEL_OUTPUTS: &str = "mcp-k8s-ephemeral-job/outputs";
+pub const OUTPUTS_HELD: &str = "held";
 /// Annotation (RFC 3339, UTC) after which the reaper deletes the object,
 /// whoever created it: see `backend::kubernetes::reaper`.
 pub const ANNOTATION_EXPIRES_AT: &str = "mcp-k8s-ephemeral-job/expires-at";
@@ -103,6 +109,9 @@ pub fn job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str) ->
     if let Some(cache) = &policy.cache {
         volumes.push(json!({"name": "cache", "persistentVolumeClaim": {"claimName": cache.claim_name}}));
     }
+    if let Some(bytes) = held_volume_bytes(policy) {
+        volumes.push(json!({"name": "held", "emptyDir": {"sizeLimit": bytes.to_string()}}));
+    }
     let mut init_containers = Vec::new();
     let mut containers = Vec::new();
     if let (Some(clone_spec), Some(clone_step)) = (&spec.clone, &policy.clone) {
@@ -119,7 +128,7 @@ pub fn job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str) ->
     } else {
         containers.push(prepare_container(spec, policy, cluster, Prepare::Beside));
     }
-    containers.push(main_container(spec, policy));
+    containers.push(main_container(spec, policy, run_id));
     let mut pod_spec = json!({
         "restartPolicy": "Never",
         "activeDeadlineSeconds": pod_deadline.as_secs(),
@@ -155,7 +164,7 @@ pub fn job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str) ->
             "activeDeadlineSeconds": (pod_deadline + JOB_DEADLINE_SLACK).as_secs(),
             "ttlSecondsAfterFinished": cluster.finished_ttl.as_secs(),
             "template": {
-                "metadata": {"labels": pod_labels(spec, run_id)},
+                "metadata": {"labels": pod_labels(spec, policy, run_id)},
                 "spec": pod_spec,
             },
         },
@@ -358,10 +367,25 @@ fn labels(run_id: &str) -> Value {
 }
 
 /// The pod's labels: the Job's, and the network mode its policies select.
-fn pod_labels(spec: &RunSpec, run_id: &str) -> Value {
+fn pod_labels(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
     let mut labels = labels(run_id);
     labels[LABEL_NETWORK] = json!(spec.network.name());
+    if holds_output(policy) {
+        labels[LABEL_OUTPUTS] = json!(OUTPUTS_HELD);
+    }
     labels
+}
+
+/// With an output store, what the runner sends whole is held in the pod
+/// and fetched through `pods/proxy` (`sandbox::held`), not written to the
+/// container log, which the kubelet rotates at 10 MiB by default.
+fn holds_output(policy: &Policy) -> bool {
+    policy.outputs.is_some()
+}
+
+/// The held volume's size limit, with an output store.
+fn held_volume_bytes(policy: &Policy) -> Option<u64> {
+    policy.outputs.as_ref().map(|store| held::volume_bytes(store.max_run_bytes()))
 }
 
 fn runner_path() -> String {
@@ -481,8 +505,11 @@ fn clone_container(spec: &RunSpec, clone_spec: &CloneSpec, clone_step: &CloneSte
     })
 }
 
-fn main_container(spec: &RunSpec, policy: &Policy) -> Value {
-    let exec_options = exec_options(spec, policy);
+fn main_container(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
+    let mut exec_options = exec_options(spec, policy);
+    if holds_output(policy) {
+        exec_options.hold = Some(HoldOptions { port: held::PORT, key_sha256: held::digest(&held::key(run_id)) });
+    }
     let mut command = vec![runner_path()];
     command.extend(args::exec_args(&exec_options));
     let env = command_env(spec, policy);
@@ -496,6 +523,9 @@ fn main_container(spec: &RunSpec, policy: &Policy) -> Value {
     mounts.push(json!({"name": "work", "mountPath": spec.workdir}));
     if let Some(cache) = &policy.cache {
         mounts.push(json!({"name": "cache", "mountPath": cache.mount_path}));
+    }
+    if holds_output(policy) {
+        mounts.push(json!({"name": "held", "mountPath": held::DIR}));
     }
     json!({
         "name": MAIN_CONTAINER,
@@ -542,5 +572,6 @@ fn main_resources(spec: &RunSpec, policy: &Policy) -> Value {
 /// limits, so this bounds the workdir and /tmp together.
 fn main_storage_limit(policy: &Policy) -> String {
     let workdir_bytes = policy.workdir_size_limit.nanos() / 1_000_000_000;
-    (workdir_bytes + STORAGE_SLACK_BYTES).to_string()
+    let held_bytes = i128::from(held_volume_bytes(policy).unwrap_or(0));
+    (workdir_bytes + STORAGE_SLACK_BYTES + held_bytes).to_string()
 }

@@ -39,6 +39,7 @@ use crate::kube::objects::{Event, Job, Pod};
 use crate::kube::{self, ListParams, Resource};
 use crate::log;
 use crate::metrics;
+use crate::sandbox::held;
 
 /// Runs on a cluster, in `cluster.namespace`.
 #[derive(Clone)]
@@ -188,6 +189,29 @@ impl Kubernetes {
     }
 }
 
+/// How long each wait for the held output's next bytes may take.
+const HELD_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a 503 (the sandbox's port not reachable yet) is retried.
+const HELD_RETRY_FOR: Duration = Duration::from_secs(5);
+
+fn held_target<'a>(namespace: &'a str, pod: &'a str, port: u16, path: &'a str) -> kube::ProxyTarget<'a> {
+    kube::ProxyTarget { namespace, pod, port, path, read_timeout: HELD_READ_TIMEOUT }
+}
+
+/// What an operator does about a held output the server could not fetch.
+fn held_advice(error: &kube::Error, namespace: &str) -> String {
+    match error.code() {
+        Some(403) => format!(
+            "the server may not create pods/proxy in namespace `{namespace}` ({error}); grant it with deploy/outputs.optional.yaml or the chart's outputs values"
+        ),
+        _ => format!(
+            "the API server could not fetch it from the sandbox's port {} ({error}); a NetworkPolicy must let the API server reach the job pods labelled {}=held on that port (deploy/outputs.optional.yaml)",
+            held::PORT,
+            manifest::LABEL_OUTPUTS
+        ),
+    }
+}
+
 impl Backend for Kubernetes {
     /// The Job, then its inputs Secret (owned by the Job); nothing is left
     /// when either is refused.
@@ -292,6 +316,31 @@ impl Backend for Kubernetes {
             }
             Err(error) => Err(OutputError::Unavailable(error.to_string())),
         }
+    }
+
+    /// Through `pods/proxy`, as a warm pool's assignment goes: the server
+    /// needs no route to pod IPs.
+    fn held_output(&self, sandbox: &str, port: u16, key: &str) -> Result<Output, String> {
+        let started = std::time::Instant::now();
+        let to = held_target(self.namespace(), sandbox, port, held::FETCH_PATH);
+        loop {
+            match self.client.proxy_post_stream(&to, key.as_bytes().to_vec()) {
+                Ok(stream) => {
+                    let handle = stream.abort_handle();
+                    return Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) });
+                }
+                // The API server says 503 while it cannot reach the port yet.
+                Err(error) if error.code() == Some(503) && started.elapsed() < HELD_RETRY_FOR => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(error) => return Err(held_advice(&error, self.namespace())),
+            }
+        }
+    }
+
+    fn release_held(&self, sandbox: &str, port: u16, key: &str) -> Result<(), String> {
+        let to = held_target(self.namespace(), sandbox, port, held::RELEASE_PATH);
+        self.client.proxy_post(&to, key.as_bytes().to_vec()).map(drop).map_err(|error| held_advice(&error, self.namespace()))
     }
 
     fn inputs_used(&self, run_id: &str) {

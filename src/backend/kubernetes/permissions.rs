@@ -80,3 +80,14 @@ pub const WARM_POOLS: &[Permission] = &[Permission {
     verbs: &["create"],
     used_for: "handing a run to its warm pool pod: the assignment is POSTed to the pod's runner through the API server",
 }];
+
+/// What an output store (`MCP_K8S_OUTPUTS_DIR`) needs on top of `REQUIRED`,
+/// granted by `deploy/outputs.optional.yaml`; `doctor` checks it only when
+/// the store is set.
+pub const OUTPUTS: &[Permission] = &[Permission {
+    group: "",
+    resource: "pods",
+    subresource: "proxy",
+    verbs: &["create"],
+    used_for: "fetching a run's whole output, which its runner holds in the pod, through the API server",
+}];

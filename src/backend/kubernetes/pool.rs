@@ -17,7 +17,7 @@ use crate::backend::kubernetes::manifest::{self, PoolSandbox};
 use crate::engine::pool_manager::{self, Health, Listed, NewSandbox, PoolSandboxes};
 use crate::engine::spec::Policy;
 use crate::kube::objects::Pod;
-use crate::kube::{self, ListParams, Resource};
+use crate::kube::{self, ListParams, ProxyTarget, Resource};
 use crate::log;
 use crate::metrics;
 use crate::sandbox::assignment::{self, Assignment, Key};
@@ -114,14 +114,14 @@ impl PoolSandboxes for Kubernetes {
         let body = assignment::encode(&reserved.made.key, assignment);
         let started = Instant::now();
         loop {
-            let sent = self.client.proxy_post(
-                &self.cluster.namespace,
-                &reserved.name,
-                assignment::PORT,
-                assignment::PATH,
-                body.clone(),
-                DELIVERY_READ_TIMEOUT,
-            );
+            let to = ProxyTarget {
+                namespace: &self.cluster.namespace,
+                pod: &reserved.name,
+                port: assignment::PORT,
+                path: assignment::PATH,
+                read_timeout: DELIVERY_READ_TIMEOUT,
+            };
+            let sent = self.client.proxy_post(&to, body.clone());
             match sent {
                 Ok(_) => return Ok(()),
                 // The API server says 503 while the port is not open yet.

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::sandbox::TERMINATION_LOG;
 use crate::sandbox::args::ExecOptions;
+use crate::sandbox::held::HoldOptions;
 
 /// The assignment format; a runner refuses any other.
 pub const VERSION: u32 = 1;
@@ -160,6 +161,8 @@ pub fn encode(key: &Key, assignment: &Assignment) -> Vec<u8> {
         max_output_bytes: exec.max_output_bytes as u64,
         max_artifact_bytes: exec.max_artifact_bytes,
         spill_bytes: exec.spill_bytes,
+        hold_port: exec.hold.as_ref().map(|hold| hold.port),
+        hold_key_sha256: exec.hold.as_ref().map(|hold| hold.key_sha256.clone()),
         artifacts: exec.artifact_patterns.clone(),
         disk_paths: exec.disk_paths.iter().map(|path| path.to_string_lossy().into_owned()).collect(),
         disk_limit_bytes: exec.disk_limit_bytes,
@@ -202,6 +205,13 @@ pub fn decode(body: &[u8]) -> Result<(Key, Assignment), DecodeError> {
         let content = crate::sandbox::frame::from_base64(&file.content_b64).map_err(|error| field("files", &error.to_string()))?;
         files.push(AssignedFile { path: file.path, mode: file.mode, content });
     }
+    let hold = match (wire.hold_port, wire.hold_key_sha256) {
+        (Some(port), Some(key_sha256)) if key_sha256.len() == 64 && key_sha256.bytes().all(|byte| byte.is_ascii_hexdigit()) => {
+            Some(HoldOptions { port, key_sha256 })
+        }
+        (None, None) => None,
+        _ => return Err(field("hold_key_sha256", "a hold needs a port and a 64-hex-digit key digest")),
+    };
     let exec = ExecOptions {
         workdir: PathBuf::from(wire.workdir),
         timeout: Duration::from_millis(wire.timeout_ms),
@@ -209,7 +219,7 @@ pub fn decode(body: &[u8]) -> Result<(Key, Assignment), DecodeError> {
         max_output_bytes: usize::try_from(wire.max_output_bytes).unwrap_or(usize::MAX),
         max_artifact_bytes: wire.max_artifact_bytes,
         spill_bytes: wire.spill_bytes,
-        hold: None,
+        hold,
         artifact_patterns: wire.artifacts,
         disk_paths: wire.disk_paths.into_iter().map(PathBuf::from).collect(),
         disk_limit_bytes: wire.disk_limit_bytes,
@@ -238,6 +248,11 @@ struct Wire {
     /// Absent from an older server's assignment: nothing extra is sent.
     #[serde(default)]
     spill_bytes: u64,
+    /// Where what is sent whole is held (`held`); absent: on the log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hold_port: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hold_key_sha256: Option<String>,
     artifacts: Vec<String>,
     disk_paths: Vec<String>,
     disk_limit_bytes: u64,
@@ -309,6 +324,12 @@ mod tests {
         let text = String::from_utf8(body).unwrap();
         assert!(text.starts_with(r#"{"v":1,"key":"0707"#), "{text}");
         assert!(text.contains(r#""content_b64":"AP8K""#), "{text}");
+        assert!(!text.contains("hold"), "no hold, no fields: an older runner reads it");
+        let mut holding = assignment();
+        holding.exec.hold = Some(HoldOptions { port: 7777, key_sha256: "ab".repeat(32) });
+        assert_eq!(decode(&encode(&key(), &holding)).unwrap().1, holding);
+        let half = body_with(|value| value["hold_port"] = 7777.into());
+        assert!(matches!(decode(&half), Err(DecodeError::Field { field: "hold_key_sha256", .. })), "a port without a digest");
     }
 
     #[test]

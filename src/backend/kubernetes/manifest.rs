@@ -35,7 +35,7 @@ use crate::backend::kubernetes::settings::Settings;
 use crate::backend::kubernetes::template::PodTemplate;
 use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
 use crate::sandbox::args::{self, AssignOptions, AwaitOptions, CloneOptions, Endpoint, InitOptions};
-use crate::sandbox::assignment::{KEY_DIR, KEY_FILE, PORT};
+use crate::sandbox::assignment::{Assignment, KEY_DIR, KEY_FILE, PORT};
 use crate::sandbox::frame::to_base64;
 use crate::sandbox::held::{self, HoldOptions};
 use crate::sandbox::inputs::{self, InputFile as ManifestEntry, MANIFEST_KEY};
@@ -383,6 +383,18 @@ fn holds_output(policy: &Policy) -> bool {
     policy.outputs.is_some()
 }
 
+/// How the runner holds output for `run_id`, with an output store.
+fn hold(policy: &Policy, run_id: &str) -> Option<HoldOptions> {
+    holds_output(policy).then(|| HoldOptions { port: held::PORT, key_sha256: held::digest(&held::key(run_id)) })
+}
+
+/// A warm pool's assignment with the hold of its run: the pool's pod has
+/// the held volume and label already (`pool_job` is the cold Job's shape).
+pub fn with_hold(mut assignment: Assignment, policy: &Policy) -> Assignment {
+    assignment.exec.hold = hold(policy, &assignment.run_id);
+    assignment
+}
+
 /// The held volume's size limit, with an output store.
 fn held_volume_bytes(policy: &Policy) -> Option<u64> {
     policy.outputs.as_ref().map(|store| held::volume_bytes(store.max_run_bytes()))
@@ -507,9 +519,7 @@ fn clone_container(spec: &RunSpec, clone_spec: &CloneSpec, clone_step: &CloneSte
 
 fn main_container(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
     let mut exec_options = exec_options(spec, policy);
-    if holds_output(policy) {
-        exec_options.hold = Some(HoldOptions { port: held::PORT, key_sha256: held::digest(&held::key(run_id)) });
-    }
+    exec_options.hold = hold(policy, run_id);
     let mut command = vec![runner_path()];
     command.extend(args::exec_args(&exec_options));
     let env = command_env(spec, policy);

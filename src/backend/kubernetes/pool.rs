@@ -111,6 +111,7 @@ impl PoolSandboxes for Kubernetes {
 
     /// The assignment, with the sandbox's key, through `pods/proxy`.
     fn deliver(&self, reserved: &Reserved, assignment: &Assignment) -> Result<(), String> {
+        let assignment = &manifest::with_hold(assignment.clone(), self.pool_policy());
         let body = assignment::encode(&reserved.made.key, assignment);
         let started = Instant::now();
         loop {

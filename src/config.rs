@@ -98,6 +98,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_OUTPUTS_DIR", Some("outputs-dir"), "", "folder where a run's whole stdout, stderr and files past the inline caps are kept until MCP_K8S_RESULT_TTL_S ends, read back in ranges through resource links (job://...); every replica must see the same folder (a ReadWriteMany volume); empty keeps none", |r| &mut r.outputs_dir),
     setting("MCP_K8S_OUTPUTS_MAX_RUN_BYTES", Some("outputs-max-run-bytes"), "268435456", "bytes one run may keep in MCP_K8S_OUTPUTS_DIR, streams and files together; past it a link says its content is incomplete", |r| &mut r.outputs_max_run_bytes),
     setting("MCP_K8S_OUTPUTS_MAX_BYTES", Some("outputs-max-bytes"), "10737418240", "bytes all runs may keep in MCP_K8S_OUTPUTS_DIR together; a run that finds it full keeps less (its links say so)", |r| &mut r.outputs_max_bytes),
+    setting("MCP_K8S_OTLP_ENDPOINT", Some("otlp-endpoint"), "", "OpenTelemetry traces: the OTLP/HTTP receiver spans are sent to, in JSON (http://host:4318; /v1/traces is added); empty sends none", |r| &mut r.otlp_endpoint),
     setting("MCP_K8S_AUDIT_LOG", Some("audit-log"), "", "where the audit trail goes, one JSON line per run (who, which tool, image, network, outcome; never arguments): stderr, or an absolute file path appended to; empty keeps none", |r| &mut r.audit_log),
     setting("MCP_K8S_LOG_LEVEL", Some("log-level"), "info", "lowest level written to stderr: debug, info, notice, warning, error", |r| &mut r.log_level),
     setting("MCP_K8S_BACKEND", Some("backend"), "auto", "where jobs run: kubernetes, docker, or auto (cluster credentials found: kubernetes; else a Docker daemon that answers: docker)", |r| &mut r.backend),
@@ -167,6 +168,7 @@ pub struct RawConfig {
     pub outputs_max_run_bytes: Option<String>,
     pub outputs_max_bytes: Option<String>,
     pub audit_log: Option<String>,
+    pub otlp_endpoint: Option<String>,
     pub log_level: Option<String>,
     pub test_tools: Option<String>,
     pub test_panic_thread: Option<String>,
@@ -281,6 +283,8 @@ pub struct Config {
     /// The output store's settings, when MCP_K8S_OUTPUTS_DIR is set.
     pub outputs: Option<OutputsSettings>,
     pub audit_log: Option<crate::audit::Sink>,
+    /// MCP_K8S_OTLP_ENDPOINT, as given (checked); `None` sends no spans.
+    pub otlp_endpoint: Option<String>,
     pub log_level: Level,
     pub test_tools: bool,
     /// MCP_K8S_TEST_PANIC_THREAD, a test hook: the kind of thread whose
@@ -469,6 +473,7 @@ impl Config {
             snippets_dir: raw.snippets_dir.as_deref().map(parse_snippets_dir).transpose()?,
             outputs: parse_outputs(raw)?,
             audit_log: raw.audit_log.as_deref().map(parse_audit_log).transpose()?,
+            otlp_endpoint: raw.otlp_endpoint.as_deref().map(parse_otlp_endpoint).transpose()?,
             log_level: parse_log_level(raw.log_level.as_deref())?,
             test_tools: parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?,
             test_panic_thread: raw.test_panic_thread.as_deref().map(parse_thread_kind).transpose()?,
@@ -758,6 +763,13 @@ fn parse_outputs(raw: &RawConfig) -> Result<Option<OutputsSettings>, Error> {
         ));
     }
     Ok(Some(OutputsSettings { dir: PathBuf::from(dir), max_run_bytes, max_bytes }))
+}
+
+fn parse_otlp_endpoint(text: &str) -> Result<String, Error> {
+    match crate::trace::traces_url(text) {
+        Ok(_) => Ok(text.trim().to_string()),
+        Err(why) => Err(invalid("MCP_K8S_OTLP_ENDPOINT", text, &format!("an OTLP/HTTP URL such as http://collector:4318 (it {why})"))),
+    }
 }
 
 fn parse_audit_log(text: &str) -> Result<crate::audit::Sink, Error> {

@@ -46,5 +46,6 @@ pub mod sandbox;
 pub mod supervise;
 pub mod time;
 pub mod tools;
+pub mod trace;
 pub mod transport;
 pub mod wiring;

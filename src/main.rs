@@ -128,6 +128,12 @@ fn serve(raw: &RawConfig) -> ExitCode {
         eprintln!("{NAME}: {message}");
         return ExitCode::from(2);
     }
+    if let Some(endpoint) = &config.otlp_endpoint
+        && let Err(message) = mcp_k8s_ephemeral_job::trace::start(endpoint)
+    {
+        eprintln!("{NAME}: {message}");
+        return ExitCode::from(2);
+    }
     // A folder the server cannot write stops it now, not each run later.
     if let Some(Err(message)) = wiring::outputs(&config).map(|outputs| outputs.prepare()) {
         eprintln!("{NAME}: {message}");
@@ -195,6 +201,7 @@ fn serve(raw: &RawConfig) -> ExitCode {
     if let Ok(connected) = &connected {
         connected.shutdown();
     }
+    mcp_k8s_ephemeral_job::trace::flush(Duration::from_secs(2));
     match served {
         Ok(()) => {
             log::info("stopped", &[]);

@@ -98,6 +98,12 @@ pub fn thread_panicked(kind: &'static str) {
     *lock().thread_panics.entry(kind).or_insert(0) += 1;
 }
 
+/// Spans by what became of them: `exported`, `dropped` (the queue was
+/// full), `failed` (the endpoint refused or could not be reached).
+pub fn spans(outcome: &'static str, count: u64) {
+    *lock().spans.entry(outcome).or_insert(0) += count;
+}
+
 /// Threads ended by a panic, by kind, for every kind started so far.
 pub fn thread_panics() -> BTreeMap<&'static str, u64> {
     lock().thread_panics.clone()
@@ -127,6 +133,12 @@ pub fn render() -> String {
     header(&mut text, "mcp_k8s_thread_panics_total", "counter", "Server threads ended by a panic, by kind.");
     for (thread, count) in &state.thread_panics {
         let _ = writeln!(text, "mcp_k8s_thread_panics_total{{thread=\"{thread}\"}} {count}");
+    }
+    if !state.spans.is_empty() {
+        header(&mut text, "mcp_k8s_spans_total", "counter", "Trace spans by outcome: exported, dropped (queue full), failed.");
+        for (outcome, count) in &state.spans {
+            let _ = writeln!(text, "mcp_k8s_spans_total{{outcome=\"{outcome}\"}} {count}");
+        }
     }
     if !state.pools.is_empty() {
         for (name, kind, help) in [
@@ -172,6 +184,7 @@ struct State {
     command_seconds: Histogram,
     api_errors: BTreeMap<&'static str, u64>,
     thread_panics: BTreeMap<&'static str, u64>,
+    spans: BTreeMap<&'static str, u64>,
 }
 
 struct Histogram {
@@ -216,6 +229,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     command_seconds: Histogram::new(),
     api_errors: BTreeMap::new(),
     thread_panics: BTreeMap::new(),
+    spans: BTreeMap::new(),
 });
 static RUNS_IN_FLIGHT: AtomicI64 = AtomicI64::new(0);
 static RUNS_QUEUED: AtomicI64 = AtomicI64::new(0);

@@ -66,10 +66,12 @@ pub enum Kind {
     ContainerRemove,
     /// Reads one kubeconfig exec plugin's output pipe.
     ExecPluginReader,
+    /// Sends finished spans to the OTLP endpoint in batches.
+    TraceExporter,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::Reaper,
         Kind::PoolManager,
         Kind::Signals,
@@ -85,6 +87,7 @@ impl Kind {
         Kind::ContainerKill,
         Kind::ContainerRemove,
         Kind::ExecPluginReader,
+        Kind::TraceExporter,
     ];
 
     /// The counter's label, and the thread's name unless `spawn_named`
@@ -106,6 +109,7 @@ impl Kind {
             Kind::ContainerKill => "container-kill",
             Kind::ContainerRemove => "container-remove",
             Kind::ExecPluginReader => "exec-plugin-reader",
+            Kind::TraceExporter => "trace-exporter",
         }
     }
 
@@ -126,7 +130,8 @@ impl Kind {
             | Kind::ContainerWatch
             | Kind::ContainerKill
             | Kind::ContainerRemove
-            | Kind::ExecPluginReader => false,
+            | Kind::ExecPluginReader
+            | Kind::TraceExporter => false,
         }
     }
 }

@@ -38,6 +38,7 @@ use crate::echo;
 use crate::log::{self, Level};
 use crate::supervise;
 use crate::tools::{self, CallEvents, ToolOutcome};
+use crate::trace;
 use jsonrpc::{ErrorCode, Message, Notification, Request, RequestId, Response, ResponseError};
 
 /// Revisions this server speaks, newest first.
@@ -251,7 +252,8 @@ impl Server {
             // Task methods may wait on the cluster: they get a call thread.
             method if let Some((name, handler)) = tasks::handler(method) => {
                 let work = Work::Raw(handler);
-                let call = CallStart { name, work, arguments: params, progress_token: None, message_bytes, era: EraCall::Handshake };
+                let trace = CallTrace::of(name, &params);
+                let call = CallStart { name, trace, work, arguments: params, progress_token: None, message_bytes, era: EraCall::Handshake };
                 match self.spawn_call(session, &id, call, outbox.clone()) {
                     Ok(()) => return,
                     Err(error) => Err(error),
@@ -347,15 +349,17 @@ impl Server {
                 ));
             }
             let work = Work::Raw(tasks::create);
-            let call = CallStart { name: tool_name, work, arguments: params, progress_token: None, message_bytes, era };
+            let trace = CallTrace::of("tools/call", &params);
+            let call = CallStart { name: tool_name, trace, work, arguments: params, progress_token: None, message_bytes, era };
             return self.spawn_call(session, request_id, call, outbox);
         }
+        let trace = CallTrace::of("tools/call", &params);
         let arguments = match params.remove("arguments") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(arguments)) => arguments,
             Some(other) => return Err(invalid_params(format!("`arguments` must be an object, not {}", crate::json::json_kind(&other)))),
         };
-        let call = CallStart { name: tool_name, work: Work::Tool(handler), arguments, progress_token, message_bytes, era };
+        let call = CallStart { name: tool_name, trace, work: Work::Tool(handler), arguments, progress_token, message_bytes, era };
         self.spawn_call(session, request_id, call, outbox)
     }
 
@@ -368,7 +372,7 @@ impl Server {
         call: CallStart,
         outbox: Outbox,
     ) -> Result<(), ResponseError> {
-        let CallStart { name, work, arguments, progress_token, message_bytes, era } = call;
+        let CallStart { name, trace, work, arguments, progress_token, message_bytes, era } = call;
         let handle = CallHandle { cancel: CancelToken::new(), answer: Arc::new(AtomicBool::new(true)) };
         {
             let mut calls = lock(&session.calls);
@@ -384,6 +388,7 @@ impl Server {
                 request_id: request_id.clone(),
                 call_number,
                 tool_name: name,
+                trace,
                 work,
                 arguments,
                 handle,
@@ -413,6 +418,8 @@ impl Server {
 struct CallStart {
     /// The tool's name, or the task method's.
     name: &'static str,
+    /// The MCP method and the client's span, for the call's span.
+    trace: CallTrace,
     work: Work,
     arguments: Map<String, Value>,
     progress_token: Option<RequestId>,
@@ -589,6 +596,7 @@ struct RunningCall {
     call_number: u64,
     /// The tool's name, or the task method's.
     tool_name: &'static str,
+    trace: CallTrace,
     work: Work,
     arguments: Map<String, Value>,
     handle: CallHandle,
@@ -599,7 +607,9 @@ struct RunningCall {
 impl RunningCall {
     fn run(self) {
         let started = Instant::now();
-        let call = tools::Call { arguments: &self.arguments, cancel: &self.handle.cancel, events: &self.events };
+        let started_at = std::time::SystemTime::now();
+        let span = self.trace.span();
+        let call = tools::Call { arguments: &self.arguments, cancel: &self.handle.cancel, events: &self.events, trace: span };
         // A panicking tool must not take the server down: it becomes -32603
         // for this call only. Needs `panic = "unwind"` (Cargo.toml).
         let outcome = match self.work {
@@ -629,6 +639,17 @@ impl RunningCall {
             EraCall::Handshake => result.map(|result| for_version(result, self.session.protocol_version())),
         };
         let answered = self.handle.answer.load(Ordering::SeqCst);
+        if let Some(context) = span {
+            let status = if answered { status } else { "cancelled" };
+            trace::record(self.trace.server_span(
+                context,
+                &self.request_id,
+                self.tool_name,
+                started_at,
+                status,
+                self.session.protocol_version(),
+            ));
+        }
         log::info(
             "tool call finished",
             &[
@@ -649,6 +670,76 @@ impl RunningCall {
         // sees no calls left knows every answer is already in an outbox.
         lock(&self.session.calls).remove(&self.request_id);
         self.server.calls.answered();
+    }
+}
+
+/// What a call's span needs to know from its request.
+#[derive(Clone, Copy, Debug)]
+struct CallTrace {
+    /// `tools/call`, or the task method.
+    method: &'static str,
+    /// The client's span, from `params._meta.traceparent`.
+    parent: Option<trace::SpanContext>,
+}
+
+impl CallTrace {
+    fn of(method: &'static str, params: &Map<String, Value>) -> CallTrace {
+        let traceparent = params.get("_meta").and_then(|meta| meta.get("traceparent")).and_then(Value::as_str);
+        CallTrace { method, parent: traceparent.and_then(trace::parse_traceparent) }
+    }
+
+    /// The call's own span, when traces are sent and the client's span,
+    /// if any, is sampled.
+    fn span(&self) -> Option<trace::SpanContext> {
+        if !trace::enabled() {
+            return None;
+        }
+        match self.parent {
+            Some(parent) if !parent.sampled => None,
+            Some(parent) => Some(parent.child()),
+            None => Some(trace::SpanContext::root()),
+        }
+    }
+
+    /// The finished call as a server span, with the MCP semantic
+    /// conventions' attributes: never the arguments.
+    fn server_span(
+        &self,
+        context: trace::SpanContext,
+        request_id: &RequestId,
+        name: &'static str,
+        started: std::time::SystemTime,
+        status: &'static str,
+        protocol_version: Option<&'static str>,
+    ) -> trace::Span {
+        use trace::Attr;
+        let mut attributes =
+            vec![("mcp.method.name", Attr::Text(self.method.to_string())), ("jsonrpc.request.id", Attr::Text(request_id.to_string()))];
+        let is_tool = self.method == "tools/call";
+        if is_tool {
+            attributes.push(("gen_ai.tool.name", Attr::Text(name.to_string())));
+            attributes.push(("gen_ai.operation.name", Attr::Text("execute_tool".to_string())));
+        }
+        if let Some(version) = protocol_version {
+            attributes.push(("mcp.protocol.version", Attr::Text(version.to_string())));
+        }
+        let error = match status {
+            "success" => None,
+            other => Some(other.to_string()),
+        };
+        if let Some(kind) = &error {
+            attributes.push(("error.type", Attr::Text(kind.clone())));
+        }
+        trace::Span {
+            context,
+            parent: self.parent.map(|parent| parent.span_id),
+            name: if is_tool { format!("tools/call {name}") } else { self.method.to_string() },
+            kind: trace::Kind::Server,
+            start: started,
+            end: std::time::SystemTime::now(),
+            attributes,
+            error,
+        }
     }
 }
 

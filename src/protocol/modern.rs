@@ -23,7 +23,8 @@ use serde_json::{Map, Value, json};
 use super::era::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
 use super::jsonrpc::{ErrorCode, Request, Response, ResponseError};
 use super::{
-    CallStart, EraCall, Outbox, Server, Session, Work, complete, invalid_params, list_tools, resources, send_response, tasks_extension,
+    CallStart, CallTrace, EraCall, Outbox, Server, Session, Work, complete, invalid_params, list_tools, resources, send_response,
+    tasks_extension,
 };
 use crate::echo;
 use crate::log::Level;
@@ -92,6 +93,7 @@ impl Server {
                     let work = Work::Raw(tasks_extension::create);
                     let call = CallStart {
                         name: tool_name,
+                        trace: CallTrace::of("tools/call", &params),
                         work,
                         arguments: params,
                         progress_token: None,
@@ -113,6 +115,7 @@ impl Server {
                 } else {
                     let call = CallStart {
                         name,
+                        trace: CallTrace::of(name, &params),
                         work: Work::Raw(handler),
                         arguments: params,
                         progress_token: None,

@@ -19,6 +19,7 @@ pub mod job_result;
 pub mod links;
 pub mod run_job;
 pub mod snippets;
+pub mod spans;
 
 use std::fmt;
 
@@ -99,6 +100,9 @@ pub struct Call<'a> {
     pub cancel: &'a CancelToken,
     /// Progress and log messages back to the client while the call runs.
     pub events: &'a dyn CallEvents,
+    /// The call's span, when traces are sent: a run's phases are its
+    /// children.
+    pub trace: Option<crate::trace::SpanContext>,
 }
 
 /// How a running tool talks to its client. The protocol layer implements it
@@ -629,7 +633,7 @@ mod tests {
         let Value::Object(arguments) = arguments else { panic!("arguments must be an object") };
         let recorder = Recorder::default();
         let cancel = CancelToken::new();
-        let call = Call { arguments: &arguments, cancel: &cancel, events: &recorder };
+        let call = Call { arguments: &arguments, cancel: &cancel, events: &recorder, trace: None };
         let outcome = (registry.find(tool).unwrap().handler)(&ctx, &call);
         (outcome, recorder)
     }

@@ -159,9 +159,18 @@ pub fn run_reporting_progress(
     spec: &engine::spec::RunSpec,
     keyed: Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>,
 ) -> Result<engine::spec::RunOutcome, String> {
-    if let Some((keyed, kind)) = keyed {
-        return run_keyed(ctx, call, tool, spec, kind, keyed);
+    let outcome = match keyed {
+        Some((keyed, kind)) => run_keyed(ctx, call, tool, spec, kind, keyed),
+        None => run_now(ctx, call, tool, spec),
+    };
+    if let (Some(parent), Ok(outcome)) = (call.trace, &outcome) {
+        super::spans::run_spans(parent, spec, outcome).into_iter().for_each(crate::trace::record);
     }
+    outcome
+}
+
+/// A run without a key: made and followed here, answered in the call.
+fn run_now(ctx: &Ctx, call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec) -> Result<engine::spec::RunOutcome, String> {
     let arrived = std::time::Instant::now();
     let engine = match &ctx.engine {
         Ok(engine) => engine,

@@ -38,9 +38,10 @@ use std::path::{Path, PathBuf};
 
 /// Leaf modules every layer may use: they import nothing of the crate
 /// (`images` and `quantity` only `echo`; `supervise` only `echo`, `log`
-/// and `metrics`; `audit` only `log` and `network`) and know no layer.
+/// and `metrics`; `audit` only `log` and `network`; `trace` only `log`,
+/// `metrics` and `supervise`) and know no layer.
 const LEAVES: &[&str] =
-    &["audit", "cancel", "echo", "http1", "images", "json", "log", "metrics", "network", "quantity", "supervise", "time"];
+    &["audit", "cancel", "echo", "http1", "images", "json", "log", "metrics", "network", "quantity", "supervise", "time", "trace"];
 
 /// Who may import whom, on top of `LEAVES` (a `*` entry: only the leaves).
 /// Keys are module paths under `src/` (`protocol/jsonrpc` is
@@ -90,6 +91,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("quantity", &[]),
     ("supervise", &[]),
     ("time", &[]),
+    ("trace", &[]),
 ];
 
 /// Edges of today's tree that the target layout removes: (importing module

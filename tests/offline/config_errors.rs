@@ -67,6 +67,12 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_OUTPUTS_DIR", "/proc/outputs", "MCP_K8S_OUTPUTS_DIR `/proc/outputs` cannot be used"),
     ("MCP_K8S_OUTPUTS_MAX_RUN_BYTES", "1000", "MCP_K8S_OUTPUTS_MAX_RUN_BYTES: `1000` is out of range"),
     ("MCP_K8S_OUTPUTS_MAX_BYTES", "ten", "MCP_K8S_OUTPUTS_MAX_BYTES: `ten` is not accepted"),
+    (
+        "MCP_K8S_OTLP_ENDPOINT",
+        "collector:4318",
+        "MCP_K8S_OTLP_ENDPOINT: `collector:4318` is not accepted; expected an OTLP/HTTP URL such as http://collector:4318 (it is not a URL",
+    ),
+    ("MCP_K8S_OTLP_ENDPOINT", "grpc://collector:4317", "has scheme `grpc`; OTLP/HTTP takes http or https"),
     ("MCP_K8S_AUDIT_LOG", "audit.log", "MCP_K8S_AUDIT_LOG: `audit.log` is not accepted; expected stderr, or the absolute path"),
     ("MCP_K8S_AUDIT_LOG", "/nonexistent/audit.log", "MCP_K8S_AUDIT_LOG: cannot open /nonexistent/audit.log for appending"),
     ("MCP_K8S_LOG_LEVEL", "verbose", "MCP_K8S_LOG_LEVEL: `verbose` is not accepted"),

@@ -2,7 +2,7 @@
 //! through the built server (`backend`) and its network modes (`network`)
 //! against a real Docker engine, the one `tests/docker/up` starts (or any
 //! daemon `DOCKER_HOST` names), and its warm pools (`warm_pool`,
-//! `contract_warm`). With no
+//! `contract_warm`), and traces into a real collector (`traces`). With no
 //! daemon these tests fail with a message naming `tests/docker/up`; they
 //! never pass silently. The offline tiers do not need Docker.
 //!
@@ -21,6 +21,7 @@ mod backend;
 mod client;
 mod network;
 mod outputs;
+mod traces;
 mod warm_pool;
 
 /// The contract table (tests/contract/), on the Docker backend.

@@ -389,10 +389,14 @@ impl Store {
             } else if is_run_id(&name) {
                 match read_index(&path) {
                     Ok(Some(index)) => seconds(now) >= index.expires_at_s,
-                    // A run folder without an index was never finished by
-                    // this server: as stale as a partial one.
-                    Ok(None) => newest_write(&path).is_some_and(|written| now.duration_since(written).unwrap_or_default() > PARTIAL_STALE),
-                    Err(_) => false,
+                    // A run folder without an index, or with one that
+                    // cannot be read (damaged, written by something else),
+                    // has no expiry to go by: as stale as a partial one
+                    // once nothing has written it for as long. Kept for
+                    // good, it would fill the store's bound.
+                    Ok(None) | Err(_) => {
+                        newest_write(&path).is_some_and(|written| now.duration_since(written).unwrap_or_default() > PARTIAL_STALE)
+                    }
                 }
             } else {
                 false
@@ -840,6 +844,13 @@ mod tests {
         assert_eq!(store.reap(now), 0);
         assert_eq!(store.reap(later), 1);
         assert!(matches!(read(&store, &links[0].uri, now), Err(ReadError::NotFound(_))));
+        // A run folder whose index is damaged goes once it is stale.
+        let damaged = dir.join("ffffffffffffffffffffffffffffffff");
+        fs::create_dir(&damaged).unwrap();
+        fs::write(damaged.join(INDEX), b"{not json").unwrap();
+        assert_eq!(store.reap(now), 0, "not while it may still be written");
+        assert_eq!(store.reap(now + PARTIAL_STALE + Duration::from_secs(1)), 1);
+        assert!(!damaged.exists());
         let _ = fs::remove_dir_all(&dir);
     }
 

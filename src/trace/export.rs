@@ -31,13 +31,19 @@ struct Queue {
     spans: VecDeque<Span>,
     /// Batches being sent now (for `flush`).
     sending: usize,
+    /// `flush` waits: send what is there without waiting for more.
+    flushing: bool,
 }
 
 impl Exporter {
     /// Starts the exporter's thread for `url` (the endpoint's
     /// `/v1/traces`).
     pub fn start(url: String) -> Result<Arc<Exporter>, String> {
-        let exporter = Arc::new(Exporter { url, state: Mutex::new(Queue { spans: VecDeque::new(), sending: 0 }), wake: Condvar::new() });
+        let exporter = Arc::new(Exporter {
+            url,
+            state: Mutex::new(Queue { spans: VecDeque::new(), sending: 0, flushing: false }),
+            wake: Condvar::new(),
+        });
         let sender = Arc::clone(&exporter);
         supervise::spawn(supervise::Kind::TraceExporter, move || sender.run())
             .map_err(|error| format!("cannot start the trace exporter: {error}"))?;
@@ -53,7 +59,8 @@ impl Exporter {
             return;
         }
         queue.spans.push_back(span);
-        if queue.spans.len() >= MAX_BATCH {
+        // The first span starts the batch's wait; a full batch ends it.
+        if queue.spans.len() == 1 || queue.spans.len() >= MAX_BATCH {
             self.wake.notify_all();
         }
     }
@@ -102,21 +109,19 @@ impl Exporter {
     }
 
     /// The next batch: waits for a span, then up to `FLUSH_EVERY` for a
-    /// full batch.
+    /// full batch (or a flush).
     fn next_batch(&self) -> Vec<Span> {
         let mut queue = self.lock();
         while queue.spans.is_empty() {
             queue = self.wake.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
         let deadline = Instant::now() + FLUSH_EVERY;
-        while queue.spans.len() < MAX_BATCH && Instant::now() < deadline {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let (next, timeout) = self.wake.wait_timeout(queue, left).unwrap_or_else(|poisoned| poisoned.into_inner());
-            queue = next;
-            // `flush` wakes the thread to send what is there at once.
-            if !timeout.timed_out() {
+        while queue.spans.len() < MAX_BATCH && !queue.flushing {
+            let now = Instant::now();
+            if now >= deadline {
                 break;
             }
+            queue = self.wake.wait_timeout(queue, deadline - now).map_or_else(|poisoned| poisoned.into_inner().0, |(queue, _)| queue);
         }
         let take = queue.spans.len().min(MAX_BATCH);
         queue.sending += 1;
@@ -143,8 +148,11 @@ mod tests {
     #[test]
     fn a_full_queue_drops_and_counts_instead_of_waiting() {
         // No thread: nothing drains the queue, as when the endpoint hangs.
-        let exporter =
-            Exporter { url: String::new(), state: Mutex::new(Queue { spans: VecDeque::new(), sending: 0 }), wake: Condvar::new() };
+        let exporter = Exporter {
+            url: String::new(),
+            state: Mutex::new(Queue { spans: VecDeque::new(), sending: 0, flushing: false }),
+            wake: Condvar::new(),
+        };
         let span = Span {
             context: SpanContext::root(),
             parent: None,

@@ -67,11 +67,12 @@ pub trait Backend: Send + Sync {
     /// followed until the sandbox ends.
     fn output(&self, sandbox: &str) -> Result<Output, OutputError>;
 
-    /// The frames the runner held in the sandbox (`sandbox::held`),
-    /// fetched from its `port` with the run's `key`. Only a backend whose
-    /// runs hold output is asked; the error says what to fix.
-    fn held_output(&self, sandbox: &str, port: u16, key: &str) -> Result<Output, String> {
-        let _ = (sandbox, port, key);
+    /// The frames the runner held in the sandbox (`sandbox::held`) from
+    /// byte `offset` on, fetched from its `port` with the run's `key`.
+    /// Only a backend whose runs hold output is asked; the error says what
+    /// to fix.
+    fn held_output(&self, sandbox: &str, port: u16, key: &str, offset: u64) -> Result<Output, String> {
+        let _ = (sandbox, port, key, offset);
         Err("this backend does not keep output in the sandbox".to_string())
     }
 

@@ -120,15 +120,26 @@ impl Collector {
     /// the files sent whole, header and chunks), with the run's tag. The
     /// held file is writable from the sandbox, so anything else there
     /// (a result, live output) is not the runner's and is ignored.
-    pub fn read_held(&mut self, reader: &mut dyn BufRead) -> std::io::Result<()> {
+    /// `consumed` counts the bytes of the whole lines read, so that a
+    /// fetch cut off is resumed where its last whole frame ended.
+    pub fn read_held(&mut self, reader: &mut dyn BufRead, consumed: &mut u64) -> std::io::Result<()> {
         let mut line = Vec::new();
         let mut ignored = false;
-        loop {
+        let outcome = loop {
             line.clear();
-            let (read, complete) = read_line_bounded(reader, &mut line, MAX_LINE_BYTES)?;
+            let (read, complete) = match read_line_bounded(reader, &mut line, MAX_LINE_BYTES) {
+                Ok(read) => read,
+                Err(error) => break Err(error),
+            };
             if read == 0 {
-                break;
+                break Ok(());
             }
+            // A last line without its newline (its newline is read but not
+            // kept) is a cut: it is fetched again from its start.
+            if complete && read == line.len() {
+                break Ok(());
+            }
+            *consumed += read as u64;
             let decoded = match complete {
                 true => frame::decode(&String::from_utf8_lossy(&line)).ok().flatten(),
                 false => None,
@@ -151,14 +162,14 @@ impl Collector {
                     ignored = true;
                 }
             }
-        }
+        };
         if ignored {
             self.note_problem(
                 "ignored lines in the output held in the sandbox that were not the runner's frames of this run: something in the sandbox wrote them"
                     .into(),
             );
         }
-        Ok(())
+        outcome
     }
 
     /// Reads `reader` until the result frame (always the runner's last), a
@@ -450,7 +461,13 @@ mod tests {
             &Frame::Spill(frame::SpillChunk { stream: Stream::Stdout, offset: 0, data_b64: frame::to_base64(b"FORGED") }),
         );
         let frames = [spill(0, b"whole "), line(Frame::Result(forged_result)), other_tag, spill(6, b"text")].concat();
-        collector.read_held(&mut frames.as_bytes()).unwrap();
+        let mut consumed = 0;
+        collector.read_held(&mut frames.as_bytes(), &mut consumed).unwrap();
+        assert_eq!(consumed, frames.len() as u64, "whole lines are counted");
+        let mut cut = 0;
+        let cut_short = &frames[..frames.len() - 3];
+        collector.read_held(&mut cut_short.as_bytes(), &mut cut).unwrap();
+        assert_eq!(cut, (frames.len() - frames.lines().last().unwrap().len() - 1) as u64, "a last line without its newline is not counted");
         assert!(collector.result.is_none(), "a result in the held file is not the runner's");
         assert_eq!(collector.problems.len(), 1, "{:?}", collector.problems);
         collector.read_all(&mut reader, &mut |_| {}).unwrap();

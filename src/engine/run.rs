@@ -877,11 +877,7 @@ fn fetch_held(
     let key = crate::sandbox::held::key(run_id);
     let wanted = collector.spool.as_ref().is_some_and(|spool| !spool.held_fetched);
     if wanted {
-        let fetched = ctx.backend.held_output(sandbox, held.port, &key).map_err(|error| error.to_string()).and_then(|mut output| {
-            stop.set(output.abort.clone());
-            collector.read_held(&mut output.reader).map_err(|error| error.to_string())
-        });
-        match fetched {
+        match fetch_held_frames(ctx, (sandbox, &key), held, collector, stop) {
             Ok(()) => {
                 if let Some(spool) = collector.spool.as_mut() {
                     spool.held_fetched = true;
@@ -898,6 +894,46 @@ fn fetch_held(
             "the runner holding output could not be released; it goes on after its wait",
             &[("run_id", run_id.into()), ("error", why.as_str().into())],
         );
+    }
+}
+
+/// How many times a fetch cut off is resumed without progress.
+const HELD_FETCH_TRIES: u32 = 5;
+
+/// Reads the held frames into the spool, resuming a fetch cut off where
+/// its last whole frame ended (a connection through the API server can
+/// break mid-way); gives up after `HELD_FETCH_TRIES` tries in a row that
+/// add nothing.
+fn fetch_held_frames(
+    ctx: &Ctx,
+    (sandbox, key): (&str, &str),
+    held: &crate::sandbox::frame::Held,
+    collector: &mut Collector,
+    stop: &StreamStop,
+) -> Result<(), String> {
+    let mut offset = 0u64;
+    let mut fruitless = 0u32;
+    loop {
+        let before = offset;
+        let read = ctx.backend.held_output(sandbox, held.port, key, offset).and_then(|mut output| {
+            stop.set(output.abort.clone());
+            collector.read_held(&mut output.reader, &mut offset).map_err(|error| error.to_string())
+        });
+        match read {
+            Ok(()) if offset >= held.bytes => return Ok(()),
+            Err(why) if stop.is_stopped() => return Err(why),
+            other => {
+                if let Err(why) = &other {
+                    log::warn("a fetch of held output broke; resuming", &[("offset", offset.into()), ("error", why.as_str().into())]);
+                }
+                fruitless = if offset > before { 0 } else { fruitless + 1 };
+                if fruitless >= HELD_FETCH_TRIES {
+                    let why = other.err().unwrap_or_else(|| format!("it ended after {offset} of {} bytes", held.bytes));
+                    return Err(format!("{why} ({HELD_FETCH_TRIES} tries without progress)"));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200).saturating_mul(fruitless));
     }
 }
 

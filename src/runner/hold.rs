@@ -59,24 +59,26 @@ pub fn serve(listener: &TcpListener, key_sha256: &str, file: &Path, wait: Durati
             Err(error) if assign::is_transient(&error) => continue,
             Err(error) => return Err(error),
         };
-        match assign::read_request_to(&mut stream, &served) {
-            Ok((_, body)) if !held::matches(&body, key_sha256) => {
+        let request = assign::read_request_to(&mut stream, &served);
+        let offered = request.as_ref().ok().and_then(|(_, body)| held::parse_body(body)).map(|(key, offset)| (key.to_string(), offset));
+        match (request, offered) {
+            (Ok(_), offered) if !offered.as_ref().is_some_and(|(key, _)| held::matches(key.as_bytes(), key_sha256)) => {
                 let _ = assign::respond(&mut stream, 401, "the key does not match this run's");
                 assign::close_gently(stream);
             }
-            Ok((path, _)) if path == held::RELEASE_PATH => {
+            (Ok((path, _)), _) if path == held::RELEASE_PATH => {
                 let _ = assign::respond(&mut stream, 200, "released");
                 return Ok(Ended::Released { fetches });
             }
-            Ok(_) => {
+            (Ok(_), offered) => {
                 fetches += 1;
                 // A fetch cut short is the server's to see (fewer bytes than
-                // Content-Length); the runner waits for the next request.
-                let _ = send_file(&mut stream, file);
+                // Content-Length): it fetches again from where it got to.
+                let _ = send_file(&mut stream, file, offered.map_or(0, |(_, offset)| offset));
                 deadline = Instant::now() + wait;
             }
-            Err(Refusal::Silent) => {}
-            Err(Refusal::Status(code, text)) => {
+            (Err(Refusal::Silent), _) => {}
+            (Err(Refusal::Status(code, text)), _) => {
                 let _ = assign::respond(&mut stream, code, &text);
                 assign::close_gently(stream);
             }
@@ -84,9 +86,12 @@ pub fn serve(listener: &TcpListener, key_sha256: &str, file: &Path, wait: Durati
     }
 }
 
-fn send_file(stream: &mut impl Connection, path: &Path) -> io::Result<()> {
+/// The held file from `offset` on (nothing past its end).
+fn send_file(stream: &mut impl Connection, path: &Path, offset: u64) -> io::Result<()> {
+    use std::io::Seek as _;
     let mut file = fs::File::open(path)?;
-    let size = file.metadata()?.len();
+    let size = file.metadata()?.len().saturating_sub(offset);
+    file.seek(io::SeekFrom::Start(offset))?;
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
     let head = format!("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n");
     stream.write_all(head.as_bytes())?;
@@ -139,8 +144,10 @@ mod tests {
         assert_eq!(code, 200);
         assert!(body == content, "the held file comes back whole ({} of {} bytes)", body.len(), content.len());
         assert_eq!(post(address, held::FETCH_PATH, &key).1.len(), content.len(), "a second fetch gets it again");
+        let resumed = post(address, held::FETCH_PATH, &held::fetch_body(&key, 600_000)).1;
+        assert!(resumed == content[600_000..], "a fetch resumes at its offset");
         assert_eq!(post(address, held::RELEASE_PATH, &format!("{key}\n")).0, 200);
-        assert_eq!(server.join().unwrap().unwrap(), Ended::Released { fetches: 2 });
+        assert_eq!(server.join().unwrap().unwrap(), Ended::Released { fetches: 3 });
         let _ = fs::remove_dir_all(dir);
     }
 

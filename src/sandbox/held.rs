@@ -60,6 +60,22 @@ pub fn digest(key: &str) -> String {
     super::to_hex(ring::digest::digest(&ring::digest::SHA256, key.trim().as_bytes()).as_ref())
 }
 
+/// A fetch's body: the key, and where in the held file to start (a fetch
+/// cut off is resumed where its last whole frame ended).
+pub fn fetch_body(key: &str, offset: u64) -> String {
+    format!("{key} {offset}")
+}
+
+/// The inverse of `fetch_body`: the key offered and the offset (0 when
+/// the body is the key alone, as a release's is).
+pub fn parse_body(body: &[u8]) -> Option<(&str, u64)> {
+    let text = std::str::from_utf8(body).ok()?.trim();
+    match text.split_once(' ') {
+        Some((key, offset)) => Some((key, offset.parse().ok()?)),
+        None => Some((text, 0)),
+    }
+}
+
 /// Whether `offered` is the key whose digest is `key_sha256`; compares
 /// the digests without an early exit.
 pub fn matches(offered: &[u8], key_sha256: &str) -> bool {
@@ -94,5 +110,8 @@ mod tests {
         assert!(!matches(digest.as_bytes(), &digest), "the digest is not the key");
         assert!(!matches(b"", &digest));
         assert!(!matches(&[0xff, 0xfe], &digest));
+        assert_eq!(parse_body(fetch_body(&key, 1234).as_bytes()), Some((key.as_str(), 1234)));
+        assert_eq!(parse_body(format!("{key}\n").as_bytes()), Some((key.as_str(), 0)));
+        assert_eq!(parse_body(format!("{key} -1").as_bytes()), None);
     }
 }

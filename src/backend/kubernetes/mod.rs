@@ -320,11 +320,11 @@ impl Backend for Kubernetes {
 
     /// Through `pods/proxy`, as a warm pool's assignment goes: the server
     /// needs no route to pod IPs.
-    fn held_output(&self, sandbox: &str, port: u16, key: &str) -> Result<Output, String> {
+    fn held_output(&self, sandbox: &str, port: u16, key: &str, offset: u64) -> Result<Output, String> {
         let started = std::time::Instant::now();
         let to = held_target(self.namespace(), sandbox, port, held::FETCH_PATH);
         loop {
-            match self.client.proxy_post_stream(&to, key.as_bytes().to_vec()) {
+            match self.client.proxy_post_stream(&to, held::fetch_body(key, offset).into_bytes()) {
                 Ok(stream) => {
                     let handle = stream.abort_handle();
                     return Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) });

@@ -168,6 +168,10 @@ pub struct BackgroundRecord {
     /// The arguments' fingerprint of a run made with an idempotency key
     /// (`idempotency::Keyed`): a retry with the same key compares it.
     pub fingerprint: Option<String>,
+    /// The `traceparent` of the call that submitted the run, when traces
+    /// are sent: whichever process records the verdict sends the run's
+    /// spans under it.
+    pub traceparent: Option<String>,
 }
 
 /// What `create` made.
@@ -278,6 +282,8 @@ pub struct Stored {
     pub command: String,
     /// As `BackgroundRecord::fingerprint`.
     pub fingerprint: Option<String>,
+    /// As `BackgroundRecord::traceparent`.
+    pub traceparent: Option<String>,
     pub created_at: Option<SystemTime>,
     /// When the backend saw the run end, if it did.
     pub ended_at: Option<SystemTime>,

@@ -38,6 +38,7 @@ use crate::engine::verdict::{self, Ended};
 use crate::log;
 use crate::sandbox::frame::Stream;
 use crate::supervise;
+use crate::trace::{self, SpanContext};
 
 /// How long the runner may take to report the output so far after a
 /// cancel deleted its pod, before the follower is stopped outright.
@@ -176,12 +177,15 @@ pub fn parse_token(token: &str) -> Option<Token> {
 /// Creates the run's Job (kept after it ends) and starts following it.
 /// Returns once the Job exists, so the token is durable when returned.
 /// With a key (`idempotency`), the key's run when it exists already.
-pub fn submit(ctx: &Ctx, spec: &RunSpec, kind: TokenKind, keyed: Option<&Keyed>) -> Result<Submitted, Error> {
+/// `traced` is the submitting call's span, when traces are sent: the
+/// run's spans go under it when its verdict is recorded.
+pub fn submit(ctx: &Ctx, spec: &RunSpec, kind: TokenKind, keyed: Option<&Keyed>, traced: Option<SpanContext>) -> Result<Submitted, Error> {
+    let traceparent = traced.map(|span| span.traceparent());
     match keyed {
-        Some(keyed) => submit_keyed(ctx, spec, kind, keyed),
+        Some(keyed) => submit_keyed(ctx, spec, kind, keyed, traceparent),
         None => {
             let run_id = ctx.backend.claim(spec, crate::engine::backend::RunKind::Background).unwrap_or_else(run::new_run_id);
-            submit_new(ctx, spec, kind, &run_id, None)
+            submit_new(ctx, spec, kind, &run_id, (None, traceparent))
         }
     }
 }
@@ -193,13 +197,13 @@ static KEYED: [Mutex<()>; 16] = [const { Mutex::new(()) }; 16];
 
 /// The run `keyed` names: found (a retry), or made now. A warm sandbox
 /// is never claimed for it (its run id is the key's, not the sandbox's).
-fn submit_keyed(ctx: &Ctx, spec: &RunSpec, kind: TokenKind, keyed: &Keyed) -> Result<Submitted, Error> {
+fn submit_keyed(ctx: &Ctx, spec: &RunSpec, kind: TokenKind, keyed: &Keyed, traceparent: Option<String>) -> Result<Submitted, Error> {
     let stripe = usize::from_str_radix(&keyed.run_id[..1], 16).unwrap_or(0) % KEYED.len();
     let _turn = KEYED[stripe].lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(found) = keyed_run(ctx, keyed)? {
         return found;
     }
-    match submit_new(ctx, spec, kind, &keyed.run_id, Some(keyed.fingerprint.clone())) {
+    match submit_new(ctx, spec, kind, &keyed.run_id, (Some(keyed.fingerprint.clone()), traceparent)) {
         // Another process made the key's run between the look and the
         // create (the name was taken): its run is the answer.
         Err(refused @ Error::Refused { .. }) => {
@@ -241,7 +245,15 @@ fn keyed_run(ctx: &Ctx, keyed: &Keyed) -> Result<Option<Result<Submitted, Error>
 }
 
 /// Creates the background run `run_id` and starts following it.
-fn submit_new(ctx: &Ctx, spec: &RunSpec, kind: TokenKind, run_id: &str, fingerprint: Option<String>) -> Result<Submitted, Error> {
+/// `recorded` is what the record keeps besides the token: the arguments'
+/// fingerprint of a keyed run and the submitting call's `traceparent`.
+fn submit_new(
+    ctx: &Ctx,
+    spec: &RunSpec,
+    kind: TokenKind,
+    run_id: &str,
+    (fingerprint, traceparent): (Option<String>, Option<String>),
+) -> Result<Submitted, Error> {
     let run_id = run_id.to_string();
     let token = token_for(kind, &run_id, SystemTime::now());
     let cancel = CancelToken::new();
@@ -259,7 +271,13 @@ fn submit_new(ctx: &Ctx, spec: &RunSpec, kind: TokenKind, run_id: &str, fingerpr
     followed.output_on_demand = true;
     let result_ttl = ctx.jobs.limits().result_ttl;
     let keep = Keep::Background {
-        record: BackgroundRecord { token: token.clone(), timeout_s: spec.timeout.as_secs(), command: command_summary(spec), fingerprint },
+        record: BackgroundRecord {
+            token: token.clone(),
+            timeout_s: spec.timeout.as_secs(),
+            command: command_summary(spec),
+            fingerprint,
+            traceparent,
+        },
         result_ttl,
         expires_at: SystemTime::now() + run_deadline(spec, &ctx.policy) + run::EXPIRY_SLACK + result_ttl,
     };
@@ -445,7 +463,7 @@ fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
         (None, None) if stored.ended_at.is_some() => {
             let ended =
                 Ended { outcome: outcome_without_sandbox(run_id, ctx.backend.wording(), &stored, created, None), by: DecidedBy::Server };
-            record_and_finish(ctx, run_id, ended, ended_at.unwrap_or_else(SystemTime::now));
+            record_and_finish(ctx, run_id, ended, ended_at.unwrap_or_else(SystemTime::now), Some(&stored));
         }
         (None, Some(state)) if stored.ended_at.is_some() || matches!(state, SandboxState::Finished { .. }) => {
             follow_to_end(ctx, run_id, &followed, created, &cancel);
@@ -504,8 +522,8 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
         ended.by = DecidedBy::Server;
     }
     run::log_finished(run_id, &ended.outcome, started);
-    let ended_at = stored.and_then(|stored| stored.ended_at).unwrap_or_else(SystemTime::now);
-    record_and_finish(ctx, run_id, ended, ended_at);
+    let ended_at = stored.as_ref().and_then(|stored| stored.ended_at).unwrap_or_else(SystemTime::now);
+    record_and_finish(ctx, run_id, ended, ended_at, stored.as_ref());
 }
 
 /// Makes the end final on the Job, then
@@ -513,13 +531,15 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
 /// cannot be recorded (the API does not answer) nothing is cached: the
 /// entry goes, and the next `fetch_job` reads the cluster again, so this
 /// process never holds a result the Job does not.
-fn record_and_finish(ctx: &Ctx, run_id: &str, mut ended: Ended, ended_at: SystemTime) {
+fn record_and_finish(ctx: &Ctx, run_id: &str, mut ended: Ended, ended_at: SystemTime, stored: Option<&Stored>) {
     match verdict::settle(ctx.backend.as_ref(), run_id, &ended, verdict::Record::Yes) {
         Ok(Settled::AlreadyRecorded(recorded)) => verdict::apply(&mut ended.outcome, &recorded),
         // The first writer of the verdict, whichever process that is,
         // writes the one `ended` line of the run's audit trail.
+        // So does it send the run's spans.
         Ok(Settled::Recorded) => {
-            audit::record(&audit::Entry { ended: Some(ended.outcome.audited()), ..audit::Entry::new(audit::Event::Ended, run_id) })
+            audit::record(&audit::Entry { ended: Some(ended.outcome.audited()), ..audit::Entry::new(audit::Event::Ended, run_id) });
+            send_spans(stored, &ended.outcome);
         }
         Ok(Settled::NoRecord) => {}
         Err(error) => {
@@ -667,6 +687,17 @@ fn listed_run(ctx: &Ctx, stored: &Stored) -> Option<Listed> {
 
 /// `image program`: the program's file name without its folder or its
 /// arguments, at most `PROGRAM_NAME_CHARS` characters.
+/// A background run's spans, under the call that submitted it (its
+/// record's `traceparent`), when traces are sent.
+fn send_spans(stored: Option<&Stored>, outcome: &RunOutcome) {
+    let parent = stored.and_then(|stored| stored.traceparent.as_deref()).and_then(trace::parse_traceparent);
+    let (Some(parent), Some(stored), true) = (parent, stored, trace::enabled()) else { return };
+    // The record keeps `image program`.
+    let image = stored.command.split(' ').next().unwrap_or_default();
+    let facts = crate::engine::spans::RunFacts { image, network: None };
+    crate::engine::spans::run_spans(parent, &facts, outcome).into_iter().for_each(trace::record);
+}
+
 fn command_summary(spec: &RunSpec) -> String {
     let program = spec.command.first().map(String::as_str).unwrap_or_default();
     let name = program.rsplit('/').next().unwrap_or(program);

@@ -19,5 +19,6 @@ pub mod pool_manager;
 pub mod reaper;
 pub mod run;
 pub mod slots;
+pub mod spans;
 pub mod spec;
 pub mod verdict;

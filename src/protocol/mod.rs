@@ -713,8 +713,13 @@ impl CallTrace {
         protocol_version: Option<&'static str>,
     ) -> trace::Span {
         use trace::Attr;
-        let mut attributes =
-            vec![("mcp.method.name", Attr::Text(self.method.to_string())), ("jsonrpc.request.id", Attr::Text(request_id.to_string()))];
+        // The id as the client wrote it (a string without quotes),
+        // shortened: it is the client's text.
+        let request_id = match request_id {
+            RequestId::Integer(number) => number.to_string(),
+            RequestId::String(text) => echo::shorten(text).into_owned(),
+        };
+        let mut attributes = vec![("mcp.method.name", Attr::Text(self.method.to_string())), ("jsonrpc.request.id", Attr::Text(request_id))];
         let is_tool = self.method == "tools/call";
         if is_tool {
             attributes.push(("gen_ai.tool.name", Attr::Text(name.to_string())));

@@ -46,7 +46,7 @@ pub fn create(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError>
     let name = call.arguments.get("name").and_then(Value::as_str).unwrap_or_default();
     let empty = Map::new();
     let arguments = call.arguments.get("arguments").and_then(Value::as_object).unwrap_or(&empty);
-    let task_id = match background::task_submit(ctx, name, arguments).map_err(response_error)? {
+    let task_id = match background::task_submit(ctx, name, arguments, call.trace).map_err(response_error)? {
         TaskStart::Task(task_id) => task_id,
         // A receiver may answer a task-augmented request as a plain one;
         // here there is no run to make a task of.

@@ -115,7 +115,13 @@ pub enum TaskStart {
 static STARTING: Gate = Gate::new(8);
 
 /// Starts `tool_name` as a task.
-pub fn task_submit(ctx: &Ctx, tool_name: &str, arguments: &Map<String, Value>) -> Result<TaskStart, CallError> {
+/// `traced`: the call's span, which the run's spans go under.
+pub fn task_submit(
+    ctx: &Ctx,
+    tool_name: &str,
+    arguments: &Map<String, Value>,
+    traced: Option<crate::trace::SpanContext>,
+) -> Result<TaskStart, CallError> {
     let _starting = STARTING.enter();
     if !TASK_TOOLS.contains(&tool_name) {
         return Err(CallError::Invalid(format!("tool `{tool_name}` cannot run as a task; tasks: {}", TASK_TOOLS.join(", "))));
@@ -127,7 +133,7 @@ pub fn task_submit(ctx: &Ctx, tool_name: &str, arguments: &Map<String, Value>) -
         (job_spec(ctx, &arguments)?, TokenKind::Job)
     };
     let arrived = std::time::Instant::now();
-    let submitted = background::submit(engine_of(ctx)?, &spec, kind, keyed.as_ref());
+    let submitted = background::submit(engine_of(ctx)?, &spec, kind, keyed.as_ref(), traced);
     super::audit_submit(ctx, tool_name, &spec, &submitted, arrived);
     match submitted {
         Ok(submitted) => Ok(TaskStart::Task(submitted.token)),
@@ -208,19 +214,19 @@ fn submit_job_tool(config: &crate::config::Config) -> Tool {
 }
 
 fn submit_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    match submit(ctx, call.arguments) {
+    match submit(ctx, call) {
         Ok(submitted) => ToolOutcome::Success(json!({"job_token": submitted.token, "status": "submitted"})),
         Err(error) => ToolOutcome::Failure(error.to_string()),
     }
 }
 
-fn submit(ctx: &Ctx, arguments: &Map<String, Value>) -> Result<Submitted, CallError> {
+fn submit(ctx: &Ctx, call: &Call<'_>) -> Result<Submitted, CallError> {
     let _starting = STARTING.enter();
-    let (arguments, keyed) = idempotency::split("submit_job", arguments).map_err(CallError::Invalid)?;
+    let (arguments, keyed) = idempotency::split("submit_job", call.arguments).map_err(CallError::Invalid)?;
     let spec = job_spec(ctx, &arguments)?;
     let engine = engine_of(ctx)?;
     let arrived = std::time::Instant::now();
-    let submitted = background::submit(engine, &spec, TokenKind::Job, keyed.as_ref());
+    let submitted = background::submit(engine, &spec, TokenKind::Job, keyed.as_ref(), call.trace);
     super::audit_submit(ctx, "submit_job", &spec, &submitted, arrived);
     Ok(submitted?)
 }

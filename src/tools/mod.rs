@@ -19,7 +19,6 @@ pub mod job_result;
 pub mod links;
 pub mod run_job;
 pub mod snippets;
-pub mod spans;
 
 use std::fmt;
 

@@ -159,14 +159,17 @@ pub fn run_reporting_progress(
     spec: &engine::spec::RunSpec,
     keyed: Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>,
 ) -> Result<engine::spec::RunOutcome, String> {
-    let outcome = match keyed {
+    match keyed {
         Some((keyed, kind)) => run_keyed(ctx, call, tool, spec, kind, keyed),
-        None => run_now(ctx, call, tool, spec),
-    };
-    if let (Some(parent), Ok(outcome)) = (call.trace, &outcome) {
-        super::spans::run_spans(parent, spec, outcome).into_iter().for_each(crate::trace::record);
+        None => {
+            let outcome = run_now(ctx, call, tool, spec);
+            if let (Some(parent), Ok(outcome)) = (call.trace, &outcome) {
+                let facts = engine::spans::RunFacts { image: &spec.image, network: Some(spec.network) };
+                engine::spans::run_spans(parent, &facts, outcome).into_iter().for_each(crate::trace::record);
+            }
+            outcome
+        }
     }
-    outcome
 }
 
 /// A run without a key: made and followed here, answered in the call.
@@ -209,7 +212,9 @@ fn run_keyed(
     use engine::background;
     let engine = ctx.engine.as_ref().map_err(|why| super::no_backend(why))?;
     let arrived = std::time::Instant::now();
-    let submitted = background::submit(engine, spec, kind, Some(keyed));
+    // The run's spans go under this call when the run's verdict is
+    // recorded; the call adds none of its own for it (`run_reporting_progress`).
+    let submitted = background::submit(engine, spec, kind, Some(keyed), call.trace);
     super::audit_submit(ctx, tool, spec, &submitted, arrived);
     let token = match submitted {
         Ok(submitted) => submitted.token,

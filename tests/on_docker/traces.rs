@@ -120,6 +120,18 @@ impl Drop for Jaeger {
     }
 }
 
+/// A `tools/call` whose `_meta` carries `traceparent`; its response.
+fn call_traced(server: &mut crate::support::server::StdioServer, tool: &str, arguments: Value, traceparent: &str) -> Value {
+    let params = json!({"name": tool, "arguments": arguments, "_meta": {"traceparent": traceparent}});
+    server.send(&json!({"jsonrpc": "2.0", "id": "traced", "method": "tools/call", "params": params}).to_string());
+    loop {
+        let message = server.recv_within(Duration::from_secs(120));
+        if message["id"] == "traced" {
+            return message;
+        }
+    }
+}
+
 /// A span's tag value by key.
 fn tag<'a>(span: &'a Value, key: &str) -> &'a Value {
     span["tags"].as_array().and_then(|tags| tags.iter().find(|tag| tag["key"] == key)).map_or(&Value::Null, |tag| &tag["value"])
@@ -136,44 +148,21 @@ fn a_calls_trace_reaches_the_collector_under_the_clients_span_with_the_runs_phas
     let mut server = server(&[("MCP_K8S_OTLP_ENDPOINT", &endpoint)]);
     let trace_id = mcp_k8s_ephemeral_job::engine::run::new_run_id();
     let client_span = "00f067aa0ba902b7";
-    let params = json!({
-        "name": "run_job",
-        "arguments": {"image": BUSYBOX, "command": ["sh", "-c", "echo marker-in-output; exit 3"],
-                      "env": {"SECRET_TOKEN": "s3cret-env-value"}, "network": "none"},
-        "_meta": {"traceparent": format!("00-{trace_id}-{client_span}-01")},
-    });
-    server.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}).to_string());
-    let answer = loop {
-        let message = server.recv_within(Duration::from_secs(120));
-        if message["id"] == 7 {
-            break message;
-        }
-    };
+    let arguments = json!({"image": BUSYBOX, "command": ["sh", "-c", "echo marker-in-output; exit 3"],
+                           "env": {"SECRET_TOKEN": "s3cret-env-value"}, "network": "none"});
+    let answer = call_traced(&mut server, "run_job", arguments, &format!("00-{trace_id}-{client_span}-01"));
     let run_id = answer["result"]["structuredContent"]["run_id"].as_str().unwrap_or_else(|| panic!("{answer}")).to_string();
     assert_eq!(answer["result"]["structuredContent"]["exit_code"], 3, "{answer}");
-    // Poll the collector: the spans leave in batches of a second or so.
+    // The spans leave in batches of a second or so.
     let wanted = ["tools/call run_job", "run", "run.queued", "run.created", "run.running", "run.collected"];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let trace = loop {
-        let found = jaeger.get(&format!("/api/traces/{trace_id}")).map(|body| body["data"][0].clone());
-        let complete = found.as_ref().is_some_and(|trace| {
-            let names: Vec<&str> =
-                trace["spans"].as_array().into_iter().flatten().filter_map(|span| span["operationName"].as_str()).collect();
-            wanted.iter().all(|name| names.contains(name))
-        });
-        if let (true, Some(trace)) = (complete, &found) {
-            break trace.clone();
-        }
-        assert!(Instant::now() < deadline, "the trace {trace_id} never held {wanted:?}: {found:?}\n{}", jaeger.log());
-        std::thread::sleep(Duration::from_millis(250));
-    };
+    let trace = trace_with(&jaeger, &trace_id, &wanted);
     let spans = trace["spans"].as_array().unwrap();
     let named = |name: &str| spans.iter().find(|span| span["operationName"] == name).unwrap();
     let call = named("tools/call run_job");
     assert_eq!(parent_of(call), Some(client_span), "the call is the client's span's child: {call}");
     assert_eq!(tag(call, "mcp.method.name"), "tools/call");
     assert_eq!(tag(call, "gen_ai.tool.name"), "run_job");
-    assert_eq!(tag(call, "jsonrpc.request.id"), "7");
+    assert_eq!(tag(call, "jsonrpc.request.id"), "traced");
     assert_eq!(tag(call, "span.kind"), "server");
     let run = named("run");
     assert_eq!(parent_of(run), call["spanID"].as_str(), "the run is the call's child");
@@ -189,4 +178,48 @@ fn a_calls_trace_reaches_the_collector_under_the_clients_span_with_the_runs_phas
     for secret in ["s3cret-env-value", "SECRET_TOKEN", "marker-in-output", run_id.as_str()] {
         assert!(!text.contains(secret), "`{secret}` is in the trace: {text}");
     }
+}
+
+/// The trace with `trace_id` once it holds every span named in `wanted`.
+fn trace_with(jaeger: &Jaeger, trace_id: &str, wanted: &[&str]) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = jaeger.get(&format!("/api/traces/{trace_id}")).map(|body| body["data"][0].clone());
+        let complete = found.as_ref().is_some_and(|trace| {
+            let names: Vec<&str> =
+                trace["spans"].as_array().into_iter().flatten().filter_map(|span| span["operationName"].as_str()).collect();
+            wanted.iter().all(|name| names.contains(name))
+        });
+        if let (true, Some(trace)) = (complete, &found) {
+            return trace.clone();
+        }
+        assert!(Instant::now() < deadline, "the trace {trace_id} never held {wanted:?}: {found:?}\n{}", jaeger.log());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A background run's spans are sent by the process that records its
+/// verdict, under the span of the call that submitted it (its record
+/// keeps that call's `traceparent`), long after that call answered.
+#[test]
+fn a_background_runs_spans_go_under_the_call_that_submitted_it() {
+    let jaeger = Jaeger::start();
+    let endpoint = format!("http://127.0.0.1:{}", jaeger.otlp);
+    let mut server = server(&[("MCP_K8S_OTLP_ENDPOINT", &endpoint)]);
+    let trace_id = mcp_k8s_ephemeral_job::engine::run::new_run_id();
+    let arguments = json!({"image": BUSYBOX, "command": ["sh", "-c", "sleep 1; echo done"], "network": "none"});
+    let submitted = call_traced(&mut server, "submit_job", arguments, &format!("00-{trace_id}-00f067aa0ba902b7-01"));
+    let token = submitted["result"]["structuredContent"]["job_token"].as_str().unwrap_or_else(|| panic!("{submitted}")).to_string();
+    let out = super::backend::fetch_done(&mut server, &token);
+    assert_eq!(out["result"]["status"], "succeeded", "{out}");
+    let trace = trace_with(&jaeger, &trace_id, &["tools/call submit_job", "run", "run.queued", "run.running"]);
+    let spans = trace["spans"].as_array().unwrap();
+    let named = |name: &str| spans.iter().find(|span| span["operationName"] == name).unwrap();
+    let call = named("tools/call submit_job");
+    let run = named("run");
+    assert_eq!(parent_of(run), call["spanID"].as_str(), "the run is the submitting call's child");
+    assert_eq!(parent_of(named("run.running")), run["spanID"].as_str());
+    assert_eq!(tag(run, "mcp_k8s.run.status"), "succeeded");
+    let run_id = out["result"]["run_id"].as_str().unwrap();
+    assert!(!trace.to_string().contains(run_id), "the run id (in the job token) is a capability: never in a span");
 }

@@ -54,6 +54,8 @@ pub const LABEL_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
 pub const LABEL_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
 /// The hash of a keyed run's tool and arguments (`engine::idempotency`).
 pub const LABEL_ARGUMENTS_SHA256: &str = "mcp-k8s-ephemeral-job/arguments-sha256";
+/// The submitting call's span (`BackgroundRecord::traceparent`).
+pub const LABEL_TRACEPARENT: &str = "mcp-k8s-ephemeral-job/traceparent";
 /// A warm pool's container: the pool's name, and the id of the server
 /// process that keeps it (replicas on one daemon keep apart).
 pub const LABEL_POOL: &str = "mcp-k8s-ephemeral-job/pool";
@@ -280,6 +282,9 @@ pub fn labels(run: &NewRun, policy: &Policy) -> BTreeMap<String, String> {
             labels.insert(LABEL_COMMAND.to_string(), record.command.clone());
             if let Some(fingerprint) = &record.fingerprint {
                 labels.insert(LABEL_ARGUMENTS_SHA256.to_string(), fingerprint.clone());
+            }
+            if let Some(traceparent) = &record.traceparent {
+                labels.insert(LABEL_TRACEPARENT.to_string(), traceparent.clone());
             }
             (MODE_BACKGROUND, *expires_at)
         }
@@ -545,8 +550,13 @@ mod tests {
     #[test]
     fn a_background_run_carries_its_record_and_a_named_network_is_used() {
         let spec = RunSpec { workdir: "/tmp".into(), network: NetworkMode::Restricted, ..run_spec() };
-        let record =
-            BackgroundRecord { token: "t".into(), timeout_s: 30, command: "busybox:1.35 sh".into(), fingerprint: Some("f".into()) };
+        let record = BackgroundRecord {
+            token: "t".into(),
+            timeout_s: 30,
+            command: "busybox:1.35 sh".into(),
+            fingerprint: Some("f".into()),
+            traceparent: None,
+        };
         let keep = Keep::Background { record, result_ttl: Duration::from_secs(60), expires_at: UNIX_EPOCH };
         let run = NewRun { run_id: "r2", spec: &spec, keep, start_by: None };
         let options = Options { restricted_network: Some("runs".into()), ..options() };

@@ -587,7 +587,13 @@ mod tests {
         };
         let start_by = UNIX_EPOCH + Duration::from_secs(1_000);
         let background = Keep::Background {
-            record: BackgroundRecord { token: "t".into(), timeout_s: 5, command: "busybox true".into(), fingerprint: None },
+            record: BackgroundRecord {
+                token: "t".into(),
+                timeout_s: 5,
+                command: "busybox true".into(),
+                fingerprint: None,
+                traceparent: None,
+            },
             result_ttl: Duration::from_secs(60),
             expires_at: UNIX_EPOCH,
         };

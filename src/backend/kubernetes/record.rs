@@ -42,6 +42,8 @@ pub const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
 /// key, and a retry compares this. Only a hash: the arguments are the
 /// caller's data.
 pub const ANNOTATION_ARGUMENTS_SHA256: &str = "mcp-k8s-ephemeral-job/arguments-sha256";
+/// The submitting call's span (`BackgroundRecord::traceparent`).
+pub const ANNOTATION_TRACEPARENT: &str = "mcp-k8s-ephemeral-job/traceparent";
 /// Set by `cancel`: the run was stopped on purpose, even if its pod (and
 /// the partial output in its log) is gone when another process looks.
 pub const ANNOTATION_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
@@ -60,6 +62,8 @@ pub struct JobRecord {
     pub command: String,
     /// Only on a run made with an idempotency key.
     pub fingerprint: Option<String>,
+    /// Only when the submitting call was traced.
+    pub traceparent: Option<String>,
     /// RFC 3339 UTC as written; `manifest` writes it at creation.
     pub expires_at: Option<String>,
     /// RFC 3339 UTC as written by `cancel`.
@@ -100,6 +104,7 @@ impl JobRecord {
             timeout_s: annotations.get(ANNOTATION_TIMEOUT_S).and_then(|text| text.parse().ok()),
             command: text(ANNOTATION_COMMAND).unwrap_or_default(),
             fingerprint: text(ANNOTATION_ARGUMENTS_SHA256),
+            traceparent: text(ANNOTATION_TRACEPARENT),
             expires_at: text(manifest::ANNOTATION_EXPIRES_AT),
             cancelled_at: text(ANNOTATION_CANCELLED_AT),
             outcome: annotations.get(ANNOTATION_OUTCOME).and_then(|text| verdict::decode(text)),
@@ -117,6 +122,9 @@ impl JobRecord {
         annotations.insert(ANNOTATION_COMMAND.to_string(), self.command.clone());
         if let Some(fingerprint) = &self.fingerprint {
             annotations.insert(ANNOTATION_ARGUMENTS_SHA256.to_string(), fingerprint.clone());
+        }
+        if let Some(traceparent) = &self.traceparent {
+            annotations.insert(ANNOTATION_TRACEPARENT.to_string(), traceparent.clone());
         }
         if let Some(expires_at) = &self.expires_at {
             annotations.insert(manifest::ANNOTATION_EXPIRES_AT.to_string(), expires_at.clone());
@@ -148,6 +156,7 @@ pub fn background_annotations(background: &BackgroundRecord) -> serde_json::Map<
         timeout_s: Some(background.timeout_s),
         command: background.command.clone(),
         fingerprint: background.fingerprint.clone(),
+        traceparent: background.traceparent.clone(),
         expires_at: None,
         cancelled_at: None,
         outcome: None,
@@ -174,6 +183,7 @@ pub fn stored(job: &Job) -> Option<Stored> {
         token: record.token,
         command: record.command,
         fingerprint: record.fingerprint,
+        traceparent: record.traceparent,
         // A warm sandbox's Job is older than its run.
         created_at: time(job.metadata.annotations.get(manifest::ANNOTATION_ASSIGNED_AT).map(String::as_str))
             .or_else(|| time(job.metadata.creation_timestamp.as_deref())),
@@ -237,6 +247,7 @@ mod tests {
             timeout_s: Some(300),
             command: "python:3.12 python3".into(),
             fingerprint: Some("5d41402a".into()),
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             expires_at: Some("2026-01-01T01:00:00.000Z".into()),
             cancelled_at: Some("2026-01-01T00:00:30.000Z".into()),
             outcome: Some(Recorded {
@@ -258,7 +269,15 @@ mod tests {
     #[test]
     fn a_record_round_trips_through_its_annotations() {
         let full = full_record();
-        let fresh = JobRecord { timeout_s: None, fingerprint: None, expires_at: None, cancelled_at: None, outcome: None, ..full_record() };
+        let fresh = JobRecord {
+            timeout_s: None,
+            fingerprint: None,
+            traceparent: None,
+            expires_at: None,
+            cancelled_at: None,
+            outcome: None,
+            ..full_record()
+        };
         for record in [full, fresh] {
             let read = JobRecord::from_annotations("j", &record.to_annotations());
             assert_eq!(read, Ok(record));
@@ -279,6 +298,7 @@ mod tests {
                 "mcp-k8s-ephemeral-job/job-token",
                 "mcp-k8s-ephemeral-job/outcome",
                 "mcp-k8s-ephemeral-job/timeout-s",
+                "mcp-k8s-ephemeral-job/traceparent",
             ]
         );
         assert_eq!(written["mcp-k8s-ephemeral-job/timeout-s"], "300");
@@ -309,6 +329,7 @@ mod tests {
                     timeout_s: None,
                     command: String::new(),
                     fingerprint: None,
+                    traceparent: None,
                     expires_at: None,
                     cancelled_at: None,
                     outcome: None,

@@ -1,8 +1,11 @@
-//! A run as trace spans, children of the call's span: one `run` span from
+//! A run as trace spans, children of the call's span (for a background
+//! run, the span of the call that submitted it): one `run` span from
 //! the engine taking it to its answer, and one per phase the run went
 //! through (`run.queued`, `run.created` or `run.claimed` for a warm
 //! sandbox, `run.scheduled`, `run.running`, `run.collected`), from its
-//! phase stamps. Pure: the call records what `run_spans` makes.
+//! phase stamps, to its answer (a background run: its end). Pure: the
+//! call, or the process that records a background run's verdict, records
+//! what `run_spans` makes.
 //!
 //! A span carries the run's facts (status, reason, exit code, image,
 //! network mode, warm), never its id: a run id is the capability that
@@ -11,20 +14,30 @@
 
 use std::time::SystemTime;
 
-use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
+use crate::engine::spec::{RunOutcome, RunStatus};
+use crate::network::NetworkMode;
 use crate::trace::{Attr, Kind, Span, SpanContext};
 
+/// What a run's span says of it besides its outcome.
+pub struct RunFacts<'a> {
+    pub image: &'a str,
+    /// `None` where it is not known (a background run read back).
+    pub network: Option<NetworkMode>,
+}
+
 /// The spans of a finished run under `parent` (the call's span).
-pub fn run_spans(parent: SpanContext, spec: &RunSpec, outcome: &RunOutcome) -> Vec<Span> {
+pub fn run_spans(parent: SpanContext, facts: &RunFacts, outcome: &RunOutcome) -> Vec<Span> {
     let times = outcome.times.ordered();
-    let (Some(submitted), Some(answered)) = (times.submitted, times.answered) else { return Vec::new() };
+    let (Some(submitted), Some(end)) = (times.submitted, times.answered.or(times.finished)) else { return Vec::new() };
     let run = parent.child();
     let mut attributes = vec![
         ("mcp_k8s.run.status", Attr::Text(outcome.status.name().to_string())),
-        ("container.image.name", Attr::Text(spec.image.clone())),
-        ("mcp_k8s.run.network", Attr::Text(spec.network.name().to_string())),
+        ("container.image.name", Attr::Text(facts.image.to_string())),
         ("mcp_k8s.run.warm", Attr::Bool(times.warm)),
     ];
+    if let Some(network) = facts.network {
+        attributes.push(("mcp_k8s.run.network", Attr::Text(network.name().to_string())));
+    }
     if let Some(reason) = outcome.reason {
         attributes.push(("mcp_k8s.run.reason", Attr::Text(reason.name().to_string())));
     }
@@ -39,7 +52,7 @@ pub fn run_spans(parent: SpanContext, spec: &RunSpec, outcome: &RunOutcome) -> V
         name: "run".to_string(),
         kind: Kind::Internal,
         start: submitted,
-        end: answered,
+        end,
         attributes,
         error,
     }];
@@ -78,8 +91,8 @@ mod tests {
         Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_000 + ms))
     }
 
-    fn spec() -> RunSpec {
-        RunSpec {
+    fn spec() -> crate::engine::spec::RunSpec {
+        crate::engine::spec::RunSpec {
             image: "busybox:1.36".into(),
             command: vec!["sh".into(), "-c".into(), "echo SECRET_ARG".into()],
             files: Vec::new(),
@@ -120,7 +133,8 @@ mod tests {
         ];
         for (case, times, phases) in cases {
             outcome.times = times;
-            let spans = run_spans(parent, &spec(), &outcome);
+            let spec = spec();
+            let spans = run_spans(parent, &RunFacts { image: &spec.image, network: Some(spec.network) }, &outcome);
             assert_eq!(spans[0].name, "run", "{case}");
             assert_eq!(spans[0].parent, Some(parent.span_id), "{case}: the run is the call's child");
             assert_eq!(spans[0].error.as_deref(), Some("OOMKilled"), "{case}");

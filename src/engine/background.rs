@@ -268,7 +268,7 @@ fn submit_new(
     // its output is read once someone asks (or at its end), so a run
     // nobody watches holds no stream while it runs.
     followed.unschedulable_grace = None;
-    followed.output_on_demand = true;
+    followed.output_on_demand = on_demand(ctx);
     let result_ttl = ctx.jobs.limits().result_ttl;
     let keep = Keep::Background {
         record: BackgroundRecord {
@@ -652,8 +652,16 @@ fn followed_from_stored(ctx: &Ctx, stored: &Stored) -> Followed {
         start_deadline: since_creation(ctx.policy.start_timeout),
         unschedulable_grace: None,
         hard_deadline: since_creation(stored.run_deadline + run::HARD_DEADLINE_SLACK),
-        output_on_demand: true,
+        output_on_demand: on_demand(ctx),
     }
+}
+
+/// Whether a background run's output waits for someone to ask. Not with
+/// an output store: a runner that holds what it sent whole in the sandbox
+/// (`sandbox::held`) waits for this server to fetch it before its sandbox
+/// ends, so a reader that waited for the end would find it gone.
+fn on_demand(ctx: &Ctx) -> bool {
+    ctx.policy.outputs.is_none()
 }
 
 fn listed_run(ctx: &Ctx, stored: &Stored) -> Option<Listed> {

@@ -346,6 +346,31 @@ fn outputs_past_the_caps_are_linked_and_read_back_whole_in_pieces() {
     );
     let (bytes, _) = read_piece(&mut server, &format!("{}?offset=1048570", link["uri"].as_str().unwrap())).unwrap();
     assert_eq!(bytes, [0; 10]);
+
+    // Nobody asks for a background run's output until it has ended: its
+    // stored output is whole all the same (on Kubernetes the runner holds
+    // it in the pod until this server has fetched it, and the server does
+    // not wait to be asked before it reads). `list_jobs` reads no output.
+    let unasked = server.submit(json!({"image": BUSYBOX, "command": sh("head -c 1048590 /dev/zero"), "network": "none"}));
+    let _cleanup = Cleanup::tokens(BACKEND, &[&unasked]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    loop {
+        let listed = server.ok("list_jobs", json!({}));
+        let entry = listed["jobs"].as_array().and_then(|jobs| jobs.iter().find(|job| job["job_token"] == unasked.as_str()).cloned());
+        if entry.as_ref().is_some_and(|entry| entry["status"] == "done") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not done in three minutes: {entry:?}");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let done = server.fetch_done(&unasked);
+    let link = &done["result"]["links"][0];
+    assert_eq!(
+        (link["size"].as_u64(), link["complete"].as_bool(), &done["result"]["notes"]),
+        (Some(1_048_590), Some(true), &json!([])),
+        "{}",
+        json!({"links": done["result"]["links"], "notes": done["result"]["notes"]})
+    );
 }
 
 /// A key of its own for each call of the suite: results are kept for an

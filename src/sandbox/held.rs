@@ -80,12 +80,7 @@ pub fn parse_body(body: &[u8]) -> Option<(&str, u64)> {
 /// the digests without an early exit.
 pub fn matches(offered: &[u8], key_sha256: &str) -> bool {
     let Ok(offered) = std::str::from_utf8(offered) else { return false };
-    let offered = digest(offered);
-    if offered.len() != key_sha256.len() {
-        return false;
-    }
-    let difference = offered.bytes().zip(key_sha256.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b));
-    std::hint::black_box(difference) == 0
+    super::constant_time_eq(digest(offered).as_bytes(), key_sha256.as_bytes())
 }
 
 /// The size limit of the held volume for a run that may send

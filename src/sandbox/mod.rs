@@ -48,6 +48,17 @@ pub fn random_bytes<const N: usize>() -> Result<[u8; N], String> {
     Ok(bytes)
 }
 
+/// Whether `left` and `right` are equal, compared without an early exit,
+/// so the time taken says nothing about how much of a guess was right
+/// (lengths may differ in time: they are not secret).
+pub fn constant_time_eq(left: &[u8], right: &[u8]) -> bool {
+    if left.len() != right.len() {
+        return false;
+    }
+    let difference = left.iter().zip(right).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    std::hint::black_box(difference) == 0
+}
+
 /// Bytes as lowercase hex, as keys and tags are written.
 pub fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()

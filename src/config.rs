@@ -50,6 +50,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_TRANSPORT", Some("transport"), "stdio", "stdio, http or sse (sse is the same server as http)", |r| &mut r.transport),
     setting("MCP_K8S_ADDR", Some("addr"), ":8080", "HTTP listen address, host:port; an empty host means all interfaces", |r| &mut r.addr),
     setting("MCP_K8S_AUTH_TOKEN", None, "", "token HTTP clients must send as X-MCP-AUTH or Authorization: Bearer (environment only)", |r| &mut r.auth_token),
+    setting("MCP_K8S_AUTH_TOKENS_FILE", Some("auth-tokens-file"), "", "JSON file of HTTP callers: each a name, the SHA-256 of its token and its limits (concurrent runs, CPU-seconds per hour, sites, images, tools); a caller sees only its own runs (see the README)", |r| &mut r.auth_tokens_file),
     setting("MCP_K8S_NAMESPACE", Some("namespace"), "mcp-ephemeral", "namespace the Jobs run in", |r| &mut r.namespace),
     setting("MCP_K8S_KUBECONFIG", Some("kubeconfig"), "", "kubeconfig path; empty means in-cluster", |r| &mut r.kubeconfig),
     setting("MCP_K8S_DEFAULT_TIMEOUT_S", Some("default-timeout-s"), "60", "timeout_s when a call gives none", |r| &mut r.default_timeout_s),
@@ -119,6 +120,7 @@ pub struct RawConfig {
     pub transport: Option<String>,
     pub addr: Option<String>,
     pub auth_token: Option<String>,
+    pub auth_tokens_file: Option<String>,
     pub namespace: Option<String>,
     pub kubeconfig: Option<String>,
     pub default_timeout_s: Option<String>,
@@ -227,6 +229,8 @@ pub struct Config {
     pub transport: Transport,
     pub addr: SocketAddr,
     pub auth_token: Option<Redacted<String>>,
+    /// MCP_K8S_AUTH_TOKENS_FILE, checked; `None` when unset (one caller).
+    pub callers: Option<crate::callers::Callers>,
     pub namespace: String,
     pub kubeconfig: Option<PathBuf>,
     pub default_timeout_s: u64,
@@ -358,6 +362,9 @@ pub enum Error {
     /// The MCP_K8S_WARM_POOLS file is unreadable or wrong; the error names
     /// the file, the pool and the field.
     WarmPools(pools::Error),
+    /// The MCP_K8S_AUTH_TOKENS_FILE file is unreadable or wrong; the error
+    /// names the file, the caller and the field.
+    Callers(crate::callers::Error),
     /// Two settings that cannot be used together; `why` says what to do.
     Conflict { variable: &'static str, other: &'static str, why: &'static str },
 }
@@ -378,6 +385,7 @@ impl fmt::Display for Error {
                 write!(formatter, "{set} is set but {missing} is not; set both or neither")
             }
             Error::Languages(error) => write!(formatter, "{error}"),
+            Error::Callers(error) => write!(formatter, "{error}"),
             Error::WarmPools(error) => write!(formatter, "{error}"),
             Error::Conflict { variable, other, why } => write!(formatter, "{variable} cannot be used with {other}: {why}"),
         }
@@ -432,6 +440,7 @@ impl Config {
             transport,
             addr: parse_addr(raw.addr.as_deref().unwrap_or(":8080"))?,
             auth_token: raw.auth_token.clone().map(Redacted),
+            callers: parse_callers(raw, transport)?,
             namespace: parse_namespace(raw.namespace.as_deref().unwrap_or("mcp-ephemeral"))?,
             kubeconfig: raw.kubeconfig.as_ref().map(PathBuf::from),
             default_timeout_s,
@@ -580,6 +589,28 @@ fn parse_docker_pull(value: Option<&str>) -> Result<DockerPull, Error> {
         "missing" => Ok(DockerPull::Missing),
         other => Err(invalid("MCP_K8S_DOCKER_PULL", other, "one of never, missing")),
     }
+}
+
+/// MCP_K8S_AUTH_TOKENS_FILE: read and checked. Callers are told apart by
+/// their HTTP tokens, so the file has no meaning over stdio, and beside
+/// the single MCP_K8S_AUTH_TOKEN it would leave one caller unnamed.
+fn parse_callers(raw: &RawConfig, transport: Transport) -> Result<Option<crate::callers::Callers>, Error> {
+    let Some(path) = raw.auth_tokens_file.as_deref() else { return Ok(None) };
+    if raw.auth_token.is_some() {
+        return Err(Error::Conflict {
+            variable: "MCP_K8S_AUTH_TOKENS_FILE",
+            other: "MCP_K8S_AUTH_TOKEN",
+            why: "the file names every caller; add that token to it as a caller of its own and unset MCP_K8S_AUTH_TOKEN",
+        });
+    }
+    if transport == Transport::Stdio {
+        return Err(Error::Conflict {
+            variable: "MCP_K8S_AUTH_TOKENS_FILE",
+            other: "MCP_K8S_TRANSPORT",
+            why: "over stdio there is one caller and no token; use MCP_K8S_TRANSPORT=http or unset the file",
+        });
+    }
+    crate::callers::Callers::load(std::path::Path::new(path)).map(Some).map_err(Error::Callers)
 }
 
 /// MCP_K8S_WARM_POOLS: read and checked against the allowlist, the
@@ -1128,6 +1159,15 @@ mod tests {
             (
                 &[("MCP_K8S_NETWORK_MODES", "none, restricted")],
                 "MCP_K8S_NETWORK_DEFAULT: `open` is not accepted; expected one of MCP_K8S_NETWORK_MODES (none, restricted); add it there or choose one of those",
+            ),
+            (
+                &[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_AUTH_TOKEN", "t"), ("MCP_K8S_AUTH_TOKENS_FILE", "/x.json")],
+                "MCP_K8S_AUTH_TOKENS_FILE cannot be used with MCP_K8S_AUTH_TOKEN: the file names every caller",
+            ),
+            (&[("MCP_K8S_AUTH_TOKENS_FILE", "/x.json")], "MCP_K8S_AUTH_TOKENS_FILE cannot be used with MCP_K8S_TRANSPORT: over stdio"),
+            (
+                &[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_AUTH_TOKENS_FILE", "/nonexistent/tokens.json")],
+                "MCP_K8S_AUTH_TOKENS_FILE: cannot read `/nonexistent/tokens.json`: ",
             ),
             (
                 &[("MCP_K8S_BACKEND", "docker"), ("MCP_K8S_NETWORK_DEFAULT", "restricted")],

@@ -13,7 +13,7 @@
 //! each other. `cancel` is the stop flag the protocol sets and the engine
 //! reads.
 //! `languages` holds `execute_code`'s language profiles; `pools` the
-//! operator's warm pools.
+//! operator's warm pools; `callers` who may call and each caller's limits.
 //! `config` turns the environment and flags into a checked `Config`; `echo`
 //! shortens caller input quoted in errors; `log`
 //! writes metadata-only JSON lines to stderr; `audit` keeps the trail of
@@ -25,6 +25,7 @@
 
 pub mod audit;
 pub mod backend;
+pub mod callers;
 pub mod cancel;
 pub mod config;
 pub mod docker;

@@ -90,6 +90,7 @@ fn checked(raw: &RawConfig) -> Result<(Config, wiring::Prepared), ExitCode> {
         ExitCode::from(2)
     };
     let config = Config::from_raw(raw).map_err(|error| refuse(error.to_string()))?;
+    tools::check_callers(&config).map_err(refuse)?;
     let prepared = wiring::prepare(&config).map_err(refuse)?;
     Ok((config, prepared))
 }
@@ -180,7 +181,7 @@ fn serve(raw: &RawConfig) -> ExitCode {
         log::error("could not start the reaper", &[("error", json!(error.to_string()))]);
         return ExitCode::from(1);
     }
-    let server = Arc::new(Server::new(tools::Ctx { config: config.clone(), engine }));
+    let server = Arc::new(Server::new(tools::Ctx::new(config.clone(), engine)));
     if let Err(error) = watch_signals(&stop, &server) {
         log::error("could not install signal handlers", &[("error", json!(error.to_string()))]);
         return ExitCode::from(1);

@@ -7,7 +7,8 @@
 //! `OOMKilled`) chosen by `tools`, fixed operation names from `engine`,
 //! and thread kinds from `supervise`.
 //! Like `log`, it is a leaf every layer may use. Labels are only ever those
-//! closed sets, never caller data, so the series stay few.
+//! closed sets, never caller data, so the series stay few; a caller's name
+//! comes from the operator's tokens file, a set as closed as the pools'.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -55,6 +56,18 @@ pub fn record_run(status: &'static str, reason: &'static str, run_time: Duration
     *state.runs.entry((status, reason)).or_insert(0) += 1;
     state.run_seconds.observe(run_time.as_secs_f64());
     state.command_seconds.observe(command_time.as_secs_f64());
+}
+
+/// A run a caller asked for: `admission` is `admitted` or the limit that
+/// refused it (`concurrent_runs`, `cpu_seconds_per_hour`, `images`,
+/// `sites`).
+pub fn caller_run(caller: &str, admission: &'static str) {
+    *lock().caller_runs.entry((caller.to_string(), admission)).or_insert(0) += 1;
+}
+
+/// CPU-seconds charged to a caller when a run of its ended.
+pub fn caller_cpu_seconds(caller: &str, seconds: f64) {
+    *lock().caller_cpu_seconds.entry(caller.to_string()).or_insert(0.0) += seconds;
 }
 
 /// A Kubernetes API call the engine needed failed; `operation` is a fixed
@@ -140,6 +153,26 @@ pub fn render() -> String {
             let _ = writeln!(text, "mcp_k8s_spans_total{{outcome=\"{outcome}\"}} {count}");
         }
     }
+    if !state.caller_runs.is_empty() {
+        header(
+            &mut text,
+            "mcp_k8s_caller_runs_total",
+            "counter",
+            "Runs callers asked for, by caller and admission (admitted, or the limit that refused).",
+        );
+        for ((caller, admission), count) in &state.caller_runs {
+            let _ = writeln!(text, "mcp_k8s_caller_runs_total{{caller=\"{caller}\",admission=\"{admission}\"}} {count}");
+        }
+        header(
+            &mut text,
+            "mcp_k8s_caller_cpu_seconds_total",
+            "counter",
+            "CPU-seconds charged to callers: a run's CPU times its command's run time.",
+        );
+        for (caller, seconds) in &state.caller_cpu_seconds {
+            let _ = writeln!(text, "mcp_k8s_caller_cpu_seconds_total{{caller=\"{caller}\"}} {seconds:.3}");
+        }
+    }
     if !state.pools.is_empty() {
         for (name, kind, help) in [
             ("mcp_k8s_pool_size", "gauge", "Sandboxes a warm pool keeps."),
@@ -177,6 +210,8 @@ struct PoolCounts {
 }
 
 struct State {
+    caller_runs: BTreeMap<(String, &'static str), u64>,
+    caller_cpu_seconds: BTreeMap<String, f64>,
     pools: BTreeMap<String, PoolCounts>,
     pool_refill_seconds: Histogram,
     runs: BTreeMap<(&'static str, &'static str), u64>,
@@ -222,6 +257,8 @@ impl Histogram {
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
+    caller_runs: BTreeMap::new(),
+    caller_cpu_seconds: BTreeMap::new(),
     pools: BTreeMap::new(),
     pool_refill_seconds: Histogram::new(),
     runs: BTreeMap::new(),

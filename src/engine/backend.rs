@@ -172,6 +172,8 @@ pub struct BackgroundRecord {
     /// are sent: whichever process records the verdict sends the run's
     /// spans under it.
     pub traceparent: Option<String>,
+    /// `RunSpec::owner`: only that caller sees the run.
+    pub owner: Option<String>,
 }
 
 /// What `create` made.
@@ -284,6 +286,8 @@ pub struct Stored {
     pub fingerprint: Option<String>,
     /// As `BackgroundRecord::traceparent`.
     pub traceparent: Option<String>,
+    /// As `BackgroundRecord::owner`.
+    pub owner: Option<String>,
     pub created_at: Option<SystemTime>,
     /// When the backend saw the run end, if it did.
     pub ended_at: Option<SystemTime>,

@@ -31,7 +31,7 @@ use crate::cancel::CancelToken;
 use crate::engine::backend::{BackgroundRecord, ErrorKind, Keep, Settled, Stop, Stored};
 use crate::engine::facts::{DecidedBy, Recorded, SandboxState, Wording};
 use crate::engine::idempotency::{self, Judged, Keyed};
-use crate::engine::jobs::{Lookup, Phase, Seen, View};
+use crate::engine::jobs::{Lookup, OnEnd, Phase, Seen, View};
 use crate::engine::run::{self, Ctx, Followed, Progress};
 use crate::engine::spec::{PhaseTimes, RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
 use crate::engine::verdict::{self, Ended};
@@ -179,13 +179,22 @@ pub fn parse_token(token: &str) -> Option<Token> {
 /// With a key (`idempotency`), the key's run when it exists already.
 /// `traced` is the submitting call's span, when traces are sent: the
 /// run's spans go under it when its verdict is recorded.
-pub fn submit(ctx: &Ctx, spec: &RunSpec, kind: TokenKind, keyed: Option<&Keyed>, traced: Option<SpanContext>) -> Result<Submitted, Error> {
+/// `on_end` is called with the run's outcome if this process records it
+/// (dropped otherwise): the caller's limits count the run until then.
+pub fn submit(
+    ctx: &Ctx,
+    spec: &RunSpec,
+    kind: TokenKind,
+    keyed: Option<&Keyed>,
+    traced: Option<SpanContext>,
+    on_end: Option<OnEnd>,
+) -> Result<Submitted, Error> {
     let traceparent = traced.map(|span| span.traceparent());
     match keyed {
-        Some(keyed) => submit_keyed(ctx, spec, kind, keyed, traceparent),
+        Some(keyed) => submit_keyed(ctx, spec, kind, keyed, (traceparent, on_end)),
         None => {
             let run_id = ctx.backend.claim(spec, crate::engine::backend::RunKind::Background).unwrap_or_else(run::new_run_id);
-            submit_new(ctx, spec, kind, &run_id, (None, traceparent))
+            submit_new(ctx, spec, kind, &run_id, (None, traceparent, on_end))
         }
     }
 }
@@ -197,13 +206,19 @@ static KEYED: [Mutex<()>; 16] = [const { Mutex::new(()) }; 16];
 
 /// The run `keyed` names: found (a retry), or made now. A warm sandbox
 /// is never claimed for it (its run id is the key's, not the sandbox's).
-fn submit_keyed(ctx: &Ctx, spec: &RunSpec, kind: TokenKind, keyed: &Keyed, traceparent: Option<String>) -> Result<Submitted, Error> {
+fn submit_keyed(
+    ctx: &Ctx,
+    spec: &RunSpec,
+    kind: TokenKind,
+    keyed: &Keyed,
+    (traceparent, on_end): (Option<String>, Option<OnEnd>),
+) -> Result<Submitted, Error> {
     let stripe = usize::from_str_radix(&keyed.run_id[..1], 16).unwrap_or(0) % KEYED.len();
     let _turn = KEYED[stripe].lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(found) = keyed_run(ctx, keyed)? {
         return found;
     }
-    match submit_new(ctx, spec, kind, &keyed.run_id, (Some(keyed.fingerprint.clone()), traceparent)) {
+    match submit_new(ctx, spec, kind, &keyed.run_id, (Some(keyed.fingerprint.clone()), traceparent, on_end)) {
         // Another process made the key's run between the look and the
         // create (the name was taken): its run is the answer.
         Err(refused @ Error::Refused { .. }) => {
@@ -246,13 +261,14 @@ fn keyed_run(ctx: &Ctx, keyed: &Keyed) -> Result<Option<Result<Submitted, Error>
 
 /// Creates the background run `run_id` and starts following it.
 /// `recorded` is what the record keeps besides the token: the arguments'
-/// fingerprint of a keyed run and the submitting call's `traceparent`.
+/// fingerprint of a keyed run and the submitting call's `traceparent`;
+/// and what to call at the run's end here.
 fn submit_new(
     ctx: &Ctx,
     spec: &RunSpec,
     kind: TokenKind,
     run_id: &str,
-    (fingerprint, traceparent): (Option<String>, Option<String>),
+    (fingerprint, traceparent, on_end): (Option<String>, Option<String>, Option<OnEnd>),
 ) -> Result<Submitted, Error> {
     let run_id = run_id.to_string();
     let token = token_for(kind, &run_id, SystemTime::now());
@@ -262,6 +278,7 @@ fn submit_new(
         ctx.backend.remove(&run_id);
         return Err(Error::Full { running: full.running });
     }
+    ctx.jobs.set_owner(&run_id, spec.owner.clone(), on_end);
     let mut followed = Followed::from_spec(spec, &ctx.policy);
     // Nobody waits on a background run, so it waits for capacity (a node
     // freeing CPU) up to its start timeout instead of the sync grace, and
@@ -277,6 +294,7 @@ fn submit_new(
             command: command_summary(spec),
             fingerprint,
             traceparent,
+            owner: spec.owner.clone(),
         },
         result_ttl,
         expires_at: SystemTime::now() + run_deadline(spec, &ctx.policy) + run::EXPIRY_SLACK + result_ttl,
@@ -295,13 +313,22 @@ fn submit_new(
 
 /// The run's current view, waiting up to `wait` for it to finish. New live
 /// output goes to `on_output` while waiting; `stop` ends the wait early.
-pub fn fetch(ctx: &Ctx, token: &str, wait: Duration, stop: &CancelToken, on_output: &mut dyn FnMut(Stream, &[u8])) -> Result<View, Error> {
+/// `reader`: the caller asking, on a server with several; another
+/// caller's run reads as unknown, as a token that names no run.
+pub fn fetch(
+    ctx: &Ctx,
+    token: &str,
+    reader: Option<&str>,
+    wait: Duration,
+    stop: &CancelToken,
+    on_output: &mut dyn FnMut(Stream, &[u8]),
+) -> Result<View, Error> {
     let deadline = Instant::now() + wait;
     // Seen output starts at "everything so far": the reply carries it.
     let mut seen: Option<Seen> = None;
     // Two rounds: an entry evicted while waiting is found in the cluster.
     for _ in 0..2 {
-        let (run_id, _) = ensure_known(ctx, token)?;
+        let (run_id, _) = ensure_known(ctx, token, reader)?;
         if ctx.jobs.want_output(&run_id) {
             // Its output is read from now on: give this first look the
             // output so far, as a run followed all along would have it.
@@ -326,8 +353,8 @@ pub fn fetch(ctx: &Ctx, token: &str, wait: Duration, stop: &CancelToken, on_outp
 /// 11 s each; the rest now happens on a thread of
 /// its own (`finish_cancel`), and `fetch_job` returns the `cancelled`
 /// result once the follower has it.
-pub fn cancel(ctx: &Ctx, token: &str) -> Result<View, Error> {
-    let (run_id, view) = ensure_known(ctx, token)?;
+pub fn cancel(ctx: &Ctx, token: &str, reader: Option<&str>) -> Result<View, Error> {
+    let (run_id, view) = ensure_known(ctx, token, reader)?;
     if view.phase == Phase::Finished {
         return Err(Error::AlreadyFinished { token: token.to_string() });
     }
@@ -387,33 +414,43 @@ fn finish_cancel(ctx: &Ctx, run_id: &str, follower: &CancelToken) {
     stop_all(ctx, run_id);
 }
 
-/// The background Jobs in the namespace, newest first.
-pub fn list(ctx: &Ctx) -> Result<Vec<Listed>, Error> {
+/// The background runs `reader` may see (all of them on a server with
+/// one caller), newest first.
+pub fn list(ctx: &Ctx, reader: Option<&str>) -> Result<Vec<Listed>, Error> {
     let stored = ctx.backend.list().map_err(api)?;
-    let mut listed: Vec<Listed> = stored.iter().filter_map(|stored| listed_run(ctx, stored)).collect();
+    let mut listed: Vec<Listed> =
+        stored.iter().filter(|stored| visible(stored.owner.as_deref(), reader)).filter_map(|stored| listed_run(ctx, stored)).collect();
     listed.sort_by_key(|listed| std::cmp::Reverse(listed.created));
     Ok(listed)
 }
 
 /// The run's view without waiting (`tasks/get`).
-pub fn status(ctx: &Ctx, token: &str) -> Result<View, Error> {
-    fetch(ctx, token, Duration::ZERO, &CancelToken::new(), &mut |_, _| {})
+pub fn status(ctx: &Ctx, token: &str, reader: Option<&str>) -> Result<View, Error> {
+    fetch(ctx, token, reader, Duration::ZERO, &CancelToken::new(), &mut |_, _| {})
+}
+
+/// Whether a run recorded for `owner` is `reader`'s to see: every run
+/// when there is one caller (`reader` is `None`).
+fn visible(owner: Option<&str>, reader: Option<&str>) -> bool {
+    reader.is_none_or(|reader| owner == Some(reader))
 }
 
 /// Makes sure the store knows the run: from memory, or by re-attaching to
 /// its Job. Returns the run id and the current view.
-fn ensure_known(ctx: &Ctx, token: &str) -> Result<(String, View), Error> {
+fn ensure_known(ctx: &Ctx, token: &str, reader: Option<&str>) -> Result<(String, View), Error> {
     let Some(Token { run_id, .. }) = parse_token(token) else {
         return Err(Error::Unknown { token: token.to_string() });
     };
     match ctx.jobs.lookup(&run_id) {
+        Lookup::Found(view) if view.token == token && !visible(view.owner.as_deref(), reader) => return Err(gone(ctx, token)),
         Lookup::Found(view) if view.token == token => return Ok((run_id, view)),
         Lookup::Found(_) => return Err(Error::Unknown { token: token.to_string() }),
         Lookup::Expired => return Err(expired(ctx, token)),
         Lookup::Missing => {}
     }
-    attach(ctx, token, &run_id)?;
+    attach(ctx, token, &run_id, reader)?;
     match ctx.jobs.lookup(&run_id) {
+        Lookup::Found(view) if !visible(view.owner.as_deref(), reader) => Err(gone(ctx, token)),
         Lookup::Found(view) => Ok((run_id, view)),
         Lookup::Expired => Err(expired(ctx, token)),
         // The Job exists (attach found it), but its outcome could not be
@@ -432,9 +469,9 @@ fn ensure_known(ctx: &Ctx, token: &str) -> Result<(String, View), Error> {
 /// its end on this thread, and only a run still going gets a follower. The
 /// Job must carry exactly this token, so a token with a forged time does
 /// not reach it.
-fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
+fn attach(ctx: &Ctx, token: &str, run_id: &str, reader: Option<&str>) -> Result<(), Error> {
     let stored = ctx.backend.find(run_id).map_err(api)?;
-    let Some(stored) = stored.filter(|stored| stored.token == token) else {
+    let Some(stored) = stored.filter(|stored| stored.token == token && visible(stored.owner.as_deref(), reader)) else {
         return Err(gone(ctx, token));
     };
     let recorded = stored.verdict.clone();
@@ -449,6 +486,7 @@ fn attach(ctx: &Ctx, token: &str, run_id: &str) -> Result<(), Error> {
     if !ctx.jobs.insert_found(run_id, token, created.unwrap_or_else(SystemTime::now), cancel.clone()) {
         return Ok(());
     }
+    ctx.jobs.set_owner(run_id, stored.owner.clone(), None);
     log::info("re-attaching to a background job", &[("run_id", run_id.into())]);
     let followed = followed_from_stored(ctx, &stored);
     let sandbox_state = stored.sandbox.as_ref().map(|sighting| &sighting.view.state);
@@ -538,7 +576,15 @@ fn record_and_finish(ctx: &Ctx, run_id: &str, mut ended: Ended, ended_at: System
         // writes the one `ended` line of the run's audit trail.
         // So does it send the run's spans.
         Ok(Settled::Recorded) => {
-            audit::record(&audit::Entry { ended: Some(ended.outcome.audited()), ..audit::Entry::new(audit::Event::Ended, run_id) });
+            let owner = match ctx.jobs.lookup(run_id) {
+                Lookup::Found(view) => view.owner,
+                _ => stored.and_then(|stored| stored.owner.clone()),
+            };
+            audit::record(&audit::Entry {
+                ended: Some(ended.outcome.audited()),
+                caller: owner.as_deref(),
+                ..audit::Entry::new(audit::Event::Ended, run_id)
+            });
             send_spans(stored, &ended.outcome);
         }
         Ok(Settled::NoRecord) => {}
@@ -653,6 +699,7 @@ fn followed_from_stored(ctx: &Ctx, stored: &Stored) -> Followed {
         unschedulable_grace: None,
         hard_deadline: since_creation(stored.run_deadline + run::HARD_DEADLINE_SLACK),
         output_on_demand: on_demand(ctx),
+        owner: stored.owner.clone(),
     }
 }
 
@@ -771,6 +818,7 @@ mod tests {
     #[test]
     fn the_command_annotation_keeps_the_program_name_only() {
         let spec = |command: &[&str]| RunSpec {
+            owner: None,
             image: "python:3.12".into(),
             command: command.iter().map(|arg| arg.to_string()).collect(),
             files: Vec::new(),

@@ -399,7 +399,7 @@ mod tests {
         let store = std::sync::Arc::new(store);
         let run = "00000000000000000000000000000001";
         let mut collector = Collector::new(4, 4);
-        collector.spool = Some(Spool::new(store.clone(), run));
+        collector.spool = Some(Spool::new(store.clone(), run, None));
         let spill =
             |offset, text: &[u8]| Frame::Spill(frame::SpillChunk { stream: Stream::Stderr, offset, data_b64: frame::to_base64(text) });
         let header = |path: &str, included, spilled| {
@@ -427,7 +427,8 @@ mod tests {
         assert_eq!(collector.artifacts.iter().map(|artifact| artifact.content.clone()).collect::<Vec<_>>(), vec![None, None]);
         let (links, note) = collector.spool.take().unwrap().finish(Some([0, 11]), std::time::SystemTime::now());
         assert_eq!(note, None);
-        let read = |uri: &str| store.read(&crate::engine::outputs::parse_uri(uri).unwrap(), std::time::SystemTime::now()).unwrap().bytes;
+        let read =
+            |uri: &str| store.read(&crate::engine::outputs::parse_uri(uri).unwrap(), std::time::SystemTime::now(), None).unwrap().bytes;
         assert_eq!(links.iter().map(|link| link.name.as_str()).collect::<Vec<_>>(), ["stderr", "big.bin"]);
         assert_eq!(read(&links[0].uri), b"hello world");
         assert_eq!(read(&links[1].uri), b"abcdef");
@@ -442,7 +443,7 @@ mod tests {
         store.prepare().unwrap();
         let store = std::sync::Arc::new(store);
         let mut collector = Collector::new(4, 4);
-        collector.spool = Some(Spool::new(store.clone(), "00000000000000000000000000000002"));
+        collector.spool = Some(Spool::new(store.clone(), "00000000000000000000000000000002", None));
         let started = line(Frame::Started(frame::Started { started_at_ms: 1 }));
         let held = line(Frame::Held(Held { port: 7777, bytes: 99 }));
         let result = line(Frame::Result(RunResult::started(1)));
@@ -473,7 +474,7 @@ mod tests {
         collector.read_all(&mut reader, &mut |_| {}).unwrap();
         assert!(collector.result.is_some(), "then the log goes on to the result");
         let (links, _) = collector.spool.take().unwrap().finish(Some([10, 0]), std::time::SystemTime::now());
-        let piece = store.read(&crate::engine::outputs::parse_uri(&links[0].uri).unwrap(), std::time::SystemTime::now()).unwrap();
+        let piece = store.read(&crate::engine::outputs::parse_uri(&links[0].uri).unwrap(), std::time::SystemTime::now(), None).unwrap();
         assert_eq!(piece.bytes, b"whole text");
         assert!(links[0].complete);
         let _ = std::fs::remove_dir_all(&dir);

@@ -93,6 +93,17 @@ pub fn run_id_for(key: &str) -> String {
     hex(&digest[..16])
 }
 
+impl Keyed {
+    /// The key as `owner`'s, on a server with several callers: two
+    /// callers' keys never name the same run, so one cannot find (or
+    /// collide with) the other's.
+    pub fn of_owner(self, owner: Option<&str>) -> Keyed {
+        let Some(owner) = owner else { return self };
+        let digest = sha256(&[b"mcp-k8s-ephemeral-job idempotency key of a caller\0", owner.as_bytes(), b"\0", self.key.as_bytes()]);
+        Keyed { run_id: hex(&digest[..16]), ..self }
+    }
+}
+
 /// The fingerprint of a call of `tool` with `canonical` arguments.
 pub fn fingerprint(tool: &str, canonical: &str) -> String {
     hex(&sha256(&[tool.as_bytes(), b"\0", canonical.as_bytes()]))
@@ -151,6 +162,12 @@ mod tests {
         // SHA-256 of "mcp-k8s-ephemeral-job idempotency key\0a", its first 16 bytes (Python's hashlib agrees).
         assert_eq!(run_id_for("a"), "baefc87ace104098f65ae8136914e0aa");
         assert_ne!(run_id_for("a"), run_id_for("b"));
+        let keyed = Keyed::new("a", "run_job", &serde_json::Map::new()).unwrap();
+        assert_eq!(keyed.clone().of_owner(None), keyed, "one caller: the key's run as before callers");
+        let of_x = keyed.clone().of_owner(Some("x"));
+        assert_ne!(of_x.run_id, keyed.run_id);
+        assert_ne!(of_x.run_id, keyed.clone().of_owner(Some("y")).run_id, "two callers' keys name two runs");
+        assert_eq!((of_x.key.as_str(), of_x.fingerprint.as_str()), (keyed.key.as_str(), keyed.fingerprint.as_str()));
         let id = run_id_for("any key");
         assert!(id.len() == 32 && id.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')), "{id}");
     }

@@ -74,7 +74,13 @@ pub struct View {
     pub stderr_seen: u64,
     pub outcome: Option<Arc<RunOutcome>>,
     pub cancel_requested: bool,
+    /// The caller the run is recorded for (`RunSpec::owner`).
+    pub owner: Option<String>,
 }
+
+/// What is called with a run's outcome when this process records it: the
+/// tools' hold on the caller's limits, which counts the run until then.
+pub type OnEnd = Box<dyn FnOnce(&RunOutcome) + Send>;
 
 /// The answer to a lookup.
 #[derive(Clone, Debug)]
@@ -139,6 +145,17 @@ impl Jobs {
         true
     }
 
+    /// Records whose run it is, and what to call when it ends here. A run
+    /// is looked up by its token only after `submit` returns, which is
+    /// after this.
+    pub fn set_owner(&self, run_id: &str, owner: Option<String>, on_end: Option<OnEnd>) {
+        let mut table = self.lock();
+        if let Some(entry) = table.entries.get_mut(run_id) {
+            entry.owner = owner;
+            entry.on_end = on_end;
+        }
+    }
+
     /// Forgets a run whose creation failed.
     pub fn remove(&self, run_id: &str) {
         self.lock().entries.remove(run_id);
@@ -171,17 +188,25 @@ impl Jobs {
         let mut table = self.lock();
         let order = table.next_finish_order;
         table.next_finish_order += 1;
+        let mut on_end = None;
+        let outcome = Arc::new(outcome);
         if let Some(entry) = table.entries.get_mut(run_id) {
             entry.phase = Phase::Finished;
             entry.finished = Some((ended, order));
             entry.updated = SystemTime::now();
-            entry.outcome = Some(Arc::new(outcome));
+            entry.outcome = Some(Arc::clone(&outcome));
+            on_end = entry.on_end.take();
             // The outcome carries the output now; the live tail is spare.
             entry.stdout = LiveTail::default();
             entry.stderr = LiveTail::default();
         }
         table.evict(&self.shared.limits);
         drop(table);
+        // Before the waiters wake: a caller told its run ended finds its
+        // limits freed.
+        if let Some(on_end) = on_end {
+            on_end(&outcome);
+        }
         self.shared.changed.notify_all();
     }
 
@@ -349,6 +374,8 @@ impl Table {
 
 struct Entry {
     token: String,
+    owner: Option<String>,
+    on_end: Option<OnEnd>,
     created: SystemTime,
     updated: SystemTime,
     phase: Phase,
@@ -378,6 +405,8 @@ impl Entry {
             cancel,
             cancel_requested: false,
             output_wanted: false,
+            owner: None,
+            on_end: None,
         }
     }
 
@@ -394,6 +423,7 @@ impl Entry {
             stderr_seen: self.stderr.seen,
             outcome: self.outcome.clone(),
             cancel_requested: self.cancel_requested,
+            owner: self.owner.clone(),
         }
     }
 

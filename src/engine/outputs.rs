@@ -278,6 +278,10 @@ pub fn piece_range(offset: u64, length: u64, size: u64) -> Result<(u64, u64), St
 #[derive(Debug, Serialize, Deserialize)]
 struct Index {
     run_id: String,
+    /// The caller whose run this is, on a server with several: only it
+    /// reads the entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
     expires_at_s: u64,
     entries: Vec<IndexEntry>,
 }
@@ -336,8 +340,10 @@ impl Store {
         self.retention
     }
 
-    /// Reads one piece, as `request` asks, at `now`.
-    pub fn read(&self, request: &Request, now: SystemTime) -> Result<Piece, ReadError> {
+    /// Reads one piece, as `request` asks, at `now`. `reader`: the caller
+    /// asking, on a server with several; another caller's run reads as
+    /// not found.
+    pub fn read(&self, request: &Request, now: SystemTime, reader: Option<&str>) -> Result<Piece, ReadError> {
         let run_dir = self.dir.join(&request.run_id);
         let not_found = || {
             ReadError::NotFound(format!(
@@ -347,8 +353,8 @@ impl Store {
             ))
         };
         let index = match read_index(&run_dir) {
-            Ok(Some(index)) => index,
-            Ok(None) => return Err(not_found()),
+            Ok(Some(index)) if reader.is_none_or(|reader| index.owner.as_deref() == Some(reader)) => index,
+            Ok(_) => return Err(not_found()),
             Err(error) => return Err(ReadError::Io(error)),
         };
         if seconds(now) >= index.expires_at_s {
@@ -466,6 +472,8 @@ fn newest_write(dir: &Path) -> Option<SystemTime> {
 pub struct Spool {
     store: std::sync::Arc<Store>,
     run_id: String,
+    /// The caller whose run it is (`RunSpec::owner`), kept in the index.
+    owner: Option<String>,
     dir: Option<PathBuf>,
     /// Bytes this run may still add: the per-run limit, and what the store
     /// had left when the spool began.
@@ -502,10 +510,11 @@ impl std::fmt::Debug for Spool {
 }
 
 impl Spool {
-    pub fn new(store: std::sync::Arc<Store>, run_id: &str) -> Spool {
+    pub fn new(store: std::sync::Arc<Store>, run_id: &str, owner: Option<&str>) -> Spool {
         Spool {
             store,
             run_id: run_id.to_string(),
+            owner: owner.map(str::to_string),
             dir: None,
             budget: 0,
             used: 0,
@@ -646,7 +655,7 @@ impl Spool {
             });
         }
         let expires_at_s = seconds(now + self.store.retention);
-        let index = Index { run_id: self.run_id.clone(), expires_at_s, entries };
+        let index = Index { run_id: self.run_id.clone(), owner: self.owner.clone(), expires_at_s, entries };
         let target = self.store.dir.join(&self.run_id);
         let written = serde_json::to_vec(&index)
             .map_err(|error| error.to_string())
@@ -800,7 +809,7 @@ mod tests {
     }
 
     fn read(store: &Store, uri: &str, now: SystemTime) -> Result<Piece, ReadError> {
-        store.read(&parse_uri(uri).unwrap(), now)
+        store.read(&parse_uri(uri).unwrap(), now, None)
     }
 
     #[test]
@@ -809,7 +818,7 @@ mod tests {
         let store = store(&dir, 1 << 30);
         let now = SystemTime::now();
         let stdout: Vec<u8> = (0..(2 * MAX_PIECE + 7)).map(|at| (at % 251) as u8).collect();
-        let mut spool = Spool::new(store.clone(), RUN);
+        let mut spool = Spool::new(store.clone(), RUN, None);
         for (at, chunk) in stdout.chunks(48 * 1024).enumerate() {
             spool.stream(Stream::Stdout, (at * 48 * 1024) as u64, chunk);
         }
@@ -855,11 +864,36 @@ mod tests {
     }
 
     #[test]
+    fn a_run_of_a_caller_is_read_by_that_caller_alone() {
+        let dir = temp_dir("owner");
+        let store = store(&dir, 1 << 20);
+        let now = SystemTime::now();
+        let mut spool = Spool::new(store.clone(), RUN, Some("team-a"));
+        spool.stream(Stream::Stdout, 0, b"hello");
+        let (links, _) = spool.finish(Some([5, 0]), now);
+        let request = parse_uri(&links[0].uri).unwrap();
+        let cases = [(None, true), (Some("team-a"), true), (Some("team-b"), false)];
+        for (reader, readable) in cases {
+            let read = store.read(&request, now, reader);
+            assert_eq!(read.is_ok(), readable, "{reader:?}");
+            if !readable {
+                assert!(matches!(read, Err(ReadError::NotFound(_))), "as a link that names nothing");
+            }
+        }
+        let mut unowned = Spool::new(store.clone(), "fedcba9876543210fedcba9876543210", None);
+        unowned.stream(Stream::Stdout, 0, b"x");
+        let (links, _) = unowned.finish(Some([1, 0]), now);
+        let read = store.read(&parse_uri(&links[0].uri).unwrap(), now, Some("team-a"));
+        assert!(matches!(read, Err(ReadError::NotFound(_))), "a run of nobody is no caller's");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn what_did_not_arrive_or_did_not_fit_is_marked_incomplete() {
         let dir = temp_dir("incomplete");
         let store = store(&dir, 10);
         let now = SystemTime::now();
-        let mut spool = Spool::new(store.clone(), RUN);
+        let mut spool = Spool::new(store.clone(), RUN, None);
         spool.stream(Stream::Stdout, 0, b"abcd");
         spool.stream(Stream::Stdout, 8, b"ijkl");
         spool.stream(Stream::Stderr, 0, b"0123456789");
@@ -874,15 +908,15 @@ mod tests {
         let dir = temp_dir("twice");
         let store = store(&dir, 1 << 20);
         let now = SystemTime::now();
-        let mut first = Spool::new(store.clone(), RUN);
-        let mut second = Spool::new(store.clone(), RUN);
+        let mut first = Spool::new(store.clone(), RUN, None);
+        let mut second = Spool::new(store.clone(), RUN, None);
         first.stream(Stream::Stdout, 0, b"first");
         second.stream(Stream::Stdout, 0, b"second");
         let (first_links, _) = first.finish(Some([5, 0]), now);
         let (second_links, _) = second.finish(Some([6, 0]), now);
         assert_eq!(first_links, second_links);
         assert_eq!(read(&store, &first_links[0].uri, now).unwrap().bytes, b"first");
-        let mut dropped = Spool::new(store.clone(), "fedcba9876543210fedcba9876543210");
+        let mut dropped = Spool::new(store.clone(), "fedcba9876543210fedcba9876543210", None);
         dropped.stream(Stream::Stderr, 0, b"x");
         drop(dropped);
         let left: Vec<_> = fs::read_dir(&dir).unwrap().flatten().map(|entry| entry.file_name()).collect();

@@ -351,6 +351,7 @@ mod tests {
 
     fn spec() -> RunSpec {
         RunSpec {
+            owner: None,
             image: "docker.io/library/busybox:1.36".into(),
             command: vec!["true".into()],
             files: vec![crate::engine::spec::InputFile { path: "in.txt".into(), content: b"x".to_vec(), mode: 0o644 }],

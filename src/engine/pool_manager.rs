@@ -267,6 +267,7 @@ impl<M> Managed<M> {
             artifacts: Vec::new(),
             clone: None,
             network: shape.network,
+            owner: None,
         };
         let state = State {
             machine: PoolState::new(rules),

@@ -88,6 +88,7 @@ pub fn run_check(ctx: &Ctx, image: &str, command: &[&str], network: NetworkMode)
         artifacts: Vec::new(),
         clone: None,
         network,
+        owner: None,
     };
     run(ctx, &spec, &new_run_id(), &CancelToken::new(), &|_| {})
 }
@@ -219,6 +220,8 @@ pub struct Followed {
     /// jobs store: `Jobs::output_wanted`) or the sandbox ends: a
     /// background run. A sync run's caller always waits on it.
     pub output_on_demand: bool,
+    /// `RunSpec::owner`: whose the run's stored outputs are.
+    pub owner: Option<String>,
 }
 
 impl Followed {
@@ -232,6 +235,7 @@ impl Followed {
             unschedulable_grace: Some(UNSCHEDULABLE_GRACE),
             hard_deadline: now + run_deadline(spec, policy) + HARD_DEADLINE_SLACK,
             output_on_demand: false,
+            owner: spec.owner.clone(),
         }
     }
 
@@ -490,10 +494,13 @@ impl<'scope> Shell<'scope, '_> {
                     // One spool for the run: a reading that starts again
                     // (the kubelet ends a followed log when it rotates the
                     // file) adds to what the last one stored.
-                    let spool = self
-                        .log
-                        .take_spool()
-                        .or_else(|| self.ctx.policy.outputs.clone().map(|store| crate::engine::outputs::Spool::new(store, self.run_id)));
+                    let spool = self.log.take_spool().or_else(|| {
+                        self.ctx
+                            .policy
+                            .outputs
+                            .clone()
+                            .map(|store| crate::engine::outputs::Spool::new(store, self.run_id, self.followed.owner.as_deref()))
+                    });
                     let reading = Reading { run_id: self.run_id, sandbox: &last.sandbox, reported, spool };
                     self.log = LogState::Following(start_follower(self.ctx, reading, self.on_progress, wake, scope));
                 }

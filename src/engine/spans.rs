@@ -93,6 +93,7 @@ mod tests {
 
     fn spec() -> crate::engine::spec::RunSpec {
         crate::engine::spec::RunSpec {
+            owner: None,
             image: "busybox:1.36".into(),
             command: vec!["sh".into(), "-c".into(), "echo SECRET_ARG".into()],
             files: Vec::new(),

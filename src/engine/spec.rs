@@ -30,6 +30,9 @@ pub struct RunSpec {
     pub clone: Option<CloneSpec>,
     /// What the sandbox may reach; `tools` picked an allowed one.
     pub network: NetworkMode,
+    /// The caller the run is recorded for, on a server with several
+    /// (`callers`): only it sees the run, its token and its links.
+    pub owner: Option<String>,
 }
 
 #[derive(Clone, Debug)]

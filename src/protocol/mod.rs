@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
+use crate::callers::Caller;
 use crate::cancel::CancelToken;
 use crate::echo;
 use crate::log::{self, Level};
@@ -89,6 +90,8 @@ pub struct Session {
     /// The headers of the HTTP request this session was made for (HTTP
     /// outside a session); checked against a modern request's body.
     headers: Option<modern::RequestHeaders>,
+    /// Who calls: the transport says, once, when the session is made.
+    caller: Arc<Caller>,
 }
 
 /// Tool calls can run in parallel up to this many per server; beyond it
@@ -103,16 +106,27 @@ pub struct Server {
 }
 
 impl Session {
-    pub fn new() -> Session {
+    pub fn new(caller: Arc<Caller>) -> Session {
         let state = SessionState { protocol_version: None, log_level: Level::Info, era: None };
-        Session { state: Mutex::new(state), calls: Mutex::new(HashMap::new()), headers: None }
+        Session { state: Mutex::new(state), calls: Mutex::new(HashMap::new()), headers: None, caller }
+    }
+
+    /// A session of a server's one caller (stdio), `name`d as the audit
+    /// trail says it.
+    pub fn whole_server(name: &str) -> Session {
+        Session::new(Arc::new(Caller::whole_server(name)))
     }
 
     /// A session for one HTTP request made outside any session: it serves
     /// a modern request (checked against `headers`) or an `initialize`,
     /// after which the transport may keep it.
-    pub fn for_http_request(headers: modern::RequestHeaders) -> Session {
-        Session { headers: Some(headers), ..Session::new() }
+    pub fn for_http_request(headers: modern::RequestHeaders, caller: Arc<Caller>) -> Session {
+        Session { headers: Some(headers), ..Session::new(caller) }
+    }
+
+    /// Who calls on this session.
+    pub fn caller(&self) -> &Arc<Caller> {
+        &self.caller
     }
 
     /// The era of the last request this session served, `None` before any.
@@ -148,12 +162,6 @@ impl Session {
         for handle in lock(&self.calls).values() {
             handle.cancel.cancel();
         }
-    }
-}
-
-impl Default for Session {
-    fn default() -> Session {
-        Session::new()
     }
 }
 
@@ -236,11 +244,11 @@ impl Server {
             method if session.protocol_version().is_none() => {
                 Err(ResponseError::new(ErrorCode::InvalidRequest, format!("`{method}` before `initialize`; initialize the session first")))
             }
-            "tools/list" => list_tools(&self.registry, &params),
+            "tools/list" => list_tools(&self.registry, session.caller(), &params),
             // Declared only with a snippets folder; otherwise -32601, as for
             // any undeclared capability.
             method if resources::METHODS.contains(&method) => match resources::offered(&self.ctx.config) {
-                true => resources::handle(method, &self.ctx, &params),
+                true => resources::handle(method, &self.ctx, session.caller(), &params),
                 false => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`"))),
             },
             "logging/setLevel" => set_log_level(session, &params),
@@ -338,6 +346,13 @@ impl Server {
             return Err(invalid_params(format!("unknown tool: `{}`; available: {available}", echo::shorten(name))));
         };
         let (tool_name, handler) = (tool.name, tool.handler);
+        if !session.caller().may_use_tool(tool_name) {
+            return Err(invalid_params(format!(
+                "tool `{tool_name}` is not allowed for caller `{}` (its limit `tools`); allowed: {}",
+                session.caller().name,
+                self.registry.names().into_iter().filter(|name| session.caller().may_use_tool(name)).collect::<Vec<_>>().join(", ")
+            )));
+        }
         let progress_token = params.get("_meta").and_then(|meta| meta.get("progressToken")).and_then(RequestId::from_json);
         // A task-augmented call (tasks utility): the run starts and the
         // task comes back at once. Tools without `taskSupport` forbid it.
@@ -609,7 +624,13 @@ impl RunningCall {
         let started = Instant::now();
         let started_at = std::time::SystemTime::now();
         let span = self.trace.span();
-        let call = tools::Call { arguments: &self.arguments, cancel: &self.handle.cancel, events: &self.events, trace: span };
+        let call = tools::Call {
+            arguments: &self.arguments,
+            cancel: &self.handle.cancel,
+            events: &self.events,
+            trace: span,
+            caller: &self.session.caller,
+        };
         // A panicking tool must not take the server down: it becomes -32603
         // for this call only. Needs `panic = "unwind"` (Cargo.toml).
         let outcome = match self.work {
@@ -813,10 +834,12 @@ fn is_known_method(method: &str) -> bool {
         || resources::METHODS.contains(&method)
 }
 
-fn list_tools(registry: &tools::Registry, params: &Map<String, Value>) -> Result<Value, ResponseError> {
+/// The tools `caller` may call (all of them, unless its limit `tools`
+/// names some).
+fn list_tools(registry: &tools::Registry, caller: &Caller, params: &Map<String, Value>) -> Result<Value, ResponseError> {
     // All tools fit on one page, so no cursor was ever handed out.
     match params.get("cursor") {
-        None | Some(Value::Null) => Ok(registry.list_json()),
+        None | Some(Value::Null) => Ok(registry.list_json(|tool| caller.may_use_tool(tool))),
         Some(cursor) => Err(invalid_params(format!("unknown cursor {}; tools/list has a single page", echo::shorten(&cursor.to_string())))),
     }
 }

@@ -82,7 +82,10 @@ impl Server {
         };
         let result = match method.as_str() {
             "server/discover" => Ok(discover(resources::offered(&self.ctx.config))),
-            "tools/list" => list_tools(&self.registry, &params).map(|result| cacheable(result, LIST_TTL_MS)),
+            // A list per caller is not for a shared cache.
+            "tools/list" => list_tools(&self.registry, session.caller(), &params)
+                .map(|result| cacheable(result, LIST_TTL_MS))
+                .map(|result| if session.caller().scoped { private_cache(result) } else { result }),
             "tools/call" => {
                 // The 2025-11-25 `task` parameter does not exist here: the
                 // server decides, from the advertised extension.
@@ -132,7 +135,7 @@ impl Server {
             // `server/discover` only with a snippets folder.
             method if resources::METHODS.contains(&method) && resources::offered(&self.ctx.config) => {
                 let private = resources::is_private(&params);
-                resources::handle(method, &self.ctx, &params)
+                resources::handle(method, &self.ctx, session.caller(), &params)
                     .map(|result| cacheable(result, RESOURCES_TTL_MS))
                     .map(|result| if private { private_cache(result) } else { result })
                     .map_err(|error| modern_resource_error(error, &params))

@@ -17,6 +17,7 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use super::jsonrpc::{ErrorCode, ResponseError};
+use crate::callers::Caller;
 use crate::config::Config;
 use crate::tools::snippets::{self, Entry};
 use crate::tools::{Ctx, links};
@@ -37,7 +38,8 @@ pub fn is_private(params: &Map<String, Value>) -> bool {
 }
 
 /// Answers one of `METHODS`.
-pub fn handle(method: &str, ctx: &Ctx, params: &Map<String, Value>) -> Result<Value, ResponseError> {
+/// A stored output is read only by the caller whose run made it.
+pub fn handle(method: &str, ctx: &Ctx, caller: &Caller, params: &Map<String, Value>) -> Result<Value, ResponseError> {
     let config = &ctx.config;
     let dir = config.snippets_dir.as_deref();
     match method {
@@ -46,7 +48,7 @@ pub fn handle(method: &str, ctx: &Ctx, params: &Map<String, Value>) -> Result<Va
             None => Ok(json!({ "resources": [] })),
         },
         "resources/read" => match params.get("uri") {
-            Some(Value::String(uri)) if links::is_ours(uri) => read_output(ctx, uri),
+            Some(Value::String(uri)) if links::is_ours(uri) => read_output(ctx, caller, uri),
             _ => match dir {
                 Some(dir) => read(dir, config, params),
                 None => read_missing(params),
@@ -58,8 +60,8 @@ pub fn handle(method: &str, ctx: &Ctx, params: &Map<String, Value>) -> Result<Va
     }
 }
 
-fn read_output(ctx: &Ctx, uri: &str) -> Result<Value, ResponseError> {
-    match links::read(ctx, uri) {
+fn read_output(ctx: &Ctx, caller: &Caller, uri: &str) -> Result<Value, ResponseError> {
+    match links::read(ctx, caller, uri) {
         Ok(content) => Ok(json!({ "contents": [content] })),
         Err(links::ReadFailure::NotFound(message)) => Err(ResponseError::new(ErrorCode::ResourceNotFound, message)),
         Err(links::ReadFailure::Invalid(message)) => Err(ResponseError::new(ErrorCode::InvalidParams, message)),

@@ -46,7 +46,7 @@ pub fn create(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError>
     let name = call.arguments.get("name").and_then(Value::as_str).unwrap_or_default();
     let empty = Map::new();
     let arguments = call.arguments.get("arguments").and_then(Value::as_object).unwrap_or(&empty);
-    let task_id = match background::task_submit(ctx, name, arguments, call.trace).map_err(response_error)? {
+    let task_id = match background::task_submit(ctx, call.caller, name, arguments, call.trace).map_err(response_error)? {
         TaskStart::Task(task_id) => task_id,
         // A receiver may answer a task-augmented request as a plain one;
         // here there is no run to make a task of.
@@ -59,14 +59,14 @@ pub fn create(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError>
 
 fn get(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     let task_id = task_id(call)?;
-    background::task_status(ctx, task_id).map(|state| task_json(ctx, &state)).map_err(response_error)
+    background::task_status(ctx, call.caller, task_id).map(|state| task_json(ctx, &state)).map_err(response_error)
 }
 
 /// Blocks until the task ends, then answers exactly what the tool call
 /// would have, tagged with the task it belongs to.
 fn result(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     let task_id = task_id(call)?;
-    let outcome = background::task_result(ctx, task_id, call.cancel).map_err(response_error)?;
+    let outcome = background::task_result(ctx, call.caller, task_id, call.cancel).map_err(response_error)?;
     let mut result = tools::result_json(outcome);
     result["_meta"] = json!({ "io.modelcontextprotocol/related-task": { "taskId": task_id } });
     Ok(result)
@@ -77,14 +77,14 @@ fn list(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     if let Some(cursor) = call.arguments.get("cursor").filter(|cursor| !cursor.is_null()) {
         return Err(invalid_params(format!("unknown cursor {}; tasks/list has a single page", crate::echo::shorten(&cursor.to_string()))));
     }
-    let states = background::task_list(ctx).map_err(response_error)?;
+    let states = background::task_list(ctx, call.caller).map_err(response_error)?;
     let tasks: Vec<Value> = states.iter().map(|state| task_json(ctx, state)).collect();
     Ok(json!({ "tasks": tasks }))
 }
 
 fn cancel(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     let task_id = task_id(call)?;
-    background::task_cancel(ctx, task_id).map(|state| task_json(ctx, &state)).map_err(response_error)
+    background::task_cancel(ctx, call.caller, task_id).map(|state| task_json(ctx, &state)).map_err(response_error)
 }
 
 /// The two eras name a task's durations differently; the rest is shared.

@@ -37,7 +37,7 @@ pub fn create(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError>
     let name = call.arguments.get("name").and_then(Value::as_str).unwrap_or_default();
     let empty = Map::new();
     let arguments = call.arguments.get("arguments").and_then(Value::as_object).unwrap_or(&empty);
-    let task_id = match background::task_submit(ctx, name, arguments, call.trace).map_err(response_error)? {
+    let task_id = match background::task_submit(ctx, call.caller, name, arguments, call.trace).map_err(response_error)? {
         TaskStart::Task(task_id) => task_id,
         // No run to make a task of: the answer is the tool's result, complete.
         TaskStart::Answered(outcome) => return Ok(super::complete(tools::result_json(outcome))),
@@ -53,11 +53,11 @@ pub fn create(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError>
 /// the 2025-11-25 `related-task` `_meta` (the task id is already here).
 fn get(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     let task_id = task_id(call)?;
-    let state = background::task_status(ctx, task_id).map_err(response_error)?;
+    let state = background::task_status(ctx, call.caller, task_id).map_err(response_error)?;
     let mut task = task_json(ctx, &state);
     if state.status == TaskStatus::Completed {
         // Terminal, so this reads the recorded outcome without waiting.
-        let outcome = background::task_result(ctx, task_id, call.cancel).map_err(response_error)?;
+        let outcome = background::task_result(ctx, call.caller, task_id, call.cancel).map_err(response_error)?;
         task["result"] = super::complete(tools::result_json(outcome));
     }
     Ok(task)
@@ -67,9 +67,9 @@ fn get(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
 /// already ended (only an unknown id is -32602).
 fn cancel(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     let task_id = task_id(call)?;
-    let state = background::task_status(ctx, task_id).map_err(response_error)?;
+    let state = background::task_status(ctx, call.caller, task_id).map_err(response_error)?;
     if state.status == TaskStatus::Working {
-        background::task_cancel(ctx, task_id).map_err(response_error)?;
+        background::task_cancel(ctx, call.caller, task_id).map_err(response_error)?;
     }
     Ok(json!({}))
 }
@@ -79,7 +79,7 @@ fn cancel(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
 /// refuses it and an unknown one is -32602 like everywhere else.
 fn update(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     let task_id = task_id(call)?;
-    background::task_status(ctx, task_id).map_err(response_error)?;
+    background::task_status(ctx, call.caller, task_id).map_err(response_error)?;
     Err(super::invalid_params(format!(
         "task `{}` is not waiting for input; this server's tasks never ask for any",
         crate::echo::shorten(task_id)

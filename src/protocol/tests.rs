@@ -18,7 +18,7 @@ fn server() -> Arc<Server> {
     // The dispatcher logs every call; keep test output readable.
     crate::log::set_stderr_level(crate::log::Level::Emergency);
     let raw = RawConfig::from_lookup(|name| (name == "MCP_K8S_TEST_TOOLS").then(|| "1".to_string()));
-    Arc::new(Server::new(tools::Ctx { config: Config::from_raw(&raw).unwrap(), engine: Err("no cluster in protocol tests".into()) }))
+    Arc::new(Server::new(tools::Ctx::new(Config::from_raw(&raw).unwrap(), Err("no cluster in protocol tests".into()))))
 }
 
 /// Sends `input` and returns what came back within a short wait, as JSON.
@@ -41,7 +41,7 @@ fn collect(replies: &Receiver<Outgoing>, wait: Duration) -> Vec<Value> {
 }
 
 fn initialized_session(server: &Arc<Server>) -> Arc<Session> {
-    let session = Arc::new(Session::new());
+    let session = Arc::new(Session::whole_server("stdio"));
     exchange(server, &session, INITIALIZE);
     session
 }
@@ -72,7 +72,7 @@ fn initialize_echoes_a_supported_version_and_answers_the_newest_otherwise() {
     ];
     for (requested, answered) in cases {
         let server = server();
-        let session = Arc::new(Session::new());
+        let session = Arc::new(Session::whole_server("stdio"));
         let input = INITIALIZE.replace("2025-11-25", requested);
         let (_, messages) = exchange(&server, &session, &input);
         assert_eq!(messages[0]["result"]["protocolVersion"], answered, "{requested}");
@@ -83,7 +83,7 @@ fn initialize_echoes_a_supported_version_and_answers_the_newest_otherwise() {
 #[test]
 fn initialize_declares_only_implemented_capabilities() {
     let server = server();
-    let (_, messages) = exchange(&server, &Arc::new(Session::new()), INITIALIZE);
+    let (_, messages) = exchange(&server, &Arc::new(Session::whole_server("stdio")), INITIALIZE);
     let result = &messages[0]["result"];
     let tasks = json!({ "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } });
     assert_eq!(result["capabilities"], json!({ "tools": {}, "logging": {}, "tasks": tasks }));
@@ -93,7 +93,7 @@ fn initialize_declares_only_implemented_capabilities() {
 #[test]
 fn before_initialize_only_ping_and_initialize_are_served() {
     let server = server();
-    let session = Arc::new(Session::new());
+    let session = Arc::new(Session::whole_server("stdio"));
     let cases = [
         (r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, json!({ "jsonrpc": "2.0", "id": 1, "result": {} })),
         (
@@ -388,8 +388,7 @@ fn echoed_input_is_shortened() {
 #[test]
 fn a_task_the_cluster_cannot_take_is_an_internal_error() {
     let raw = RawConfig::from_lookup(|name| (name == "MCP_K8S_ALLOWED_IMAGES").then(|| "busybox:1.36".to_string()));
-    let server =
-        Arc::new(Server::new(tools::Ctx { config: Config::from_raw(&raw).unwrap(), engine: Err("no cluster in protocol tests".into()) }));
+    let server = Arc::new(Server::new(tools::Ctx::new(Config::from_raw(&raw).unwrap(), Err("no cluster in protocol tests".into()))));
     let session = initialized_session(&server);
     let input = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"run_job","arguments":{"image":"busybox:1.36","command":["true"]},"task":{}}}"#;
     let (_, messages) = exchange(&server, &session, input);
@@ -406,8 +405,7 @@ fn calls_in_flight_are_bounded_by_the_bytes_they_hold() {
         "MCP_K8S_MAX_INFLIGHT_BYTES" => Some("65536".to_string()),
         _ => None,
     });
-    let server =
-        Arc::new(Server::new(tools::Ctx { config: Config::from_raw(&raw).unwrap(), engine: Err("no cluster in protocol tests".into()) }));
+    let server = Arc::new(Server::new(tools::Ctx::new(Config::from_raw(&raw).unwrap(), Err("no cluster in protocol tests".into()))));
     let session = initialized_session(&server);
     let pad = "x".repeat(40_000);
     let call = |id: u32, seconds: u32| {
@@ -462,9 +460,8 @@ fn snippets_are_resources_when_a_folder_is_configured() {
     std::fs::write(dir.join("notes.txt"), "n").unwrap();
     let dir_text = dir.to_string_lossy().into_owned();
     let raw = RawConfig::from_lookup(|name| (name == "MCP_K8S_SNIPPETS_DIR").then(|| dir_text.clone()));
-    let server =
-        Arc::new(Server::new(tools::Ctx { config: Config::from_raw(&raw).unwrap(), engine: Err("no cluster in protocol tests".into()) }));
-    let session = Arc::new(Session::new());
+    let server = Arc::new(Server::new(tools::Ctx::new(Config::from_raw(&raw).unwrap(), Err("no cluster in protocol tests".into()))));
+    let session = Arc::new(Session::whole_server("stdio"));
     let (_, initialized) = exchange(&server, &session, INITIALIZE);
     assert_eq!(initialized[0]["result"]["capabilities"]["resources"], json!({}));
     let (_, listed) = exchange(&server, &session, r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#);
@@ -508,7 +505,7 @@ fn snippets_are_resources_when_a_folder_is_configured() {
 #[test]
 fn resources_are_not_declared_without_a_snippets_folder() {
     let server = server();
-    let session = Arc::new(Session::new());
+    let session = Arc::new(Session::whole_server("stdio"));
     let (_, initialized) = exchange(&server, &session, INITIALIZE);
     assert_eq!(initialized[0]["result"]["capabilities"].get("resources"), None);
 }

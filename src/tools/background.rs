@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value, json};
 
+use crate::callers::Caller;
 use crate::cancel::CancelToken;
 use crate::engine;
 use crate::engine::background::{self, Listed, Submitted, TokenKind};
@@ -19,7 +20,7 @@ use crate::engine::run::Progress;
 use crate::engine::slots::Gate;
 use crate::engine::spec::{RunSpec, RunStatus};
 use crate::tools::{
-    Annotations, Call, Ctx, Tool, ToolOutcome, check_known_arguments, execute_code, idempotency, job_args, job_result, run_job,
+    Annotations, Call, Ctx, Tool, ToolOutcome, admission, check_known_arguments, execute_code, idempotency, job_args, job_result, run_job,
 };
 
 /// Longest `fetch_job` long-poll: clients give up on calls after about a
@@ -118,6 +119,7 @@ static STARTING: Gate = Gate::new(8);
 /// `traced`: the call's span, which the run's spans go under.
 pub fn task_submit(
     ctx: &Ctx,
+    caller: &Caller,
     tool_name: &str,
     arguments: &Map<String, Value>,
     traced: Option<crate::trace::SpanContext>,
@@ -126,15 +128,21 @@ pub fn task_submit(
     if !TASK_TOOLS.contains(&tool_name) {
         return Err(CallError::Invalid(format!("tool `{tool_name}` cannot run as a task; tasks: {}", TASK_TOOLS.join(", "))));
     }
-    let (arguments, keyed) = idempotency::split(tool_name, arguments).map_err(CallError::Invalid)?;
-    let (spec, kind) = if tool_name == execute_code::NAME {
+    let (arguments, keyed) = idempotency::split(tool_name, arguments, caller).map_err(CallError::Invalid)?;
+    let (mut spec, kind) = if tool_name == execute_code::NAME {
         (execute_code::parse_execute_args(&arguments, &ctx.config).map_err(CallError::Invalid)?, TokenKind::Code)
     } else {
         (job_spec(ctx, &arguments)?, TokenKind::Job)
     };
+    let engine = engine_of(ctx)?;
+    // A refusal is the tool's own error, as the call without a task gets.
+    let admitted = match admission::admit(&ctx.ledger, caller, &mut spec, &ctx.config.default_cpu) {
+        Ok(admitted) => admitted,
+        Err(message) => return Ok(TaskStart::Answered(ToolOutcome::Failure(message))),
+    };
     let arrived = std::time::Instant::now();
-    let submitted = background::submit(engine_of(ctx)?, &spec, kind, keyed.as_ref(), traced);
-    super::audit_submit(ctx, tool_name, &spec, &submitted, arrived);
+    let submitted = background::submit(engine, &spec, kind, keyed.as_ref(), traced, Some(admitted.on_end()));
+    super::audit_submit(caller, tool_name, &spec, &submitted, arrived);
     match submitted {
         Ok(submitted) => Ok(TaskStart::Task(submitted.token)),
         Err(background::Error::Refused { outcome }) if kind == TokenKind::Code => Ok(TaskStart::Answered(execute_code::outcome(&outcome))),
@@ -143,19 +151,19 @@ pub fn task_submit(
     }
 }
 
-pub fn task_status(ctx: &Ctx, task_id: &str) -> Result<TaskState, CallError> {
+pub fn task_status(ctx: &Ctx, caller: &Caller, task_id: &str) -> Result<TaskState, CallError> {
     let engine = engine_for_token(ctx, task_id)?;
-    let view = background::status(engine, task_id)?;
+    let view = background::status(engine, task_id, caller.owner())?;
     Ok(task_state(&view))
 }
 
 /// Waits until the task ends (or `stop`), then returns exactly what
 /// `run_job` would have.
-pub fn task_result(ctx: &Ctx, task_id: &str, stop: &CancelToken) -> Result<ToolOutcome, CallError> {
+pub fn task_result(ctx: &Ctx, caller: &Caller, task_id: &str, stop: &CancelToken) -> Result<ToolOutcome, CallError> {
     let engine = engine_for_token(ctx, task_id)?;
     loop {
         let wait = Duration::from_secs(MAX_WAIT_S);
-        let view = background::fetch(engine, task_id, wait, stop, &mut |_, _| {})?;
+        let view = background::fetch(engine, task_id, caller.owner(), wait, stop, &mut |_, _| {})?;
         if let Some(outcome) = &view.outcome {
             if background::parse_token(task_id).is_some_and(|token| token.kind == TokenKind::Code) {
                 return Ok(execute_code::outcome(outcome));
@@ -168,15 +176,15 @@ pub fn task_result(ctx: &Ctx, task_id: &str, stop: &CancelToken) -> Result<ToolO
     }
 }
 
-pub fn task_list(ctx: &Ctx) -> Result<Vec<TaskState>, CallError> {
+pub fn task_list(ctx: &Ctx, caller: &Caller) -> Result<Vec<TaskState>, CallError> {
     let engine = engine_of(ctx)?;
-    let listed = background::list(engine)?;
+    let listed = background::list(engine, caller.owner())?;
     Ok(listed.iter().map(listed_task_state).collect())
 }
 
-pub fn task_cancel(ctx: &Ctx, task_id: &str) -> Result<TaskState, CallError> {
+pub fn task_cancel(ctx: &Ctx, caller: &Caller, task_id: &str) -> Result<TaskState, CallError> {
     let engine = engine_for_token(ctx, task_id)?;
-    let view = background::cancel(engine, task_id)?;
+    let view = background::cancel(engine, task_id, caller.owner())?;
     let mut state = task_state(&view);
     // The spec answers a cancel with the task as `cancelled`, even while
     // the runner's last report is still on its way.
@@ -222,12 +230,13 @@ fn submit_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 
 fn submit(ctx: &Ctx, call: &Call<'_>) -> Result<Submitted, CallError> {
     let _starting = STARTING.enter();
-    let (arguments, keyed) = idempotency::split("submit_job", call.arguments).map_err(CallError::Invalid)?;
-    let spec = job_spec(ctx, &arguments)?;
+    let (arguments, keyed) = idempotency::split("submit_job", call.arguments, call.caller).map_err(CallError::Invalid)?;
+    let mut spec = job_spec(ctx, &arguments)?;
     let engine = engine_of(ctx)?;
+    let admitted = ctx.admit(call, &mut spec).map_err(CallError::Unavailable)?;
     let arrived = std::time::Instant::now();
-    let submitted = background::submit(engine, &spec, TokenKind::Job, keyed.as_ref(), call.trace);
-    super::audit_submit(ctx, "submit_job", &spec, &submitted, arrived);
+    let submitted = background::submit(engine, &spec, TokenKind::Job, keyed.as_ref(), call.trace, Some(admitted.on_end()));
+    super::audit_submit(call.caller, "submit_job", &spec, &submitted, arrived);
     Ok(submitted?)
 }
 
@@ -275,7 +284,7 @@ fn fetch_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         let message = run_job::progress_message(&Progress::Output(LiveChunk { stream, bytes: bytes.to_vec() }));
         call.events.progress(step as f64, None, Some(&message));
     };
-    match background::fetch(engine, token, Duration::from_secs(wait_s), call.cancel, &mut on_output) {
+    match background::fetch(engine, token, call.caller.owner(), Duration::from_secs(wait_s), call.cancel, &mut on_output) {
         Ok(view) => view_outcome(&view),
         Err(error) => ToolOutcome::Failure(CallError::from(error).to_string()),
     }
@@ -309,7 +318,7 @@ fn cancel_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(found) => found,
         Err(error) => return ToolOutcome::Failure(error.to_string()),
     };
-    match background::cancel(engine, token) {
+    match background::cancel(engine, token, call.caller.owner()) {
         Ok(view) => view_outcome(&view),
         Err(error) => ToolOutcome::Failure(CallError::from(error).to_string()),
     }
@@ -358,7 +367,7 @@ fn list_jobs(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(engine) => engine,
         Err(error) => return ToolOutcome::Failure(error.to_string()),
     };
-    match background::list(engine) {
+    match background::list(engine, call.caller.owner()) {
         Ok(listed) => ToolOutcome::Success(json!({"jobs": listed.iter().map(listed_json).collect::<Vec<_>>()})),
         Err(error) => ToolOutcome::Failure(CallError::from(error).to_string()),
     }

@@ -108,7 +108,7 @@ pub fn result_text(outcome: &RunOutcome) -> String {
 }
 
 fn execute_code(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let (arguments, keyed) = match idempotency::split(NAME, call.arguments) {
+    let (arguments, keyed) = match idempotency::split(NAME, call.arguments, call.caller) {
         Ok(split) => split,
         Err(message) => return ToolOutcome::Failure(message),
     };
@@ -117,7 +117,7 @@ fn execute_code(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Err(message) => return ToolOutcome::Failure(message),
     };
     let keyed = keyed.as_ref().map(|keyed| (keyed, crate::engine::background::TokenKind::Code));
-    match run_job::run_reporting_progress(ctx, call, NAME, &spec, keyed) {
+    match run_job::run_reporting_progress(ctx, call, NAME, spec, keyed) {
         Ok(run_outcome) => outcome(&run_outcome),
         Err(why) => ToolOutcome::Failure(why),
     }

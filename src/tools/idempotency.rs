@@ -18,8 +18,8 @@ pub type Split<'a> = (Cow<'a, Map<String, Value>>, Option<Keyed>);
 
 /// The call's arguments without the key, and the key with what it
 /// derives, if one was given (`null` is none). `tool` is part of what the
-/// key stands for.
-pub fn split<'a>(tool: &str, arguments: &'a Map<String, Value>) -> Result<Split<'a>, String> {
+/// key stands for, and so is the caller, on a server with several.
+pub fn split<'a>(tool: &str, arguments: &'a Map<String, Value>, caller: &crate::callers::Caller) -> Result<Split<'a>, String> {
     let Some(value) = arguments.get(ARGUMENT) else { return Ok((Cow::Borrowed(arguments), None)) };
     let mut rest = arguments.clone();
     rest.remove(ARGUMENT);
@@ -28,7 +28,7 @@ pub fn split<'a>(tool: &str, arguments: &'a Map<String, Value>) -> Result<Split<
         Value::String(key) => key,
         _ => return Err(format!("`{ARGUMENT}` must be a string, such as a fresh UUID")),
     };
-    let keyed = Keyed::new(key, tool, &rest).map_err(|error| error.to_string())?;
+    let keyed = Keyed::new(key, tool, &rest).map_err(|error| error.to_string())?.of_owner(caller.owner());
     Ok((Cow::Owned(rest), Some(keyed)))
 }
 
@@ -42,8 +42,8 @@ pub fn schema(answer: &str, result_ttl_s: u64) -> Value {
             "optional: a key of your own (a fresh UUID) for this call, to retry it safely when its answer was lost. \
              The same key with the same arguments never starts a second run: it returns {answer}, across server \
              restarts and replicas, until the run's result expires ({result_ttl_s} s after it ends). The same key \
-             with other arguments is an error. Anyone who can call this server and knows the key reaches the run: \
-             use unguessable keys."
+             with other arguments is an error. A key is yours alone on a server with several callers; otherwise anyone \
+             who can call this server and knows the key reaches the run: use unguessable keys."
         ),
     })
 }
@@ -59,16 +59,16 @@ mod tests {
     #[test]
     fn the_key_is_taken_off_the_arguments_it_stands_for() {
         let plain = object(json!({"image": "busybox", "command": ["true"]}));
-        let (rest, keyed) = split("run_job", &plain).unwrap();
+        let (rest, keyed) = split("run_job", &plain, &crate::callers::Caller::whole_server("stdio")).unwrap();
         assert!(matches!(rest, Cow::Borrowed(_)) && keyed.is_none());
 
         let with_key = object(json!({"image": "busybox", "command": ["true"], "idempotency_key": "k1"}));
-        let (rest, keyed) = split("run_job", &with_key).unwrap();
+        let (rest, keyed) = split("run_job", &with_key, &crate::callers::Caller::whole_server("stdio")).unwrap();
         assert_eq!(*rest, plain);
         assert_eq!(keyed, Some(Keyed::new("k1", "run_job", &plain).unwrap()));
 
         let null_key = object(json!({"image": "busybox", "command": ["true"], "idempotency_key": null}));
-        let (rest, keyed) = split("run_job", &null_key).unwrap();
+        let (rest, keyed) = split("run_job", &null_key, &crate::callers::Caller::whole_server("stdio")).unwrap();
         assert_eq!((*rest == plain, keyed), (true, None));
 
         for (bad, says) in [
@@ -78,7 +78,7 @@ mod tests {
             (json!("k".repeat(MAX_KEY_BYTES + 1)), "more than the 256 allowed"),
         ] {
             let arguments = object(json!({"image": "busybox", "idempotency_key": bad}));
-            let error = split("run_job", &arguments).unwrap_err();
+            let error = split("run_job", &arguments, &crate::callers::Caller::whole_server("stdio")).unwrap_err();
             assert!(error.contains(says), "{bad}: {error}");
         }
     }

@@ -98,6 +98,8 @@ pub fn parse_run_args(object: &Map<String, Value>, bounds: &ArgBounds) -> Result
         clone: parse_clone(object.get("clone"), bounds.clone_enabled)?,
         network: choose_network(object.get("network"), bounds.network_default, bounds.network_modes)?,
         workdir,
+        // The tool that admits the run names its caller.
+        owner: None,
     })
 }
 

@@ -56,7 +56,8 @@ pub fn templates() -> Value {
 /// A piece of a stored output, as one `contents` entry: text when its
 /// bytes are UTF-8 and its type is text, else a blob; `_meta` says where
 /// it is and what comes next.
-pub fn read(ctx: &Ctx, uri: &str) -> Result<Value, ReadFailure> {
+/// Only `caller`'s runs are read, on a server with several callers.
+pub fn read(ctx: &Ctx, caller: &crate::callers::Caller, uri: &str) -> Result<Value, ReadFailure> {
     let store = match &ctx.engine {
         Ok(engine) => engine.policy.outputs.as_ref(),
         Err(_) => None,
@@ -68,7 +69,7 @@ pub fn read(ctx: &Ctx, uri: &str) -> Result<Value, ReadFailure> {
         )));
     };
     let request = outputs::parse_uri(uri).map_err(read_error)?;
-    let piece = store.read(&request, SystemTime::now()).map_err(read_error)?;
+    let piece = store.read(&request, SystemTime::now(), caller.owner()).map_err(read_error)?;
     let end = piece.offset + piece.bytes.len() as u64;
     let length = if request.length == outputs::DEFAULT_PIECE { String::new() } else { format!("&length={}", request.length) };
     let next = (end < piece.size).then(|| format!("{}?offset={end}{length}", outputs::uri(&request.run_id, &request.entry)));

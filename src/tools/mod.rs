@@ -11,6 +11,7 @@
 //! the `CancelToken` and a progress callback from the handler, so the engine
 //! stays ignorant of MCP too.
 
+pub mod admission;
 pub mod background;
 pub mod execute_code;
 pub mod idempotency;
@@ -39,21 +40,43 @@ pub struct Ctx {
     /// The job engine, or why there is none (no usable cluster
     /// credentials): job tools then answer with that reason.
     pub engine: Result<crate::engine::run::Ctx, String>,
+    /// Every caller's counted limits, in this process.
+    pub ledger: std::sync::Arc<crate::callers::Ledger>,
 }
 
-/// Who the audit trail says made a call: one caller per server today,
-/// named by how it reaches the server.
-pub fn caller(config: &Config) -> &'static str {
-    match (config.transport, config.auth_token.is_some()) {
-        (crate::config::Transport::Stdio, _) => "stdio",
-        (crate::config::Transport::Http, true) => "token",
-        (crate::config::Transport::Http, false) => "unauthenticated",
+impl Ctx {
+    pub fn new(config: Config, engine: Result<crate::engine::run::Ctx, String>) -> Ctx {
+        Ctx { config, engine, ledger: Default::default() }
     }
+
+    /// Admits a run of the call's caller (`admission::admit`).
+    pub fn admit(&self, call: &Call<'_>, spec: &mut crate::engine::spec::RunSpec) -> Result<admission::Admitted, String> {
+        admission::admit(&self.ledger, call.caller, spec, &self.config.default_cpu)
+    }
+}
+
+/// The tokens file's `tools` limits name tools this server has: checked
+/// at start, so a misspelt name is an error rather than a tool nobody
+/// can call.
+pub fn check_callers(config: &Config) -> Result<(), String> {
+    let Some(callers) = &config.callers else { return Ok(()) };
+    let names = Registry::new(config).names();
+    for caller in callers.callers() {
+        if let Some(unknown) = caller.limits.tools.iter().flatten().find(|tool| !names.contains(&tool.as_str())) {
+            return Err(format!(
+                "MCP_K8S_AUTH_TOKENS_FILE: caller `{}`, field `tools`: `{}` is not a tool of this server; its tools: {}",
+                caller.name,
+                crate::echo::shorten(unknown),
+                names.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The audit line of a call that ran, submitted or found `run_id`.
 pub fn audit_call(
-    config: &Config,
+    caller: &crate::callers::Caller,
     event: audit::Event,
     tool: &str,
     spec: &crate::engine::spec::RunSpec,
@@ -61,7 +84,7 @@ pub fn audit_call(
     ended: Option<(&crate::engine::spec::RunOutcome, std::time::Duration)>,
 ) {
     audit::record(&audit::Entry {
-        caller: Some(caller(config)),
+        caller: Some(&caller.name),
         tool: Some(tool),
         image: Some(&spec.image),
         network: Some(spec.network),
@@ -75,16 +98,16 @@ pub fn audit_call(
 /// one refused at once (a full queue); a call refused before any run
 /// (bad arguments, a key reused) has no run to record.
 pub fn audit_submit(
-    ctx: &Ctx,
+    caller: &crate::callers::Caller,
     tool: &str,
     spec: &crate::engine::spec::RunSpec,
     submitted: &Result<crate::engine::background::Submitted, crate::engine::background::Error>,
     arrived: std::time::Instant,
 ) {
     match submitted {
-        Ok(submitted) => audit_call(&ctx.config, audit::Event::Submitted, tool, spec, &submitted.run_id, None),
+        Ok(submitted) => audit_call(caller, audit::Event::Submitted, tool, spec, &submitted.run_id, None),
         Err(crate::engine::background::Error::Refused { outcome }) => {
-            audit_call(&ctx.config, audit::Event::Run, tool, spec, &outcome.run_id, Some((outcome, arrived.elapsed())))
+            audit_call(caller, audit::Event::Run, tool, spec, &outcome.run_id, Some((outcome, arrived.elapsed())))
         }
         Err(_) => {}
     }
@@ -102,6 +125,9 @@ pub struct Call<'a> {
     /// The call's span, when traces are sent: a run's phases are its
     /// children.
     pub trace: Option<crate::trace::SpanContext>,
+    /// Who calls: the limits a run is admitted under, and whose runs this
+    /// call may see.
+    pub caller: &'a crate::callers::Caller,
 }
 
 /// How a running tool talks to its client. The protocol layer implements it
@@ -180,9 +206,10 @@ impl Registry {
         self.tools.iter().map(|tool| tool.name).collect()
     }
 
-    /// The `tools/list` result. There is one page: the list is short.
-    pub fn list_json(&self) -> Value {
-        let tools: Vec<Value> = self.tools.iter().map(Tool::to_json).collect();
+    /// The `tools/list` result with the tools `shown` keeps. There is one
+    /// page: the list is short.
+    pub fn list_json(&self, shown: impl Fn(&str) -> bool) -> Value {
+        let tools: Vec<Value> = self.tools.iter().filter(|tool| shown(tool.name)).map(Tool::to_json).collect();
         json!({ "tools": tools })
     }
 }
@@ -384,6 +411,27 @@ fn describe_environment_tool() -> Tool {
                     }
                 },
                 "snippets_available": { "type": "boolean", "description": "whether execute_code's snippet_name can be used (resources/list lists them)" },
+                "caller": {
+                    "type": "object",
+                    "description": "who you are to this server, your own limits on top of the server's (null: as the server allows) and what you use of them now",
+                    "properties": {
+                        "name": { "type": "string" },
+                        "limits": {
+                            "type": "object",
+                            "properties": {
+                                "concurrent_runs": { "type": ["integer", "null"] },
+                                "cpu_seconds_per_hour": { "type": ["integer", "null"], "description": "a run costs its CPU limit (else default_cpu) times its command's run time" },
+                                "sites": { "type": ["array", "null"], "items": { "type": "string" } },
+                                "images": { "type": ["array", "null"], "items": { "type": "string" } },
+                                "tools": { "type": ["array", "null"], "items": { "type": "string" } }
+                            }
+                        },
+                        "runs_in_flight": { "type": "integer" },
+                        "cpu_seconds_last_hour": { "type": "number" },
+                        "sees": { "type": "string", "description": "whose runs list_jobs, fetch_job and links show you" }
+                    },
+                    "required": ["name", "limits", "runs_in_flight", "cpu_seconds_last_hour", "sees"]
+                },
                 "warm_pools": {
                     "type": "array",
                     "description": "sandboxes kept running ahead (MCP_K8S_WARM_POOLS): a call with exactly this image, cpu and memory limits (none when null), network mode and the default workdir, and no clone, starts in one of them when one is ready",
@@ -419,7 +467,7 @@ fn describe_environment_tool() -> Tool {
             "required": [
                 "namespace", "allowed_images", "timeout_s", "max_output_bytes", "max_artifact_bytes",
                 "default_cpu", "default_memory", "max_concurrent", "disk", "clone_available",
-                "cache_mount_path", "extra_env_names", "languages", "snippets_available", "warm_pools", "network"
+                "cache_mount_path", "extra_env_names", "languages", "snippets_available", "warm_pools", "network", "caller"
             ],
             "additionalProperties": false
         }),
@@ -450,6 +498,7 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
             "home": crate::sandbox::TMP_DIR,
             "read_only_root": true,
         },
+        "caller": admission::describe(&ctx.ledger, call.caller),
         "clone_available": config.clone.is_some(),
         "cache_mount_path": config.cache.as_ref().map(|cache| cache.mount_path.as_str()),
         "extra_env_names": extra_env_names,
@@ -623,7 +672,7 @@ mod tests {
             "MCP_K8S_TEST_TOOLS" => Some("1".into()),
             _ => None,
         });
-        Ctx { config: Config::from_raw(&raw).unwrap(), engine: Err("no cluster in tool tests".into()) }
+        Ctx::new(Config::from_raw(&raw).unwrap(), Err("no cluster in tool tests".into()))
     }
 
     fn run(tool: &str, arguments: Value) -> (ToolOutcome, Recorder) {
@@ -632,7 +681,8 @@ mod tests {
         let Value::Object(arguments) = arguments else { panic!("arguments must be an object") };
         let recorder = Recorder::default();
         let cancel = CancelToken::new();
-        let call = Call { arguments: &arguments, cancel: &cancel, events: &recorder, trace: None };
+        let caller = crate::callers::Caller::whole_server("stdio");
+        let call = Call { arguments: &arguments, cancel: &cancel, events: &recorder, trace: None, caller: &caller };
         let outcome = (registry.find(tool).unwrap().handler)(&ctx, &call);
         (outcome, recorder)
     }
@@ -640,7 +690,7 @@ mod tests {
     #[test]
     fn every_tool_has_the_metadata_clients_check() {
         let ctx = ctx();
-        for tool in Registry::new(&ctx.config).list_json()["tools"].as_array().unwrap() {
+        for tool in Registry::new(&ctx.config).list_json(|_| true)["tools"].as_array().unwrap() {
             let name = tool["name"].as_str().unwrap();
             assert!(name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{name}");
             assert!(!tool["description"].as_str().unwrap().is_empty(), "{name}");

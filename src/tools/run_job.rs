@@ -130,7 +130,7 @@ pub fn network_schema(config: &Config, default: NetworkMode, default_text: &str)
 }
 
 fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let (arguments, keyed) = match idempotency::split("run_job", call.arguments) {
+    let (arguments, keyed) = match idempotency::split("run_job", call.arguments, call.caller) {
         Ok(split) => split,
         Err(message) => return ToolOutcome::Failure(message),
     };
@@ -139,7 +139,7 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Err(error) => return ToolOutcome::Failure(error.to_string()),
     };
     let keyed = keyed.as_ref().map(|keyed| (keyed, engine::background::TokenKind::Job));
-    match run_reporting_progress(ctx, call, "run_job", &spec, keyed) {
+    match run_reporting_progress(ctx, call, "run_job", spec, keyed) {
         Ok(outcome) => ToolOutcome::SuccessWithContent {
             structured: job_result::outcome_json(&outcome),
             extra_content: job_result::content_blocks(&outcome),
@@ -149,20 +149,30 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 }
 
 /// Runs `spec` to its end, turning engine progress into MCP progress;
-/// shared with `execute_code`. `Err` when there is no engine to run on.
+/// shared with `execute_code`. `Err` when there is no engine to run on,
+/// or the caller's limits refuse the run (`admission`).
 /// A call with an idempotency key is the key's background run, waited for
 /// (`background::run_keyed`): only a kept run can be found again.
 pub fn run_reporting_progress(
     ctx: &Ctx,
     call: &Call<'_>,
     tool: &str,
-    spec: &engine::spec::RunSpec,
+    mut spec: engine::spec::RunSpec,
     keyed: Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>,
 ) -> Result<engine::spec::RunOutcome, String> {
+    if let Err(why) = &ctx.engine {
+        return Err(super::no_backend(why));
+    }
+    let admitted = ctx.admit(call, &mut spec)?;
+    let spec = &spec;
     match keyed {
-        Some((keyed, kind)) => run_keyed(ctx, call, tool, spec, kind, keyed),
+        Some((keyed, kind)) => run_keyed(ctx, call, tool, spec, (kind, keyed), admitted),
         None => {
             let outcome = run_now(ctx, call, tool, spec);
+            match &outcome {
+                Ok(outcome) => admitted.end(outcome.duration),
+                Err(_) => drop(admitted),
+            }
             if let (Some(parent), Ok(outcome)) = (call.trace, &outcome) {
                 let facts = engine::spans::RunFacts { image: &spec.image, network: Some(spec.network) };
                 engine::spans::run_spans(parent, &facts, outcome).into_iter().for_each(crate::trace::record);
@@ -192,7 +202,7 @@ fn run_now(ctx: &Ctx, call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec)
         scope.spawn(move || heartbeat(&heartbeat_stop, report));
         let outcome = engine::run::run(engine, spec, &run_id, call.cancel, &on_progress);
         drop(finished);
-        super::audit_call(&ctx.config, audit::Event::Run, tool, spec, &run_id, Some((&outcome, arrived.elapsed())));
+        super::audit_call(call.caller, audit::Event::Run, tool, spec, &run_id, Some((&outcome, arrived.elapsed())));
         outcome
     }))
 }
@@ -206,16 +216,16 @@ fn run_keyed(
     call: &Call<'_>,
     tool: &str,
     spec: &engine::spec::RunSpec,
-    kind: engine::background::TokenKind,
-    keyed: &engine::idempotency::Keyed,
+    (kind, keyed): (engine::background::TokenKind, &engine::idempotency::Keyed),
+    admitted: super::admission::Admitted,
 ) -> Result<engine::spec::RunOutcome, String> {
     use engine::background;
     let engine = ctx.engine.as_ref().map_err(|why| super::no_backend(why))?;
     let arrived = std::time::Instant::now();
     // The run's spans go under this call when the run's verdict is
     // recorded; the call adds none of its own for it (`run_reporting_progress`).
-    let submitted = background::submit(engine, spec, kind, Some(keyed), call.trace);
-    super::audit_submit(ctx, tool, spec, &submitted, arrived);
+    let submitted = background::submit(engine, spec, kind, Some(keyed), call.trace, Some(admitted.on_end()));
+    super::audit_submit(call.caller, tool, spec, &submitted, arrived);
     let token = match submitted {
         Ok(submitted) => submitted.token,
         Err(background::Error::Refused { outcome }) => return Ok(*outcome),
@@ -228,13 +238,14 @@ fn run_keyed(
         call.events.progress(step as f64, None, Some(&message));
     };
     loop {
-        let view = background::fetch(engine, &token, KEYED_WAIT, call.cancel, &mut on_output).map_err(|error| error.to_string())?;
+        let view = background::fetch(engine, &token, call.caller.owner(), KEYED_WAIT, call.cancel, &mut on_output)
+            .map_err(|error| error.to_string())?;
         if let Some(outcome) = view.outcome {
             return Ok(std::sync::Arc::unwrap_or_clone(outcome));
         }
         if call.cancel.is_cancelled() {
             // Already ended or gone: the retry reads whatever it became.
-            let _ = background::cancel(engine, &token);
+            let _ = background::cancel(engine, &token, call.caller.owner());
             return Err("the call was cancelled; its run was cancelled too".to_string());
         }
     }

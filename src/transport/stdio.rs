@@ -244,7 +244,7 @@ pub fn read_line(reader: &mut impl BufRead, max: usize) -> io::Result<Option<Lin
 }
 
 fn read_loop(server: &Arc<Server>, max_message_bytes: usize, outbox: &Outbox, queue: &ReplyQueue) {
-    let session = Arc::new(Session::new());
+    let session = Arc::new(Session::whole_server("stdio"));
     let mut stdin = io::stdin().lock();
     loop {
         // Backpressure: no new request is read while the client leaves

@@ -57,13 +57,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("wiring", &["backend", "config", "engine"]),
     // `lib.rs` only declares the modules (a `mod` is not an import).
     ("lib", &[]),
-    ("transport", &["protocol", "config"]),
-    ("protocol", &["tools", "config"]),
+    ("transport", &["protocol", "config", "callers"]),
+    ("protocol", &["tools", "config", "callers"]),
     // The wire format of JSON-RPC: it knows no tool.
     ("protocol/jsonrpc", &[]),
     // `sandbox` for what a caller sees of the contract: the default workdir
     // and tmp folder, and which stream live output came from.
-    ("tools", &["engine", "config", "languages", "sandbox"]),
+    ("tools", &["engine", "config", "languages", "sandbox", "callers"]),
     // Backend-neutral: no runner (it shares `sandbox` with it), no kube, no docker.
     ("engine", &["sandbox"]),
     ("sandbox", &[]),
@@ -76,8 +76,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("docker", &[]),
     // The in-sandbox entrypoint knows only the contract.
     ("runner", &["sandbox"]),
-    ("config", &["languages", "pools"]),
+    ("config", &["languages", "pools", "callers"]),
     ("languages", &[]),
+    // The tokens file and the counted limits; the allowlist's syntax is `images`'.
+    ("callers", &[]),
     ("pools", &[]),
     ("audit", &[]),
     ("cancel", &[]),

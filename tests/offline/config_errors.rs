@@ -13,6 +13,7 @@ use mcp_k8s_ephemeral_job::config::SETTINGS;
 const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_TRANSPORT", "grpc", "MCP_K8S_TRANSPORT: `grpc` is not accepted"),
     ("MCP_K8S_ADDR", "8080", "MCP_K8S_ADDR: `8080` is not accepted"),
+    ("MCP_K8S_AUTH_TOKENS_FILE", "/nonexistent/tokens.json", "MCP_K8S_AUTH_TOKENS_FILE cannot be used with MCP_K8S_TRANSPORT"),
     ("MCP_K8S_NAMESPACE", "Prod", "MCP_K8S_NAMESPACE: `Prod` is not accepted"),
     ("MCP_K8S_KUBECONFIG", "/nonexistent/kubeconfig", "MCP_K8S_KUBECONFIG: "),
     ("MCP_K8S_DEFAULT_TIMEOUT_S", "700", "MCP_K8S_DEFAULT_TIMEOUT_S: `700` is above MCP_K8S_MAX_TIMEOUT_S (600)"),

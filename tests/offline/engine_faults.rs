@@ -59,6 +59,7 @@ fn cluster() -> Settings {
 
 fn spec() -> RunSpec {
     RunSpec {
+        owner: None,
         image: "busybox:1".into(),
         command: vec!["echo".into(), "hi".into()],
         files: Vec::new(),
@@ -378,11 +379,11 @@ fn an_api_outage_and_403s_after_it_do_not_fail_a_run_that_succeeds() {
 fn submit(ctx: &Ctx) -> background::Submitted {
     let mut spec = spec();
     spec.image = "busybox:1".into();
-    background::submit(ctx, &spec, background::TokenKind::Job, None, None).expect("submit_job")
+    background::submit(ctx, &spec, background::TokenKind::Job, None, None, None).expect("submit_job")
 }
 
 fn fetch(ctx: &Ctx, token: &str, wait: Duration) -> mcp_k8s_ephemeral_job::engine::jobs::View {
-    background::fetch(ctx, token, wait, &CancelToken::new(), &mut |_, _| {}).expect("fetch_job")
+    background::fetch(ctx, token, None, wait, &CancelToken::new(), &mut |_, _| {}).expect("fetch_job")
 }
 
 /// A start timeout is final. The verdict is on
@@ -525,9 +526,11 @@ fn a_task_whose_job_the_cluster_refuses_is_answered_with_the_runs_result() {
     let (engine, _temp) = new_ctx(&fake, policy().start_timeout);
     let config =
         Config::from_raw(&RawConfig::from_lookup(|name| (name == "MCP_K8S_ALLOWED_IMAGES").then(|| "busybox:1.36".into()))).unwrap();
-    let ctx = tools::Ctx { config, engine: Ok(engine) };
+    let ctx = tools::Ctx::new(config, Ok(engine));
     let Value::Object(arguments) = json!({"image": "busybox:1.36", "command": ["true"]}) else { unreachable!() };
-    let started = tools::background::task_submit(&ctx, "run_job", &arguments, None).expect("not a protocol error");
+    let started =
+        tools::background::task_submit(&ctx, &mcp_k8s_ephemeral_job::callers::Caller::whole_server("stdio"), "run_job", &arguments, None)
+            .expect("not a protocol error");
     let TaskStart::Answered(outcome) = started else { panic!("no task for a refused run: {started:?}") };
     let result = tools::result_json(outcome);
     assert_eq!(result["structuredContent"]["status"], json!("error"), "{result}");
@@ -551,13 +554,13 @@ fn an_idempotency_key_names_one_run_for_every_process() {
     let arguments = |command: &str| json!({"image": "busybox:1", "command": [command]}).as_object().cloned().unwrap();
     let keyed = Keyed::new("retry-me", "submit_job", &arguments("true")).unwrap();
 
-    let made = background::submit(&first, &spec, background::TokenKind::Job, Some(&keyed), None).expect("the first submit");
+    let made = background::submit(&first, &spec, background::TokenKind::Job, Some(&keyed), None, None).expect("the first submit");
     assert_eq!(made.run_id, keyed.run_id, "the key names the run");
-    let again = background::submit(&second, &spec, background::TokenKind::Job, Some(&keyed), None).expect("the retry");
+    let again = background::submit(&second, &spec, background::TokenKind::Job, Some(&keyed), None, None).expect("the retry");
     assert_eq!(again.token, made.token, "a retry on another replica answers the first run");
 
     let other = Keyed::new("retry-me", "submit_job", &arguments("false")).unwrap();
-    let error = background::submit(&second, &spec, background::TokenKind::Job, Some(&other), None).unwrap_err();
+    let error = background::submit(&second, &spec, background::TokenKind::Job, Some(&other), None, None).unwrap_err();
     assert!(matches!(error, background::Error::KeyReused { .. }), "{error}");
     assert!(error.to_string().contains("idempotency_key `retry-me` was already used"), "{error}");
 
@@ -565,7 +568,7 @@ fn an_idempotency_key_names_one_run_for_every_process() {
     let look = format!("GET {JOBS}/{job_name}");
     fake.inject(&look, Fault::Status { code: 404, retry_after: None }, 1);
     let (third, _third_temp) = new_ctx(&fake, policy().start_timeout);
-    let raced = background::submit(&third, &spec, background::TokenKind::Job, Some(&keyed), None).expect("the raced submit");
+    let raced = background::submit(&third, &spec, background::TokenKind::Job, Some(&keyed), None, None).expect("the raced submit");
     fake.assert_fired(&look);
     assert_eq!(raced.token, made.token, "the conflict on create makes the existing run the answer");
     assert_eq!(fake.count(&format!("POST {JOBS}")), 2, "one create made the run, the raced one collided");

@@ -574,3 +574,81 @@ fn a_full_session_table_evicts_the_least_recently_used_session() {
     assert_eq!(server.post(Some(&oldest), PING).status, 200);
     assert_eq!(server.post(Some(&newest), PING).status, 200);
 }
+
+/// A tokens file's callers, before any run: each token is one caller, a
+/// session is its maker's alone, and each sees the tools its limit names.
+#[test]
+fn callers_of_a_tokens_file() {
+    let dir = crate::support::TempDir::new("tokens");
+    let tokens = dir.path.join("tokens.json");
+    let digest = |token: &str| {
+        let output = std::process::Command::new("sh").arg("-c").arg(format!("printf %s '{token}' | sha256sum")).output().unwrap();
+        String::from_utf8(output.stdout).unwrap().split_whitespace().next().unwrap().to_string()
+    };
+    let file = json!([
+        {"name": "alpha", "token_sha256": digest("alpha-secret"), "tools": ["describe_environment"]},
+        {"name": "beta", "token_sha256": digest("beta-secret")},
+    ]);
+    std::fs::write(&tokens, file.to_string()).unwrap();
+    let path = tokens.display().to_string();
+    let server = HttpServer::start(&[("MCP_K8S_AUTH_TOKENS_FILE", &path)]);
+    let post = |token: Option<&str>, session: Option<&str>, body: &str| {
+        let mut headers = vec![("Content-Type", "application/json"), ("Accept", "application/json")];
+        if let Some(token) = token {
+            headers.push(("X-MCP-AUTH", token));
+        }
+        if let Some(session) = session {
+            headers.push(("Mcp-Session-Id", session));
+        }
+        server.request("POST", "/mcp", &headers, body)
+    };
+    assert_eq!(post(None, None, INITIALIZE).status, 401);
+    assert_eq!(post(Some("gamma-secret"), None, INITIALIZE).status, 401);
+    let open = |token: &str| post(Some(token), None, INITIALIZE).header("mcp-session-id").expect("a session").to_string();
+    let (alpha, beta) = (open("alpha-secret"), open("beta-secret"));
+
+    let tools = |token: &str, session: &str| -> Vec<String> {
+        let listed = post(Some(token), Some(session), r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).json();
+        listed["result"]["tools"].as_array().unwrap().iter().map(|tool| tool["name"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(tools("alpha-secret", &alpha), ["describe_environment"]);
+    assert!(tools("beta-secret", &beta).len() > 1);
+    let call = |token: &str, session: &str, name: &str| {
+        let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": name, "arguments": {}}}).to_string();
+        post(Some(token), Some(session), &body).json()
+    };
+    let refused = call("alpha-secret", &alpha, "list_jobs");
+    assert_eq!(refused["error"]["code"], -32602);
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("tool `list_jobs` is not allowed for caller `alpha` (its limit `tools`); allowed: describe_environment"),
+        "{message}"
+    );
+    let described = call("beta-secret", &beta, "describe_environment");
+    let caller = &described["result"]["structuredContent"]["caller"];
+    assert_eq!((caller["name"].as_str(), caller["sees"].as_str()), (Some("beta"), Some("its own runs")), "{described}");
+
+    // A session is its maker's: another caller's token finds nothing there.
+    let ping = r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#;
+    assert_eq!(post(Some("alpha-secret"), Some(&beta), ping).status, 404);
+    let deleted = server.request("DELETE", "/mcp", &[("X-MCP-AUTH", "alpha-secret"), ("Mcp-Session-Id", &beta)], "");
+    assert_eq!(deleted.status, 404);
+    assert_eq!(post(Some("beta-secret"), Some(&beta), ping).status, 200, "beta's session outlived alpha's delete");
+}
+
+/// A tokens file naming a tool the server does not have stops it at start.
+#[test]
+fn a_tokens_file_naming_an_unknown_tool_stops_the_server() {
+    let dir = crate::support::TempDir::new("tokens-unknown");
+    let tokens = dir.path.join("tokens.json");
+    let file = json!([{"name": "alpha", "token_sha256": "a".repeat(64), "tools": ["run_jobs"]}]);
+    std::fs::write(&tokens, file.to_string()).unwrap();
+    let path = tokens.display().to_string();
+    let output = crate::support::server::command(&[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_AUTH_TOKENS_FILE", &path)]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("caller `alpha`, field `tools`: `run_jobs` is not a tool of this server; its tools: describe_environment, run_job"),
+        "{stderr}"
+    );
+}

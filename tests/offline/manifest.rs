@@ -42,6 +42,7 @@ fn cluster() -> Settings {
 
 fn spec() -> RunSpec {
     RunSpec {
+        owner: None,
         image: "docker.io/library/python:3.12-slim".into(),
         command: vec!["python3".into(), "-c".into(), "print('$(HOME)')".into()],
         files: Vec::new(),

@@ -14,7 +14,7 @@ use crate::support::server::StdioServer;
 use crate::{BUSYBOX, client, socket};
 use mcp_k8s_ephemeral_job::docker;
 
-const PYTHON: &str = "mcp-k8s-test.local/python:3.11";
+pub const PYTHON: &str = "mcp-k8s-test.local/python:3.11";
 /// Allowed, and never loaded into the test daemon.
 const MISSING_IMAGE: &str = "mcp-k8s-test.local/does-not-exist:1";
 const RUN_ID_LABEL: &str = "mcp-k8s-ephemeral-job/run-id";
@@ -26,8 +26,8 @@ pub fn runner_binary() -> String {
     path.display().to_string()
 }
 
-/// A server on the Docker backend, with `extra` settings on top, initialized.
-pub fn server(extra: &[(&str, &str)]) -> StdioServer {
+/// The settings of a server on the Docker backend, `extra` on top.
+pub fn server_env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
     let docker_host = format!("unix://{}", socket().display());
     let runner = runner_binary();
     let images = format!("{BUSYBOX},{PYTHON},{MISSING_IMAGE}");
@@ -44,6 +44,13 @@ pub fn server(extra: &[(&str, &str)]) -> StdioServer {
     if let Some((name, mode)) = &network_default {
         env.push((name, mode.as_str()));
     }
+    env.into_iter().map(|(name, value)| (name.to_string(), value.to_string())).collect()
+}
+
+/// A server on the Docker backend, with `extra` settings on top, initialized.
+pub fn server(extra: &[(&str, &str)]) -> StdioServer {
+    let env = server_env(extra);
+    let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
     let mut server = StdioServer::start(&env);
     server.initialize();
     server

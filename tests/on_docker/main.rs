@@ -18,6 +18,7 @@
 mod support;
 
 mod backend;
+mod callers;
 mod client;
 mod network;
 mod outputs;

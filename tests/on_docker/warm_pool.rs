@@ -177,6 +177,7 @@ fn pools_and_backend(name: &str) -> (std::sync::Arc<pool::Pools>, Docker, RunSpe
     let pools = std::sync::Arc::new(pool::Pools::new(backend.clone(), &[(shape, rules)], Duration::from_secs(600)));
     pools.start("test-owner").unwrap();
     let spec = RunSpec {
+        owner: None,
         image: BUSYBOX.into(),
         command: vec!["true".into()],
         files: vec![],

@@ -125,6 +125,7 @@ pub fn stored(run_id: &str, containers: &RunContainers, run: Option<&ContainerIn
         command: labels.get(spec::LABEL_COMMAND).cloned().unwrap_or_default(),
         fingerprint: labels.get(spec::LABEL_ARGUMENTS_SHA256).cloned(),
         traceparent: labels.get(spec::LABEL_TRACEPARENT).cloned(),
+        owner: labels.get(spec::LABEL_CALLER).cloned(),
         created_at,
         ended_at: run.and_then(classify::finished_at),
         active: run.is_some_and(classify::is_running),

@@ -56,6 +56,8 @@ pub const LABEL_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
 pub const LABEL_ARGUMENTS_SHA256: &str = "mcp-k8s-ephemeral-job/arguments-sha256";
 /// The submitting call's span (`BackgroundRecord::traceparent`).
 pub const LABEL_TRACEPARENT: &str = "mcp-k8s-ephemeral-job/traceparent";
+/// The caller the run is recorded for (`BackgroundRecord::owner`).
+pub const LABEL_CALLER: &str = "mcp-k8s-ephemeral-job/caller";
 /// A warm pool's container: the pool's name, and the id of the server
 /// process that keeps it (replicas on one daemon keep apart).
 pub const LABEL_POOL: &str = "mcp-k8s-ephemeral-job/pool";
@@ -286,6 +288,9 @@ pub fn labels(run: &NewRun, policy: &Policy) -> BTreeMap<String, String> {
             if let Some(traceparent) = &record.traceparent {
                 labels.insert(LABEL_TRACEPARENT.to_string(), traceparent.clone());
             }
+            if let Some(owner) = &record.owner {
+                labels.insert(LABEL_CALLER.to_string(), owner.clone());
+            }
             (MODE_BACKGROUND, *expires_at)
         }
     };
@@ -415,6 +420,7 @@ mod tests {
 
     pub fn run_spec() -> RunSpec {
         RunSpec {
+            owner: None,
             image: "busybox:1.35".into(),
             command: vec!["sh".into(), "-c".into(), "echo $A".into()],
             files: vec![InputFile { path: "src/main.py".into(), content: b"print(1)\n".to_vec(), mode: 0o644 }],
@@ -551,6 +557,7 @@ mod tests {
     fn a_background_run_carries_its_record_and_a_named_network_is_used() {
         let spec = RunSpec { workdir: "/tmp".into(), network: NetworkMode::Restricted, ..run_spec() };
         let record = BackgroundRecord {
+            owner: None,
             token: "t".into(),
             timeout_s: 30,
             command: "busybox:1.35 sh".into(),

@@ -573,6 +573,7 @@ mod tests {
     #[test]
     fn only_a_background_run_waits_for_its_fence_up_to_its_start_deadline() {
         let spec = RunSpec {
+            owner: None,
             image: "busybox".into(),
             command: vec!["true".into()],
             files: Vec::new(),
@@ -588,6 +589,7 @@ mod tests {
         let start_by = UNIX_EPOCH + Duration::from_secs(1_000);
         let background = Keep::Background {
             record: BackgroundRecord {
+                owner: None,
                 token: "t".into(),
                 timeout_s: 5,
                 command: "busybox true".into(),

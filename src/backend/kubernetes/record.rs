@@ -44,6 +44,9 @@ pub const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
 pub const ANNOTATION_ARGUMENTS_SHA256: &str = "mcp-k8s-ephemeral-job/arguments-sha256";
 /// The submitting call's span (`BackgroundRecord::traceparent`).
 pub const ANNOTATION_TRACEPARENT: &str = "mcp-k8s-ephemeral-job/traceparent";
+/// The caller the run is recorded for (`BackgroundRecord::owner`), on a
+/// server with several callers: only it sees the run.
+pub const ANNOTATION_CALLER: &str = "mcp-k8s-ephemeral-job/caller";
 /// Set by `cancel`: the run was stopped on purpose, even if its pod (and
 /// the partial output in its log) is gone when another process looks.
 pub const ANNOTATION_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
@@ -64,6 +67,8 @@ pub struct JobRecord {
     pub fingerprint: Option<String>,
     /// Only when the submitting call was traced.
     pub traceparent: Option<String>,
+    /// Only on a server with several callers.
+    pub owner: Option<String>,
     /// RFC 3339 UTC as written; `manifest` writes it at creation.
     pub expires_at: Option<String>,
     /// RFC 3339 UTC as written by `cancel`.
@@ -105,6 +110,7 @@ impl JobRecord {
             command: text(ANNOTATION_COMMAND).unwrap_or_default(),
             fingerprint: text(ANNOTATION_ARGUMENTS_SHA256),
             traceparent: text(ANNOTATION_TRACEPARENT),
+            owner: text(ANNOTATION_CALLER),
             expires_at: text(manifest::ANNOTATION_EXPIRES_AT),
             cancelled_at: text(ANNOTATION_CANCELLED_AT),
             outcome: annotations.get(ANNOTATION_OUTCOME).and_then(|text| verdict::decode(text)),
@@ -125,6 +131,9 @@ impl JobRecord {
         }
         if let Some(traceparent) = &self.traceparent {
             annotations.insert(ANNOTATION_TRACEPARENT.to_string(), traceparent.clone());
+        }
+        if let Some(owner) = &self.owner {
+            annotations.insert(ANNOTATION_CALLER.to_string(), owner.clone());
         }
         if let Some(expires_at) = &self.expires_at {
             annotations.insert(manifest::ANNOTATION_EXPIRES_AT.to_string(), expires_at.clone());
@@ -157,6 +166,7 @@ pub fn background_annotations(background: &BackgroundRecord) -> serde_json::Map<
         command: background.command.clone(),
         fingerprint: background.fingerprint.clone(),
         traceparent: background.traceparent.clone(),
+        owner: background.owner.clone(),
         expires_at: None,
         cancelled_at: None,
         outcome: None,
@@ -184,6 +194,7 @@ pub fn stored(job: &Job) -> Option<Stored> {
         command: record.command,
         fingerprint: record.fingerprint,
         traceparent: record.traceparent,
+        owner: record.owner,
         // A warm sandbox's Job is older than its run.
         created_at: time(job.metadata.annotations.get(manifest::ANNOTATION_ASSIGNED_AT).map(String::as_str))
             .or_else(|| time(job.metadata.creation_timestamp.as_deref())),
@@ -243,6 +254,7 @@ mod tests {
 
     fn full_record() -> JobRecord {
         JobRecord {
+            owner: Some("team-a".into()),
             token: "run-1.1767225600.sig".into(),
             timeout_s: Some(300),
             command: "python:3.12 python3".into(),
@@ -273,6 +285,7 @@ mod tests {
             timeout_s: None,
             fingerprint: None,
             traceparent: None,
+            owner: None,
             expires_at: None,
             cancelled_at: None,
             outcome: None,
@@ -292,6 +305,7 @@ mod tests {
             keys,
             [
                 "mcp-k8s-ephemeral-job/arguments-sha256",
+                "mcp-k8s-ephemeral-job/caller",
                 "mcp-k8s-ephemeral-job/cancelled-at",
                 "mcp-k8s-ephemeral-job/command",
                 "mcp-k8s-ephemeral-job/expires-at",
@@ -325,6 +339,7 @@ mod tests {
                 "only a token",
                 vec![token],
                 Ok(JobRecord {
+                    owner: None,
                     token: "t".into(),
                     timeout_s: None,
                     command: String::new(),

@@ -1,19 +1,28 @@
 //! Who may talk to the MCP endpoints: the Host check against DNS
 //! rebinding, the browser Origin check and CORS headers, and the token
 //! (`X-MCP-AUTH` or `Authorization: Bearer`, compared in constant time,
-//! never logged). Pure functions of the request head and the settings;
-//! answering is `routes`' job.
+//! never logged) and who it makes the caller: one of the tokens file's
+//! callers, or the server's one caller. Pure functions of the request head
+//! and the settings; answering is `routes`' job.
+
+use std::sync::Arc;
 
 use serde_json::json;
 
 use super::head::Head;
 use super::response::{Response, error_response};
+use crate::callers::{Caller, Callers};
 use crate::log;
 
 /// What the settings say about access.
 pub struct Access {
     /// Plain text, compared in constant time, never logged.
     pub auth_token: Option<String>,
+    /// MCP_K8S_AUTH_TOKENS_FILE: then every request needs one of its
+    /// tokens, and the token says who calls.
+    pub callers: Option<Callers>,
+    /// The caller of a server without the file.
+    pub whole_server: Arc<Caller>,
     pub allowed_origins: Vec<String>,
     /// Host header check against DNS rebinding; only meaningful when the
     /// listener is on loopback (otherwise the server's names are unknown).
@@ -23,9 +32,18 @@ pub struct Access {
 /// Headers to add to every answer for a browser origin we allow.
 pub type Cors = Vec<(&'static str, String)>;
 
+impl Access {
+    /// The caller of a server without a tokens file: `token` with
+    /// MCP_K8S_AUTH_TOKEN, else `unauthenticated`.
+    pub fn whole_server_caller(auth_token: Option<&str>) -> Arc<Caller> {
+        Arc::new(Caller::whole_server(if auth_token.is_some() { "token" } else { "unauthenticated" }))
+    }
+}
+
 /// Host (DNS rebinding), Origin and token checks, in that order: a browser
-/// on a foreign page is refused before its token is even looked at.
-pub fn check(access: &Access, head: &Head) -> Result<Cors, Response> {
+/// on a foreign page is refused before its token is even looked at. The
+/// answer names the caller the token is.
+pub fn check(access: &Access, head: &Head) -> Result<(Cors, Arc<Caller>), Response> {
     // The authority of an absolute-form target stands for the Host header
     // (RFC 9112 section 3.2.2), so it is the one checked.
     if access.check_host
@@ -45,18 +63,28 @@ pub fn check(access: &Access, head: &Head) -> Result<Cors, Response> {
         cors.push(("Access-Control-Expose-Headers", "Mcp-Session-Id".to_string()));
         cors.push(("Vary", "Origin".to_string()));
     }
+    if let Some(callers) = &access.callers {
+        let presented = presented_token(head);
+        return match presented.and_then(|token| callers.identify(token)) {
+            Some(caller) => Ok((cors, caller)),
+            None => Err(unauthenticated(presented.is_some())),
+        };
+    }
     if let Some(expected) = &access.auth_token {
         match presented_token(head) {
             Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => {}
-            presented => {
-                let challenge = if presented.is_some() { r#"Bearer error="invalid_token""# } else { "Bearer" };
-                let message = if presented.is_some() { "wrong token" } else { "missing token; send X-MCP-AUTH or Authorization: Bearer" };
-                log::warn("request refused: authentication", &[("token_present", json!(presented.is_some()))]);
-                return Err(error_response(401, message).with_header("WWW-Authenticate", challenge));
-            }
+            presented => return Err(unauthenticated(presented.is_some())),
         }
     }
-    Ok(cors)
+    Ok((cors, Arc::clone(&access.whole_server)))
+}
+
+/// The 401 for a missing or wrong token.
+fn unauthenticated(presented: bool) -> Response {
+    let challenge = if presented { r#"Bearer error="invalid_token""# } else { "Bearer" };
+    let message = if presented { "wrong token" } else { "missing token; send X-MCP-AUTH or Authorization: Bearer" };
+    log::warn("request refused: authentication", &[("token_present", json!(presented))]);
+    error_response(401, message).with_header("WWW-Authenticate", challenge)
 }
 
 /// The answer to a CORS preflight (`OPTIONS` with an `Origin`).

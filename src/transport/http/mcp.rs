@@ -23,6 +23,7 @@ use super::sessions::SessionKind;
 use super::socket;
 use super::sse::{ANSWER_KEEPALIVE, End, SESSION_KEEPALIVE, SseStream, TICK};
 use super::{BUDGET_WAIT, HttpState};
+use crate::callers;
 use crate::log;
 use crate::protocol::era::Era;
 use crate::protocol::jsonrpc::{self, ErrorCode};
@@ -39,8 +40,16 @@ use crate::protocol::{Dispatch, Outgoing, SUPPORTED_VERSIONS, Session};
 /// for the response head and the first comment.
 const STREAM_AFTER: Duration = Duration::from_secs(1);
 
+/// What the access checks let through: the CORS headers to answer with
+/// and who calls.
+pub struct Checked {
+    pub cors: Cors,
+    pub caller: Arc<callers::Caller>,
+}
+
 /// `POST /mcp`.
-pub fn post(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cors) {
+pub fn post(state: &HttpState, conn: &mut Conn, head: &Head, checked: &Checked) {
+    let cors = &checked.cors;
     let (body, reservation) = match read_message(state, conn, head) {
         Ok(message) => message,
         Err(response) => return answer(conn, head, response),
@@ -49,13 +58,13 @@ pub fn post(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cors) {
     // session-less ping or probe): it gets a fresh session that is kept
     // only if initialize succeeds.
     let (session, session_id) = match head.header("Mcp-Session-Id") {
-        Some(id) => match state.sessions.streamable(id) {
+        Some(id) => match state.sessions.streamable(id, &checked.caller) {
             Some(session) => (session, Some(id.to_string())),
             None => return answer(conn, head, error_response(404, "unknown or expired session; initialize a new one")),
         },
         // Revision 2026-07-28 has no sessions: its requests come this way
         // too, with the headers the protocol checks against the body.
-        None => (Arc::new(Session::for_http_request(request_headers(head))), None),
+        None => (Arc::new(Session::for_http_request(request_headers(head), Arc::clone(&checked.caller))), None),
     };
     if session_id.is_some()
         && let Err(message) = check_protocol_version(head)
@@ -99,11 +108,12 @@ pub fn post(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cors) {
 }
 
 /// `DELETE /mcp`.
-pub fn delete(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cors) {
+pub fn delete(state: &HttpState, conn: &mut Conn, head: &Head, checked: &Checked) {
+    let cors = &checked.cors;
     let Some(id) = head.header("Mcp-Session-Id") else {
         return answer(conn, head, error_response(400, "missing Mcp-Session-Id header"));
     };
-    if state.sessions.remove_streamable(id) {
+    if state.sessions.remove_streamable(id, &checked.caller) {
         log::info("session ended by client", &[]);
         answer(conn, head, Response::empty(204).with_headers(cors));
     } else {
@@ -112,8 +122,9 @@ pub fn delete(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cors) {
 }
 
 /// `GET /sse`: opens a session whose messages all flow on this stream.
-pub fn legacy_stream(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cors) {
-    let session = Arc::new(Session::new());
+pub fn legacy_stream(state: &HttpState, conn: &mut Conn, head: &Head, checked: &Checked) {
+    let cors = &checked.cors;
+    let session = Arc::new(Session::new(Arc::clone(&checked.caller)));
     let (outbox, outgoing) = mpsc::channel();
     let id = match state.sessions.insert(Arc::clone(&session), SessionKind::Legacy(outbox)) {
         Ok(id) => id,
@@ -140,12 +151,13 @@ pub fn legacy_stream(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cor
 
 /// `POST /messages?sessionId=…`: the answer travels on the stream; the
 /// POST itself only gets 202.
-pub fn legacy_post(state: &HttpState, conn: &mut Conn, head: &Head, cors: &Cors) {
+pub fn legacy_post(state: &HttpState, conn: &mut Conn, head: &Head, checked: &Checked) {
+    let cors = &checked.cors;
     let query = head.query().unwrap_or("");
     let Some(id) = query_parameter(query, "sessionId").or_else(|| query_parameter(query, "session_id")) else {
         return answer(conn, head, error_response(400, "missing sessionId query parameter"));
     };
-    let Some((session, outbox)) = state.sessions.legacy(id) else {
+    let Some((session, outbox)) = state.sessions.legacy(id, &checked.caller) else {
         return answer(conn, head, error_response(404, "unknown session; open GET /sse first"));
     };
     let (body, _reservation) = match read_message(state, conn, head) {

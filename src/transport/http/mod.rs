@@ -149,6 +149,8 @@ impl HttpState {
             sessions: Sessions::new(Duration::from_secs(config.session_ttl_s), limits.max_sessions),
             access: access::Access {
                 auth_token: config.auth_token.as_ref().map(|token| token.0.clone()),
+                callers: config.callers.clone(),
+                whole_server: access::Access::whole_server_caller(config.auth_token.as_ref().map(|token| token.0.as_str())),
                 allowed_origins: config.allowed_origins.clone(),
                 check_host: config.binds_loopback(),
             },

@@ -74,19 +74,20 @@ fn mcp_endpoint(state: &Arc<HttpState>, conn: &mut Conn, head: &Head) {
     if head.method == Method::Options {
         return answer(conn, head, access::preflight(&state.access, head));
     }
-    let cors = match access::check(&state.access, head) {
-        Ok(cors) => cors,
+    let (cors, caller) = match access::check(&state.access, head) {
+        Ok(checked) => checked,
         Err(response) => return answer(conn, head, response),
     };
+    let cors = &mcp::Checked { cors, caller };
     match (head.path(), &head.method) {
-        ("/mcp", Method::Post) => mcp::post(state, conn, head, &cors),
-        ("/mcp", Method::Delete) => mcp::delete(state, conn, head, &cors),
+        ("/mcp", Method::Post) => mcp::post(state, conn, head, cors),
+        ("/mcp", Method::Delete) => mcp::delete(state, conn, head, cors),
         // No server-initiated stream: 405 is what the spec allows and
         // what clients expect (never 404 or 400).
         ("/mcp", _) => answer(conn, head, method_not_allowed(head, "POST messages instead", "POST, DELETE")),
-        ("/sse", Method::Get) => mcp::legacy_stream(state, conn, head, &cors),
+        ("/sse", Method::Get) => mcp::legacy_stream(state, conn, head, cors),
         ("/sse", _) => answer(conn, head, method_not_allowed(head, "open the stream with GET", "GET")),
-        ("/messages", Method::Post) => mcp::legacy_post(state, conn, head, &cors),
+        ("/messages", Method::Post) => mcp::legacy_post(state, conn, head, cors),
         (_, _) => answer(conn, head, method_not_allowed(head, "POST messages instead", "POST")),
     }
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::callers::Caller;
 use crate::log;
 use crate::protocol::{Outbox, Session};
 
@@ -77,26 +78,33 @@ impl Sessions {
         Ok(id)
     }
 
-    pub fn streamable(&self, id: &str) -> Option<Arc<Session>> {
+    /// The streamable session `id`, if it is `caller`'s: a session is bound
+    /// to the caller that made it, so another caller's token with a
+    /// leaked id finds nothing.
+    pub fn streamable(&self, id: &str, caller: &Caller) -> Option<Arc<Session>> {
         let mut entries = self.lock();
         self.sweep(&mut entries);
-        let entry = entries.get_mut(id).filter(|entry| matches!(entry.kind, SessionKind::Streamable))?;
+        let entry = entries
+            .get_mut(id)
+            .filter(|entry| matches!(entry.kind, SessionKind::Streamable) && entry.session.caller().name == caller.name)?;
         entry.last_used = Instant::now();
         Some(Arc::clone(&entry.session))
     }
 
-    pub fn legacy(&self, id: &str) -> Option<(Arc<Session>, Outbox)> {
+    /// The legacy session `id` and its stream, if it is `caller`'s.
+    pub fn legacy(&self, id: &str, caller: &Caller) -> Option<(Arc<Session>, Outbox)> {
         let entries = self.lock();
-        let entry = entries.get(id)?;
+        let entry = entries.get(id).filter(|entry| entry.session.caller().name == caller.name)?;
         match &entry.kind {
             SessionKind::Legacy(outbox) => Some((Arc::clone(&entry.session), outbox.clone())),
             SessionKind::Streamable => None,
         }
     }
 
-    pub fn remove_streamable(&self, id: &str) -> bool {
+    pub fn remove_streamable(&self, id: &str, caller: &Caller) -> bool {
         let mut entries = self.lock();
-        if !entries.get(id).is_some_and(|entry| matches!(entry.kind, SessionKind::Streamable)) {
+        if !entries.get(id).is_some_and(|entry| matches!(entry.kind, SessionKind::Streamable) && entry.session.caller().name == caller.name)
+        {
             return false;
         }
         if let Some(entry) = entries.remove(id) {
@@ -169,21 +177,24 @@ mod tests {
     #[test]
     fn a_full_table_evicts_the_least_recently_used_idle_session() {
         let sessions = Sessions::new(Duration::from_secs(3600), 2);
-        let first = sessions.insert(Arc::new(Session::new()), SessionKind::Streamable).unwrap();
-        let second = sessions.insert(Arc::new(Session::new()), SessionKind::Streamable).unwrap();
+        let first = sessions.insert(Arc::new(Session::whole_server("stdio")), SessionKind::Streamable).unwrap();
+        let second = sessions.insert(Arc::new(Session::whole_server("stdio")), SessionKind::Streamable).unwrap();
         std::thread::sleep(Duration::from_millis(5));
-        assert!(sessions.streamable(&first).is_some(), "first is now the most recently used");
-        let third = sessions.insert(Arc::new(Session::new()), SessionKind::Streamable).unwrap();
-        assert!(sessions.streamable(&second).is_none(), "second was evicted");
-        assert!(sessions.streamable(&first).is_some() && sessions.streamable(&third).is_some());
+        assert!(sessions.streamable(&first, &Caller::whole_server("stdio")).is_some(), "first is now the most recently used");
+        let third = sessions.insert(Arc::new(Session::whole_server("stdio")), SessionKind::Streamable).unwrap();
+        assert!(sessions.streamable(&second, &Caller::whole_server("stdio")).is_none(), "second was evicted");
+        assert!(
+            sessions.streamable(&first, &Caller::whole_server("stdio")).is_some()
+                && sessions.streamable(&third, &Caller::whole_server("stdio")).is_some()
+        );
     }
 
     #[test]
     fn legacy_streams_are_never_evicted() {
         let sessions = Sessions::new(Duration::from_secs(3600), 1);
         let (outbox, _outgoing) = std::sync::mpsc::channel();
-        sessions.insert(Arc::new(Session::new()), SessionKind::Legacy(outbox)).unwrap();
-        let error = sessions.insert(Arc::new(Session::new()), SessionKind::Streamable).unwrap_err();
+        sessions.insert(Arc::new(Session::whole_server("stdio")), SessionKind::Legacy(outbox)).unwrap();
+        let error = sessions.insert(Arc::new(Session::whole_server("stdio")), SessionKind::Streamable).unwrap_err();
         assert_eq!(error, InsertError::Full { max_sessions: 1 });
         assert!(error.to_string().ends_with("raise MCP_K8S_MAX_SESSIONS"));
     }

@@ -73,6 +73,8 @@ pub struct Entry<'a> {
     pub event: Event,
     pub run_id: &'a str,
     pub caller: Option<&'a str>,
+    /// The site the run went to; `default` when unnamed.
+    pub site: Option<&'a str>,
     pub tool: Option<&'a str>,
     pub image: Option<&'a str>,
     pub network: Option<NetworkMode>,
@@ -83,11 +85,11 @@ pub struct Entry<'a> {
 
 impl<'a> Entry<'a> {
     pub fn new(event: Event, run_id: &'a str) -> Entry<'a> {
-        Entry { event, run_id, caller: None, tool: None, image: None, network: None, ended: None, elapsed: None }
+        Entry { event, run_id, caller: None, site: None, tool: None, image: None, network: None, ended: None, elapsed: None }
     }
 }
 
-/// The one site a server has today: sites are the trail's next field.
+/// The site of a server without named sites.
 const SITE: &str = "default";
 
 /// The line for `entry`, written at `at`.
@@ -96,7 +98,7 @@ pub fn line(entry: &Entry<'_>, at: SystemTime) -> Value {
     fields.insert("time".into(), json!(crate::log::rfc3339_utc(at)));
     fields.insert("event".into(), json!(entry.event.name()));
     fields.insert("run_id".into(), json!(entry.run_id));
-    fields.insert("site".into(), json!(SITE));
+    fields.insert("site".into(), json!(entry.site.unwrap_or(SITE)));
     let mut put = |key: &str, value: Option<Value>| {
         if let Some(value) = value {
             fields.insert(key.into(), value);

@@ -32,8 +32,6 @@ pub const MAX_FILE_BYTES: u64 = 1 << 20;
 pub const MAX_NAME_CHARS: usize = 63;
 /// The window `cpu_seconds_per_hour` counts over.
 pub const HOUR: Duration = Duration::from_secs(3600);
-/// The one site a server has today; the names `sites` may list.
-pub const SITES: &[&str] = &["default"];
 
 /// One caller: its name (in the audit trail, on its runs, in metrics) and
 /// its limits.
@@ -110,10 +108,11 @@ pub struct Callers {
 }
 
 impl Callers {
-    /// Reads and checks the tokens file at `path`.
-    pub fn load(path: &Path) -> Result<Callers, Error> {
+    /// Reads and checks the tokens file at `path`; `sites` are the
+    /// names a caller's `sites` may list.
+    pub fn load(path: &Path, sites: &[&str]) -> Result<Callers, Error> {
         let text = read_bounded(path)?;
-        parse(path, &text)
+        parse(path, &text, sites)
     }
 
     /// The caller whose token this is. Every entry is compared, in
@@ -204,7 +203,7 @@ fn read_bounded(path: &Path) -> Result<String, Error> {
     Err(Error::Read { path: path.display().to_string(), message })
 }
 
-fn parse(path: &Path, text: &str) -> Result<Callers, Error> {
+fn parse(path: &Path, text: &str, sites: &[&str]) -> Result<Callers, Error> {
     let syntax = |message: String| Error::Syntax { path: path.display().to_string(), message };
     let parsed: Value = serde_json::from_str(text).map_err(|error| syntax(format!("not JSON: {error}")))?;
     let Value::Array(items) = parsed else {
@@ -217,7 +216,7 @@ fn parse(path: &Path, text: &str) -> Result<Callers, Error> {
     }
     let mut entries: Vec<([u8; 32], Arc<Caller>)> = Vec::new();
     for (index, item) in items.iter().enumerate() {
-        let (digest, caller) = parse_caller(path, index, item)?;
+        let (digest, caller) = parse_caller(path, index, item, sites)?;
         let conflict = |field: &str, message: &str| Error::Field {
             path: path.display().to_string(),
             caller: caller.name.clone(),
@@ -235,7 +234,7 @@ fn parse(path: &Path, text: &str) -> Result<Callers, Error> {
     Ok(Callers { entries })
 }
 
-fn parse_caller(path: &Path, index: usize, item: &Value) -> Result<([u8; 32], Caller), Error> {
+fn parse_caller(path: &Path, index: usize, item: &Value, sites: &[&str]) -> Result<([u8; 32], Caller), Error> {
     let field_error = |caller: &str, field: &str, message: String| Error::Field {
         path: path.display().to_string(),
         caller: caller.to_string(),
@@ -263,7 +262,7 @@ fn parse_caller(path: &Path, index: usize, item: &Value) -> Result<([u8; 32], Ca
             .map_err(|message| error("concurrent_runs", message))?,
         cpu_seconds_per_hour: optional(fields, "cpu_seconds_per_hour", |value| whole_number(value, 1, 100_000_000))
             .map_err(|message| error("cpu_seconds_per_hour", message))?,
-        sites: optional(fields, "sites", |value| names_list(value, Some(SITES))).map_err(|message| error("sites", message))?,
+        sites: optional(fields, "sites", |value| names_list(value, Some(sites))).map_err(|message| error("sites", message))?,
         images: optional(fields, "images", images_list).map_err(|message| error("images", message))?,
         tools: optional(fields, "tools", |value| names_list(value, None)).map_err(|message| error("tools", message))?,
     };
@@ -505,7 +504,7 @@ mod tests {
     use super::*;
 
     fn check(text: &str) -> Result<Callers, Error> {
-        parse(Path::new("F"), text)
+        parse(Path::new("F"), text, &["default"])
     }
 
     fn field_error(caller: &str, field: &str, message: &str) -> Error {

@@ -53,6 +53,8 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_AUTH_TOKENS_FILE", Some("auth-tokens-file"), "", "JSON file of HTTP callers: each a name, the SHA-256 of its token and its limits (concurrent runs, CPU-seconds per hour, sites, images, tools); a caller sees only its own runs (see the README)", |r| &mut r.auth_tokens_file),
     setting("MCP_K8S_NAMESPACE", Some("namespace"), "mcp-ephemeral", "namespace the Jobs run in", |r| &mut r.namespace),
     setting("MCP_K8S_KUBECONFIG", Some("kubeconfig"), "", "kubeconfig path; empty means in-cluster", |r| &mut r.kubeconfig),
+    setting("MCP_K8S_KUBE_CONTEXT", Some("kube-context"), "", "context of the kubeconfig to use; empty uses its current-context", |r| &mut r.kube_context),
+    setting("MCP_K8S_SITES", Some("sites"), "", "JSON file of named sites, each a Kubernetes context or a Docker engine, one of them the default; runs take an optional `site` (see the README)", |r| &mut r.sites),
     setting("MCP_K8S_DEFAULT_TIMEOUT_S", Some("default-timeout-s"), "60", "timeout_s when a call gives none", |r| &mut r.default_timeout_s),
     setting("MCP_K8S_MAX_TIMEOUT_S", Some("max-timeout-s"), "600", "largest timeout_s a call may ask for", |r| &mut r.max_timeout_s),
     setting("MCP_K8S_MAX_OUTPUT_BYTES", Some("max-output-bytes"), "1048576", "cap on captured stdout and stderr", |r| &mut r.max_output_bytes),
@@ -123,6 +125,8 @@ pub struct RawConfig {
     pub auth_tokens_file: Option<String>,
     pub namespace: Option<String>,
     pub kubeconfig: Option<String>,
+    pub kube_context: Option<String>,
+    pub sites: Option<String>,
     pub default_timeout_s: Option<String>,
     pub max_timeout_s: Option<String>,
     pub max_output_bytes: Option<String>,
@@ -233,6 +237,11 @@ pub struct Config {
     pub callers: Option<crate::callers::Callers>,
     pub namespace: String,
     pub kubeconfig: Option<PathBuf>,
+    /// MCP_K8S_KUBE_CONTEXT: `None` uses the kubeconfig's current-context.
+    pub kube_context: Option<String>,
+    /// MCP_K8S_SITES, checked, the default first; empty when unset (the
+    /// settings above are then the one site, `default`).
+    pub sites: Vec<Site>,
     pub default_timeout_s: u64,
     pub max_timeout_s: u64,
     pub max_output_bytes: u64,
@@ -321,6 +330,17 @@ pub enum BackendChoice {
     Docker,
 }
 
+impl BackendChoice {
+    /// As the setting spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Kubernetes => "kubernetes",
+            BackendChoice::Docker => "docker",
+        }
+    }
+}
+
 /// `MCP_K8S_DOCKER_PULL`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DockerPull {
@@ -344,6 +364,14 @@ pub struct HttpLimits {
     pub write_timeout_s: u64,
 }
 
+/// A named site: where runs go (a Kubernetes context, a Docker engine),
+/// as the whole configuration a run there sees.
+#[derive(Clone, Debug)]
+pub struct Site {
+    pub name: String,
+    pub config: Config,
+}
+
 /// A setting that could not be accepted. Every variant names the variable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
@@ -362,6 +390,9 @@ pub enum Error {
     /// The MCP_K8S_WARM_POOLS file is unreadable or wrong; the error names
     /// the file, the pool and the field.
     WarmPools(pools::Error),
+    /// The MCP_K8S_SITES file is unreadable or wrong; the message names
+    /// the file, the site and the field or setting.
+    Sites(String),
     /// The MCP_K8S_AUTH_TOKENS_FILE file is unreadable or wrong; the error
     /// names the file, the caller and the field.
     Callers(crate::callers::Error),
@@ -386,6 +417,7 @@ impl fmt::Display for Error {
             }
             Error::Languages(error) => write!(formatter, "{error}"),
             Error::Callers(error) => write!(formatter, "{error}"),
+            Error::Sites(message) => write!(formatter, "{message}"),
             Error::WarmPools(error) => write!(formatter, "{error}"),
             Error::Conflict { variable, other, why } => write!(formatter, "{variable} cannot be used with {other}: {why}"),
         }
@@ -436,13 +468,16 @@ impl Config {
         let languages = Languages::load(raw.languages.as_deref().map(std::path::Path::new), max_timeout_s).map_err(Error::Languages)?;
         let cache = parse_cache(raw)?;
         let warm_pools = parse_warm_pools(raw.warm_pools.as_deref(), &allowed_images, &languages, &network_modes, cache.as_ref())?;
+        let sites = parse_sites(raw)?;
         Ok(Config {
             transport,
             addr: parse_addr(raw.addr.as_deref().unwrap_or(":8080"))?,
             auth_token: raw.auth_token.clone().map(Redacted),
-            callers: parse_callers(raw, transport)?,
+            callers: parse_callers(raw, transport, &sites)?,
             namespace: parse_namespace(raw.namespace.as_deref().unwrap_or("mcp-ephemeral"))?,
             kubeconfig: raw.kubeconfig.as_ref().map(PathBuf::from),
+            kube_context: raw.kube_context.clone(),
+            sites,
             default_timeout_s,
             max_timeout_s,
             max_output_bytes: number(&raw.max_output_bytes, "MCP_K8S_MAX_OUTPUT_BYTES", 1 << 20, 1024, 1 << 30)?,
@@ -594,7 +629,7 @@ fn parse_docker_pull(value: Option<&str>) -> Result<DockerPull, Error> {
 /// MCP_K8S_AUTH_TOKENS_FILE: read and checked. Callers are told apart by
 /// their HTTP tokens, so the file has no meaning over stdio, and beside
 /// the single MCP_K8S_AUTH_TOKEN it would leave one caller unnamed.
-fn parse_callers(raw: &RawConfig, transport: Transport) -> Result<Option<crate::callers::Callers>, Error> {
+fn parse_callers(raw: &RawConfig, transport: Transport, sites: &[Site]) -> Result<Option<crate::callers::Callers>, Error> {
     let Some(path) = raw.auth_tokens_file.as_deref() else { return Ok(None) };
     if raw.auth_token.is_some() {
         return Err(Error::Conflict {
@@ -610,7 +645,123 @@ fn parse_callers(raw: &RawConfig, transport: Transport) -> Result<Option<crate::
             why: "over stdio there is one caller and no token; use MCP_K8S_TRANSPORT=http or unset the file",
         });
     }
-    crate::callers::Callers::load(std::path::Path::new(path)).map(Some).map_err(Error::Callers)
+    let names: Vec<&str> = match sites {
+        [] => vec![DEFAULT_SITE],
+        sites => sites.iter().map(|site| site.name.as_str()).collect(),
+    };
+    crate::callers::Callers::load(std::path::Path::new(path), &names).map(Some).map_err(Error::Callers)
+}
+
+/// The one site of a server without MCP_K8S_SITES.
+pub const DEFAULT_SITE: &str = "default";
+/// The sites file is configuration: 64 KiB hold hundreds of sites.
+const MAX_SITES_FILE_BYTES: u64 = 64 << 10;
+/// A site's name goes into job tokens: short, a DNS label.
+pub const MAX_SITE_NAME_CHARS: usize = 32;
+/// What a site may set, as the fields of its entry and the settings they
+/// stand for; everything else is the server's, shared by every site.
+const SITE_FIELDS: &[(&str, &str)] = &[
+    ("backend", "MCP_K8S_BACKEND"),
+    ("kubeconfig", "MCP_K8S_KUBECONFIG"),
+    ("context", "MCP_K8S_KUBE_CONTEXT"),
+    ("namespace", "MCP_K8S_NAMESPACE"),
+    ("runner_image", "MCP_K8S_RUNNER_IMAGE"),
+    ("docker_host", "MCP_K8S_DOCKER_HOST"),
+    ("runner_binary", "MCP_K8S_RUNNER_BINARY"),
+    ("docker_network", "MCP_K8S_DOCKER_NETWORK"),
+];
+
+/// MCP_K8S_SITES: a JSON list of sites, each a name, `default` on at most
+/// one (else the first is), and settings of its own (`SITE_FIELDS`) on top
+/// of the server's. Each site's settings are checked as the server's are,
+/// so an error names the site and the variable. Warm pools stay with the
+/// default site.
+fn parse_sites(raw: &RawConfig) -> Result<Vec<Site>, Error> {
+    let Some(path) = raw.sites.as_deref() else { return Ok(Vec::new()) };
+    let problem = |message: String| Error::Sites(format!("MCP_K8S_SITES: `{path}`: {message}"));
+    let text = read_settings_file(path, MAX_SITES_FILE_BYTES)
+        .map_err(|message| Error::Sites(format!("MCP_K8S_SITES: cannot read `{path}`: {message}")))?;
+    let parsed: serde_json::Value = serde_json::from_str(&text).map_err(|error| problem(format!("not JSON: {error}")))?;
+    let Some(items) = parsed.as_array().filter(|items| !items.is_empty()) else {
+        return Err(problem(
+            "must be a JSON list of sites, such as [{\"name\": \"eu\", \"backend\": \"kubernetes\", \"context\": \"eu\"}]".into(),
+        ));
+    };
+    let mut sites: Vec<(bool, Site)> = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let (default, site) = parse_site(raw, index, item).map_err(problem)?;
+        if sites.iter().any(|(_, other)| other.name == site.name) {
+            return Err(problem(format!("site `{}`: the name is used by an earlier site; give each its own", site.name)));
+        }
+        if default && sites.iter().any(|(other_default, _)| *other_default) {
+            return Err(problem(format!("site `{}`: another site is already the default; mark one only", site.name)));
+        }
+        sites.push((default, site));
+    }
+    // The default first: the one a run without `site` goes to.
+    let default_at = sites.iter().position(|(default, _)| *default).unwrap_or(0);
+    let default = sites.remove(default_at);
+    let mut ordered = vec![default.1];
+    for (_, mut site) in sites {
+        site.config.warm_pools.clear();
+        ordered.push(site);
+    }
+    Ok(ordered)
+}
+
+fn parse_site(raw: &RawConfig, index: usize, item: &serde_json::Value) -> Result<(bool, Site), String> {
+    let Some(fields) = item.as_object() else { return Err(format!("site #{index} must be an object of fields")) };
+    let name = match fields.get("name").and_then(serde_json::Value::as_str) {
+        Some(name) if is_site_name(name) => name.to_string(),
+        Some(name) => {
+            return Err(format!(
+                "site #{index}: name `{}` must be 1 to {MAX_SITE_NAME_CHARS} lowercase letters, digits or '-', starting and ending with a letter or digit",
+                crate::echo::shorten(name)
+            ));
+        }
+        None => return Err(format!("site #{index}: `name` is required, a string")),
+    };
+    let default = match fields.get("default") {
+        None => false,
+        Some(serde_json::Value::Bool(default)) => *default,
+        Some(_) => return Err(format!("site `{name}`: `default` must be true or false")),
+    };
+    let mut site_raw = raw.clone();
+    // The files that are the server's, not a site's, are read once.
+    site_raw.sites = None;
+    site_raw.auth_tokens_file = None;
+    for (key, value) in fields.iter().filter(|(key, _)| !matches!(key.as_str(), "name" | "default")) {
+        let Some((_, variable)) = SITE_FIELDS.iter().find(|(field, _)| field == key) else {
+            let accepted: Vec<&str> = SITE_FIELDS.iter().map(|(field, _)| *field).collect();
+            return Err(format!(
+                "site `{name}`: unknown field `{}`; accepted: name, default, {}",
+                crate::echo::shorten(key),
+                accepted.join(", ")
+            ));
+        };
+        let Some(text) = value.as_str() else { return Err(format!("site `{name}`: `{key}` must be a string")) };
+        let Some(setting) = SETTINGS.iter().find(|setting| setting.env == *variable) else { continue };
+        *setting.slot(&mut site_raw) = Some(text.to_string()).filter(|text| !text.is_empty());
+    }
+    let config = Config::from_raw(&site_raw).map_err(|error| format!("site `{name}`: {error}"))?;
+    Ok((default, Site { name, config }))
+}
+
+fn is_site_name(name: &str) -> bool {
+    let valid_chars = name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    let valid_ends = name.starts_with(|c: char| c.is_ascii_alphanumeric()) && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    !name.is_empty() && name.len() <= MAX_SITE_NAME_CHARS && valid_chars && valid_ends
+}
+
+/// A settings file of at most `max` bytes, as text.
+fn read_settings_file(path: &str, max: u64) -> Result<String, String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path).and_then(|file| file.take(max + 1).read_to_string(&mut text)).map_err(|error| error.to_string())?;
+    if text.len() as u64 > max {
+        return Err(format!("larger than {max} bytes"));
+    }
+    Ok(text)
 }
 
 /// MCP_K8S_WARM_POOLS: read and checked against the allowlist, the
@@ -1178,6 +1329,62 @@ mod tests {
             let message = error_of(pairs);
             assert!(message.starts_with(expected), "{pairs:?}\n got: {message}\nwant: {expected}");
         }
+    }
+
+    /// A sites file written for one test, and the settings naming it.
+    fn sites_file(name: &str, text: &str) -> String {
+        let path = std::env::temp_dir().join(format!("mcp-sites-{name}-{}.json", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+
+    #[test]
+    fn sites_are_read_with_the_default_first_and_their_own_settings() {
+        let path = sites_file(
+            "ok",
+            r#"[{"name": "local", "backend": "docker", "docker_host": "unix:///run/d.sock"},
+                {"name": "eu", "default": true, "backend": "kubernetes", "kubeconfig": "/k/eu", "context": "eu-1", "namespace": "jobs-eu"}]"#,
+        );
+        let config = Config::from_raw(&raw(&[("MCP_K8S_SITES", &path), ("MCP_K8S_NAMESPACE", "jobs")])).unwrap();
+        let names: Vec<&str> = config.sites.iter().map(|site| site.name.as_str()).collect();
+        assert_eq!(names, ["eu", "local"], "the default first");
+        let eu = &config.sites[0].config;
+        assert_eq!((eu.backend, eu.namespace.as_str(), eu.kube_context.as_deref()), (BackendChoice::Kubernetes, "jobs-eu", Some("eu-1")));
+        let local = &config.sites[1].config;
+        assert_eq!(
+            (local.backend, local.docker_host.as_deref(), local.namespace.as_str()),
+            (BackendChoice::Docker, Some("unix:///run/d.sock"), "jobs")
+        );
+        assert!(eu.sites.is_empty() && local.sites.is_empty());
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn each_wrong_sites_file_names_the_site_and_what_is_wrong() {
+        let cases: &[(&str, &str)] = &[
+            ("{}", "must be a JSON list of sites"),
+            ("[]", "must be a JSON list of sites"),
+            (r#"[{"backend": "docker"}]"#, "site #0: `name` is required, a string"),
+            (r#"[{"name": "EU"}]"#, "site #0: name `EU` must be 1 to 32 lowercase letters"),
+            (
+                r#"[{"name": "eu", "token": "x"}]"#,
+                "site `eu`: unknown field `token`; accepted: name, default, backend, kubeconfig, context",
+            ),
+            (r#"[{"name": "eu", "namespace": 3}]"#, "site `eu`: `namespace` must be a string"),
+            (r#"[{"name": "eu", "namespace": "Prod"}]"#, "site `eu`: MCP_K8S_NAMESPACE: `Prod` is not accepted"),
+            (r#"[{"name": "eu"}, {"name": "eu"}]"#, "site `eu`: the name is used by an earlier site"),
+            (r#"[{"name": "a", "default": true}, {"name": "b", "default": true}]"#, "site `b`: another site is already the default"),
+        ];
+        for (index, (text, expected)) in cases.iter().enumerate() {
+            let path = sites_file(&format!("bad{index}"), text);
+            let message = error_of(&[("MCP_K8S_SITES", &path)]);
+            assert!(message.starts_with(&format!("MCP_K8S_SITES: `{path}`: ")), "{message}");
+            assert!(message.contains(expected), "{text}\n got: {message}\nwant: {expected}");
+            let _ = std::fs::remove_file(path);
+        }
+        assert!(
+            error_of(&[("MCP_K8S_SITES", "/nonexistent/sites.json")]).starts_with("MCP_K8S_SITES: cannot read `/nonexistent/sites.json`: ")
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_k8s_ephemeral_job::backend::WarmPools;
+use mcp_k8s_ephemeral_job::backend::{self, WarmPools};
 use mcp_k8s_ephemeral_job::cancel::CancelToken;
 use mcp_k8s_ephemeral_job::config::{self, BackendChoice, Config, RawConfig, Transport};
 use mcp_k8s_ephemeral_job::protocol::Server;
@@ -102,15 +102,24 @@ fn doctor(raw: &RawConfig) -> ExitCode {
         Err(code) => return code,
     };
     log::set_stderr_level(log::Level::Warning);
-    let connected = match wiring::connect(&config, &prepared, WarmPools::Off) {
-        Ok(connected) => connected,
-        Err(message) => {
-            println!("FAIL  backend: {message}");
-            return ExitCode::from(1);
+    let (sites, named) = wiring::sites(&config);
+    let mut passed = true;
+    for (name, site_config) in &sites {
+        if named {
+            println!("site `{name}`:");
         }
-    };
-    let ctx = wiring::engine_ctx(&config, connected.clone());
-    if connected.doctor(&config, &ctx, &mut |check| println!("{}", check.line())) {
+        let connected = match wiring::connect(site_config, &prepared, WarmPools::Off) {
+            Ok(connected) => connected,
+            Err(message) => {
+                println!("FAIL  backend: {message}");
+                passed = false;
+                continue;
+            }
+        };
+        let ctx = wiring::engine_ctx(site_config, connected.clone(), named.then(|| name.clone()));
+        passed &= connected.doctor(site_config, &ctx, &mut |check| println!("{}", check.line()));
+    }
+    if passed {
         println!("all checks passed");
         ExitCode::SUCCESS
     } else {
@@ -153,35 +162,33 @@ fn serve(raw: &RawConfig) -> ExitCode {
         log::info("MCP_K8S_SIDECAR_IMAGE is set but unused: the in-pod runner replaced the sidecar", &[]);
     }
     let stop = CancelToken::new();
-    let connected = wiring::connect(&config, &prepared, WarmPools::On);
-    match &connected {
-        // A kubeconfig named explicitly is a setting like any other: wrong,
-        // it stops the server instead of failing every call. Said once: an
-        // earlier version also logged it as a JSON line just before.
-        Err(message) if config.kubeconfig.is_some() && config.backend != BackendChoice::Docker => {
-            eprintln!("{NAME}: MCP_K8S_KUBECONFIG: {message}");
-            return ExitCode::from(2);
+    let (sites, named) = wiring::sites(&config);
+    let mut engines = Vec::new();
+    let mut connections = Vec::new();
+    for (index, (name, site_config)) in sites.iter().enumerate() {
+        let connected = match start_site(site_config, &prepared, named.then_some(name.as_str())) {
+            Ok(connected) => connected,
+            Err(code) => {
+                connections.iter().for_each(|connected: &Arc<dyn backend::Connected>| connected.shutdown());
+                return code;
+            }
+        };
+        let engine = connected.clone().map(|connected| wiring::engine_ctx(site_config, connected, named.then(|| name.clone())));
+        // One reaper per site; the output store, shared by every site, is
+        // reaped by the default site's.
+        if let Ok(engine) = &engine {
+            let outputs = if index == 0 { engine.policy.outputs.clone() } else { None };
+            if let Err(error) = engine::reaper::start(engine.backend.clone(), outputs, engine::reaper::REAP_EVERY) {
+                log::error("could not start the reaper", &[("error", json!(error.to_string()))]);
+                return ExitCode::from(1);
+            }
         }
-        // A server without a usable backend still starts: clients can
-        // connect and are told why jobs cannot run.
-        Err(message) => log::error("no usable backend; job tools will refuse calls", &[("error", json!(message))]),
-        Ok(_) => {}
+        if let Ok(connected) = connected {
+            connections.push(connected);
+        }
+        engines.push(tools::SiteEngine { name: name.clone(), engine });
     }
-    if let Ok(connected) = &connected
-        && let Err(message) = connected.check_at_start(&config)
-    {
-        eprintln!("{NAME}: {message}");
-        connected.shutdown();
-        return ExitCode::from(2);
-    }
-    let engine = connected.clone().map(|connected| wiring::engine_ctx(&config, connected));
-    if let Ok(engine) = &engine
-        && let Err(error) = engine::reaper::start(engine.backend.clone(), engine.policy.outputs.clone(), engine::reaper::REAP_EVERY)
-    {
-        log::error("could not start the reaper", &[("error", json!(error.to_string()))]);
-        return ExitCode::from(1);
-    }
-    let server = Arc::new(Server::new(tools::Ctx::new(config.clone(), engine)));
+    let server = Arc::new(Server::new(tools::Ctx::with_sites(config.clone(), engines, named)));
     if let Err(error) = watch_signals(&stop, &server) {
         log::error("could not install signal handlers", &[("error", json!(error.to_string()))]);
         return ExitCode::from(1);
@@ -199,7 +206,7 @@ fn serve(raw: &RawConfig) -> ExitCode {
     };
     // Clean-up under way ends and warm sandboxes nobody will take go with
     // the server.
-    if let Ok(connected) = &connected {
+    for connected in &connections {
         connected.shutdown();
     }
     mcp_k8s_ephemeral_job::trace::flush(Duration::from_secs(2));
@@ -213,6 +220,47 @@ fn serve(raw: &RawConfig) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Connects one site and checks it at start. Without named sites, a
+/// kubeconfig named explicitly that does not load, or a set-up that would
+/// fail every run, stops the server (exit 2); a named site that cannot be
+/// reached is logged, and only its calls are refused (another site's
+/// outage must not stop the server).
+fn start_site(
+    config: &Config,
+    prepared: &wiring::Prepared,
+    site: Option<&str>,
+) -> Result<Result<Arc<dyn backend::Connected>, String>, ExitCode> {
+    let connected = wiring::connect(config, prepared, WarmPools::On);
+    match &connected {
+        // A kubeconfig named explicitly is a setting like any other: wrong,
+        // it stops the server instead of failing every call. Said once: an
+        // earlier version also logged it as a JSON line just before.
+        Err(message) if config.kubeconfig.is_some() && config.backend != BackendChoice::Docker => {
+            let prefix = site.map(|site| format!("site `{site}`: ")).unwrap_or_default();
+            eprintln!("{NAME}: {prefix}MCP_K8S_KUBECONFIG: {message}");
+            return Err(ExitCode::from(2));
+        }
+        // A server without a usable backend still starts: clients can
+        // connect and are told why jobs cannot run.
+        Err(message) => {
+            log::error("no usable backend; job tools will refuse calls", &[("error", json!(message)), ("site", json!(site))]);
+        }
+        Ok(_) => {}
+    }
+    if let Ok(connected) = &connected
+        && let Err(message) = connected.check_at_start(config)
+    {
+        if let Some(site) = site {
+            log::error("a site failed its start-up checks; its runs may fail", &[("site", json!(site)), ("error", json!(message))]);
+        } else {
+            eprintln!("{NAME}: {message}");
+            connected.shutdown();
+            return Err(ExitCode::from(2));
+        }
+    }
+    Ok(connected)
 }
 
 /// First SIGTERM/SIGINT: stop accepting and let calls finish within the

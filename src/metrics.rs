@@ -48,21 +48,21 @@ impl Drop for GaugeGuard {
     }
 }
 
-/// One finished run: its wire `status` and `reason` (empty when none), how
-/// long the whole run took (queue, start, command, collection) and how long
-/// the command itself ran.
-pub fn record_run(status: &'static str, reason: &'static str, run_time: Duration, command_time: Duration) {
+/// One finished run on `site` (`default` without named sites): its wire
+/// `status` and `reason` (empty when none), how long the whole run took
+/// (queue, start, command, collection) and how long the command itself ran.
+pub fn record_run(site: &str, status: &'static str, reason: &'static str, run_time: Duration, command_time: Duration) {
     let mut state = lock();
-    *state.runs.entry((status, reason)).or_insert(0) += 1;
+    *state.runs.entry((site.to_string(), status, reason)).or_insert(0) += 1;
     state.run_seconds.observe(run_time.as_secs_f64());
     state.command_seconds.observe(command_time.as_secs_f64());
 }
 
-/// A run a caller asked for: `admission` is `admitted` or the limit that
-/// refused it (`concurrent_runs`, `cpu_seconds_per_hour`, `images`,
-/// `sites`).
-pub fn caller_run(caller: &str, admission: &'static str) {
-    *lock().caller_runs.entry((caller.to_string(), admission)).or_insert(0) += 1;
+/// A run a caller asked for on `site`: `admission` is `admitted` or the
+/// limit that refused it (`concurrent_runs`, `cpu_seconds_per_hour`,
+/// `images`, `sites`). Site names, like callers', are the operator's.
+pub fn caller_run(caller: &str, site: &str, admission: &'static str) {
+    *lock().caller_runs.entry((caller.to_string(), site.to_string(), admission)).or_insert(0) += 1;
 }
 
 /// CPU-seconds charged to a caller when a run of its ended.
@@ -126,9 +126,9 @@ pub fn thread_panics() -> BTreeMap<&'static str, u64> {
 pub fn render() -> String {
     let state = lock();
     let mut text = String::new();
-    header(&mut text, "mcp_k8s_runs_total", "counter", "Finished runs by status and reason.");
-    for ((status, reason), count) in &state.runs {
-        let _ = writeln!(text, "mcp_k8s_runs_total{{status=\"{status}\",reason=\"{reason}\"}} {count}");
+    header(&mut text, "mcp_k8s_runs_total", "counter", "Finished runs by site, status and reason.");
+    for ((site, status, reason), count) in &state.runs {
+        let _ = writeln!(text, "mcp_k8s_runs_total{{site=\"{site}\",status=\"{status}\",reason=\"{reason}\"}} {count}");
     }
     state.run_seconds.render(&mut text, "mcp_k8s_run_duration_seconds", "Whole runs: queue, pod start, command and collection.");
     state.command_seconds.render(&mut text, "mcp_k8s_command_duration_seconds", "The command alone, as the runner measured it.");
@@ -158,10 +158,10 @@ pub fn render() -> String {
             &mut text,
             "mcp_k8s_caller_runs_total",
             "counter",
-            "Runs callers asked for, by caller and admission (admitted, or the limit that refused).",
+            "Runs callers asked for, by caller, site and admission (admitted, or the limit that refused).",
         );
-        for ((caller, admission), count) in &state.caller_runs {
-            let _ = writeln!(text, "mcp_k8s_caller_runs_total{{caller=\"{caller}\",admission=\"{admission}\"}} {count}");
+        for ((caller, site, admission), count) in &state.caller_runs {
+            let _ = writeln!(text, "mcp_k8s_caller_runs_total{{caller=\"{caller}\",site=\"{site}\",admission=\"{admission}\"}} {count}");
         }
         header(
             &mut text,
@@ -210,11 +210,11 @@ struct PoolCounts {
 }
 
 struct State {
-    caller_runs: BTreeMap<(String, &'static str), u64>,
+    caller_runs: BTreeMap<(String, String, &'static str), u64>,
     caller_cpu_seconds: BTreeMap<String, f64>,
     pools: BTreeMap<String, PoolCounts>,
     pool_refill_seconds: Histogram,
-    runs: BTreeMap<(&'static str, &'static str), u64>,
+    runs: BTreeMap<(String, &'static str, &'static str), u64>,
     run_seconds: Histogram,
     command_seconds: Histogram,
     api_errors: BTreeMap<&'static str, u64>,
@@ -317,12 +317,12 @@ mod tests {
     // test owns them and compares differences, not absolute values.
     #[test]
     fn runs_gauges_api_errors_and_thread_panics_appear_in_the_text() {
-        record_run("failed", "OOMKilled", Duration::from_secs(3), Duration::from_secs(2));
+        record_run("default", "failed", "OOMKilled", Duration::from_secs(3), Duration::from_secs(2));
         api_error("create_job");
         thread_started("signals");
         let queued = track(Gauge::RunsQueued);
         let text = render();
-        assert!(text.contains("mcp_k8s_runs_total{status=\"failed\",reason=\"OOMKilled\"} "), "{text}");
+        assert!(text.contains("mcp_k8s_runs_total{site=\"default\",status=\"failed\",reason=\"OOMKilled\"} "), "{text}");
         assert!(text.contains("mcp_k8s_api_errors_total{operation=\"create_job\"} "), "{text}");
         assert!(text.contains("# TYPE mcp_k8s_thread_panics_total counter"), "{text}");
         assert!(text.contains("mcp_k8s_thread_panics_total{thread=\"signals\"} "), "{text}");

@@ -68,10 +68,12 @@ pub enum Kind {
     ExecPluginReader,
     /// Sends finished spans to the OTLP endpoint in batches.
     TraceExporter,
+    /// Asks one site whether it answers, for `describe_environment`.
+    SiteHealth,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::Reaper,
         Kind::PoolManager,
         Kind::Signals,
@@ -88,6 +90,7 @@ impl Kind {
         Kind::ContainerRemove,
         Kind::ExecPluginReader,
         Kind::TraceExporter,
+        Kind::SiteHealth,
     ];
 
     /// The counter's label, and the thread's name unless `spawn_named`
@@ -110,6 +113,7 @@ impl Kind {
             Kind::ContainerRemove => "container-remove",
             Kind::ExecPluginReader => "exec-plugin-reader",
             Kind::TraceExporter => "trace-exporter",
+            Kind::SiteHealth => "site-health",
         }
     }
 
@@ -131,7 +135,8 @@ impl Kind {
             | Kind::ContainerKill
             | Kind::ContainerRemove
             | Kind::ExecPluginReader
-            | Kind::TraceExporter => false,
+            | Kind::TraceExporter
+            | Kind::SiteHealth => false,
         }
     }
 }

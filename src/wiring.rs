@@ -85,10 +85,21 @@ pub fn outputs(config: &Config) -> Option<Arc<engine::outputs::Store>> {
     })
 }
 
+/// The sites of `config`, the default first: its MCP_K8S_SITES, each with
+/// its own settings, else itself as the one site `default`. `named` says
+/// which (named sites' tokens carry their site).
+pub fn sites(config: &Config) -> (Vec<(String, Config)>, bool) {
+    match config.sites.as_slice() {
+        [] => (vec![(crate::config::DEFAULT_SITE.to_string(), config.clone())], false),
+        sites => (sites.iter().map(|site| (site.name.clone(), site.config.clone())).collect(), true),
+    }
+}
+
 /// The engine on `backend`: the policy, the concurrency slots and the
-/// background runs' cache.
-pub fn engine_ctx(config: &Config, backend: Arc<dyn engine::backend::Backend>) -> engine::run::Ctx {
+/// background runs' cache. `site`: the site's name when sites are named.
+pub fn engine_ctx(config: &Config, backend: Arc<dyn engine::backend::Backend>, site: Option<String>) -> engine::run::Ctx {
     engine::run::Ctx {
+        site,
         backend,
         policy: policy(config),
         slots: engine::slots::Slots::new(config.max_concurrent as usize, config.max_queued as usize),

@@ -151,27 +151,42 @@ pub struct Token {
     pub kind: TokenKind,
     pub run_id: String,
     pub submitted: SystemTime,
+    /// The site the run is on, on a server with named sites.
+    pub site: Option<String>,
 }
 
 /// The token for a run submitted at `submitted`: its kind, the run id (128
 /// random bits, so unguessable) and the submit time, so that a token whose
-/// Job is gone can be told apart as expired rather than unknown.
-pub fn token_for(kind: TokenKind, run_id: &str, submitted: SystemTime) -> String {
+/// Job is gone can be told apart as expired rather than unknown; on a
+/// server with named sites, `.` and the run's site, so any call on the
+/// token finds the site without being told.
+pub fn token_for(kind: TokenKind, run_id: &str, submitted: SystemTime, site: Option<&str>) -> String {
     let seconds = submitted.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-    format!("{}{run_id}-{seconds}", kind.prefix())
+    match site {
+        Some(site) => format!("{}{run_id}-{seconds}.{site}", kind.prefix()),
+        None => format!("{}{run_id}-{seconds}", kind.prefix()),
+    }
 }
 
 /// A token's parts; `None` unless it has the exact shape `token_for`
 /// writes, so nothing else reaches a Kubernetes name.
 pub fn parse_token(token: &str) -> Option<Token> {
     let (kind, rest) = [TokenKind::Job, TokenKind::Code].into_iter().find_map(|kind| Some((kind, token.strip_prefix(kind.prefix())?)))?;
-    let (run_id, seconds) = rest.split_once('-')?;
+    let (run_id, rest) = rest.split_once('-')?;
+    let (seconds, site) = match rest.split_once('.') {
+        Some((seconds, site)) => (seconds, Some(site)),
+        None => (rest, None),
+    };
+    let site_ok = site.is_none_or(|site| {
+        !site.is_empty() && site.len() <= 32 && site.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+    });
     let hex = run_id.len() == 32 && run_id.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
     let digits = !seconds.is_empty() && seconds.len() <= 12 && seconds.bytes().all(|byte| byte.is_ascii_digit());
-    if !hex || !digits {
+    if !hex || !digits || !site_ok {
         return None;
     }
-    Some(Token { kind, run_id: run_id.to_string(), submitted: UNIX_EPOCH + Duration::from_secs(seconds.parse().ok()?) })
+    let submitted = UNIX_EPOCH + Duration::from_secs(seconds.parse().ok()?);
+    Some(Token { kind, run_id: run_id.to_string(), submitted, site: site.map(str::to_string) })
 }
 
 /// Creates the run's Job (kept after it ends) and starts following it.
@@ -271,7 +286,7 @@ fn submit_new(
     (fingerprint, traceparent, on_end): (Option<String>, Option<String>, Option<OnEnd>),
 ) -> Result<Submitted, Error> {
     let run_id = run_id.to_string();
-    let token = token_for(kind, &run_id, SystemTime::now());
+    let token = token_for(kind, &run_id, SystemTime::now(), ctx.site.as_deref());
     let cancel = CancelToken::new();
     if let Err(full) = ctx.jobs.insert_new(&run_id, &token, cancel.clone()) {
         // A warm sandbox claimed for it goes, as a cold run's nothing would.
@@ -559,7 +574,7 @@ fn follow_to_end(ctx: &Ctx, run_id: &str, followed: &Followed, created: Option<S
     if (cancel_requested || marked_cancelled) && mark_cancelled(&mut ended.outcome, ctx.backend.wording()) {
         ended.by = DecidedBy::Server;
     }
-    run::log_finished(run_id, &ended.outcome, started);
+    run::log_finished(ctx, run_id, &ended.outcome, started);
     let ended_at = stored.as_ref().and_then(|stored| stored.ended_at).unwrap_or_else(SystemTime::now);
     record_and_finish(ctx, run_id, ended, ended_at, stored.as_ref());
 }
@@ -583,6 +598,7 @@ fn record_and_finish(ctx: &Ctx, run_id: &str, mut ended: Ended, ended_at: System
             audit::record(&audit::Entry {
                 ended: Some(ended.outcome.audited()),
                 caller: owner.as_deref(),
+                site: ctx.site.as_deref(),
                 ..audit::Entry::new(audit::Event::Ended, run_id)
             });
             send_spans(stored, &ended.outcome);
@@ -791,9 +807,16 @@ mod tests {
         for (kind, written) in
             [(TokenKind::Job, format!("job-{run_id}-1767225600")), (TokenKind::Code, format!("code-{run_id}-1767225600"))]
         {
-            let token = token_for(kind, run_id, submitted);
+            let token = token_for(kind, run_id, submitted, None);
             assert_eq!(token, written);
-            assert_eq!(parse_token(&token), Some(Token { kind, run_id: run_id.to_string(), submitted }));
+            assert_eq!(parse_token(&token), Some(Token { kind, run_id: run_id.to_string(), submitted, site: None }));
+        }
+        let on_site = token_for(TokenKind::Job, run_id, submitted, Some("eu-1"));
+        assert_eq!(on_site, format!("job-{run_id}-1767225600.eu-1"), "a named site's runs carry it");
+        let parsed = parse_token(&on_site).unwrap();
+        assert_eq!((parsed.site.as_deref(), parsed.run_id.as_str()), (Some("eu-1"), run_id));
+        for bad_site in ["", "EU", "a/b", "a.b", &"x".repeat(33)] {
+            assert_eq!(parse_token(&format!("job-{run_id}-1767225600.{bad_site}")), None, "{bad_site}");
         }
         for bad in [
             "",

@@ -98,8 +98,18 @@ impl Keyed {
     /// callers' keys never name the same run, so one cannot find (or
     /// collide with) the other's.
     pub fn of_owner(self, owner: Option<&str>) -> Keyed {
-        let Some(owner) = owner else { return self };
-        let digest = sha256(&[b"mcp-k8s-ephemeral-job idempotency key of a caller\0", owner.as_bytes(), b"\0", self.key.as_bytes()]);
+        self.scoped(b"mcp-k8s-ephemeral-job idempotency key of a caller\0", owner)
+    }
+
+    /// The key as one of the named site `site`'s: the same key on two
+    /// sites names two runs, which the shared output store keeps apart.
+    pub fn of_site(self, site: Option<&str>) -> Keyed {
+        self.scoped(b"mcp-k8s-ephemeral-job idempotency key on a site\0", site)
+    }
+
+    fn scoped(self, domain: &[u8], scope: Option<&str>) -> Keyed {
+        let Some(scope) = scope else { return self };
+        let digest = sha256(&[domain, scope.as_bytes(), b"\0", self.run_id.as_bytes()]);
         Keyed { run_id: hex(&digest[..16]), ..self }
     }
 }
@@ -168,6 +178,10 @@ mod tests {
         assert_ne!(of_x.run_id, keyed.run_id);
         assert_ne!(of_x.run_id, keyed.clone().of_owner(Some("y")).run_id, "two callers' keys name two runs");
         assert_eq!((of_x.key.as_str(), of_x.fingerprint.as_str()), (keyed.key.as_str(), keyed.fingerprint.as_str()));
+        let on_eu = of_x.clone().of_site(Some("eu"));
+        assert_ne!(on_eu.run_id, of_x.run_id, "the same key on two sites names two runs");
+        assert_ne!(on_eu.run_id, keyed.clone().of_site(Some("eu")).run_id);
+        assert_eq!(of_x.clone().of_site(None), of_x);
         let id = run_id_for("any key");
         assert!(id.len() == 32 && id.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')), "{id}");
     }

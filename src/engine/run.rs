@@ -40,6 +40,9 @@ pub struct Ctx {
     pub slots: Slots,
     /// Background runs known to this process (`engine::background`).
     pub jobs: crate::engine::jobs::Jobs,
+    /// The site's name, on a server with named sites: background runs'
+    /// tokens carry it.
+    pub site: Option<String>,
 }
 
 /// What a caller may want to know while a run is in flight.
@@ -160,7 +163,7 @@ fn run_taken(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_p
     }
     outcome.times.created = created.created_at;
     outcome.times.warm = claimed.is_some();
-    log_finished(run_id, &outcome, started);
+    log_finished(ctx, run_id, &outcome, started);
     outcome
 }
 
@@ -277,9 +280,10 @@ impl Default for InputsUsed {
 
 /// The metadata-only log line every run ends with, and its metrics: one
 /// place for synchronous and background runs alike.
-pub fn log_finished(run_id: &str, outcome: &RunOutcome, started: Instant) {
+pub fn log_finished(ctx: &Ctx, run_id: &str, outcome: &RunOutcome, started: Instant) {
     let reason = outcome.reason.map_or("", RunReason::name);
-    metrics::record_run(outcome.status.name(), reason, started.elapsed(), outcome.duration);
+    let site = ctx.site.as_deref().unwrap_or("default");
+    metrics::record_run(site, outcome.status.name(), reason, started.elapsed(), outcome.duration);
     log::info(
         "run finished",
         &[

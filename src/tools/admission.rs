@@ -15,9 +15,6 @@ use crate::engine::jobs::OnEnd;
 use crate::engine::spec::RunSpec;
 use crate::metrics;
 
-/// The site every run goes to until a server has several.
-const SITE: &str = "default";
-
 /// A run admitted for its caller, counted until `end` (or drop).
 #[derive(Debug)]
 pub struct Admitted {
@@ -44,14 +41,15 @@ impl Admitted {
 pub fn admit(
     ledger: &Arc<Ledger>,
     caller: &Caller,
+    site: &str,
     spec: &mut RunSpec,
     default_cpu: &crate::quantity::Quantity,
 ) -> Result<Admitted, String> {
     let refused = |limit: &'static str, message: String| {
-        metrics::caller_run(&caller.name, limit);
+        metrics::caller_run(&caller.name, site, limit);
         message
     };
-    caller.check_site(SITE).map_err(|message| refused("sites", message))?;
+    caller.check_site(site).map_err(|message| refused("sites", message))?;
     caller.check_image(&spec.image).map_err(|message| refused("images", message))?;
     let cores = cores(spec.cpu_limit.as_ref().unwrap_or(default_cpu));
     let ticket = ledger.admit(caller, cores).map_err(|refusal| {
@@ -61,7 +59,7 @@ pub fn admit(
         };
         refused(limit, refusal.message(&caller.name))
     })?;
-    metrics::caller_run(&caller.name, "admitted");
+    metrics::caller_run(&caller.name, site, "admitted");
     spec.owner = caller.owner().map(str::to_string);
     Ok(Admitted { ticket, caller: caller.name.clone() })
 }
@@ -121,19 +119,19 @@ mod tests {
         let limits = Limits { concurrent_runs: Some(1), images: Some(vec!["busybox:*".into()]), ..Limits::default() };
         let caller = Caller { name: "team-a".into(), limits, scoped: true };
         let mut python = spec("docker.io/library/python:3.12", None);
-        let refused = admit(&ledger, &caller, &mut python, &default_cpu).unwrap_err();
+        let refused = admit(&ledger, &caller, "default", &mut python, &default_cpu).unwrap_err();
         assert!(refused.contains("its limit `images`"), "{refused}");
         assert_eq!(python.owner, None, "a refused run is nobody's");
         let mut busybox = spec("docker.io/library/busybox:1.36", Some("500m"));
-        let admitted = admit(&ledger, &caller, &mut busybox, &default_cpu).unwrap();
+        let admitted = admit(&ledger, &caller, "default", &mut busybox, &default_cpu).unwrap();
         assert_eq!(busybox.owner.as_deref(), Some("team-a"));
-        let refused = admit(&ledger, &caller, &mut spec("docker.io/library/busybox:1.36", None), &default_cpu).unwrap_err();
+        let refused = admit(&ledger, &caller, "default", &mut spec("docker.io/library/busybox:1.36", None), &default_cpu).unwrap_err();
         assert!(refused.contains("`concurrent_runs`"), "{refused}");
         admitted.end(Duration::from_secs(4));
         assert_eq!(ledger.usage("team-a"), (0, 2.0), "half a CPU for 4 s");
         let whole = Caller::whole_server("stdio");
         let mut any = spec("docker.io/library/python:3.12", None);
-        admit(&ledger, &whole, &mut any, &default_cpu).unwrap();
+        admit(&ledger, &whole, "default", &mut any, &default_cpu).unwrap();
         assert_eq!(any.owner, None, "one caller: its runs are everyone's, as before callers");
     }
 }

@@ -128,21 +128,23 @@ pub fn task_submit(
     if !TASK_TOOLS.contains(&tool_name) {
         return Err(CallError::Invalid(format!("tool `{tool_name}` cannot run as a task; tasks: {}", TASK_TOOLS.join(", "))));
     }
-    let (arguments, keyed) = idempotency::split(tool_name, arguments, caller).map_err(CallError::Invalid)?;
+    let (arguments, keyed, site) =
+        idempotency::split(tool_name, arguments, caller).and_then(super::with_site).map_err(CallError::Invalid)?;
     let (mut spec, kind) = if tool_name == execute_code::NAME {
         (execute_code::parse_execute_args(&arguments, &ctx.config).map_err(CallError::Invalid)?, TokenKind::Code)
     } else {
         (job_spec(ctx, &arguments)?, TokenKind::Job)
     };
-    let engine = engine_of(ctx)?;
+    let (site, engine) = site_engine(ctx, site.as_deref())?;
     // A refusal is the tool's own error, as the call without a task gets.
-    let admitted = match admission::admit(&ctx.ledger, caller, &mut spec, &ctx.config.default_cpu) {
+    let admitted = match admission::admit(&ctx.ledger, caller, site, &mut spec, &ctx.config.default_cpu) {
         Ok(admitted) => admitted,
         Err(message) => return Ok(TaskStart::Answered(ToolOutcome::Failure(message))),
     };
     let arrived = std::time::Instant::now();
+    let keyed = keyed.map(|keyed| keyed.of_site(engine.site.as_deref()));
     let submitted = background::submit(engine, &spec, kind, keyed.as_ref(), traced, Some(admitted.on_end()));
-    super::audit_submit(caller, tool_name, &spec, &submitted, arrived);
+    super::audit_submit(caller, site, tool_name, &spec, &submitted, arrived);
     match submitted {
         Ok(submitted) => Ok(TaskStart::Task(submitted.token)),
         Err(background::Error::Refused { outcome }) if kind == TokenKind::Code => Ok(TaskStart::Answered(execute_code::outcome(&outcome))),
@@ -177,9 +179,8 @@ pub fn task_result(ctx: &Ctx, caller: &Caller, task_id: &str, stop: &CancelToken
 }
 
 pub fn task_list(ctx: &Ctx, caller: &Caller) -> Result<Vec<TaskState>, CallError> {
-    let engine = engine_of(ctx)?;
-    let listed = background::list(engine, caller.owner())?;
-    Ok(listed.iter().map(listed_task_state).collect())
+    let (listed, _) = list_everywhere(ctx, caller)?;
+    Ok(listed.iter().map(|(_, run)| listed_task_state(run)).collect())
 }
 
 pub fn task_cancel(ctx: &Ctx, caller: &Caller, task_id: &str) -> Result<TaskState, CallError> {
@@ -230,13 +231,15 @@ fn submit_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 
 fn submit(ctx: &Ctx, call: &Call<'_>) -> Result<Submitted, CallError> {
     let _starting = STARTING.enter();
-    let (arguments, keyed) = idempotency::split("submit_job", call.arguments, call.caller).map_err(CallError::Invalid)?;
+    let (arguments, keyed, site) =
+        idempotency::split("submit_job", call.arguments, call.caller).and_then(super::with_site).map_err(CallError::Invalid)?;
     let mut spec = job_spec(ctx, &arguments)?;
-    let engine = engine_of(ctx)?;
-    let admitted = ctx.admit(call, &mut spec).map_err(CallError::Unavailable)?;
+    let (site, engine) = site_engine(ctx, site.as_deref())?;
+    let admitted = ctx.admit(call, site, &mut spec).map_err(CallError::Unavailable)?;
     let arrived = std::time::Instant::now();
+    let keyed = keyed.map(|keyed| keyed.of_site(engine.site.as_deref()));
     let submitted = background::submit(engine, &spec, TokenKind::Job, keyed.as_ref(), call.trace, Some(admitted.on_end()));
-    super::audit_submit(call.caller, "submit_job", &spec, &submitted, arrived);
+    super::audit_submit(call.caller, site, "submit_job", &spec, &submitted, arrived);
     Ok(submitted?)
 }
 
@@ -363,13 +366,25 @@ fn list_jobs(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     if let Err(error) = check_known_arguments(call.arguments, &[]) {
         return ToolOutcome::Failure(error.to_string());
     }
-    let engine = match engine_of(ctx) {
-        Ok(engine) => engine,
-        Err(error) => return ToolOutcome::Failure(error.to_string()),
-    };
-    match background::list(engine, call.caller.owner()) {
-        Ok(listed) => ToolOutcome::Success(json!({"jobs": listed.iter().map(listed_json).collect::<Vec<_>>()})),
-        Err(error) => ToolOutcome::Failure(CallError::from(error).to_string()),
+    match list_everywhere(ctx, call.caller) {
+        Ok((listed, unreachable)) => {
+            let jobs: Vec<Value> = listed
+                .iter()
+                .map(|(site, run)| {
+                    let mut job = listed_json(run);
+                    if ctx.named_sites {
+                        job["site"] = json!(site);
+                    }
+                    job
+                })
+                .collect();
+            let mut answer = json!({ "jobs": jobs });
+            if !unreachable.is_empty() {
+                answer["unreachable_sites"] = json!(unreachable);
+            }
+            ToolOutcome::Success(answer)
+        }
+        Err(error) => ToolOutcome::Failure(error.to_string()),
     }
 }
 
@@ -493,11 +508,24 @@ fn token_and_engine<'a>(ctx: &'a Ctx, call: &'a Call<'_>) -> Result<(&'a str, &'
 /// The engine, once `token` has the shape this server hands out: a token
 /// that could never name a job is the caller's mistake, whether or not a
 /// cluster is reachable.
+/// The token's site (the default for a token that names none) is the
+/// one asked.
 fn engine_for_token<'a>(ctx: &'a Ctx, token: &str) -> Result<&'a engine::run::Ctx, CallError> {
-    if background::parse_token(token).is_none() {
+    let Some(parsed) = background::parse_token(token) else {
         return Err(CallError::Invalid(unknown_token(token)));
-    }
-    engine_of(ctx)
+    };
+    // A site this server does not have: as a token that names no job.
+    let Ok(site) = ctx.site(parsed.site.as_deref()) else {
+        return Err(CallError::Invalid(no_such_job(token)));
+    };
+    site.engine.as_ref().map_err(|why| CallError::Unavailable(super::no_backend(why)))
+}
+
+/// The site a run call names (the default when none) and its engine.
+fn site_engine<'a>(ctx: &'a Ctx, site: Option<&str>) -> Result<(&'a str, &'a engine::run::Ctx), CallError> {
+    let site = ctx.site(site).map_err(CallError::Invalid)?;
+    let engine = site.engine.as_ref().map_err(|why| CallError::Unavailable(super::no_backend(why)))?;
+    Ok((&site.name, engine))
 }
 
 fn unknown_token(token: &str) -> String {
@@ -515,9 +543,36 @@ fn no_such_job(token: &str) -> String {
     )
 }
 
-fn engine_of(ctx: &Ctx) -> Result<&engine::run::Ctx, CallError> {
-    ctx.engine.as_ref().map_err(|why| CallError::Unavailable(super::no_backend(why)))
+/// Runs listed with their sites, and the sites that could not answer.
+type Everywhere = (Vec<(String, Listed)>, Vec<Value>);
+
+/// The background runs `caller` may see on every site, newest first,
+/// each with its site; a site that cannot answer is named in `unreachable`
+/// rather than failing the others' list.
+fn list_everywhere(ctx: &Ctx, caller: &Caller) -> Result<Everywhere, CallError> {
+    // One site: its failure is the call's, as it always was.
+    if let [site] = ctx.sites.as_slice() {
+        let engine = site.engine.as_ref().map_err(|why| CallError::Unavailable(super::no_backend(why)))?;
+        let listed = background::list(engine, caller.owner())?;
+        return Ok((listed.into_iter().map(|run| (site.name.clone(), run)).collect(), Vec::new()));
+    }
+    let owner = caller.owner().map(str::to_string);
+    let answers = ctx.ask_sites(LIST_WAIT, move |engine| background::list(engine, owner.as_deref()).map_err(|error| error.to_string()));
+    let mut listed = Vec::new();
+    let mut unreachable = Vec::new();
+    for (site, answer) in ctx.sites.iter().zip(answers) {
+        match answer {
+            Ok(runs) => listed.extend(runs.into_iter().map(|run| (site.name.clone(), run))),
+            Err(error) => unreachable.push(json!({"site": site.name, "error": error})),
+        }
+    }
+    listed.sort_by_key(|(_, run)| std::cmp::Reverse(run.created));
+    Ok((listed, unreachable))
 }
+
+/// How long a list waits for the sites: one that is down is named as
+/// unreachable instead of holding the others' answer.
+const LIST_WAIT: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {

@@ -108,7 +108,7 @@ pub fn result_text(outcome: &RunOutcome) -> String {
 }
 
 fn execute_code(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let (arguments, keyed) = match idempotency::split(NAME, call.arguments, call.caller) {
+    let (arguments, keyed, site) = match idempotency::split(NAME, call.arguments, call.caller).and_then(super::with_site) {
         Ok(split) => split,
         Err(message) => return ToolOutcome::Failure(message),
     };
@@ -117,7 +117,7 @@ fn execute_code(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Err(message) => return ToolOutcome::Failure(message),
     };
     let keyed = keyed.as_ref().map(|keyed| (keyed, crate::engine::background::TokenKind::Code));
-    match run_job::run_reporting_progress(ctx, call, NAME, spec, keyed) {
+    match run_job::run_reporting_progress(ctx, call, NAME, spec, (keyed, site.as_deref())) {
         Ok(run_outcome) => outcome(&run_outcome),
         Err(why) => ToolOutcome::Failure(why),
     }
@@ -323,6 +323,7 @@ fn input_schema(config: &Config) -> Value {
                 config.execute_code_network_default(),
                 " (none when the operator allows it, else the operator's MCP_K8S_NETWORK_DEFAULT)",
             ),
+            "site": super::site_schema(config),
             idempotency::ARGUMENT: idempotency::schema("the first call's result (waiting while its run goes on)", config.result_ttl_s),
         },
     })

@@ -58,10 +58,8 @@ pub fn templates() -> Value {
 /// it is and what comes next.
 /// Only `caller`'s runs are read, on a server with several callers.
 pub fn read(ctx: &Ctx, caller: &crate::callers::Caller, uri: &str) -> Result<Value, ReadFailure> {
-    let store = match &ctx.engine {
-        Ok(engine) => engine.policy.outputs.as_ref(),
-        Err(_) => None,
-    };
+    // Every site shares the one store: any connected site's will do.
+    let store = ctx.sites.iter().find_map(|site| site.engine.as_ref().ok()?.policy.outputs.as_ref());
     let Some(store) = store else {
         return Err(ReadFailure::NotFound(format!(
             "`{}`: this server keeps no outputs (MCP_K8S_OUTPUTS_DIR is not set, or no backend is connected)",

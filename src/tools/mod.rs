@@ -37,21 +37,85 @@ use crate::log::Level;
 /// arrive.
 pub struct Ctx {
     pub config: Config,
-    /// The job engine, or why there is none (no usable cluster
-    /// credentials): job tools then answer with that reason.
-    pub engine: Result<crate::engine::run::Ctx, String>,
+    /// Every site's engine, the default first.
+    pub sites: Vec<SiteEngine>,
+    /// Whether the sites are named (MCP_K8S_SITES): their tokens carry them.
+    pub named_sites: bool,
     /// Every caller's counted limits, in this process.
     pub ledger: std::sync::Arc<crate::callers::Ledger>,
 }
 
+/// One site's job engine, or why there is none (no usable cluster
+/// credentials, no daemon): its calls then answer with that reason.
+pub struct SiteEngine {
+    pub name: String,
+    pub engine: Result<crate::engine::run::Ctx, String>,
+}
+
 impl Ctx {
+    /// A server with one site, `default`.
     pub fn new(config: Config, engine: Result<crate::engine::run::Ctx, String>) -> Ctx {
-        Ctx { config, engine, ledger: Default::default() }
+        let site = SiteEngine { name: crate::config::DEFAULT_SITE.to_string(), engine };
+        Ctx::with_sites(config, vec![site], false)
     }
 
-    /// Admits a run of the call's caller (`admission::admit`).
-    pub fn admit(&self, call: &Call<'_>, spec: &mut crate::engine::spec::RunSpec) -> Result<admission::Admitted, String> {
-        admission::admit(&self.ledger, call.caller, spec, &self.config.default_cpu)
+    /// A server with `sites`, the default first.
+    pub fn with_sites(config: Config, sites: Vec<SiteEngine>, named_sites: bool) -> Ctx {
+        Ctx { config, sites, named_sites, ledger: Default::default() }
+    }
+
+    /// The default site's engine.
+    pub fn engine(&self) -> &Result<crate::engine::run::Ctx, String> {
+        &self.sites[0].engine
+    }
+
+    /// The site a call names (`None`: the default), or an error naming the
+    /// sites there are.
+    pub fn site(&self, name: Option<&str>) -> Result<&SiteEngine, String> {
+        let Some(name) = name else { return Ok(&self.sites[0]) };
+        self.sites.iter().find(|site| site.name == name).ok_or_else(|| {
+            let names: Vec<&str> = self.sites.iter().map(|site| site.name.as_str()).collect();
+            format!("unknown site `{}`; sites here: {}", crate::echo::shorten(name), names.join(", "))
+        })
+    }
+
+    /// Asks every site at once, each on a thread of its own, and waits
+    /// at most `wait`: a site without an engine, or that has not answered
+    /// by then, gets an error saying so. One site that is down never holds
+    /// the others' answers for longer.
+    pub fn ask_sites<T: Send + 'static>(
+        &self,
+        wait: std::time::Duration,
+        ask: impl Fn(&crate::engine::run::Ctx) -> Result<T, String> + Send + Sync + 'static,
+    ) -> Vec<Result<T, String>> {
+        let ask = std::sync::Arc::new(ask);
+        let (answers, answered) = std::sync::mpsc::channel();
+        for (index, site) in self.sites.iter().enumerate() {
+            let Ok(engine) = &site.engine else { continue };
+            let (engine, sender, ask) = (engine.clone(), answers.clone(), std::sync::Arc::clone(&ask));
+            let spawned = crate::supervise::spawn(crate::supervise::Kind::SiteHealth, move || {
+                let _ = sender.send((index, ask(&engine)));
+            });
+            if let Err(error) = spawned {
+                let _ = answers.send((index, Err(format!("could not ask it: {error}"))));
+            }
+        }
+        drop(answers);
+        let mut results: Vec<Option<Result<T, String>>> =
+            self.sites.iter().map(|site| site.engine.as_ref().err().map(|why| Err(no_backend(why)))).collect();
+        let deadline = std::time::Instant::now() + wait;
+        while results.iter().any(Option::is_none) {
+            match answered.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+                Ok((index, answer)) => results[index] = Some(answer),
+                Err(_) => break,
+            }
+        }
+        results.into_iter().map(|result| result.unwrap_or_else(|| Err(format!("no answer within {} s", wait.as_secs())))).collect()
+    }
+
+    /// Admits a run of the call's caller on `site` (`admission::admit`).
+    pub fn admit(&self, call: &Call<'_>, site: &str, spec: &mut crate::engine::spec::RunSpec) -> Result<admission::Admitted, String> {
+        admission::admit(&self.ledger, call.caller, site, spec, &self.config.default_cpu)
     }
 }
 
@@ -74,9 +138,56 @@ pub fn check_callers(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// A call's arguments, borrowed until something is taken off them.
+pub type Arguments<'a> = std::borrow::Cow<'a, Map<String, Value>>;
+
+/// A run call's arguments without its key and its site, and the two.
+pub type WithSite<'a> = (Arguments<'a>, Option<crate::engine::idempotency::Keyed>, Option<String>);
+
+/// The `site` argument of the run tools, taken off the arguments before
+/// the tool's own checks see them (`null` is none: the default site).
+pub fn split_site(arguments: Arguments<'_>) -> Result<(Arguments<'_>, Option<String>), String> {
+    let site = match arguments.get("site") {
+        None => return Ok((arguments, None)),
+        Some(Value::Null) => None,
+        Some(Value::String(site)) => Some(site.clone()),
+        Some(other) => {
+            return Err(format!("argument `site` must be a string, not {}; describe_environment lists the sites", json_kind(other)));
+        }
+    };
+    let mut rest = arguments.into_owned();
+    rest.remove("site");
+    Ok((std::borrow::Cow::Owned(rest), site))
+}
+
+/// `split_site` after `idempotency::split`: the arguments left, the key
+/// and the site.
+pub fn with_site((arguments, keyed): idempotency::Split<'_>) -> Result<WithSite<'_>, String> {
+    let (arguments, site) = split_site(arguments)?;
+    Ok((arguments, keyed, site))
+}
+
+/// The `site` property of a run tool's input schema.
+pub fn site_schema(config: &Config) -> Value {
+    let names: Vec<&str> = match config.sites.as_slice() {
+        [] => vec![crate::config::DEFAULT_SITE],
+        sites => sites.iter().map(|site| site.name.as_str()).collect(),
+    };
+    json!({
+        "type": ["string", "null"],
+        "enum": names.iter().map(|name| Value::from(*name)).chain([Value::Null]).collect::<Vec<_>>(),
+        "description": format!(
+            "optional: the site to run on (a cluster or a Docker engine; describe_environment lists them); default `{}`. \
+             A job token carries its site, so fetch_job and friends need not name it.",
+            names[0]
+        ),
+    })
+}
+
 /// The audit line of a call that ran, submitted or found `run_id`.
 pub fn audit_call(
     caller: &crate::callers::Caller,
+    site: &str,
     event: audit::Event,
     tool: &str,
     spec: &crate::engine::spec::RunSpec,
@@ -85,6 +196,7 @@ pub fn audit_call(
 ) {
     audit::record(&audit::Entry {
         caller: Some(&caller.name),
+        site: Some(site),
         tool: Some(tool),
         image: Some(&spec.image),
         network: Some(spec.network),
@@ -99,15 +211,16 @@ pub fn audit_call(
 /// (bad arguments, a key reused) has no run to record.
 pub fn audit_submit(
     caller: &crate::callers::Caller,
+    site: &str,
     tool: &str,
     spec: &crate::engine::spec::RunSpec,
     submitted: &Result<crate::engine::background::Submitted, crate::engine::background::Error>,
     arrived: std::time::Instant,
 ) {
     match submitted {
-        Ok(submitted) => audit_call(caller, audit::Event::Submitted, tool, spec, &submitted.run_id, None),
+        Ok(submitted) => audit_call(caller, site, audit::Event::Submitted, tool, spec, &submitted.run_id, None),
         Err(crate::engine::background::Error::Refused { outcome }) => {
-            audit_call(caller, audit::Event::Run, tool, spec, &outcome.run_id, Some((outcome, arrived.elapsed())))
+            audit_call(caller, site, audit::Event::Run, tool, spec, &outcome.run_id, Some((outcome, arrived.elapsed())))
         }
         Err(_) => {}
     }
@@ -411,6 +524,20 @@ fn describe_environment_tool() -> Tool {
                     }
                 },
                 "snippets_available": { "type": "boolean", "description": "whether execute_code's snippet_name can be used (resources/list lists them)" },
+                "sites": {
+                    "type": "array",
+                    "description": "where runs may go (a run tool's `site`), the default first, each with whether it answers now",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": { "type": "string" },
+                            "default": { "type": "boolean" },
+                            "backend": { "type": "string", "description": "kubernetes, docker, or auto" },
+                            "health": { "type": "string", "description": "ok, or why the site cannot take runs now" }
+                        },
+                        "required": ["name", "default", "backend", "health"]
+                    }
+                },
                 "caller": {
                     "type": "object",
                     "description": "who you are to this server, your own limits on top of the server's (null: as the server allows) and what you use of them now",
@@ -467,7 +594,7 @@ fn describe_environment_tool() -> Tool {
             "required": [
                 "namespace", "allowed_images", "timeout_s", "max_output_bytes", "max_artifact_bytes",
                 "default_cpu", "default_memory", "max_concurrent", "disk", "clone_available",
-                "cache_mount_path", "extra_env_names", "languages", "snippets_available", "warm_pools", "network", "caller"
+                "cache_mount_path", "extra_env_names", "languages", "snippets_available", "warm_pools", "network", "caller", "sites"
             ],
             "additionalProperties": false
         }),
@@ -499,6 +626,7 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
             "read_only_root": true,
         },
         "caller": admission::describe(&ctx.ledger, call.caller),
+        "sites": sites_view(ctx),
         "clone_available": config.clone.is_some(),
         "cache_mount_path": config.cache.as_ref().map(|cache| cache.mount_path.as_str()),
         "extra_env_names": extra_env_names,
@@ -523,10 +651,39 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     }))
 }
 
+/// How long `describe_environment` waits for the sites to answer: a site
+/// that is down must not hold the call.
+const SITE_HEALTH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Every site, asked at once whether it answers (it lists its runs); one
+/// that has not answered within `SITE_HEALTH_WAIT` is said to be so.
+fn sites_view(ctx: &Ctx) -> Vec<Value> {
+    let health = ctx.ask_sites(SITE_HEALTH_WAIT, |engine| engine.backend.list().map(|_| ()).map_err(|error| error.to_string()));
+    let configs = match ctx.config.sites.as_slice() {
+        [] => vec![&ctx.config],
+        sites => sites.iter().map(|site| &site.config).collect(),
+    };
+    ctx.sites
+        .iter()
+        .zip(configs)
+        .zip(health)
+        .enumerate()
+        .map(|(index, ((site, config), health))| {
+            json!({
+                "name": site.name,
+                "default": index == 0,
+                "backend": config.backend.name(),
+                "health": health.map_or_else(|why| format!("unreachable: {why}"), |()| "ok".to_string()),
+            })
+        })
+        .collect()
+}
+
 /// The configured pools, with their live figures from the backend that
 /// keeps them (zeros while it has none, as on a server without a backend).
 fn warm_pools_view(ctx: &Ctx) -> Vec<Value> {
-    let figures = ctx.engine.as_ref().map(|engine| engine.backend.pool_figures()).unwrap_or_default();
+    // The pools are the default site's.
+    let figures = ctx.engine().as_ref().map(|engine| engine.backend.pool_figures()).unwrap_or_default();
     ctx.config
         .warm_pools
         .iter()

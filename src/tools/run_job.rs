@@ -89,6 +89,7 @@ pub fn input_schema(config: &Config) -> Value {
                 "subdir": {"type": "string", "description": "folder under workdir, default \"repo\"; \".\" is workdir itself"},
             }},
             "network": network_schema(config, config.network_default, " (the operator's MCP_K8S_NETWORK_DEFAULT)"),
+            "site": super::site_schema(config),
             idempotency::ARGUMENT: idempotency::schema("the first call's run: its job_token from submit_job, its result from run_job (waiting while it runs)", config.result_ttl_s),
         },
     })
@@ -130,7 +131,7 @@ pub fn network_schema(config: &Config, default: NetworkMode, default_text: &str)
 }
 
 fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let (arguments, keyed) = match idempotency::split("run_job", call.arguments, call.caller) {
+    let (arguments, keyed, site) = match idempotency::split("run_job", call.arguments, call.caller).and_then(super::with_site) {
         Ok(split) => split,
         Err(message) => return ToolOutcome::Failure(message),
     };
@@ -139,7 +140,7 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Err(error) => return ToolOutcome::Failure(error.to_string()),
     };
     let keyed = keyed.as_ref().map(|keyed| (keyed, engine::background::TokenKind::Job));
-    match run_reporting_progress(ctx, call, "run_job", spec, keyed) {
+    match run_reporting_progress(ctx, call, "run_job", spec, (keyed, site.as_deref())) {
         Ok(outcome) => ToolOutcome::SuccessWithContent {
             structured: job_result::outcome_json(&outcome),
             extra_content: job_result::content_blocks(&outcome),
@@ -153,22 +154,26 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 /// or the caller's limits refuse the run (`admission`).
 /// A call with an idempotency key is the key's background run, waited for
 /// (`background::run_keyed`): only a kept run can be found again.
+/// `site`: the one the call names (`None`: the default).
 pub fn run_reporting_progress(
     ctx: &Ctx,
     call: &Call<'_>,
     tool: &str,
     mut spec: engine::spec::RunSpec,
-    keyed: Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>,
+    (keyed, site): (Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>, Option<&str>),
 ) -> Result<engine::spec::RunOutcome, String> {
-    if let Err(why) = &ctx.engine {
-        return Err(super::no_backend(why));
-    }
-    let admitted = ctx.admit(call, &mut spec)?;
+    let site = ctx.site(site)?;
+    let engine = site.engine.as_ref().map_err(|why| super::no_backend(why))?;
+    let admitted = ctx.admit(call, &site.name, &mut spec)?;
     let spec = &spec;
+    let on = On { engine, site: &site.name };
     match keyed {
-        Some((keyed, kind)) => run_keyed(ctx, call, tool, spec, (kind, keyed), admitted),
+        Some((keyed, kind)) => {
+            let keyed = keyed.clone().of_site(engine.site.as_deref());
+            run_keyed(call, tool, spec, (kind, &keyed, on), admitted)
+        }
         None => {
-            let outcome = run_now(ctx, call, tool, spec);
+            let outcome = run_now(call, tool, spec, on);
             match &outcome {
                 Ok(outcome) => admitted.end(outcome.duration),
                 Err(_) => drop(admitted),
@@ -183,12 +188,16 @@ pub fn run_reporting_progress(
 }
 
 /// A run without a key: made and followed here, answered in the call.
-fn run_now(ctx: &Ctx, call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec) -> Result<engine::spec::RunOutcome, String> {
+/// Where a run goes: a site's engine, and the site's name.
+#[derive(Clone, Copy)]
+struct On<'a> {
+    engine: &'a engine::run::Ctx,
+    site: &'a str,
+}
+
+fn run_now(call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec, on: On<'_>) -> Result<engine::spec::RunOutcome, String> {
     let arrived = std::time::Instant::now();
-    let engine = match &ctx.engine {
-        Ok(engine) => engine,
-        Err(why) => return Err(super::no_backend(why)),
-    };
+    let engine = on.engine;
     let run_id = engine::run::new_run_id();
     let steps = AtomicU64::new(0);
     let report = |message: &str| {
@@ -202,7 +211,7 @@ fn run_now(ctx: &Ctx, call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec)
         scope.spawn(move || heartbeat(&heartbeat_stop, report));
         let outcome = engine::run::run(engine, spec, &run_id, call.cancel, &on_progress);
         drop(finished);
-        super::audit_call(call.caller, audit::Event::Run, tool, spec, &run_id, Some((&outcome, arrived.elapsed())));
+        super::audit_call(call.caller, on.site, audit::Event::Run, tool, spec, &run_id, Some((&outcome, arrived.elapsed())));
         outcome
     }))
 }
@@ -212,20 +221,19 @@ fn run_now(ctx: &Ctx, call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec)
 /// cancelled call cancels the run, as a cancelled `run_job` stops its
 /// own; a retry with the key then reads the `cancelled` result.
 fn run_keyed(
-    ctx: &Ctx,
     call: &Call<'_>,
     tool: &str,
     spec: &engine::spec::RunSpec,
-    (kind, keyed): (engine::background::TokenKind, &engine::idempotency::Keyed),
+    (kind, keyed, on): (engine::background::TokenKind, &engine::idempotency::Keyed, On<'_>),
     admitted: super::admission::Admitted,
 ) -> Result<engine::spec::RunOutcome, String> {
     use engine::background;
-    let engine = ctx.engine.as_ref().map_err(|why| super::no_backend(why))?;
+    let engine = on.engine;
     let arrived = std::time::Instant::now();
     // The run's spans go under this call when the run's verdict is
     // recorded; the call adds none of its own for it (`run_reporting_progress`).
     let submitted = background::submit(engine, spec, kind, Some(keyed), call.trace, Some(admitted.on_end()));
-    super::audit_submit(call.caller, tool, spec, &submitted, arrived);
+    super::audit_submit(call.caller, on.site, tool, spec, &submitted, arrived);
     let token = match submitted {
         Ok(submitted) => submitted.token,
         Err(background::Error::Refused { outcome }) => return Ok(*outcome),

@@ -14,6 +14,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_TRANSPORT", "grpc", "MCP_K8S_TRANSPORT: `grpc` is not accepted"),
     ("MCP_K8S_ADDR", "8080", "MCP_K8S_ADDR: `8080` is not accepted"),
     ("MCP_K8S_AUTH_TOKENS_FILE", "/nonexistent/tokens.json", "MCP_K8S_AUTH_TOKENS_FILE cannot be used with MCP_K8S_TRANSPORT"),
+    ("MCP_K8S_SITES", "/nonexistent/sites.json", "MCP_K8S_SITES: cannot read `/nonexistent/sites.json`"),
     ("MCP_K8S_NAMESPACE", "Prod", "MCP_K8S_NAMESPACE: `Prod` is not accepted"),
     ("MCP_K8S_KUBECONFIG", "/nonexistent/kubeconfig", "MCP_K8S_KUBECONFIG: "),
     ("MCP_K8S_DEFAULT_TIMEOUT_S", "700", "MCP_K8S_DEFAULT_TIMEOUT_S: `700` is above MCP_K8S_MAX_TIMEOUT_S (600)"),
@@ -94,7 +95,8 @@ const CASES: &[(&str, &str, &str)] = &[
 ];
 
 /// Settings that take any value: there is nothing wrong to give them.
-const ANY_VALUE: &[&str] = &["MCP_K8S_AUTH_TOKEN"];
+/// (A wrong context is found when the kubeconfig is read, at start.)
+const ANY_VALUE: &[&str] = &["MCP_K8S_AUTH_TOKEN", "MCP_K8S_KUBE_CONTEXT"];
 
 #[test]
 fn every_bad_setting_stops_the_server_naming_the_variable() {

@@ -79,7 +79,16 @@ fn new_ctx(fake: &FakeApi, start_timeout: Duration) -> (Ctx, crate::support::Tem
     let (client, temp) = crate::support::connect(fake);
     let jobs = Jobs::new(Limits::new(Duration::from_secs(600), 4));
     let policy = Policy { start_timeout, ..policy() };
-    (Ctx { backend: std::sync::Arc::new(Kubernetes::new(client, policy.clone(), cluster())), policy, slots: Slots::new(4, 4), jobs }, temp)
+    (
+        Ctx {
+            backend: std::sync::Arc::new(Kubernetes::new(client, policy.clone(), cluster())),
+            policy,
+            slots: Slots::new(4, 4),
+            jobs,
+            site: None,
+        },
+        temp,
+    )
 }
 
 /// Starts a run on its own thread; returns its run id and the handle.

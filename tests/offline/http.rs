@@ -652,3 +652,41 @@ fn a_tokens_file_naming_an_unknown_tool_stops_the_server() {
         "{stderr}"
     );
 }
+
+/// Named sites, none of them reachable: the server still starts, says
+/// which site is which and why none can run, and refuses a site it has not.
+#[test]
+fn named_sites_that_cannot_be_reached_are_described_and_refused_by_name() {
+    let dir = crate::support::TempDir::new("sites");
+    let sites = dir.path.join("sites.json");
+    let file = json!([
+        {"name": "one", "backend": "docker", "docker_host": format!("unix://{}/one.sock", dir.path.display())},
+        {"name": "two", "default": true, "backend": "docker", "docker_host": format!("unix://{}/two.sock", dir.path.display())},
+    ]);
+    std::fs::write(&sites, file.to_string()).unwrap();
+    let path = sites.display().to_string();
+    let server = HttpServer::start(&[("MCP_K8S_SITES", &path), ("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36")]);
+    let session = server.initialize();
+    let call = |name: &str, arguments: serde_json::Value| {
+        let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": name, "arguments": arguments}}).to_string();
+        server.post(Some(&session), &body).json()["result"].clone()
+    };
+    let described = call("describe_environment", json!({}));
+    let sites = described["structuredContent"]["sites"].as_array().unwrap().clone();
+    let names: Vec<(&str, bool)> = sites.iter().map(|site| (site["name"].as_str().unwrap(), site["default"] == true)).collect();
+    assert_eq!(names, [("two", true), ("one", false)], "the default first");
+    assert!(sites.iter().all(|site| site["health"].as_str().unwrap().starts_with("unreachable: ")), "{sites:?}");
+    let refused = call("run_job", json!({"image": "busybox:1.36", "command": ["true"], "site": "mars"}));
+    assert_eq!(refused["content"][0]["text"], "unknown site `mars`; sites here: two, one");
+    let schema = server.post(Some(&session), r#"{"jsonrpc":"2.0","id":6,"method":"tools/list"}"#).json();
+    let run_job = schema["result"]["tools"].as_array().unwrap().iter().find(|tool| tool["name"] == "run_job").unwrap().clone();
+    assert_eq!(run_job["inputSchema"]["properties"]["site"]["enum"], json!(["two", "one", null]));
+    let no_backend = call("run_job", json!({"image": "busybox:1.36", "command": ["true"], "site": "one"}));
+    assert_eq!(no_backend["isError"], true);
+    let why = no_backend["content"][0]["text"].as_str().unwrap();
+    assert!(why.starts_with("this server has no backend to run sandboxes on: "), "{no_backend}");
+    let listed = call("list_jobs", json!({}));
+    let unreachable: Vec<&str> =
+        listed["structuredContent"]["unreachable_sites"].as_array().unwrap().iter().map(|site| site["site"].as_str().unwrap()).collect();
+    assert_eq!(unreachable, ["two", "one"], "{listed}");
+}

@@ -78,7 +78,7 @@ pub(crate) fn assert_serves_a_job_with_its_token(deployment: &Deployment, addr: 
 
     let metrics = raw_request(&addr, "GET", "/metrics", &[], b"");
     assert_eq!(metrics.status, 200);
-    assert!(metrics.body.contains("mcp_k8s_runs_total{status=\"succeeded\",reason=\"\"} 1"), "{}", metrics.body);
+    assert!(metrics.body.contains("mcp_k8s_runs_total{site=\"default\",status=\"succeeded\",reason=\"\"} 1"), "{}", metrics.body);
 
     let logs = deployment.server_logs();
     assert!(logs.contains("in-cluster ServiceAccount"), "the server must use in-cluster credentials:\n{logs}");

@@ -33,5 +33,6 @@ mod dockerfile_image;
 mod helm_install;
 mod network;
 mod pod_template;
+mod sites;
 mod slow_image_pull;
 mod warm_pool;

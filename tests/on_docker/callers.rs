@@ -200,9 +200,9 @@ fn two_callers_each_with_its_limits_and_only_its_own_runs() {
     // /metrics counts runs by caller and how they were admitted.
     let metrics = server.request("GET", "/metrics", &[], "").body;
     for series in [
-        r#"mcp_k8s_caller_runs_total{caller="alpha",admission="concurrent_runs"} 1"#,
-        r#"mcp_k8s_caller_runs_total{caller="alpha",admission="images"} 1"#,
-        r#"mcp_k8s_caller_runs_total{caller="beta",admission="cpu_seconds_per_hour"} 1"#,
+        r#"mcp_k8s_caller_runs_total{caller="alpha",site="default",admission="concurrent_runs"} 1"#,
+        r#"mcp_k8s_caller_runs_total{caller="alpha",site="default",admission="images"} 1"#,
+        r#"mcp_k8s_caller_runs_total{caller="beta",site="default",admission="cpu_seconds_per_hour"} 1"#,
     ] {
         assert!(metrics.contains(series), "{series} in:\n{metrics}");
     }

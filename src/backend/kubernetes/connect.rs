@@ -28,7 +28,7 @@ pub fn connect(
     warm: WarmPools,
     why: &str,
 ) -> Result<Arc<Kubernetes>, String> {
-    let source = kube::Source::select(config.kubeconfig.as_deref(), None);
+    let source = kube::Source::select(config.kubeconfig.as_deref(), config.kube_context.as_deref());
     let client = kube::Client::new(&source).map_err(|error| credentials_message(&error))?;
     log::info("backend: kubernetes", &[("why", json!(why))]);
     log_credentials(config, &client);

@@ -384,6 +384,7 @@ fn unfenced(kubernetes: &Kubernetes, ctx: &engine::run::Ctx) -> engine::run::Ctx
         policy: ctx.policy.clone(),
         slots: ctx.slots.clone(),
         jobs: ctx.jobs.clone(),
+        site: ctx.site.clone(),
     }
 }
 

@@ -468,7 +468,8 @@ impl Config {
         let languages = Languages::load(raw.languages.as_deref().map(std::path::Path::new), max_timeout_s).map_err(Error::Languages)?;
         let cache = parse_cache(raw)?;
         let warm_pools = parse_warm_pools(raw.warm_pools.as_deref(), &allowed_images, &languages, &network_modes, cache.as_ref())?;
-        let sites = parse_sites(raw)?;
+        let sites = parse_sites(raw, &warm_pools)?;
+        check_pool_sites(&warm_pools, &sites, raw.warm_pools.as_deref())?;
         Ok(Config {
             transport,
             addr: parse_addr(raw.addr.as_deref().unwrap_or(":8080"))?,
@@ -676,7 +677,7 @@ const SITE_FIELDS: &[(&str, &str)] = &[
 /// of the server's. Each site's settings are checked as the server's are,
 /// so an error names the site and the variable. Warm pools stay with the
 /// default site.
-fn parse_sites(raw: &RawConfig) -> Result<Vec<Site>, Error> {
+fn parse_sites(raw: &RawConfig, pools: &[Pool]) -> Result<Vec<Site>, Error> {
     let Some(path) = raw.sites.as_deref() else { return Ok(Vec::new()) };
     let problem = |message: String| Error::Sites(format!("MCP_K8S_SITES: `{path}`: {message}"));
     let text = read_settings_file(path, MAX_SITES_FILE_BYTES)
@@ -689,7 +690,8 @@ fn parse_sites(raw: &RawConfig) -> Result<Vec<Site>, Error> {
     };
     let mut sites: Vec<(bool, Site)> = Vec::new();
     for (index, item) in items.iter().enumerate() {
-        let (default, site) = parse_site(raw, index, item).map_err(problem)?;
+        let (default, mut site) = parse_site(raw, index, item).map_err(problem)?;
+        site.config.warm_pools = pools.to_vec();
         if sites.iter().any(|(_, other)| other.name == site.name) {
             return Err(problem(format!("site `{}`: the name is used by an earlier site; give each its own", site.name)));
         }
@@ -702,11 +704,33 @@ fn parse_sites(raw: &RawConfig) -> Result<Vec<Site>, Error> {
     let default_at = sites.iter().position(|(default, _)| *default).unwrap_or(0);
     let default = sites.remove(default_at);
     let mut ordered = vec![default.1];
-    for (_, mut site) in sites {
-        site.config.warm_pools.clear();
-        ordered.push(site);
+    ordered.extend(sites.into_iter().map(|(_, site)| site));
+    // Each site keeps the pools that name it; a pool naming none is the
+    // default site's.
+    let default_name = ordered[0].name.clone();
+    for site in &mut ordered {
+        site.config.warm_pools.retain(|pool| pool.site.as_deref().unwrap_or(&default_name) == site.name);
     }
     Ok(ordered)
+}
+
+/// Every pool names a site there is (`default` without MCP_K8S_SITES).
+fn check_pool_sites(pools: &[Pool], sites: &[Site], path: Option<&str>) -> Result<(), Error> {
+    let names: Vec<&str> = match sites {
+        [] => vec![DEFAULT_SITE],
+        sites => sites.iter().map(|site| site.name.as_str()).collect(),
+    };
+    let Some(pool) = pools.iter().find(|pool| pool.site.as_deref().is_some_and(|site| !names.contains(&site))) else { return Ok(()) };
+    Err(Error::WarmPools(pools::Error::Field {
+        path: path.unwrap_or_default().to_string(),
+        pool: pool.name.clone(),
+        field: "site".into(),
+        message: format!(
+            "`{}` is not a site here; sites: {}",
+            crate::echo::shorten(pool.site.as_deref().unwrap_or_default()),
+            names.join(", ")
+        ),
+    }))
 }
 
 fn parse_site(raw: &RawConfig, index: usize, item: &serde_json::Value) -> Result<(bool, Site), String> {
@@ -730,6 +754,7 @@ fn parse_site(raw: &RawConfig, index: usize, item: &serde_json::Value) -> Result
     // The files that are the server's, not a site's, are read once.
     site_raw.sites = None;
     site_raw.auth_tokens_file = None;
+    site_raw.warm_pools = None;
     for (key, value) in fields.iter().filter(|(key, _)| !matches!(key.as_str(), "name" | "default")) {
         let Some((_, variable)) = SITE_FIELDS.iter().find(|(field, _)| field == key) else {
             let accepted: Vec<&str> = SITE_FIELDS.iter().map(|(field, _)| *field).collect();
@@ -1356,7 +1381,27 @@ mod tests {
             (BackendChoice::Docker, Some("unix:///run/d.sock"), "jobs")
         );
         assert!(eu.sites.is_empty() && local.sites.is_empty());
-        let _ = std::fs::remove_file(path);
+        // Each site keeps the pools that name it; one naming none is the default's.
+        let pools = sites_file(
+            "pools",
+            r#"[{"name": "a", "image": "busybox:1.36", "network": "none", "size": 1},
+                {"name": "b", "image": "busybox:1.36", "network": "none", "size": 1, "site": "local"}]"#,
+        );
+        let config =
+            Config::from_raw(&raw(&[("MCP_K8S_SITES", &path), ("MCP_K8S_WARM_POOLS", &pools), ("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36")]))
+                .unwrap();
+        let kept = |site: &Site| site.config.warm_pools.iter().map(|pool| pool.name.clone()).collect::<Vec<_>>();
+        assert_eq!((kept(&config.sites[0]), kept(&config.sites[1])), (vec!["a".to_string()], vec!["b".to_string()]));
+        assert_eq!(config.warm_pools.len(), 2, "the server's list names them all");
+        let elsewhere =
+            sites_file("pools-mars", r#"[{"name": "a", "image": "busybox:1.36", "network": "none", "size": 1, "site": "mars"}]"#);
+        let message = error_of(&[("MCP_K8S_SITES", &path), ("MCP_K8S_WARM_POOLS", &elsewhere), ("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36")]);
+        assert!(message.ends_with("pool `a`, field `site`: `mars` is not a site here; sites: eu, local"), "{message}");
+        let no_sites = error_of(&[("MCP_K8S_WARM_POOLS", &pools), ("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36")]);
+        assert!(no_sites.ends_with("pool `b`, field `site`: `local` is not a site here; sites: default"), "{no_sites}");
+        for file in [path, pools, elsewhere] {
+            let _ = std::fs::remove_file(file);
+        }
     }
 
     #[test]

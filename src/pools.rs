@@ -57,6 +57,9 @@ pub struct Pool {
     pub size: u32,
     /// How long a ready sandbox may wait for a run before it is replaced.
     pub max_idle: Duration,
+    /// The site that keeps it (`MCP_K8S_SITES`); `None`: the default site.
+    /// Checked against the sites by `config`.
+    pub site: Option<String>,
 }
 
 /// What a pool is checked against: the operator's other settings.
@@ -114,7 +117,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 /// Fields a pool may have.
-const FIELDS: &[&str] = &["name", "image", "cpu", "memory", "network", "size", "max_idle_s"];
+const FIELDS: &[&str] = &["name", "image", "cpu", "memory", "network", "size", "max_idle_s", "site"];
 
 fn read_bounded(path: &Path) -> Result<String, Error> {
     use std::io::Read as _;
@@ -181,6 +184,7 @@ fn parse_pool(path: &Path, index: usize, item: &Value, bounds: &Bounds<'_>) -> R
                 .map_err(|message| error("max_idle_s", message))?
                 .unwrap_or(DEFAULT_MAX_IDLE_S),
         ),
+        site: optional(fields, "site", |value| text_field(value).map(str::to_string)).map_err(|message| error("site", message))?,
         name,
     })
 }
@@ -197,8 +201,13 @@ fn check_distinct(path: &Path, earlier: &[Pool], pool: &Pool) -> Result<(), Erro
     if earlier.iter().any(|other| other.name == pool.name) {
         return Err(conflict("name", "is used by an earlier pool; give each pool its own name".to_string()));
     }
-    let same_shape =
-        |other: &&Pool| other.image == pool.image && other.cpu == pool.cpu && other.memory == pool.memory && other.network == pool.network;
+    let same_shape = |other: &&Pool| {
+        other.image == pool.image
+            && other.cpu == pool.cpu
+            && other.memory == pool.memory
+            && other.network == pool.network
+            && other.site == pool.site
+    };
     if let Some(other) = earlier.iter().find(same_shape) {
         return Err(conflict(
             "(pool)",
@@ -363,7 +372,7 @@ mod tests {
             (pool(r#", "max_idle_s": 5"#), field_error("p", "max_idle_s", "must be a whole number from 30 to 86400")),
             (
                 pool(r#", "sise": 2"#),
-                field_error("p", "sise", "unknown field; accepted: name, image, cpu, memory, network, size, max_idle_s"),
+                field_error("p", "sise", "unknown field; accepted: name, image, cpu, memory, network, size, max_idle_s, site"),
             ),
             (
                 r#"[{"name": "p", "image": "busybox:1.36", "network": "none", "size": 1},

@@ -572,11 +572,12 @@ fn describe_environment_tool() -> Tool {
                             "network": { "type": "string" },
                             "size": { "type": "integer" },
                             "max_idle_s": { "type": "integer" },
+                            "site": { "type": "string", "description": "the site whose runs take its sandboxes" },
                             "ready": { "type": "integer", "description": "sandboxes ready now" },
                             "hits": { "type": "integer", "description": "runs that took one so far" },
                             "misses": { "type": "integer", "description": "runs that fitted but found none ready, and ran cold" }
                         },
-                        "required": ["name", "image", "cpu", "memory", "network", "size", "max_idle_s", "ready", "hits", "misses"]
+                        "required": ["name", "site", "image", "cpu", "memory", "network", "size", "max_idle_s", "ready", "hits", "misses"]
                     }
                 },
                 "network": {
@@ -682,15 +683,27 @@ fn sites_view(ctx: &Ctx) -> Vec<Value> {
 /// The configured pools, with their live figures from the backend that
 /// keeps them (zeros while it has none, as on a server without a backend).
 fn warm_pools_view(ctx: &Ctx) -> Vec<Value> {
-    // The pools are the default site's.
-    let figures = ctx.engine().as_ref().map(|engine| engine.backend.pool_figures()).unwrap_or_default();
+    let figures: Vec<(&str, Vec<crate::engine::backend::PoolFigures>)> = ctx
+        .sites
+        .iter()
+        .map(|site| (site.name.as_str(), site.engine.as_ref().map(|engine| engine.backend.pool_figures()).unwrap_or_default()))
+        .collect();
     ctx.config
         .warm_pools
         .iter()
         .map(|pool| {
-            let live = figures.iter().find(|figures| figures.name == pool.name).cloned().unwrap_or_default();
+            // A pool that names no site is the default site's.
+            let site = pool.site.as_deref().unwrap_or(&ctx.sites[0].name);
+            let live = figures
+                .iter()
+                .filter(|(name, _)| *name == site)
+                .flat_map(|(_, figures)| figures)
+                .find(|figures| figures.name == pool.name)
+                .cloned()
+                .unwrap_or_default();
             json!({
                 "name": pool.name,
+                "site": site,
                 "image": pool.image,
                 "cpu": pool.cpu.as_ref().map(|cpu| cpu.as_str()),
                 "memory": pool.memory.as_ref().map(|memory| memory.as_str()),

@@ -129,9 +129,16 @@ fn runs_go_to_their_site_and_one_site_down_leaves_the_other_running() {
     ]);
     let sites_path = dir.path.join("sites.json");
     std::fs::write(&sites_path, sites.to_string()).unwrap();
+    // A warm pool of the Docker site's: runs there start in its sandboxes.
+    let pools_path = dir.path.join("pools.json");
+    let pools = json!([{"name": "dock", "image": DOCKER_BUSYBOX, "network": "none", "size": 1, "site": "docker"}]);
+    std::fs::write(&pools_path, pools.to_string()).unwrap();
     let images = format!("{},{DOCKER_BUSYBOX}", busybox_image());
-    let sites_text = sites_path.display().to_string();
-    let mut server = cluster::server(&[("MCP_K8S_SITES", &sites_text), ("MCP_K8S_ALLOWED_IMAGES", &images)]);
+    let (sites_text, pools_text) = (sites_path.display().to_string(), pools_path.display().to_string());
+    let mut server =
+        cluster::server(&[("MCP_K8S_SITES", &sites_text), ("MCP_K8S_ALLOWED_IMAGES", &images), ("MCP_K8S_WARM_POOLS", &pools_text)]);
+    // Stopped with SIGTERM at the end, so the Docker site's pool goes too.
+    server.stop_gently = true;
 
     let described = ok(&mut server, "describe_environment", json!({}));
     let health = |described: &Value| -> Vec<(String, bool, String)> {
@@ -149,6 +156,18 @@ fn runs_go_to_their_site_and_one_site_down_leaves_the_other_running() {
     assert_eq!((on_cluster["exit_code"].as_i64(), on_cluster["stdout"].as_str()), (Some(0), Some("on-cluster\n")), "{on_cluster}");
     let on_docker = ok(&mut server, "run_job", run(DOCKER_BUSYBOX, "echo on-docker", Some("docker")));
     assert_eq!((on_docker["exit_code"].as_i64(), on_docker["stdout"].as_str()), (Some(0), Some("on-docker\n")), "{on_docker}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pool = ok(&mut server, "describe_environment", json!({}))["warm_pools"][0].clone();
+        assert_eq!(pool["site"], "docker", "{pool}");
+        if pool["ready"].as_u64() >= Some(1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the Docker site's pool never had a sandbox ready: {pool}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let warm = ok(&mut server, "run_job", run(DOCKER_BUSYBOX, "echo warm", Some("docker")));
+    assert_eq!((warm["stdout"].as_str(), warm["timings"]["warm"].as_bool()), (Some("warm\n"), Some(true)), "{warm}");
     let cluster_token = submit(&mut server, run(&busybox_image(), "sleep 3; echo later", None));
     let _cluster_jobs = Cleanup(vec![run_id_of(&cluster_token)]);
     let docker_token = submit(&mut server, run(DOCKER_BUSYBOX, "sleep 3; echo later", Some("docker")));

@@ -646,15 +646,23 @@ fn parse_callers(raw: &RawConfig, transport: Transport, sites: &[Site]) -> Resul
             why: "over stdio there is one caller and no token; use MCP_K8S_TRANSPORT=http or unset the file",
         });
     }
-    let names: Vec<&str> = match sites {
-        [] => vec![DEFAULT_SITE],
-        sites => sites.iter().map(|site| site.name.as_str()).collect(),
-    };
-    crate::callers::Callers::load(std::path::Path::new(path), &names).map(Some).map_err(Error::Callers)
+    let names = site_names(sites);
+    let text = read_settings_file(path, crate::callers::MAX_FILE_BYTES)
+        .map_err(|message| Error::Callers(crate::callers::Error::Read { path: path.to_string(), message }))?;
+    crate::callers::Callers::parse(std::path::Path::new(path), &text, &names).map(Some).map_err(Error::Callers)
 }
 
 /// The one site of a server without MCP_K8S_SITES.
 pub const DEFAULT_SITE: &str = "default";
+
+/// The names of `sites`, the default first; `default` alone without
+/// MCP_K8S_SITES.
+pub fn site_names(sites: &[Site]) -> Vec<&str> {
+    match sites {
+        [] => vec![DEFAULT_SITE],
+        sites => sites.iter().map(|site| site.name.as_str()).collect(),
+    }
+}
 /// The sites file is configuration: 64 KiB hold hundreds of sites.
 const MAX_SITES_FILE_BYTES: u64 = 64 << 10;
 /// A site's name goes into job tokens: short, a DNS label.
@@ -716,10 +724,7 @@ fn parse_sites(raw: &RawConfig, pools: &[Pool]) -> Result<Vec<Site>, Error> {
 
 /// Every pool names a site there is (`default` without MCP_K8S_SITES).
 fn check_pool_sites(pools: &[Pool], sites: &[Site], path: Option<&str>) -> Result<(), Error> {
-    let names: Vec<&str> = match sites {
-        [] => vec![DEFAULT_SITE],
-        sites => sites.iter().map(|site| site.name.as_str()).collect(),
-    };
+    let names = site_names(sites);
     let Some(pool) = pools.iter().find(|pool| pool.site.as_deref().is_some_and(|site| !names.contains(&site))) else { return Ok(()) };
     Err(Error::WarmPools(pools::Error::Field {
         path: path.unwrap_or_default().to_string(),

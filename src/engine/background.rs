@@ -32,6 +32,7 @@ use crate::engine::backend::{BackgroundRecord, ErrorKind, Keep, Settled, Stop, S
 use crate::engine::facts::{DecidedBy, Recorded, SandboxState, Wording};
 use crate::engine::idempotency::{self, Judged, Keyed};
 use crate::engine::jobs::{Lookup, OnEnd, Phase, Seen, View};
+use crate::engine::outputs::visible_to;
 use crate::engine::run::{self, Ctx, Followed, Progress};
 use crate::engine::spec::{PhaseTimes, RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
 use crate::engine::verdict::{self, Ended};
@@ -434,7 +435,7 @@ fn finish_cancel(ctx: &Ctx, run_id: &str, follower: &CancelToken) {
 pub fn list(ctx: &Ctx, reader: Option<&str>) -> Result<Vec<Listed>, Error> {
     let stored = ctx.backend.list().map_err(api)?;
     let mut listed: Vec<Listed> =
-        stored.iter().filter(|stored| visible(stored.owner.as_deref(), reader)).filter_map(|stored| listed_run(ctx, stored)).collect();
+        stored.iter().filter(|stored| visible_to(stored.owner.as_deref(), reader)).filter_map(|stored| listed_run(ctx, stored)).collect();
     listed.sort_by_key(|listed| std::cmp::Reverse(listed.created));
     Ok(listed)
 }
@@ -444,12 +445,6 @@ pub fn status(ctx: &Ctx, token: &str, reader: Option<&str>) -> Result<View, Erro
     fetch(ctx, token, reader, Duration::ZERO, &CancelToken::new(), &mut |_, _| {})
 }
 
-/// Whether a run recorded for `owner` is `reader`'s to see: every run
-/// when there is one caller (`reader` is `None`).
-fn visible(owner: Option<&str>, reader: Option<&str>) -> bool {
-    reader.is_none_or(|reader| owner == Some(reader))
-}
-
 /// Makes sure the store knows the run: from memory, or by re-attaching to
 /// its Job. Returns the run id and the current view.
 fn ensure_known(ctx: &Ctx, token: &str, reader: Option<&str>) -> Result<(String, View), Error> {
@@ -457,7 +452,7 @@ fn ensure_known(ctx: &Ctx, token: &str, reader: Option<&str>) -> Result<(String,
         return Err(Error::Unknown { token: token.to_string() });
     };
     match ctx.jobs.lookup(&run_id) {
-        Lookup::Found(view) if view.token == token && !visible(view.owner.as_deref(), reader) => return Err(gone(ctx, token)),
+        Lookup::Found(view) if view.token == token && !visible_to(view.owner.as_deref(), reader) => return Err(gone(ctx, token)),
         Lookup::Found(view) if view.token == token => return Ok((run_id, view)),
         Lookup::Found(_) => return Err(Error::Unknown { token: token.to_string() }),
         Lookup::Expired => return Err(expired(ctx, token)),
@@ -465,7 +460,7 @@ fn ensure_known(ctx: &Ctx, token: &str, reader: Option<&str>) -> Result<(String,
     }
     attach(ctx, token, &run_id, reader)?;
     match ctx.jobs.lookup(&run_id) {
-        Lookup::Found(view) if !visible(view.owner.as_deref(), reader) => Err(gone(ctx, token)),
+        Lookup::Found(view) if !visible_to(view.owner.as_deref(), reader) => Err(gone(ctx, token)),
         Lookup::Found(view) => Ok((run_id, view)),
         Lookup::Expired => Err(expired(ctx, token)),
         // The Job exists (attach found it), but its outcome could not be
@@ -486,7 +481,7 @@ fn ensure_known(ctx: &Ctx, token: &str, reader: Option<&str>) -> Result<(String,
 /// not reach it.
 fn attach(ctx: &Ctx, token: &str, run_id: &str, reader: Option<&str>) -> Result<(), Error> {
     let stored = ctx.backend.find(run_id).map_err(api)?;
-    let Some(stored) = stored.filter(|stored| stored.token == token && visible(stored.owner.as_deref(), reader)) else {
+    let Some(stored) = stored.filter(|stored| stored.token == token && visible_to(stored.owner.as_deref(), reader)) else {
         return Err(gone(ctx, token));
     };
     let recorded = stored.verdict.clone();

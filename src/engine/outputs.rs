@@ -353,7 +353,7 @@ impl Store {
             ))
         };
         let index = match read_index(&run_dir) {
-            Ok(Some(index)) if reader.is_none_or(|reader| index.owner.as_deref() == Some(reader)) => index,
+            Ok(Some(index)) if visible_to(index.owner.as_deref(), reader) => index,
             Ok(_) => return Err(not_found()),
             Err(error) => return Err(ReadError::Io(error)),
         };
@@ -734,9 +734,31 @@ fn write_part(part: &mut Part, offset: u64, bytes: &[u8], room: u64) -> Result<u
     Ok(allowed)
 }
 
+/// Whether a run recorded for `owner` (`RunSpec::owner`) is `reader`'s to
+/// see: every run when `reader` is `None` (a server with one caller),
+/// else only the reader's own. One rule for runs, tokens and links.
+pub fn visible_to(owner: Option<&str>, reader: Option<&str>) -> bool {
+    reader.is_none_or(|reader| owner == Some(reader))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_caller_sees_only_its_own_runs_unless_it_is_the_whole_server() {
+        // (owner recorded on the run, reader asking, visible)
+        let cases = [
+            (Some("a"), Some("a"), true),
+            (Some("b"), Some("a"), false),
+            (None, Some("a"), false),
+            (Some("a"), None, true),
+            (None, None, true),
+        ];
+        for (owner, reader, expected) in cases {
+            assert_eq!(visible_to(owner, reader), expected, "{reader:?} sees {owner:?}");
+        }
+    }
 
     const RUN: &str = "0123456789abcdef0123456789abcdef";
 

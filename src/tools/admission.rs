@@ -25,9 +25,8 @@ pub struct Admitted {
 impl Admitted {
     /// The run ended after its command ran for `ran`: charged to the caller.
     pub fn end(self, ran: Duration) {
-        let cost = self.ticket.cores() * ran.as_secs_f64();
+        let cost = self.ticket.end(ran);
         metrics::caller_cpu_seconds(&self.caller, cost);
-        self.ticket.end(ran);
     }
 
     /// For a background run: ended when this process records its outcome.

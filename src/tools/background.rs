@@ -20,7 +20,7 @@ use crate::engine::run::Progress;
 use crate::engine::slots::Gate;
 use crate::engine::spec::{RunSpec, RunStatus};
 use crate::tools::{
-    Annotations, Call, Ctx, Tool, ToolOutcome, admission, check_known_arguments, execute_code, idempotency, job_args, job_result, run_job,
+    Annotations, Call, Ctx, Tool, ToolOutcome, check_known_arguments, execute_code, idempotency, job_args, job_result, run_job,
 };
 
 /// Longest `fetch_job` long-poll: clients give up on calls after about a
@@ -137,7 +137,7 @@ pub fn task_submit(
     };
     let (site, engine) = site_engine(ctx, site.as_deref())?;
     // A refusal is the tool's own error, as the call without a task gets.
-    let admitted = match admission::admit(&ctx.ledger, caller, site, &mut spec, &ctx.config.default_cpu) {
+    let admitted = match ctx.admit(caller, site, &mut spec) {
         Ok(admitted) => admitted,
         Err(message) => return Ok(TaskStart::Answered(ToolOutcome::Failure(message))),
     };
@@ -235,7 +235,7 @@ fn submit(ctx: &Ctx, call: &Call<'_>) -> Result<Submitted, CallError> {
         idempotency::split("submit_job", call.arguments, call.caller).and_then(super::with_site).map_err(CallError::Invalid)?;
     let mut spec = job_spec(ctx, &arguments)?;
     let (site, engine) = site_engine(ctx, site.as_deref())?;
-    let admitted = ctx.admit(call, site, &mut spec).map_err(CallError::Unavailable)?;
+    let admitted = ctx.admit(call.caller, site, &mut spec).map_err(CallError::Unavailable)?;
     let arrived = std::time::Instant::now();
     let keyed = keyed.map(|keyed| keyed.of_site(engine.site.as_deref()));
     let submitted = background::submit(engine, &spec, TokenKind::Job, keyed.as_ref(), call.trace, Some(admitted.on_end()));

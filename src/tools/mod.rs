@@ -113,9 +113,14 @@ impl Ctx {
         results.into_iter().map(|result| result.unwrap_or_else(|| Err(format!("no answer within {} s", wait.as_secs())))).collect()
     }
 
-    /// Admits a run of the call's caller on `site` (`admission::admit`).
-    pub fn admit(&self, call: &Call<'_>, site: &str, spec: &mut crate::engine::spec::RunSpec) -> Result<admission::Admitted, String> {
-        admission::admit(&self.ledger, call.caller, site, spec, &self.config.default_cpu)
+    /// Admits a run of `caller` on `site` (`admission::admit`).
+    pub fn admit(
+        &self,
+        caller: &crate::callers::Caller,
+        site: &str,
+        spec: &mut crate::engine::spec::RunSpec,
+    ) -> Result<admission::Admitted, String> {
+        admission::admit(&self.ledger, caller, site, spec, &self.config.default_cpu)
     }
 }
 
@@ -169,10 +174,7 @@ pub fn with_site((arguments, keyed): idempotency::Split<'_>) -> Result<WithSite<
 
 /// The `site` property of a run tool's input schema.
 pub fn site_schema(config: &Config) -> Value {
-    let names: Vec<&str> = match config.sites.as_slice() {
-        [] => vec![crate::config::DEFAULT_SITE],
-        sites => sites.iter().map(|site| site.name.as_str()).collect(),
-    };
+    let names = crate::config::site_names(&config.sites);
     json!({
         "type": ["string", "null"],
         "enum": names.iter().map(|name| Value::from(*name)).chain([Value::Null]).collect::<Vec<_>>(),

@@ -164,7 +164,7 @@ pub fn run_reporting_progress(
 ) -> Result<engine::spec::RunOutcome, String> {
     let site = ctx.site(site)?;
     let engine = site.engine.as_ref().map_err(|why| super::no_backend(why))?;
-    let admitted = ctx.admit(call, &site.name, &mut spec)?;
+    let admitted = ctx.admit(call.caller, &site.name, &mut spec)?;
     let spec = &spec;
     let on = On { engine, site: &site.name };
     match keyed {

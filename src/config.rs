@@ -112,6 +112,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_DOCKER_PULL", Some("docker-pull"), "never", "whether the Docker backend pulls a missing image: never or missing", |r| &mut r.docker_pull),
     setting("MCP_K8S_RUNNER_BINARY", Some("runner-binary"), "", "host path of the static runner binary the Docker backend mounts into jobs; empty means this server's own executable", |r| &mut r.runner_binary),
     setting("MCP_K8S_TEST_TOOLS", None, "", "1 registers diagnostic tools for tests (environment only)", |r| &mut r.test_tools),
+    setting("MCP_K8S_CONFORMANCE_FIXTURES", None, "", "1 serves the MCP conformance suite's fixture tools, prompts, resources and completions beside the real tools; only with MCP_K8S_TEST_TOOLS=1, never with a token, a tokens file or sites (environment only)", |r| &mut r.conformance_fixtures),
     setting("MCP_K8S_TEST_PANIC_THREAD", None, "", "test hook: the first thread of this kind (reaper, pool, http-connection...) panics as it starts, to test what a panic does; never set it in production (environment only)", |r| &mut r.test_panic_thread),
 ];
 
@@ -177,6 +178,7 @@ pub struct RawConfig {
     pub otlp_endpoint: Option<String>,
     pub log_level: Option<String>,
     pub test_tools: Option<String>,
+    pub conformance_fixtures: Option<String>,
     pub test_panic_thread: Option<String>,
     pub backend: Option<String>,
     pub docker_host: Option<String>,
@@ -300,6 +302,9 @@ pub struct Config {
     pub otlp_endpoint: Option<String>,
     pub log_level: Level,
     pub test_tools: bool,
+    /// MCP_K8S_CONFORMANCE_FIXTURES: the conformance suite's fixtures are
+    /// served (a test server only: see `parse_conformance_fixtures`).
+    pub conformance_fixtures: bool,
     /// MCP_K8S_TEST_PANIC_THREAD, a test hook: the kind of thread whose
     /// first one panics as it starts.
     pub test_panic_thread: Option<supervise::Kind>,
@@ -468,6 +473,9 @@ impl Config {
         let languages = Languages::load(raw.languages.as_deref().map(std::path::Path::new), max_timeout_s).map_err(Error::Languages)?;
         let cache = parse_cache(raw)?;
         let warm_pools = parse_warm_pools(raw.warm_pools.as_deref(), &allowed_images, &languages, &network_modes, cache.as_ref())?;
+        // Before the files are read: a test-only setting beside a
+        // deployment's is the error to report.
+        let conformance_fixtures = parse_conformance_fixtures(raw)?;
         let sites = parse_sites(raw, &warm_pools)?;
         check_pool_sites(&warm_pools, &sites, raw.warm_pools.as_deref())?;
         Ok(Config {
@@ -521,6 +529,7 @@ impl Config {
             otlp_endpoint: raw.otlp_endpoint.as_deref().map(parse_otlp_endpoint).transpose()?,
             log_level: parse_log_level(raw.log_level.as_deref())?,
             test_tools: parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?,
+            conformance_fixtures,
             test_panic_thread: raw.test_panic_thread.as_deref().map(parse_thread_kind).transpose()?,
             backend,
             docker_host: raw.docker_host.as_deref().map(parse_docker_host).transpose()?,
@@ -1112,6 +1121,33 @@ fn parse_fence_modes(value: Option<&str>) -> Result<crate::network::FenceModes, 
     }
 }
 
+/// The fixtures answer to names a deployment's callers could call by
+/// mistake (`greet`, `test://static-text`), so they are a test server's
+/// only: refused unless the test hooks are on too, and refused beside any
+/// setting that only a deployment has (a token, callers, sites).
+fn parse_conformance_fixtures(raw: &RawConfig) -> Result<bool, Error> {
+    const VARIABLE: &str = "MCP_K8S_CONFORMANCE_FIXTURES";
+    if !parse_flag(raw.conformance_fixtures.as_deref(), VARIABLE)? {
+        return Ok(false);
+    }
+    let deployment = [
+        ("MCP_K8S_AUTH_TOKEN", raw.auth_token.is_some()),
+        ("MCP_K8S_AUTH_TOKENS_FILE", raw.auth_tokens_file.is_some()),
+        ("MCP_K8S_SITES", raw.sites.is_some()),
+    ];
+    if let Some((other, _)) = deployment.into_iter().find(|(_, set)| *set) {
+        return Err(Error::Conflict { variable: VARIABLE, other, why: "the fixtures are for a test server only; unset one of them" });
+    }
+    if !parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")? {
+        return Err(Error::Conflict {
+            variable: VARIABLE,
+            other: "MCP_K8S_TEST_TOOLS unset",
+            why: "the fixtures are for a test server only; set MCP_K8S_TEST_TOOLS=1 as well",
+        });
+    }
+    Ok(true)
+}
+
 fn parse_flag(value: Option<&str>, variable: &'static str) -> Result<bool, Error> {
     match value {
         None | Some("0") | Some("false") => Ok(false),
@@ -1346,6 +1382,19 @@ mod tests {
                 "MCP_K8S_AUTH_TOKENS_FILE cannot be used with MCP_K8S_AUTH_TOKEN: the file names every caller",
             ),
             (&[("MCP_K8S_AUTH_TOKENS_FILE", "/x.json")], "MCP_K8S_AUTH_TOKENS_FILE cannot be used with MCP_K8S_TRANSPORT: over stdio"),
+            (
+                &[("MCP_K8S_CONFORMANCE_FIXTURES", "1")],
+                "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_TEST_TOOLS unset: the fixtures are for a test server only",
+            ),
+            (
+                &[("MCP_K8S_CONFORMANCE_FIXTURES", "1"), ("MCP_K8S_TEST_TOOLS", "1"), ("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_AUTH_TOKEN", "t")],
+                "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_AUTH_TOKEN: the fixtures are for a test server only",
+            ),
+            (
+                &[("MCP_K8S_CONFORMANCE_FIXTURES", "1"), ("MCP_K8S_TEST_TOOLS", "1"), ("MCP_K8S_SITES", "/sites.json")],
+                "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_SITES: the fixtures are for a test server only",
+            ),
+            (&[("MCP_K8S_CONFORMANCE_FIXTURES", "yes")], "MCP_K8S_CONFORMANCE_FIXTURES: `yes` is not accepted; expected 1 or 0"),
             (
                 &[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_AUTH_TOKENS_FILE", "/nonexistent/tokens.json")],
                 "MCP_K8S_AUTH_TOKENS_FILE: cannot read `/nonexistent/tokens.json`: ",

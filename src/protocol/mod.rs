@@ -17,6 +17,7 @@
 //! is checked and how a result is tagged (`EraCall`).
 
 pub mod era;
+pub mod fixtures;
 pub mod jsonrpc;
 pub mod modern;
 pub mod resources;
@@ -244,7 +245,7 @@ impl Server {
             method if session.protocol_version().is_none() => {
                 Err(ResponseError::new(ErrorCode::InvalidRequest, format!("`{method}` before `initialize`; initialize the session first")))
             }
-            "tools/list" => list_tools(&self.registry, session.caller(), &params),
+            "tools/list" => list_tools(&self.registry, self.ctx.config.conformance_fixtures, session.caller(), &params),
             // Declared only with a snippets folder; otherwise -32601, as for
             // any undeclared capability.
             method if resources::METHODS.contains(&method) => match resources::offered(&self.ctx.config) {
@@ -252,6 +253,18 @@ impl Server {
                 false => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`"))),
             },
             "logging/setLevel" => set_log_level(session, &params),
+            // A fixture here has no client capabilities to read: what
+            // needs one is refused, and a task fixture runs to its end.
+            "tools/call" if let Some(fixture) = params.get("name").and_then(Value::as_str).and_then(|name| self.fixture(name)) => {
+                let plan = fixtures::plan(fixture, &params, &Map::new(), false);
+                match self.fixture_call(fixture.name, plan, params, message_bytes, EraCall::Handshake) {
+                    Ok(call) => match self.spawn_call(session, &id, call, outbox.clone()) {
+                        Ok(()) => return,
+                        Err(error) => Err(error),
+                    },
+                    Err(error) => Err(error),
+                }
+            }
             "tools/call" => match self.start_call(session, &id, params, outbox.clone(), message_bytes, EraCall::Handshake) {
                 // The call's thread owns the response now.
                 Ok(()) => return,
@@ -376,6 +389,33 @@ impl Server {
         };
         let call = CallStart { name: tool_name, trace, work: Work::Tool(handler), arguments, progress_token, message_bytes, era };
         self.spawn_call(session, request_id, call, outbox)
+    }
+
+    /// The conformance fixture called `name`, when they are served.
+    fn fixture(&self, name: &str) -> Option<&'static fixtures::Fixture> {
+        if self.ctx.config.conformance_fixtures { fixtures::find(name) } else { None }
+    }
+
+    /// A fixture's `tools/call` as the call to start, from its plan.
+    fn fixture_call(
+        &self,
+        name: &'static str,
+        plan: fixtures::Plan,
+        params: Map<String, Value>,
+        message_bytes: usize,
+        era: EraCall,
+    ) -> Result<CallStart, ResponseError> {
+        let progress_token = params.get("_meta").and_then(|meta| meta.get("progressToken")).and_then(RequestId::from_json);
+        let trace = CallTrace::of("tools/call", &params);
+        let (work, arguments) = match plan {
+            fixtures::Plan::Refuse(error) => return Err(error),
+            fixtures::Plan::Raw(handler) => (Work::Raw(handler), params),
+            fixtures::Plan::ExecuteCode(arguments) => match self.registry.find(tools::execute_code::NAME) {
+                Some(tool) => (Work::Tool(tool.handler), arguments),
+                None => return Err(ResponseError::new(ErrorCode::InternalError, "execute_code is not registered")),
+            },
+        };
+        Ok(CallStart { name, trace, work, arguments, progress_token, message_bytes, era })
     }
 
     /// Registers a call and runs it on its own thread, which sends the
@@ -836,10 +876,17 @@ fn is_known_method(method: &str) -> bool {
 
 /// The tools `caller` may call (all of them, unless its limit `tools`
 /// names some).
-fn list_tools(registry: &tools::Registry, caller: &Caller, params: &Map<String, Value>) -> Result<Value, ResponseError> {
+/// With `fixtures`, the conformance fixtures follow the real tools.
+fn list_tools(registry: &tools::Registry, fixtures: bool, caller: &Caller, params: &Map<String, Value>) -> Result<Value, ResponseError> {
     // All tools fit on one page, so no cursor was ever handed out.
     match params.get("cursor") {
-        None | Some(Value::Null) => Ok(registry.list_json(|tool| caller.may_use_tool(tool))),
+        None | Some(Value::Null) => {
+            let mut listed = registry.list_json(|tool| caller.may_use_tool(tool));
+            if fixtures && let Some(Value::Array(tools)) = listed.get_mut("tools") {
+                tools.extend(fixtures::tools_json());
+            }
+            Ok(listed)
+        }
         Some(cursor) => Err(invalid_params(format!("unknown cursor {}; tools/list has a single page", echo::shorten(&cursor.to_string())))),
     }
 }

@@ -17,14 +17,13 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
 use super::era::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
 use super::jsonrpc::{ErrorCode, Request, Response, ResponseError};
 use super::{
-    CallStart, CallTrace, EraCall, Outbox, Server, Session, Work, complete, invalid_params, list_tools, resources, send_response,
-    tasks_extension,
+    CallStart, CallTrace, EraCall, Outbox, Server, Session, Work, complete, fixtures, invalid_params, list_tools, resources,
+    send_response, tasks_extension,
 };
 use crate::echo;
 use crate::log::Level;
@@ -58,12 +57,17 @@ pub struct RequestHeaders {
     pub protocol_version: Option<String>,
     pub method: Option<String>,
     pub name: Option<String>,
+    /// Every `Mcp-Param-<name>` header: the name after the prefix, and the
+    /// value as sent.
+    pub params: Vec<(String, String)>,
 }
 
 /// What the envelope of one request says.
 struct Envelope {
     tasks_extension: bool,
     log_level: Option<Level>,
+    /// The client capabilities the request declared.
+    capabilities: Map<String, Value>,
 }
 
 impl Server {
@@ -81,9 +85,9 @@ impl Server {
             Err(error) => return send_response(&outbox, &Response { id: Some(id), result: Err(error) }),
         };
         let result = match method.as_str() {
-            "server/discover" => Ok(discover(resources::offered(&self.ctx.config))),
+            "server/discover" => Ok(discover(&self.ctx.config)),
             // A list per caller is not for a shared cache.
-            "tools/list" => list_tools(&self.registry, session.caller(), &params)
+            "tools/list" => list_tools(&self.registry, self.ctx.config.conformance_fixtures, session.caller(), &params)
                 .map(|result| cacheable(result, LIST_TTL_MS))
                 .map(|result| if session.caller().scoped { private_cache(result) } else { result }),
             "tools/call" => {
@@ -91,8 +95,22 @@ impl Server {
                 // server decides, from the advertised extension.
                 params.remove("task");
                 let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
+                let fixture = self.fixture(name);
+                let schema = match fixture {
+                    Some(fixture) => Some((fixture.input_schema)()),
+                    None => self.registry.find(name).map(|tool| tool.input_schema.clone()),
+                };
+                if let (Some(headers), Some(schema)) = (session.headers(), &schema)
+                    && let Err(error) = check_param_headers(headers, schema, &params)
+                {
+                    return send_response(&outbox, &Response { id: Some(id), result: Err(error) });
+                }
                 let task_tool = self.registry.find(name).map(|tool| tool.name).filter(|name| tools::background::TASK_TOOLS.contains(name));
-                let started = if let Some(tool_name) = task_tool.filter(|_| envelope.tasks_extension) {
+                let started = if let Some(fixture) = fixture {
+                    let plan = fixtures::plan(fixture, &params, &envelope.capabilities, envelope.tasks_extension);
+                    let era = EraCall::Modern { log_level: envelope.log_level };
+                    self.fixture_call(fixture.name, plan, params, message_bytes, era).and_then(|call| self.spawn_call(session, &id, call, outbox.clone()))
+                } else if let Some(tool_name) = task_tool.filter(|_| envelope.tasks_extension) {
                     let work = Work::Raw(tasks_extension::create);
                     let call = CallStart {
                         name: tool_name,
@@ -113,6 +131,8 @@ impl Server {
                 }
             }
             method if let Some((name, handler)) = tasks_extension::handler(method) => {
+                let staged = if self.ctx.config.conformance_fixtures { fixtures::task_handler(method, &params) } else { None };
+                let (name, handler) = staged.unwrap_or((name, handler));
                 if !envelope.tasks_extension {
                     Err(missing_tasks_extension(name))
                 } else {
@@ -130,6 +150,12 @@ impl Server {
                         Err(error) => Err(error),
                     }
                 }
+            }
+            "prompts/list" if self.ctx.config.conformance_fixtures => Ok(cacheable(fixtures::content::prompts(), LIST_TTL_MS)),
+            "prompts/get" if self.ctx.config.conformance_fixtures => fixtures::content::get_prompt(&params),
+            "completion/complete" if self.ctx.config.conformance_fixtures => Ok(fixtures::content::complete(&params)),
+            method if resources::METHODS.contains(&method) && self.ctx.config.conformance_fixtures => {
+                fixture_resources(method, &self.ctx, session.caller(), &params)
             }
             // The snippets, as in the handshake era; declared in
             // `server/discover` only with a snippets folder.
@@ -220,7 +246,7 @@ fn check_request(headers: Option<&RequestHeaders>, method: &str, params: &Map<St
     };
     let tasks_extension =
         capabilities.get("extensions").and_then(Value::as_object).is_some_and(|extensions| extensions.contains_key(TASKS_EXTENSION));
-    Ok(Envelope { tasks_extension, log_level })
+    Ok(Envelope { tasks_extension, log_level, capabilities: capabilities.clone() })
 }
 
 /// Why an `Mcp-Name` value in the encoded form could not be decoded.
@@ -254,12 +280,66 @@ const ENCODED_SUFFIX: &str = "?=";
 /// trimmed first; inside the encoded form it is the value's and kept.
 /// Padding is optional: some encoders leave it out.
 pub fn decode_header_value(raw: &str) -> Result<Cow<'_, str>, HeaderValueError> {
+    decode_with(raw, &base64::engine::general_purpose::STANDARD_NO_PAD_INDIFFERENT)
+}
+
+/// An `Mcp-Param-*` value, decoded as `decode_header_value` does but with
+/// the padding the spec writes required: SEP-2243 has servers refuse a
+/// parameter header whose base64 is not exact, since a client and a proxy
+/// must not read two values from one header. (`Mcp-Name` stays lenient:
+/// clients have been seen to leave padding out, and its value is compared
+/// with the body's either way.)
+pub fn decode_param_value(raw: &str) -> Result<Cow<'_, str>, HeaderValueError> {
+    decode_with(raw, &base64::engine::general_purpose::STANDARD)
+}
+
+fn decode_with<'a>(raw: &'a str, engine: &impl base64::Engine) -> Result<Cow<'a, str>, HeaderValueError> {
     let raw = raw.trim_matches([' ', '\t']);
     let Some(encoded) = raw.strip_prefix(ENCODED_PREFIX).and_then(|rest| rest.strip_suffix(ENCODED_SUFFIX)) else {
         return Ok(Cow::Borrowed(raw));
     };
-    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD_INDIFFERENT.decode(encoded).map_err(|_| HeaderValueError::NotBase64)?;
+    let bytes = engine.decode(encoded).map_err(|_| HeaderValueError::NotBase64)?;
     String::from_utf8(bytes).map(Cow::Owned).map_err(|_| HeaderValueError::NotUtf8)
+}
+
+/// Streamable HTTP (2026-07-28, "Custom headers", SEP-2243): an argument
+/// whose schema names a header (`"x-mcp-header": "Region"`) is repeated
+/// in `Mcp-Param-Region`. When the call sets the argument the header must
+/// be there and equal to it (a number or boolean as its JSON text);
+/// otherwise -32020, as for the standard headers.
+fn check_param_headers(headers: &RequestHeaders, schema: &Value, params: &Map<String, Value>) -> Result<(), ResponseError> {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return Ok(()) };
+    let arguments = params.get("arguments").and_then(Value::as_object);
+    for (property, definition) in properties {
+        let Some(suffix) = definition.get("x-mcp-header").and_then(Value::as_str) else { continue };
+        let expected = match arguments.and_then(|arguments| arguments.get(property)) {
+            Some(Value::String(text)) => text.clone(),
+            Some(value @ (Value::Bool(_) | Value::Number(_))) => value.to_string(),
+            _ => continue,
+        };
+        let header = format!("Mcp-Param-{suffix}");
+        let mismatch = |message: String| Err(ResponseError::new(ErrorCode::HeaderMismatch, message));
+        let Some((_, raw)) = headers.params.iter().find(|(name, _)| name.eq_ignore_ascii_case(suffix)) else {
+            return mismatch(format!("missing header {header}; the argument `{property}` is set, and the tool's schema has it repeated there"));
+        };
+        match decode_param_value(raw) {
+            Ok(sent) if *sent == expected => {}
+            Ok(sent) => {
+                return mismatch(format!(
+                    "header {header} `{}` does not match the argument `{property}` `{}`",
+                    echo::shorten(&sent),
+                    echo::shorten(&expected)
+                ));
+            }
+            Err(error) => {
+                return mismatch(format!(
+                    "header {header} `{}` is not a valid encoded value: {error}; send `=?base64?<base64 of the UTF-8, padded>?=` or the plain value",
+                    echo::shorten(raw.trim())
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Streamable HTTP (2026-07-28, "Standard headers"): `MCP-Protocol-Version`
@@ -316,14 +396,19 @@ fn check_headers(headers: &RequestHeaders, method: &str, params: &Map<String, Va
     Ok(())
 }
 
-/// The `server/discover` result; `resources` when snippets are served.
-fn discover(resources: bool) -> Value {
+/// The `server/discover` result; `resources` when snippets are served,
+/// and what the conformance fixtures add.
+fn discover(config: &crate::config::Config) -> Value {
     // Only what is implemented: clients gate features on these. No
     // `logging` (the level rides in each request's `_meta`), and tasks are
     // the extension, not the 2025-11-25 `tasks` slot.
     let mut capabilities = json!({ "tools": {}, "extensions": { TASKS_EXTENSION: {} } });
-    if resources {
+    if resources::offered(config) || config.conformance_fixtures {
         capabilities["resources"] = json!({});
+    }
+    if config.conformance_fixtures {
+        capabilities["prompts"] = json!({});
+        capabilities["completions"] = json!({});
     }
     let result = json!({
         "supportedVersions": MODERN_VERSIONS,
@@ -332,6 +417,42 @@ fn discover(resources: bool) -> Value {
         "_meta": { "io.modelcontextprotocol/serverInfo": super::server_info() },
     });
     cacheable(result, LIST_TTL_MS)
+}
+
+/// `resources/*` with the conformance fixtures: their `test://`
+/// resources first, then the snippets and stored outputs as without them.
+fn fixture_resources(
+    method: &str,
+    ctx: &tools::Ctx,
+    caller: &crate::callers::Caller,
+    params: &Map<String, Value>,
+) -> Result<Value, ResponseError> {
+    let ours = |method| if resources::offered(&ctx.config) { resources::handle(method, ctx, caller, params) } else { Ok(json!({})) };
+    let listed = |method, key: &str, fixtures: Vec<Value>| -> Result<Value, ResponseError> {
+        let mut listed = ours(method)?;
+        let mut all = fixtures;
+        all.extend(listed.get(key).and_then(Value::as_array).cloned().unwrap_or_default());
+        listed[key] = Value::Array(all);
+        Ok(cacheable(listed, RESOURCES_TTL_MS))
+    };
+    match method {
+        "resources/list" => listed(method, "resources", fixtures::content::resources()),
+        "resources/templates/list" => listed(method, "resourceTemplates", fixtures::content::resource_templates()),
+        _ => {
+            let uri = params.get("uri").and_then(Value::as_str).unwrap_or_default();
+            match fixtures::content::read_resource(uri) {
+                Some(read) => Ok(cacheable(read, RESOURCES_TTL_MS)),
+                None if resources::offered(&ctx.config) => {
+                    let private = resources::is_private(params);
+                    resources::handle(method, ctx, caller, params)
+                        .map(|result| cacheable(result, RESOURCES_TTL_MS))
+                        .map(|result| if private { private_cache(result) } else { result })
+                        .map_err(|error| modern_resource_error(error, params))
+                }
+                None => Err(invalid_params(format!("resource not found: `{}`", echo::shorten(uri))).with_data(json!({ "uri": uri }))),
+            }
+        }
+    }
 }
 
 /// Adds the caching hints that 2026-07-28 requires on the results of
@@ -432,6 +553,7 @@ mod tests {
             protocol_version: Some("2026-07-28".into()),
             method: Some("resources/read".into()),
             name: Some(name.into()),
+            params: Vec::new(),
         };
         let check = |name: &str| check_headers(&headers(name), "resources/read", params, "2026-07-28").map_err(|error| error.message);
         assert_eq!(check("=?base64?c25pcHBldDovL2jDqWxsbw==?="), Ok(()));

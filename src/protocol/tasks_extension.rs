@@ -4,7 +4,8 @@
 //! answers the task with the tool's result inlined once it completed (an
 //! `isError` result is still `completed`); `tasks/cancel` answers an empty
 //! result and the next `tasks/get` shows `cancelled`; `tasks/update` is
-//! refused, since no task here ever asks for input. There is no
+//! refused, since no product task asks for input (the conformance
+//! fixtures' tasks that do are `fixtures::tasks`'). There is no
 //! `tasks/result` and no `tasks/list` in this era.
 //!
 //! Backed by the same background runs as `submit_job` and the 2025-11-25
@@ -44,20 +45,33 @@ pub fn create(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError>
     };
     let now = SystemTime::now();
     let state = TaskState { task_id, status: TaskStatus::Working, message: None, created: now, updated: now };
-    let mut task = task_json(ctx, &state);
+    Ok(created(ctx, &state))
+}
+
+/// The `CreateTaskResult` of a task just made.
+pub(super) fn created(ctx: &tools::Ctx, state: &TaskState) -> Value {
+    let mut task = task_json(ctx, state);
     task["resultType"] = json!("task");
-    Ok(task)
+    task
+}
+
+fn get(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
+    detailed(ctx, call.caller, call.cancel, task_id(call)?)
 }
 
 /// The `DetailedTask`: a completed one carries the tool result, without
 /// the 2025-11-25 `related-task` `_meta` (the task id is already here).
-fn get(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
-    let task_id = task_id(call)?;
-    let state = background::task_status(ctx, call.caller, task_id).map_err(response_error)?;
+pub(super) fn detailed(
+    ctx: &tools::Ctx,
+    caller: &crate::callers::Caller,
+    stop: &crate::cancel::CancelToken,
+    task_id: &str,
+) -> Result<Value, ResponseError> {
+    let state = background::task_status(ctx, caller, task_id).map_err(response_error)?;
     let mut task = task_json(ctx, &state);
     if state.status == TaskStatus::Completed {
         // Terminal, so this reads the recorded outcome without waiting.
-        let outcome = background::task_result(ctx, call.caller, task_id, call.cancel).map_err(response_error)?;
+        let outcome = background::task_result(ctx, caller, task_id, stop).map_err(response_error)?;
         task["result"] = super::complete(tools::result_json(outcome));
     }
     Ok(task)
@@ -86,6 +100,7 @@ fn update(ctx: &tools::Ctx, call: &Call<'_>) -> Result<Value, ResponseError> {
     )))
 }
 
-fn task_json(ctx: &tools::Ctx, state: &TaskState) -> Value {
+/// A task's wire fields in this era.
+pub(super) fn task_json(ctx: &tools::Ctx, state: &TaskState) -> Value {
     task_json_with(ctx, state, &EXTENSION_KEYS)
 }

@@ -275,7 +275,14 @@ fn modern_status(code: ErrorCode) -> u16 {
 /// The headers a 2026-07-28 request must repeat from its body.
 fn request_headers(head: &Head) -> RequestHeaders {
     let header = |name: &str| head.header(name).map(str::to_string);
-    RequestHeaders { protocol_version: header("MCP-Protocol-Version"), method: header("Mcp-Method"), name: header("Mcp-Name") }
+    const PARAM: &str = "mcp-param-";
+    let params = head
+        .headers
+        .iter()
+        .filter(|(name, _)| name.len() > PARAM.len() && name.is_char_boundary(PARAM.len()) && name[..PARAM.len()].eq_ignore_ascii_case(PARAM))
+        .map(|(name, value)| (name[PARAM.len()..].to_string(), value.clone()))
+        .collect();
+    RequestHeaders { protocol_version: header("MCP-Protocol-Version"), method: header("Mcp-Method"), name: header("Mcp-Name"), params }
 }
 
 /// Whether `MCP-Protocol-Version` names a revision past the handshake era.

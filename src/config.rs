@@ -1387,7 +1387,12 @@ mod tests {
                 "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_TEST_TOOLS unset: the fixtures are for a test server only",
             ),
             (
-                &[("MCP_K8S_CONFORMANCE_FIXTURES", "1"), ("MCP_K8S_TEST_TOOLS", "1"), ("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_AUTH_TOKEN", "t")],
+                &[
+                    ("MCP_K8S_CONFORMANCE_FIXTURES", "1"),
+                    ("MCP_K8S_TEST_TOOLS", "1"),
+                    ("MCP_K8S_TRANSPORT", "http"),
+                    ("MCP_K8S_AUTH_TOKEN", "t"),
+                ],
                 "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_AUTH_TOKEN: the fixtures are for a test server only",
             ),
             (

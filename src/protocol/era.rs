@@ -18,6 +18,10 @@ use serde_json::{Map, Value};
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 
+/// The extension that turns long tool calls into tasks: what a client
+/// declares in its capabilities' `extensions` to be answered with tasks.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Era {
     /// `initialize`, then requests within the session.

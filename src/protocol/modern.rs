@@ -22,8 +22,8 @@ use serde_json::{Map, Value, json};
 use super::era::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
 use super::jsonrpc::{ErrorCode, Request, Response, ResponseError};
 use super::{
-    CallStart, CallTrace, EraCall, Outbox, Server, Session, Work, complete, fixtures, invalid_params, list_tools, resources,
-    send_response, tasks_extension,
+    CallStart, CallTrace, EraCall, Outbox, Server, Session, Work, complete, fixtures, invalid_params, list_tools, resources, send_response,
+    tasks_extension,
 };
 use crate::echo;
 use crate::log::Level;
@@ -33,7 +33,7 @@ use crate::tools;
 pub const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
 
 /// The extension that turns long tool calls into tasks.
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+pub use super::era::TASKS_EXTENSION;
 
 const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 
@@ -109,7 +109,8 @@ impl Server {
                 let started = if let Some(fixture) = fixture {
                     let plan = fixtures::plan(fixture, &params, &envelope.capabilities, envelope.tasks_extension);
                     let era = EraCall::Modern { log_level: envelope.log_level };
-                    self.fixture_call(fixture.name, plan, params, message_bytes, era).and_then(|call| self.spawn_call(session, &id, call, outbox.clone()))
+                    self.fixture_call(fixture.name, plan, params, message_bytes, era)
+                        .and_then(|call| self.spawn_call(session, &id, call, outbox.clone()))
                 } else if let Some(tool_name) = task_tool.filter(|_| envelope.tasks_extension) {
                     let work = Work::Raw(tasks_extension::create);
                     let call = CallStart {
@@ -320,7 +321,9 @@ fn check_param_headers(headers: &RequestHeaders, schema: &Value, params: &Map<St
         let header = format!("Mcp-Param-{suffix}");
         let mismatch = |message: String| Err(ResponseError::new(ErrorCode::HeaderMismatch, message));
         let Some((_, raw)) = headers.params.iter().find(|(name, _)| name.eq_ignore_ascii_case(suffix)) else {
-            return mismatch(format!("missing header {header}; the argument `{property}` is set, and the tool's schema has it repeated there"));
+            return mismatch(format!(
+                "missing header {header}; the argument `{property}` is set, and the tool's schema has it repeated there"
+            ));
         };
         match decode_param_value(raw) {
             Ok(sent) if *sent == expected => {}

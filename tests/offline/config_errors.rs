@@ -79,6 +79,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_AUDIT_LOG", "/nonexistent/audit.log", "MCP_K8S_AUDIT_LOG: cannot open /nonexistent/audit.log for appending"),
     ("MCP_K8S_LOG_LEVEL", "verbose", "MCP_K8S_LOG_LEVEL: `verbose` is not accepted"),
     ("MCP_K8S_TEST_TOOLS", "yes", "MCP_K8S_TEST_TOOLS: `yes` is not accepted"),
+    ("MCP_K8S_CONFORMANCE_FIXTURES", "1", "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_TEST_TOOLS unset"),
     ("MCP_K8S_TEST_PANIC_THREAD", "main", "MCP_K8S_TEST_PANIC_THREAD: `main` is not accepted; expected one of reaper, pool, "),
     ("MCP_K8S_AWAIT_NETWORK_POLICY", "on", "MCP_K8S_AWAIT_NETWORK_POLICY: `on` is not accepted"),
     ("MCP_K8S_BACKEND", "podman", "MCP_K8S_BACKEND: `podman` is not accepted"),

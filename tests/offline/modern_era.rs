@@ -394,3 +394,102 @@ fn an_unknown_protocol_version_header_without_the_envelope_is_named_unsupported(
         assert_eq!((shaped.status, shaped.json()["error"]["code"].clone()), (400, json!(-32602)), "{version}: {}", shaped.body);
     }
 }
+
+/// The conformance fixtures are served only with their setting: a server
+/// with the test hooks alone lists, answers and declares exactly what it
+/// did before them.
+#[test]
+fn without_the_fixture_setting_no_fixture_is_listed_or_answered() {
+    let mut server = stdio_server();
+    let listed = stdio_exchange(&mut server, &request(1, "tools/list", json!({})));
+    let names: Vec<&str> = listed["result"]["tools"].as_array().unwrap().iter().filter_map(|tool| tool["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "describe_environment",
+            "run_job",
+            "execute_code",
+            "submit_job",
+            "fetch_job",
+            "cancel_job",
+            "list_jobs",
+            "test_sleep",
+            "test_panic"
+        ]
+    );
+    let discovered = stdio_exchange(&mut server, &request(2, "server/discover", json!({})));
+    for absent in ["prompts", "completions", "resources"] {
+        assert!(discovered["result"]["capabilities"].get(absent).is_none(), "{absent}: {discovered}");
+    }
+    for (id, method) in [(3, "prompts/list"), (4, "completion/complete")] {
+        let answered = stdio_exchange(&mut server, &request(id, method, json!({})));
+        assert_eq!(answered["error"]["code"], -32601, "{method}: {answered}");
+    }
+    let greeted = stdio_exchange(&mut server, &request(5, "tools/call", json!({ "name": "greet", "arguments": { "name": "x" } })));
+    assert_eq!(greeted["error"]["code"], -32602, "{greeted}");
+}
+
+fn fixtures_server() -> StdioServer {
+    StdioServer::start(&[("MCP_K8S_TEST_TOOLS", "1"), ("MCP_K8S_CONFORMANCE_FIXTURES", "1")])
+}
+
+/// An input-required call over two rounds: the question, then the answer;
+/// a request state comes back only as it was signed.
+#[test]
+fn fixture_mode_asks_for_input_and_refuses_a_tampered_request_state() {
+    let mut server = fixtures_server();
+    let call = |id: i64, name: &str, extra: Value| {
+        let mut params = json!({ "name": name, "arguments": {} });
+        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        request(id, "tools/call", params)
+    };
+    let asked = stdio_exchange(&mut server, &call(1, "test_input_required_result_elicitation", json!({})));
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    assert_eq!(asked["result"]["inputRequests"]["user_name"]["method"], "elicitation/create", "{asked}");
+    let answer = json!({ "inputResponses": { "user_name": { "action": "accept", "content": { "name": "Alice" } }, "extra": {} } });
+    let answered = stdio_exchange(&mut server, &call(2, "test_input_required_result_elicitation", answer));
+    assert_eq!(answered["result"]["resultType"], "complete", "{answered}");
+    assert_eq!(answered["result"]["content"][0]["text"], "Hello, Alice!", "{answered}");
+    let not_an_answer =
+        stdio_exchange(&mut server, &call(3, "test_input_required_result_elicitation", json!({ "inputResponses": { "user_name": 1 } })));
+    assert_eq!(not_an_answer["error"]["code"], -32602, "{not_an_answer}");
+
+    let first = stdio_exchange(&mut server, &call(4, "test_input_required_result_request_state", json!({})));
+    let state = first["result"]["requestState"].as_str().expect("a request state").to_string();
+    let confirm = json!({ "confirm": { "action": "accept", "content": { "ok": true } } });
+    let intact = stdio_exchange(
+        &mut server,
+        &call(5, "test_input_required_result_request_state", json!({ "inputResponses": confirm, "requestState": state })),
+    );
+    assert!(intact["result"]["content"][0]["text"].as_str().unwrap_or_default().contains("state-ok"), "{intact}");
+    let tampered = stdio_exchange(
+        &mut server,
+        &call(6, "test_input_required_result_request_state", json!({ "inputResponses": confirm, "requestState": format!("{state}x") })),
+    );
+    assert_eq!(tampered["error"]["code"], -32602, "{tampered}");
+    assert!(tampered["error"]["message"].as_str().unwrap_or_default().contains("integrity check"), "{tampered}");
+}
+
+/// A tool argument its schema mirrors in a header (`x-mcp-header`) must
+/// arrive in `Mcp-Param-*` too, equal, in either form; else 400, -32020.
+#[test]
+fn http_checks_a_parameter_header_against_its_argument() {
+    let server = HttpServer::start(&[("MCP_K8S_TEST_TOOLS", "1"), ("MCP_K8S_CONFORMANCE_FIXTURES", "1")]);
+    let call = request(1, "tools/call", json!({ "name": "test_custom_header", "arguments": { "region": "Hello" } }));
+    let cases: [(Option<&str>, u16); 6] = [
+        (Some("Hello"), 200),
+        (Some("=?base64?SGVsbG8=?="), 200),
+        (Some("=?base64?SGVsbG8?="), 400),
+        (Some("=?base64?SGVs!!!bG8=?="), 400),
+        (Some("Goodbye"), 400),
+        (None, 400),
+    ];
+    for (header, status) in cases {
+        let response = http_post(&server, &call, &[("Mcp-Param-Region", header)]);
+        assert_eq!(response.status, status, "{header:?}: {}", response.body);
+        if status == 400 {
+            let body: Value = serde_json::from_str(&response.body).unwrap();
+            assert_eq!(body["error"]["code"], -32020, "{header:?}: {body}");
+        }
+    }
+}

@@ -279,7 +279,9 @@ fn request_headers(head: &Head) -> RequestHeaders {
     let params = head
         .headers
         .iter()
-        .filter(|(name, _)| name.len() > PARAM.len() && name.is_char_boundary(PARAM.len()) && name[..PARAM.len()].eq_ignore_ascii_case(PARAM))
+        .filter(|(name, _)| {
+            name.len() > PARAM.len() && name.is_char_boundary(PARAM.len()) && name[..PARAM.len()].eq_ignore_ascii_case(PARAM)
+        })
         .map(|(name, value)| (name[PARAM.len()..].to_string(), value.clone()))
         .collect();
     RequestHeaders { protocol_version: header("MCP-Protocol-Version"), method: header("Mcp-Method"), name: header("Mcp-Name"), params }

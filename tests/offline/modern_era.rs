@@ -403,20 +403,7 @@ fn without_the_fixture_setting_no_fixture_is_listed_or_answered() {
     let mut server = stdio_server();
     let listed = stdio_exchange(&mut server, &request(1, "tools/list", json!({})));
     let names: Vec<&str> = listed["result"]["tools"].as_array().unwrap().iter().filter_map(|tool| tool["name"].as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "describe_environment",
-            "run_job",
-            "execute_code",
-            "submit_job",
-            "fetch_job",
-            "cancel_job",
-            "list_jobs",
-            "test_sleep",
-            "test_panic"
-        ]
-    );
+    assert_eq!(names, crate::support::server::TOOLS_WITH_TEST_HOOKS);
     let discovered = stdio_exchange(&mut server, &request(2, "server/discover", json!({})));
     for absent in ["prompts", "completions", "resources"] {
         assert!(discovered["result"]["capabilities"].get(absent).is_none(), "{absent}: {discovered}");

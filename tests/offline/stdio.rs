@@ -16,20 +16,7 @@ fn a_session_from_initialize_to_a_tool_call() {
     server.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
     let tools = server.recv();
     let names: Vec<&str> = tools["result"]["tools"].as_array().unwrap().iter().map(|tool| tool["name"].as_str().unwrap()).collect();
-    assert_eq!(
-        names,
-        [
-            "describe_environment",
-            "run_job",
-            "execute_code",
-            "submit_job",
-            "fetch_job",
-            "cancel_job",
-            "list_jobs",
-            "test_sleep",
-            "test_panic"
-        ]
-    );
+    assert_eq!(names, crate::support::server::TOOLS_WITH_TEST_HOOKS);
     server.send(r#"{"jsonrpc":"2.0","id":"2","method":"tools/call","params":{"name":"describe_environment","arguments":{}}}"#);
     let result = server.recv();
     assert_eq!(result["id"], "2");

@@ -475,7 +475,7 @@ impl Config {
         let warm_pools = parse_warm_pools(raw.warm_pools.as_deref(), &allowed_images, &languages, &network_modes, cache.as_ref())?;
         // Before the files are read: a test-only setting beside a
         // deployment's is the error to report.
-        let conformance_fixtures = parse_conformance_fixtures(raw)?;
+        let conformance_fixtures = parse_conformance_fixtures(raw, transport)?;
         let sites = parse_sites(raw, &warm_pools)?;
         check_pool_sites(&warm_pools, &sites, raw.warm_pools.as_deref())?;
         Ok(Config {
@@ -1125,7 +1125,7 @@ fn parse_fence_modes(value: Option<&str>) -> Result<crate::network::FenceModes, 
 /// mistake (`greet`, `test://static-text`), so they are a test server's
 /// only: refused unless the test hooks are on too, and refused beside any
 /// setting that only a deployment has (a token, callers, sites).
-fn parse_conformance_fixtures(raw: &RawConfig) -> Result<bool, Error> {
+fn parse_conformance_fixtures(raw: &RawConfig, transport: Transport) -> Result<bool, Error> {
     const VARIABLE: &str = "MCP_K8S_CONFORMANCE_FIXTURES";
     if !parse_flag(raw.conformance_fixtures.as_deref(), VARIABLE)? {
         return Ok(false);
@@ -1137,6 +1137,16 @@ fn parse_conformance_fixtures(raw: &RawConfig) -> Result<bool, Error> {
     ];
     if let Some((other, _)) = deployment.into_iter().find(|(_, set)| *set) {
         return Err(Error::Conflict { variable: VARIABLE, other, why: "the fixtures are for a test server only; unset one of them" });
+    }
+    // Over HTTP, only this machine may reach them (a bad address is
+    // MCP_K8S_ADDR's own error, reported where it is parsed).
+    let addr = parse_addr(raw.addr.as_deref().unwrap_or(":8080"));
+    if transport == Transport::Http && addr.is_ok_and(|addr| !addr.ip().is_loopback()) {
+        return Err(Error::Conflict {
+            variable: VARIABLE,
+            other: "MCP_K8S_ADDR off loopback",
+            why: "the fixtures are for a test server only; listen on 127.0.0.1 or [::1]",
+        });
     }
     if !parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")? {
         return Err(Error::Conflict {
@@ -1400,6 +1410,10 @@ mod tests {
                 "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_SITES: the fixtures are for a test server only",
             ),
             (&[("MCP_K8S_CONFORMANCE_FIXTURES", "yes")], "MCP_K8S_CONFORMANCE_FIXTURES: `yes` is not accepted; expected 1 or 0"),
+            (
+                &[("MCP_K8S_CONFORMANCE_FIXTURES", "1"), ("MCP_K8S_TEST_TOOLS", "1"), ("MCP_K8S_TRANSPORT", "http")],
+                "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_ADDR off loopback: the fixtures are for a test server only",
+            ),
             (
                 &[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_AUTH_TOKENS_FILE", "/nonexistent/tokens.json")],
                 "MCP_K8S_AUTH_TOKENS_FILE: cannot read `/nonexistent/tokens.json`: ",

@@ -170,6 +170,10 @@ impl Server {
     pub fn new(ctx: tools::Ctx) -> Server {
         let registry = tools::Registry::new(&ctx.config);
         let calls = Calls::new(ctx.config.max_inflight_bytes);
+        if ctx.config.conformance_fixtures {
+            // Loud, so that a server started with it by mistake says so.
+            log::warn("serving the conformance suite's fixtures beside the real tools: a test server only", &[]);
+        }
         Server { ctx: Arc::new(ctx), registry, calls }
     }
 
@@ -253,10 +257,13 @@ impl Server {
                 false => Err(ResponseError::new(ErrorCode::MethodNotFound, format!("method not found: `{method}`"))),
             },
             "logging/setLevel" => set_log_level(session, &params),
-            // A fixture here has no client capabilities to read: what
-            // needs one is refused, and a task fixture runs to its end.
+            // The fixtures belong to 2026-07-28: a request of this era has
+            // no `_meta` capabilities, so what needs one (or the tasks
+            // extension) is refused and a task fixture runs to its end. The
+            // input-required ones answer as in 2026-07-28, which only the
+            // conformance suite calls.
             "tools/call" if let Some(fixture) = params.get("name").and_then(Value::as_str).and_then(|name| self.fixture(name)) => {
-                let plan = fixtures::plan(fixture, &params, &Map::new(), false);
+                let plan = fixtures::plan(fixture, &params, self.ctx.config.max_timeout_s);
                 match self.fixture_call(fixture.name, plan, params, message_bytes, EraCall::Handshake) {
                     Ok(call) => match self.spawn_call(session, &id, call, outbox.clone()) {
                         Ok(()) => return,

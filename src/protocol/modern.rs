@@ -66,8 +66,6 @@ pub struct RequestHeaders {
 struct Envelope {
     tasks_extension: bool,
     log_level: Option<Level>,
-    /// The client capabilities the request declared.
-    capabilities: Map<String, Value>,
 }
 
 impl Server {
@@ -97,8 +95,8 @@ impl Server {
                 let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
                 let fixture = self.fixture(name);
                 let schema = match fixture {
-                    Some(fixture) => Some((fixture.input_schema)()),
-                    None => self.registry.find(name).map(|tool| tool.input_schema.clone()),
+                    Some(fixture) => Some(Cow::Owned((fixture.input_schema)())),
+                    None => self.registry.find(name).map(|tool| Cow::Borrowed(&tool.input_schema)),
                 };
                 if let (Some(headers), Some(schema)) = (session.headers(), &schema)
                     && let Err(error) = check_param_headers(headers, schema, &params)
@@ -107,7 +105,7 @@ impl Server {
                 }
                 let task_tool = self.registry.find(name).map(|tool| tool.name).filter(|name| tools::background::TASK_TOOLS.contains(name));
                 let started = if let Some(fixture) = fixture {
-                    let plan = fixtures::plan(fixture, &params, &envelope.capabilities, envelope.tasks_extension);
+                    let plan = fixtures::plan(fixture, &params, self.ctx.config.max_timeout_s);
                     let era = EraCall::Modern { log_level: envelope.log_level };
                     self.fixture_call(fixture.name, plan, params, message_bytes, era)
                         .and_then(|call| self.spawn_call(session, &id, call, outbox.clone()))
@@ -247,7 +245,7 @@ fn check_request(headers: Option<&RequestHeaders>, method: &str, params: &Map<St
     };
     let tasks_extension =
         capabilities.get("extensions").and_then(Value::as_object).is_some_and(|extensions| extensions.contains_key(TASKS_EXTENSION));
-    Ok(Envelope { tasks_extension, log_level, capabilities: capabilities.clone() })
+    Ok(Envelope { tasks_extension, log_level })
 }
 
 /// Why an `Mcp-Name` value in the encoded form could not be decoded.
@@ -320,10 +318,18 @@ fn check_param_headers(headers: &RequestHeaders, schema: &Value, params: &Map<St
         };
         let header = format!("Mcp-Param-{suffix}");
         let mismatch = |message: String| Err(ResponseError::new(ErrorCode::HeaderMismatch, message));
-        let Some((_, raw)) = headers.params.iter().find(|(name, _)| name.eq_ignore_ascii_case(suffix)) else {
-            return mismatch(format!(
-                "missing header {header}; the argument `{property}` is set, and the tool's schema has it repeated there"
-            ));
+        let sent: Vec<&String> =
+            headers.params.iter().filter(|(name, _)| name.eq_ignore_ascii_case(suffix)).map(|(_, value)| value).collect();
+        let raw = match sent[..] {
+            [raw] => raw,
+            [] => {
+                return mismatch(format!(
+                    "missing header {header}; the argument `{property}` is set, and the tool's schema has it repeated there"
+                ));
+            }
+            // Two values would let a proxy route on one while the server
+            // reads the other.
+            _ => return mismatch(format!("{header} is sent {} times; send it once", sent.len())),
         };
         match decode_param_value(raw) {
             Ok(sent) if *sent == expected => {}

@@ -479,4 +479,29 @@ fn http_checks_a_parameter_header_against_its_argument() {
             assert_eq!(body["error"]["code"], -32020, "{header:?}: {body}");
         }
     }
+    // Sent twice, even with the right value both times.
+    let twice = {
+        let mut message = call.clone();
+        message["id"] = json!(2);
+        let body = message.to_string();
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", VERSION),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "test_custom_header"),
+            ("Mcp-Param-Region", "Hello"),
+            ("mcp-param-region", "Hello"),
+        ];
+        server.request("POST", "/mcp", &headers, &body)
+    };
+    assert_eq!(twice.status, 400, "{}", twice.body);
+    assert!(twice.body.contains("sent 2 times"), "{}", twice.body);
+
+    // Without the fixtures, a parameter header on a tool that marks none
+    // changes nothing.
+    let plain = HttpServer::start(&[("MCP_K8S_TEST_TOOLS", "1")]);
+    let described = request(3, "tools/call", json!({ "name": "describe_environment", "arguments": {} }));
+    let response = http_post(&plain, &described, &[("Mcp-Param-Region", Some("anything"))]);
+    assert_eq!(response.status, 200, "{}", response.body);
 }

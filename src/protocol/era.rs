@@ -22,6 +22,16 @@ pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabi
 /// declares in its capabilities' `extensions` to be answered with tasks.
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
+/// The client capabilities a request's `_meta` declares, when it does.
+pub fn client_capabilities(params: &serde_json::Map<String, serde_json::Value>) -> Option<&serde_json::Map<String, serde_json::Value>> {
+    params.get("_meta").and_then(|meta| meta.get(META_CLIENT_CAPABILITIES)).and_then(serde_json::Value::as_object)
+}
+
+/// Whether client capabilities declare the tasks extension.
+pub fn declares_tasks_extension(capabilities: &serde_json::Map<String, serde_json::Value>) -> bool {
+    capabilities.get("extensions").and_then(serde_json::Value::as_object).is_some_and(|extensions| extensions.contains_key(TASKS_EXTENSION))
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Era {
     /// `initialize`, then requests within the session.

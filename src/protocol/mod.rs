@@ -264,11 +264,11 @@ impl Server {
             // conformance suite calls.
             "tools/call" if let Some(fixture) = params.get("name").and_then(Value::as_str).and_then(|name| self.fixture(name)) => {
                 let plan = fixtures::plan(fixture, &params, self.ctx.config.max_timeout_s);
-                match self.fixture_call(fixture.name, plan, params, message_bytes, EraCall::Handshake) {
-                    Ok(call) => match self.spawn_call(session, &id, call, outbox.clone()) {
-                        Ok(()) => return,
-                        Err(error) => Err(error),
-                    },
+                let started = self
+                    .fixture_call(fixture.name, plan, params, message_bytes, EraCall::Handshake)
+                    .and_then(|call| self.spawn_call(session, &id, call, outbox.clone()));
+                match started {
+                    Ok(()) => return,
                     Err(error) => Err(error),
                 }
             }

@@ -159,11 +159,7 @@ impl Server {
             // The snippets, as in the handshake era; declared in
             // `server/discover` only with a snippets folder.
             method if resources::METHODS.contains(&method) && resources::offered(&self.ctx.config) => {
-                let private = resources::is_private(&params);
-                resources::handle(method, &self.ctx, session.caller(), &params)
-                    .map(|result| cacheable(result, RESOURCES_TTL_MS))
-                    .map(|result| if private { private_cache(result) } else { result })
-                    .map_err(|error| modern_resource_error(error, &params))
+                served_resources(method, &self.ctx, session.caller(), &params)
             }
             method => Err(method_not_found(method)),
         };
@@ -243,9 +239,7 @@ fn check_request(headers: Option<&RequestHeaders>, method: &str, params: &Map<St
         })?),
         Some(other) => return Err(invalid_params(format!("`_meta.{META_LOG_LEVEL}` must be a string, not {}", crate::json::json_kind(other)))),
     };
-    let tasks_extension =
-        capabilities.get("extensions").and_then(Value::as_object).is_some_and(|extensions| extensions.contains_key(TASKS_EXTENSION));
-    Ok(Envelope { tasks_extension, log_level })
+    Ok(Envelope { tasks_extension: super::era::declares_tasks_extension(capabilities), log_level })
 }
 
 /// Why an `Mcp-Name` value in the encoded form could not be decoded.
@@ -428,6 +422,22 @@ fn discover(config: &crate::config::Config) -> Value {
     cacheable(result, LIST_TTL_MS)
 }
 
+/// `resources/*` of the snippets and stored outputs, in this era's
+/// shapes: caching hints (private for a stored output) and -32602 with
+/// `data.uri` for a resource that does not exist.
+fn served_resources(
+    method: &str,
+    ctx: &tools::Ctx,
+    caller: &crate::callers::Caller,
+    params: &Map<String, Value>,
+) -> Result<Value, ResponseError> {
+    let private = resources::is_private(params);
+    resources::handle(method, ctx, caller, params)
+        .map(|result| cacheable(result, RESOURCES_TTL_MS))
+        .map(|result| if private { private_cache(result) } else { result })
+        .map_err(|error| modern_resource_error(error, params))
+}
+
 /// `resources/*` with the conformance fixtures: their `test://`
 /// resources first, then the snippets and stored outputs as without them.
 fn fixture_resources(
@@ -451,13 +461,7 @@ fn fixture_resources(
             let uri = params.get("uri").and_then(Value::as_str).unwrap_or_default();
             match fixtures::content::read_resource(uri) {
                 Some(read) => Ok(cacheable(read, RESOURCES_TTL_MS)),
-                None if resources::offered(&ctx.config) => {
-                    let private = resources::is_private(params);
-                    resources::handle(method, ctx, caller, params)
-                        .map(|result| cacheable(result, RESOURCES_TTL_MS))
-                        .map(|result| if private { private_cache(result) } else { result })
-                        .map_err(|error| modern_resource_error(error, params))
-                }
+                None if resources::offered(&ctx.config) => served_resources(method, ctx, caller, params),
                 None => Err(invalid_params(format!("resource not found: `{}`", echo::shorten(uri))).with_data(json!({ "uri": uri }))),
             }
         }

@@ -106,6 +106,7 @@ pub fn assignment(run_id: &str, spec: &RunSpec, policy: &Policy) -> Assignment {
             .iter()
             .map(|file| AssignedFile { path: file.path.clone(), mode: file.mode, content: file.content.clone() })
             .collect(),
+        tag: None,
     }
 }
 

@@ -399,7 +399,7 @@ fn judge(body: &[u8], key: &Key, workdir: &Path) -> Result<Assignment, Refusal> 
     Ok(assignment)
 }
 
-fn check_workdir(assignment: &Assignment, workdir: &Path) -> Result<(), String> {
+pub fn check_workdir(assignment: &Assignment, workdir: &Path) -> Result<(), String> {
     if assignment.exec.workdir == workdir {
         return Ok(());
     }
@@ -517,6 +517,7 @@ mod tests {
             },
             env: Default::default(),
             files: Vec::new(),
+            tag: None,
         }
     }
 

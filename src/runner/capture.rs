@@ -90,6 +90,11 @@ impl FrameSink {
         Ok(FrameSink { tag: Tag::random()?, out: Arc::new(Mutex::new(Box::new(std::io::stdout()))) })
     }
 
+    /// A session call's frames: `tag` is the one the server chose.
+    pub fn tagged(tag: Tag, out: Box<dyn Write + Send>) -> FrameSink {
+        FrameSink { tag, out: Arc::new(Mutex::new(out)) }
+    }
+
     /// Frames of this sink's run (its tag) written to `out` instead.
     pub fn same_run_to(&self, out: Box<dyn Write + Send>) -> FrameSink {
         FrameSink { tag: self.tag, out: Arc::new(Mutex::new(out)) }

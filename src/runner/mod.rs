@@ -33,6 +33,7 @@ pub mod hold;
 pub mod init;
 pub mod probe;
 pub mod process;
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -66,7 +67,10 @@ pub fn main(args: Vec<OsString>) -> i32 {
         }),
         Some("await-assignment") => argv::parse_assign(rest).and_then(|options| {
             process::seal_runner()?;
-            run_await_assignment(&options)
+            match options.session_until_ms {
+                Some(until_ms) => session::run_session(&options, until_ms),
+                None => run_await_assignment(&options),
+            }
         }),
         Some("clone") => argv::parse_clone(rest).and_then(|options| clone::run_clone(&options)),
         Some("credential") => argv::parse_credential(rest).and_then(|options| clone::run_credential(&options)),
@@ -174,6 +178,12 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
 /// pod's spec sets on the container.
 pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink: &FrameSink) -> i32 {
     let stop = Arc::new(AtomicBool::new(false));
+    stop_on_signals(&stop);
+    run_exec_until(options, env, sink, &stop)
+}
+
+/// Sets `stop` at a SIGTERM or SIGINT.
+fn stop_on_signals(stop: &Arc<AtomicBool>) {
     for signal in [libc::SIGTERM, libc::SIGINT] {
         // A failure to register leaves the default action (die at once),
         // which loses the result but nothing else: worth a note, not a stop.
@@ -181,6 +191,12 @@ pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink
             eprintln!("mcp-k8s-ephemeral-job runner: cannot handle signal {signal}");
         }
     }
+}
+
+/// `run_exec_with` stopped (as by a SIGTERM) when `stop` is set: a
+/// session's call, which a cancel stops without ending the session.
+pub fn run_exec_until(options: &ExecOptions, env: &BTreeMap<String, String>, sink: &FrameSink, stop: &Arc<AtomicBool>) -> i32 {
+    let stop = stop.clone();
     // Before anything, the Started frame included: a command past its
     // start deadline is never started, and the result says why.
     if let Some(deadline_ms) = options.start_deadline_ms.filter(|deadline_ms| now_ms() > *deadline_ms) {

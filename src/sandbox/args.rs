@@ -99,7 +99,12 @@ pub struct AssignOptions {
     /// With `Endpoint::Port` only (and needed there).
     pub key_file: Option<PathBuf>,
     pub workdir: PathBuf,
+    /// How long to wait for the assignment; in a session, for each next call.
     pub max_wait: Duration,
+    /// `--session-until-ms`: a session's runner, which takes call after
+    /// call (`sandbox::session`) until this Unix time in milliseconds, its
+    /// lifetime's end.
+    pub session_until_ms: Option<u64>,
 }
 
 /// Where `runner await-assignment` takes its assignment: `--port` or `--stdin`.
@@ -366,13 +371,16 @@ pub fn assign_args(options: &AssignOptions) -> Vec<String> {
         "--max-wait-ms".to_string(),
         options.max_wait.as_millis().to_string(),
     ]);
+    if let Some(until_ms) = options.session_until_ms {
+        args.extend(["--session-until-ms".to_string(), until_ms.to_string()]);
+    }
     args
 }
 
 pub fn parse_assign(args: Vec<OsString>) -> Result<AssignOptions, String> {
     use lexopt::prelude::*;
     let mut parser = lexopt::Parser::from_args(args);
-    let (mut listen, mut key_file, mut max_wait) = (None, None, None);
+    let (mut listen, mut key_file, mut max_wait, mut session_until_ms) = (None, None, None, None);
     let mut workdir = PathBuf::from(WORKDIR);
     while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
         match arg {
@@ -385,6 +393,7 @@ pub fn parse_assign(args: Vec<OsString>) -> Result<AssignOptions, String> {
             Long("key-file") => key_file = Some(PathBuf::from(value(&mut parser)?)),
             Long("workdir") => workdir = PathBuf::from(value(&mut parser)?),
             Long("max-wait-ms") => max_wait = Some(Duration::from_millis(number(&mut parser, "--max-wait-ms")?)),
+            Long("session-until-ms") => session_until_ms = Some(number(&mut parser, "--session-until-ms")?),
             other => return Err(other.unexpected().to_string()),
         }
     }
@@ -396,7 +405,8 @@ pub fn parse_assign(args: Vec<OsString>) -> Result<AssignOptions, String> {
         }
         _ => {}
     }
-    Ok(AssignOptions { listen, key_file, workdir, max_wait: max_wait.ok_or("runner await-assignment needs --max-wait-ms")? })
+    let max_wait = max_wait.ok_or("runner await-assignment needs --max-wait-ms")?;
+    Ok(AssignOptions { listen, key_file, workdir, max_wait, session_until_ms })
 }
 
 fn one_endpoint(earlier: Option<Endpoint>, endpoint: Endpoint) -> Result<Option<Endpoint>, String> {
@@ -571,8 +581,11 @@ mod tests {
             key_file: Some(crate::sandbox::assignment::KEY_FILE.into()),
             workdir: WORKDIR.into(),
             max_wait: Duration::from_secs(660),
+            session_until_ms: None,
         };
         assert_eq!(parse_assign(after_subcommand(assign_args(&options))), Ok(options.clone()));
+        let session = AssignOptions { session_until_ms: Some(1_800_000_000_000), ..options.clone() };
+        assert_eq!(parse_assign(after_subcommand(assign_args(&session))), Ok(session));
         options.listen = Endpoint::Stdin;
         options.key_file = None;
         assert_eq!(parse_assign(after_subcommand(assign_args(&options))), Ok(options));

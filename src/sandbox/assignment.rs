@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::sandbox::TERMINATION_LOG;
 use crate::sandbox::args::ExecOptions;
+use crate::sandbox::frame::Tag;
 use crate::sandbox::held::HoldOptions;
 
 /// The assignment format; a runner refuses any other.
@@ -95,6 +96,10 @@ pub struct Assignment {
     /// `PATH` and the like), as a cold pod's `env` is.
     pub env: BTreeMap<String, String>,
     pub files: Vec<AssignedFile>,
+    /// The tag the runner writes this run's frames with; `None`: a fresh
+    /// one of its own. A session's calls share one log, so the server
+    /// picks each call's tag and reads only the frames that carry it.
+    pub tag: Option<Tag>,
 }
 
 impl fmt::Debug for Assignment {
@@ -170,6 +175,7 @@ pub fn encode(key: &Key, assignment: &Assignment) -> Vec<u8> {
             .iter()
             .map(|file| WireFile { path: file.path.clone(), mode: file.mode, content_b64: crate::sandbox::frame::to_base64(&file.content) })
             .collect(),
+        tag: assignment.tag.map(Tag::to_hex),
     };
     // Plain strings, numbers and maps always serialize; the fallback is never used.
     serde_json::to_vec(&wire).unwrap_or_default()
@@ -226,7 +232,11 @@ pub fn decode(body: &[u8]) -> Result<(Key, Assignment), DecodeError> {
         start_deadline_ms: None,
         argv: wire.argv,
     };
-    Ok((key, Assignment { run_id: wire.run_id, exec, env: wire.env, files }))
+    let tag = match wire.tag {
+        Some(text) => Some(Tag::from_hex(&text).ok_or_else(|| field("tag", "must be 32 lowercase hex digits"))?),
+        None => None,
+    };
+    Ok((key, Assignment { run_id: wire.run_id, exec, env: wire.env, files, tag }))
 }
 
 /// The body on the wire. Unknown fields are refused: a field this runner
@@ -256,6 +266,9 @@ struct Wire {
     disk_paths: Vec<String>,
     disk_limit_bytes: u64,
     files: Vec<WireFile>,
+    /// A session call's tag (`Assignment::tag`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tag: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -304,6 +317,7 @@ mod tests {
             },
             env: [("A".to_string(), "secret value".to_string())].into(),
             files: vec![AssignedFile { path: "bin/run.sh".into(), mode: 0o755, content: vec![0, 255, b'\n'] }],
+            tag: Some(Tag::from_bytes([9; crate::sandbox::frame::TAG_BYTES])),
         }
     }
 

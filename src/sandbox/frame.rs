@@ -228,12 +228,12 @@ impl Tag {
         super::random_bytes().map(Tag)
     }
 
-    fn to_hex(self) -> String {
+    pub fn to_hex(self) -> String {
         super::to_hex(&self.0)
     }
 
     /// The inverse of `to_hex`; only the lowercase form the runner writes.
-    fn from_hex(text: &str) -> Option<Tag> {
+    pub fn from_hex(text: &str) -> Option<Tag> {
         if text.bytes().any(|byte| byte.is_ascii_uppercase()) {
             return None;
         }

@@ -17,6 +17,7 @@ pub mod frame;
 pub mod held;
 pub mod inputs;
 pub mod probe;
+pub mod session;
 
 use std::time::Duration;
 

@@ -255,8 +255,13 @@ pub fn pool_container(template: &RunSpec, policy: &Policy, options: &Options, sa
     let run =
         NewRun { run_id: sandbox.run_id, spec: template, keep: Keep::UntilRemoved { expires_at: sandbox.expires_at }, start_by: None };
     let mut body = container(&run, policy, options);
-    let assign =
-        AssignOptions { listen: Endpoint::Stdin, key_file: None, workdir: template.workdir.clone().into(), max_wait: sandbox.max_wait };
+    let assign = AssignOptions {
+        listen: Endpoint::Stdin,
+        key_file: None,
+        workdir: template.workdir.clone().into(),
+        max_wait: sandbox.max_wait,
+        session_until_ms: None,
+    };
     // `runner await-assignment --stdin ...` where a cold one has `runner exec ...`.
     body.cmd = args::assign_args(&assign);
     body.open_stdin = true;

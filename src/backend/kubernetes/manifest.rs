@@ -201,6 +201,7 @@ pub fn pool_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &st
         key_file: Some(KEY_FILE.into()),
         workdir: spec.workdir.clone().into(),
         max_wait: sandbox.max_wait,
+        session_until_ms: None,
     };
     let mut command = vec![runner_path()];
     command.extend(args::assign_args(&assign));

@@ -62,6 +62,8 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_DEFAULT_CPU", Some("default-cpu"), "1", "CPU request when a call gives none (Kubernetes quantity)", |r| &mut r.default_cpu),
     setting("MCP_K8S_DEFAULT_MEMORY", Some("default-memory"), "512Mi", "memory request when a call gives none (Kubernetes quantity)", |r| &mut r.default_memory),
     setting("MCP_K8S_MAX_CONCURRENT", Some("max-concurrent"), "10", "jobs running at once", |r| &mut r.max_concurrent),
+    setting("MCP_K8S_MAX_SANDBOXES", Some("max-sandboxes"), "4", "open sandboxes (open_sandbox) at once, over every caller; each holds its CPU and memory requests for its life; 0 turns them off", |r| &mut r.max_sandboxes),
+    setting("MCP_K8S_SANDBOX_MAX_LIFETIME_S", Some("sandbox-max-lifetime-s"), "3600", "longest max_lifetime_s an open sandbox may ask for", |r| &mut r.sandbox_max_lifetime_s),
     setting("MCP_K8S_ALLOWED_IMAGES", Some("allowed-images"), "", "comma-separated images calls may use; empty allows none", |r| &mut r.allowed_images),
     setting("MCP_K8S_SIDECAR_IMAGE", Some("sidecar-image"), "busybox:1.36", "accepted for compatibility with the original and unused: the in-pod runner replaced the sidecar", |r| &mut r.sidecar_image),
     setting("MCP_K8S_CLONE_IMAGE", Some("clone-image"), "", "image that clones repositories (with MCP_K8S_CLONE_SECRET)", |r| &mut r.clone_image),
@@ -135,6 +137,8 @@ pub struct RawConfig {
     pub default_cpu: Option<String>,
     pub default_memory: Option<String>,
     pub max_concurrent: Option<String>,
+    pub max_sandboxes: Option<String>,
+    pub sandbox_max_lifetime_s: Option<String>,
     pub allowed_images: Option<String>,
     pub sidecar_image: Option<String>,
     pub clone_image: Option<String>,
@@ -251,6 +255,10 @@ pub struct Config {
     pub default_cpu: Quantity,
     pub default_memory: Quantity,
     pub max_concurrent: u32,
+    /// Open sandboxes at once (MCP_K8S_MAX_SANDBOXES).
+    pub max_sandboxes: usize,
+    /// The longest `max_lifetime_s` (MCP_K8S_SANDBOX_MAX_LIFETIME_S).
+    pub sandbox_max_lifetime_s: u64,
     /// Empty means every image is refused, as in the original.
     pub allowed_images: Allowlist,
     pub sidecar_image: String,
@@ -494,6 +502,8 @@ impl Config {
             default_cpu: request(&raw.default_cpu, "MCP_K8S_DEFAULT_CPU", "1", Resource::Cpu)?,
             default_memory: request(&raw.default_memory, "MCP_K8S_DEFAULT_MEMORY", "512Mi", Resource::Memory)?,
             max_concurrent: number(&raw.max_concurrent, "MCP_K8S_MAX_CONCURRENT", 10, 1, 1000)? as u32,
+            max_sandboxes: number(&raw.max_sandboxes, "MCP_K8S_MAX_SANDBOXES", 4, 0, 1000)? as usize,
+            sandbox_max_lifetime_s: number(&raw.sandbox_max_lifetime_s, "MCP_K8S_SANDBOX_MAX_LIFETIME_S", 3600, 60, 7 * 24 * 3600)?,
             allowed_images,
             sidecar_image: image(raw.sidecar_image.as_deref().unwrap_or("busybox:1.36"), "MCP_K8S_SIDECAR_IMAGE")?,
             clone: parse_clone(raw)?,

@@ -69,6 +69,10 @@ pub fn policy(config: &Config) -> engine::spec::Policy {
             .map(|cache| engine::spec::CacheVolume { claim_name: cache.pvc.clone(), mount_path: cache.mount_path.clone() }),
         clone: config.clone.as_ref().map(|clone| engine::spec::CloneStep { image: clone.image.clone(), secret_name: clone.secret.clone() }),
         outputs: outputs(config),
+        sandboxes: engine::spec::SandboxLimits {
+            max_open: config.max_sandboxes,
+            max_lifetime: Duration::from_secs(config.sandbox_max_lifetime_s),
+        },
     }
 }
 

@@ -634,6 +634,17 @@ impl Client {
     /// the log file's round trip. The log keeps it all the same. The
     /// stream ends when the container stops.
     pub fn container_attach(&self, id: &str, bytes: &[u8]) -> Result<LogStream, Error> {
+        self.attach(id, bytes, true)
+    }
+
+    /// `container_attach` that leaves the input open: on a container
+    /// without `StdinOnce` the daemon ends the attach's output as soon as
+    /// its input ends, so a session's call keeps it open while it reads.
+    pub fn container_attach_open(&self, id: &str, bytes: &[u8]) -> Result<LogStream, Error> {
+        self.attach(id, bytes, false)
+    }
+
+    fn attach(&self, id: &str, bytes: &[u8], end_input: bool) -> Result<LogStream, Error> {
         let path = format!("/containers/{}/attach?stream=1&stdin=1&stdout=1&stderr=1", container_segment(id)?);
         let request = Request { upgrade: true, ..self.request("POST", self.versioned(&path)) };
         let path = request.path.clone();
@@ -645,8 +656,10 @@ impl Client {
         }
         let mut stream = response.body.get_ref().get_ref();
         stream.write_all(bytes).and_then(|()| stream.flush()).map_err(|source| Error::from_io("POST", &path, source))?;
-        // The end of the input: the daemon closes the container's stdin.
-        stream.shutdown(std::net::Shutdown::Write).map_err(|source| Error::from_io("POST", &path, source))?;
+        if end_input {
+            // The end of the input: the daemon closes the container's stdin.
+            stream.shutdown(std::net::Shutdown::Write).map_err(|source| Error::from_io("POST", &path, source))?;
+        }
         // From here it is read as a followed log is: a quiet command is no
         // failed read (the per-read timeout held only for the answer's head).
         stream.set_read_timeout(None).map_err(|source| Error::from_io("POST", &path, source))?;

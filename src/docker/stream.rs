@@ -224,6 +224,57 @@ impl LogStream {
         self.abort.clone()
     }
 
+    /// Ends an attach's input (half-closes the connection) and reads what
+    /// is left until the daemon closes it, at most `wait`. An attach to a
+    /// container without `StdinOnce` must end so: dockerd loses the input
+    /// of the next attach when one is closed without its input ended first.
+    pub fn end_input(&mut self, wait: std::time::Duration) {
+        use std::io::Read;
+        let mut socket: &UnixStream = self.demux.reader.get_ref().get_ref();
+        if socket.shutdown(std::net::Shutdown::Write).is_err() || socket.set_read_timeout(Some(wait)).is_err() {
+            return;
+        }
+        let deadline = std::time::Instant::now() + wait;
+        let mut scratch = [0u8; 4096];
+        while std::time::Instant::now() < deadline {
+            match socket.read(&mut scratch) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// A second handle on an attach's connection, to write more input from
+    /// another thread while this one reads.
+    pub fn input_handle(&self) -> std::io::Result<UnixStream> {
+        self.demux.reader.get_ref().get_ref().try_clone()
+    }
+
+    /// Writes more input into an attach's open input.
+    pub fn write_input(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut socket: &UnixStream = self.demux.reader.get_ref().get_ref();
+        socket.write_all(bytes)
+    }
+
+    /// Whether output arrives within `wait` (or has arrived already), not
+    /// consuming it; the end of the stream counts as arriving.
+    pub fn output_within(&self, wait: std::time::Duration) -> std::io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        let connection = self.demux.reader.get_ref();
+        if !connection.buffer().is_empty() {
+            return Ok(true);
+        }
+        let mut poll = libc::pollfd { fd: connection.get_ref().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let millis = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: poll(2) on one pollfd this function owns for the call; the
+        // descriptor is the connection's, open while `self` lives.
+        match unsafe { libc::poll(&mut poll, 1, millis) } {
+            -1 => Err(std::io::Error::last_os_error()),
+            ready => Ok(ready > 0),
+        }
+    }
+
     /// See `Demux::stderr_head`.
     pub fn stderr_head(&self) -> &[u8] {
         self.demux.stderr_head()

@@ -120,6 +120,11 @@ pub trait Backend: Send + Sync {
     fn shutdown(&self) {}
 
     /// The warm pools' live figures, by pool (none without pools).
+    /// Open sandboxes (sessions), when the backend keeps them.
+    fn sandbox_store(&self) -> Option<&dyn crate::engine::sandboxes::SandboxStore> {
+        None
+    }
+
     fn pool_figures(&self) -> Vec<PoolFigures> {
         Vec::new()
     }

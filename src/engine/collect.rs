@@ -39,8 +39,12 @@ pub struct Collector {
     pub result: Option<RunResult>,
     /// Problems with the log itself (bad frames, overlong lines).
     pub problems: Vec<String>,
-    /// The run's tag, from the first frame.
+    /// The run's tag, from the first frame (or known before it: a session
+    /// call's, `for_call`).
     tag: Option<Tag>,
+    /// Frames of other tags are other calls' in the same sandbox, not
+    /// imitations: skipped without a note.
+    others_are_calls: bool,
     /// Where `Spill` frames and files sent whole go (the output store):
     /// straight to disk, never into memory. Without one they are dropped.
     pub spool: Option<Spool>,
@@ -64,9 +68,16 @@ impl Collector {
             result: None,
             problems: Vec::new(),
             tag: None,
+            others_are_calls: false,
             spool: None,
             held: None,
         }
+    }
+
+    /// A call in an open sandbox: the server chose its tag, and the
+    /// sandbox's output carries other calls' frames too.
+    pub fn for_call(max_output_bytes: u64, max_artifact_bytes: u64, tag: Tag) -> Collector {
+        Collector { tag: Some(tag), others_are_calls: true, ..Collector::new(max_output_bytes, max_artifact_bytes) }
     }
 
     /// Takes one log line; returns live output it carried, if any.
@@ -77,7 +88,9 @@ impl Collector {
             // Once the run's first frame is in, a line of another version
             // is not a stale runner's: the runner wrote one already.
             Err(frame::DecodeError::UnknownVersion(_)) if self.tag.is_some() => {
-                self.note_problem(IMITATION_NOTE.to_string());
+                if !self.others_are_calls {
+                    self.note_problem(IMITATION_NOTE.to_string());
+                }
                 return None;
             }
             Err(error) => {
@@ -86,7 +99,9 @@ impl Collector {
             }
         };
         if *self.tag.get_or_insert(tag) != tag {
-            self.note_problem(IMITATION_NOTE.to_string());
+            if !self.others_are_calls {
+                self.note_problem(IMITATION_NOTE.to_string());
+            }
             return None;
         }
         match frame {

@@ -18,6 +18,8 @@ pub mod pool;
 pub mod pool_manager;
 pub mod reaper;
 pub mod run;
+pub mod sandbox_call;
+pub mod sandboxes;
 pub mod slots;
 pub mod spans;
 pub mod spec;

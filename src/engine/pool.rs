@@ -403,6 +403,7 @@ mod tests {
             cache: None,
             clone: None,
             outputs: None,
+            sandboxes: Default::default(),
         };
         let assignment = assignment("run-1", &spec(), &policy);
         assert_eq!(assignment.exec, exec_options(&spec(), &policy), "the argv, caps, timeout and disk bound of runner exec");

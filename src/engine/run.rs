@@ -601,20 +601,27 @@ fn cancel_requested(ctx: &Ctx, run_id: &str, cancel: &CancelToken) -> bool {
 /// streams' totals are known (a run without the runner's result has none:
 /// its stored streams are marked incomplete). A cancelled run keeps
 /// nothing: its spool is dropped, which deletes what it wrote.
-fn judged_with_times(facts: &Facts, mut collector: Collector, last: Option<&Sighting>) -> RunOutcome {
-    let spool = collector.spool.take().filter(|_| !facts.cancel_requested);
+fn judged_with_times(facts: &Facts, collector: Collector, last: Option<&Sighting>) -> RunOutcome {
+    let mut outcome = judge_collected(&facts.judged(), collector);
+    if let Some(last) = last {
+        outcome.times.scheduled = last.times.scheduled;
+        outcome.times.started = outcome.times.started.or(last.times.started);
+        outcome.times.finished = outcome.times.finished.or(last.times.finished);
+    }
+    outcome
+}
+
+/// Judges a run from its collected log; what the output store kept
+/// becomes the outcome's links, once the streams' totals are known.
+pub fn judge_collected(judged: &Judged, mut collector: Collector) -> RunOutcome {
+    let spool = collector.spool.take().filter(|_| !judged.cancel_requested);
     let reported = collector.result.is_some();
-    let mut outcome = outcome::judge(&facts.judged(), collector);
+    let mut outcome = outcome::judge(judged, collector);
     if let Some(spool) = spool {
         let totals = reported.then_some([outcome.stdout_total_bytes, outcome.stderr_total_bytes]);
         let (links, note) = spool.finish(totals, SystemTime::now());
         outcome.links = links;
         outcome.notes.extend(note);
-    }
-    if let Some(last) = last {
-        outcome.times.scheduled = last.times.scheduled;
-        outcome.times.started = outcome.times.started.or(last.times.started);
-        outcome.times.finished = outcome.times.finished.or(last.times.finished);
     }
     outcome
 }

@@ -130,6 +130,24 @@ pub struct Policy {
     /// The output store (MCP_K8S_OUTPUTS_DIR): where streams and files
     /// past the inline caps are kept whole, behind resource links.
     pub outputs: Option<std::sync::Arc<crate::engine::outputs::Store>>,
+    /// Open sandboxes (sessions): how many, how long.
+    pub sandboxes: SandboxLimits,
+}
+
+/// The operator's bounds on open sandboxes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SandboxLimits {
+    /// Open at once, over every caller (MCP_K8S_MAX_SANDBOXES); 0: none
+    /// may be opened.
+    pub max_open: usize,
+    /// The longest `max_lifetime_s` (MCP_K8S_SANDBOX_MAX_LIFETIME_S).
+    pub max_lifetime: Duration,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> SandboxLimits {
+        SandboxLimits { max_open: 4, max_lifetime: Duration::from_secs(3600) }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -229,6 +247,16 @@ run_reasons! {
     ApiError,
     /// The server was at MCP_K8S_MAX_CONCURRENT with a full queue.
     QueueFull,
+    /// The named open sandbox does not exist (never did, closed, expired,
+    /// or another caller's).
+    SandboxNotFound,
+    /// Another call runs in the named open sandbox.
+    SandboxBusy,
+    /// MCP_K8S_MAX_SANDBOXES are open already.
+    SandboxLimit,
+    /// The open sandbox ended while the call ran (closed, its lifetime
+    /// over, or stopped from outside).
+    SandboxEnded,
 }
 
 impl RunStatus {

@@ -20,7 +20,7 @@
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
@@ -45,8 +45,19 @@ struct Taken {
     stop: Arc<AtomicBool>,
 }
 
-/// The call that runs now, if any: its tag and stop flag.
-type Current = Arc<Mutex<Option<(Tag, Arc<AtomicBool>)>>>;
+/// The call that runs now, if any (its tag and stop flag), and the tags
+/// of the calls taken before it, newest last.
+#[derive(Default)]
+struct Calls {
+    running: Option<(Tag, Arc<AtomicBool>)>,
+    taken: std::collections::VecDeque<Tag>,
+}
+
+type Current = Arc<Mutex<Calls>>;
+
+/// Tags remembered: a call sent again (a delivery that could not tell it
+/// arrived) is recognised for this many calls after it.
+const REMEMBERED_TAGS: usize = 64;
 
 /// What a message does, given the call that runs now.
 #[derive(Debug, PartialEq)]
@@ -59,18 +70,26 @@ enum Decision {
     Cancelled,
     /// A cancel for a call that is not running (over, or never was).
     NoSuchCall,
+    /// A call taken already, sent again: ignored.
+    Again,
 }
 
 /// The one rule of a session's runner: one call at a time, and a cancel
 /// reaches only the call it names.
 fn decide(current: &Current, message: &Message) -> (Decision, Option<Arc<AtomicBool>>) {
-    let mut current = current.lock().unwrap_or_else(PoisonError::into_inner);
-    match (message, current.as_ref()) {
+    let mut calls = current.lock().unwrap_or_else(PoisonError::into_inner);
+    let Calls { running, taken } = &mut *calls;
+    match (message, running.as_ref()) {
+        (Message::Call(call), _) if call.tag.is_some_and(|tag| taken.contains(&tag)) => (Decision::Again, None),
         (Message::Call(call), None) => {
             let stop = Arc::new(AtomicBool::new(false));
             // `session::decode` refused a call without its tag.
             let Some(tag) = call.tag else { return (Decision::NoSuchCall, None) };
-            *current = Some((tag, stop.clone()));
+            *running = Some((tag, stop.clone()));
+            if taken.len() == REMEMBERED_TAGS {
+                taken.pop_front();
+            }
+            taken.push_back(tag);
             (Decision::Run, Some(stop))
         }
         (Message::Call(_), Some(_)) => (Decision::Busy, None),
@@ -89,7 +108,7 @@ pub fn run_session(options: &AssignOptions, until_ms: u64) -> Result<i32, String
     for signal in [libc::SIGTERM, libc::SIGINT] {
         signal_hook::flag::register(signal, terminate.clone()).map_err(|error| format!("cannot handle signal {signal}: {error}"))?;
     }
-    let current: Current = Arc::new(Mutex::new(None));
+    let current: Current = Arc::new(Mutex::new(Calls::default()));
     let (sender, calls) = mpsc::channel::<Taken>();
     match &options.listen {
         Endpoint::Port(port) => {
@@ -119,7 +138,7 @@ pub fn run_session(options: &AssignOptions, until_ms: u64) -> Result<i32, String
         match calls.recv_timeout(TICK) {
             Ok(taken) => {
                 run_call(&options.workdir, taken, &terminate);
-                *current.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                current.lock().unwrap_or_else(PoisonError::into_inner).running = None;
                 idle_since = Instant::now();
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -148,21 +167,46 @@ fn run_call(workdir: &Path, taken: Taken, terminate: &Arc<AtomicBool>) {
     }
     // A SIGTERM to the session stops the call that runs, as it would a
     // one-shot run's command.
-    let call_over = Arc::new(AtomicBool::new(false));
+    let (call_over, over) = mpsc::channel::<()>();
     let relay = {
-        let (terminate, stop, call_over) = (terminate.clone(), stop.clone(), call_over.clone());
+        let (terminate, stop) = (terminate.clone(), stop.clone());
         std::thread::spawn(move || {
-            while !call_over.load(Ordering::SeqCst) {
+            while let Err(mpsc::RecvTimeoutError::Timeout) = over.recv_timeout(TICK) {
                 if terminate.load(Ordering::SeqCst) {
                     stop.store(true, Ordering::SeqCst);
                 }
-                std::thread::sleep(TICK);
             }
         })
     };
     super::run_exec_until(&call.exec, &call.env, &sink, &stop);
-    call_over.store(true, Ordering::SeqCst);
+    drop(call_over);
     let _ = relay.join();
+    reap_orphans();
+}
+
+/// How long the processes a call left are waited for after their kill.
+const ORPHAN_WAIT: Duration = Duration::from_secs(1);
+
+/// Waits for the processes the call left (killed by `kill_strays`, and
+/// re-parented to the runner, the sandbox's first process), so that none
+/// lingers as a zombie the next call would see with `kill -0` or `ps`.
+fn reap_orphans() {
+    if std::process::id() != 1 {
+        return;
+    }
+    let deadline = Instant::now() + ORPHAN_WAIT;
+    while Instant::now() < deadline {
+        // SAFETY: waitpid(2) for any child, not blocking; it touches only the
+        // status integer it is given.
+        let mut status = 0;
+        match unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } {
+            // No child left at all.
+            -1 => return,
+            // Children left, none ended yet: they are dying from SIGKILL.
+            0 => std::thread::sleep(Duration::from_millis(5)),
+            _reaped => {}
+        }
+    }
 }
 
 /// Frames to the log (the record) and, while it takes them, to the
@@ -258,10 +302,27 @@ fn answer(mut stream: TcpStream, code: u16, text: &str) {
     assign::close_gently(stream);
 }
 
+/// How long a call that finds another running waits for it to end before
+/// it is refused: the server sends the next call as soon as it has read the
+/// last one's result, which the runner writes a moment before it is done.
+const BUSY_WAIT: Duration = Duration::from_secs(2);
+
+/// `decide`, giving a running call `BUSY_WAIT` to end first.
+fn decide_waiting(current: &Current, message: &Message) -> (Decision, Option<Arc<AtomicBool>>) {
+    let deadline = Instant::now() + BUSY_WAIT;
+    loop {
+        let decided = decide(current, message);
+        if decided.0 != Decision::Busy || Instant::now() >= deadline {
+            return decided;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// What every message comes to, on a port or on stdin: the decision, and
 /// the answer where there is a connection to answer on.
 fn dispatch(message: Message, reply: Option<TcpStream>, current: &Current, calls: &mpsc::Sender<Taken>) {
-    let (decision, stop) = decide(current, &message);
+    let (decision, stop) = decide_waiting(current, &message);
     let answered = |code: u16, text: &str| {
         if let Some(stream) = reply.as_ref().and_then(|stream| stream.try_clone().ok()) {
             answer(stream, code, text);
@@ -270,16 +331,25 @@ fn dispatch(message: Message, reply: Option<TcpStream>, current: &Current, calls
     match (decision, message, stop) {
         (Decision::Run, Message::Call(call), Some(stop)) => {
             let Some(tag) = call.tag else { return };
-            let taken = Taken { call, tag, reply, stop };
+            let taken = Taken { call: *call, tag, reply, stop };
             if let Err(mpsc::SendError(taken)) = calls.send(taken) {
                 // The main loop is gone (the session ends): nothing runs.
-                *current.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                current.lock().unwrap_or_else(PoisonError::into_inner).running = None;
                 if let Some(stream) = taken.reply {
                     answer(stream, 503, "the session is ending");
                 }
             }
         }
+        (Decision::Busy, Message::Call(call), _) if reply.is_none() && call.tag.is_some() => {
+            let Some(tag) = call.tag else { return };
+            // Nobody to answer on stdin: the refused call's own frames say it.
+            let mut result = RunResult::started(super::now_ms());
+            result.start_error = Some("another call runs in this sandbox; one call at a time".to_string());
+            result.finished_at_ms = result.started_at_ms;
+            capture::write_frame(&FrameSink::tagged(tag, Box::new(io::stdout())), &Frame::Result(result));
+        }
         (Decision::Busy, ..) => answered(409, "another call runs in this sandbox"),
+        (Decision::Again, ..) => answered(409, "this call was taken already"),
         (Decision::Cancelled, ..) => answered(202, "the call is being stopped"),
         (Decision::NoSuchCall, ..) | (Decision::Run, ..) => answered(409, "no such call runs in this sandbox"),
     }
@@ -288,7 +358,7 @@ fn dispatch(message: Message, reply: Option<TcpStream>, current: &Current, calls
 /// Stdin's lines, each one message, each bounded by
 /// `assignment::MAX_BODY_BYTES` (a longer one is skipped to its end).
 /// Stdin carries no key: only a Docker API client can write to it.
-fn serve_stdin(input: impl Read, workdir: &PathBuf, current: &Current, calls: &mpsc::Sender<Taken>) {
+fn serve_stdin(input: impl Read, workdir: &Path, current: &Current, calls: &mpsc::Sender<Taken>) {
     let mut input = BufReader::new(input);
     let mut line = Vec::new();
     loop {
@@ -345,7 +415,7 @@ mod tests {
     fn call(tag: u8) -> Message {
         let exec = crate::sandbox::args::parse_exec(["--", "true"].iter().map(Into::into).collect()).unwrap();
         let tag = Some(Tag::from_bytes([tag; TAG_BYTES]));
-        Message::Call(Assignment { run_id: "call".into(), exec, env: Default::default(), files: Vec::new(), tag })
+        Message::Call(Box::new(Assignment { run_id: "call".into(), exec, env: Default::default(), files: Vec::new(), tag }))
     }
 
     fn cancel(tag: u8) -> Message {
@@ -356,7 +426,7 @@ mod tests {
     /// next call is taken once the first is over.
     #[test]
     fn one_call_at_a_time_and_a_cancel_reaches_only_its_call() {
-        let current: Current = Arc::new(Mutex::new(None));
+        let current: Current = Arc::new(Mutex::new(Calls::default()));
         assert_eq!(decide(&current, &cancel(1)).0, Decision::NoSuchCall, "nothing runs");
         let (first, stop) = decide(&current, &call(1));
         assert_eq!(first, Decision::Run);
@@ -366,7 +436,9 @@ mod tests {
         assert!(!stop.load(Ordering::SeqCst));
         assert_eq!(decide(&current, &cancel(1)).0, Decision::Cancelled);
         assert!(stop.load(Ordering::SeqCst));
-        *current.lock().unwrap() = None;
+        assert_eq!(decide(&current, &call(1)).0, Decision::Again, "a call sent again while it runs");
+        current.lock().unwrap().running = None;
+        assert_eq!(decide(&current, &call(1)).0, Decision::Again, "a call sent again after it ran");
         assert_eq!(decide(&current, &call(2)).0, Decision::Run, "the next call, once the first is over");
     }
 

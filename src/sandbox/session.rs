@@ -26,7 +26,7 @@ pub const CANCEL_PATH: &str = "/cancel";
 #[derive(Debug, PartialEq)]
 pub enum Message {
     /// Run this call (its tag is set).
-    Call(Assignment),
+    Call(Box<Assignment>),
     /// Stop the call with this tag, if it still runs.
     Cancel(Tag),
 }
@@ -67,7 +67,7 @@ pub fn decode(body: &[u8]) -> Result<(Key, Message), String> {
     if call.tag.is_none() {
         return Err("a session's call must carry its tag".to_string());
     }
-    Ok((key, Message::Call(call)))
+    Ok((key, Message::Call(Box::new(call))))
 }
 
 #[derive(Serialize, Deserialize)]

@@ -112,12 +112,21 @@ fn execute_code(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(split) => split,
         Err(message) => return ToolOutcome::Failure(message),
     };
+    let (arguments, sandbox) = match super::sandboxes::split_sandbox(arguments) {
+        Ok(split) => split,
+        Err(message) => return ToolOutcome::Failure(message),
+    };
+    if sandbox.is_some() && arguments.get("network").is_some_and(|value| !value.is_null()) {
+        return ToolOutcome::Failure(
+            "`network` cannot be given with `sandbox`: a sandbox's network is fixed when it is opened".to_string(),
+        );
+    }
     let spec = match parse_execute_args(&arguments, &ctx.config) {
         Ok(spec) => spec,
         Err(message) => return ToolOutcome::Failure(message),
     };
     let keyed = keyed.as_ref().map(|keyed| (keyed, crate::engine::background::TokenKind::Code));
-    match run_job::run_reporting_progress(ctx, call, NAME, spec, (keyed, site.as_deref())) {
+    match run_job::run_reporting_progress(ctx, call, NAME, spec, (keyed, site.as_deref(), sandbox.as_deref())) {
         Ok(run_outcome) => outcome(&run_outcome),
         Err(why) => ToolOutcome::Failure(why),
     }
@@ -324,6 +333,7 @@ fn input_schema(config: &Config) -> Value {
                 " (none when the operator allows it, else the operator's MCP_K8S_NETWORK_DEFAULT)",
             ),
             "site": super::site_schema(config),
+            "sandbox": super::sandboxes::sandbox_schema(),
             idempotency::ARGUMENT: idempotency::schema("the first call's result (waiting while its run goes on)", config.result_ttl_s),
         },
     })

@@ -19,6 +19,7 @@ pub mod job_args;
 pub mod job_result;
 pub mod links;
 pub mod run_job;
+pub mod sandboxes;
 pub mod snippets;
 
 use std::fmt;
@@ -306,6 +307,7 @@ impl Registry {
     pub fn new(config: &Config) -> Registry {
         let mut tools = vec![describe_environment_tool(), run_job::run_job_tool(config), execute_code::execute_code_tool(config)];
         tools.extend(background::tools(config));
+        tools.extend(sandboxes::tools(config));
         if config.test_tools {
             tools.push(test_sleep_tool());
             tools.push(test_panic_tool());

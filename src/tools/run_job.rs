@@ -49,7 +49,7 @@ pub fn run_job_tool(config: &Config) -> Tool {
             config.max_timeout_s,
             allowed_images_text(config)
         ),
-        input_schema: input_schema(config),
+        input_schema: run_job_schema(config),
         output_schema: job_result::output_schema(),
         annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
         handler: run_job,
@@ -95,7 +95,20 @@ pub fn input_schema(config: &Config) -> Value {
     })
 }
 
-fn allowed_images_text(config: &Config) -> String {
+/// `run_job`'s schema: `submit_job`'s, and `sandbox`, with which `image`
+/// may be left out (the sandbox's own).
+fn run_job_schema(config: &Config) -> Value {
+    let mut schema = input_schema(config);
+    schema["required"] = json!(["command"]);
+    schema["properties"]["sandbox"] = super::sandboxes::sandbox_schema();
+    schema["properties"]["image"]["description"] = json!(format!(
+        "container image; allowed: {}. With `sandbox`: the sandbox's own, which may be left out",
+        allowed_images_text(config)
+    ));
+    schema
+}
+
+pub fn allowed_images_text(config: &Config) -> String {
     if config.allowed_images.is_empty() {
         "none (the operator has not set MCP_K8S_ALLOWED_IMAGES)".to_string()
     } else {
@@ -135,12 +148,23 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(split) => split,
         Err(message) => return ToolOutcome::Failure(message),
     };
+    let (arguments, sandbox) = match super::sandboxes::split_sandbox(arguments) {
+        Ok(split) => split,
+        Err(message) => return ToolOutcome::Failure(message),
+    };
+    let arguments = match &sandbox {
+        Some(id) => match super::sandboxes::run_job_arguments(ctx, call, site.as_deref(), id, arguments) {
+            Ok(arguments) => arguments,
+            Err(unusable) => return unusable.outcome(),
+        },
+        None => arguments,
+    };
     let spec = match job_args::parse_run_args(&arguments, &arg_bounds(&ctx.config)) {
         Ok(spec) => spec,
         Err(error) => return ToolOutcome::Failure(error.to_string()),
     };
     let keyed = keyed.as_ref().map(|keyed| (keyed, engine::background::TokenKind::Job));
-    match run_reporting_progress(ctx, call, "run_job", spec, (keyed, site.as_deref())) {
+    match run_reporting_progress(ctx, call, "run_job", spec, (keyed, site.as_deref(), sandbox.as_deref())) {
         Ok(outcome) => ToolOutcome::SuccessWithContent {
             structured: job_result::outcome_json(&outcome),
             extra_content: job_result::content_blocks(&outcome),
@@ -160,13 +184,16 @@ pub fn run_reporting_progress(
     call: &Call<'_>,
     tool: &str,
     mut spec: engine::spec::RunSpec,
-    (keyed, site): (Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>, Option<&str>),
+    (keyed, site, sandbox): (Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>, Option<&str>, Option<&str>),
 ) -> Result<engine::spec::RunOutcome, String> {
+    if keyed.is_some() && sandbox.is_some() {
+        return Err("`idempotency_key` cannot be given with `sandbox`: a call in a sandbox is not kept to be found again".to_string());
+    }
     let site = ctx.site(site)?;
     let engine = site.engine.as_ref().map_err(|why| super::no_backend(why))?;
     let admitted = ctx.admit(call.caller, &site.name, &mut spec)?;
     let spec = &spec;
-    let on = On { engine, site: &site.name };
+    let on = On { engine, site: &site.name, sandbox };
     match keyed {
         Some((keyed, kind)) => {
             let keyed = keyed.clone().of_site(engine.site.as_deref());
@@ -193,6 +220,8 @@ pub fn run_reporting_progress(
 struct On<'a> {
     engine: &'a engine::run::Ctx,
     site: &'a str,
+    /// The open sandbox the call runs in, if it names one.
+    sandbox: Option<&'a str>,
 }
 
 fn run_now(call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec, on: On<'_>) -> Result<engine::spec::RunOutcome, String> {
@@ -209,7 +238,10 @@ fn run_now(call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec, on: On<'_>
     Ok(std::thread::scope(|scope| {
         let report = &report;
         scope.spawn(move || heartbeat(&heartbeat_stop, report));
-        let outcome = engine::run::run(engine, spec, &run_id, call.cancel, &on_progress);
+        let outcome = match on.sandbox {
+            Some(id) => engine::sandbox_call::call(engine, id, spec, &run_id, call.cancel, &on_progress),
+            None => engine::run::run(engine, spec, &run_id, call.cancel, &on_progress),
+        };
         drop(finished);
         super::audit_call(call.caller, on.site, audit::Event::Run, tool, spec, &run_id, Some((&outcome, arrived.elapsed())));
         outcome

@@ -11,6 +11,8 @@ mod cases;
 mod execute_code;
 #[path = "harness.rs"]
 mod harness;
+#[path = "sandboxes.rs"]
+mod sandboxes;
 // The helper tree of every tier. This tier's main.rs had no `mod support`
 // when this was written, so the module brings its own. Where main.rs has
 // one too, the tree is compiled twice (harmless, hence the allow), and

@@ -9,6 +9,8 @@ mod cases;
 mod execute_code;
 #[path = "harness.rs"]
 mod harness;
+#[path = "sandboxes.rs"]
+mod sandboxes;
 // The tier's helper tree, where the harness finds it (`super::support`).
 use crate::support;
 

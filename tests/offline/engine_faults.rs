@@ -43,6 +43,7 @@ fn policy() -> Policy {
         cache: None,
         clone: None,
         outputs: None,
+        sandboxes: Default::default(),
     }
 }
 

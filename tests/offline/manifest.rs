@@ -26,6 +26,7 @@ fn policy() -> Policy {
         cache: None,
         clone: None,
         outputs: None,
+        sandboxes: Default::default(),
     }
 }
 

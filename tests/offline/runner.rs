@@ -363,6 +363,7 @@ fn assignment_for(options: &ExecOptions) -> Assignment {
         exec: options.clone(),
         env: [("GREETING".to_string(), "hello from the assignment".to_string())].into(),
         files: vec![AssignedFile { path: "data/in.txt".into(), mode: 0o640, content: b"input\n".to_vec() }],
+        tag: None,
     }
 }
 
@@ -398,6 +399,7 @@ fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
         key_file: Some(key_file.clone()),
         workdir: workdir.clone(),
         max_wait: Duration::from_secs(60),
+        session_until_ms: None,
     };
     let path = std::env::var("PATH").unwrap_or_default();
     let mut runner = crate::support::server::command(&[("PATH", &path)])
@@ -436,8 +438,13 @@ fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
 #[test]
 fn a_warm_runner_on_stdin_takes_its_assignment_and_the_command_reads_nothing() {
     let exec = options("warm-stdin", &["sh", "-c", "cat data/in.txt; cat; echo \"$GREETING\"; exit 4"]);
-    let assign =
-        AssignOptions { listen: Endpoint::Stdin, key_file: None, workdir: exec.workdir.clone(), max_wait: Duration::from_secs(60) };
+    let assign = AssignOptions {
+        listen: Endpoint::Stdin,
+        key_file: None,
+        workdir: exec.workdir.clone(),
+        max_wait: Duration::from_secs(60),
+        session_until_ms: None,
+    };
     let path = std::env::var("PATH").unwrap_or_default();
     let spawn = || {
         crate::support::server::command(&[("PATH", &path)])

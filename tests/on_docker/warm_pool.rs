@@ -163,6 +163,7 @@ fn pools_and_backend(name: &str) -> (std::sync::Arc<pool::Pools>, Docker, RunSpe
         cache: None,
         clone: None,
         outputs: None,
+        sandboxes: Default::default(),
     };
     let options = spec::Options {
         runner_binary: crate::backend::runner_binary(),

@@ -28,6 +28,7 @@ pub mod pool;
 pub mod reaper;
 pub mod record;
 pub mod removal;
+pub mod sandbox;
 pub mod spec;
 pub mod watch;
 
@@ -566,6 +567,10 @@ impl Backend for Docker {
 
     fn wording(&self) -> &'static Wording {
         &WORDING
+    }
+
+    fn sandbox_store(&self) -> Option<&dyn crate::engine::sandboxes::SandboxStore> {
+        Some(self)
     }
 
     /// A run's containers are removed after its answer on threads of their

@@ -272,6 +272,50 @@ pub fn pool_container(template: &RunSpec, policy: &Policy, options: &Options, sa
     body
 }
 
+/// Every container of an open sandbox carries its public name: the
+/// sandbox's own (role `run`), its call mark and its last-used marks.
+pub const LABEL_SANDBOX: &str = "mcp-k8s-ephemeral-job/sandbox";
+/// On the sandbox's own container: its record (`engine::sandboxes`).
+pub const LABEL_SANDBOX_RECORD: &str = "mcp-k8s-ephemeral-job/sandbox-record";
+/// On a call mark: the call (`engine::sandboxes::CallMark`).
+pub const LABEL_SANDBOX_CALL: &str = "mcp-k8s-ephemeral-job/sandbox-call";
+/// On a last-used mark: when a call ended, Unix milliseconds.
+pub const LABEL_SANDBOX_USED_MS: &str = "mcp-k8s-ephemeral-job/sandbox-used-ms";
+pub const ROLE_SANDBOX_CALL: &str = "sandbox-call";
+pub const ROLE_SANDBOX_USED: &str = "sandbox-used";
+
+/// The create body of an open sandbox's container: a cold run's container
+/// for its shape, whose runner takes call after call on its stdin, which
+/// stays open between attaches (`OpenStdin` without `StdinOnce`), until it
+/// has been idle `idle` or `until_ms` passes; its record in a label.
+pub fn session_container(
+    template: &RunSpec,
+    policy: &Policy,
+    options: &Options,
+    name: &str,
+    record: &str,
+    idle: Duration,
+    until_ms: u64,
+) -> ContainerSpec {
+    let expires_at = std::time::UNIX_EPOCH + Duration::from_millis(until_ms) + crate::engine::run::EXPIRY_SLACK;
+    let run = NewRun { run_id: name, spec: template, keep: Keep::UntilRemoved { expires_at }, start_by: None };
+    let mut body = container(&run, policy, options);
+    let assign = AssignOptions {
+        listen: Endpoint::Stdin,
+        key_file: None,
+        workdir: template.workdir.clone().into(),
+        max_wait: idle,
+        session_until_ms: Some(until_ms),
+    };
+    body.cmd = args::assign_args(&assign);
+    body.open_stdin = true;
+    body.stdin_once = false;
+    body.attach_stdin = true;
+    body.labels.insert(LABEL_SANDBOX.to_string(), name.to_string());
+    body.labels.insert(LABEL_SANDBOX_RECORD.to_string(), record.to_string());
+    body
+}
+
 /// The labels of a run's container: ownership, expiry and, for a
 /// background run, its record (see `record`).
 pub fn labels(run: &NewRun, policy: &Policy) -> BTreeMap<String, String> {
@@ -420,6 +464,7 @@ mod tests {
             cache: None,
             clone: None,
             outputs: None,
+            sandboxes: Default::default(),
         }
     }
 

@@ -1,0 +1,350 @@
+//! `open_sandbox`, `close_sandbox` and `list_sandboxes`, and the
+//! `sandbox` argument `run_job` and `execute_code` take: a sandbox that
+//! keeps its workdir, `HOME` and what calls installed, for one caller's
+//! calls one at a time, until it is closed, idle for `idle_timeout_s` or
+//! `max_lifetime_s` old. The engine keeps the rules
+//! (`engine::sandboxes`) and runs the calls (`engine::sandbox_call`); this
+//! file checks arguments and shapes results.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::config::Config;
+use crate::engine::sandbox_call::{self, Opening, Refusal};
+use crate::engine::sandboxes::{self, Seen};
+use crate::json::json_kind;
+use crate::tools::job_args::{self, ArgBounds};
+use crate::tools::run_job::{arg_bounds, network_schema};
+use crate::tools::{Annotations, Arguments, Call, Ctx, Tool, ToolOutcome};
+
+pub fn tools(config: &Config) -> Vec<Tool> {
+    vec![open_sandbox_tool(config), close_sandbox_tool(), list_sandboxes_tool()]
+}
+
+/// The `sandbox` property of `run_job`'s and `execute_code`'s schemas.
+pub fn sandbox_schema() -> Value {
+    json!({
+        "type": ["string", "null"],
+        "description": "optional: an open sandbox's id (open_sandbox) to run in, instead of a fresh one: its workdir, HOME \
+                        and what earlier calls wrote or installed are there; its image, limits and network are the ones it was \
+                        opened with. One call at a time per sandbox: a call while another runs is refused (reason SandboxBusy).",
+    })
+}
+
+/// Takes `sandbox` off a run tool's arguments (`null` is none).
+pub fn split_sandbox(arguments: Arguments<'_>) -> Result<(Arguments<'_>, Option<String>), String> {
+    let sandbox = match arguments.get("sandbox") {
+        None => return Ok((arguments, None)),
+        Some(Value::Null) => None,
+        Some(Value::String(id)) => Some(id.clone()),
+        Some(other) => return Err(format!("argument `sandbox` must be a string (an id from open_sandbox), not {}", json_kind(other))),
+    };
+    let mut rest = arguments.into_owned();
+    rest.remove("sandbox");
+    Ok((std::borrow::Cow::Owned(rest), sandbox))
+}
+
+/// Why a call cannot run in the sandbox it names.
+pub enum Unusable {
+    /// Its arguments are wrong: a tool error.
+    Invalid(String),
+    /// The sandbox cannot take it: a result with its status and reason.
+    Refused(Refusal),
+}
+
+impl Unusable {
+    /// `run_job`'s answer.
+    pub fn outcome(self) -> ToolOutcome {
+        match self {
+            Unusable::Invalid(why) => ToolOutcome::Failure(why),
+            Unusable::Refused(refused) => {
+                let outcome = crate::engine::spec::RunOutcome::without_result(
+                    &crate::engine::run::new_run_id(),
+                    crate::engine::spec::RunStatus::Error,
+                    refused.reason,
+                    refused.message,
+                );
+                ToolOutcome::SuccessWithContent { structured: super::job_result::outcome_json(&outcome), extra_content: Vec::new() }
+            }
+        }
+    }
+}
+
+/// `run_job`'s arguments for a call in a sandbox: its image when the call
+/// names none; what the sandbox fixed at its opening cannot change.
+pub fn run_job_arguments<'a>(
+    ctx: &Ctx,
+    call: &Call<'_>,
+    site: Option<&str>,
+    id: &str,
+    arguments: Arguments<'a>,
+) -> Result<Arguments<'a>, Unusable> {
+    for fixed in ["limits", "network", "clone", "workdir"] {
+        if arguments.get(fixed).is_some_and(|value| !value.is_null()) {
+            return Err(Unusable::Invalid(format!(
+                "`{fixed}` cannot be given with `sandbox`: a sandbox's image, limits, network and workdir are fixed when it is opened"
+            )));
+        }
+    }
+    if arguments.contains_key("image") {
+        return Ok(arguments);
+    }
+    let engine = engine_of(ctx, site).map_err(Unusable::Invalid)?;
+    let seen = sandbox_call::find_yours(engine, id, call.caller.owner()).map_err(Unusable::Refused)?;
+    let mut filled = arguments.into_owned();
+    filled.insert("image".to_string(), json!(seen.record.image));
+    Ok(std::borrow::Cow::Owned(filled))
+}
+
+fn engine_of<'a>(ctx: &'a Ctx, site: Option<&str>) -> Result<&'a crate::engine::run::Ctx, String> {
+    ctx.site(site)?.engine.as_ref().map_err(|why| super::no_backend(why))
+}
+
+fn open_sandbox_tool(config: &Config) -> Tool {
+    Tool {
+        name: "open_sandbox",
+        title: "Open a sandbox that keeps its state across calls",
+        description: format!(
+            "Opens a sandbox (a pod, or a container) that stays between calls: pass its `sandbox` id to run_job or execute_code \
+             and the command runs in its workdir, with the files and HOME (/tmp: `pip install --user` lands there) that earlier \
+             calls left; the root file system stays read-only. Give `image` (allowed: {}) or an execute_code `language`. One call \
+             at a time; a call's timeout, OOM kill or cancel ends that call, not the sandbox; processes a call starts end with it. \
+             The sandbox closes after `idle_timeout_s` without a call (default {}), at `max_lifetime_s` (default and most {}), or \
+             at close_sandbox; everything in it is deleted then. The id is a secret: whoever has it can run code in the sandbox. \
+             At most {} sandboxes are open at once on this server.",
+            super::run_job::allowed_images_text(config),
+            sandboxes::DEFAULT_IDLE_TIMEOUT.as_secs(),
+            config.sandbox_max_lifetime_s,
+            config.max_sandboxes,
+        ),
+        input_schema: json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "image": {"type": "string", "description": "the container image (or give `language`)"},
+                "language": {"type": "string", "enum": config.languages.names(), "description": "an execute_code language: its image and limits"},
+                "limits": {"type": "object", "additionalProperties": false, "properties": {
+                    "cpu": {"type": "string", "description": "CPU limit, e.g. \"500m\""},
+                    "memory": {"type": "string", "description": "memory limit, e.g. \"512Mi\"; every call shares it"},
+                }},
+                "network": network_schema(config, config.network_default, " (the operator's MCP_K8S_NETWORK_DEFAULT)"),
+                "idle_timeout_s": {"type": "integer", "minimum": 1, "description": format!("seconds without a call before it closes; default {}", sandboxes::DEFAULT_IDLE_TIMEOUT.as_secs())},
+                "max_lifetime_s": {"type": "integer", "minimum": 60, "maximum": config.sandbox_max_lifetime_s, "description": format!("seconds it may live at most; default {}", config.sandbox_max_lifetime_s.min(sandboxes::DEFAULT_MAX_LIFETIME.as_secs()))},
+                "site": super::site_schema(config),
+            },
+        }),
+        output_schema: sandbox_schema_out(),
+        annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
+        handler: open_sandbox,
+    }
+}
+
+/// One sandbox as the tools show it; with `status: error`, `reason` and
+/// `message` when it could not be opened or closed.
+fn sandbox_schema_out() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "sandbox": {"type": "string", "description": "its id: pass it as `sandbox`; keep it secret"},
+            "image": {"type": "string"},
+            "language": {"type": ["string", "null"]},
+            "network": {"type": "string"},
+            "limits": {"type": "object"},
+            "workdir": {"type": "string"},
+            "state": {"type": "string", "enum": ["idle", "busy", "expired", "closed"]},
+            "opened_at": {"type": "string"},
+            "age_s": {"type": "integer"},
+            "idle_s": {"type": "integer"},
+            "idle_timeout_s": {"type": "integer"},
+            "expires_at": {"type": "string", "description": "the end of its max_lifetime_s"},
+            "status": {"type": "string", "enum": ["error"]},
+            "reason": {"type": "string"},
+            "message": {"type": "string"},
+        },
+    })
+}
+
+fn open_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
+    let (arguments, site) = match super::split_site(std::borrow::Cow::Borrowed(call.arguments)) {
+        Ok(split) => split,
+        Err(why) => return ToolOutcome::Failure(why),
+    };
+    let opening = match parse_open(&arguments, &ctx.config, call.caller.owner()) {
+        Ok(opening) => opening,
+        Err(why) => return ToolOutcome::Failure(why),
+    };
+    let engine = match engine_of(ctx, site.as_deref()) {
+        Ok(engine) => engine,
+        Err(why) => return ToolOutcome::Failure(why),
+    };
+    match sandbox_call::open(engine, &opening) {
+        Ok(seen) => ToolOutcome::Success(seen_json(&seen, true)),
+        Err(refused) => refused_outcome(&refused),
+    }
+}
+
+fn parse_open(arguments: &Map<String, Value>, config: &Config, owner: Option<&str>) -> Result<Opening, String> {
+    super::check_known_arguments(arguments, &["image", "language", "limits", "network", "idle_timeout_s", "max_lifetime_s"])
+        .map_err(|error| error.to_string())?;
+    let seconds = |name: &str, default: u64, min: u64, max: u64| match arguments.get(name).filter(|value| !value.is_null()) {
+        None => Ok(default),
+        Some(value) => value
+            .as_u64()
+            .filter(|seconds| (min..=max).contains(seconds))
+            .ok_or_else(|| format!("`{name}` must be a whole number from {min} to {max}")),
+    };
+    let max_cap = config.sandbox_max_lifetime_s;
+    let max_lifetime = seconds("max_lifetime_s", max_cap.min(sandboxes::DEFAULT_MAX_LIFETIME.as_secs()), 60, max_cap)?;
+    let idle_timeout = seconds("idle_timeout_s", sandboxes::DEFAULT_IDLE_TIMEOUT.as_secs().min(max_lifetime), 1, max_lifetime)?;
+    let language = arguments.get("language").and_then(Value::as_str);
+    let mut run_args = Map::new();
+    let (allowlist, network_default);
+    let bounds = match (arguments.get("image"), language) {
+        (Some(image), None) => {
+            run_args.insert("image".into(), image.clone());
+            arg_bounds(config)
+        }
+        (None, Some(language)) => {
+            let profile = config.languages.get(language).ok_or_else(|| {
+                format!("unknown `language` `{}`; available: {}", crate::echo::shorten(language), config.languages.names().join(", "))
+            })?;
+            run_args.insert("image".into(), json!(profile.image));
+            run_args.insert("limits".into(), json!({"cpu": profile.cpu.as_str(), "memory": profile.memory.as_str()}));
+            allowlist = crate::images::Allowlist::parse(&profile.image)
+                .map_err(|(image, why)| format!("language `{language}` has an unusable image `{image}` ({why}); tell the operator"))?;
+            network_default = config.execute_code_network_default();
+            ArgBounds { allowlist: &allowlist, network_default, clone_enabled: false, ..arg_bounds(config) }
+        }
+        _ => return Err("give one of `image` and `language`".to_string()),
+    };
+    for carried in ["limits", "network"] {
+        if let Some(value) = arguments.get(carried) {
+            run_args.insert(carried.into(), value.clone());
+        }
+    }
+    run_args.insert("command".into(), json!(["sandbox"]));
+    let mut spec = job_args::parse_run_args(&run_args, &bounds).map_err(|error| error.to_string())?;
+    spec.owner = owner.map(str::to_string);
+    Ok(Opening {
+        spec,
+        language: language.map(str::to_string),
+        idle_timeout: Duration::from_secs(idle_timeout),
+        max_lifetime: Duration::from_secs(max_lifetime),
+    })
+}
+
+fn close_sandbox_tool() -> Tool {
+    Tool {
+        name: "close_sandbox",
+        title: "Close an open sandbox",
+        description: "Closes a sandbox open_sandbox opened: it and everything in it are deleted. A call that runs in it ends with \
+                      reason SandboxEnded."
+            .to_string(),
+        input_schema: json!({
+            "type": "object",
+            "required": ["sandbox"],
+            "additionalProperties": false,
+            "properties": {"sandbox": {"type": "string"}, "site": {"type": ["string", "null"]}},
+        }),
+        output_schema: sandbox_schema_out(),
+        annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
+        handler: close_sandbox,
+    }
+}
+
+fn close_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
+    let (arguments, site) = match super::split_site(std::borrow::Cow::Borrowed(call.arguments)) {
+        Ok(split) => split,
+        Err(why) => return ToolOutcome::Failure(why),
+    };
+    if let Err(error) = super::check_known_arguments(&arguments, &["sandbox"]) {
+        return ToolOutcome::Failure(error.to_string());
+    }
+    let Some(id) = arguments.get("sandbox").and_then(Value::as_str) else {
+        return ToolOutcome::Failure("`sandbox` is required: the id open_sandbox gave".to_string());
+    };
+    let engine = match engine_of(ctx, site.as_deref()) {
+        Ok(engine) => engine,
+        Err(why) => return ToolOutcome::Failure(why),
+    };
+    match sandbox_call::close(engine, id, call.caller.owner()) {
+        Ok(seen) => {
+            let mut closed = seen_json(&seen, false);
+            closed["state"] = json!("closed");
+            ToolOutcome::Success(closed)
+        }
+        Err(refused) => refused_outcome(&refused),
+    }
+}
+
+fn list_sandboxes_tool() -> Tool {
+    Tool {
+        name: "list_sandboxes",
+        title: "List open sandboxes",
+        description: "Lists your open sandboxes: id, image, age, idle time, expiry and state (idle, busy, expired: closing soon)."
+            .to_string(),
+        input_schema: json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {"site": {"type": ["string", "null"]}},
+        }),
+        output_schema: json!({
+            "type": "object",
+            "required": ["sandboxes"],
+            "properties": {"sandboxes": {"type": "array", "items": sandbox_schema_out()}},
+        }),
+        annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
+        handler: list_sandboxes,
+    }
+}
+
+fn list_sandboxes(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
+    let (arguments, site) = match super::split_site(std::borrow::Cow::Borrowed(call.arguments)) {
+        Ok(split) => split,
+        Err(why) => return ToolOutcome::Failure(why),
+    };
+    if let Err(error) = super::check_known_arguments(&arguments, &[]) {
+        return ToolOutcome::Failure(error.to_string());
+    }
+    let engine = match engine_of(ctx, site.as_deref()) {
+        Ok(engine) => engine,
+        Err(why) => return ToolOutcome::Failure(why),
+    };
+    match sandbox_call::list(engine, call.caller.owner()) {
+        Ok(listed) => ToolOutcome::Success(json!({"sandboxes": listed.iter().map(|seen| seen_json(seen, true)).collect::<Vec<_>>()})),
+        Err(refused) => refused_outcome(&refused),
+    }
+}
+
+fn refused_outcome(refused: &Refusal) -> ToolOutcome {
+    ToolOutcome::Rendered {
+        text: format!("{}: {}", refused.reason.name(), refused.message),
+        structured: json!({"status": "error", "reason": refused.reason.name(), "message": refused.message}),
+        extra_content: Vec::new(),
+        is_error: true,
+    }
+}
+
+fn seen_json(seen: &Seen, with_state: bool) -> Value {
+    let record = &seen.record;
+    let now = crate::time::unix_ms(std::time::SystemTime::now());
+    let at = |ms: u64| crate::log::rfc3339_utc(std::time::UNIX_EPOCH + Duration::from_millis(ms));
+    let mut shown = json!({
+        "sandbox": record.id,
+        "image": record.image,
+        "language": record.language,
+        "network": record.network,
+        "limits": {"cpu": record.cpu, "memory": record.memory},
+        "workdir": record.workdir,
+        "opened_at": at(record.opened_at_ms),
+        "age_s": now.saturating_sub(record.opened_at_ms) / 1000,
+        "idle_s": now.saturating_sub(seen.last_used_ms) / 1000,
+        "idle_timeout_s": record.idle_timeout_s,
+        "expires_at": at(record.expires_at_ms),
+    });
+    if with_state {
+        shown["state"] = json!(sandboxes::state_name(seen, now));
+    }
+    shown
+}

@@ -1,0 +1,305 @@
+//! Open sandboxes, the same table on every backend (included by the
+//! Docker and the Kubernetes tiers as their `sandboxes` module): state kept
+//! across calls (files, HOME, a package installed from a wheel), a call's
+//! timeout or OOM kill that leaves the sandbox usable, processes that end
+//! with their call, one call at a time and a cancel that ends only the
+//! call, a second server that runs calls in the first one's sandbox, a
+//! server killed mid-call, idle expiry, close during a call, and the limit
+//! on open sandboxes. After each case nothing of its sandboxes is left.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::BACKEND;
+use super::harness::{self, BUSYBOX, PYTHON, Server};
+
+/// The limit on open sandboxes counts every sandbox of the namespace or
+/// daemon: its case runs alone (the write side), the others together.
+static OPENING: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn together() -> std::sync::RwLockReadGuard<'static, ()> {
+    OPENING.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A server on this tier's backend, execute_code's python on the test
+/// image.
+fn server(extra: &[(&str, &str)]) -> Server {
+    let dir = std::env::temp_dir().join(format!("mcp-sandboxes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let languages = dir.join("languages.json");
+    std::fs::write(&languages, json!({"python": {"image": PYTHON, "cpu": "250m", "memory": "128Mi"}}).to_string()).unwrap();
+    let languages = languages.display().to_string();
+    let mut env = vec![("MCP_K8S_LANGUAGES", languages.as_str())];
+    env.extend_from_slice(extra);
+    Server::start(BACKEND, &env)
+}
+
+/// An open sandbox: its id and public name; removed (and checked gone)
+/// when dropped, whatever the case did.
+struct Opened {
+    id: String,
+    name: String,
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        drop(harness::Cleanup { kind: BACKEND, run_ids: vec![self.name.clone()] });
+    }
+}
+
+fn open(server: &mut Server, arguments: Value) -> Opened {
+    let opened = server.ok("open_sandbox", arguments);
+    let id = opened["sandbox"].as_str().expect("a sandbox id").to_string();
+    assert!(id.starts_with("sbx-"), "{opened}");
+    assert_eq!(opened["state"], "idle", "{opened}");
+    let name = mcp_k8s_ephemeral_job::engine::sandboxes::public_name(&id);
+    Opened { id, name }
+}
+
+fn call(server: &mut Server, tool: &str, arguments: Value) -> Value {
+    server.call(tool, arguments).result
+}
+
+fn sh(server: &mut Server, sandbox: &Opened, script: &str) -> Value {
+    call(server, "run_job", json!({"sandbox": sandbox.id, "command": ["sh", "-c", script], "timeout_s": 20}))["structuredContent"].clone()
+}
+
+fn close(server: &mut Server, sandbox: &Opened) {
+    let closed = server.ok("close_sandbox", json!({"sandbox": sandbox.id}));
+    assert_eq!(closed["state"], "closed", "{closed}");
+    harness::assert_nothing_left(BACKEND, &sandbox.name);
+}
+
+#[test]
+fn a_sandbox_keeps_its_workdir_and_home_across_calls_and_close_removes_it_all() {
+    let _together = together();
+    let mut server = server(&[]);
+    let sandbox = open(&mut server, json!({"image": BUSYBOX}));
+    let first = sh(&mut server, &sandbox, "echo kept > note.txt && echo home > $HOME/mark && echo one");
+    assert_eq!(first["status"], "succeeded", "{first}");
+    assert_eq!(first["stdout"], "one\n");
+    let second = sh(&mut server, &sandbox, "echo two");
+    assert_eq!(second["stdout"], "two\n", "{second}");
+    let third = sh(&mut server, &sandbox, "cat note.txt $HOME/mark");
+    assert_eq!(third["stdout"], "kept\nhome\n", "call 3 reads what call 1 wrote: {third}");
+    assert_ne!(first["run_id"], third["run_id"], "each call has its own run id");
+    assert!(third["artifacts"].as_array().unwrap().is_empty(), "a call returns the files it changed, not earlier ones: {third}");
+
+    let listed = server.ok("list_sandboxes", json!({}));
+    let mine: Vec<&Value> = listed["sandboxes"].as_array().unwrap().iter().filter(|s| s["sandbox"] == sandbox.id.as_str()).collect();
+    assert_eq!(mine.len(), 1, "{listed}");
+    assert_eq!(mine[0]["image"], BUSYBOX);
+    assert_eq!(mine[0]["state"], "idle");
+
+    close(&mut server, &sandbox);
+    let gone = sh(&mut server, &sandbox, "true");
+    assert_eq!(gone["status"], "error", "{gone}");
+    assert_eq!(gone["reason"], "SandboxNotFound", "{gone}");
+}
+
+#[test]
+fn a_package_installed_in_one_call_imports_in_the_next() {
+    let _together = together();
+    let mut server = server(&[]);
+    let sandbox = open(&mut server, json!({"language": "python"}));
+    // A wheel (a zip) as an input file, unpacked into the user site the way
+    // `pip install --user` puts a pure wheel (the test image has no pip).
+    let wheel = make_wheel();
+    let install = "import site, zipfile, os; d = site.getusersitepackages(); os.makedirs(d, exist_ok=True); \
+                   zipfile.ZipFile('greet-1.0-py3-none-any.whl').extractall(d); print('installed')";
+    let result = call(
+        &mut server,
+        "run_job",
+        json!({"sandbox": sandbox.id, "command": ["python3", "-c", install], "files": [{"path": "greet-1.0-py3-none-any.whl", "content_b64": wheel}]}),
+    );
+    assert_eq!(result["structuredContent"]["stdout"], "installed\n", "{result}");
+    let result = call(
+        &mut server,
+        "execute_code",
+        json!({"sandbox": sandbox.id, "language": "python", "entrypoint_code": "import greet; print(greet.hello())"}),
+    );
+    assert_eq!(result["structuredContent"]["stdout"], "hello from a wheel\n", "{result}");
+    close(&mut server, &sandbox);
+}
+
+/// A pure-Python wheel of one module, base64.
+fn make_wheel() -> String {
+    let script = r#"
+import base64, io, zipfile
+buffer = io.BytesIO()
+with zipfile.ZipFile(buffer, "w") as wheel:
+    wheel.writestr("greet.py", "def hello():\n    return 'hello from a wheel'\n")
+    wheel.writestr("greet-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: greet\nVersion: 1.0\n")
+    wheel.writestr("greet-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    wheel.writestr("greet-1.0.dist-info/RECORD", "")
+print(base64.b64encode(buffer.getvalue()).decode())
+"#;
+    let output = std::process::Command::new("python3").args(["-c", script]).output().expect("python3 runs");
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn a_timeout_or_an_oom_kill_ends_the_call_and_the_sandbox_goes_on() {
+    let _together = together();
+    let mut server = server(&[]);
+    let sandbox = open(&mut server, json!({"image": PYTHON, "limits": {"memory": "64Mi"}}));
+    sh(&mut server, &sandbox, "echo before > kept.txt");
+    let timed_out = call(&mut server, "run_job", json!({"sandbox": sandbox.id, "command": ["sleep", "30"], "timeout_s": 1}));
+    let timed_out = &timed_out["structuredContent"];
+    assert_eq!(timed_out["status"], "timeout", "{timed_out}");
+    assert_eq!(timed_out["reason"], "DeadlineExceeded", "{timed_out}");
+    let hog = "x = bytearray(256 * 1024 * 1024); print(len(x))";
+    let oom = call(&mut server, "run_job", json!({"sandbox": sandbox.id, "command": ["python3", "-c", hog], "timeout_s": 30}));
+    let oom = &oom["structuredContent"];
+    assert_eq!(oom["reason"], "OOMKilled", "{oom}");
+    let after = sh(&mut server, &sandbox, "cat kept.txt");
+    assert_eq!(after["status"], "succeeded", "the sandbox survives its commands' deaths: {after}");
+    assert_eq!(after["stdout"], "before\n");
+    close(&mut server, &sandbox);
+}
+
+#[test]
+fn a_process_a_call_started_ends_with_the_call() {
+    let _together = together();
+    let mut server = server(&[]);
+    let sandbox = open(&mut server, json!({"image": BUSYBOX}));
+    let started = sh(&mut server, &sandbox, "setsid sleep 300 & echo $! > pid; nohup sleep 301 >/dev/null 2>&1 & echo started");
+    assert_eq!(started["stdout"], "started\n", "{started}");
+    let after = sh(
+        &mut server,
+        &sandbox,
+        "if kill -0 $(cat pid) 2>/dev/null; then echo alive; else echo gone; fi; ps -o comm | grep -c sleep || true",
+    );
+    assert_eq!(after["stdout"], "gone\n0\n", "background processes end with their call: {after}");
+    close(&mut server, &sandbox);
+}
+
+/// Waits until the sandbox is busy with a call (as list_sandboxes says).
+fn await_busy(server: &mut Server, sandbox: &Opened) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = server.ok("list_sandboxes", json!({}));
+        let state =
+            listed["sandboxes"].as_array().unwrap().iter().find(|s| s["sandbox"] == sandbox.id.as_str()).map(|s| s["state"].clone());
+        if state == Some(json!("busy")) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the call never took the sandbox: {listed}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_second_call_while_one_runs_is_refused_and_a_cancel_ends_only_the_call() {
+    let _together = together();
+    let mut server = server(&[]);
+    let sandbox = open(&mut server, json!({"image": BUSYBOX}));
+    let slow = server.send_call("run_job", json!({"sandbox": sandbox.id, "command": ["sh", "-c", "echo go; sleep 300"], "timeout_s": 600}));
+    await_busy(&mut server, &sandbox);
+    let busy = call(&mut server, "run_job", json!({"sandbox": sandbox.id, "command": ["true"]}));
+    let busy_out = &busy["structuredContent"];
+    assert_eq!(busy_out["reason"], "SandboxBusy", "{busy}");
+    assert!(busy_out["message"].as_str().unwrap().contains("one call at a time"), "{busy}");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": slow, "reason": "contract"}});
+    server.stdio.send(&cancel.to_string());
+    let cancelled_at = Instant::now();
+    // The cancelled call gets no response (MCP); the sandbox is free again
+    // as soon as its command is stopped, with nothing of it left running.
+    let after = loop {
+        let after = sh(&mut server, &sandbox, "ps -o comm | grep -c sleep || true");
+        if after["reason"] != "SandboxBusy" {
+            break after;
+        }
+        assert!(cancelled_at.elapsed() < Duration::from_secs(30), "the cancel did not free the sandbox: {after}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(after["stdout"], "0\n", "the cancelled command is gone and the sandbox works: {after}");
+    close(&mut server, &sandbox);
+}
+
+#[test]
+fn a_second_server_runs_calls_in_a_sandbox_the_first_opened() {
+    let _together = together();
+    let mut first = server(&[]);
+    let mut second = server(&[]);
+    let sandbox = open(&mut first, json!({"image": BUSYBOX}));
+    sh(&mut first, &sandbox, "echo from-first > shared.txt");
+    let read = sh(&mut second, &sandbox, "cat shared.txt");
+    assert_eq!(read["stdout"], "from-first\n", "{read}");
+    let listed = second.ok("list_sandboxes", json!({}));
+    assert!(listed["sandboxes"].as_array().unwrap().iter().any(|s| s["sandbox"] == sandbox.id.as_str()), "{listed}");
+    close(&mut second, &sandbox);
+}
+
+#[test]
+fn a_server_killed_mid_call_leaves_the_sandbox_usable_by_the_next() {
+    let _together = together();
+    let mut first = server(&[]);
+    let sandbox = open(&mut first, json!({"image": BUSYBOX}));
+    sh(&mut first, &sandbox, "echo kept > kept.txt");
+    first.send_call("run_job", json!({"sandbox": sandbox.id, "command": ["sleep", "3"], "timeout_s": 2}));
+    await_busy(&mut first, &sandbox);
+    super::support::server::send_signal(&first.stdio.child, libc::SIGKILL);
+    let _ = first.stdio.child.wait();
+    let mut next = server(&[]);
+    // The dead server's mark holds the sandbox until its call's deadline
+    // (timeout, kill grace and slack) has passed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let after = loop {
+        let after = sh(&mut next, &sandbox, "cat kept.txt");
+        if after["reason"] != "SandboxBusy" || Instant::now() > deadline {
+            break after;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert_eq!(after["stdout"], "kept\n", "{after}");
+    close(&mut next, &sandbox);
+}
+
+#[test]
+fn an_idle_sandbox_closes_itself_and_is_removed() {
+    let _together = together();
+    let mut server = server(&[]);
+    let sandbox = open(&mut server, json!({"image": BUSYBOX, "idle_timeout_s": 2}));
+    sh(&mut server, &sandbox, "true");
+    harness::assert_nothing_left(BACKEND, &sandbox.name);
+    let gone = sh(&mut server, &sandbox, "true");
+    assert_eq!(gone["reason"], "SandboxNotFound", "{gone}");
+}
+
+#[test]
+fn closing_a_sandbox_during_a_call_ends_the_call_with_the_reason() {
+    let _together = together();
+    let mut server = server(&[]);
+    let sandbox = open(&mut server, json!({"image": BUSYBOX}));
+    let slow = server.send_call("run_job", json!({"sandbox": sandbox.id, "command": ["sleep", "300"], "timeout_s": 600}));
+    await_busy(&mut server, &sandbox);
+    let closing = server.send_call("close_sandbox", json!({"sandbox": sandbox.id}));
+    // Both answers come, in either order.
+    let (mut ended, mut closed) = (None, None);
+    while ended.is_none() || closed.is_none() {
+        let message = server.stdio.recv_within(Duration::from_secs(60));
+        if message["id"] == slow {
+            ended = Some(message["result"]["structuredContent"].clone());
+        } else if message["id"] == closing {
+            closed = Some(message["result"]["structuredContent"].clone());
+        }
+    }
+    let (ended, closed) = (ended.unwrap(), closed.unwrap());
+    assert_eq!(closed["state"], "closed", "{closed}");
+    assert_eq!(ended["status"], "error", "{ended}");
+    assert_eq!(ended["reason"], "SandboxEnded", "{ended}");
+    harness::assert_nothing_left(BACKEND, &sandbox.name);
+}
+
+#[test]
+fn no_more_than_the_operators_number_of_sandboxes_are_open() {
+    let _alone = OPENING.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut server = server(&[("MCP_K8S_MAX_SANDBOXES", "1")]);
+    let sandbox = open(&mut server, json!({"image": BUSYBOX}));
+    let refused = call(&mut server, "open_sandbox", json!({"image": BUSYBOX}));
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert_eq!(refused["structuredContent"]["reason"], "SandboxLimit", "{refused}");
+    close(&mut server, &sandbox);
+}

@@ -17,7 +17,9 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, SystemTime};
 
 use crate::engine::facts::{Recorded, View, Wording};
+use crate::engine::sandboxes::{CallMark, Record, Seen};
 use crate::engine::spec::{RunReason, RunSpec};
+use crate::sandbox::assignment::Assignment;
 
 /// Which kind of run asks `Backend::claim` for a warm sandbox.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,7 +123,7 @@ pub trait Backend: Send + Sync {
 
     /// The warm pools' live figures, by pool (none without pools).
     /// Open sandboxes (sessions), when the backend keeps them.
-    fn sandbox_store(&self) -> Option<&dyn crate::engine::sandboxes::SandboxStore> {
+    fn sandbox_store(&self) -> Option<&dyn SandboxStore> {
         None
     }
 
@@ -380,4 +382,38 @@ impl fmt::Debug for Abort {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter.write_str("Abort")
     }
+}
+
+/// What a backend does for open sandboxes. A sandbox's objects are named
+/// by its `public_name`, as a run's are by its run id, so the backend's
+/// `probe` and `remove` work on it unchanged.
+pub trait SandboxStore: Send + Sync {
+    /// Makes and starts the sandbox for `spec` (image, limits, network,
+    /// workdir; no command), its record on it, and returns once it exists.
+    fn open_sandbox(&self, name: &str, spec: &RunSpec, record: &Record) -> Result<(), Refused>;
+    /// The sandbox named `name`, if it exists.
+    fn look(&self, name: &str) -> Result<Option<Seen>, Error>;
+    /// Every open sandbox this backend keeps (every owner, every replica's).
+    fn list_sandboxes(&self) -> Result<Vec<Seen>, Error>;
+    /// Writes `call` as the running call if the sandbox is as `seen` shows
+    /// it (no call, or the stale one `seen` holds): `Ok(false)` when
+    /// another call got there first.
+    fn begin_call(&self, seen: &Seen, call: &CallMark) -> Result<bool, Error>;
+    /// Clears `call`'s mark (only its own) and records the sandbox used at
+    /// `at_ms`.
+    fn end_call(&self, name: &str, call: &CallMark, at_ms: u64) -> Result<(), Error>;
+    /// Gives the sandbox its call: the stream of its output from then on,
+    /// read until the call's result (`read_for`: the longest quiet stretch),
+    /// and how to ask the sandbox to stop it.
+    fn deliver_call(&self, name: &str, call: &Assignment, read_for: Duration) -> Result<Delivered, String>;
+    /// Deletes the sandbox and everything of it (key, marks, volume).
+    fn close_sandbox(&self, name: &str);
+}
+
+/// A call handed to its sandbox.
+pub struct Delivered {
+    pub output: Output,
+    /// Asks the runner to stop the call (its command, as a SIGTERM would);
+    /// the call's frames then end as a one-shot run's do.
+    pub cancel: Box<dyn Fn() -> Result<(), String> + Send + Sync>,
 }

@@ -12,11 +12,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::cancel::CancelToken;
 use crate::engine::backend::Output;
+use crate::engine::backend::{Delivered, SandboxStore};
 use crate::engine::collect::{Collector, LiveChunk};
 use crate::engine::facts::{Finished, SandboxState};
 use crate::engine::outcome::Judged;
 use crate::engine::run::{Ctx, Progress};
-use crate::engine::sandboxes::{self, CallMark, Delivered, Over, Record, SandboxStore, Seen, Take};
+use crate::engine::sandboxes::{self, CallMark, Over, Record, Seen, Take};
 use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
 use crate::log;
 use crate::sandbox::frame::Tag;

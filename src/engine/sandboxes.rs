@@ -1,7 +1,7 @@
 //! Open sandboxes (sessions): a sandbox that stays between calls, its
 //! record, the rules that decide who may run a call in it and when it
 //! ends, and the port a backend implements to keep them
-//! (`SandboxStore`). Pure apart from the trait: the shells that open, call,
+//! (`backend::SandboxStore`, part of the port). Pure: the shells that open, call,
 //! close, list and reap are `engine::sandbox_call`'s.
 //!
 //! The record lives with the sandbox in the backend (a Job's annotation,
@@ -18,10 +18,6 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-
-use crate::engine::backend::{Error, Output, Refused};
-use crate::engine::spec::RunSpec;
-use crate::sandbox::assignment::Assignment;
 
 /// How long a sandbox may sit idle, when its opener names nothing.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -82,40 +78,6 @@ pub struct Seen {
     pub alive: bool,
 }
 
-/// What a backend does for open sandboxes. A sandbox's objects are named
-/// by its `public_name`, as a run's are by its run id, so the backend's
-/// `probe` and `remove` work on it unchanged.
-pub trait SandboxStore: Send + Sync {
-    /// Makes and starts the sandbox for `spec` (image, limits, network,
-    /// workdir; no command), its record on it, and returns once it exists.
-    fn open_sandbox(&self, name: &str, spec: &RunSpec, record: &Record) -> Result<(), Refused>;
-    /// The sandbox named `name`, if it exists.
-    fn look(&self, name: &str) -> Result<Option<Seen>, Error>;
-    /// Every open sandbox this backend keeps (every owner, every replica's).
-    fn list_sandboxes(&self) -> Result<Vec<Seen>, Error>;
-    /// Writes `call` as the running call if the sandbox is as `seen` shows
-    /// it (no call, or the stale one `seen` holds): `Ok(false)` when
-    /// another call got there first.
-    fn begin_call(&self, seen: &Seen, call: &CallMark) -> Result<bool, Error>;
-    /// Clears `call`'s mark (only its own) and records the sandbox used at
-    /// `at_ms`.
-    fn end_call(&self, name: &str, call: &CallMark, at_ms: u64) -> Result<(), Error>;
-    /// Gives the sandbox its call: the stream of its output from then on,
-    /// read until the call's result (`read_for`: the longest quiet stretch),
-    /// and how to ask the sandbox to stop it.
-    fn deliver_call(&self, name: &str, call: &Assignment, read_for: Duration) -> Result<Delivered, String>;
-    /// Deletes the sandbox and everything of it (key, marks, volume).
-    fn close_sandbox(&self, name: &str);
-}
-
-/// A call handed to its sandbox.
-pub struct Delivered {
-    pub output: Output,
-    /// Asks the runner to stop the call (its command, as a SIGTERM would);
-    /// the call's frames then end as a one-shot run's do.
-    pub cancel: Box<dyn Fn() -> Result<(), String> + Send + Sync>,
-}
-
 /// The name a sandbox's objects and log lines carry: the first 128 bits of
 /// its id's SHA-256, in hex (a run id's shape), so that nothing that
 /// lists objects or reads logs learns the id.
@@ -132,7 +94,10 @@ pub fn parse_id(text: &str) -> Option<&str> {
 
 /// A fresh id: `sbx-` and 128 random bits.
 pub fn new_id() -> String {
-    format!("sbx-{}", crate::engine::run::new_run_id())
+    // The kernel's random source failing means no safe capability can be
+    // made at all.
+    let bytes: [u8; 16] = crate::sandbox::random_bytes().expect("the kernel random source is unavailable");
+    format!("sbx-{}", crate::sandbox::to_hex(&bytes))
 }
 
 /// Why a sandbox is over.

@@ -133,7 +133,7 @@ fn errors() {
             error(
                 json!(8),
                 -32602,
-                "unknown tool: `nope`; available: describe_environment, run_job, execute_code, submit_job, fetch_job, cancel_job, list_jobs, test_sleep, test_panic",
+                "unknown tool: `nope`; available: describe_environment, run_job, execute_code, submit_job, fetch_job, cancel_job, list_jobs, open_sandbox, close_sandbox, list_sandboxes, test_sleep, test_panic",
             ),
         ),
         (r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{}}"#, error(json!(9), -32602, "missing `name`")),
@@ -373,7 +373,7 @@ fn echoed_input_is_shortened() {
                 json!(2),
                 -32602,
                 &format!(
-                    "unknown tool: `{shown}`; available: describe_environment, run_job, execute_code, submit_job, fetch_job, cancel_job, list_jobs, test_sleep, test_panic"
+                    "unknown tool: `{shown}`; available: describe_environment, run_job, execute_code, submit_job, fetch_job, cancel_job, list_jobs, open_sandbox, close_sandbox, list_sandboxes, test_sleep, test_panic"
                 ),
             ),
         ),

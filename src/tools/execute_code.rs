@@ -112,7 +112,7 @@ fn execute_code(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(split) => split,
         Err(message) => return ToolOutcome::Failure(message),
     };
-    let (arguments, sandbox) = match super::sandboxes::split_sandbox(arguments) {
+    let (arguments, sandbox) = match run_job::split_sandbox(arguments) {
         Ok(split) => split,
         Err(message) => return ToolOutcome::Failure(message),
     };
@@ -333,7 +333,7 @@ fn input_schema(config: &Config) -> Value {
                 " (none when the operator allows it, else the operator's MCP_K8S_NETWORK_DEFAULT)",
             ),
             "site": super::site_schema(config),
-            "sandbox": super::sandboxes::sandbox_schema(),
+            "sandbox": run_job::sandbox_schema(),
             idempotency::ARGUMENT: idempotency::schema("the first call's result (waiting while its run goes on)", config.result_ttl_s),
         },
     })

@@ -877,7 +877,18 @@ mod tests {
     #[test]
     fn test_tools_are_registered_only_on_request() {
         let config = Config::from_raw(&RawConfig::default()).unwrap();
-        let production = ["describe_environment", "run_job", "execute_code", "submit_job", "fetch_job", "cancel_job", "list_jobs"];
+        let production = [
+            "describe_environment",
+            "run_job",
+            "execute_code",
+            "submit_job",
+            "fetch_job",
+            "cancel_job",
+            "list_jobs",
+            "open_sandbox",
+            "close_sandbox",
+            "list_sandboxes",
+        ];
         assert_eq!(Registry::new(&config).names(), production);
         assert_eq!(Registry::new(&ctx().config).names(), [&production[..], &["test_sleep", "test_panic"]].concat());
     }

@@ -100,7 +100,7 @@ pub fn input_schema(config: &Config) -> Value {
 fn run_job_schema(config: &Config) -> Value {
     let mut schema = input_schema(config);
     schema["required"] = json!(["command"]);
-    schema["properties"]["sandbox"] = super::sandboxes::sandbox_schema();
+    schema["properties"]["sandbox"] = sandbox_schema();
     schema["properties"]["image"]["description"] = json!(format!(
         "container image; allowed: {}. With `sandbox`: the sandbox's own, which may be left out",
         allowed_images_text(config)
@@ -148,12 +148,12 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(split) => split,
         Err(message) => return ToolOutcome::Failure(message),
     };
-    let (arguments, sandbox) = match super::sandboxes::split_sandbox(arguments) {
+    let (arguments, sandbox) = match split_sandbox(arguments) {
         Ok(split) => split,
         Err(message) => return ToolOutcome::Failure(message),
     };
     let arguments = match &sandbox {
-        Some(id) => match super::sandboxes::run_job_arguments(ctx, call, site.as_deref(), id, arguments) {
+        Some(id) => match sandbox_run_args(ctx, call, site.as_deref(), id, arguments) {
             Ok(arguments) => arguments,
             Err(unusable) => return unusable.outcome(),
         },
@@ -314,4 +314,81 @@ pub fn progress_message(progress: &Progress) -> String {
             format!("[{stream}] {text}")
         }
     }
+}
+
+/// The `sandbox` property of `run_job`'s and `execute_code`'s schemas.
+pub fn sandbox_schema() -> Value {
+    json!({
+        "type": ["string", "null"],
+        "description": "optional: an open sandbox's id (open_sandbox) to run in, instead of a fresh one: its workdir, HOME \
+                        and what earlier calls wrote or installed are there; its image, limits and network are the ones it was \
+                        opened with. One call at a time per sandbox: a call while another runs is refused (reason SandboxBusy).",
+    })
+}
+
+/// Takes `sandbox` off a run tool's arguments (`null` is none).
+pub fn split_sandbox(arguments: super::Arguments<'_>) -> Result<(super::Arguments<'_>, Option<String>), String> {
+    let sandbox = match arguments.get("sandbox") {
+        None => return Ok((arguments, None)),
+        Some(Value::Null) => None,
+        Some(Value::String(id)) => Some(id.clone()),
+        Some(other) => {
+            return Err(format!("argument `sandbox` must be a string (an id from open_sandbox), not {}", crate::json::json_kind(other)));
+        }
+    };
+    let mut rest = arguments.into_owned();
+    rest.remove("sandbox");
+    Ok((std::borrow::Cow::Owned(rest), sandbox))
+}
+
+/// Why a call cannot run in the sandbox it names.
+pub enum Unusable {
+    /// Its arguments are wrong: a tool error.
+    Invalid(String),
+    /// The sandbox cannot take it: a result with its status and reason.
+    Refused(engine::sandbox_call::Refusal),
+}
+
+impl Unusable {
+    /// `run_job`'s answer.
+    pub fn outcome(self) -> ToolOutcome {
+        match self {
+            Unusable::Invalid(why) => ToolOutcome::Failure(why),
+            Unusable::Refused(refused) => {
+                let outcome = crate::engine::spec::RunOutcome::without_result(
+                    &crate::engine::run::new_run_id(),
+                    crate::engine::spec::RunStatus::Error,
+                    refused.reason,
+                    refused.message,
+                );
+                ToolOutcome::SuccessWithContent { structured: job_result::outcome_json(&outcome), extra_content: Vec::new() }
+            }
+        }
+    }
+}
+
+/// `run_job`'s arguments for a call in a sandbox: its image when the call
+/// names none; what the sandbox fixed at its opening cannot change.
+pub fn sandbox_run_args<'a>(
+    ctx: &Ctx,
+    call: &Call<'_>,
+    site: Option<&str>,
+    id: &str,
+    arguments: super::Arguments<'a>,
+) -> Result<super::Arguments<'a>, Unusable> {
+    for fixed in ["limits", "network", "clone", "workdir"] {
+        if arguments.get(fixed).is_some_and(|value| !value.is_null()) {
+            return Err(Unusable::Invalid(format!(
+                "`{fixed}` cannot be given with `sandbox`: a sandbox's image, limits, network and workdir are fixed when it is opened"
+            )));
+        }
+    }
+    if arguments.contains_key("image") {
+        return Ok(arguments);
+    }
+    let engine = ctx.site(site).and_then(|site| site.engine.as_ref().map_err(|why| super::no_backend(why))).map_err(Unusable::Invalid)?;
+    let seen = engine::sandbox_call::find_yours(engine, id, call.caller.owner()).map_err(Unusable::Refused)?;
+    let mut filled = arguments.into_owned();
+    filled.insert("image".to_string(), json!(seen.record.image));
+    Ok(std::borrow::Cow::Owned(filled))
 }

@@ -13,88 +13,12 @@ use serde_json::{Map, Value, json};
 use crate::config::Config;
 use crate::engine::sandbox_call::{self, Opening, Refusal};
 use crate::engine::sandboxes::{self, Seen};
-use crate::json::json_kind;
 use crate::tools::job_args::{self, ArgBounds};
 use crate::tools::run_job::{arg_bounds, network_schema};
-use crate::tools::{Annotations, Arguments, Call, Ctx, Tool, ToolOutcome};
+use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome};
 
 pub fn tools(config: &Config) -> Vec<Tool> {
     vec![open_sandbox_tool(config), close_sandbox_tool(), list_sandboxes_tool()]
-}
-
-/// The `sandbox` property of `run_job`'s and `execute_code`'s schemas.
-pub fn sandbox_schema() -> Value {
-    json!({
-        "type": ["string", "null"],
-        "description": "optional: an open sandbox's id (open_sandbox) to run in, instead of a fresh one: its workdir, HOME \
-                        and what earlier calls wrote or installed are there; its image, limits and network are the ones it was \
-                        opened with. One call at a time per sandbox: a call while another runs is refused (reason SandboxBusy).",
-    })
-}
-
-/// Takes `sandbox` off a run tool's arguments (`null` is none).
-pub fn split_sandbox(arguments: Arguments<'_>) -> Result<(Arguments<'_>, Option<String>), String> {
-    let sandbox = match arguments.get("sandbox") {
-        None => return Ok((arguments, None)),
-        Some(Value::Null) => None,
-        Some(Value::String(id)) => Some(id.clone()),
-        Some(other) => return Err(format!("argument `sandbox` must be a string (an id from open_sandbox), not {}", json_kind(other))),
-    };
-    let mut rest = arguments.into_owned();
-    rest.remove("sandbox");
-    Ok((std::borrow::Cow::Owned(rest), sandbox))
-}
-
-/// Why a call cannot run in the sandbox it names.
-pub enum Unusable {
-    /// Its arguments are wrong: a tool error.
-    Invalid(String),
-    /// The sandbox cannot take it: a result with its status and reason.
-    Refused(Refusal),
-}
-
-impl Unusable {
-    /// `run_job`'s answer.
-    pub fn outcome(self) -> ToolOutcome {
-        match self {
-            Unusable::Invalid(why) => ToolOutcome::Failure(why),
-            Unusable::Refused(refused) => {
-                let outcome = crate::engine::spec::RunOutcome::without_result(
-                    &crate::engine::run::new_run_id(),
-                    crate::engine::spec::RunStatus::Error,
-                    refused.reason,
-                    refused.message,
-                );
-                ToolOutcome::SuccessWithContent { structured: super::job_result::outcome_json(&outcome), extra_content: Vec::new() }
-            }
-        }
-    }
-}
-
-/// `run_job`'s arguments for a call in a sandbox: its image when the call
-/// names none; what the sandbox fixed at its opening cannot change.
-pub fn run_job_arguments<'a>(
-    ctx: &Ctx,
-    call: &Call<'_>,
-    site: Option<&str>,
-    id: &str,
-    arguments: Arguments<'a>,
-) -> Result<Arguments<'a>, Unusable> {
-    for fixed in ["limits", "network", "clone", "workdir"] {
-        if arguments.get(fixed).is_some_and(|value| !value.is_null()) {
-            return Err(Unusable::Invalid(format!(
-                "`{fixed}` cannot be given with `sandbox`: a sandbox's image, limits, network and workdir are fixed when it is opened"
-            )));
-        }
-    }
-    if arguments.contains_key("image") {
-        return Ok(arguments);
-    }
-    let engine = engine_of(ctx, site).map_err(Unusable::Invalid)?;
-    let seen = sandbox_call::find_yours(engine, id, call.caller.owner()).map_err(Unusable::Refused)?;
-    let mut filled = arguments.into_owned();
-    filled.insert("image".to_string(), json!(seen.record.image));
-    Ok(std::borrow::Cow::Owned(filled))
 }
 
 fn engine_of<'a>(ctx: &'a Ctx, site: Option<&str>) -> Result<&'a crate::engine::run::Ctx, String> {

@@ -25,6 +25,8 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_DEFAULT_CPU", "one", "MCP_K8S_DEFAULT_CPU: `one` is not accepted; expected a Kubernetes quantity"),
     ("MCP_K8S_DEFAULT_MEMORY", "512MB", "MCP_K8S_DEFAULT_MEMORY: `512MB` is not accepted"),
     ("MCP_K8S_MAX_CONCURRENT", "0", "MCP_K8S_MAX_CONCURRENT: `0` is out of range"),
+    ("MCP_K8S_MAX_SANDBOXES", "1001", "MCP_K8S_MAX_SANDBOXES: `1001` is out of range"),
+    ("MCP_K8S_SANDBOX_MAX_LIFETIME_S", "59", "MCP_K8S_SANDBOX_MAX_LIFETIME_S: `59` is out of range"),
     ("MCP_K8S_ALLOWED_IMAGES", "python:3,bad image", "MCP_K8S_ALLOWED_IMAGES: `bad image` is not accepted"),
     ("MCP_K8S_SIDECAR_IMAGE", "busy box", "MCP_K8S_SIDECAR_IMAGE: `busy box` is not accepted"),
     ("MCP_K8S_CLONE_IMAGE", "alpine/git", "MCP_K8S_CLONE_IMAGE is set but MCP_K8S_CLONE_SECRET is not"),

@@ -4,7 +4,7 @@
 
 use mcp_k8s_ephemeral_job::engine::spec::RunReason;
 
-const PUBLIC_NAMES: [&str; 23] = [
+const PUBLIC_NAMES: [&str; 27] = [
     "NonZeroExit",
     "Signaled",
     "OOMKilled",
@@ -28,6 +28,10 @@ const PUBLIC_NAMES: [&str; 23] = [
     "Cancelled",
     "ApiError",
     "QueueFull",
+    "SandboxNotFound",
+    "SandboxBusy",
+    "SandboxLimit",
+    "SandboxEnded",
 ];
 
 #[test]

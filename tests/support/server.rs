@@ -16,8 +16,20 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-k8s-ephemeral-job");
 
 /// What `tools/list` names with `MCP_K8S_TEST_TOOLS=1`: the real tools in
 /// their order, then the test hooks.
-pub const TOOLS_WITH_TEST_HOOKS: [&str; 9] =
-    ["describe_environment", "run_job", "execute_code", "submit_job", "fetch_job", "cancel_job", "list_jobs", "test_sleep", "test_panic"];
+pub const TOOLS_WITH_TEST_HOOKS: [&str; 12] = [
+    "describe_environment",
+    "run_job",
+    "execute_code",
+    "submit_job",
+    "fetch_job",
+    "cancel_job",
+    "list_jobs",
+    "open_sandbox",
+    "close_sandbox",
+    "list_sandboxes",
+    "test_sleep",
+    "test_panic",
+];
 
 pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}"#;
 

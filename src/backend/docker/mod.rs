@@ -569,7 +569,7 @@ impl Backend for Docker {
         &WORDING
     }
 
-    fn sandbox_store(&self) -> Option<&dyn crate::engine::sandboxes::SandboxStore> {
+    fn sandbox_store(&self) -> Option<&dyn crate::engine::backend::SandboxStore> {
         Some(self)
     }
 

@@ -399,6 +399,9 @@ pub trait SandboxStore: Send + Sync {
     /// it (no call, or the stale one `seen` holds): `Ok(false)` when
     /// another call got there first.
     fn begin_call(&self, seen: &Seen, call: &CallMark) -> Result<bool, Error>;
+    /// Records the sandbox used at `at_ms` (its idle time counts from the
+    /// newest such mark): when it is ready, and after each call.
+    fn mark_used(&self, name: &str, at_ms: u64) -> Result<(), Error>;
     /// Clears `call`'s mark (only its own) and records the sandbox used at
     /// `at_ms`.
     fn end_call(&self, name: &str, call: &CallMark, at_ms: u64) -> Result<(), Error>;

@@ -99,8 +99,14 @@ pub fn open(ctx: &Ctx, opening: &Opening) -> Result<Seen, Refusal> {
             return Err(refused);
         }
     }
+    // Its idle time counts from now, when its runner waits for calls (its
+    // own idle clock started a moment ago).
+    let ready = now_ms();
+    if let Err(error) = store.mark_used(&name, ready) {
+        log::warn("a sandbox's ready time was not recorded", &[("sandbox", name.as_str().into()), ("error", error.to_string().into())]);
+    }
     log::info("sandbox opened", &[("sandbox", name.as_str().into()), ("image", record.image.as_str().into())]);
-    Ok(Seen { last_used_ms: now, call: None, version: String::new(), alive: true, record })
+    Ok(Seen { last_used_ms: ready, call: None, version: String::new(), alive: true, record })
 }
 
 /// Waits for the sandbox to run, within the start timeout; a sandbox that
@@ -282,7 +288,11 @@ fn take_and_run(
         wording: ctx.backend.wording(),
     };
     let mut outcome = crate::engine::run::judge_collected(&judged, collector);
-    if outcome.reason == Some(RunReason::ResultLost) || (finished.is_some() && outcome.status == RunStatus::Error) {
+    // A SIGTERM this server did not send is the sandbox's own end (closed,
+    // its lifetime over, deleted from outside): its runner passes it on to
+    // the call.
+    let sandbox_stopped = outcome.reason == Some(RunReason::Terminated);
+    if sandbox_stopped || outcome.reason == Some(RunReason::ResultLost) || (finished.is_some() && outcome.status == RunStatus::Error) {
         outcome.reason = Some(RunReason::SandboxEnded);
         outcome.message = format!(
             "the sandbox ended while the call ran ({}); it is gone with its files: open a new one",

@@ -122,6 +122,17 @@ impl Over {
     }
 }
 
+/// Margin of the runner's own idle bound over the sandbox's idle timeout.
+const RUNNER_IDLE_SLACK: Duration = Duration::from_secs(30);
+
+/// How long the sandbox's runner waits for a call before it ends itself: a
+/// backstop for a sandbox no server looks after any more. The reaper
+/// closes it at its idle timeout; the runner's clock starts before the
+/// server sees it ready, so it gets a margin.
+pub fn runner_idle_bound(record: &Record) -> Duration {
+    Duration::from_secs(record.idle_timeout_s) + RUNNER_IDLE_SLACK
+}
+
 /// Whether a sandbox is over at `now_ms`, and why. A call in progress keeps
 /// it from being idle, never past its lifetime.
 pub fn over(seen: &Seen, now_ms: u64) -> Option<Over> {

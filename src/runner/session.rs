@@ -156,13 +156,25 @@ fn run_call(workdir: &Path, taken: Taken, terminate: &Arc<AtomicBool>) {
         let head = "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n";
         stream.write_all(head.as_bytes()).ok().map(|()| stream)
     });
+    // Ended gently after the call: a close with bytes still unread would
+    // reset the connection, and the proxy in between would drop the frames
+    // it had not passed on yet.
+    let gentle = reply.as_ref().and_then(|stream| stream.try_clone().ok());
     let sink = FrameSink::tagged(tag, Box::new(Tee { log: io::stdout(), reply }));
+    run_with(workdir, &call, &sink, stop, terminate);
+    if let Some(stream) = gentle {
+        assign::close_gently(stream);
+    }
+}
+
+/// The call's files, then its command, frames to `sink`.
+fn run_with(workdir: &Path, call: &Assignment, sink: &FrameSink, stop: Arc<AtomicBool>, terminate: &Arc<AtomicBool>) {
     let prepared = call.files.iter().try_for_each(|file| init::write_input(workdir, &file.path, &file.content, file.mode));
     if let Err(why) = prepared {
         let mut result = RunResult::started(super::now_ms());
         result.start_error = Some(format!("the call's input files could not be written: {why}"));
         result.finished_at_ms = result.started_at_ms;
-        capture::write_frame(&sink, &Frame::Result(result));
+        capture::write_frame(sink, &Frame::Result(result));
         return;
     }
     // A SIGTERM to the session stops the call that runs, as it would a
@@ -178,7 +190,7 @@ fn run_call(workdir: &Path, taken: Taken, terminate: &Arc<AtomicBool>) {
             }
         })
     };
-    super::run_exec_until(&call.exec, &call.env, &sink, &stop);
+    super::run_exec_until(&call.exec, &call.env, sink, &stop);
     drop(call_over);
     let _ = relay.join();
     reap_orphans();

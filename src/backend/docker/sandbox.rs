@@ -126,7 +126,7 @@ impl SandboxStore for Docker {
         let container = spec::container_name(name);
         self.ensure_image(&spec.image)?;
         self.ensure_network(spec.network, &spec.image)?;
-        let idle = Duration::from_secs(record.idle_timeout_s);
+        let idle = sandboxes::runner_idle_bound(record);
         let body =
             spec::session_container(spec, &self.policy, &self.options, name, &sandboxes::encode_record(record), idle, record.expires_at_ms);
         let refused = |what: &str, error: crate::docker::Error| {
@@ -175,6 +175,16 @@ impl SandboxStore for Docker {
             Ok(_) => Ok(true),
             Err(error) if error.is_conflict() => Ok(false),
             Err(error) => Err(api_error("create the call mark", &error)),
+        }
+    }
+
+    fn mark_used(&self, name: &str, at_ms: u64) -> Result<(), backend::Error> {
+        let sandbox = self.sandbox_container(name)?;
+        let body = self.mark(&sandbox, spec::ROLE_SANDBOX_USED, (spec::LABEL_SANDBOX_USED_MS, at_ms.to_string()));
+        match self.client.container_create(&used_mark_name(name, at_ms), &body) {
+            Ok(_) => Ok(()),
+            Err(error) if error.is_conflict() => Ok(()),
+            Err(error) => Err(api_error("create the last-used mark", &error)),
         }
     }
 

@@ -184,14 +184,51 @@ pub struct PoolSandbox<'a> {
 /// waits for its one assignment instead of running a command, with the
 /// key Secret (named like the Job, see `key_secret`) mounted into it alone.
 pub fn pool_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str, sandbox: &PoolSandbox) -> Value {
-    let name = job_name(run_id);
-    let mut job = job(spec, policy, cluster, run_id);
+    let mut job = waiting_job(spec, policy, cluster, run_id, sandbox.max_wait, None);
     for labels in ["/metadata/labels", "/spec/template/metadata/labels"] {
         if let Some(labels) = job.pointer_mut(labels) {
             labels[LABEL_POOL] = json!(sandbox.pool);
             labels[LABEL_POOL_OWNER] = json!(sandbox.owner);
         }
     }
+    job
+}
+
+/// Every object of an open sandbox carries its public name.
+pub const LABEL_SANDBOX: &str = "mcp-k8s-ephemeral-job/sandbox";
+/// On an open sandbox's Job: its record (`engine::sandboxes::Record`).
+pub const ANNOTATION_SANDBOX_RECORD: &str = "mcp-k8s-ephemeral-job/sandbox-record";
+/// On an open sandbox's Job: the call that runs (`CallMark`), if any.
+pub const ANNOTATION_SANDBOX_CALL: &str = "mcp-k8s-ephemeral-job/sandbox-call";
+/// On an open sandbox's Job: when its last call ended, Unix milliseconds.
+pub const ANNOTATION_SANDBOX_USED_MS: &str = "mcp-k8s-ephemeral-job/sandbox-used-ms";
+
+/// An open sandbox's Job: a warm pool's Job for the sandbox's shape whose
+/// runner takes call after call (`runner await-assignment
+/// --session-until-ms`) until it has been idle `idle` or `until_ms`
+/// passes; the Job's and the pod's deadlines are its lifetime's. `name` is
+/// the sandbox's public name, its run id here. Its record is an annotation
+/// the caller writes after the retention's (`apply_retention` sets them all).
+pub fn session_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, name: &str, idle: Duration, lifetime: Duration) -> Value {
+    let until_ms = crate::time::unix_ms(std::time::SystemTime::now() + lifetime);
+    let mut job = waiting_job(spec, policy, cluster, name, idle, Some(until_ms));
+    for labels in ["/metadata/labels", "/spec/template/metadata/labels"] {
+        if let Some(labels) = job.pointer_mut(labels) {
+            labels[LABEL_SANDBOX] = json!(name);
+        }
+    }
+    job["spec"]["template"]["spec"]["activeDeadlineSeconds"] = json!(lifetime.as_secs());
+    job["spec"]["activeDeadlineSeconds"] = json!((lifetime + JOB_DEADLINE_SLACK).as_secs());
+    job
+}
+
+/// The cold Job for `spec` whose main container waits for its assignment
+/// (or, with `session_until_ms`, assignment after assignment) on `PORT`
+/// instead of running a command, with the key Secret (named like the Job,
+/// see `key_secret`) mounted into it alone.
+fn waiting_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str, max_wait: Duration, session_until_ms: Option<u64>) -> Value {
+    let name = job_name(run_id);
+    let mut job = job(spec, policy, cluster, run_id);
     let pod_spec = &mut job["spec"]["template"]["spec"];
     if let Some(volumes) = pod_spec["volumes"].as_array_mut() {
         volumes.push(json!({"name": "mcp-key", "secret": {"secretName": name, "defaultMode": 0o440}}));
@@ -200,8 +237,8 @@ pub fn pool_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &st
         listen: Endpoint::Port(PORT),
         key_file: Some(KEY_FILE.into()),
         workdir: spec.workdir.clone().into(),
-        max_wait: sandbox.max_wait,
-        session_until_ms: None,
+        max_wait,
+        session_until_ms,
     };
     let mut command = vec![runner_path()];
     command.extend(args::assign_args(&assign));

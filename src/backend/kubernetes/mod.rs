@@ -21,6 +21,7 @@ pub mod permissions;
 pub mod pool;
 pub mod reaper;
 pub mod record;
+pub mod sandbox;
 pub mod settings;
 pub mod template;
 pub mod watch;
@@ -418,6 +419,10 @@ impl Backend for Kubernetes {
 
     fn reap(&self, now: SystemTime) -> usize {
         reaper::reap_once(&self.client, self.namespace(), now)
+    }
+
+    fn sandbox_store(&self) -> Option<&dyn crate::engine::backend::SandboxStore> {
+        Some(self)
     }
 
     fn wording(&self) -> &'static Wording {

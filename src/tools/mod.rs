@@ -489,6 +489,15 @@ fn describe_environment_tool() -> Tool {
                 "default_cpu": { "type": "string", "description": "Kubernetes CPU quantity" },
                 "default_memory": { "type": "string", "description": "Kubernetes memory quantity" },
                 "max_concurrent": { "type": "integer", "description": "jobs that run at once; more wait" },
+                "sandboxes": {
+                    "type": "object",
+                    "description": "open_sandbox's limits: sandboxes open at once on this server (0: none), the longest and default max_lifetime_s, the default idle_timeout_s",
+                    "properties": {
+                        "max_open": { "type": "integer" },
+                        "max_lifetime_s": { "type": "integer" },
+                        "default_idle_timeout_s": { "type": "integer" },
+                    },
+                },
                 "disk": {
                     "type": "object",
                     "description": "the root file system is read-only; a job writes to its workdir and /tmp, each at most size_limit (past it the pod is evicted)",
@@ -624,6 +633,11 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         "default_cpu": config.default_cpu.as_str(),
         "default_memory": config.default_memory.as_str(),
         "max_concurrent": config.max_concurrent,
+        "sandboxes": {
+            "max_open": config.max_sandboxes,
+            "max_lifetime_s": config.sandbox_max_lifetime_s,
+            "default_idle_timeout_s": crate::engine::sandboxes::DEFAULT_IDLE_TIMEOUT.as_secs(),
+        },
         "disk": {
             "size_limit": config.workdir_size.as_str(),
             "tmp": crate::sandbox::TMP_DIR,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use mcp_k8s_ephemeral_job::backend::kubernetes::permissions::{OUTPUTS, Permission, REQUIRED, WARM_POOLS};
+use mcp_k8s_ephemeral_job::backend::kubernetes::permissions::{OUTPUTS, Permission, REQUIRED, SANDBOXES, WARM_POOLS};
 
 /// (API group, resource or resource/subresource, verb).
 type Grant = (String, String, String);
@@ -85,4 +85,5 @@ fn the_warm_pools_role_grants_exactly_what_pools_need() {
 #[test]
 fn the_outputs_role_grants_exactly_what_fetching_held_output_needs() {
     assert_eq!(granted_by_optional("outputs.optional.yaml"), needed(OUTPUTS), "deploy/outputs.optional.yaml and permissions::OUTPUTS");
+    assert_eq!(granted_by_optional("sandboxes.yaml"), needed(SANDBOXES), "deploy/sandboxes.yaml and permissions::SANDBOXES");
 }

@@ -53,6 +53,11 @@ pub fn run(config: &Config, kubernetes: &Kubernetes, ctx: &engine::run::Ctx, rep
             emit(check_permission(client, &config.namespace, permission));
         }
     }
+    if config.max_sandboxes > 0 {
+        for permission in permissions::SANDBOXES {
+            emit(check_permission(client, &config.namespace, permission));
+        }
+    }
     if config.outputs.is_some() {
         for permission in permissions::OUTPUTS {
             emit(check_permission(client, &config.namespace, permission));

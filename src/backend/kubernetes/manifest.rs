@@ -226,7 +226,14 @@ pub fn session_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, name: &s
 /// (or, with `session_until_ms`, assignment after assignment) on `PORT`
 /// instead of running a command, with the key Secret (named like the Job,
 /// see `key_secret`) mounted into it alone.
-fn waiting_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str, max_wait: Duration, session_until_ms: Option<u64>) -> Value {
+fn waiting_job(
+    spec: &RunSpec,
+    policy: &Policy,
+    cluster: &Settings,
+    run_id: &str,
+    max_wait: Duration,
+    session_until_ms: Option<u64>,
+) -> Value {
     let name = job_name(run_id);
     let mut job = job(spec, policy, cluster, run_id);
     let pod_spec = &mut job["spec"]["template"]["spec"];

@@ -81,6 +81,17 @@ pub const WARM_POOLS: &[Permission] = &[Permission {
     used_for: "handing a run to its warm pool pod: the assignment is POSTed to the pod's runner through the API server",
 }];
 
+/// What open sandboxes (`MCP_K8S_MAX_SANDBOXES` above 0) need on top of
+/// `REQUIRED`, granted by `deploy/sandboxes.yaml` (in the base); `doctor`
+/// checks it only when sandboxes may be opened.
+pub const SANDBOXES: &[Permission] = &[Permission {
+    group: "",
+    resource: "pods",
+    subresource: "proxy",
+    verbs: &["create"],
+    used_for: "running a call in an open sandbox: the call is POSTed to the sandbox pod's runner through the API server, which streams its output back",
+}];
+
 /// What an output store (`MCP_K8S_OUTPUTS_DIR`) needs on top of `REQUIRED`,
 /// granted by `deploy/outputs.optional.yaml`; `doctor` checks it only when
 /// the store is set.

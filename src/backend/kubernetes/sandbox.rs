@@ -69,12 +69,7 @@ impl Kubernetes {
     }
 
     /// Patches the Job's annotations, `only_if` the record still says so.
-    fn patch_record(
-        &self,
-        name: &str,
-        annotations: serde_json::Value,
-        only_if: impl Fn(&Seen) -> bool,
-    ) -> Result<bool, backend::Error> {
+    fn patch_record(&self, name: &str, annotations: serde_json::Value, only_if: impl Fn(&Seen) -> bool) -> Result<bool, backend::Error> {
         for _ in 0..PATCH_ATTEMPTS {
             let Some(job) = self.job(name).map_err(|error| api_error("read the sandbox's Job", &error))? else { return Ok(false) };
             let Some(seen) = seen_of(&job) else { return Ok(false) };
@@ -174,7 +169,8 @@ impl SandboxStore for Kubernetes {
         let namespace = self.namespace().to_string();
         let started = Instant::now();
         let stream = loop {
-            let to = ProxyTarget { namespace: &namespace, pod: &pod, port: assignment::PORT, path: assignment::PATH, read_timeout: read_for };
+            let to =
+                ProxyTarget { namespace: &namespace, pod: &pod, port: assignment::PORT, path: assignment::PATH, read_timeout: read_for };
             match self.client.proxy_post_stream(&to, body.clone()) {
                 Ok(stream) => break stream,
                 // The API server says 503 while the port is not open yet.

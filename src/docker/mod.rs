@@ -540,8 +540,13 @@ impl Client {
     /// `GET /containers/{id}/logs?stdout=1&stderr=1&since=0`, followed or
     /// not: a `BufRead` of stdout, stderr kept aside (see `stream`).
     pub fn container_logs(&self, id: &str, params: &LogParams) -> Result<LogStream, Error> {
+        self.container_logs_since(id, params, 0)
+    }
+
+    /// `container_logs` from Unix second `since` on.
+    pub fn container_logs_since(&self, id: &str, params: &LogParams, since: u64) -> Result<LogStream, Error> {
         let follow = if params.follow { "1" } else { "0" };
-        let path = format!("/containers/{}/logs?follow={follow}&stdout=1&stderr=1&since=0", container_segment(id)?);
+        let path = format!("/containers/{}/logs?follow={follow}&stdout=1&stderr=1&since={since}", container_segment(id)?);
         let request = Request { read_timeout: params.idle_timeout, ..self.request("GET", self.versioned(&path)) };
         let path = request.path.clone();
         let abort = Abort::new();

@@ -409,6 +409,10 @@ pub trait SandboxStore: Send + Sync {
     /// read until the call's result (`read_for`: the longest quiet stretch),
     /// and how to ask the sandbox to stop it.
     fn deliver_call(&self, name: &str, call: &Assignment, read_for: Duration) -> Result<Delivered, String>;
+    /// The sandbox's output from `since` (Unix ms, rounded down to the
+    /// second) on, followed: the record a call's frames are read again
+    /// from when the stream that brought them broke.
+    fn call_log(&self, name: &str, since_ms: u64) -> Result<Output, String>;
     /// Deletes the sandbox and everything of it (key, marks, volume).
     fn close_sandbox(&self, name: &str);
 }

@@ -276,8 +276,15 @@ fn take_and_run(
     let mut collector = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
     collector.spool =
         ctx.policy.outputs.as_ref().map(|store| crate::engine::outputs::Spool::new(store.clone(), call_id, spec.owner.as_deref()));
-    let collector = read_call(&name, delivered, collector, cancel, Instant::now() + budget, on_progress);
-    let finished = if collector.result.is_none() { ended_facts(ctx, &name) } else { None };
+    let deadline = Instant::now() + budget;
+    let mut collector = read_call(&name, delivered, collector, cancel, deadline, on_progress);
+    let mut finished = if collector.result.is_none() { ended_facts(ctx, &name) } else { None };
+    if collector.result.is_none() && finished.is_none() && !cancel.is_cancelled() {
+        // The stream that brought the frames broke while the sandbox runs
+        // on: the log keeps them, tagged with this call's tag alone.
+        collector = reread_from_log(ctx, store, &name, tag, now, collector, (cancel, deadline));
+        finished = if collector.result.is_none() { ended_facts(ctx, &name) } else { None };
+    }
     let memory_limit = spec.memory_limit.as_ref().map(|quantity| quantity.as_str().to_string());
     let judged = Judged {
         run_id: call_id,
@@ -300,6 +307,33 @@ fn take_and_run(
         );
     }
     Ok(outcome)
+}
+
+/// The call's frames read again from the sandbox's log, from the call's
+/// start; what the broken stream had read goes if this one gets further.
+fn reread_from_log(
+    ctx: &Ctx,
+    store: &dyn SandboxStore,
+    name: &str,
+    tag: Tag,
+    since_ms: u64,
+    broken: Collector,
+    (cancel, deadline): (&CancelToken, Instant),
+) -> Collector {
+    let output = match store.call_log(name, since_ms) {
+        Ok(output) => output,
+        Err(why) => {
+            let mut broken = broken;
+            broken.problems.push(format!("the call's output could not be read again from the sandbox's log: {why}"));
+            return broken;
+        }
+    };
+    let mut fresh = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
+    fresh.problems.extend(broken.problems.iter().cloned());
+    fresh.problems.push("the call's output stream broke; its output was read again from the sandbox's log".to_string());
+    let delivered = Delivered { output, cancel: Box::new(|| Ok(())) };
+    let read = read_call(name, delivered, fresh, cancel, deadline, &|_| {});
+    if read.result.is_some() { read } else { broken }
 }
 
 fn busy(now: u64, started_ms: u64, until_ms: u64) -> Refusal {

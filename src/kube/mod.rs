@@ -188,6 +188,8 @@ pub struct LogParams {
     /// The API "may return slightly more or slightly less".
     pub limit_bytes: Option<u64>,
     pub tail_lines: Option<u64>,
+    /// Only lines from this many seconds ago on (`sinceSeconds`).
+    pub since_seconds: Option<u64>,
     /// For follow streams: give up when no byte arrives for this long
     /// (`None`: wait until the container exits or the stream is aborted).
     pub idle_timeout: Option<Duration>,
@@ -692,6 +694,9 @@ fn log_path(namespace: &str, pod: &str, params: &LogParams, follow: bool) -> Res
     if let Some(tail_lines) = params.tail_lines {
         query.push(("tailLines", tail_lines.to_string()));
     }
+    if let Some(since_seconds) = params.since_seconds {
+        query.push(("sinceSeconds", since_seconds.to_string()));
+    }
     Ok(with_query(&format!("{}/log", object_path(Resource::PODS, namespace, pod)?), &query))
 }
 
@@ -939,7 +944,13 @@ mod tests {
             with_query("/api/v1/namespaces/ci/events", &[("fieldSelector", "involvedObject.name=job-1".into())]),
             "/api/v1/namespaces/ci/events?fieldSelector=involvedObject.name%3Djob-1"
         );
-        let params = LogParams { container: Some("main".into()), limit_bytes: Some(10), tail_lines: Some(5), idle_timeout: None };
+        let params = LogParams {
+            container: Some("main".into()),
+            limit_bytes: Some(10),
+            tail_lines: Some(5),
+            since_seconds: None,
+            idle_timeout: None,
+        };
         assert_eq!(
             log_path("ci", "p", &params, true).unwrap(),
             "/api/v1/namespaces/ci/pods/p/log?container=main&follow=true&limitBytes=10&tailLines=5"

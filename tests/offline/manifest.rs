@@ -337,6 +337,32 @@ fn a_pool_job_waits_for_its_assignment_with_the_key_in_main_only() {
     check("pool_key_secret.json", &secret);
 }
 
+/// An open sandbox's Job: a pool Job's shape whose runner takes call after
+/// call until its lifetime's end, the Job's and the pod's deadlines its
+/// lifetime's, labelled with the sandbox's name (never its id).
+#[test]
+fn an_open_sandboxs_job_takes_calls_for_its_lifetime() {
+    let mut shape = spec();
+    shape.command = Vec::new();
+    shape.env = BTreeMap::new();
+    let lifetime = Duration::from_secs(3600);
+    let job = manifest::session_job(&shape, &policy(), &cluster(), "0123456789abcdef0123456789abcdef", Duration::from_secs(630), lifetime);
+    let pod_spec = &job["spec"]["template"]["spec"];
+    assert_eq!(pod_spec["activeDeadlineSeconds"], 3600);
+    assert_eq!(job["spec"]["activeDeadlineSeconds"], 3600 + manifest::JOB_DEADLINE_SLACK.as_secs());
+    for labels in [&job["metadata"]["labels"], &job["spec"]["template"]["metadata"]["labels"]] {
+        assert_eq!(labels[manifest::LABEL_SANDBOX], "0123456789abcdef0123456789abcdef");
+        assert!(labels.get(manifest::LABEL_POOL).is_none(), "no pool lists it");
+    }
+    let main = pod_spec["containers"].as_array().unwrap().iter().find(|c| c["name"] == "main").unwrap();
+    let command: Vec<&str> = main["command"].as_array().unwrap().iter().filter_map(|arg| arg.as_str()).collect();
+    let at = command.iter().position(|arg| *arg == "--session-until-ms").expect("a session's runner");
+    assert!(command[at + 1].parse::<u64>().is_ok(), "{command:?}");
+    let wait = command.iter().position(|arg| *arg == "--max-wait-ms").unwrap();
+    assert_eq!(command[wait + 1], "630000");
+    assert_eq!(main["ports"][0]["containerPort"], 7777);
+}
+
 /// The start deadline goes onto the main container's runner, before the
 /// command's `--`, and nowhere else.
 #[test]

@@ -98,26 +98,19 @@ fn api_error(action: &'static str, error: &crate::docker::Error) -> backend::Err
 
 impl Docker {
     /// A never-started mark of the sandbox: its image (the daemon has it),
-    /// its name and expiry, and `extra`.
-    fn mark(&self, sandbox: &ContainerSummary, role: &str, extra: (&str, String)) -> crate::docker::objects::ContainerSpec {
-        let mut labels = std::collections::BTreeMap::new();
-        for key in [spec::LABEL_MANAGED_BY, spec::LABEL_RUN_ID, spec::LABEL_SANDBOX, spec::LABEL_EXPIRES_AT] {
-            if let Some(value) = sandbox.labels.get(key) {
-                labels.insert(key.to_string(), value.clone());
-            }
-        }
-        labels.insert(spec::LABEL_ROLE.to_string(), role.to_string());
-        labels.insert(extra.0.to_string(), extra.1);
-        super::record::never_started(&sandbox.image, labels)
-    }
-
-    fn sandbox_container(&self, name: &str) -> Result<ContainerSummary, backend::Error> {
-        let mut groups = grouped(self, Some(name)).map_err(|error| api_error("list the sandbox's containers", &error))?;
-        groups.remove(name).and_then(|group| group.sandbox).ok_or_else(|| backend::Error {
-            what: "find the sandbox's container",
-            kind: backend::ErrorKind::NotFound,
-            message: "the sandbox is gone".to_string(),
-        })
+    /// its name and expiry (the sandbox's), and `extra`.
+    fn mark(&self, record: &Record, role: &str, extra: (&str, String)) -> crate::docker::objects::ContainerSpec {
+        let name = sandboxes::public_name(&record.id);
+        let expires_at = std::time::UNIX_EPOCH + Duration::from_millis(record.expires_at_ms) + crate::engine::run::EXPIRY_SLACK;
+        let labels = std::collections::BTreeMap::from([
+            (spec::LABEL_MANAGED_BY.to_string(), spec::MANAGED_BY.to_string()),
+            (spec::LABEL_RUN_ID.to_string(), name.clone()),
+            (spec::LABEL_SANDBOX.to_string(), name),
+            (spec::LABEL_EXPIRES_AT.to_string(), log::rfc3339_utc(expires_at)),
+            (spec::LABEL_ROLE.to_string(), role.to_string()),
+            (extra.0.to_string(), extra.1),
+        ]);
+        super::record::never_started(&record.image, labels)
     }
 }
 
@@ -169,8 +162,7 @@ impl SandboxStore for Docker {
                 Err(error) => return Err(api_error("remove a stale call mark", &error)),
             }
         }
-        let sandbox = self.sandbox_container(&name)?;
-        let body = self.mark(&sandbox, spec::ROLE_SANDBOX_CALL, (spec::LABEL_SANDBOX_CALL, sandboxes::encode_call(call)));
+        let body = self.mark(&seen.record, spec::ROLE_SANDBOX_CALL, (spec::LABEL_SANDBOX_CALL, sandboxes::encode_call(call)));
         match self.client.container_create(&call_mark_name(&name), &body) {
             Ok(_) => Ok(true),
             Err(error) if error.is_conflict() => Ok(false),
@@ -179,8 +171,8 @@ impl SandboxStore for Docker {
     }
 
     fn mark_used(&self, name: &str, at_ms: u64) -> Result<(), backend::Error> {
-        let sandbox = self.sandbox_container(name)?;
-        let body = self.mark(&sandbox, spec::ROLE_SANDBOX_USED, (spec::LABEL_SANDBOX_USED_MS, at_ms.to_string()));
+        let Some(seen) = self.look(name)? else { return Ok(()) };
+        let body = self.mark(&seen.record, spec::ROLE_SANDBOX_USED, (spec::LABEL_SANDBOX_USED_MS, at_ms.to_string()));
         match self.client.container_create(&used_mark_name(name, at_ms), &body) {
             Ok(_) => Ok(()),
             Err(error) if error.is_conflict() => Ok(()),
@@ -191,8 +183,8 @@ impl SandboxStore for Docker {
     fn end_call(&self, name: &str, call: &CallMark, at_ms: u64) -> Result<(), backend::Error> {
         let mut groups = grouped(self, Some(name)).map_err(|error| api_error("list the sandbox's containers", &error))?;
         let Some(group) = groups.remove(name) else { return Ok(()) };
-        if let Some(sandbox) = &group.sandbox {
-            let body = self.mark(sandbox, spec::ROLE_SANDBOX_USED, (spec::LABEL_SANDBOX_USED_MS, at_ms.to_string()));
+        if let Some(seen) = group.seen() {
+            let body = self.mark(&seen.record, spec::ROLE_SANDBOX_USED, (spec::LABEL_SANDBOX_USED_MS, at_ms.to_string()));
             match self.client.container_create(&used_mark_name(name, at_ms), &body) {
                 Ok(_) => {}
                 Err(error) if error.is_conflict() => {}
@@ -219,12 +211,10 @@ impl SandboxStore for Docker {
     }
 
     /// The call, one line on stdin; the attach brings its output back.
+    /// The caller saw the sandbox running a moment ago (`look`); one that
+    /// ended since ends the attach at once, and the call as `SandboxEnded`.
     fn deliver_call(&self, name: &str, call: &Assignment, _read_for: Duration) -> Result<Delivered, String> {
         let container = spec::container_name(name);
-        let inspect = self.client.container_inspect(&container).map_err(|error| error.to_string())?;
-        if !inspect.state.running {
-            return Err(format!("the sandbox's container is `{}`", inspect.state.status));
-        }
         let line = session::stdin_line(&session::encode_call(&STDIN_KEY, call));
         let mut stream = self.client.container_attach_open(&container, &line).map_err(|error| error.to_string())?;
         resend_until_heard(&mut stream, &line);
@@ -242,6 +232,14 @@ impl SandboxStore for Docker {
             output: Output { reader: Box::new(CallStream(stream)), abort: Abort::new(move || handle.abort()) },
             cancel: Box::new(cancel),
         })
+    }
+
+    fn call_log(&self, name: &str, since_ms: u64) -> Result<Output, String> {
+        let params = crate::docker::LogParams { follow: true, idle_timeout: None };
+        let stream =
+            self.client.container_logs_since(&spec::container_name(name), &params, since_ms / 1000).map_err(|error| error.to_string())?;
+        let handle = stream.abort_handle();
+        Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) })
     }
 
     fn close_sandbox(&self, name: &str) {

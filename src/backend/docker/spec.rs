@@ -604,6 +604,34 @@ mod tests {
     }
 
     #[test]
+    fn an_open_sandboxs_container_keeps_its_stdin_open_and_carries_its_record() {
+        let template = RunSpec { command: vec![], files: vec![], env: BTreeMap::new(), ..run_spec() };
+        let until_ms = 1_800_000_000_000;
+        let body = session_container(&template, &policy(), &options(), "s1", "{\"id\":\"x\"}", Duration::from_secs(630), until_ms);
+        assert_eq!(
+            body.cmd,
+            [
+                "runner",
+                "await-assignment",
+                "--stdin",
+                "--workdir",
+                "/work",
+                "--max-wait-ms",
+                "630000",
+                "--session-until-ms",
+                "1800000000000"
+            ]
+        );
+        assert!(body.open_stdin && !body.stdin_once && body.attach_stdin, "stdin stays open between calls");
+        assert_eq!(body.labels[LABEL_SANDBOX], "s1");
+        assert_eq!(body.labels[LABEL_SANDBOX_RECORD], "{\"id\":\"x\"}");
+        assert_eq!(body.labels[LABEL_RUN_ID], "s1", "found by its name as a run is");
+        let expected = UNIX_EPOCH + Duration::from_millis(until_ms) + crate::engine::run::EXPIRY_SLACK;
+        assert_eq!(expires_at(&body.labels), Some(expected), "the reaper's bound: its lifetime");
+        assert_eq!(body.env, ["A=operator", "HOME=/tmp"], "no caller env: each call brings its own");
+    }
+
+    #[test]
     fn a_background_run_carries_its_record_and_a_named_network_is_used() {
         let spec = RunSpec { workdir: "/tmp".into(), network: NetworkMode::Restricted, ..run_spec() };
         let record = BackgroundRecord {

@@ -196,6 +196,20 @@ impl SandboxStore for Kubernetes {
         Ok(Delivered { output: Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) }, cancel: Box::new(cancel) })
     }
 
+    fn call_log(&self, name: &str, since_ms: u64) -> Result<Output, String> {
+        let pod = self.sandbox_pod(name)?;
+        let now_ms = crate::time::unix_ms(std::time::SystemTime::now());
+        let params = kube::LogParams {
+            container: Some(manifest::MAIN_CONTAINER.to_string()),
+            // A second more: the API counts whole seconds.
+            since_seconds: Some(now_ms.saturating_sub(since_ms) / 1000 + 1),
+            ..kube::LogParams::default()
+        };
+        let stream = self.client.follow_pod_logs(self.namespace(), &pod, &params).map_err(|error| error.to_string())?;
+        let handle = stream.abort_handle();
+        Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) })
+    }
+
     /// The Job (its pod with it) and its key Secret.
     fn close_sandbox(&self, name: &str) {
         let job = manifest::job_name(name);

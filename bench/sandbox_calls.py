@@ -52,10 +52,12 @@ def main():
             opened_in, opened = timed(server, "open_sandbox", {"image": image})
             sandbox = opened["sandbox"]
             samples = {"in the sandbox": [], "one-shot": []}
-            for _ in range(args.runs):
-                samples["in the sandbox"].append(timed(server, "run_job", {"sandbox": sandbox, "command": command})[0])
-                samples["one-shot"].append(timed(server, "run_job", {"image": image, "command": command})[0])
-            server.tool("close_sandbox", {"sandbox": sandbox})
+            try:
+                for _ in range(args.runs):
+                    samples["in the sandbox"].append(timed(server, "run_job", {"sandbox": sandbox, "command": command})[0])
+                    samples["one-shot"].append(timed(server, "run_job", {"image": image, "command": command})[0])
+            finally:
+                server.tool("close_sandbox", {"sandbox": sandbox})
             print(f"  {name}: open_sandbox {ms(opened_in)}")
             for kind, values in samples.items():
                 p50, p95 = warm_pool.percentile(values, 0.5), warm_pool.percentile(values, 0.95)

@@ -247,6 +247,16 @@ fn take_and_run(
         Take::Busy { started_ms, until_ms } => return Err(busy(now, started_ms, until_ms)),
         Take::Over(over) => return Err(refusal(RunReason::SandboxNotFound, format!("the sandbox is closed: {}", over.explain()))),
     }
+    if spec.image != seen.record.image {
+        return Err(refusal(
+            RunReason::SandboxNotFound,
+            format!(
+                "this sandbox runs image `{}`, not `{}`; leave `image` out, or open a sandbox of that image",
+                crate::echo::shorten(&seen.record.image),
+                crate::echo::shorten(&spec.image)
+            ),
+        ));
+    }
     let budget = spec.timeout + CALL_SLACK;
     sandboxes::fits(&seen.record, now, budget).map_err(|why| refusal(RunReason::SandboxBusy, why))?;
     let mark = CallMark { call_id: call_id.to_string(), started_ms: now, until_ms: now + budget.as_millis() as u64 };

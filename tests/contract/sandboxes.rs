@@ -84,6 +84,12 @@ fn a_sandbox_keeps_its_workdir_and_home_across_calls_and_close_removes_it_all() 
     let third = sh(&mut server, &sandbox, "cat note.txt $HOME/mark");
     assert_eq!(third["stdout"], "kept\nhome\n", "call 3 reads what call 1 wrote: {third}");
     assert_ne!(first["run_id"], third["run_id"], "each call has its own run id");
+    let other_image = call(&mut server, "run_job", json!({"sandbox": sandbox.id, "image": PYTHON, "command": ["true"]}));
+    let other_image = &other_image["structuredContent"];
+    assert_eq!(other_image["reason"], "SandboxNotFound", "{other_image}");
+    assert!(other_image["message"].as_str().unwrap().contains("runs image"), "{other_image}");
+    let fixed = call(&mut server, "run_job", json!({"sandbox": sandbox.id, "command": ["true"], "limits": {"memory": "1Gi"}}));
+    assert_eq!(fixed["isError"], true, "limits are the sandbox's: {fixed}");
     assert!(third["artifacts"].as_array().unwrap().is_empty(), "a call returns the files it changed, not earlier ones: {third}");
 
     let listed = server.ok("list_sandboxes", json!({}));

@@ -21,6 +21,7 @@ use crate::engine::sandboxes::{self, CallMark, Over, Record, Seen, Take};
 use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
 use crate::log;
 use crate::sandbox::frame::Tag;
+use crate::sandbox::session;
 
 /// Time a call may take past its command's timeout: the kill grace and
 /// the artifacts' collection.
@@ -92,6 +93,20 @@ pub fn open(ctx: &Ctx, opening: &Opening) -> Result<Seen, Refusal> {
         idle_timeout_s: opening.idle_timeout.as_secs(),
     };
     store.open_sandbox(&name, spec, &record).map_err(|refused| refusal(refused.reason, refused.message))?;
+    // Two opens at once (here or on another replica) both saw room: the
+    // oldest `max_open` stay, the others go again.
+    let mut open_now = list_open(store, now_ms()).unwrap_or_default();
+    open_now.sort_by(|a, b| (a.record.opened_at_ms, &a.record.id).cmp(&(b.record.opened_at_ms, &b.record.id)));
+    if open_now.iter().position(|seen| seen.record.id == record.id).is_some_and(|place| place >= limits.max_open) {
+        store.close_sandbox(&name);
+        return Err(refusal(
+            RunReason::SandboxLimit,
+            format!(
+                "{} sandboxes are open, the most this server allows (MCP_K8S_MAX_SANDBOXES); close one you no longer need (list_sandboxes shows yours)",
+                limits.max_open
+            ),
+        ));
+    }
     match await_running(ctx, &name) {
         Ok(()) => {}
         Err(refused) => {
@@ -106,7 +121,7 @@ pub fn open(ctx: &Ctx, opening: &Opening) -> Result<Seen, Refusal> {
         log::warn("a sandbox's ready time was not recorded", &[("sandbox", name.as_str().into()), ("error", error.to_string().into())]);
     }
     log::info("sandbox opened", &[("sandbox", name.as_str().into()), ("image", record.image.as_str().into())]);
-    Ok(Seen { last_used_ms: ready, call: None, version: String::new(), alive: true, record })
+    Ok(Seen { last_used_ms: Some(ready), call: None, version: String::new(), alive: true, record })
 }
 
 /// Waits for the sandbox to run, within the start timeout; a sandbox that
@@ -241,12 +256,6 @@ fn take_and_run(
     let store = store(ctx)?;
     let seen = find(store, id, spec.owner.as_deref())?;
     let name = sandboxes::public_name(&seen.record.id);
-    let now = now_ms();
-    match sandboxes::take(&seen, now) {
-        Take::Free => {}
-        Take::Busy { started_ms, until_ms } => return Err(busy(now, started_ms, until_ms)),
-        Take::Over(over) => return Err(refusal(RunReason::SandboxNotFound, format!("the sandbox is closed: {}", over.explain()))),
-    }
     if spec.image != seen.record.image {
         return Err(refusal(
             RunReason::SandboxNotFound,
@@ -258,13 +267,7 @@ fn take_and_run(
         ));
     }
     let budget = spec.timeout + CALL_SLACK;
-    sandboxes::fits(&seen.record, now, budget).map_err(|why| refusal(RunReason::SandboxBusy, why))?;
-    let mark = CallMark { call_id: call_id.to_string(), started_ms: now, until_ms: now + budget.as_millis() as u64 };
-    match store.begin_call(&seen, &mark) {
-        Ok(true) => {}
-        Ok(false) => return Err(busy(now, now, mark.until_ms)),
-        Err(error) => return Err(refusal(RunReason::ApiError, format!("the sandbox could not be taken: {error}"))),
-    }
+    let (mark, deadline) = take_sandbox(store, &name, seen.clone(), call_id, budget)?;
     let _release = Release { store, name: &name, mark: &mark };
     let tag = Tag::random().map_err(|why| refusal(RunReason::ApiError, format!("cannot make the call's tag: {why}")))?;
     let mut call = crate::engine::pool::assignment(call_id, spec, &ctx.policy);
@@ -272,6 +275,7 @@ fn take_and_run(
     on_progress(Progress::Created { what: format!("call in sandbox {}", &name[..8]) });
     let delivered = match store.deliver_call(&name, &call, budget) {
         Ok(delivered) => delivered,
+        Err(why) if why == session::BUSY => return Err(refusal(RunReason::SandboxBusy, busy_in_runner())),
         Err(why) => {
             let ended = ended_facts(ctx, &name);
             let message = match &ended {
@@ -286,30 +290,35 @@ fn take_and_run(
     let mut collector = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
     collector.spool =
         ctx.policy.outputs.as_ref().map(|store| crate::engine::outputs::Spool::new(store.clone(), call_id, spec.owner.as_deref()));
-    let deadline = Instant::now() + budget;
-    let mut collector = read_call(&name, delivered, collector, cancel, deadline, on_progress);
+    let Delivered { output, cancel: cancel_call } = delivered;
+    let reading = Reading { name: &name, cancel_call: cancel_call.as_ref(), cancel, deadline };
+    let mut collector = read_call(&reading, output, collector, on_progress);
     let mut finished = if collector.result.is_none() { ended_facts(ctx, &name) } else { None };
-    if collector.result.is_none() && finished.is_none() && !cancel.is_cancelled() {
+    if collector.result.is_none() && finished.is_none() && !cancel.is_cancelled() && Instant::now() < deadline {
         // The stream that brought the frames broke while the sandbox runs
         // on: the log keeps them, tagged with this call's tag alone.
-        collector = reread_from_log(ctx, store, &name, tag, now, collector, (cancel, deadline));
+        collector = reread_from_log(ctx, store, &reading, tag, mark.started_ms, collector);
         finished = if collector.result.is_none() { ended_facts(ctx, &name) } else { None };
     }
-    let memory_limit = spec.memory_limit.as_ref().map(|quantity| quantity.as_str().to_string());
+    let runner_busy = collector.result.as_ref().and_then(|result| result.start_error.as_deref()) == Some(session::BUSY);
     let judged = Judged {
         run_id: call_id,
         timeout: spec.timeout,
-        memory_limit: memory_limit.as_deref(),
+        memory_limit: seen.record.memory.as_deref(),
         finished: finished.as_ref(),
         cancel_requested: cancel.is_cancelled(),
         wording: ctx.backend.wording(),
     };
     let mut outcome = crate::engine::run::judge_collected(&judged, collector);
+    if runner_busy {
+        outcome.reason = Some(RunReason::SandboxBusy);
+        outcome.message = busy_in_runner();
+    }
     // A SIGTERM this server did not send is the sandbox's own end (closed,
     // its lifetime over, deleted from outside): its runner passes it on to
-    // the call.
+    // the call. Without a result, only a sandbox seen ended is.
     let sandbox_stopped = outcome.reason == Some(RunReason::Terminated);
-    if sandbox_stopped || outcome.reason == Some(RunReason::ResultLost) || (finished.is_some() && outcome.status == RunStatus::Error) {
+    if sandbox_stopped || (finished.is_some() && outcome.status == RunStatus::Error) {
         outcome.reason = Some(RunReason::SandboxEnded);
         outcome.message = format!(
             "the sandbox ended while the call ran ({}); it is gone with its files: open a new one",
@@ -319,21 +328,58 @@ fn take_and_run(
     Ok(outcome)
 }
 
-/// The call's frames read again from the sandbox's log, from the call's
-/// start; what the broken stream had read goes if this one gets further.
-fn reread_from_log(
-    ctx: &Ctx,
+/// How many times a take is tried again when the record changed under it
+/// without anyone taking the sandbox (on Kubernetes, the Job controller's
+/// status updates change the `resourceVersion` too).
+const TAKE_ATTEMPTS: usize = 4;
+
+/// Takes the sandbox for the call: its mark, and the call's deadline, from
+/// the same moment as the mark's.
+fn take_sandbox(
     store: &dyn SandboxStore,
     name: &str,
-    tag: Tag,
-    since_ms: u64,
-    broken: Collector,
-    (cancel, deadline): (&CancelToken, Instant),
-) -> Collector {
-    let output = match store.call_log(name, since_ms) {
+    mut seen: Seen,
+    call_id: &str,
+    budget: Duration,
+) -> Result<(CallMark, Instant), Refusal> {
+    for _ in 0..TAKE_ATTEMPTS {
+        let now = now_ms();
+        let marked_at = Instant::now();
+        match sandboxes::take(&seen, now) {
+            Take::Free => {}
+            Take::Busy { started_ms, until_ms } => return Err(busy(now, started_ms, until_ms)),
+            Take::Over(over) => return Err(refusal(RunReason::SandboxNotFound, format!("the sandbox is closed: {}", over.explain()))),
+        }
+        sandboxes::fits(&seen.record, now, budget).map_err(|why| refusal(RunReason::SandboxExpiring, why))?;
+        let mark = CallMark { call_id: call_id.to_string(), started_ms: now, until_ms: now + budget.as_millis() as u64 };
+        match store.begin_call(&seen, &mark) {
+            Ok(true) => return Ok((mark, marked_at + budget)),
+            Ok(false) => {}
+            Err(error) => return Err(refusal(RunReason::ApiError, format!("the sandbox could not be taken: {error}"))),
+        }
+        // Someone changed the record: look again, and take it if it is free.
+        seen = match store.look(name) {
+            Ok(Some(seen)) => seen,
+            Ok(None) => return Err(refusal(RunReason::SandboxNotFound, "the sandbox was closed; open_sandbox opens a new one")),
+            Err(error) => return Err(refusal(RunReason::ApiError, format!("the sandbox could not be read: {error}"))),
+        };
+    }
+    let now = now_ms();
+    Err(busy(now, now, now))
+}
+
+fn busy_in_runner() -> String {
+    "another call still runs in this sandbox (its server gave up on it or died); a sandbox runs one call at a time: wait a moment and call again"
+        .to_string()
+}
+
+/// The call's frames read again from the sandbox's log, from the call's
+/// start; what the broken stream had read stays if this one gets no
+/// further.
+fn reread_from_log(ctx: &Ctx, store: &dyn SandboxStore, reading: &Reading, tag: Tag, since_ms: u64, mut broken: Collector) -> Collector {
+    let output = match store.call_log(reading.name, since_ms) {
         Ok(output) => output,
         Err(why) => {
-            let mut broken = broken;
             broken.problems.push(format!("the call's output could not be read again from the sandbox's log: {why}"));
             return broken;
         }
@@ -341,9 +387,14 @@ fn reread_from_log(
     let mut fresh = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
     fresh.problems.extend(broken.problems.iter().cloned());
     fresh.problems.push("the call's output stream broke; its output was read again from the sandbox's log".to_string());
-    let delivered = Delivered { output, cancel: Box::new(|| Ok(())) };
-    let read = read_call(name, delivered, fresh, cancel, deadline, &|_| {});
-    if read.result.is_some() { read } else { broken }
+    // The same bytes land at the same offsets of the output store.
+    fresh.spool = broken.spool.take();
+    let mut read = read_call(reading, output, fresh, &|_| {});
+    if read.result.is_some() {
+        return read;
+    }
+    broken.spool = read.spool.take();
+    broken
 }
 
 fn busy(now: u64, started_ms: u64, until_ms: u64) -> Refusal {
@@ -369,20 +420,23 @@ fn ended_facts(ctx: &Ctx, name: &str) -> Option<Finished> {
     }
 }
 
-/// Reads the call's frames until its result, the end of the stream, the
-/// deadline, or a cancel (which asks the runner to stop the call and
-/// waits a moment for what it sends).
-fn read_call(
-    name: &str,
-    delivered: Delivered,
-    mut collector: Collector,
-    cancel: &CancelToken,
+/// What reading a call's frames needs besides the stream.
+struct Reading<'a> {
+    name: &'a str,
+    /// Asks the runner to stop the call.
+    cancel_call: &'a (dyn Fn() -> Result<(), String> + Send + Sync),
+    cancel: &'a CancelToken,
     deadline: Instant,
-    on_progress: &(dyn Fn(Progress) + Sync),
-) -> Collector {
-    let Delivered { output: Output { mut reader, abort }, cancel: cancel_call } = delivered;
+}
+
+/// Reads the call's frames until its result, the end of the stream, the
+/// deadline, or a cancel. A cancel, and the deadline, ask the runner to
+/// stop the call, and wait a moment for what it sends: the sandbox is
+/// given back only with nothing of the call running.
+fn read_call(reading: &Reading, output: Output, mut collector: Collector, on_progress: &(dyn Fn(Progress) + Sync)) -> Collector {
+    let Output { mut reader, abort } = output;
     std::thread::scope(|scope| {
-        let reading = scope.spawn(move || {
+        let read = scope.spawn(move || {
             let mut on_live = |chunk: LiveChunk| on_progress(Progress::Output(chunk));
             if let Err(error) = collector.read_all(&mut reader, &mut on_live)
                 && collector.result.is_none()
@@ -391,22 +445,22 @@ fn read_call(
             }
             collector
         });
-        let mut cancel_sent: Option<Instant> = None;
-        while !reading.is_finished() {
+        let mut stop_sent: Option<Instant> = None;
+        while !read.is_finished() {
             let now = Instant::now();
-            if now >= deadline || cancel_sent.is_some_and(|sent| now >= sent + CANCEL_WAIT) {
+            if stop_sent.is_some_and(|sent| now >= sent + CANCEL_WAIT) {
                 abort.abort();
                 break;
             }
-            if cancel.is_cancelled() && cancel_sent.is_none() {
-                if let Err(why) = cancel_call() {
-                    log::warn("a call's cancel did not reach its sandbox", &[("sandbox", name.into()), ("error", why.into())]);
+            if (reading.cancel.is_cancelled() || now >= reading.deadline) && stop_sent.is_none() {
+                if let Err(why) = (reading.cancel_call)() {
+                    log::warn("a call's stop did not reach its sandbox", &[("sandbox", reading.name.into()), ("error", why.into())]);
                 }
-                cancel_sent = Some(now);
+                stop_sent = Some(now);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        reading.join().unwrap_or_else(|_| Collector::new(0, 0))
+        read.join().unwrap_or_else(|_| Collector::new(0, 0))
     })
 }
 

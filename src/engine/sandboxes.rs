@@ -68,8 +68,10 @@ pub struct CallMark {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Seen {
     pub record: Record,
-    /// When its last call ended (its opening, before any).
-    pub last_used_ms: u64,
+    /// When it was last ready for a call: marked when its runner first
+    /// waits, then at the end of each call. `None` while it is opening: an
+    /// opening sandbox is never idle (its lifetime still bounds it).
+    pub last_used_ms: Option<u64>,
     pub call: Option<CallMark>,
     /// What the backend's compare-and-set compares (a `resourceVersion`,
     /// the stale mark's container): opaque here.
@@ -143,8 +145,8 @@ pub fn over(seen: &Seen, now_ms: u64) -> Option<Over> {
         return Some(Over::Ended);
     }
     let busy = seen.call.as_ref().is_some_and(|call| !stale(call, now_ms));
-    let idle_ms = now_ms.saturating_sub(seen.last_used_ms);
-    if !busy && idle_ms >= seen.record.idle_timeout_s.saturating_mul(1000) {
+    let idle_ms = seen.last_used_ms.map(|used| now_ms.saturating_sub(used));
+    if !busy && idle_ms.is_some_and(|idle_ms| idle_ms >= seen.record.idle_timeout_s.saturating_mul(1000)) {
         return Some(Over::Idle { idle_s: seen.record.idle_timeout_s });
     }
     None
@@ -227,6 +229,10 @@ mod tests {
     const S: u64 = 1000;
 
     fn seen(last_used_ms: u64, call: Option<CallMark>, alive: bool) -> Seen {
+        Seen { last_used_ms: Some(last_used_ms), ..opening(call, alive) }
+    }
+
+    fn opening(call: Option<CallMark>, alive: bool) -> Seen {
         Seen {
             record: Record {
                 id: "sbx-x".into(),
@@ -241,7 +247,7 @@ mod tests {
                 expires_at_ms: OPENED + 3600 * S,
                 idle_timeout_s: 600,
             },
-            last_used_ms,
+            last_used_ms: None,
             call,
             version: "1".into(),
             alive,
@@ -288,6 +294,8 @@ mod tests {
                 Take::Over(Over::Lifetime),
             ),
             ("its sandbox ended", seen(OPENED, None, false), OPENED + S, Take::Over(Over::Ended)),
+            ("opening for long: never idle", opening(None, true), OPENED + 900 * S, Take::Free),
+            ("opening past its lifetime", opening(None, true), OPENED + 3600 * S, Take::Over(Over::Lifetime)),
         ];
         for (name, seen, now, expected) in cases {
             assert_eq!(take(&seen, now), expected, "{name}");

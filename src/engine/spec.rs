@@ -257,6 +257,8 @@ run_reasons! {
     /// The open sandbox ended while the call ran (closed, its lifetime
     /// over, or stopped from outside).
     SandboxEnded,
+    /// The call's `timeout_s` would outlast the open sandbox's lifetime.
+    SandboxExpiring,
 }
 
 impl RunStatus {

@@ -21,7 +21,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
@@ -86,19 +86,30 @@ fn decide(current: &Current, message: &Message) -> (Decision, Option<Arc<AtomicB
             // `session::decode` refused a call without its tag.
             let Some(tag) = call.tag else { return (Decision::NoSuchCall, None) };
             *running = Some((tag, stop.clone()));
-            if taken.len() == REMEMBERED_TAGS {
-                taken.pop_front();
-            }
-            taken.push_back(tag);
+            remember(taken, tag);
             (Decision::Run, Some(stop))
         }
-        (Message::Call(_), Some(_)) => (Decision::Busy, None),
+        (Message::Call(call), Some(_)) => {
+            // Refused once: the same call sent again is refused no more
+            // (its sender has its answer), nor run later.
+            if let Some(tag) = call.tag {
+                remember(taken, tag);
+            }
+            (Decision::Busy, None)
+        }
         (Message::Cancel(tag), Some((running, stop))) if tag == running => {
             stop.store(true, Ordering::SeqCst);
             (Decision::Cancelled, None)
         }
         (Message::Cancel(_), _) => (Decision::NoSuchCall, None),
     }
+}
+
+fn remember(taken: &mut std::collections::VecDeque<Tag>, tag: Tag) {
+    if taken.len() == REMEMBERED_TAGS {
+        taken.pop_front();
+    }
+    taken.push_back(tag);
 }
 
 /// The session: calls until idle for `max_wait`, past `until_ms`, or a
@@ -252,37 +263,50 @@ impl Write for Tee {
 /// loses the stream, never the call.
 const REPLY_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Connections read at once on a session's port. The server sends one
+/// call at a time and, at most, its cancel; a few more leave room for a
+/// peer that stalls. Each may hold a body of up to
+/// `assignment::MAX_BODY_BYTES`, so the bound is also the memory's.
+const MAX_SESSION_READERS: usize = 4;
+
 /// The port's accept loop: a thread per connection, at most
-/// `assign::MAX_READERS` at once (more are closed unread).
+/// `MAX_SESSION_READERS` being read at once; when a new one comes, the
+/// oldest still being read is closed, so a peer that holds connections
+/// open can keep out no delivery behind it.
 fn serve_port(listener: &std::net::TcpListener, key: &Key, workdir: &Path, current: &Current, calls: &mpsc::Sender<Taken>) {
-    let readers = Arc::new(AtomicUsize::new(0));
+    let mut readers: std::collections::VecDeque<(Arc<AtomicBool>, TcpStream)> = std::collections::VecDeque::new();
     loop {
         let stream = match listener.accept() {
             Ok((stream, _peer)) => stream,
             Err(error) if assign::is_transient(&error) => continue,
             Err(_) => return,
         };
-        if readers.load(Ordering::SeqCst) >= assign::MAX_READERS {
-            drop(stream);
-            continue;
+        readers.retain(|(done, _)| !done.load(Ordering::SeqCst));
+        if readers.len() >= MAX_SESSION_READERS
+            && let Some((_, oldest)) = readers.pop_front()
+        {
+            let _ = oldest.shutdown(std::net::Shutdown::Both);
         }
-        readers.fetch_add(1, Ordering::SeqCst);
-        let (key, workdir, current, calls) = (key.clone(), workdir.to_path_buf(), current.clone(), calls.clone());
-        let counted = readers.clone();
+        let Ok(handle) = stream.try_clone() else { continue };
+        let done = Arc::new(AtomicBool::new(false));
+        let (key, workdir, current, calls, finished) = (key.clone(), workdir.to_path_buf(), current.clone(), calls.clone(), done.clone());
         let spawned = std::thread::Builder::new().name("session-reader".into()).spawn(move || {
-            serve_connection(stream, &key, &workdir, &current, &calls);
-            counted.fetch_sub(1, Ordering::SeqCst);
+            serve_connection(stream, &key, &workdir, &current, &calls, &finished);
         });
-        if spawned.is_err() {
-            readers.fetch_sub(1, Ordering::SeqCst);
+        if spawned.is_ok() {
+            readers.push_back((done, handle));
         }
     }
 }
 
 /// One connection: a call (kept open to stream its frames) or a cancel.
-fn serve_connection(mut stream: TcpStream, key: &Key, workdir: &Path, current: &Current, calls: &mpsc::Sender<Taken>) {
+/// `read` is set once the request is read: from then on the connection is
+/// no longer one the accept loop may close to make room.
+fn serve_connection(mut stream: TcpStream, key: &Key, workdir: &Path, current: &Current, calls: &mpsc::Sender<Taken>, read: &AtomicBool) {
     let served = Served { paths: &[assignment::PATH, session::CANCEL_PATH], max_body: assignment::MAX_BODY_BYTES };
-    let (path, body) = match assign::read_request_to(&mut stream, &served) {
+    let request = assign::read_request_to(&mut stream, &served);
+    read.store(true, Ordering::SeqCst);
+    let (path, body) = match request {
         Ok(request) => request,
         Err(Refusal::Silent) => return,
         Err(Refusal::Status(code, text)) => return answer(stream, code, &text),
@@ -319,16 +343,20 @@ fn answer(mut stream: TcpStream, code: u16, text: &str) {
 /// last one's result, which the runner writes a moment before it is done.
 const BUSY_WAIT: Duration = Duration::from_secs(2);
 
-/// `decide`, giving a running call `BUSY_WAIT` to end first.
+/// `decide`, giving a running call `BUSY_WAIT` to end first when a new
+/// call comes (a call sent again is decided at once).
 fn decide_waiting(current: &Current, message: &Message) -> (Decision, Option<Arc<AtomicBool>>) {
-    let deadline = Instant::now() + BUSY_WAIT;
-    loop {
-        let decided = decide(current, message);
-        if decided.0 != Decision::Busy || Instant::now() >= deadline {
-            return decided;
+    if let Message::Call(call) = message {
+        let deadline = Instant::now() + BUSY_WAIT;
+        let waits = || {
+            let calls = current.lock().unwrap_or_else(PoisonError::into_inner);
+            calls.running.is_some() && !call.tag.is_some_and(|tag| calls.taken.contains(&tag))
+        };
+        while Instant::now() < deadline && waits() {
+            std::thread::sleep(Duration::from_millis(5));
         }
-        std::thread::sleep(Duration::from_millis(5));
     }
+    decide(current, message)
 }
 
 /// What every message comes to, on a port or on stdin: the decision, and
@@ -356,11 +384,11 @@ fn dispatch(message: Message, reply: Option<TcpStream>, current: &Current, calls
             let Some(tag) = call.tag else { return };
             // Nobody to answer on stdin: the refused call's own frames say it.
             let mut result = RunResult::started(super::now_ms());
-            result.start_error = Some("another call runs in this sandbox; one call at a time".to_string());
+            result.start_error = Some(session::BUSY.to_string());
             result.finished_at_ms = result.started_at_ms;
             capture::write_frame(&FrameSink::tagged(tag, Box::new(io::stdout())), &Frame::Result(result));
         }
-        (Decision::Busy, ..) => answered(409, "another call runs in this sandbox"),
+        (Decision::Busy, ..) => answered(409, session::BUSY),
         (Decision::Again, ..) => answered(409, "this call was taken already"),
         (Decision::Cancelled, ..) => answered(202, "the call is being stopped"),
         (Decision::NoSuchCall, ..) | (Decision::Run, ..) => answered(409, "no such call runs in this sandbox"),
@@ -444,6 +472,7 @@ mod tests {
         assert_eq!(first, Decision::Run);
         let stop = stop.unwrap();
         assert_eq!(decide(&current, &call(2)).0, Decision::Busy);
+        assert_eq!(decide(&current, &call(2)).0, Decision::Again, "refused once, a call sent again is not run later");
         assert_eq!(decide(&current, &cancel(2)).0, Decision::NoSuchCall, "another call's tag");
         assert!(!stop.load(Ordering::SeqCst));
         assert_eq!(decide(&current, &cancel(1)).0, Decision::Cancelled);
@@ -451,7 +480,7 @@ mod tests {
         assert_eq!(decide(&current, &call(1)).0, Decision::Again, "a call sent again while it runs");
         current.lock().unwrap().running = None;
         assert_eq!(decide(&current, &call(1)).0, Decision::Again, "a call sent again after it ran");
-        assert_eq!(decide(&current, &call(2)).0, Decision::Run, "the next call, once the first is over");
+        assert_eq!(decide(&current, &call(3)).0, Decision::Run, "the next call, once the first is over");
     }
 
     #[test]

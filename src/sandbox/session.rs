@@ -22,6 +22,11 @@ use crate::sandbox::frame::Tag;
 /// `assignment::PATH`).
 pub const CANCEL_PATH: &str = "/cancel";
 
+/// A call that finds another running: the runner's answer on its port
+/// (`409` with this text) and, on stdin, the refused call's own result's
+/// `start_error`; the server turns either into `SandboxBusy`.
+pub const BUSY: &str = "another call runs in this sandbox; one call at a time";
+
 /// What a session runner was sent.
 #[derive(Debug, PartialEq)]
 pub enum Message {

@@ -263,7 +263,7 @@ fn seen_json(seen: &Seen, with_state: bool) -> Value {
         "workdir": record.workdir,
         "opened_at": at(record.opened_at_ms),
         "age_s": now.saturating_sub(record.opened_at_ms) / 1000,
-        "idle_s": now.saturating_sub(seen.last_used_ms) / 1000,
+        "idle_s": seen.last_used_ms.map_or(0, |used| now.saturating_sub(used) / 1000),
         "idle_timeout_s": record.idle_timeout_s,
         "expires_at": at(record.expires_at_ms),
     });

@@ -372,6 +372,14 @@ fn docker_remove(run_id: &str) {
 // ---------------------------------------------------------------------------
 // Both
 
+/// Whether nothing of `run_id` is left on `kind` now.
+pub fn nothing_left(kind: Kind, run_id: &str) -> bool {
+    match kind {
+        Kind::Kubernetes | Kind::KubernetesWarm => cluster::leftovers(run_id).is_empty(),
+        Kind::Docker | Kind::DockerWarm => docker_leftovers(run_id).is_empty(),
+    }
+}
+
 /// Waits until nothing of `run_id` is left on `kind` (a pod or a container
 /// takes a moment to go).
 pub fn assert_nothing_left(kind: Kind, run_id: &str) {

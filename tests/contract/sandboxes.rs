@@ -274,6 +274,41 @@ fn an_idle_sandbox_closes_itself_and_is_removed() {
     assert_eq!(gone["reason"], "SandboxNotFound", "{gone}");
 }
 
+/// Its lifetime ends a sandbox however busy it is kept: a call that would
+/// outlast it is refused before it starts, and at the end everything goes.
+#[test]
+fn a_sandbox_ends_at_its_max_lifetime() {
+    let _together = together();
+    let mut server = server(&[]);
+    let opened_at = Instant::now();
+    let sandbox = open(&mut server, json!({"image": BUSYBOX, "max_lifetime_s": 60}));
+    let too_long = call(&mut server, "run_job", json!({"sandbox": sandbox.id, "command": ["true"], "timeout_s": 300}));
+    let too_long = &too_long["structuredContent"];
+    assert_eq!(too_long["reason"], "SandboxExpiring", "{too_long}");
+    assert!(too_long["message"].as_str().unwrap().contains("max_lifetime_s"), "{too_long}");
+    // Kept busy with short calls, it takes them while they fit in its life.
+    let short = json!({"sandbox": sandbox.id, "command": ["true"], "timeout_s": 1});
+    let refused = loop {
+        let kept = call(&mut server, "run_job", short.clone())["structuredContent"].clone();
+        if kept["status"] != "succeeded" {
+            break kept;
+        }
+        assert!(opened_at.elapsed() < Duration::from_secs(120), "the sandbox outlived its lifetime: {kept}");
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    assert_eq!(refused["reason"], "SandboxExpiring", "{refused}");
+    assert!(opened_at.elapsed() >= Duration::from_secs(40), "refused early ({:?}): {refused}", opened_at.elapsed());
+    // Then it goes at its end, everything of it.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !harness::nothing_left(BACKEND, &sandbox.name) {
+        assert!(Instant::now() < deadline, "the sandbox outlived its lifetime by a minute");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert!(opened_at.elapsed() >= Duration::from_secs(60), "removed before its lifetime: {:?}", opened_at.elapsed());
+    let gone = sh(&mut server, &sandbox, "true");
+    assert_eq!(gone["reason"], "SandboxNotFound", "{gone}");
+}
+
 #[test]
 fn closing_a_sandbox_during_a_call_ends_the_call_with_the_reason() {
     let _together = together();

@@ -4,7 +4,7 @@
 
 use mcp_k8s_ephemeral_job::engine::spec::RunReason;
 
-const PUBLIC_NAMES: [&str; 27] = [
+const PUBLIC_NAMES: [&str; 28] = [
     "NonZeroExit",
     "Signaled",
     "OOMKilled",
@@ -32,6 +32,7 @@ const PUBLIC_NAMES: [&str; 27] = [
     "SandboxBusy",
     "SandboxLimit",
     "SandboxEnded",
+    "SandboxExpiring",
 ];
 
 #[test]

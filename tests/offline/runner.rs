@@ -432,6 +432,109 @@ fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
     fs::remove_file(&key_file).unwrap();
 }
 
+/// POSTs `body` to `path` on the runner at `port`; the status code and
+/// the rest of the answer (a session call's: its frames, to the close).
+fn post_to(port: u16, path: &str, body: &[u8]) -> (u16, String) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut stream = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(stream) => break stream,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(error) => panic!("the runner never listened on {port}: {error}"),
+        }
+    };
+    write!(stream, "POST {path} HTTP/1.1\r\nHost: pod\r\nContent-Length: {}\r\n\r\n", body.len()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let code = answer.get(9..12).and_then(|code| code.parse().ok()).unwrap_or(0);
+    (code, answer)
+}
+
+/// An open sandbox's runner on its port: call after call in one workdir,
+/// each answered with its own frames (the server's tag on every one), a
+/// wrong key refused, a second call while one runs refused, a cancel that
+/// stops only the running call, and the runner going on after it.
+#[test]
+fn a_session_runner_takes_call_after_call_and_answers_each_with_its_frames() {
+    use mcp_k8s_ephemeral_job::sandbox::frame::{TAG_BYTES, Tag};
+    use mcp_k8s_ephemeral_job::sandbox::session;
+    let exec = options("session", &["true"]);
+    let workdir = exec.workdir.clone();
+    let key = Key::random().unwrap();
+    let key_file = std::env::temp_dir().join(format!("runner-spec-{}-session-key", std::process::id()));
+    fs::write(&key_file, key.to_hex()).unwrap();
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let until_ms =
+        (std::time::SystemTime::now() + Duration::from_secs(120)).duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let assign = AssignOptions {
+        listen: Endpoint::Port(port),
+        key_file: Some(key_file.clone()),
+        workdir: workdir.clone(),
+        max_wait: Duration::from_secs(60),
+        session_until_ms: Some(until_ms),
+    };
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut runner = crate::support::server::command(&[("PATH", &path)])
+        .args(assign_args(&assign))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let call = |tag: u8, script: &str| {
+        let mut call = assignment_for(&ExecOptions { argv: vec!["sh".into(), "-c".into(), script.into()], ..exec.clone() });
+        call.files.clear();
+        call.tag = Some(Tag::from_bytes([tag; TAG_BYTES]));
+        call
+    };
+    let tagged = |answer: &str, tag: u8| -> Vec<Frame> {
+        let prefix = format!("MCPK8S/{} {} ", frame::VERSION, Tag::from_bytes([tag; TAG_BYTES]).to_hex());
+        let lines: Vec<&str> = answer.lines().filter(|line| line.starts_with(&prefix)).collect();
+        frames_of(&lines.join("\n"))
+    };
+
+    assert_eq!(post_to(port, assignment::PATH, &session::encode_call(&Key::random().unwrap(), &call(1, "true"))).0, 401, "a wrong key");
+    let (code, answer) = post_to(port, assignment::PATH, &session::encode_call(&key, &call(1, "echo kept > note.txt; echo one")));
+    assert_eq!(code, 200, "{answer}");
+    let first = Run { exit_code: 0, frames: tagged(&answer, 1), workdir: workdir.clone() };
+    assert_eq!(String::from_utf8_lossy(&first.stdout()), "one\n");
+    let (_, answer) = post_to(port, assignment::PATH, &session::encode_call(&key, &call(2, "cat note.txt")));
+    let second = Run { exit_code: 0, frames: tagged(&answer, 2), workdir: workdir.clone() };
+    assert_eq!(String::from_utf8_lossy(&second.stdout()), "kept\n", "the second call sees the first one's file");
+    assert!(tagged(&answer, 1).is_empty(), "no frame of another call in a call's answer");
+
+    // A long call; a second one while it runs is refused; a cancel of a
+    // call that does not run reaches nothing, the running one's stops it.
+    let slow = std::thread::spawn({
+        let body = session::encode_call(&key, &call(3, "echo go; sleep 300"));
+        move || post_to(port, assignment::PATH, &body)
+    });
+    // Until the slow call runs, a new call may still slip in before it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for tag in 10u8.. {
+        let (code, answer) = post_to(port, assignment::PATH, &session::encode_call(&key, &call(tag, "true")));
+        if code == 409 {
+            assert!(answer.contains(session::BUSY), "{answer}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "a call while one runs was never refused: {answer}");
+    }
+    assert_eq!(post_to(port, session::CANCEL_PATH, &session::encode_cancel(&key, Tag::from_bytes([9; TAG_BYTES]))).0, 409);
+    let cancelled_at = Instant::now();
+    assert_eq!(post_to(port, session::CANCEL_PATH, &session::encode_cancel(&key, Tag::from_bytes([3; TAG_BYTES]))).0, 202);
+    let (_, answer) = slow.join().unwrap();
+    assert!(cancelled_at.elapsed() < Duration::from_secs(30), "the cancel stopped the call");
+    let stopped = Run { exit_code: 0, frames: tagged(&answer, 3), workdir: workdir.clone() };
+    assert!(stopped.result().terminated_by_request, "{answer}");
+    let (_, answer) = post_to(port, assignment::PATH, &session::encode_call(&key, &call(5, "echo after")));
+    let after = Run { exit_code: 0, frames: tagged(&answer, 5), workdir: workdir.clone() };
+    assert_eq!(String::from_utf8_lossy(&after.stdout()), "after\n", "the runner goes on after a cancel");
+
+    let _ = runner.kill();
+    let _ = runner.wait();
+    fs::remove_file(&key_file).unwrap();
+}
+
 /// The Docker backend's warm sandbox (which may have no network): the
 /// runner takes the body on its stdin, up to its end, and the command
 /// still reads an empty stdin, as in a cold run.

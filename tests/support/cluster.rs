@@ -141,16 +141,26 @@ pub fn assert_nothing_left(run_id: &str) {
     assert_nothing_left_in(NAMESPACE, run_id);
 }
 
+/// The Jobs, pods and Secrets of `run_id` in the test namespace, now.
+pub fn leftovers(run_id: &str) -> Vec<String> {
+    leftovers_in(&admin_client(), NAMESPACE, run_id)
+}
+
+fn leftovers_in(client: &kube::Client, namespace: &str, run_id: &str) -> Vec<String> {
+    let params = kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/run-id={run_id}")), field_selector: None };
+    let mut left = Vec::new();
+    for resource in [kube::Resource::JOBS, kube::Resource::PODS, kube::Resource::SECRETS] {
+        let list = client.list(resource, namespace, &params).expect("list works with the admin kubeconfig");
+        left.extend(list.items.iter().map(|item| format!("{} {}", resource.plural, item["metadata"]["name"])));
+    }
+    left
+}
+
 pub fn assert_nothing_left_in(namespace: &str, run_id: &str) {
     let client = admin_client();
-    let params = kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/run-id={run_id}")), field_selector: None };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let mut left = Vec::new();
-        for resource in [kube::Resource::JOBS, kube::Resource::PODS, kube::Resource::SECRETS] {
-            let list = client.list(resource, namespace, &params).expect("list works with the admin kubeconfig");
-            left.extend(list.items.iter().map(|item| format!("{} {}", resource.plural, item["metadata"]["name"])));
-        }
+        let left = leftovers_in(&client, namespace, run_id);
         if left.is_empty() {
             return;
         }

@@ -55,12 +55,7 @@ impl Containers {
         let sandbox = self.sandbox.as_ref()?;
         let record = sandboxes::decode_record(sandbox.labels.get(spec::LABEL_SANDBOX_RECORD)?)?;
         let call_mark = self.call.as_ref();
-        let last_used_ms = self
-            .used
-            .iter()
-            .filter_map(|used| used.labels.get(spec::LABEL_SANDBOX_USED_MS)?.parse::<u64>().ok())
-            .max()
-            .unwrap_or(record.opened_at_ms);
+        let last_used_ms = self.used.iter().filter_map(|used| used.labels.get(spec::LABEL_SANDBOX_USED_MS)?.parse::<u64>().ok()).max();
         Some(Seen {
             call: call_mark.and_then(|mark| sandboxes::decode_call(mark.labels.get(spec::LABEL_SANDBOX_CALL)?)),
             version: call_mark.map(|mark| mark.id.clone()).unwrap_or_default(),
@@ -146,8 +141,16 @@ impl SandboxStore for Docker {
         Ok(groups.remove(name).and_then(|group| group.seen()))
     }
 
+    /// Marks left of a sandbox whose container is gone (a call that ended
+    /// while it was closed made one after the close) are removed on the
+    /// way: the reaper lists every few seconds.
     fn list_sandboxes(&self) -> Result<Vec<Seen>, backend::Error> {
         let groups = grouped(self, None).map_err(|error| api_error("list the sandboxes", &error))?;
+        for orphan in groups.values().filter(|group| group.sandbox.is_none()) {
+            for mark in orphan.call.iter().chain(orphan.used.iter()) {
+                let _ = self.client.container_remove(&mark.id);
+            }
+        }
         Ok(groups.values().filter_map(Containers::seen).collect())
     }
 

@@ -34,8 +34,7 @@ const PATCH_ATTEMPTS: usize = 4;
 fn seen_of(job: &Job) -> Option<Seen> {
     let annotations = &job.metadata.annotations;
     let record = sandboxes::decode_record(annotations.get(manifest::ANNOTATION_SANDBOX_RECORD)?)?;
-    let last_used_ms =
-        annotations.get(manifest::ANNOTATION_SANDBOX_USED_MS).and_then(|text| text.parse().ok()).unwrap_or(record.opened_at_ms);
+    let last_used_ms = annotations.get(manifest::ANNOTATION_SANDBOX_USED_MS).and_then(|text| text.parse().ok());
     Some(Seen {
         call: annotations.get(manifest::ANNOTATION_SANDBOX_CALL).and_then(|text| sandboxes::decode_call(text)),
         version: job.metadata.resource_version.clone(),
@@ -177,6 +176,8 @@ impl SandboxStore for Kubernetes {
                 Err(error) if error.code() == Some(503) && started.elapsed() < DELIVERY_RETRY_FOR => {
                     std::thread::sleep(Duration::from_millis(50));
                 }
+                // The runner still runs a call (one whose server gave up).
+                Err(error) if error.code() == Some(409) => return Err(session::BUSY.to_string()),
                 Err(error) => return Err(error.to_string()),
             }
         };

@@ -370,19 +370,7 @@ fn assignment_for(options: &ExecOptions) -> Assignment {
 /// POSTs `body` to the runner at `port` and returns the status code,
 /// retrying the connection while the runner is still starting.
 fn post(port: u16, body: &[u8]) -> u16 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut stream = loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(stream) => break stream,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Err(error) => panic!("the runner never listened on {port}: {error}"),
-        }
-    };
-    write!(stream, "POST {} HTTP/1.1\r\nHost: pod\r\nContent-Length: {}\r\n\r\n", assignment::PATH, body.len()).unwrap();
-    stream.write_all(body).unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    answer.get(9..12).and_then(|code| code.parse().ok()).unwrap_or(0)
+    post_to(port, assignment::PATH, body).0
 }
 
 #[test]
@@ -432,7 +420,8 @@ fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
     fs::remove_file(&key_file).unwrap();
 }
 
-/// POSTs `body` to `path` on the runner at `port`; the status code and
+/// POSTs `body` to `path` on the runner at `port` (retrying the
+/// connection while the runner is still starting); the status code and
 /// the rest of the answer (a session call's: its frames, to the close).
 fn post_to(port: u16, path: &str, body: &[u8]) -> (u16, String) {
     let deadline = Instant::now() + Duration::from_secs(10);

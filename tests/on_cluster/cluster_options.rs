@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crate::support::cluster::{self, BUSYBOX, NAMESPACE};
 use crate::support::server::StdioServer;
 use base64::Engine as _;
-use mcp_k8s_ephemeral_job::backend::kubernetes::permissions::REQUIRED;
+use mcp_k8s_ephemeral_job::backend::kubernetes::permissions::{REQUIRED, SANDBOXES};
 use mcp_k8s_ephemeral_job::kube;
 use serde_json::{Value, json};
 
@@ -659,7 +659,7 @@ impl Drop for CacheVolume {
 }
 
 /// A namespace of its own with a ServiceAccount whose Role is
-/// `backend::kubernetes::permissions::REQUIRED` minus one verb, and a kubeconfig with a
+/// `backend::kubernetes::permissions::REQUIRED` and `SANDBOXES` minus one verb, and a kubeconfig with a
 /// token for it: the shared namespace's Role stays untouched.
 struct DoctorNamespace {
     name: String,
@@ -672,8 +672,11 @@ impl DoctorNamespace {
         let client = cluster::admin_client();
         let namespaces = kube::Resource::NAMESPACES;
         client.create(namespaces, "", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})).expect("namespace");
+        // The kustomize base's grants: REQUIRED and, sandboxes being on by
+        // default, SANDBOXES (deploy/sandboxes.yaml).
         let rules: Vec<Value> = REQUIRED
             .iter()
+            .chain(SANDBOXES)
             .map(|permission| {
                 let resource = permission.role_resource();
                 let verbs: Vec<&str> =

@@ -26,12 +26,40 @@ struct Jaeger {
     _dir: TempDir,
 }
 
+/// A loopback port free a moment ago, below the kernel's ephemeral range
+/// (32768 and up by default), where every `bind(:0)` of the other tests
+/// running at once takes its ports: one picked there could be taken
+/// between this check and Jaeger's own bind.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = 20_000 + (std::process::id() % 5_000) as u16;
+    loop {
+        let port = start + NEXT.fetch_add(1, Ordering::Relaxed) % 10_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
+
+/// How often Jaeger is started again on new ports when one of its ports
+/// was taken before it bound it.
+const START_ATTEMPTS: usize = 5;
 
 impl Jaeger {
     fn start() -> Jaeger {
+        let mut last = String::new();
+        for _ in 0..START_ATTEMPTS {
+            match Jaeger::try_start() {
+                Ok(jaeger) => return jaeger,
+                Err(log) if log.contains("address already in use") => last = log,
+                Err(log) => panic!("jaeger did not answer within 60 s: {log}"),
+            }
+        }
+        panic!("jaeger's ports were taken {START_ATTEMPTS} times: {last}");
+    }
+
+    fn try_start() -> Result<Jaeger, String> {
         let binary = crate::support::cluster::cache_dir().join("bin/jaeger");
         assert!(binary.exists(), "{} is missing: run `tests/build-jaeger`", binary.display());
         let (otlp, query, query_grpc) = (free_port(), free_port(), free_port());
@@ -87,14 +115,17 @@ exporters:
             .stderr(log)
             .spawn()
             .unwrap_or_else(|error| panic!("cannot start {}: {error}", binary.display()));
-        let jaeger = Jaeger { child, otlp, query, _dir: dir };
+        let mut jaeger = Jaeger { child, otlp, query, _dir: dir };
         // Ready once its query API answers (a trace it does not have: 404).
         let deadline = Instant::now() + Duration::from_secs(60);
         while jaeger.get("/api/services").is_none() {
-            assert!(Instant::now() < deadline, "jaeger did not answer within 60 s: {}", jaeger.log());
+            let exited = matches!(jaeger.child.try_wait(), Ok(Some(_)));
+            if exited || Instant::now() >= deadline {
+                return Err(jaeger.log());
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
-        jaeger
+        Ok(jaeger)
     }
 
     fn log(&self) -> String {

@@ -80,6 +80,12 @@ impl Ctx {
         })
     }
 
+    /// The engine of the site a call names (`None`: the default), or why
+    /// there is none.
+    pub fn engine_of(&self, site: Option<&str>) -> Result<&crate::engine::run::Ctx, String> {
+        self.site(site)?.engine.as_ref().map_err(|why| no_backend(why))
+    }
+
     /// Asks every site at once, each on a thread of its own, and waits
     /// at most `wait`: a site without an engine, or that has not answered
     /// by then, gets an error saying so. One site that is down never holds

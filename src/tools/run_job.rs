@@ -386,7 +386,7 @@ pub fn sandbox_run_args<'a>(
     if arguments.contains_key("image") {
         return Ok(arguments);
     }
-    let engine = ctx.site(site).and_then(|site| site.engine.as_ref().map_err(|why| super::no_backend(why))).map_err(Unusable::Invalid)?;
+    let engine = ctx.engine_of(site).map_err(Unusable::Invalid)?;
     let seen = engine::sandbox_call::find_yours(engine, id, call.caller.owner()).map_err(Unusable::Refused)?;
     let mut filled = arguments.into_owned();
     filled.insert("image".to_string(), json!(seen.record.image));

@@ -21,10 +21,6 @@ pub fn tools(config: &Config) -> Vec<Tool> {
     vec![open_sandbox_tool(config), close_sandbox_tool(), list_sandboxes_tool()]
 }
 
-fn engine_of<'a>(ctx: &'a Ctx, site: Option<&str>) -> Result<&'a crate::engine::run::Ctx, String> {
-    ctx.site(site)?.engine.as_ref().map_err(|why| super::no_backend(why))
-}
-
 fn open_sandbox_tool(config: &Config) -> Tool {
     Tool {
         name: "open_sandbox",
@@ -98,7 +94,7 @@ fn open_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(opening) => opening,
         Err(why) => return ToolOutcome::Failure(why),
     };
-    let engine = match engine_of(ctx, site.as_deref()) {
+    let engine = match ctx.engine_of(site.as_deref()) {
         Ok(engine) => engine,
         Err(why) => return ToolOutcome::Failure(why),
     };
@@ -188,7 +184,7 @@ fn close_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     let Some(id) = arguments.get("sandbox").and_then(Value::as_str) else {
         return ToolOutcome::Failure("`sandbox` is required: the id open_sandbox gave".to_string());
     };
-    let engine = match engine_of(ctx, site.as_deref()) {
+    let engine = match ctx.engine_of(site.as_deref()) {
         Ok(engine) => engine,
         Err(why) => return ToolOutcome::Failure(why),
     };
@@ -231,7 +227,7 @@ fn list_sandboxes(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     if let Err(error) = super::check_known_arguments(&arguments, &[]) {
         return ToolOutcome::Failure(error.to_string());
     }
-    let engine = match engine_of(ctx, site.as_deref()) {
+    let engine = match ctx.engine_of(site.as_deref()) {
         Ok(engine) => engine,
         Err(why) => return ToolOutcome::Failure(why),
     };

@@ -373,6 +373,25 @@ fn post(port: u16, body: &[u8]) -> u16 {
     post_to(port, assignment::PATH, body).0
 }
 
+/// `runner await-assignment` on `port` with the key in `key_file` (with
+/// `session_until_ms`: an open sandbox's runner), waiting up to a minute.
+fn port_runner(port: u16, key_file: &std::path::Path, workdir: &std::path::Path, session_until_ms: Option<u64>) -> std::process::Child {
+    let assign = AssignOptions {
+        listen: Endpoint::Port(port),
+        key_file: Some(key_file.to_path_buf()),
+        workdir: workdir.to_path_buf(),
+        max_wait: Duration::from_secs(60),
+        session_until_ms,
+    };
+    let path = std::env::var("PATH").unwrap_or_default();
+    crate::support::server::command(&[("PATH", &path)])
+        .args(assign_args(&assign))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
     let exec = options("warm", &["sh", "-c", "cat data/in.txt; echo \"$GREETING\"; echo made > out.txt; exit 3"]);
@@ -382,20 +401,7 @@ fn a_warm_runner_takes_one_assignment_and_runs_it_like_exec() {
     fs::write(&key_file, format!("{}\n", key.to_hex())).unwrap();
     // An ephemeral port, free a moment ago: the runner binds a fixed one.
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let assign = AssignOptions {
-        listen: Endpoint::Port(port),
-        key_file: Some(key_file.clone()),
-        workdir: workdir.clone(),
-        max_wait: Duration::from_secs(60),
-        session_until_ms: None,
-    };
-    let path = std::env::var("PATH").unwrap_or_default();
-    let mut runner = crate::support::server::command(&[("PATH", &path)])
-        .args(assign_args(&assign))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut runner = port_runner(port, &key_file, &workdir, None);
 
     let stranger = Key::random().unwrap();
     assert_eq!(post(port, &assignment::encode(&stranger, &assignment_for(&exec))), 401, "a wrong key is refused");
@@ -456,20 +462,7 @@ fn a_session_runner_takes_call_after_call_and_answers_each_with_its_frames() {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let until_ms =
         (std::time::SystemTime::now() + Duration::from_secs(120)).duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-    let assign = AssignOptions {
-        listen: Endpoint::Port(port),
-        key_file: Some(key_file.clone()),
-        workdir: workdir.clone(),
-        max_wait: Duration::from_secs(60),
-        session_until_ms: Some(until_ms),
-    };
-    let path = std::env::var("PATH").unwrap_or_default();
-    let mut runner = crate::support::server::command(&[("PATH", &path)])
-        .args(assign_args(&assign))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut runner = port_runner(port, &key_file, &workdir, Some(until_ms));
     let call = |tag: u8, script: &str| {
         let mut call = assignment_for(&ExecOptions { argv: vec!["sh".into(), "-c".into(), script.into()], ..exec.clone() });
         call.files.clear();

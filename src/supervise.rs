@@ -226,6 +226,12 @@ impl Supervisor {
     }
 
     fn record_panic(&self, kind: Kind, name: &str, message: &str) {
+        // Counted before the line is written: whoever reads the line finds
+        // it counted (a test saw the count still 0 right after the line).
+        metrics::thread_panicked(kind.as_str());
+        if kind.is_essential() {
+            self.lost.lock().unwrap_or_else(PoisonError::into_inner).push(name.to_string());
+        }
         // The message is the program's own text (an assertion, an
         // `expect`), shortened like any text a line quotes; the process's
         // panic hook has already logged where it was raised.
@@ -238,10 +244,6 @@ impl Supervisor {
                 ("message", json!(echo::shorten(message))),
             ],
         );
-        metrics::thread_panicked(kind.as_str());
-        if kind.is_essential() {
-            self.lost.lock().unwrap_or_else(PoisonError::into_inner).push(name.to_string());
-        }
     }
 
     fn lost_essential_threads(&self) -> Vec<String> {

@@ -20,6 +20,7 @@ use crate::engine::facts::{Recorded, View, Wording};
 use crate::engine::sandboxes::{CallMark, Record, Seen};
 use crate::engine::spec::{RunReason, RunSpec};
 use crate::sandbox::assignment::Assignment;
+use crate::sandbox::frame::Tag;
 
 /// Which kind of run asks `Backend::claim` for a warm sandbox.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -413,6 +414,10 @@ pub trait SandboxStore: Send + Sync {
     /// second) on, followed: the record a call's frames are read again
     /// from when the stream that brought them broke.
     fn call_log(&self, name: &str, since_ms: u64) -> Result<Output, String>;
+    /// Asks the sandbox to stop the call tagged `tag`, from any process (a
+    /// call this process did not deliver: a background call whose server
+    /// died); nothing happens when that call is not running.
+    fn cancel_call(&self, name: &str, tag: Tag) -> Result<(), String>;
     /// Deletes the sandbox and everything of it (key, marks, volume).
     fn close_sandbox(&self, name: &str);
 }

@@ -14,6 +14,10 @@
 //! cached or returned, and a re-attach reads it before anything else, so a
 //! token has one result in every process.
 //!
+//! A background call in an open sandbox (`submit_call`) has a token of the
+//! same kind that also names its sandbox; its result is read from that
+//! sandbox, by any process (the section at the end).
+//!
 //! Background runs do not take an `MCP_K8S_MAX_CONCURRENT` slot: a slot
 //! bounds what this process waits on, while a background Job lives in the
 //! cluster whether or not this process does, and waiting for a slot in
@@ -79,6 +83,9 @@ pub enum Error {
     AlreadyFinished { token: String },
     /// An idempotency key given again with other arguments.
     KeyReused { key: String },
+    /// A call in an open sandbox whose sandbox is gone: its result went
+    /// with it.
+    SandboxClosed { token: String },
     /// An API call failed; `kind` says whether retrying can help.
     Api { what: &'static str, kind: ErrorKind, message: String },
 }
@@ -105,6 +112,11 @@ impl fmt::Display for Error {
                 formatter,
                 "idempotency_key `{}` was already used for a call with other arguments (or another tool); a key stands for one call: use a new key for new arguments",
                 crate::echo::shorten(key)
+            ),
+            Error::SandboxClosed { token } => write!(
+                formatter,
+                "the sandbox that call `{}` ran in is closed (closed, idle too long, or past its max_lifetime_s), and its calls' results went with it; a call's result is kept as long as its sandbox",
+                crate::echo::shorten(token)
             ),
             Error::Api { what, kind, message } => write!(formatter, "could not {what}: {message}; {}", kind.advice()),
         }
@@ -154,6 +166,17 @@ pub struct Token {
     pub submitted: SystemTime,
     /// The site the run is on, on a server with named sites.
     pub site: Option<String>,
+    /// A call in an open sandbox: which one, and the call's timeout.
+    pub sandbox: Option<InSandbox>,
+}
+
+/// What a background call's token says of the open sandbox it runs in:
+/// enough for any process to find its frames in that sandbox's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InSandbox {
+    /// The sandbox's public name (never its id).
+    pub name: String,
+    pub timeout_s: u64,
 }
 
 /// The token for a run submitted at `submitted`: its kind, the run id (128
@@ -169,13 +192,28 @@ pub fn token_for(kind: TokenKind, run_id: &str, submitted: SystemTime, site: Opt
     }
 }
 
+/// The token of a background call in an open sandbox: `token_for`'s,
+/// with the sandbox's public name and the call's timeout after the time.
+pub fn call_token_for(kind: TokenKind, run_id: &str, submitted: SystemTime, in_sandbox: &InSandbox, site: Option<&str>) -> String {
+    let seconds = submitted.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let InSandbox { name, timeout_s } = in_sandbox;
+    match site {
+        Some(site) => format!("{}{run_id}-{seconds}-{name}-{timeout_s}.{site}", kind.prefix()),
+        None => format!("{}{run_id}-{seconds}-{name}-{timeout_s}", kind.prefix()),
+    }
+}
+
 /// A token's parts; `None` unless it has the exact shape `token_for`
 /// writes, so nothing else reaches a Kubernetes name.
 pub fn parse_token(token: &str) -> Option<Token> {
     let (kind, rest) = [TokenKind::Job, TokenKind::Code].into_iter().find_map(|kind| Some((kind, token.strip_prefix(kind.prefix())?)))?;
     let (run_id, rest) = rest.split_once('-')?;
-    let (seconds, site) = match rest.split_once('.') {
-        Some((seconds, site)) => (seconds, Some(site)),
+    let (rest, site) = match rest.split_once('.') {
+        Some((rest, site)) => (rest, Some(site)),
+        None => (rest, None),
+    };
+    let (seconds, sandbox) = match rest.split_once('-') {
+        Some((seconds, in_sandbox)) => (seconds, Some(parse_in_sandbox(in_sandbox)?)),
         None => (rest, None),
     };
     let site_ok = site.is_none_or(|site| {
@@ -187,7 +225,14 @@ pub fn parse_token(token: &str) -> Option<Token> {
         return None;
     }
     let submitted = UNIX_EPOCH + Duration::from_secs(seconds.parse().ok()?);
-    Some(Token { kind, run_id: run_id.to_string(), submitted, site: site.map(str::to_string) })
+    Some(Token { kind, run_id: run_id.to_string(), submitted, site: site.map(str::to_string), sandbox })
+}
+
+fn parse_in_sandbox(text: &str) -> Option<InSandbox> {
+    let (name, timeout_s) = text.split_once('-')?;
+    let hex = name.len() == 32 && name.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
+    let digits = !timeout_s.is_empty() && timeout_s.len() <= 9 && timeout_s.bytes().all(|byte| byte.is_ascii_digit());
+    (hex && digits).then(|| Some(InSandbox { name: name.to_string(), timeout_s: timeout_s.parse().ok()? })).flatten()
 }
 
 /// Creates the run's Job (kept after it ends) and starts following it.
@@ -374,6 +419,9 @@ pub fn cancel(ctx: &Ctx, token: &str, reader: Option<&str>) -> Result<View, Erro
     if view.phase == Phase::Finished {
         return Err(Error::AlreadyFinished { token: token.to_string() });
     }
+    if parse_token(token).is_some_and(|parsed| parsed.sandbox.is_some()) {
+        return cancel_call(ctx, token, &run_id);
+    }
     // A run that already ended, but whose output is still being read
     // here, must keep its sandbox: the result is in that output.
     let stored = ctx.backend.find(&run_id).map_err(api)?;
@@ -411,6 +459,19 @@ pub fn cancel(ctx: &Ctx, token: &str, reader: Option<&str>) -> Result<View, Erro
         );
     }
     match ctx.jobs.lookup(&run_id) {
+        Lookup::Found(view) => Ok(view),
+        _ => Err(Error::Unknown { token: token.to_string() }),
+    }
+}
+
+/// Stops a call in an open sandbox: whichever process follows it asks the
+/// sandbox to stop the call (the sandbox stays open); the `cancelled`
+/// result follows in a moment.
+fn cancel_call(ctx: &Ctx, token: &str, run_id: &str) -> Result<View, Error> {
+    if let Some(follower) = ctx.jobs.request_cancel(run_id) {
+        follower.cancel();
+    }
+    match ctx.jobs.lookup(run_id) {
         Lookup::Found(view) => Ok(view),
         _ => Err(Error::Unknown { token: token.to_string() }),
     }
@@ -458,7 +519,10 @@ fn ensure_known(ctx: &Ctx, token: &str, reader: Option<&str>) -> Result<(String,
         Lookup::Expired => return Err(expired(ctx, token)),
         Lookup::Missing => {}
     }
-    attach(ctx, token, &run_id, reader)?;
+    match parse_token(token) {
+        Some(parsed) if parsed.sandbox.is_some() => attach_call(ctx, &parsed, token, reader)?,
+        _ => attach(ctx, token, &run_id, reader)?,
+    }
     match ctx.jobs.lookup(&run_id) {
         Lookup::Found(view) if !visible_to(view.owner.as_deref(), reader) => Err(gone(ctx, token)),
         Lookup::Found(view) => Ok((run_id, view)),
@@ -791,6 +855,133 @@ fn api(error: crate::engine::backend::Error) -> Error {
     Error::Api { what: error.what, kind: error.kind, message: error.message }
 }
 
+// ---------------------------------------------------------------------------
+// Background calls in open sandboxes (`submit_job`, and tasks, with
+// `sandbox`): the call is taken and handed over as a waited-for call is
+// (`engine::sandbox_call`), its outcome kept in the jobs store under a
+// token like a background run's.
+//
+// The sandbox is the record, not this process: the token names the
+// sandbox (its public name) and the call's timeout, and the call's tag is
+// derived from the sandbox's id and the run id (`sandboxes::call_tag`), so
+// any process (this one restarted, another replica) that holds the token
+// and may see the sandbox reads the call's frames from the sandbox's log,
+// to its one result. That result lasts as long as the sandbox does (and
+// as long as the jobs store keeps it here).
+
+/// Takes the caller's sandbox for the call now (a busy or closed
+/// sandbox is refused at once, as a waited-for call is) and runs the call
+/// on a thread of its own. Returns once the sandbox is the call's.
+pub fn submit_call(
+    ctx: &Ctx,
+    sandbox: &crate::engine::sandbox_call::Named,
+    spec: &RunSpec,
+    kind: TokenKind,
+    on_end: Option<OnEnd>,
+) -> Result<Submitted, Error> {
+    let run_id = run::new_run_id();
+    let submitted = SystemTime::now();
+    let taken = crate::engine::sandbox_call::take(ctx, sandbox, spec, &run_id).map_err(|refused| refused_error(&run_id, refused))?;
+    let in_sandbox = InSandbox { name: taken.name.clone(), timeout_s: spec.timeout.as_secs() };
+    let token = call_token_for(kind, &run_id, submitted, &in_sandbox, ctx.site.as_deref());
+    let cancel = CancelToken::new();
+    if let Err(full) = ctx.jobs.insert_new(&run_id, &token, cancel.clone()) {
+        crate::engine::sandbox_call::give_back(ctx, &taken);
+        return Err(Error::Full { running: full.running });
+    }
+    ctx.jobs.set_owner(&run_id, spec.owner.clone(), on_end);
+    // Its output is read live all along: a first look has nothing to wait for.
+    ctx.jobs.want_output(&run_id);
+    let tag = crate::engine::sandboxes::call_tag(&taken.seen.record.id, &run_id);
+    let (thread_ctx, thread_spec, thread_run_id) = (ctx.clone(), spec.clone(), run_id.clone());
+    let spawned = supervise::spawn_named(supervise::Kind::BackgroundFollower, format!("job-{}", &run_id[..8]), move || {
+        let (ctx, run_id) = (&thread_ctx, thread_run_id.as_str());
+        let started = Instant::now();
+        let ran = crate::engine::sandbox_call::run_taken(ctx, &taken, &thread_spec, (run_id, tag), &cancel, &|progress| {
+            call_progress(ctx, run_id, progress)
+        });
+        let outcome = crate::engine::sandbox_call::finished(ctx, run_id, ran, (submitted, started));
+        ctx.jobs.finish(run_id, outcome, SystemTime::now());
+    });
+    if let Err(error) = spawned {
+        // The taken sandbox went with the closure; its mark goes stale at
+        // the call's deadline.
+        ctx.jobs.remove(&run_id);
+        return Err(Error::Api {
+            what: "start the call",
+            kind: crate::engine::backend::ErrorKind::Transient,
+            message: format!("no thread for it: {error}"),
+        });
+    }
+    Ok(Submitted { token, run_id })
+}
+
+/// Makes the jobs store know a call this process did not submit: its
+/// sandbox is looked up by the token's name, and the call is followed
+/// from the sandbox's log (on this thread when it is over already, so
+/// the answer has its result; on a thread of its own while it runs).
+fn attach_call(ctx: &Ctx, token: &Token, text: &str, reader: Option<&str>) -> Result<(), Error> {
+    let Some(in_sandbox) = &token.sandbox else { return Err(Error::Unknown { token: text.to_string() }) };
+    let Some(store) = ctx.backend.sandbox_store() else { return Err(Error::Unknown { token: text.to_string() }) };
+    let seen = match store.look(&in_sandbox.name) {
+        Ok(Some(seen)) => seen,
+        Ok(None) => return Err(Error::SandboxClosed { token: text.to_string() }),
+        Err(error) => return Err(Error::Api { what: error.what, kind: error.kind, message: error.message }),
+    };
+    if !visible_to(seen.record.owner.as_deref(), reader) {
+        return Err(Error::Unknown { token: text.to_string() });
+    }
+    let cancel = CancelToken::new();
+    if !ctx.jobs.insert_found(&token.run_id, text, token.submitted, cancel.clone()) {
+        return Ok(());
+    }
+    ctx.jobs.set_owner(&token.run_id, seen.record.owner.clone(), None);
+    ctx.jobs.want_output(&token.run_id);
+    let running = seen.call.as_ref().is_some_and(|mark| mark.call_id == token.run_id);
+    log::info(
+        "re-attaching to a call in a sandbox",
+        &[("run_id", token.run_id.as_str().into()), ("sandbox", in_sandbox.name.as_str().into())],
+    );
+    let follow = {
+        let (ctx, run_id) = (ctx.clone(), token.run_id.clone());
+        let since_ms = crate::time::unix_ms(token.submitted);
+        let timeout = std::time::Duration::from_secs(in_sandbox.timeout_s);
+        move || {
+            let tag = crate::engine::sandboxes::call_tag(&seen.record.id, &run_id);
+            let outcome = crate::engine::sandbox_call::follow(&ctx, &seen, (&run_id, tag, since_ms), timeout, &cancel, &|progress| {
+                call_progress(&ctx, &run_id, progress)
+            });
+            ctx.jobs.finish(&run_id, outcome, SystemTime::now());
+        }
+    };
+    if !running {
+        follow();
+        return Ok(());
+    }
+    ctx.jobs.set_phase(&token.run_id, Phase::Running);
+    if let Err(error) = supervise::spawn_named(supervise::Kind::BackgroundFollower, format!("job-{}", &token.run_id[..8]), follow) {
+        // Forgetting the entry lets the next fetch re-attach.
+        log::error("call follower not started", &[("run_id", token.run_id.as_str().into()), ("error", error.to_string().into())]);
+        ctx.jobs.remove(&token.run_id);
+    }
+    Ok(())
+}
+
+/// A call's progress, into the jobs store.
+fn call_progress(ctx: &Ctx, run_id: &str, progress: Progress) {
+    match progress {
+        Progress::Started => ctx.jobs.set_phase(run_id, Phase::Running),
+        Progress::Output(chunk) => ctx.jobs.push_output(run_id, chunk.stream, &chunk.bytes),
+        Progress::Queued | Progress::Created { .. } => {}
+    }
+}
+
+/// A refusal before the call exists, as the result a waited-for call gets.
+fn refused_error(run_id: &str, refused: crate::engine::sandbox_call::Refusal) -> Error {
+    let status = if refused.reason == RunReason::Cancelled { RunStatus::Cancelled } else { RunStatus::Error };
+    Error::Refused { outcome: Box::new(RunOutcome::without_result(run_id, status, refused.reason, refused.message)) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -804,7 +995,7 @@ mod tests {
         {
             let token = token_for(kind, run_id, submitted, None);
             assert_eq!(token, written);
-            assert_eq!(parse_token(&token), Some(Token { kind, run_id: run_id.to_string(), submitted, site: None }));
+            assert_eq!(parse_token(&token), Some(Token { kind, run_id: run_id.to_string(), submitted, site: None, sandbox: None }));
         }
         let on_site = token_for(TokenKind::Job, run_id, submitted, Some("eu-1"));
         assert_eq!(on_site, format!("job-{run_id}-1767225600.eu-1"), "a named site's runs carry it");
@@ -828,6 +1019,37 @@ mod tests {
             &format!("job-code-{run_id}-1"),
         ] {
             assert_eq!(parse_token(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_sandbox_calls_token_names_its_sandbox_and_timeout_and_round_trips() {
+        let run_id = "0123456789abcdef0123456789abcdef";
+        let name = "fedcba9876543210fedcba9876543210";
+        let submitted = UNIX_EPOCH + Duration::from_secs(1_767_225_600);
+        let in_sandbox = InSandbox { name: name.to_string(), timeout_s: 30 };
+        for (site, written) in
+            [(None, format!("code-{run_id}-1767225600-{name}-30")), (Some("eu-1"), format!("code-{run_id}-1767225600-{name}-30.eu-1"))]
+        {
+            let token = call_token_for(TokenKind::Code, run_id, submitted, &in_sandbox, site);
+            assert_eq!(token, written);
+            let parsed = parse_token(&token).unwrap();
+            assert_eq!(parsed.sandbox.as_ref(), Some(&in_sandbox));
+            assert_eq!(
+                (parsed.kind, parsed.run_id.as_str(), parsed.submitted, parsed.site.as_deref()),
+                (TokenKind::Code, run_id, submitted, site)
+            );
+        }
+        for bad in [
+            format!("job-{run_id}-1-{name}"),
+            format!("job-{run_id}-1-{name}-"),
+            format!("job-{run_id}-1-{name}-3x"),
+            format!("job-{run_id}-1-{}-3", name.to_uppercase()),
+            format!("job-{run_id}-1-{name}0-3"),
+            format!("job-{run_id}-1-{name}-3-4"),
+            format!("job-{run_id}-1-{name}-1234567890"),
+        ] {
+            assert_eq!(parse_token(&bad), None, "{bad}");
         }
     }
 

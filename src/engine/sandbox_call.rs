@@ -28,6 +28,12 @@ use crate::sandbox::session;
 const CALL_SLACK: Duration = Duration::from_secs(10);
 /// How long a cancelled call's runner is given to send what it has.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
+/// How often a call read from its sandbox's log is looked at, to know
+/// whether it still runs.
+const RUNNING_LOOK: Duration = Duration::from_secs(1);
+/// How long the log of a call that no longer runs is read on: its last
+/// frames were written before its mark went.
+const LOG_AFTER_END: Duration = Duration::from_secs(3);
 /// How often an opening sandbox is looked at until it runs.
 const READY_POLL: Duration = Duration::from_millis(200);
 
@@ -219,11 +225,21 @@ pub fn reap(backend: &dyn crate::engine::backend::Backend) -> usize {
     closed
 }
 
-/// Runs `spec` in the caller's open sandbox `id`: same result shape as a
-/// one-shot run, with `run_id` the call's id.
+/// An open sandbox a call names: its id, and how it was seen a moment
+/// ago when the caller looked it up already (`find_yours`), which spares
+/// the call a look (the take's compare-and-set still holds: a sandbox
+/// that changed since is looked at again).
+#[derive(Clone, Debug)]
+pub struct Named {
+    pub id: String,
+    pub seen: Option<Seen>,
+}
+
+/// Runs `spec` in the caller's open sandbox `sandbox`: same result shape
+/// as a one-shot run, with `run_id` the call's id.
 pub fn call(
     ctx: &Ctx,
-    id: &str,
+    sandbox: &Named,
     spec: &RunSpec,
     call_id: &str,
     cancel: &CancelToken,
@@ -231,7 +247,16 @@ pub fn call(
 ) -> RunOutcome {
     let started = Instant::now();
     let submitted = SystemTime::now();
-    let mut outcome = match take_and_run(ctx, id, spec, call_id, cancel, on_progress) {
+    let ran = take(ctx, sandbox, spec, call_id).and_then(|taken| {
+        let tag = Tag::random().map_err(|why| refusal(RunReason::ApiError, format!("cannot make the call's tag: {why}")))?;
+        run_taken(ctx, &taken, spec, (call_id, tag), cancel, on_progress)
+    });
+    finished(ctx, call_id, ran, (submitted, started))
+}
+
+/// The call's outcome, a refusal included, with its times; logged.
+pub fn finished(ctx: &Ctx, call_id: &str, ran: Result<RunOutcome, Refusal>, (submitted, started): (SystemTime, Instant)) -> RunOutcome {
+    let mut outcome = match ran {
         Ok(outcome) => outcome,
         Err(refused) => {
             let status = if refused.reason == RunReason::Cancelled { RunStatus::Cancelled } else { RunStatus::Error };
@@ -245,16 +270,23 @@ pub fn call(
     outcome
 }
 
-fn take_and_run(
-    ctx: &Ctx,
-    id: &str,
-    spec: &RunSpec,
-    call_id: &str,
-    cancel: &CancelToken,
-    on_progress: &(dyn Fn(Progress) + Sync),
-) -> Result<RunOutcome, Refusal> {
+/// A sandbox taken for one call: nobody else's call runs in it until
+/// `run_taken` (or `give_back`) ends the call's mark.
+pub struct Taken {
+    pub seen: Seen,
+    pub name: String,
+    pub mark: CallMark,
+    /// When the call must be over: its timeout and slack, from the mark.
+    pub deadline: Instant,
+}
+
+/// Takes the caller's sandbox for the call `call_id` of `spec`.
+pub fn take(ctx: &Ctx, sandbox: &Named, spec: &RunSpec, call_id: &str) -> Result<Taken, Refusal> {
     let store = store(ctx)?;
-    let seen = find(store, id, spec.owner.as_deref())?;
+    let seen = match &sandbox.seen {
+        Some(seen) => seen.clone(),
+        None => find(store, &sandbox.id, spec.owner.as_deref())?,
+    };
     let name = sandboxes::public_name(&seen.record.id);
     if spec.image != seen.record.image {
         return Err(refusal(
@@ -268,16 +300,37 @@ fn take_and_run(
     }
     let budget = spec.timeout + CALL_SLACK;
     let (mark, deadline) = take_sandbox(store, &name, seen.clone(), call_id, budget)?;
-    let _release = Release { store, name: &name, mark: &mark };
-    let tag = Tag::random().map_err(|why| refusal(RunReason::ApiError, format!("cannot make the call's tag: {why}")))?;
+    Ok(Taken { seen, name, mark, deadline })
+}
+
+/// Ends a taken sandbox's call mark without running anything.
+pub fn give_back(ctx: &Ctx, taken: &Taken) {
+    if let Ok(store) = store(ctx) {
+        drop(Release { store, name: &taken.name, mark: &taken.mark });
+    }
+}
+
+/// Runs the call in the sandbox taken for it, tagged `tag`, and gives the
+/// sandbox back.
+pub fn run_taken(
+    ctx: &Ctx,
+    taken: &Taken,
+    spec: &RunSpec,
+    (call_id, tag): (&str, Tag),
+    cancel: &CancelToken,
+    on_progress: &(dyn Fn(Progress) + Sync),
+) -> Result<RunOutcome, Refusal> {
+    let store = store(ctx)?;
+    let Taken { seen, name, mark, deadline } = taken;
+    let _release = Release { store, name, mark };
     let mut call = crate::engine::pool::assignment(call_id, spec, &ctx.policy);
     call.tag = Some(tag);
     on_progress(Progress::Created { what: format!("call in sandbox {}", &name[..8]) });
-    let delivered = match store.deliver_call(&name, &call, budget) {
+    let delivered = match store.deliver_call(name, &call, spec.timeout + CALL_SLACK) {
         Ok(delivered) => delivered,
         Err(why) if why == session::BUSY => return Err(refusal(RunReason::SandboxBusy, busy_in_runner())),
         Err(why) => {
-            let ended = ended_facts(ctx, &name);
+            let ended = ended_facts(ctx, name);
             let message = match &ended {
                 Some(_) => "the sandbox had ended; open a new one".to_string(),
                 None => format!("the call could not be handed to the sandbox: {why}"),
@@ -287,26 +340,117 @@ fn take_and_run(
         }
     };
     on_progress(Progress::Started);
-    let mut collector = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
-    collector.spool =
-        ctx.policy.outputs.as_ref().map(|store| crate::engine::outputs::Spool::new(store.clone(), call_id, spec.owner.as_deref()));
     let Delivered { output, cancel: cancel_call } = delivered;
-    let reading = Reading { name: &name, cancel_call: cancel_call.as_ref(), cancel, deadline };
-    let mut collector = read_call(&reading, output, collector, on_progress);
-    let mut finished = if collector.result.is_none() { ended_facts(ctx, &name) } else { None };
-    if collector.result.is_none() && finished.is_none() && !cancel.is_cancelled() && Instant::now() < deadline {
-        // The stream that brought the frames broke while the sandbox runs
-        // on: the log keeps them, tagged with this call's tag alone.
-        collector = reread_from_log(ctx, store, &reading, tag, mark.started_ms, collector);
-        finished = if collector.result.is_none() { ended_facts(ctx, &name) } else { None };
+    let reading = Reading { name, cancel_call: cancel_call.as_ref(), cancel, deadline: *deadline, running: None };
+    let read = read_and_judge(ctx, &reading, (call_id, tag, mark.started_ms), (Some(output), spec.owner.as_deref()), on_progress);
+    let facts =
+        CallFacts { call_id, timeout: spec.timeout, memory: seen.record.memory.as_deref(), cancel_requested: cancel.is_cancelled() };
+    Ok(judge_call(ctx, name, &facts, read))
+}
+
+/// A background call whose process is gone (or another's), followed from
+/// the sandbox's log: its frames from `since_ms`, tagged `tag`, until its
+/// result, or until the sandbox's mark shows the call over and its log
+/// has nothing more of it. A cancel here reaches the call through any
+/// process (`SandboxStore::cancel_call`).
+pub fn follow(
+    ctx: &Ctx,
+    seen: &Seen,
+    (call_id, tag, since_ms): (&str, Tag, u64),
+    timeout: Duration,
+    cancel: &CancelToken,
+    on_progress: &(dyn Fn(Progress) + Sync),
+) -> RunOutcome {
+    let started = Instant::now();
+    let submitted = std::time::UNIX_EPOCH + Duration::from_millis(since_ms);
+    let ran = store(ctx).map(|store| {
+        let name = sandboxes::public_name(&seen.record.id);
+        let running = || still_running(store, &name, call_id);
+        let cancel_call = || store.cancel_call(&name, tag);
+        // A call that is not over yet holds its mark at most until its
+        // deadline; past it, what the log has is all there is.
+        let deadline = Instant::now() + timeout + CALL_SLACK + CANCEL_WAIT;
+        let reading = Reading { name: &name, cancel_call: &cancel_call, cancel, deadline, running: Some(&running) };
+        let read = read_and_judge(ctx, &reading, (call_id, tag, since_ms), (None, seen.record.owner.as_deref()), on_progress);
+        let facts = CallFacts { call_id, timeout, memory: seen.record.memory.as_deref(), cancel_requested: cancel.is_cancelled() };
+        let outcome = judge_call(ctx, &name, &facts, read);
+        // Its server died before it gave the sandbox back.
+        if let Ok(Some(now)) = store.look(&name)
+            && let Some(mark) = now.call.as_ref().filter(|mark| mark.call_id == call_id)
+        {
+            drop(Release { store, name: &name, mark });
+        }
+        outcome
+    });
+    finished(ctx, call_id, ran, (submitted, started))
+}
+
+/// Whether the call `call_id` still holds the sandbox (its mark is there
+/// and not stale); `true` when the sandbox could not be read.
+fn still_running(store: &dyn SandboxStore, name: &str, call_id: &str) -> bool {
+    match store.look(name) {
+        Ok(Some(seen)) => seen.alive && seen.call.as_ref().is_some_and(|mark| mark.call_id == call_id && !sandboxes::stale(mark, now_ms())),
+        Ok(None) => false,
+        Err(_) => true,
     }
+}
+
+/// What judging a call needs besides its frames.
+struct CallFacts<'a> {
+    call_id: &'a str,
+    timeout: Duration,
+    memory: Option<&'a str>,
+    cancel_requested: bool,
+}
+
+/// A call's frames as read, and how its sandbox ended if it did.
+struct Read {
+    collector: Collector,
+    finished: Option<Finished>,
+}
+
+/// Reads the call's frames: from `delivered` (the stream that brought
+/// them) when there is one, else from the sandbox's log; from the log too
+/// when that stream broke while the sandbox ran on.
+fn read_and_judge(
+    ctx: &Ctx,
+    reading: &Reading,
+    (call_id, tag, since_ms): (&str, Tag, u64),
+    (delivered, owner): (Option<Output>, Option<&str>),
+    on_progress: &(dyn Fn(Progress) + Sync),
+) -> Read {
+    let mut collector = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
+    collector.spool = ctx.policy.outputs.as_ref().map(|store| crate::engine::outputs::Spool::new(store.clone(), call_id, owner));
+    let broke = delivered.is_some();
+    if let Some(output) = delivered {
+        collector = read_call(reading, output, collector, on_progress);
+        let ended = if collector.result.is_none() { ended_facts(ctx, reading.name) } else { None };
+        let go_on = collector.result.is_none() && ended.is_none() && !reading.cancel.is_cancelled() && Instant::now() < reading.deadline;
+        if !go_on {
+            return Read { collector, finished: ended };
+        }
+    }
+    // The stream that brought the frames broke while the sandbox runs on
+    // (or this process never had it): the log keeps them, tagged with this
+    // call's tag alone.
+    if let Ok(store) = store(ctx) {
+        collector = reread_from_log(ctx, store, reading, (tag, since_ms, broke), collector, on_progress);
+    }
+    let finished = if collector.result.is_none() { ended_facts(ctx, reading.name) } else { None };
+    Read { collector, finished }
+}
+
+/// The call's outcome from its frames, as a one-shot run's, with the
+/// sandbox's own reasons.
+fn judge_call(ctx: &Ctx, name: &str, facts: &CallFacts, read: Read) -> RunOutcome {
+    let Read { collector, finished } = read;
     let runner_busy = collector.result.as_ref().and_then(|result| result.start_error.as_deref()) == Some(session::BUSY);
     let judged = Judged {
-        run_id: call_id,
-        timeout: spec.timeout,
-        memory_limit: seen.record.memory.as_deref(),
+        run_id: facts.call_id,
+        timeout: facts.timeout,
+        memory_limit: facts.memory,
         finished: finished.as_ref(),
-        cancel_requested: cancel.is_cancelled(),
+        cancel_requested: facts.cancel_requested,
         wording: ctx.backend.wording(),
     };
     let mut outcome = crate::engine::run::judge_collected(&judged, collector);
@@ -314,18 +458,33 @@ fn take_and_run(
         outcome.reason = Some(RunReason::SandboxBusy);
         outcome.message = busy_in_runner();
     }
-    // A SIGTERM this server did not send is the sandbox's own end (closed,
-    // its lifetime over, deleted from outside): its runner passes it on to
-    // the call. Without a result, only a sandbox seen ended is.
-    let sandbox_stopped = outcome.reason == Some(RunReason::Terminated);
-    if sandbox_stopped || (finished.is_some() && outcome.status == RunStatus::Error) {
+    // A SIGTERM this process did not send is the sandbox's own end
+    // (closed, its lifetime over, deleted from outside), which its runner
+    // passes on to the call; or another process's cancel of a background
+    // call, while the sandbox lives on. Without a result, only a sandbox
+    // seen ended is.
+    let terminated = outcome.reason == Some(RunReason::Terminated);
+    if terminated && sandbox_lives(ctx, name) {
+        outcome.status = RunStatus::Cancelled;
+        outcome.reason = Some(RunReason::Cancelled);
+        outcome.message =
+            "the call was cancelled (cancel_job, from this server or another); the output so far is included; the sandbox stays open"
+                .to_string();
+    } else if terminated || (finished.is_some() && outcome.status == RunStatus::Error) {
         outcome.reason = Some(RunReason::SandboxEnded);
         outcome.message = format!(
             "the sandbox ended while the call ran ({}); it is gone with its files: open a new one",
             if outcome.message.is_empty() { "no result arrived" } else { outcome.message.as_str() }
         );
     }
-    Ok(outcome)
+    outcome
+}
+
+/// The sandbox still runs, and neither its lifetime nor its idle time is
+/// over.
+fn sandbox_lives(ctx: &Ctx, name: &str) -> bool {
+    let Ok(store) = store(ctx) else { return false };
+    matches!(store.look(name), Ok(Some(seen)) if seen.alive && sandboxes::over(&seen, now_ms()).is_none())
 }
 
 /// How many times a take is tried again when the record changed under it
@@ -373,28 +532,40 @@ fn busy_in_runner() -> String {
         .to_string()
 }
 
-/// The call's frames read again from the sandbox's log, from the call's
-/// start; what the broken stream had read stays if this one gets no
-/// further.
-fn reread_from_log(ctx: &Ctx, store: &dyn SandboxStore, reading: &Reading, tag: Tag, since_ms: u64, mut broken: Collector) -> Collector {
+/// The call's frames read (again) from the sandbox's log, from the
+/// call's start; what a broken stream had read stays if this one gets no
+/// further. `broke`: a stream was read before, so the log's frames are
+/// sent as progress again only when nothing was.
+fn reread_from_log(
+    ctx: &Ctx,
+    store: &dyn SandboxStore,
+    reading: &Reading,
+    (tag, since_ms, broke): (Tag, u64, bool),
+    mut broken: Collector,
+    on_progress: &(dyn Fn(Progress) + Sync),
+) -> Collector {
     let output = match store.call_log(reading.name, since_ms) {
         Ok(output) => output,
         Err(why) => {
-            broken.problems.push(format!("the call's output could not be read again from the sandbox's log: {why}"));
+            broken.problems.push(format!("the call's output could not be read from the sandbox's log: {why}"));
             return broken;
         }
     };
     let mut fresh = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
     fresh.problems.extend(broken.problems.iter().cloned());
-    fresh.problems.push("the call's output stream broke; its output was read again from the sandbox's log".to_string());
+    if broke {
+        fresh.problems.push("the call's output stream broke; its output was read again from the sandbox's log".to_string());
+    }
     // The same bytes land at the same offsets of the output store.
     fresh.spool = broken.spool.take();
-    let mut read = read_call(reading, output, fresh, &|_| {});
+    let silent = |_: Progress| {};
+    let progress: &(dyn Fn(Progress) + Sync) = if broke { &silent } else { on_progress };
+    let mut read = read_call(reading, output, fresh, progress);
     if read.result.is_some() {
         return read;
     }
     broken.spool = read.spool.take();
-    broken
+    if broke { broken } else { read }
 }
 
 fn busy(now: u64, started_ms: u64, until_ms: u64) -> Refusal {
@@ -427,6 +598,9 @@ struct Reading<'a> {
     cancel_call: &'a (dyn Fn() -> Result<(), String> + Send + Sync),
     cancel: &'a CancelToken,
     deadline: Instant,
+    /// Whether the call still runs, for a reader that did not deliver it:
+    /// once it does not, the log is read a moment more and no longer.
+    running: Option<&'a (dyn Fn() -> bool + Sync)>,
 }
 
 /// Reads the call's frames until its result, the end of the stream, the
@@ -446,11 +620,22 @@ fn read_call(reading: &Reading, output: Output, mut collector: Collector, on_pro
             collector
         });
         let mut stop_sent: Option<Instant> = None;
+        let mut looked = Instant::now();
+        let mut over_since: Option<Instant> = None;
         while !read.is_finished() {
             let now = Instant::now();
-            if stop_sent.is_some_and(|sent| now >= sent + CANCEL_WAIT) {
+            if stop_sent.is_some_and(|sent| now >= sent + CANCEL_WAIT) || over_since.is_some_and(|over| now >= over + LOG_AFTER_END) {
                 abort.abort();
                 break;
+            }
+            if let Some(running) = reading.running
+                && over_since.is_none()
+                && now >= looked + RUNNING_LOOK
+            {
+                looked = now;
+                if !running() {
+                    over_since = Some(now);
+                }
             }
             if (reading.cancel.is_cancelled() || now >= reading.deadline) && stop_sent.is_none() {
                 if let Err(why) = (reading.cancel_call)() {

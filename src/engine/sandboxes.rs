@@ -102,6 +102,23 @@ pub fn new_id() -> String {
     format!("sbx-{}", crate::sandbox::to_hex(&bytes))
 }
 
+/// The tag of a background call (`submit_job` with `sandbox`): derived
+/// from the sandbox's id and the call's run id, so that any process that
+/// holds the call's token and can read the sandbox's record finds the
+/// call's frames in its log, and nothing in the sandbox can (its id is
+/// never inside it). A call waited for in one process gets a random tag.
+pub fn call_tag(id: &str, run_id: &str) -> crate::sandbox::frame::Tag {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in ["mcp-sandbox-call", id, run_id] {
+        context.update(part.as_bytes());
+        context.update(&[0]);
+    }
+    let digest = context.finish();
+    let mut bytes = [0u8; crate::sandbox::frame::TAG_BYTES];
+    bytes.copy_from_slice(&digest.as_ref()[..crate::sandbox::frame::TAG_BYTES]);
+    crate::sandbox::frame::Tag::from_bytes(bytes)
+}
+
 /// Why a sandbox is over.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Over {
@@ -226,6 +243,18 @@ mod tests {
     use super::*;
 
     const OPENED: u64 = 1_000_000;
+
+    #[test]
+    fn a_background_calls_tag_is_fixed_by_its_sandbox_and_run_and_differs_otherwise() {
+        let tag = |id: &str, run: &str| call_tag(id, run).to_hex();
+        assert_eq!(tag("sbx-a", "r1"), tag("sbx-a", "r1"));
+        assert_ne!(tag("sbx-a", "r1"), tag("sbx-a", "r2"));
+        assert_ne!(tag("sbx-a", "r1"), tag("sbx-b", "r1"));
+        // The parts are kept apart: moving a character across does not
+        // give the same tag.
+        assert_ne!(tag("sbx-ab", "c"), tag("sbx-a", "bc"));
+    }
+
     const S: u64 = 1000;
 
     fn seen(last_used_ms: u64, call: Option<CallMark>, alive: bool) -> Seen {

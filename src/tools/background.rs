@@ -89,7 +89,9 @@ impl From<background::Error> for CallError {
             background::Error::AlreadyFinished { token } => {
                 CallError::Invalid(format!("job `{token}` has already finished; fetch_job returns its result"))
             }
-            error @ background::Error::KeyReused { .. } => CallError::Invalid(error.to_string()),
+            error @ (background::Error::KeyReused { .. } | background::Error::SandboxClosed { .. }) => {
+                CallError::Invalid(error.to_string())
+            }
             error @ (background::Error::Full { .. } | background::Error::Refused { .. } | background::Error::Api { .. }) => {
                 CallError::Unavailable(error.to_string())
             }
@@ -130,6 +132,15 @@ pub fn task_submit(
     }
     let (arguments, keyed, site) =
         idempotency::split(tool_name, arguments, caller).and_then(super::with_site).map_err(CallError::Invalid)?;
+    let (arguments, sandbox) = match sandbox_args(ctx, caller, tool_name, (site.as_deref(), keyed.is_some()), arguments) {
+        Ok(split) => split,
+        Err(run_job::Unusable::Refused(refused)) => {
+            let outcome = sandbox_refusal(refused);
+            let answer = if tool_name == execute_code::NAME { execute_code::outcome(&outcome) } else { run_job_outcome(&outcome) };
+            return Ok(TaskStart::Answered(answer));
+        }
+        Err(run_job::Unusable::Invalid(why)) => return Err(CallError::Invalid(why)),
+    };
     let (mut spec, kind) = if tool_name == execute_code::NAME {
         (execute_code::parse_execute_args(&arguments, &ctx.config).map_err(CallError::Invalid)?, TokenKind::Code)
     } else {
@@ -143,7 +154,10 @@ pub fn task_submit(
     };
     let arrived = std::time::Instant::now();
     let keyed = keyed.map(|keyed| keyed.of_site(engine.site.as_deref()));
-    let submitted = background::submit(engine, &spec, kind, keyed.as_ref(), traced, Some(admitted.on_end()));
+    let submitted = match &sandbox {
+        Some(sandbox) => background::submit_call(engine, sandbox, &spec, kind, Some(admitted.on_end())),
+        None => background::submit(engine, &spec, kind, keyed.as_ref(), traced, Some(admitted.on_end())),
+    };
     super::audit_submit(caller, site, tool_name, &spec, &submitted, arrived);
     match submitted {
         Ok(submitted) => Ok(TaskStart::Task(submitted.token)),
@@ -205,10 +219,12 @@ fn submit_job_tool(config: &crate::config::Config) -> Tool {
              job_token. Use it for work longer than about a minute (builds, test suites). Then call fetch_job \
              with the token (wait_s long-polls up to {MAX_WAIT_S} s and answers as soon as the job ends); the \
              result is exactly run_job's and stays fetchable for {} s after the job ends, across server \
-             restarts. cancel_job stops it; list_jobs finds a lost token.",
+             restarts. cancel_job stops it; list_jobs finds a lost token. With `sandbox` (an open_sandbox id) the \
+             command runs in that sandbox as a run_job call would, in the background; its result lasts as long as \
+             the sandbox.",
             config.result_ttl_s
         ),
-        input_schema: run_job::input_schema(config),
+        input_schema: run_job::run_job_schema(config),
         output_schema: json!({
             "type": "object",
             "required": ["job_token", "status"],
@@ -233,14 +249,47 @@ fn submit(ctx: &Ctx, call: &Call<'_>) -> Result<Submitted, CallError> {
     let _starting = STARTING.enter();
     let (arguments, keyed, site) =
         idempotency::split("submit_job", call.arguments, call.caller).and_then(super::with_site).map_err(CallError::Invalid)?;
+    let (arguments, sandbox) = match sandbox_args(ctx, call.caller, "run_job", (site.as_deref(), keyed.is_some()), arguments) {
+        Ok(split) => split,
+        Err(run_job::Unusable::Refused(refused)) => {
+            return Err(background::Error::Refused { outcome: Box::new(sandbox_refusal(refused)) }.into());
+        }
+        Err(run_job::Unusable::Invalid(why)) => return Err(CallError::Invalid(why)),
+    };
     let mut spec = job_spec(ctx, &arguments)?;
     let (site, engine) = site_engine(ctx, site.as_deref())?;
     let admitted = ctx.admit(call.caller, site, &mut spec).map_err(CallError::Unavailable)?;
     let arrived = std::time::Instant::now();
     let keyed = keyed.map(|keyed| keyed.of_site(engine.site.as_deref()));
-    let submitted = background::submit(engine, &spec, TokenKind::Job, keyed.as_ref(), call.trace, Some(admitted.on_end()));
+    let submitted = match &sandbox {
+        Some(sandbox) => background::submit_call(engine, sandbox, &spec, TokenKind::Job, Some(admitted.on_end())),
+        None => background::submit(engine, &spec, TokenKind::Job, keyed.as_ref(), call.trace, Some(admitted.on_end())),
+    };
     super::audit_submit(call.caller, site, "submit_job", &spec, &submitted, arrived);
     Ok(submitted?)
+}
+
+/// A background call's arguments without `sandbox`, and the open sandbox
+/// they name (`run_job::in_sandbox`); a key cannot go with it.
+fn sandbox_args<'a>(
+    ctx: &Ctx,
+    caller: &Caller,
+    tool: &str,
+    (site, keyed): (Option<&str>, bool),
+    arguments: super::Arguments<'a>,
+) -> Result<(super::Arguments<'a>, Option<engine::sandbox_call::Named>), run_job::Unusable> {
+    let (arguments, sandbox) = run_job::in_sandbox(ctx, caller, tool == execute_code::NAME, site, arguments)?;
+    if keyed && sandbox.is_some() {
+        return Err(run_job::Unusable::Invalid(
+            "`idempotency_key` cannot be given with `sandbox`: a call in a sandbox is not kept to be found again".to_string(),
+        ));
+    }
+    Ok((arguments, sandbox))
+}
+
+/// A sandbox's refusal as the result of a run that never started.
+fn sandbox_refusal(refused: engine::sandbox_call::Refusal) -> engine::spec::RunOutcome {
+    engine::spec::RunOutcome::without_result(&engine::run::new_run_id(), RunStatus::Error, refused.reason, refused.message)
 }
 
 /// `run_job`'s arguments, checked in full, as the run they describe.

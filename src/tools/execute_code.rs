@@ -112,21 +112,16 @@ fn execute_code(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(split) => split,
         Err(message) => return ToolOutcome::Failure(message),
     };
-    let (arguments, sandbox) = match run_job::split_sandbox(arguments) {
+    let (arguments, sandbox) = match run_job::in_sandbox(ctx, call.caller, true, site.as_deref(), arguments) {
         Ok(split) => split,
-        Err(message) => return ToolOutcome::Failure(message),
+        Err(unusable) => return unusable.outcome(),
     };
-    if sandbox.is_some() && arguments.get("network").is_some_and(|value| !value.is_null()) {
-        return ToolOutcome::Failure(
-            "`network` cannot be given with `sandbox`: a sandbox's network is fixed when it is opened".to_string(),
-        );
-    }
     let spec = match parse_execute_args(&arguments, &ctx.config) {
         Ok(spec) => spec,
         Err(message) => return ToolOutcome::Failure(message),
     };
     let keyed = keyed.as_ref().map(|keyed| (keyed, crate::engine::background::TokenKind::Code));
-    match run_job::run_reporting_progress(ctx, call, NAME, spec, (keyed, site.as_deref(), sandbox.as_deref())) {
+    match run_job::run_reporting_progress(ctx, call, NAME, spec, (keyed, site.as_deref(), sandbox.as_ref())) {
         Ok(run_outcome) => outcome(&run_outcome),
         Err(why) => ToolOutcome::Failure(why),
     }

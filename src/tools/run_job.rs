@@ -13,6 +13,7 @@ use crate::audit;
 use crate::config::Config;
 use crate::engine;
 use crate::engine::run::Progress;
+use crate::engine::sandbox_call::Named;
 use crate::network::{self, NetworkMode};
 use crate::sandbox::frame::Stream;
 use crate::tools::idempotency;
@@ -95,9 +96,9 @@ pub fn input_schema(config: &Config) -> Value {
     })
 }
 
-/// `run_job`'s schema: `submit_job`'s, and `sandbox`, with which `image`
+/// `run_job`'s and `submit_job`'s schema: the run's, and `sandbox`, with which `image`
 /// may be left out (the sandbox's own).
-fn run_job_schema(config: &Config) -> Value {
+pub fn run_job_schema(config: &Config) -> Value {
     let mut schema = input_schema(config);
     schema["required"] = json!(["command"]);
     schema["properties"]["sandbox"] = sandbox_schema();
@@ -148,23 +149,16 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(split) => split,
         Err(message) => return ToolOutcome::Failure(message),
     };
-    let (arguments, sandbox) = match split_sandbox(arguments) {
+    let (arguments, sandbox) = match in_sandbox(ctx, call.caller, false, site.as_deref(), arguments) {
         Ok(split) => split,
-        Err(message) => return ToolOutcome::Failure(message),
-    };
-    let arguments = match &sandbox {
-        Some(id) => match sandbox_run_args(ctx, call, site.as_deref(), id, arguments) {
-            Ok(arguments) => arguments,
-            Err(unusable) => return unusable.outcome(),
-        },
-        None => arguments,
+        Err(unusable) => return unusable.outcome(),
     };
     let spec = match job_args::parse_run_args(&arguments, &arg_bounds(&ctx.config)) {
         Ok(spec) => spec,
         Err(error) => return ToolOutcome::Failure(error.to_string()),
     };
     let keyed = keyed.as_ref().map(|keyed| (keyed, engine::background::TokenKind::Job));
-    match run_reporting_progress(ctx, call, "run_job", spec, (keyed, site.as_deref(), sandbox.as_deref())) {
+    match run_reporting_progress(ctx, call, "run_job", spec, (keyed, site.as_deref(), sandbox.as_ref())) {
         Ok(outcome) => ToolOutcome::SuccessWithContent {
             structured: job_result::outcome_json(&outcome),
             extra_content: job_result::content_blocks(&outcome),
@@ -184,7 +178,7 @@ pub fn run_reporting_progress(
     call: &Call<'_>,
     tool: &str,
     mut spec: engine::spec::RunSpec,
-    (keyed, site, sandbox): (Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>, Option<&str>, Option<&str>),
+    (keyed, site, sandbox): (Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>, Option<&str>, Option<&Named>),
 ) -> Result<engine::spec::RunOutcome, String> {
     if keyed.is_some() && sandbox.is_some() {
         return Err("`idempotency_key` cannot be given with `sandbox`: a call in a sandbox is not kept to be found again".to_string());
@@ -221,7 +215,7 @@ struct On<'a> {
     engine: &'a engine::run::Ctx,
     site: &'a str,
     /// The open sandbox the call runs in, if it names one.
-    sandbox: Option<&'a str>,
+    sandbox: Option<&'a Named>,
 }
 
 fn run_now(call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec, on: On<'_>) -> Result<engine::spec::RunOutcome, String> {
@@ -239,7 +233,7 @@ fn run_now(call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec, on: On<'_>
         let report = &report;
         scope.spawn(move || heartbeat(&heartbeat_stop, report));
         let outcome = match on.sandbox {
-            Some(id) => engine::sandbox_call::call(engine, id, spec, &run_id, call.cancel, &on_progress),
+            Some(sandbox) => engine::sandbox_call::call(engine, sandbox, spec, &run_id, call.cancel, &on_progress),
             None => engine::run::run(engine, spec, &run_id, call.cancel, &on_progress),
         };
         drop(finished);
@@ -367,15 +361,40 @@ impl Unusable {
     }
 }
 
-/// `run_job`'s arguments for a call in a sandbox: its image when the call
-/// names none; what the sandbox fixed at its opening cannot change.
-pub fn sandbox_run_args<'a>(
+/// A run tool's arguments (`execute_code`'s when `code`) without
+/// `sandbox`, and the sandbox they name, checked for a call in it: what
+/// the sandbox fixed at its opening cannot change.
+pub fn in_sandbox<'a>(
     ctx: &Ctx,
-    call: &Call<'_>,
+    caller: &crate::callers::Caller,
+    code: bool,
     site: Option<&str>,
-    id: &str,
     arguments: super::Arguments<'a>,
-) -> Result<super::Arguments<'a>, Unusable> {
+) -> Result<(super::Arguments<'a>, Option<Named>), Unusable> {
+    let (arguments, sandbox) = split_sandbox(arguments).map_err(Unusable::Invalid)?;
+    let Some(id) = sandbox else { return Ok((arguments, None)) };
+    if code {
+        // execute_code's: its language names the image.
+        if arguments.get("network").is_some_and(|value| !value.is_null()) {
+            return Err(Unusable::Invalid(
+                "`network` cannot be given with `sandbox`: a sandbox's network is fixed when it is opened".to_string(),
+            ));
+        }
+        return Ok((arguments, Some(Named { id, seen: None })));
+    }
+    sandbox_run_args(ctx, caller, site, id, arguments)
+}
+
+/// `run_job`'s arguments for a call in a sandbox: its image when the call
+/// names none (and the sandbox as looked up for it); what the sandbox
+/// fixed at its opening cannot change.
+fn sandbox_run_args<'a>(
+    ctx: &Ctx,
+    caller: &crate::callers::Caller,
+    site: Option<&str>,
+    id: String,
+    arguments: super::Arguments<'a>,
+) -> Result<(super::Arguments<'a>, Option<Named>), Unusable> {
     for fixed in ["limits", "network", "clone", "workdir"] {
         if arguments.get(fixed).is_some_and(|value| !value.is_null()) {
             return Err(Unusable::Invalid(format!(
@@ -384,11 +403,11 @@ pub fn sandbox_run_args<'a>(
         }
     }
     if arguments.contains_key("image") {
-        return Ok(arguments);
+        return Ok((arguments, Some(Named { id, seen: None })));
     }
     let engine = ctx.engine_of(site).map_err(Unusable::Invalid)?;
-    let seen = engine::sandbox_call::find_yours(engine, id, call.caller.owner()).map_err(Unusable::Refused)?;
+    let seen = engine::sandbox_call::find_yours(engine, &id, caller.owner()).map_err(Unusable::Refused)?;
     let mut filled = arguments.into_owned();
     filled.insert("image".to_string(), json!(seen.record.image));
-    Ok(std::borrow::Cow::Owned(filled))
+    Ok((std::borrow::Cow::Owned(filled), Some(Named { id, seen: Some(seen) })))
 }

@@ -49,6 +49,7 @@ fn open_sandbox_tool(config: &Config) -> Tool {
                     "memory": {"type": "string", "description": "memory limit, e.g. \"512Mi\"; every call shares it"},
                 }},
                 "network": network_schema(config, config.network_default, " (the operator's MCP_K8S_NETWORK_DEFAULT)"),
+                "files": files_schema(config),
                 "idle_timeout_s": {"type": "integer", "minimum": 1, "description": format!("seconds without a call before it closes; default {}", sandboxes::DEFAULT_IDLE_TIMEOUT.as_secs())},
                 "max_lifetime_s": {"type": "integer", "minimum": 60, "maximum": config.sandbox_max_lifetime_s, "description": format!("seconds it may live at most; default {}", config.sandbox_max_lifetime_s.min(sandboxes::DEFAULT_MAX_LIFETIME.as_secs()))},
                 "site": super::site_schema(config),
@@ -58,6 +59,14 @@ fn open_sandbox_tool(config: &Config) -> Tool {
         annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
         handler: open_sandbox,
     }
+}
+
+/// `run_job`'s `files`, written into the workdir as the sandbox opens.
+fn files_schema(config: &Config) -> Value {
+    let mut files = super::run_job::input_schema(config)["properties"]["files"].clone();
+    files["description"] =
+        json!("files written into its workdir before open_sandbox answers (run_job's `files`); later calls find them there");
+    files
 }
 
 /// One sandbox as the tools show it; with `status: error`, `reason` and
@@ -90,7 +99,7 @@ fn open_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(split) => split,
         Err(why) => return ToolOutcome::Failure(why),
     };
-    let opening = match parse_open(&arguments, &ctx.config, call.caller.owner()) {
+    let mut opening = match parse_open(&arguments, &ctx.config, call.caller.owner()) {
         Ok(opening) => opening,
         Err(why) => return ToolOutcome::Failure(why),
     };
@@ -98,14 +107,51 @@ fn open_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(engine) => engine,
         Err(why) => return ToolOutcome::Failure(why),
     };
-    match sandbox_call::open(engine, &opening) {
-        Ok(seen) => ToolOutcome::Success(seen_json(&seen, true)),
-        Err(refused) => refused_outcome(&refused),
+    let files = std::mem::take(&mut opening.spec.files);
+    let seen = match sandbox_call::open(engine, &opening) {
+        Ok(seen) => seen,
+        Err(refused) => return refused_outcome(&refused),
+    };
+    if let Err(refused) = write_files(engine, &seen, &opening, files, call.cancel) {
+        if let Err(not_closed) = sandbox_call::close(engine, &seen.record.id, opening.spec.owner.as_deref()) {
+            crate::log::warn("a sandbox whose files failed was not closed; the reaper removes it", &[("error", not_closed.message.into())]);
+        }
+        return refused_outcome(&refused);
+    }
+    ToolOutcome::Success(seen_json(&seen, true))
+}
+
+/// How long writing the opening files may take.
+const FILES_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Writes the opening `files` into the new sandbox's workdir: a first call
+/// that runs nothing, with the files a call takes.
+fn write_files(
+    engine: &crate::engine::run::Ctx,
+    seen: &Seen,
+    opening: &Opening,
+    files: Vec<crate::engine::spec::InputFile>,
+    cancel: &crate::cancel::CancelToken,
+) -> Result<(), Refusal> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let spec = crate::engine::spec::RunSpec { command: vec!["true".to_string()], files, timeout: FILES_TIMEOUT, ..opening.spec.clone() };
+    let run_id = crate::engine::run::new_run_id();
+    // Looked at afresh: the opening's view has no version to take it by.
+    let sandbox = sandbox_call::Named { id: seen.record.id.clone(), seen: None };
+    let outcome = sandbox_call::call(engine, &sandbox, &spec, &run_id, cancel, &|_| {});
+    match outcome.status {
+        crate::engine::spec::RunStatus::Succeeded => Ok(()),
+        _ => Err(Refusal {
+            reason: outcome.reason.unwrap_or(crate::engine::spec::RunReason::StartFailed),
+            message: format!("the files could not be written into the sandbox, which was closed again: {}", outcome.message),
+        }),
     }
 }
 
 fn parse_open(arguments: &Map<String, Value>, config: &Config, owner: Option<&str>) -> Result<Opening, String> {
-    super::check_known_arguments(arguments, &["image", "language", "limits", "network", "idle_timeout_s", "max_lifetime_s"])
+    super::check_known_arguments(arguments, &["image", "language", "limits", "network", "files", "idle_timeout_s", "max_lifetime_s"])
         .map_err(|error| error.to_string())?;
     let seconds = |name: &str, default: u64, min: u64, max: u64| match arguments.get(name).filter(|value| !value.is_null()) {
         None => Ok(default),
@@ -138,7 +184,7 @@ fn parse_open(arguments: &Map<String, Value>, config: &Config, owner: Option<&st
         }
         _ => return Err("give one of `image` and `language`".to_string()),
     };
-    for carried in ["limits", "network"] {
+    for carried in ["limits", "network", "files"] {
         if let Some(value) = arguments.get(carried) {
             run_args.insert(carried.into(), value.clone());
         }

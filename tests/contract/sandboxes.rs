@@ -1,10 +1,12 @@
 //! Open sandboxes, the same table on every backend (included by the
 //! Docker and the Kubernetes tiers as their `sandboxes` module): state kept
-//! across calls (files, HOME, a package installed from a wheel), a call's
+//! across calls (files it opened with, files, HOME, a package installed
+//! from a wheel), a call's
 //! timeout or OOM kill that leaves the sandbox usable, processes that end
 //! with their call, one call at a time and a cancel that ends only the
 //! call, a second server that runs calls in the first one's sandbox, a
-//! server killed mid-call, idle expiry, close during a call, and the limit
+//! server killed mid-call, background calls (cancelled from another
+//! server; read after their server died), idle expiry, close during a call, and the limit
 //! on open sandboxes. After each case nothing of its sandboxes is left.
 
 use std::time::{Duration, Instant};
@@ -75,10 +77,11 @@ fn close(server: &mut Server, sandbox: &Opened) {
 fn a_sandbox_keeps_its_workdir_and_home_across_calls_and_close_removes_it_all() {
     let _together = together();
     let mut server = server(&[]);
-    let sandbox = open(&mut server, json!({"image": BUSYBOX}));
-    let first = sh(&mut server, &sandbox, "echo kept > note.txt && echo home > $HOME/mark && echo one");
+    // "opened\n", the file the sandbox opens with.
+    let sandbox = open(&mut server, json!({"image": BUSYBOX, "files": [{"path": "src/start.txt", "content_b64": "b3BlbmVkCg=="}]}));
+    let first = sh(&mut server, &sandbox, "cat src/start.txt && echo kept > note.txt && echo home > $HOME/mark && echo one");
     assert_eq!(first["status"], "succeeded", "{first}");
-    assert_eq!(first["stdout"], "one\n");
+    assert_eq!(first["stdout"], "opened\none\n");
     let second = sh(&mut server, &sandbox, "echo two");
     assert_eq!(second["stdout"], "two\n", "{second}");
     let third = sh(&mut server, &sandbox, "cat note.txt $HOME/mark");
@@ -260,6 +263,80 @@ fn a_server_killed_mid_call_leaves_the_sandbox_usable_by_the_next() {
         std::thread::sleep(Duration::from_secs(1));
     };
     assert_eq!(after["stdout"], "kept\n", "{after}");
+    close(&mut next, &sandbox);
+}
+
+/// `fetch_job` until the background call is done (or `wait` passes).
+fn fetch_done(server: &mut Server, token: &str, wait: Duration) -> Value {
+    let deadline = Instant::now() + wait;
+    loop {
+        let fetched = server.ok("fetch_job", json!({"job_token": token, "wait_s": 20}));
+        if fetched["status"] == "done" {
+            return fetched["result"].clone();
+        }
+        assert!(Instant::now() < deadline, "the call never ended: {fetched}");
+    }
+}
+
+/// `submit_job` in the sandbox: the token.
+fn submit(server: &mut Server, sandbox: &Opened, script: &str, timeout_s: u64) -> String {
+    let submitted = server.ok("submit_job", json!({"sandbox": sandbox.id, "command": ["sh", "-c", script], "timeout_s": timeout_s}));
+    submitted["job_token"].as_str().expect("a job_token").to_string()
+}
+
+/// A background call holds the sandbox like a waited-for one; a cancel
+/// from another server (which holds only the token) ends the call, both
+/// servers read the same `cancelled` result, and the sandbox goes on.
+#[test]
+fn a_background_call_runs_in_the_sandbox_and_any_server_cancels_it() {
+    let _together = together();
+    let mut first = server(&[]);
+    let mut second = server(&[]);
+    let sandbox = open(&mut first, json!({"image": BUSYBOX}));
+    let token = submit(&mut first, &sandbox, "echo kept > kept.txt; echo started; sleep 300", 600);
+    await_busy(&mut first, &sandbox);
+    let running = first.ok("fetch_job", json!({"job_token": token, "wait_s": 0}));
+    assert_eq!(running["status"], "running", "{running}");
+    let busy = sh(&mut second, &sandbox, "true");
+    assert_eq!(busy["reason"], "SandboxBusy", "{busy}");
+    let cancelled = second.ok("cancel_job", json!({"job_token": token}));
+    assert_eq!(cancelled["cancel_requested"], true, "{cancelled}");
+    for server in [&mut second, &mut first] {
+        let result = fetch_done(server, &token, Duration::from_secs(60));
+        assert_eq!(result["status"], "cancelled", "{result}");
+        assert_eq!(result["reason"], "Cancelled", "{result}");
+        assert_eq!(result["stdout"], "started\n", "{result}");
+    }
+    let after = sh(&mut first, &sandbox, "cat kept.txt; ps -o comm | grep -c sleep || true");
+    assert_eq!(after["stdout"], "kept\n0\n", "the call is gone and the sandbox works: {after}");
+    close(&mut first, &sandbox);
+    // A server that never read the result finds it gone with the sandbox.
+    let gone = server(&[]).call("fetch_job", json!({"job_token": token, "wait_s": 0}));
+    let text = gone.result.to_string();
+    assert_eq!(gone.result["isError"], true, "{text}");
+    assert!(text.contains("is closed"), "a result that went with its sandbox says so: {text}");
+}
+
+/// The server that submitted a background call dies mid-call: the call
+/// runs on in the sandbox, and the next server's `fetch_job` reads its
+/// one true result from the sandbox, which is then free again.
+#[test]
+fn a_background_calls_result_outlives_the_server_that_submitted_it() {
+    let _together = together();
+    let mut first = server(&[]);
+    let sandbox = open(&mut first, json!({"image": BUSYBOX}));
+    let token = submit(&mut first, &sandbox, "sleep 3; echo done > done.txt; echo finished; exit 3", 30);
+    await_busy(&mut first, &sandbox);
+    super::support::server::send_signal(&first.stdio.child, libc::SIGKILL);
+    let _ = first.stdio.child.wait();
+    let mut next = server(&[]);
+    let result = fetch_done(&mut next, &token, Duration::from_secs(60));
+    assert_eq!(result["status"], "failed", "{result}");
+    assert_eq!(result["exit_code"], 3, "{result}");
+    assert_eq!(result["stdout"], "finished\n", "{result}");
+    // Its mark went with the result: the sandbox takes the next call now.
+    let after = sh(&mut next, &sandbox, "cat done.txt");
+    assert_eq!(after["stdout"], "done\n", "{after}");
     close(&mut next, &sandbox);
 }
 

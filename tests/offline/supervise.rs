@@ -60,8 +60,9 @@ fn panic_line(earlier: &[String], stderr: &Receiver<String>, thread: &str) -> Va
     }
 }
 
-/// `/readyz` once the supervisor has recorded what it waits for: the
-/// panic line is written just before, on the thread that panicked.
+/// `/readyz`, asked once the panic line is seen: the supervisor records
+/// the panic (its count, a lost essential thread) before it writes the
+/// line, on the thread that panicked.
 fn readyz(server: &HttpServer) -> (u16, String) {
     let readyz = server.request("GET", "/readyz", &[], "");
     (readyz.status, readyz.body)

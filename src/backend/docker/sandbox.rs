@@ -28,6 +28,7 @@ use crate::engine::spec::{RunReason, RunSpec};
 use crate::log;
 use crate::metrics;
 use crate::sandbox::assignment::{Assignment, KEY_BYTES, Key};
+use crate::sandbox::frame::Tag;
 use crate::sandbox::session;
 
 /// Stdin carries no key (see `pool::STDIN_KEY`): only a Docker API client
@@ -237,6 +238,22 @@ impl SandboxStore for Docker {
         })
     }
 
+    /// The cancel on stdin through an attach of its own, written a few
+    /// times: dockerd may lose a new attach's first input (a cancel for a
+    /// call that ended already is ignored).
+    fn cancel_call(&self, name: &str, tag: Tag) -> Result<(), String> {
+        let line = session::stdin_line(&session::encode_cancel(&STDIN_KEY, tag));
+        let mut stream = self.client.container_attach_open(&spec::container_name(name), &line).map_err(|error| error.to_string())?;
+        for _ in 0..CANCEL_WRITES {
+            std::thread::sleep(RESEND_AFTER);
+            if stream.write_input(&line).is_err() {
+                break;
+            }
+        }
+        stream.end_input(END_INPUT_WAIT);
+        Ok(())
+    }
+
     fn call_log(&self, name: &str, since_ms: u64) -> Result<Output, String> {
         let params = crate::docker::LogParams { follow: true, idle_timeout: None };
         let stream =
@@ -297,6 +314,8 @@ impl Drop for CallStream {
 const RESEND_AFTER: Duration = Duration::from_millis(250);
 /// How often it is written at most.
 const RESENDS: u32 = 20;
+/// How often a cancel from another attach is written again.
+const CANCEL_WRITES: u32 = 3;
 
 /// Writes the call's line again until the sandbox answers. dockerd loses
 /// the input an attach sends early when the attach before it ended a moment

@@ -23,6 +23,7 @@ use crate::kube::{self, ListParams, ProxyTarget, Resource};
 use crate::log;
 use crate::metrics;
 use crate::sandbox::assignment::{self, Assignment, Key};
+use crate::sandbox::frame::Tag;
 use crate::sandbox::session;
 
 /// How long a delivery keeps trying while the runner's port is not open
@@ -184,17 +185,15 @@ impl SandboxStore for Kubernetes {
         let handle = stream.abort_handle();
         let client = self.client.clone();
         let cancel_body = call.tag.map(|tag| session::encode_cancel(&key, tag)).unwrap_or_default();
-        let cancel = move || {
-            let to = ProxyTarget {
-                namespace: &namespace,
-                pod: &pod,
-                port: assignment::PORT,
-                path: session::CANCEL_PATH,
-                read_timeout: Duration::from_secs(5),
-            };
-            client.proxy_post(&to, cancel_body.clone()).map(drop).map_err(|error| error.to_string())
-        };
+        let cancel = move || post_cancel(&client, &namespace, &pod, cancel_body.clone());
         Ok(Delivered { output: Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) }, cancel: Box::new(cancel) })
+    }
+
+    /// `POST /cancel` with the key, as the call's own cancel does.
+    fn cancel_call(&self, name: &str, tag: Tag) -> Result<(), String> {
+        let key = self.sandbox_key(name)?;
+        let pod = self.sandbox_pod(name)?;
+        post_cancel(&self.client, self.namespace(), &pod, session::encode_cancel(&key, tag))
     }
 
     fn call_log(&self, name: &str, since_ms: u64) -> Result<Output, String> {
@@ -223,4 +222,9 @@ impl SandboxStore for Kubernetes {
         }
         let _ = self.client.delete(Resource::SECRETS, self.namespace(), &job);
     }
+}
+
+fn post_cancel(client: &kube::Client, namespace: &str, pod: &str, body: Vec<u8>) -> Result<(), String> {
+    let to = ProxyTarget { namespace, pod, port: assignment::PORT, path: session::CANCEL_PATH, read_timeout: Duration::from_secs(5) };
+    client.proxy_post(&to, body).map(drop).map_err(|error| error.to_string())
 }

@@ -404,8 +404,8 @@ pub trait SandboxStore: Send + Sync {
     /// newest such mark): when it is ready, and after each call.
     fn mark_used(&self, name: &str, at_ms: u64) -> Result<(), Error>;
     /// Clears `call`'s mark (only its own) and records the sandbox used at
-    /// `at_ms`.
-    fn end_call(&self, name: &str, call: &CallMark, at_ms: u64) -> Result<(), Error>;
+    /// `at_ms`; `seen`: the sandbox as the call's take saw it.
+    fn end_call(&self, seen: &Seen, call: &CallMark, at_ms: u64) -> Result<(), Error>;
     /// Gives the sandbox its call: the stream of its output from then on,
     /// read until the call's result (`read_for`: the longest quiet stretch),
     /// and how to ask the sandbox to stop it.

@@ -306,7 +306,7 @@ pub fn take(ctx: &Ctx, sandbox: &Named, spec: &RunSpec, call_id: &str) -> Result
 /// Ends a taken sandbox's call mark without running anything.
 pub fn give_back(ctx: &Ctx, taken: &Taken) {
     if let Ok(store) = store(ctx) {
-        drop(Release { store, name: &taken.name, mark: &taken.mark });
+        drop(Release { store, seen: &taken.seen, mark: &taken.mark });
     }
 }
 
@@ -322,7 +322,7 @@ pub fn run_taken(
 ) -> Result<RunOutcome, Refusal> {
     let store = store(ctx)?;
     let Taken { seen, name, mark, deadline } = taken;
-    let _release = Release { store, name, mark };
+    let _release = Release { store, seen, mark };
     let mut call = crate::engine::pool::assignment(call_id, spec, &ctx.policy);
     call.tag = Some(tag);
     on_progress(Progress::Created { what: format!("call in sandbox {}", &name[..8]) });
@@ -369,7 +369,9 @@ pub fn follow(
         let cancel_call = || store.cancel_call(&name, tag);
         // A call that is not over yet holds its mark at most until its
         // deadline; past it, what the log has is all there is.
-        let deadline = Instant::now() + timeout + CALL_SLACK + CANCEL_WAIT;
+        let until_ms = seen.call.as_ref().filter(|mark| mark.call_id == call_id).map(|mark| mark.until_ms);
+        let left = until_ms.map_or(timeout + CALL_SLACK, |until_ms| Duration::from_millis(until_ms.saturating_sub(now_ms())));
+        let deadline = Instant::now() + left + CANCEL_WAIT;
         let reading = Reading { name: &name, cancel_call: &cancel_call, cancel, deadline, running: Some(&running) };
         let read = read_and_judge(ctx, &reading, (call_id, tag, since_ms), (None, seen.record.owner.as_deref()), on_progress);
         let facts = CallFacts { call_id, timeout, memory: seen.record.memory.as_deref(), cancel_requested: cancel.is_cancelled() };
@@ -378,7 +380,7 @@ pub fn follow(
         if let Ok(Some(now)) = store.look(&name)
             && let Some(mark) = now.call.as_ref().filter(|mark| mark.call_id == call_id)
         {
-            drop(Release { store, name: &name, mark });
+            drop(Release { store, seen: &now, mark });
         }
         outcome
     });
@@ -470,6 +472,12 @@ fn judge_call(ctx: &Ctx, name: &str, facts: &CallFacts, read: Read) -> RunOutcom
         outcome.message =
             "the call was cancelled (cancel_job, from this server or another); the output so far is included; the sandbox stays open"
                 .to_string();
+    } else if outcome.reason == Some(RunReason::ResultLost) && finished.is_none() {
+        // The sandbox lives on: it is the call's result that is missing.
+        outcome.message = format!(
+            "no result of this call reached this server, nor is one in the sandbox's log (the server that handed it over stopped before the call started, or its output was lost); the output read so far is included, and the sandbox stays open{}",
+            if outcome.message.is_empty() { String::new() } else { format!(" ({})", outcome.message) }
+        );
     } else if terminated || (finished.is_some() && outcome.status == RunStatus::Error) {
         outcome.reason = Some(RunReason::SandboxEnded);
         outcome.message = format!(
@@ -652,16 +660,16 @@ fn read_call(reading: &Reading, output: Output, mut collector: Collector, on_pro
 /// Gives the sandbox back when the call is over, whatever happened.
 struct Release<'a> {
     store: &'a dyn SandboxStore,
-    name: &'a str,
+    seen: &'a Seen,
     mark: &'a CallMark,
 }
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {
-        if let Err(error) = self.store.end_call(self.name, self.mark, now_ms()) {
+        if let Err(error) = self.store.end_call(self.seen, self.mark, now_ms()) {
             log::warn(
                 "a call's mark was not cleared; the sandbox is busy until the mark is stale",
-                &[("sandbox", self.name.into()), ("error", error.to_string().into())],
+                &[("sandbox", sandboxes::public_name(&self.seen.record.id).into()), ("error", error.to_string().into())],
             );
         }
     }

@@ -184,21 +184,35 @@ impl SandboxStore for Docker {
         }
     }
 
-    fn end_call(&self, name: &str, call: &CallMark, at_ms: u64) -> Result<(), backend::Error> {
-        let mut groups = grouped(self, Some(name)).map_err(|error| api_error("list the sandbox's containers", &error))?;
-        let Some(group) = groups.remove(name) else { return Ok(()) };
-        if let Some(seen) = group.seen() {
-            let body = self.mark(&seen.record, spec::ROLE_SANDBOX_USED, (spec::LABEL_SANDBOX_USED_MS, at_ms.to_string()));
-            match self.client.container_create(&used_mark_name(name, at_ms), &body) {
-                Ok(_) => {}
-                Err(error) if error.is_conflict() => {}
-                Err(error) => return Err(api_error("create the last-used mark", &error)),
-            }
+    /// The new last-used mark first (a look never finds none), then the
+    /// call's mark by its name while it is surely this call's (not stale:
+    /// nobody may have taken it over), and the last-used mark before, on
+    /// a thread of its own: nothing waits for it.
+    fn end_call(&self, seen: &Seen, call: &CallMark, at_ms: u64) -> Result<(), backend::Error> {
+        let name = sandboxes::public_name(&seen.record.id);
+        let body = self.mark(&seen.record, spec::ROLE_SANDBOX_USED, (spec::LABEL_SANDBOX_USED_MS, at_ms.to_string()));
+        match self.client.container_create(&used_mark_name(&name, at_ms), &body) {
+            Ok(_) => {}
+            Err(error) if error.is_conflict() => {}
+            Err(error) => return Err(api_error("create the last-used mark", &error)),
         }
-        for older in &group.used {
-            let _ = self.client.container_remove(&older.id);
+        if let Some(before) = seen.last_used_ms.filter(|before| *before != at_ms) {
+            let (client, older) = (self.client.clone(), used_mark_name(&name, before));
+            super::removal::spawn(&name, move || match client.container_remove(&older) {
+                Ok(()) => Ok(()),
+                Err(error) if error.is_not_found() => Ok(()),
+                Err(error) => Err(error.to_string()),
+            });
         }
-        let ours = group.call.as_ref().filter(|mark| {
+        if !sandboxes::stale(call, crate::time::unix_ms(std::time::SystemTime::now())) {
+            return match self.client.container_remove(&call_mark_name(&name)) {
+                Ok(()) => Ok(()),
+                Err(error) if error.is_not_found() => Ok(()),
+                Err(error) => Err(api_error("remove the call mark", &error)),
+            };
+        }
+        let mut groups = grouped(self, Some(&name)).map_err(|error| api_error("list the sandbox's containers", &error))?;
+        let ours = groups.remove(&name).and_then(|group| group.call).filter(|mark| {
             mark.labels
                 .get(spec::LABEL_SANDBOX_CALL)
                 .and_then(|text| sandboxes::decode_call(text))

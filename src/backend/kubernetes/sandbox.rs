@@ -153,7 +153,8 @@ impl SandboxStore for Kubernetes {
         }
     }
 
-    fn end_call(&self, name: &str, call: &CallMark, at_ms: u64) -> Result<(), backend::Error> {
+    fn end_call(&self, seen: &Seen, call: &CallMark, at_ms: u64) -> Result<(), backend::Error> {
+        let name = &sandboxes::public_name(&seen.record.id);
         let annotations = json!({
             manifest::ANNOTATION_SANDBOX_CALL: null,
             manifest::ANNOTATION_SANDBOX_USED_MS: at_ms.to_string(),

@@ -901,6 +901,14 @@ pub fn submit_call(
             call_progress(ctx, run_id, progress)
         });
         let outcome = crate::engine::sandbox_call::finished(ctx, run_id, ran, (submitted, started));
+        // The run's one `ended` line, from the server that ran it (a server
+        // that reads the result after this one died writes none).
+        audit::record(&audit::Entry {
+            ended: Some(outcome.audited()),
+            caller: thread_spec.owner.as_deref(),
+            site: ctx.site.as_deref(),
+            ..audit::Entry::new(audit::Event::Ended, run_id)
+        });
         ctx.jobs.finish(run_id, outcome, SystemTime::now());
     });
     if let Err(error) = spawned {

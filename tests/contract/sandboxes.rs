@@ -278,18 +278,6 @@ fn a_server_killed_mid_call_leaves_the_sandbox_usable_by_the_next() {
     close(&mut next, &sandbox);
 }
 
-/// `fetch_job` until the background call is done (or `wait` passes).
-fn fetch_done(server: &mut Server, token: &str, wait: Duration) -> Value {
-    let deadline = Instant::now() + wait;
-    loop {
-        let fetched = server.ok("fetch_job", json!({"job_token": token, "wait_s": 20}));
-        if fetched["status"] == "done" {
-            return fetched["result"].clone();
-        }
-        assert!(Instant::now() < deadline, "the call never ended: {fetched}");
-    }
-}
-
 /// `fetch_job` until the running call's stdout holds `text`.
 fn await_output(server: &mut Server, token: &str, text: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -305,8 +293,7 @@ fn await_output(server: &mut Server, token: &str, text: &str) {
 
 /// `submit_job` in the sandbox: the token.
 fn submit(server: &mut Server, sandbox: &Opened, script: &str, timeout_s: u64) -> String {
-    let submitted = server.ok("submit_job", json!({"sandbox": sandbox.id, "command": ["sh", "-c", script], "timeout_s": timeout_s}));
-    submitted["job_token"].as_str().expect("a job_token").to_string()
+    server.submit(json!({"sandbox": sandbox.id, "command": ["sh", "-c", script], "timeout_s": timeout_s}))
 }
 
 /// A background call holds the sandbox like a waited-for one; a cancel
@@ -325,7 +312,7 @@ fn a_background_call_runs_in_the_sandbox_and_any_server_cancels_it() {
     let cancelled = second.ok("cancel_job", json!({"job_token": token}));
     assert_eq!(cancelled["cancel_requested"], true, "{cancelled}");
     for server in [&mut second, &mut first] {
-        let result = fetch_done(server, &token, Duration::from_secs(60));
+        let result = server.fetch_done(&token)["result"].clone();
         assert_eq!(result["status"], "cancelled", "{result}");
         assert_eq!(result["reason"], "Cancelled", "{result}");
         assert_eq!(result["stdout"], "started\n", "{result}");
@@ -354,7 +341,7 @@ fn a_background_calls_result_outlives_the_server_that_submitted_it() {
     super::support::server::send_signal(&first.stdio.child, libc::SIGKILL);
     let _ = first.stdio.child.wait();
     let mut next = server(&[]);
-    let result = fetch_done(&mut next, &token, Duration::from_secs(60));
+    let result = next.fetch_done(&token)["result"].clone();
     assert_eq!(result["status"], "failed", "{result}");
     assert_eq!(result["exit_code"], 3, "{result}");
     assert_eq!(result["stdout"], "started\nfinished\n", "{result}");
@@ -362,6 +349,29 @@ fn a_background_calls_result_outlives_the_server_that_submitted_it() {
     let after = sh(&mut next, &sandbox, "cat done.txt");
     assert_eq!(after["stdout"], "done\n", "{after}");
     close(&mut next, &sandbox);
+}
+
+/// `execute_code` as an MCP task in a sandbox: a background call, whose
+/// result any server answers in execute_code's shape.
+#[test]
+fn a_task_in_a_sandbox_is_a_background_call_in_it() {
+    let _together = together();
+    let mut server = server(&[]);
+    let sandbox = open(&mut server, json!({"language": "python"}));
+    sh(&mut server, &sandbox, "echo 41 > n.txt");
+    let code = "print(int(open('n.txt').read()) + 1)";
+    let created = server.request(
+        "tools/call",
+        json!({"name": "execute_code", "arguments": {"sandbox": sandbox.id, "language": "python", "entrypoint_code": code}, "task": {"ttl": 60000}}),
+    );
+    let task_id = created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("a task id: {created}")).to_string();
+    assert!(task_id.starts_with("code-"), "{task_id}");
+    for process in [&mut server, &mut self::server(&[])] {
+        let result = process.request("tasks/result", json!({"taskId": task_id}));
+        let text = result["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string();
+        assert_eq!(text, "--- stdout ---\n42\n\n--- stderr ---\n", "{result}");
+    }
+    close(&mut server, &sandbox);
 }
 
 #[test]

@@ -18,9 +18,15 @@ under a ServiceAccount token. This server runs in `mcp-ephemeral` as the
 tests run it, with its defaults (network `open`, no warm pool: the cold
 path).
 
+With --throughput SECONDS, then runs per minute at the namespace quota:
+each namespace gets a ResourceQuota of `--concurrent` pods (the servers'
+`MCP_K8S_MAX_CONCURRENT` is the same number), and each server in turn is
+kept busy for SECONDS by twice that many callers sending `true` back to
+back; it reports the runs that succeeded per minute and any that did not.
+
 A benchmark, not a test: it prints figures and asserts nothing beyond
 every answer being right.
-Usage: bench/side_by_side.py --original BIN [--rounds N] [--bin PATH]
+Usage: bench/side_by_side.py --original BIN [--rounds N] [--bin PATH] [--throughput SECONDS]
   BIN: bench/original/build SOURCE_DIR builds it (the source: tag v0.7.1
   of github.com/inhuman/mcp-k8s-ephemeral-job).
 Needs `tests/cluster/up` and `tests/build-project-image` first.
@@ -123,12 +129,51 @@ def concurrent(server, n_calls):
     return samples
 
 
+QUOTA = "mcp-bench-quota"
+
+
+def quota(namespace, pods):
+    """A ResourceQuota of `pods` pods in `namespace` (None: removed)."""
+    if pods is None:
+        kubectl("-n", namespace, "delete", "resourcequota", QUOTA, "--ignore-not-found")
+        return
+    body = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": QUOTA, "namespace": namespace}, "spec": {"hard": {"pods": str(pods)}}}
+    kubectl("apply", "-f", "-", stdin=json.dumps(body))
+
+
+def throughput(server, callers, seconds):
+    """`callers` threads sending `true` back to back for `seconds`: the runs
+    that succeeded, and the others' (status, reason) counts."""
+    done, others, lock = [0], {}, threading.Lock()
+    stop_at = time.monotonic() + seconds
+
+    def caller():
+        while time.monotonic() < stop_at:
+            response = server.request("tools/call", {"name": "run_job", "arguments": {"image": BUSYBOX, "command": ["true"]}})
+            result = response.get("result", {}).get("structuredContent") or {}
+            with lock:
+                if result.get("status") == "succeeded":
+                    done[0] += 1
+                else:
+                    key = (result.get("status"), result.get("reason") or str(response.get("error", ""))[:80])
+                    others[key] = others.get(key, 0) + 1
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=caller) for _ in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return done[0], others, time.monotonic() - started
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--original", required=True, help="the original's binary (bench/original/build)")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--concurrent", type=int, default=5)
     parser.add_argument("--bin", default=os.path.join(REPO, "target", "release", "mcp-k8s-ephemeral-job"))
+    parser.add_argument("--throughput", type=int, default=0, help="seconds per server of runs per minute at the quota (0: skip)")
     args = parser.parse_args()
     if not os.path.exists(f"{CLUSTER}/server.kubeconfig"):
         sys.exit("no test cluster: run tests/cluster/up and tests/build-project-image first")
@@ -184,6 +229,17 @@ def main():
     print(
         f"{'RSS peak':<18} {peak['original'] / 1024:>9.1f}MiB {peak['this'] / 1024:>6.1f}MiB {peak['this'] / peak['original']:>5.2f}x"
     )
+    if args.throughput > 0:
+        namespaces = {"this": "mcp-ephemeral", "original": NAMESPACE}
+        print(f"runs per minute at a quota of {args.concurrent} pods, {2 * args.concurrent} callers, {args.throughput} s each")
+        for server in servers:
+            namespace = namespaces[server.label]
+            quota(namespace, args.concurrent)
+            try:
+                succeeded, others, elapsed = throughput(server, 2 * args.concurrent, args.throughput)
+            finally:
+                quota(namespace, None)
+            print(f"  {server.label:<9} {succeeded / elapsed * 60:>6.1f} runs/min ({succeeded} in {elapsed:.0f} s); not succeeded: {others or 'none'}")
     for server in servers:
         server.close()
 

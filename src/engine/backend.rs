@@ -410,10 +410,12 @@ pub trait SandboxStore: Send + Sync {
     /// read until the call's result (`read_for`: the longest quiet stretch),
     /// and how to ask the sandbox to stop it.
     fn deliver_call(&self, name: &str, call: &Assignment, read_for: Duration) -> Result<Delivered, String>;
-    /// The sandbox's output from `since` (Unix ms, rounded down to the
-    /// second) on, followed: the record a call's frames are read again
-    /// from when the stream that brought them broke.
-    fn call_log(&self, name: &str, since_ms: u64) -> Result<Output, String>;
+    /// The sandbox's output from `since` (Unix ms, a little earlier on
+    /// backends that count whole seconds or another clock), followed or
+    /// (`follow: false`) to what it holds now: the record a call's frames
+    /// are read again from when the stream that brought them broke, or by
+    /// a process that did not deliver the call.
+    fn call_log(&self, name: &str, since_ms: u64, follow: bool) -> Result<Output, String>;
     /// Asks the sandbox to stop the call tagged `tag`, from any process (a
     /// call this process did not deliver: a background call whose server
     /// died); nothing happens when that call is not running.

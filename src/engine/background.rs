@@ -225,7 +225,14 @@ pub fn parse_token(token: &str) -> Option<Token> {
         return None;
     }
     let submitted = UNIX_EPOCH + Duration::from_secs(seconds.parse().ok()?);
-    Some(Token { kind, run_id: run_id.to_string(), submitted, site: site.map(str::to_string), sandbox })
+    let parsed = Token { kind, run_id: run_id.to_string(), submitted, site: site.map(str::to_string), sandbox };
+    // Only the text `token_for` writes: another spelling of the same parts
+    // (a leading zero) would name the same run under another token.
+    let written = match &parsed.sandbox {
+        Some(in_sandbox) => call_token_for(kind, &parsed.run_id, submitted, in_sandbox, parsed.site.as_deref()),
+        None => token_for(kind, &parsed.run_id, submitted, parsed.site.as_deref()),
+    };
+    (written == token).then_some(parsed)
 }
 
 fn parse_in_sandbox(text: &str) -> Option<InSandbox> {
@@ -893,11 +900,12 @@ pub fn submit_call(
     // Its output is read live all along: a first look has nothing to wait for.
     ctx.jobs.want_output(&run_id);
     let tag = crate::engine::sandboxes::call_tag(&taken.seen.record.id, &run_id);
-    let (thread_ctx, thread_spec, thread_run_id) = (ctx.clone(), spec.clone(), run_id.clone());
+    let (thread_ctx, thread_spec, thread_run_id, thread_taken) = (ctx.clone(), spec.clone(), run_id.clone(), taken.clone());
     let spawned = supervise::spawn_named(supervise::Kind::BackgroundFollower, format!("job-{}", &run_id[..8]), move || {
+        let taken = thread_taken;
         let (ctx, run_id) = (&thread_ctx, thread_run_id.as_str());
         let started = Instant::now();
-        let ran = crate::engine::sandbox_call::run_taken(ctx, &taken, &thread_spec, (run_id, tag), &cancel, &|progress| {
+        let ran = crate::engine::sandbox_call::run_taken(ctx, &taken, &thread_spec, (run_id, tag, true), &cancel, &|progress| {
             call_progress(ctx, run_id, progress)
         });
         let outcome = crate::engine::sandbox_call::finished(ctx, run_id, ran, (submitted, started));
@@ -912,8 +920,7 @@ pub fn submit_call(
         ctx.jobs.finish(run_id, outcome, SystemTime::now());
     });
     if let Err(error) = spawned {
-        // The taken sandbox went with the closure; its mark goes stale at
-        // the call's deadline.
+        crate::engine::sandbox_call::give_back(ctx, &taken);
         ctx.jobs.remove(&run_id);
         return Err(Error::Api {
             what: "start the call",
@@ -934,7 +941,7 @@ fn attach_call(ctx: &Ctx, token: &Token, text: &str, reader: Option<&str>) -> Re
     let seen = match store.look(&in_sandbox.name) {
         Ok(Some(seen)) => seen,
         Ok(None) => return Err(Error::SandboxClosed { token: text.to_string() }),
-        Err(error) => return Err(Error::Api { what: error.what, kind: error.kind, message: error.message }),
+        Err(error) => return Err(api(error)),
     };
     if !visible_to(seen.record.owner.as_deref(), reader) {
         return Err(Error::Unknown { token: text.to_string() });
@@ -986,8 +993,7 @@ fn call_progress(ctx: &Ctx, run_id: &str, progress: Progress) {
 
 /// A refusal before the call exists, as the result a waited-for call gets.
 fn refused_error(run_id: &str, refused: crate::engine::sandbox_call::Refusal) -> Error {
-    let status = if refused.reason == RunReason::Cancelled { RunStatus::Cancelled } else { RunStatus::Error };
-    Error::Refused { outcome: Box::new(RunOutcome::without_result(run_id, status, refused.reason, refused.message)) }
+    Error::Refused { outcome: Box::new(refused.outcome(run_id)) }
 }
 
 #[cfg(test)]
@@ -1056,6 +1062,8 @@ mod tests {
             format!("job-{run_id}-1-{name}0-3"),
             format!("job-{run_id}-1-{name}-3-4"),
             format!("job-{run_id}-1-{name}-1234567890"),
+            format!("job-{run_id}-1-{name}-030"),
+            format!("job-{run_id}-01-{name}-30"),
         ] {
             assert_eq!(parse_token(&bad), None, "{bad}");
         }

@@ -31,9 +31,9 @@ const CANCEL_WAIT: Duration = Duration::from_secs(10);
 /// How often a call read from its sandbox's log is looked at, to know
 /// whether it still runs.
 const RUNNING_LOOK: Duration = Duration::from_secs(1);
-/// How long the log of a call that no longer runs is read on: its last
-/// frames were written before its mark went.
-const LOG_AFTER_END: Duration = Duration::from_secs(3);
+/// How long the followed log of a call that no longer runs is read on,
+/// before it is read whole (`read_followed`).
+const LOG_AFTER_END: Duration = Duration::from_secs(1);
 /// How often an opening sandbox is looked at until it runs.
 const READY_POLL: Duration = Duration::from_millis(200);
 
@@ -51,6 +51,15 @@ pub struct Opening {
 pub struct Refusal {
     pub reason: RunReason,
     pub message: String,
+}
+
+impl Refusal {
+    /// The result of a call refused before it ran (`cancelled` for a
+    /// cancel, an error otherwise).
+    pub fn outcome(self, call_id: &str) -> RunOutcome {
+        let status = if self.reason == RunReason::Cancelled { RunStatus::Cancelled } else { RunStatus::Error };
+        RunOutcome::without_result(call_id, status, self.reason, self.message)
+    }
 }
 
 fn refusal(reason: RunReason, message: impl Into<String>) -> Refusal {
@@ -249,20 +258,14 @@ pub fn call(
     let submitted = SystemTime::now();
     let ran = take(ctx, sandbox, spec, call_id).and_then(|taken| {
         let tag = Tag::random().map_err(|why| refusal(RunReason::ApiError, format!("cannot make the call's tag: {why}")))?;
-        run_taken(ctx, &taken, spec, (call_id, tag), cancel, on_progress)
+        run_taken(ctx, &taken, spec, (call_id, tag, false), cancel, on_progress)
     });
     finished(ctx, call_id, ran, (submitted, started))
 }
 
 /// The call's outcome, a refusal included, with its times; logged.
 pub fn finished(ctx: &Ctx, call_id: &str, ran: Result<RunOutcome, Refusal>, (submitted, started): (SystemTime, Instant)) -> RunOutcome {
-    let mut outcome = match ran {
-        Ok(outcome) => outcome,
-        Err(refused) => {
-            let status = if refused.reason == RunReason::Cancelled { RunStatus::Cancelled } else { RunStatus::Error };
-            RunOutcome::without_result(call_id, status, refused.reason, refused.message)
-        }
-    };
+    let mut outcome = ran.unwrap_or_else(|refused| refused.outcome(call_id));
     outcome.times.submitted = Some(submitted);
     outcome.times.answered = Some(SystemTime::now());
     outcome.times.warm = true;
@@ -272,6 +275,7 @@ pub fn finished(ctx: &Ctx, call_id: &str, ran: Result<RunOutcome, Refusal>, (sub
 
 /// A sandbox taken for one call: nobody else's call runs in it until
 /// `run_taken` (or `give_back`) ends the call's mark.
+#[derive(Clone)]
 pub struct Taken {
     pub seen: Seen,
     pub name: String,
@@ -311,12 +315,13 @@ pub fn give_back(ctx: &Ctx, taken: &Taken) {
 }
 
 /// Runs the call in the sandbox taken for it, tagged `tag`, and gives the
-/// sandbox back.
+/// sandbox back; `background`: a background call, which another process
+/// may cancel.
 pub fn run_taken(
     ctx: &Ctx,
     taken: &Taken,
     spec: &RunSpec,
-    (call_id, tag): (&str, Tag),
+    (call_id, tag, background): (&str, Tag, bool),
     cancel: &CancelToken,
     on_progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<RunOutcome, Refusal> {
@@ -342,17 +347,24 @@ pub fn run_taken(
     on_progress(Progress::Started);
     let Delivered { output, cancel: cancel_call } = delivered;
     let reading = Reading { name, cancel_call: cancel_call.as_ref(), cancel, deadline: *deadline, running: None };
-    let read = read_and_judge(ctx, &reading, (call_id, tag, mark.started_ms), (Some(output), spec.owner.as_deref()), on_progress);
-    let facts =
-        CallFacts { call_id, timeout: spec.timeout, memory: seen.record.memory.as_deref(), cancel_requested: cancel.is_cancelled() };
+    let read = read_and_judge(ctx, &reading, (call_id, tag, mark.started_ms), (output, spec.owner.as_deref()), on_progress);
+    let facts = CallFacts {
+        call_id,
+        timeout: spec.timeout,
+        memory: seen.record.memory.as_deref(),
+        cancel_requested: cancel.is_cancelled(),
+        background,
+    };
     Ok(judge_call(ctx, name, &facts, read))
 }
 
 /// A background call whose process is gone (or another's), followed from
-/// the sandbox's log: its frames from `since_ms`, tagged `tag`, until its
-/// result, or until the sandbox's mark shows the call over and its log
-/// has nothing more of it. A cancel here reaches the call through any
-/// process (`SandboxStore::cancel_call`).
+/// the sandbox's log: its frames from `since_ms`, tagged `tag`, followed
+/// while the sandbox's mark shows the call running (again after a stream
+/// that ended early, its cancel sent again), then the log as it is, to
+/// its end. A cancel here reaches the call through any process
+/// (`SandboxStore::cancel_call`). The mark is cleared here only when its
+/// server is gone: the result was read, or the mark is stale.
 pub fn follow(
     ctx: &Ctx,
     seen: &Seen,
@@ -373,18 +385,86 @@ pub fn follow(
         let left = until_ms.map_or(timeout + CALL_SLACK, |until_ms| Duration::from_millis(until_ms.saturating_sub(now_ms())));
         let deadline = Instant::now() + left + CANCEL_WAIT;
         let reading = Reading { name: &name, cancel_call: &cancel_call, cancel, deadline, running: Some(&running) };
-        let read = read_and_judge(ctx, &reading, (call_id, tag, since_ms), (None, seen.record.owner.as_deref()), on_progress);
-        let facts = CallFacts { call_id, timeout, memory: seen.record.memory.as_deref(), cancel_requested: cancel.is_cancelled() };
+        let read = read_followed(ctx, store, &reading, (call_id, tag, since_ms), seen.record.owner.as_deref(), on_progress);
+        let got_result = read.collector.result.is_some();
+        let facts = CallFacts {
+            call_id,
+            timeout,
+            memory: seen.record.memory.as_deref(),
+            cancel_requested: cancel.is_cancelled(),
+            background: true,
+        };
         let outcome = judge_call(ctx, &name, &facts, read);
-        // Its server died before it gave the sandbox back.
         if let Ok(Some(now)) = store.look(&name)
             && let Some(mark) = now.call.as_ref().filter(|mark| mark.call_id == call_id)
+            && (got_result || sandboxes::stale(mark, now_ms()))
         {
             drop(Release { store, seen: &now, mark });
         }
         outcome
     });
     finished(ctx, call_id, ran, (submitted, started))
+}
+
+/// How long a follower waits before it follows the log again after a
+/// stream that ended while the call ran.
+const FOLLOW_AGAIN: Duration = Duration::from_secs(1);
+
+/// The frames of a call this process did not deliver: followed while it
+/// runs (`reading.running`), then read whole once it does not.
+fn read_followed(
+    ctx: &Ctx,
+    store: &dyn SandboxStore,
+    reading: &Reading,
+    (call_id, tag, since_ms): (&str, Tag, u64),
+    owner: Option<&str>,
+    on_progress: &(dyn Fn(Progress) + Sync),
+) -> Read {
+    let fresh = |spool| {
+        let mut collector = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
+        collector.spool = spool;
+        collector
+    };
+    let mut spool = ctx.policy.outputs.as_ref().map(|outputs| crate::engine::outputs::Spool::new(outputs.clone(), call_id, owner));
+    let mut problems = Vec::new();
+    let silent = |_: Progress| {};
+    let mut first = true;
+    let running = reading.running.unwrap_or(&|| false);
+    while running() && Instant::now() < reading.deadline {
+        let progress: &(dyn Fn(Progress) + Sync) = if first { on_progress } else { &silent };
+        first = false;
+        match store.call_log(reading.name, since_ms, true) {
+            Ok(output) => {
+                let mut read = read_call(reading, output, fresh(spool.take()), progress);
+                if read.result.is_some() {
+                    return Read { collector: read, finished: None };
+                }
+                spool = read.spool.take();
+            }
+            Err(why) => problems.push(format!("the sandbox's log could not be followed: {why}")),
+        }
+        std::thread::sleep(FOLLOW_AGAIN);
+    }
+    // Over (or out of time): the log as it is holds every frame it wrote.
+    let mut collector = fresh(spool.take());
+    collector.problems = problems;
+    match store.call_log(reading.name, since_ms, false) {
+        Ok(Output { mut reader, abort: _ }) => {
+            let mut on_live = |chunk: LiveChunk| {
+                if first {
+                    on_progress(Progress::Output(chunk))
+                }
+            };
+            if let Err(error) = collector.read_all(&mut reader, &mut on_live)
+                && collector.result.is_none()
+            {
+                collector.problems.push(format!("the sandbox's log could not be read to its end: {error}"));
+            }
+        }
+        Err(why) => collector.problems.push(format!("the sandbox's log could not be read: {why}")),
+    }
+    let finished = if collector.result.is_none() { ended_facts(ctx, reading.name) } else { None };
+    Read { collector, finished }
 }
 
 /// Whether the call `call_id` still holds the sandbox (its mark is there
@@ -403,6 +483,8 @@ struct CallFacts<'a> {
     timeout: Duration,
     memory: Option<&'a str>,
     cancel_requested: bool,
+    /// A background call, which another process may cancel.
+    background: bool,
 }
 
 /// A call's frames as read, and how its sandbox ended if it did.
@@ -411,32 +493,27 @@ struct Read {
     finished: Option<Finished>,
 }
 
-/// Reads the call's frames: from `delivered` (the stream that brought
-/// them) when there is one, else from the sandbox's log; from the log too
-/// when that stream broke while the sandbox ran on.
+/// Reads the call's frames from the stream that brought them; from the
+/// sandbox's log too when that stream broke while the sandbox ran on.
 fn read_and_judge(
     ctx: &Ctx,
     reading: &Reading,
     (call_id, tag, since_ms): (&str, Tag, u64),
-    (delivered, owner): (Option<Output>, Option<&str>),
+    (delivered, owner): (Output, Option<&str>),
     on_progress: &(dyn Fn(Progress) + Sync),
 ) -> Read {
     let mut collector = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
     collector.spool = ctx.policy.outputs.as_ref().map(|store| crate::engine::outputs::Spool::new(store.clone(), call_id, owner));
-    let broke = delivered.is_some();
-    if let Some(output) = delivered {
-        collector = read_call(reading, output, collector, on_progress);
-        let ended = if collector.result.is_none() { ended_facts(ctx, reading.name) } else { None };
-        let go_on = collector.result.is_none() && ended.is_none() && !reading.cancel.is_cancelled() && Instant::now() < reading.deadline;
-        if !go_on {
-            return Read { collector, finished: ended };
-        }
+    collector = read_call(reading, delivered, collector, on_progress);
+    let ended = if collector.result.is_none() { ended_facts(ctx, reading.name) } else { None };
+    let go_on = collector.result.is_none() && ended.is_none() && !reading.cancel.is_cancelled() && Instant::now() < reading.deadline;
+    if !go_on {
+        return Read { collector, finished: ended };
     }
-    // The stream that brought the frames broke while the sandbox runs on
-    // (or this process never had it): the log keeps them, tagged with this
-    // call's tag alone.
+    // The stream broke while the sandbox runs on: the log keeps the
+    // frames, tagged with this call's tag alone.
     if let Ok(store) = store(ctx) {
-        collector = reread_from_log(ctx, store, reading, (tag, since_ms, broke), collector, on_progress);
+        collector = reread_from_log(ctx, store, reading, (tag, since_ms), collector);
     }
     let finished = if collector.result.is_none() { ended_facts(ctx, reading.name) } else { None };
     Read { collector, finished }
@@ -461,12 +538,12 @@ fn judge_call(ctx: &Ctx, name: &str, facts: &CallFacts, read: Read) -> RunOutcom
         outcome.message = busy_in_runner();
     }
     // A SIGTERM this process did not send is the sandbox's own end
-    // (closed, its lifetime over, deleted from outside), which its runner
-    // passes on to the call; or another process's cancel of a background
-    // call, while the sandbox lives on. Without a result, only a sandbox
-    // seen ended is.
+    // (closed, its lifetime over, deleted or drained from outside), which
+    // its runner passes on to the call; or, for a background call only,
+    // another process's cancel, while the sandbox lives on and nothing is
+    // ending it. Without a result, only a sandbox seen ended is.
     let terminated = outcome.reason == Some(RunReason::Terminated);
-    if terminated && sandbox_lives(ctx, name) {
+    if terminated && facts.background && ended_facts(ctx, name).is_none() && sandbox_lives(ctx, name) {
         outcome.status = RunStatus::Cancelled;
         outcome.reason = Some(RunReason::Cancelled);
         outcome.message =
@@ -540,40 +617,34 @@ fn busy_in_runner() -> String {
         .to_string()
 }
 
-/// The call's frames read (again) from the sandbox's log, from the
-/// call's start; what a broken stream had read stays if this one gets no
-/// further. `broke`: a stream was read before, so the log's frames are
-/// sent as progress again only when nothing was.
+/// The call's frames read again from the sandbox's log, from the call's
+/// start; what the broken stream had read stays if this one gets no
+/// further.
 fn reread_from_log(
     ctx: &Ctx,
     store: &dyn SandboxStore,
     reading: &Reading,
-    (tag, since_ms, broke): (Tag, u64, bool),
+    (tag, since_ms): (Tag, u64),
     mut broken: Collector,
-    on_progress: &(dyn Fn(Progress) + Sync),
 ) -> Collector {
-    let output = match store.call_log(reading.name, since_ms) {
+    let output = match store.call_log(reading.name, since_ms, true) {
         Ok(output) => output,
         Err(why) => {
-            broken.problems.push(format!("the call's output could not be read from the sandbox's log: {why}"));
+            broken.problems.push(format!("the call's output could not be read again from the sandbox's log: {why}"));
             return broken;
         }
     };
     let mut fresh = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
     fresh.problems.extend(broken.problems.iter().cloned());
-    if broke {
-        fresh.problems.push("the call's output stream broke; its output was read again from the sandbox's log".to_string());
-    }
+    fresh.problems.push("the call's output stream broke; its output was read again from the sandbox's log".to_string());
     // The same bytes land at the same offsets of the output store.
     fresh.spool = broken.spool.take();
-    let silent = |_: Progress| {};
-    let progress: &(dyn Fn(Progress) + Sync) = if broke { &silent } else { on_progress };
-    let mut read = read_call(reading, output, fresh, progress);
+    let mut read = read_call(reading, output, fresh, &|_| {});
     if read.result.is_some() {
         return read;
     }
     broken.spool = read.spool.take();
-    if broke { broken } else { read }
+    broken
 }
 
 fn busy(now: u64, started_ms: u64, until_ms: u64) -> Refusal {

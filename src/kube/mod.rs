@@ -445,7 +445,13 @@ impl Client {
     /// the container exits. Before the container starts the API answers 400
     /// ("is waiting to start"): the caller decides whether to wait and retry.
     pub fn follow_pod_logs(&self, namespace: &str, pod: &str, params: &LogParams) -> Result<LogStream, Error> {
-        let mut request = ApiRequest::new("GET", log_path(namespace, pod, params, true)?);
+        self.pod_log_stream(namespace, pod, params, true)
+    }
+
+    /// A pod's log as a stream: followed (`follow_pod_logs`), or what it
+    /// holds now, to its end, without holding it all in memory.
+    pub fn pod_log_stream(&self, namespace: &str, pod: &str, params: &LogParams, follow: bool) -> Result<LogStream, Error> {
+        let mut request = ApiRequest::new("GET", log_path(namespace, pod, params, follow)?);
         request.read_timeout = Some(params.idle_timeout);
         let abort = Abort::new();
         let response = self.execute(&request, Some(&abort))?;

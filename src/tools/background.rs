@@ -135,7 +135,7 @@ pub fn task_submit(
     let (arguments, sandbox) = match sandbox_args(ctx, caller, tool_name, (site.as_deref(), keyed.is_some()), arguments) {
         Ok(split) => split,
         Err(run_job::Unusable::Refused(refused)) => {
-            let outcome = sandbox_refusal(refused);
+            let outcome = refused.outcome(&engine::run::new_run_id());
             let answer = if tool_name == execute_code::NAME { execute_code::outcome(&outcome) } else { run_job_outcome(&outcome) };
             return Ok(TaskStart::Answered(answer));
         }
@@ -252,7 +252,7 @@ fn submit(ctx: &Ctx, call: &Call<'_>) -> Result<Submitted, CallError> {
     let (arguments, sandbox) = match sandbox_args(ctx, call.caller, "run_job", (site.as_deref(), keyed.is_some()), arguments) {
         Ok(split) => split,
         Err(run_job::Unusable::Refused(refused)) => {
-            return Err(background::Error::Refused { outcome: Box::new(sandbox_refusal(refused)) }.into());
+            return Err(background::Error::Refused { outcome: Box::new(refused.outcome(&engine::run::new_run_id())) }.into());
         }
         Err(run_job::Unusable::Invalid(why)) => return Err(CallError::Invalid(why)),
     };
@@ -280,16 +280,9 @@ fn sandbox_args<'a>(
 ) -> Result<(super::Arguments<'a>, Option<engine::sandbox_call::Named>), run_job::Unusable> {
     let (arguments, sandbox) = run_job::in_sandbox(ctx, caller, tool == execute_code::NAME, site, arguments)?;
     if keyed && sandbox.is_some() {
-        return Err(run_job::Unusable::Invalid(
-            "`idempotency_key` cannot be given with `sandbox`: a call in a sandbox is not kept to be found again".to_string(),
-        ));
+        return Err(run_job::Unusable::Invalid(run_job::NO_KEY_WITH_SANDBOX.to_string()));
     }
     Ok((arguments, sandbox))
-}
-
-/// A sandbox's refusal as the result of a run that never started.
-fn sandbox_refusal(refused: engine::sandbox_call::Refusal) -> engine::spec::RunOutcome {
-    engine::spec::RunOutcome::without_result(&engine::run::new_run_id(), RunStatus::Error, refused.reason, refused.message)
 }
 
 /// `run_job`'s arguments, checked in full, as the run they describe.

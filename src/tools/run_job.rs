@@ -181,7 +181,7 @@ pub fn run_reporting_progress(
     (keyed, site, sandbox): (Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>, Option<&str>, Option<&Named>),
 ) -> Result<engine::spec::RunOutcome, String> {
     if keyed.is_some() && sandbox.is_some() {
-        return Err("`idempotency_key` cannot be given with `sandbox`: a call in a sandbox is not kept to be found again".to_string());
+        return Err(NO_KEY_WITH_SANDBOX.to_string());
     }
     let site = ctx.site(site)?;
     let engine = site.engine.as_ref().map_err(|why| super::no_backend(why))?;
@@ -335,6 +335,9 @@ pub fn split_sandbox(arguments: super::Arguments<'_>) -> Result<(super::Argument
     Ok((std::borrow::Cow::Owned(rest), sandbox))
 }
 
+/// A key names a kept run, which a call in a sandbox is not.
+pub const NO_KEY_WITH_SANDBOX: &str = "`idempotency_key` cannot be given with `sandbox`: a call in a sandbox is not kept to be found again";
+
 /// Why a call cannot run in the sandbox it names.
 pub enum Unusable {
     /// Its arguments are wrong: a tool error.
@@ -349,12 +352,7 @@ impl Unusable {
         match self {
             Unusable::Invalid(why) => ToolOutcome::Failure(why),
             Unusable::Refused(refused) => {
-                let outcome = crate::engine::spec::RunOutcome::without_result(
-                    &crate::engine::run::new_run_id(),
-                    crate::engine::spec::RunStatus::Error,
-                    refused.reason,
-                    refused.message,
-                );
+                let outcome = refused.outcome(&crate::engine::run::new_run_id());
                 ToolOutcome::SuccessWithContent { structured: job_result::outcome_json(&outcome), extra_content: Vec::new() }
             }
         }

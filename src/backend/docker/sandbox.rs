@@ -88,6 +88,14 @@ fn grouped(docker: &Docker, name: Option<&str>) -> Result<std::collections::BTre
     Ok(groups)
 }
 
+/// Removes a container; one already gone is removed.
+fn remove_if_there(docker: &Docker, id: &str) -> Result<(), crate::docker::Error> {
+    match docker.client.container_remove(id) {
+        Err(error) if !error.is_not_found() => Err(error),
+        _ => Ok(()),
+    }
+}
+
 fn api_error(action: &'static str, error: &crate::docker::Error) -> backend::Error {
     super::api_error(action, error)
 }
@@ -160,11 +168,7 @@ impl SandboxStore for Docker {
     fn begin_call(&self, seen: &Seen, call: &CallMark) -> Result<bool, backend::Error> {
         let name = sandboxes::public_name(&seen.record.id);
         if seen.call.is_some() && !seen.version.is_empty() {
-            match self.client.container_remove(&seen.version) {
-                Ok(()) => {}
-                Err(error) if error.is_not_found() => {}
-                Err(error) => return Err(api_error("remove a stale call mark", &error)),
-            }
+            remove_if_there(self, &seen.version).map_err(|error| api_error("remove a stale call mark", &error))?;
         }
         let body = self.mark(&seen.record, spec::ROLE_SANDBOX_CALL, (spec::LABEL_SANDBOX_CALL, sandboxes::encode_call(call)));
         match self.client.container_create(&call_mark_name(&name), &body) {
@@ -184,10 +188,10 @@ impl SandboxStore for Docker {
         }
     }
 
-    /// The new last-used mark first (a look never finds none), then the
-    /// call's mark by its name while it is surely this call's (not stale:
-    /// nobody may have taken it over), and the last-used mark before, on
-    /// a thread of its own: nothing waits for it.
+    /// The new last-used mark first (a look never finds none), the
+    /// last-used mark before on a thread of its own (nothing waits for
+    /// it), then the call's mark, looked at by its name and removed by its
+    /// id if it is this call's.
     fn end_call(&self, seen: &Seen, call: &CallMark, at_ms: u64) -> Result<(), backend::Error> {
         let name = sandboxes::public_name(&seen.record.id);
         let body = self.mark(&seen.record, spec::ROLE_SANDBOX_USED, (spec::LABEL_SANDBOX_USED_MS, at_ms.to_string()));
@@ -199,31 +203,21 @@ impl SandboxStore for Docker {
         if let Some(before) = seen.last_used_ms.filter(|before| *before != at_ms) {
             let (client, older) = (self.client.clone(), used_mark_name(&name, before));
             super::removal::spawn(&name, move || match client.container_remove(&older) {
-                Ok(()) => Ok(()),
-                Err(error) if error.is_not_found() => Ok(()),
-                Err(error) => Err(error.to_string()),
+                Err(error) if !error.is_not_found() => Err(error.to_string()),
+                _ => Ok(()),
             });
         }
-        if !sandboxes::stale(call, crate::time::unix_ms(std::time::SystemTime::now())) {
-            return match self.client.container_remove(&call_mark_name(&name)) {
-                Ok(()) => Ok(()),
-                Err(error) if error.is_not_found() => Ok(()),
-                Err(error) => Err(api_error("remove the call mark", &error)),
-            };
-        }
-        let mut groups = grouped(self, Some(&name)).map_err(|error| api_error("list the sandbox's containers", &error))?;
-        let ours = groups.remove(&name).and_then(|group| group.call).filter(|mark| {
-            mark.labels
-                .get(spec::LABEL_SANDBOX_CALL)
-                .and_then(|text| sandboxes::decode_call(text))
-                .is_some_and(|mark| mark.call_id == call.call_id)
-        });
-        if let Some(mark) = ours {
-            match self.client.container_remove(&mark.id) {
-                Ok(()) => {}
-                Err(error) if error.is_not_found() => {}
-                Err(error) => return Err(api_error("remove the call mark", &error)),
-            }
+        // The mark of this name may be another call's already (a second
+        // server ended this call first, and the next call took the
+        // sandbox): removed by its id, and only if its label says ours.
+        let mark = match self.client.container_inspect(&call_mark_name(&name)) {
+            Ok(mark) => mark,
+            Err(error) if error.is_not_found() => return Ok(()),
+            Err(error) => return Err(api_error("look at the call mark", &error)),
+        };
+        let ours = mark.config.labels.get(spec::LABEL_SANDBOX_CALL).and_then(|text| sandboxes::decode_call(text));
+        if ours.is_some_and(|ours| ours.call_id == call.call_id) {
+            remove_if_there(self, &mark.id).map_err(|error| api_error("remove the call mark", &error))?;
         }
         Ok(())
     }
@@ -268,8 +262,9 @@ impl SandboxStore for Docker {
         Ok(())
     }
 
-    fn call_log(&self, name: &str, since_ms: u64) -> Result<Output, String> {
-        let params = crate::docker::LogParams { follow: true, idle_timeout: None };
+    fn call_log(&self, name: &str, since_ms: u64, follow: bool) -> Result<Output, String> {
+        let params = crate::docker::LogParams { follow, idle_timeout: None };
+        // One daemon, one clock: the whole second the call started in.
         let stream =
             self.client.container_logs_since(&spec::container_name(name), &params, since_ms / 1000).map_err(|error| error.to_string())?;
         let handle = stream.abort_handle();

@@ -29,6 +29,8 @@ use crate::sandbox::session;
 /// How long a delivery keeps trying while the runner's port is not open
 /// yet, or the pod's address not yet known to the API server.
 const DELIVERY_RETRY_FOR: Duration = Duration::from_secs(5);
+/// How far before a call's start its log is read, in seconds.
+const LOG_SLACK_S: u64 = 60;
 /// How often a patch of the record is tried again after a conflict.
 const PATCH_ATTEMPTS: usize = 4;
 
@@ -197,16 +199,18 @@ impl SandboxStore for Kubernetes {
         post_cancel(&self.client, self.namespace(), &pod, session::encode_cancel(&key, tag))
     }
 
-    fn call_log(&self, name: &str, since_ms: u64) -> Result<Output, String> {
+    fn call_log(&self, name: &str, since_ms: u64, follow: bool) -> Result<Output, String> {
         let pod = self.sandbox_pod(name)?;
         let now_ms = crate::time::unix_ms(std::time::SystemTime::now());
         let params = kube::LogParams {
             container: Some(manifest::MAIN_CONTAINER.to_string()),
-            // A second more: the API counts whole seconds.
-            since_seconds: Some(now_ms.saturating_sub(since_ms) / 1000 + 1),
+            // `since_ms` may come from another replica's clock, and the API
+            // counts whole seconds: a minute more (the call's tag picks its
+            // frames out of the rest).
+            since_seconds: Some(now_ms.saturating_sub(since_ms) / 1000 + LOG_SLACK_S),
             ..kube::LogParams::default()
         };
-        let stream = self.client.follow_pod_logs(self.namespace(), &pod, &params).map_err(|error| error.to_string())?;
+        let stream = self.client.pod_log_stream(self.namespace(), &pod, &params, follow).map_err(|error| error.to_string())?;
         let handle = stream.abort_handle();
         Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) })
     }

@@ -60,6 +60,12 @@ use waiting::Waiting;
 /// one request each.
 pub const PROBE_RESERVE: usize = 16;
 
+/// How long a connection waits for its request head before a newcomer
+/// may take its slot: time for a client that has just connected to write
+/// its request, even on a loaded machine (a probe was evicted 4 ms after
+/// it connected), and short beside the time a flood takes to fill every
+/// slot, so that a probe during one still finds a slot to take.
+const EVICT_AFTER: Duration = Duration::from_millis(50);
 /// How long a probe connection may take to send its head: kubelet and
 /// Prometheus send theirs at once.
 const PROBE_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -237,7 +243,7 @@ fn admit(state: &Arc<HttpState>, socket: TcpStream) {
 /// was a flood, and tells a real one to come back.
 fn evict_oldest_waiting(state: &HttpState) -> Option<CounterGuard> {
     let farewell = routes::connection_limit_response(state.max_connections).encode(false, true);
-    state.waiting.evict_oldest(&farewell)
+    state.waiting.evict_oldest(&farewell, EVICT_AFTER)
 }
 
 /// Answers requests on one connection until it closes.

@@ -219,7 +219,7 @@ pub fn parse_token(token: &str) -> Option<Token> {
     let site_ok = site.is_none_or(|site| {
         !site.is_empty() && site.len() <= 32 && site.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
     });
-    let hex = run_id.len() == 32 && run_id.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
+    let hex = crate::sandbox::is_lower_hex(run_id, 16);
     let digits = !seconds.is_empty() && seconds.len() <= 12 && seconds.bytes().all(|byte| byte.is_ascii_digit());
     if !hex || !digits || !site_ok {
         return None;
@@ -237,7 +237,7 @@ pub fn parse_token(token: &str) -> Option<Token> {
 
 fn parse_in_sandbox(text: &str) -> Option<InSandbox> {
     let (name, timeout_s) = text.split_once('-')?;
-    let hex = name.len() == 32 && name.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
+    let hex = crate::sandbox::is_lower_hex(name, 16);
     let digits = !timeout_s.is_empty() && timeout_s.len() <= 9 && timeout_s.bytes().all(|byte| byte.is_ascii_digit());
     (hex && digits).then(|| Some(InSandbox { name: name.to_string(), timeout_s: timeout_s.parse().ok()? })).flatten()
 }

@@ -420,12 +420,8 @@ fn read_followed(
     owner: Option<&str>,
     on_progress: &(dyn Fn(Progress) + Sync),
 ) -> Read {
-    let fresh = |spool| {
-        let mut collector = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
-        collector.spool = spool;
-        collector
-    };
-    let mut spool = ctx.policy.outputs.as_ref().map(|outputs| crate::engine::outputs::Spool::new(outputs.clone(), call_id, owner));
+    let fresh = |spool| call_collector(ctx, tag, spool);
+    let mut spool = new_spool(ctx, call_id, owner);
     let mut problems = Vec::new();
     let silent = |_: Progress| {};
     let mut first = true;
@@ -463,8 +459,7 @@ fn read_followed(
         }
         Err(why) => collector.problems.push(format!("the sandbox's log could not be read: {why}")),
     }
-    let finished = if collector.result.is_none() { ended_facts(ctx, reading.name) } else { None };
-    Read { collector, finished }
+    read_of(ctx, reading.name, collector)
 }
 
 /// Whether the call `call_id` still holds the sandbox (its mark is there
@@ -502,20 +497,34 @@ fn read_and_judge(
     (delivered, owner): (Output, Option<&str>),
     on_progress: &(dyn Fn(Progress) + Sync),
 ) -> Read {
+    let collector = read_call(reading, delivered, call_collector(ctx, tag, new_spool(ctx, call_id, owner)), on_progress);
+    let read = read_of(ctx, reading.name, collector);
+    let broke =
+        read.collector.result.is_none() && read.finished.is_none() && !reading.cancel.is_cancelled() && Instant::now() < reading.deadline;
+    match store(ctx) {
+        // The stream broke while the sandbox runs on: the log keeps the
+        // frames, tagged with this call's tag alone.
+        Ok(store) if broke => read_of(ctx, reading.name, reread_from_log(ctx, store, reading, (tag, since_ms), read.collector)),
+        _ => read,
+    }
+}
+
+/// A collector of one call's frames (those tagged `tag`), writing to
+/// `spool`.
+fn call_collector(ctx: &Ctx, tag: Tag, spool: Option<crate::engine::outputs::Spool>) -> Collector {
     let mut collector = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
-    collector.spool = ctx.policy.outputs.as_ref().map(|store| crate::engine::outputs::Spool::new(store.clone(), call_id, owner));
-    collector = read_call(reading, delivered, collector, on_progress);
-    let ended = if collector.result.is_none() { ended_facts(ctx, reading.name) } else { None };
-    let go_on = collector.result.is_none() && ended.is_none() && !reading.cancel.is_cancelled() && Instant::now() < reading.deadline;
-    if !go_on {
-        return Read { collector, finished: ended };
-    }
-    // The stream broke while the sandbox runs on: the log keeps the
-    // frames, tagged with this call's tag alone.
-    if let Ok(store) = store(ctx) {
-        collector = reread_from_log(ctx, store, reading, (tag, since_ms), collector);
-    }
-    let finished = if collector.result.is_none() { ended_facts(ctx, reading.name) } else { None };
+    collector.spool = spool;
+    collector
+}
+
+/// The call's place in the output store, when the server keeps one.
+fn new_spool(ctx: &Ctx, call_id: &str, owner: Option<&str>) -> Option<crate::engine::outputs::Spool> {
+    ctx.policy.outputs.as_ref().map(|outputs| crate::engine::outputs::Spool::new(outputs.clone(), call_id, owner))
+}
+
+/// What was read, with how the sandbox ended when no result came.
+fn read_of(ctx: &Ctx, name: &str, collector: Collector) -> Read {
+    let finished = if collector.result.is_none() { ended_facts(ctx, name) } else { None };
     Read { collector, finished }
 }
 
@@ -634,11 +643,10 @@ fn reread_from_log(
             return broken;
         }
     };
-    let mut fresh = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
+    // The same bytes land at the same offsets of the output store.
+    let mut fresh = call_collector(ctx, tag, broken.spool.take());
     fresh.problems.extend(broken.problems.iter().cloned());
     fresh.problems.push("the call's output stream broke; its output was read again from the sandbox's log".to_string());
-    // The same bytes land at the same offsets of the output store.
-    fresh.spool = broken.spool.take();
     let mut read = read_call(reading, output, fresh, &|_| {});
     if read.result.is_some() {
         return read;

@@ -91,7 +91,7 @@ pub fn public_name(id: &str) -> String {
 /// An id as a caller gives it: 32 lowercase hex digits after `sbx-`.
 pub fn parse_id(text: &str) -> Option<&str> {
     let hex = text.strip_prefix("sbx-")?;
-    (hex.len() == 32 && hex.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))).then_some(text)
+    crate::sandbox::is_lower_hex(hex, 16).then_some(text)
 }
 
 /// A fresh id: `sbx-` and 128 random bits.

@@ -60,6 +60,12 @@ pub fn constant_time_eq(left: &[u8], right: &[u8]) -> bool {
     std::hint::black_box(difference) == 0
 }
 
+/// Whether `text` is exactly `bytes` bytes as `to_hex` writes them
+/// (lowercase only): how ids, run ids and tags look.
+pub fn is_lower_hex(text: &str, bytes: usize) -> bool {
+    text.len() == 2 * bytes && text.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Bytes as lowercase hex, as keys and tags are written.
 pub fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()

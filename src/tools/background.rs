@@ -154,10 +154,7 @@ pub fn task_submit(
     };
     let arrived = std::time::Instant::now();
     let keyed = keyed.map(|keyed| keyed.of_site(engine.site.as_deref()));
-    let submitted = match &sandbox {
-        Some(sandbox) => background::submit_call(engine, sandbox, &spec, kind, Some(admitted.on_end())),
-        None => background::submit(engine, &spec, kind, keyed.as_ref(), traced, Some(admitted.on_end())),
-    };
+    let submitted = start(engine, (sandbox.as_ref(), keyed.as_ref()), &spec, kind, (traced, Some(admitted.on_end())));
     super::audit_submit(caller, site, tool_name, &spec, &submitted, arrived);
     match submitted {
         Ok(submitted) => Ok(TaskStart::Task(submitted.token)),
@@ -261,10 +258,7 @@ fn submit(ctx: &Ctx, call: &Call<'_>) -> Result<Submitted, CallError> {
     let admitted = ctx.admit(call.caller, site, &mut spec).map_err(CallError::Unavailable)?;
     let arrived = std::time::Instant::now();
     let keyed = keyed.map(|keyed| keyed.of_site(engine.site.as_deref()));
-    let submitted = match &sandbox {
-        Some(sandbox) => background::submit_call(engine, sandbox, &spec, TokenKind::Job, Some(admitted.on_end())),
-        None => background::submit(engine, &spec, TokenKind::Job, keyed.as_ref(), call.trace, Some(admitted.on_end())),
-    };
+    let submitted = start(engine, (sandbox.as_ref(), keyed.as_ref()), &spec, TokenKind::Job, (call.trace, Some(admitted.on_end())));
     super::audit_submit(call.caller, site, "submit_job", &spec, &submitted, arrived);
     Ok(submitted?)
 }
@@ -283,6 +277,21 @@ fn sandbox_args<'a>(
         return Err(run_job::Unusable::Invalid(run_job::NO_KEY_WITH_SANDBOX.to_string()));
     }
     Ok((arguments, sandbox))
+}
+
+/// Starts a background run: a call in the open sandbox named, or a run of
+/// its own (the key's, with one).
+fn start(
+    engine: &engine::run::Ctx,
+    (sandbox, keyed): (Option<&engine::sandbox_call::Named>, Option<&engine::idempotency::Keyed>),
+    spec: &RunSpec,
+    kind: TokenKind,
+    (traced, on_end): (Option<crate::trace::SpanContext>, Option<engine::jobs::OnEnd>),
+) -> Result<Submitted, background::Error> {
+    match sandbox {
+        Some(sandbox) => background::submit_call(engine, sandbox, spec, kind, on_end),
+        None => background::submit(engine, spec, kind, keyed, traced, on_end),
+    }
 }
 
 /// `run_job`'s arguments, checked in full, as the run they describe.

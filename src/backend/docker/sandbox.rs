@@ -88,14 +88,6 @@ fn grouped(docker: &Docker, name: Option<&str>) -> Result<std::collections::BTre
     Ok(groups)
 }
 
-/// Removes a container; one already gone is removed.
-fn remove_if_there(docker: &Docker, id: &str) -> Result<(), crate::docker::Error> {
-    match docker.client.container_remove(id) {
-        Err(error) if !error.is_not_found() => Err(error),
-        _ => Ok(()),
-    }
-}
-
 fn api_error(action: &'static str, error: &crate::docker::Error) -> backend::Error {
     super::api_error(action, error)
 }
@@ -168,7 +160,7 @@ impl SandboxStore for Docker {
     fn begin_call(&self, seen: &Seen, call: &CallMark) -> Result<bool, backend::Error> {
         let name = sandboxes::public_name(&seen.record.id);
         if seen.call.is_some() && !seen.version.is_empty() {
-            remove_if_there(self, &seen.version).map_err(|error| api_error("remove a stale call mark", &error))?;
+            super::try_remove_container(&self.client, &seen.version).map_err(|error| api_error("remove a stale call mark", &error))?;
         }
         let body = self.mark(&seen.record, spec::ROLE_SANDBOX_CALL, (spec::LABEL_SANDBOX_CALL, sandboxes::encode_call(call)));
         match self.client.container_create(&call_mark_name(&name), &body) {
@@ -202,10 +194,7 @@ impl SandboxStore for Docker {
         }
         if let Some(before) = seen.last_used_ms.filter(|before| *before != at_ms) {
             let (client, older) = (self.client.clone(), used_mark_name(&name, before));
-            super::removal::spawn(&name, move || match client.container_remove(&older) {
-                Err(error) if !error.is_not_found() => Err(error.to_string()),
-                _ => Ok(()),
-            });
+            super::removal::spawn(&name, move || super::try_remove_container(&client, &older).map_err(|error| error.to_string()));
         }
         // The mark of this name may be another call's already (a second
         // server ended this call first, and the next call took the
@@ -217,7 +206,7 @@ impl SandboxStore for Docker {
         };
         let ours = mark.config.labels.get(spec::LABEL_SANDBOX_CALL).and_then(|text| sandboxes::decode_call(text));
         if ours.is_some_and(|ours| ours.call_id == call.call_id) {
-            remove_if_there(self, &mark.id).map_err(|error| api_error("remove the call mark", &error))?;
+            super::try_remove_container(&self.client, &mark.id).map_err(|error| api_error("remove the call mark", &error))?;
         }
         Ok(())
     }

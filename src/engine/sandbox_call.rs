@@ -20,7 +20,7 @@ use crate::engine::run::{Ctx, Progress};
 use crate::engine::sandboxes::{self, CallMark, Over, Record, Seen, Take};
 use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
 use crate::log;
-use crate::sandbox::frame::Tag;
+use crate::sandbox::frame::{Stream, Tag};
 use crate::sandbox::session;
 
 /// Time a call may take past its command's timeout: the kill grace and
@@ -423,15 +423,16 @@ fn read_followed(
     let fresh = |spool| call_collector(ctx, tag, spool);
     let mut spool = new_spool(ctx, call_id, owner);
     let mut problems = Vec::new();
-    let silent = |_: Progress| {};
-    let mut first = true;
+    // Each read starts at the call's start: what one passed on live, the
+    // next does not pass on again.
+    let relay = LiveRelay::new(on_progress);
+    let relayed = |progress| relay.pass(progress);
     let running = reading.running.unwrap_or(&|| false);
     while running() && Instant::now() < reading.deadline {
-        let progress: &(dyn Fn(Progress) + Sync) = if first { on_progress } else { &silent };
-        first = false;
+        relay.restart();
         match store.call_log(reading.name, since_ms, true) {
             Ok(output) => {
-                let mut read = read_call(reading, output, fresh(spool.take()), progress);
+                let mut read = read_call(reading, output, fresh(spool.take()), &relayed);
                 if read.result.is_some() {
                     return Read { collector: read, finished: None };
                 }
@@ -444,13 +445,10 @@ fn read_followed(
     // Over (or out of time): the log as it is holds every frame it wrote.
     let mut collector = fresh(spool.take());
     collector.problems = problems;
+    relay.restart();
     match store.call_log(reading.name, since_ms, false) {
         Ok(Output { mut reader, abort: _ }) => {
-            let mut on_live = |chunk: LiveChunk| {
-                if first {
-                    on_progress(Progress::Output(chunk))
-                }
-            };
+            let mut on_live = |chunk: LiveChunk| relayed(Progress::Output(chunk));
             if let Err(error) = collector.read_all(&mut reader, &mut on_live)
                 && collector.result.is_none()
             {
@@ -497,14 +495,19 @@ fn read_and_judge(
     (delivered, owner): (Output, Option<&str>),
     on_progress: &(dyn Fn(Progress) + Sync),
 ) -> Read {
-    let collector = read_call(reading, delivered, call_collector(ctx, tag, new_spool(ctx, call_id, owner)), on_progress);
+    let relay = LiveRelay::new(on_progress);
+    let relayed = |progress| relay.pass(progress);
+    let collector = read_call(reading, delivered, call_collector(ctx, tag, new_spool(ctx, call_id, owner)), &relayed);
     let read = read_of(ctx, reading.name, collector);
     let broke =
         read.collector.result.is_none() && read.finished.is_none() && !reading.cancel.is_cancelled() && Instant::now() < reading.deadline;
     match store(ctx) {
         // The stream broke while the sandbox runs on: the log keeps the
         // frames, tagged with this call's tag alone.
-        Ok(store) if broke => read_of(ctx, reading.name, reread_from_log(ctx, store, reading, (tag, since_ms), read.collector)),
+        Ok(store) if broke => {
+            relay.restart();
+            read_of(ctx, reading.name, reread_from_log(ctx, store, reading, (tag, since_ms), read.collector, &relayed))
+        }
         _ => read,
     }
 }
@@ -635,6 +638,7 @@ fn reread_from_log(
     reading: &Reading,
     (tag, since_ms): (Tag, u64),
     mut broken: Collector,
+    on_progress: &(dyn Fn(Progress) + Sync),
 ) -> Collector {
     let output = match store.call_log(reading.name, since_ms, true) {
         Ok(output) => output,
@@ -647,7 +651,7 @@ fn reread_from_log(
     let mut fresh = call_collector(ctx, tag, broken.spool.take());
     fresh.problems.extend(broken.problems.iter().cloned());
     fresh.problems.push("the call's output stream broke; its output was read again from the sandbox's log".to_string());
-    let mut read = read_call(reading, output, fresh, &|_| {});
+    let mut read = read_call(reading, output, fresh, on_progress);
     if read.result.is_some() {
         return read;
     }
@@ -751,5 +755,93 @@ impl Drop for Release<'_> {
                 &[("sandbox", sandboxes::public_name(&self.seen.record.id).into()), ("error", error.to_string().into())],
             );
         }
+    }
+}
+
+/// Live output across several reads of one call's frames, each from the
+/// call's start (a delivered stream that broke, then the log; a log
+/// followed again after it ended early): each byte goes on once, with
+/// the first read that reaches it. Other progress goes on as it comes.
+struct LiveRelay<'a> {
+    on_progress: &'a (dyn Fn(Progress) + Sync),
+    /// Per stream (stdout, stderr): bytes passed on, and bytes the
+    /// current read has reached.
+    counts: std::sync::Mutex<[(usize, usize); 2]>,
+}
+
+impl<'a> LiveRelay<'a> {
+    fn new(on_progress: &'a (dyn Fn(Progress) + Sync)) -> Self {
+        LiveRelay { on_progress, counts: std::sync::Mutex::new([(0, 0); 2]) }
+    }
+
+    /// A new read, from the call's start.
+    fn restart(&self) {
+        let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (_, reached) in counts.iter_mut() {
+            *reached = 0;
+        }
+    }
+
+    fn pass(&self, progress: Progress) {
+        let Progress::Output(LiveChunk { stream, bytes }) = progress else {
+            return (self.on_progress)(progress);
+        };
+        let new = {
+            let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (passed, reached) = &mut counts[match stream {
+                Stream::Stdout => 0,
+                Stream::Stderr => 1,
+            }];
+            let new = unseen(*passed, *reached, bytes.len());
+            *reached += bytes.len();
+            *passed = (*passed).max(*reached);
+            new
+        };
+        if !new.is_empty() {
+            (self.on_progress)(Progress::Output(LiveChunk { stream, bytes: bytes[new].to_vec() }));
+        }
+    }
+}
+
+/// The part of a chunk of `len` bytes at offset `at` of its stream that
+/// lies past the first `passed` bytes, as a range of the chunk.
+fn unseen(passed: usize, at: usize, len: usize) -> std::ops::Range<usize> {
+    passed.saturating_sub(at).min(len)..len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_goes_on_only_past_what_was_passed_on() {
+        // (passed, at, len) → the chunk's range that goes on
+        let cases = [((0, 0, 5), 0..5), ((5, 5, 3), 0..3), ((5, 0, 3), 3..3), ((5, 3, 4), 2..4), ((5, 5, 0), 0..0), ((9, 0, 4), 4..4)];
+        for ((passed, at, len), want) in cases {
+            assert_eq!(unseen(passed, at, len), want, "passed {passed}, at {at}, len {len}");
+        }
+    }
+
+    #[test]
+    fn a_read_again_from_the_start_passes_on_only_what_is_new() {
+        let got = std::sync::Mutex::new(Vec::new());
+        let record = |progress: Progress| {
+            if let Progress::Output(chunk) = progress {
+                got.lock().unwrap().push((chunk.stream, String::from_utf8(chunk.bytes).unwrap()));
+            }
+        };
+        let relay = LiveRelay::new(&record);
+        let chunk = |stream, text: &str| Progress::Output(LiveChunk { stream, bytes: text.as_bytes().to_vec() });
+        relay.pass(chunk(Stream::Stdout, "started\n"));
+        relay.pass(chunk(Stream::Stderr, "warn"));
+        relay.restart();
+        relay.pass(chunk(Stream::Stdout, "start"));
+        relay.pass(chunk(Stream::Stdout, "ed\nfinished\n"));
+        relay.pass(chunk(Stream::Stderr, "warning\n"));
+        relay.restart();
+        relay.pass(chunk(Stream::Stdout, "started\nfinished\n"));
+        let got = got.into_inner().unwrap();
+        let want = [(Stream::Stdout, "started\n"), (Stream::Stderr, "warn"), (Stream::Stdout, "finished\n"), (Stream::Stderr, "ing\n")];
+        assert_eq!(got, want.map(|(stream, text)| (stream, text.to_string())));
     }
 }

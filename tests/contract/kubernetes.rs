@@ -10,7 +10,7 @@ mod execute_code;
 #[path = "harness.rs"]
 mod harness;
 #[path = "sandboxes.rs"]
-mod sandboxes;
+pub(crate) mod sandboxes;
 // The tier's helper tree, where the harness finds it (`super::support`).
 use crate::support;
 

@@ -20,7 +20,8 @@ use super::harness::{self, BUSYBOX, PYTHON, Server};
 /// daemon: its case runs alone (the write side), the others together.
 static OPENING: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
-fn together() -> std::sync::RwLockReadGuard<'static, ()> {
+/// Held by every case that opens a sandbox, in this table or out of it.
+pub(crate) fn together() -> std::sync::RwLockReadGuard<'static, ()> {
     OPENING.read().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

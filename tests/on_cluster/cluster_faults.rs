@@ -3,7 +3,8 @@
 //! runtime cannot start, a run no node can take (its verdict must hold for
 //! every process, and its pod must never run), a start timeout, and the
 //! server SIGKILLed with background jobs in flight (the first fetch of the
-//! next process has the results). Each ends with the right
+//! next process has the results), and a sandbox call's stream cut
+//! mid-call (its connection killed). Each ends with the right
 //! status and nothing of the run left in the cluster. The API-server
 //! outage is in `cluster_outage.rs`, apart, because it stops the API for
 //! everyone on the cluster.
@@ -212,4 +213,57 @@ fn after_a_sigkill_the_first_fetch_has_the_true_results() {
         assert_eq!(view["result"]["status"], "succeeded", "{view}");
         assert_eq!(view["result"]["stdout"], format!("result-{index}\n"), "{view}");
     }
+}
+
+/// The API server's connection to a sandbox's runner, killed mid-call
+/// (as a proxy, a node's network or a runner's restart may cut it): the
+/// call's output goes on from the sandbox's log, live and with nothing
+/// twice, and its result is whole.
+#[test]
+fn a_sandbox_calls_stream_cut_mid_call_goes_on_from_the_log() {
+    // The sandbox counts against the limit the contract table tests.
+    let _together = crate::contract::sandboxes::together();
+    let mut server = cluster::server(&[]);
+    let opened = faults::ok(&mut server, "open_sandbox", json!({"image": BUSYBOX}));
+    let sandbox = opened["sandbox"].as_str().expect("a sandbox id").to_string();
+    let name = mcp_k8s_ephemeral_job::engine::sandboxes::public_name(&sandbox);
+    // Closed by the test; deleted here too when it fails before that.
+    let _cleanup = Cleanup(vec![name.clone()]);
+    let script = "echo started; sleep 4; echo middle; sleep 4; echo finished";
+    let token = faults::submit(&mut server, json!({"sandbox": sandbox, "command": ["sh", "-c", script], "timeout_s": 60}));
+    await_running_output(&mut server, &token, "started\n");
+    let killed = kill_runner_connections(&name);
+    assert!(killed.contains(":7777"), "no connection to the runner was killed: {killed}");
+    await_running_output(&mut server, &token, "started\nmiddle\n");
+    let done = faults::fetch_done(&mut server, &token, Duration::from_secs(60));
+    let result = &done["result"];
+    assert_eq!(result["status"], "succeeded", "{done}");
+    assert_eq!(result["stdout"], "started\nmiddle\nfinished\n", "{done}");
+    let notes = result["notes"].to_string();
+    assert!(notes.contains("read again from the sandbox's log"), "the cut was not seen: {done}");
+    faults::ok(&mut server, "close_sandbox", json!({"sandbox": sandbox}));
+}
+
+/// `fetch_job` until the call, still running, has shown exactly `stdout`.
+fn await_running_output(server: &mut crate::support::server::StdioServer, token: &str, stdout: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let fetched = faults::fetch(server, token, 1);
+        assert_eq!(fetched["status"], "running", "the call ended before it showed {stdout:?} live: {fetched}");
+        if fetched["stdout"] == stdout {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no {stdout:?} within a minute: {fetched}");
+    }
+}
+
+/// Kills (`ss -K`) this host's TCP connections to the sandbox's pod's
+/// runner port: the API server's, which proxies the call. What `ss`
+/// printed: the connections it killed. `name`: the sandbox's public name.
+fn kill_runner_connections(name: &str) -> String {
+    let params = kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/sandbox={name}")), field_selector: None };
+    let pods = cluster::admin_client().list(kube::Resource::PODS, NAMESPACE, &params).expect("list the sandbox's pods").items;
+    let ip = pods.iter().find_map(|pod| pod["status"]["podIP"].as_str()).expect("the sandbox's pod has an IP").to_string();
+    let out = std::process::Command::new("ss").args(["-K", "-t", "dst", &ip, "dport", "=", ":7777"]).output().expect("run ss");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -832,8 +832,7 @@ fn parse_warm_pools(
             why: "every run mounts the cache and a pool sandbox does not, so no run could take one; unset one of them",
         });
     }
-    let profile_images = languages.images();
-    let bounds = pools::Bounds { allowlist, profile_images: &profile_images, network_modes };
+    let bounds = pools::Bounds { allowlist, languages, network_modes };
     pools::load(std::path::Path::new(path), &bounds).map_err(Error::WarmPools)
 }
 

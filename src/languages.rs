@@ -39,12 +39,40 @@ pub struct Profile {
     pub cpu: Quantity,
     pub memory: Quantity,
     pub env: BTreeMap<String, String>,
+    /// Modules a warm pool's sandboxes of this profile import ahead, in an
+    /// interpreter started before the call (`prestart`); Python only.
+    pub preload: Vec<String>,
 }
+
+/// The pre-started Python (`Profile::prestart`): its modules come after it.
+const PYTHON_PRELOAD: &str = include_str!("python_preload.py");
+
+/// The most modules a profile may preload, and the longest name.
+const MAX_PRELOAD: usize = 64;
+const MAX_MODULE_CHARS: usize = 128;
 
 impl Profile {
     /// The argv that runs `filename`.
     pub fn argv(&self, filename: &str) -> Vec<String> {
         self.command.iter().map(|arg| arg.replace(FILE_PLACEHOLDER, filename)).collect()
+    }
+
+    /// How a warm sandbox of this profile starts its interpreter ahead of
+    /// the call: (the argv before the file, which a call's argv must start
+    /// with; the argv to pre-start). `None` for a profile whose command is
+    /// not Python's (`python…` then options, then the file).
+    pub fn prestart(&self) -> Option<(Vec<String>, Vec<String>)> {
+        let at = self.command.iter().position(|arg| arg == FILE_PLACEHOLDER)?;
+        let prefix = self.command[..at].to_vec();
+        let program = prefix.first()?.rsplit('/').next().unwrap_or_default();
+        let options_only = prefix[1..].iter().all(|arg| arg.starts_with('-') && arg != "-c" && arg != "-m");
+        if !program.starts_with("python") || !options_only {
+            return None;
+        }
+        let mut argv = prefix.clone();
+        argv.extend(["-c".to_string(), PYTHON_PRELOAD.to_string()]);
+        argv.extend(self.preload.iter().cloned());
+        Some((prefix, argv))
     }
 }
 
@@ -154,7 +182,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 /// Fields a profile in the file may have.
-const FIELDS: &[&str] = &["image", "filename", "command", "extensions", "timeout_s", "cpu", "memory", "env"];
+const FIELDS: &[&str] = &["image", "filename", "command", "extensions", "timeout_s", "cpu", "memory", "env", "preload"];
 
 fn built_in(max_timeout_s: u64) -> BTreeMap<String, Profile> {
     let home = [("HOME", "/tmp")];
@@ -224,6 +252,7 @@ fn profile(
         cpu: Quantity::parse(cpu).unwrap_or_else(|_| panic!("built-in cpu `{cpu}`")),
         memory: Quantity::parse(memory).unwrap_or_else(|_| panic!("built-in memory `{memory}`")),
         env: env.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect(),
+        preload: Vec::new(),
     }
 }
 
@@ -290,7 +319,7 @@ fn merge_profile(
     required("command")?;
     let defaults = built_in_defaults(name, max_timeout_s);
     let base = base.unwrap_or(&defaults);
-    Ok(Profile {
+    let profile = Profile {
         name: name.to_string(),
         image: optional(fields, "image", |value| image_field(value).map_err(|m| error("image", m)))?.unwrap_or_else(|| base.image.clone()),
         filename: optional(fields, "filename", |value| filename_field(value).map_err(|m| error("filename", m)))?
@@ -306,7 +335,14 @@ fn merge_profile(
         memory: optional(fields, "memory", |value| quantity_field(value, Resource::Memory).map_err(|m| error("memory", m)))?
             .unwrap_or_else(|| base.memory.clone()),
         env: optional(fields, "env", |value| env_field(value).map_err(|m| error("env", m)))?.unwrap_or_else(|| base.env.clone()),
-    })
+        preload: optional(fields, "preload", |value| preload_field(value).map_err(|m| error("preload", m)))?
+            .unwrap_or_else(|| base.preload.clone()),
+    };
+    if !profile.preload.is_empty() && profile.prestart().is_none() {
+        let message = "is for Python profiles: the command must be `python3` (options allowed) then `{file}`".to_string();
+        return Err(error("preload", message));
+    }
+    Ok(profile)
 }
 
 /// What a new profile gets for the fields it leaves out.
@@ -365,6 +401,28 @@ fn extensions_field(value: &Value) -> Result<Vec<String>, String> {
         return Err(format!("`{}` must be letters and digits without the dot, e.g. \"rb\"", crate::echo::shorten(bad)));
     }
     Ok(extensions)
+}
+
+fn preload_field(value: &Value) -> Result<Vec<String>, String> {
+    let modules = string_list(value)?;
+    if modules.len() > MAX_PRELOAD {
+        return Err(format!("names {} modules; at most {MAX_PRELOAD}", modules.len()));
+    }
+    if let Some(bad) = modules.iter().find(|module| !is_module_name(module)) {
+        return Err(format!("`{}` is not a module name such as json or http.client", crate::echo::shorten(bad)));
+    }
+    Ok(modules)
+}
+
+/// A dotted Python module name: identifiers of ASCII letters, digits and
+/// '_', not starting with a digit.
+fn is_module_name(name: &str) -> bool {
+    let identifier = |part: &str| {
+        let mut chars = part.chars();
+        chars.next().is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    name.len() <= MAX_MODULE_CHARS && name.split('.').all(identifier)
 }
 
 fn timeout_field(value: &Value, max_timeout_s: u64) -> Result<u64, String> {
@@ -502,8 +560,24 @@ mod tests {
                 field_error(
                     "python",
                     "imgae",
-                    "unknown field; accepted: image, filename, command, extensions, timeout_s, cpu, memory, env",
+                    "unknown field; accepted: image, filename, command, extensions, timeout_s, cpu, memory, env, preload",
                 ),
+            ),
+            (
+                r#"{"python": {"preload": ["json", "http..client"]}}"#,
+                field_error("python", "preload", "`http..client` is not a module name such as json or http.client"),
+            ),
+            (
+                r#"{"javascript": {"preload": ["fs"]}}"#,
+                field_error(
+                    "javascript",
+                    "preload",
+                    "is for Python profiles: the command must be `python3` (options allowed) then `{file}`",
+                ),
+            ),
+            (
+                r#"{"python": {"command": ["python3", "-m", "{file}"], "preload": ["json"]}}"#,
+                field_error("python", "preload", "is for Python profiles: the command must be `python3` (options allowed) then `{file}`"),
             ),
             (r#"{"Py thon": {}}"#, field_error("Py thon", "(name)", "must be 1 to 32 lowercase letters, digits, '-' or '_'")),
             (r#"{"python": []}"#, field_error("python", "(profile)", "must be an object of fields")),
@@ -522,6 +596,21 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(&load_text(text).unwrap_err(), expected, "{text}");
         }
+    }
+
+    #[test]
+    fn a_python_profile_prestarts_its_interpreter_with_its_modules() {
+        let languages =
+            load_text(r#"{"python": {"command": ["/usr/bin/python3", "-u", "{file}", "--flag"], "preload": ["json", "http.client"]}}"#)
+                .expect("loads");
+        let python = languages.get("python").expect("python");
+        let (prefix, argv) = python.prestart().expect("python pre-starts");
+        assert_eq!(prefix, ["/usr/bin/python3", "-u"]);
+        assert_eq!(argv[..3], ["/usr/bin/python3", "-u", "-c"]);
+        assert_eq!(argv[3], PYTHON_PRELOAD);
+        assert_eq!(argv[4..], ["json", "http.client"]);
+        assert!(languages.get("javascript").and_then(Profile::prestart).is_none(), "node is not pre-started");
+        assert!(languages.get("go").and_then(Profile::prestart).is_none());
     }
 
     #[test]

@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 
 use crate::images::Allowlist;
 use crate::json::json_kind;
+use crate::languages::{Languages, Profile};
 use crate::network::{self, NetworkMode};
 use crate::quantity::{Quantity, Resource};
 
@@ -60,6 +61,9 @@ pub struct Pool {
     /// The site that keeps it (`MCP_K8S_SITES`); `None`: the default site.
     /// Checked against the sites by `config`.
     pub site: Option<String>,
+    /// An `execute_code` profile whose interpreter its sandboxes start
+    /// ahead, with the profile's `preload` modules (`Profile::prestart`).
+    pub language: Option<String>,
 }
 
 /// What a pool is checked against: the operator's other settings.
@@ -67,9 +71,10 @@ pub struct Pool {
 pub struct Bounds<'a> {
     /// MCP_K8S_ALLOWED_IMAGES.
     pub allowlist: &'a Allowlist,
-    /// Images of `execute_code`'s profiles, allowed by being configured
-    /// (as `tools::execute_code` allows them).
-    pub profile_images: &'a [&'a str],
+    /// `execute_code`'s profiles: their images are allowed by being
+    /// configured (as `tools::execute_code` allows them), and a pool may
+    /// be of one (`language`).
+    pub languages: &'a Languages,
     /// MCP_K8S_NETWORK_MODES.
     pub network_modes: &'a [NetworkMode],
 }
@@ -117,7 +122,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 /// Fields a pool may have.
-const FIELDS: &[&str] = &["name", "image", "cpu", "memory", "network", "size", "max_idle_s", "site"];
+const FIELDS: &[&str] = &["name", "image", "cpu", "memory", "network", "size", "max_idle_s", "site", "language"];
 
 fn read_bounded(path: &Path) -> Result<String, Error> {
     use std::io::Read as _;
@@ -173,10 +178,23 @@ fn parse_pool(path: &Path, index: usize, item: &Value, bounds: &Bounds<'_>) -> R
         return Err(error(&crate::echo::shorten(unknown), format!("unknown field; accepted: {}", FIELDS.join(", "))));
     }
     let required = |field: &str| fields.get(field).ok_or_else(|| error(field, "is required".to_string()));
+    let profile =
+        optional(fields, "language", |value| language_field(value, bounds.languages)).map_err(|message| error("language", message))?;
+    // A language pool's shape is its profile's unless the file says
+    // otherwise: what `execute_code` asks for.
+    let image = match (fields.get("image"), profile) {
+        (Some(value), _) => image_field(value, bounds).map_err(|message| error("image", message))?,
+        (None, Some(profile)) => image_field(&Value::String(profile.image.clone()), bounds).map_err(|message| error("image", message))?,
+        (None, None) => return Err(error("image", "is required".to_string())),
+    };
+    let limit = |field: &str, resource: Resource, default: Option<&Quantity>| {
+        let given = optional(fields, field, |value| quantity_field(value, resource)).map_err(|message| error(field, message))?;
+        Ok::<_, Error>(given.or_else(|| default.cloned()))
+    };
     Ok(Pool {
-        image: image_field(required("image")?, bounds).map_err(|message| error("image", message))?,
-        cpu: optional(fields, "cpu", |value| quantity_field(value, Resource::Cpu)).map_err(|message| error("cpu", message))?,
-        memory: optional(fields, "memory", |value| quantity_field(value, Resource::Memory)).map_err(|message| error("memory", message))?,
+        image,
+        cpu: limit("cpu", Resource::Cpu, profile.map(|profile| &profile.cpu))?,
+        memory: limit("memory", Resource::Memory, profile.map(|profile| &profile.memory))?,
         network: network_field(required("network")?, bounds.network_modes).map_err(|message| error("network", message))?,
         size: whole_number(required("size")?, 1, MAX_SIZE).map_err(|message| error("size", message))? as u32,
         max_idle: Duration::from_secs(
@@ -185,8 +203,21 @@ fn parse_pool(path: &Path, index: usize, item: &Value, bounds: &Bounds<'_>) -> R
                 .unwrap_or(DEFAULT_MAX_IDLE_S),
         ),
         site: optional(fields, "site", |value| text_field(value).map(str::to_string)).map_err(|message| error("site", message))?,
+        language: profile.map(|profile| profile.name.clone()),
         name,
     })
+}
+
+/// A profile whose interpreter can be started ahead.
+fn language_field<'a>(value: &Value, languages: &'a Languages) -> Result<&'a Profile, String> {
+    let name = text_field(value)?;
+    let profile = languages
+        .get(name)
+        .ok_or_else(|| format!("`{}` is not a language profile; known: {}", crate::echo::shorten(name), languages.names().join(", ")))?;
+    match profile.prestart() {
+        Some(_) => Ok(profile),
+        None => Err(format!("profile `{name}` cannot be started ahead: only Python profiles (`python3` then `{{file}}`) can")),
+    }
 }
 
 /// Two pools of one name would share labels; two of one shape would make
@@ -247,7 +278,8 @@ fn image_field(value: &Value, bounds: &Bounds<'_>) -> Result<String, String> {
     let image = text_field(value)?;
     let normalised = crate::images::normalise(image)?.to_string();
     let is_profile_image = bounds
-        .profile_images
+        .languages
+        .images()
         .iter()
         .any(|profile_image| crate::images::normalise(profile_image).is_ok_and(|profile| profile.to_string() == normalised));
     if is_profile_image {
@@ -283,8 +315,8 @@ mod tests {
 
     fn check(text: &str) -> Result<Vec<Pool>, Error> {
         let allowlist = Allowlist::parse("busybox:1.36,mcp-k8s-test.local/*").unwrap();
-        let bounds =
-            Bounds { allowlist: &allowlist, profile_images: &["python:3.12-slim"], network_modes: &[NetworkMode::None, NetworkMode::Open] };
+        let languages = Languages::load(None, 600).unwrap();
+        let bounds = Bounds { allowlist: &allowlist, languages: &languages, network_modes: &[NetworkMode::None, NetworkMode::Open] };
         parse(Path::new("F"), text, &bounds)
     }
 
@@ -313,6 +345,20 @@ mod tests {
     }
 
     #[test]
+    fn a_language_pool_takes_its_profiles_shape_unless_told_otherwise() {
+        let pools = check(
+            r#"[{"name": "py", "language": "python", "network": "none", "size": 1},
+                              {"name": "py-big", "language": "python", "memory": "1Gi", "network": "none", "size": 1}]"#,
+        )
+        .unwrap();
+        let python = &pools[0];
+        assert_eq!(python.language.as_deref(), Some("python"));
+        assert_eq!(python.image, "docker.io/library/python:3.12-slim");
+        assert_eq!((python.cpu.clone(), python.memory.clone()), (Quantity::parse("1").ok(), Quantity::parse("512Mi").ok()));
+        assert_eq!(pools[1].memory, Quantity::parse("1Gi").ok());
+    }
+
+    #[test]
     fn errors_name_the_pool_and_the_field() {
         let pool = |extra: &str| format!(r#"[{{"name": "p", "image": "busybox:1.36", "network": "none", "size": 1{extra}}}]"#);
         let cases: &[(String, Error)] = &[
@@ -328,6 +374,18 @@ mod tests {
             (r#"[{"name": 7}]"#.to_string(), field_error("#0", "name", "must be a string, not an integer")),
             ("[3]".to_string(), field_error("#0", "(pool)", "must be an object of fields, not an integer")),
             (r#"[{"name": "p", "network": "none", "size": 1}]"#.to_string(), field_error("p", "image", "is required")),
+            (
+                pool(r#", "language": "ruby""#),
+                field_error("p", "language", "`ruby` is not a language profile; known: bash, go, javascript, python"),
+            ),
+            (
+                pool(r#", "language": "javascript""#),
+                field_error(
+                    "p",
+                    "language",
+                    "profile `javascript` cannot be started ahead: only Python profiles (`python3` then `{file}`) can",
+                ),
+            ),
             (
                 r#"[{"name": "p", "image": "alpine:3", "network": "none", "size": 1}]"#.to_string(),
                 field_error(
@@ -372,7 +430,7 @@ mod tests {
             (pool(r#", "max_idle_s": 5"#), field_error("p", "max_idle_s", "must be a whole number from 30 to 86400")),
             (
                 pool(r#", "sise": 2"#),
-                field_error("p", "sise", "unknown field; accepted: name, image, cpu, memory, network, size, max_idle_s, site"),
+                field_error("p", "sise", "unknown field; accepted: name, image, cpu, memory, network, size, max_idle_s, site, language"),
             ),
             (
                 r#"[{"name": "p", "image": "busybox:1.36", "network": "none", "size": 1},
@@ -401,7 +459,8 @@ mod tests {
     #[test]
     fn a_missing_file_is_named() {
         let allowlist = Allowlist::parse("").unwrap();
-        let bounds = Bounds { allowlist: &allowlist, profile_images: &[], network_modes: &NetworkMode::ALL };
+        let languages = Languages::load(None, 600).unwrap();
+        let bounds = Bounds { allowlist: &allowlist, languages: &languages, network_modes: &NetworkMode::ALL };
         let error = load(Path::new("/nonexistent/pools.json"), &bounds).unwrap_err().to_string();
         assert!(error.starts_with("MCP_K8S_WARM_POOLS: cannot read `/nonexistent/pools.json`: "), "{error}");
     }

@@ -73,10 +73,19 @@ fn pool_shapes(config: &Config) -> Vec<(PoolShape, PoolRules)> {
                 memory: pool.memory.clone(),
                 network: pool.network,
                 workdir: crate::sandbox::WORKDIR.to_string(),
+                preload: pool.language.as_deref().and_then(|language| preload(config, language)),
             };
             (shape, PoolRules { size: pool.size as usize, max_idle: pool.max_idle, start_timeout })
         })
         .collect()
+}
+
+/// What a language pool's sandboxes start ahead: the profile's
+/// interpreter, with the environment its `execute_code` calls get.
+fn preload(config: &Config, language: &str) -> Option<crate::sandbox::args::Preload> {
+    let profile = config.languages.get(language)?;
+    let (prefix, argv) = profile.prestart()?;
+    Some(crate::sandbox::args::Preload { argv, prefix, env: engine::spec::env_over(&config.job_extra_env, &profile.env) })
 }
 
 /// The result of one `doctor` check, on either backend: a line for the

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use crate::engine::spec::{Policy, RunSpec, command_env, exec_options};
 use crate::network::NetworkMode;
 use crate::quantity::Quantity;
+use crate::sandbox::args::Preload;
 use crate::sandbox::assignment::{AssignedFile, Assignment};
 
 /// What a run must have for a pool's sandboxes to serve it: the pool
@@ -37,6 +38,9 @@ pub struct PoolShape {
     /// The workdir its sandboxes mount (their volumes are fixed at
     /// creation): `sandbox::WORKDIR`.
     pub workdir: String,
+    /// The interpreter its sandboxes start ahead, for the runs that fit it
+    /// (`Preload::fits`, in the sandbox); others take them all the same.
+    pub preload: Option<Preload>,
 }
 
 /// Why a run cannot take a pool's sandbox: it runs cold. The first
@@ -347,6 +351,7 @@ mod tests {
             memory: Some(quantity("64Mi")),
             network: NetworkMode::None,
             workdir: crate::sandbox::WORKDIR.into(),
+            preload: None,
         }
     }
 

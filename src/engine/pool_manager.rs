@@ -74,6 +74,8 @@ pub struct NewSandbox<'a> {
     /// How long its runner waits for the assignment
     /// (`engine::pool::runner_max_wait`).
     pub max_wait: Duration,
+    /// What its runner starts ahead (`engine::pool::PoolShape::preload`).
+    pub preload: Option<&'a crate::sandbox::args::Preload>,
 }
 
 /// One of a pool's sandboxes in a listing.
@@ -403,6 +405,7 @@ impl<S: PoolSandboxes> Shell<S> {
             owner: &self.owner,
             template: &managed.template,
             max_wait: managed.max_wait,
+            preload: managed.shape.preload.as_ref(),
         };
         match self.sandboxes.create_sandbox(&sandbox) {
             Ok(made) => {

@@ -104,10 +104,16 @@ pub fn separate_tmp(spec: &RunSpec) -> bool {
 /// the root is read-only, so an image's own HOME (often under /root or
 /// /home) is not writable, and tools that keep caches there get /tmp.
 pub fn command_env(spec: &RunSpec, policy: &Policy) -> BTreeMap<String, String> {
-    let mut env = policy.extra_env.clone();
-    env.extend(spec.env.clone());
-    env.entry("HOME".to_string()).or_insert_with(|| TMP_DIR.to_string());
-    env
+    env_over(&policy.extra_env, &spec.env)
+}
+
+/// `command_env` for a run whose own variables are `env`, under the
+/// operator's `extra_env`.
+pub fn env_over(extra_env: &BTreeMap<String, String>, env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut merged = extra_env.clone();
+    merged.extend(env.clone());
+    merged.entry("HOME".to_string()).or_insert_with(|| TMP_DIR.to_string());
+    merged
 }
 
 /// What the operator configured, the same for every run.

@@ -31,6 +31,7 @@ pub mod clone;
 pub mod disk;
 pub mod hold;
 pub mod init;
+pub mod prestart;
 pub mod probe;
 pub mod process;
 pub mod session;
@@ -134,6 +135,8 @@ fn prepare(options: &InitOptions) -> Result<(), String> {
 /// from its Secret, or on stdin), its files written before it is taken,
 /// then the command exactly as `runner exec` runs it, frames on stdout.
 fn run_await_assignment(options: &AssignOptions) -> Result<i32, String> {
+    // Started before the wait: what it does ahead is done when the call comes.
+    let prestarted = options.preload.as_ref().and_then(|preload| prestart::Prestarted::start(preload, &options.workdir));
     let prepare = |assignment: &Assignment| {
         assignment.files.iter().try_for_each(|file| init::write_input(&options.workdir, &file.path, &file.content, file.mode))
     };
@@ -153,7 +156,18 @@ fn run_await_assignment(options: &AssignOptions) -> Result<i32, String> {
     };
     let assignment = taken.map_err(|error| error.to_string())?;
     let sink = FrameSink::stdout()?;
-    Ok(run_exec_with(&assignment.exec, &assignment.env, &sink))
+    let fitting = options.preload.as_ref().and_then(|preload| preload.fits(&assignment.exec.argv, &assignment.env));
+    let Some((prestarted, rest)) = prestarted.zip(fitting) else {
+        return Ok(run_exec_with(&assignment.exec, &assignment.env, &sink));
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    stop_on_signals(&stop);
+    let mut given = Some(prestarted);
+    let start = || match given.take().and_then(|prestarted| prestarted.go(rest)) {
+        Some(child) => Ok(child),
+        None => process::spawn(&assignment.exec.argv, &assignment.exec.workdir, &assignment.env),
+    };
+    Ok(run_exec_from(&assignment.exec, &sink, &stop, start))
 }
 
 fn read_key(key_file: &std::path::Path) -> Result<Key, String> {
@@ -196,6 +210,17 @@ fn stop_on_signals(stop: &Arc<AtomicBool>) {
 /// `run_exec_with` stopped (as by a SIGTERM) when `stop` is set: a
 /// session's call, which a cancel stops without ending the session.
 pub fn run_exec_until(options: &ExecOptions, env: &BTreeMap<String, String>, sink: &FrameSink, stop: &Arc<AtomicBool>) -> i32 {
+    run_exec_from(options, sink, stop, || process::spawn(&options.argv, &options.workdir, env))
+}
+
+/// `run_exec_until` with the command's process from `start` (spawned, or
+/// a pre-started one told to run).
+fn run_exec_from(
+    options: &ExecOptions,
+    sink: &FrameSink,
+    stop: &Arc<AtomicBool>,
+    start: impl FnOnce() -> std::io::Result<std::process::Child>,
+) -> i32 {
     let stop = stop.clone();
     // Before anything, the Started frame included: a command past its
     // start deadline is never started, and the result says why.
@@ -226,7 +251,7 @@ pub fn run_exec_until(options: &ExecOptions, env: &BTreeMap<String, String>, sin
         ));
     }
 
-    let exit_code = match process::spawn(&options.argv, &options.workdir, env) {
+    let exit_code = match start() {
         Err(error) => {
             result.start_error = Some(format!("cannot start `{}`: {error}", options.argv[0]));
             // The codes a shell gives for "not found" and "not executable".

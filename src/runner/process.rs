@@ -35,16 +35,20 @@ impl Ending {
 /// own environment (empty for a cold run, whose pod spec sets it; a warm
 /// sandbox's assignment carries it).
 pub fn spawn(argv: &[String], workdir: &Path, env: &BTreeMap<String, String>) -> io::Result<Child> {
+    command(argv, workdir, env)?.stdin(Stdio::null()).spawn()
+}
+
+/// `spawn` with stdin a pipe the runner writes: a pre-started process
+/// (`runner::prestart`) reads what to run on it.
+pub fn spawn_reading(argv: &[String], workdir: &Path, env: &BTreeMap<String, String>) -> io::Result<Child> {
+    command(argv, workdir, env)?.stdin(Stdio::piped()).spawn()
+}
+
+fn command(argv: &[String], workdir: &Path, env: &BTreeMap<String, String>) -> io::Result<Command> {
     let (program, args) = argv.split_first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
-    Command::new(program)
-        .args(args)
-        .envs(env)
-        .current_dir(workdir)
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+    let mut command = Command::new(program);
+    command.args(args).envs(env).current_dir(workdir).process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped());
+    Ok(command)
 }
 
 /// Waits for `child`, stopping its group when `timeout` passes or `stop`

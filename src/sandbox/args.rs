@@ -105,6 +105,41 @@ pub struct AssignOptions {
     /// call (`sandbox::session`) until this Unix time in milliseconds, its
     /// lifetime's end.
     pub session_until_ms: Option<u64>,
+    /// `--preload`: a process started before the assignment, which a
+    /// fitting assignment's command becomes (`Preload`).
+    pub preload: Option<Preload>,
+}
+
+/// A warm sandbox's pre-started process: `argv`, started in the workdir
+/// with `env` (on top of the runner's own) as soon as the runner waits,
+/// reading one line on its stdin. An assignment whose `env` is `env` and
+/// whose argv starts with `prefix` and goes on (a file, its arguments)
+/// becomes that process: the rest of its argv goes to it as the line, NUL
+/// separated and hex-encoded; any other assignment runs as usual and the
+/// process is stopped. What `argv` does with the line is its own (an
+/// interpreter that has loaded modules ahead, then runs the file).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Preload {
+    pub argv: Vec<String>,
+    pub prefix: Vec<String>,
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+impl Preload {
+    /// The line that starts `rest` (an assignment's argv after `prefix`).
+    pub fn line(rest: &[String]) -> String {
+        let mut line = crate::sandbox::to_hex(rest.join("\0").as_bytes());
+        line.push('\n');
+        line
+    }
+
+    /// The argv after `prefix`, when an assignment with this `argv` and
+    /// `env` fits the pre-started process; `None` when it runs as usual.
+    pub fn fits<'a>(&self, argv: &'a [String], env: &std::collections::BTreeMap<String, String>) -> Option<&'a [String]> {
+        let rest = argv.strip_prefix(self.prefix.as_slice())?;
+        let no_nul = rest.iter().all(|arg| !arg.contains('\0'));
+        (*env == self.env && !rest.is_empty() && no_nul).then_some(rest)
+    }
 }
 
 /// Where `runner await-assignment` takes its assignment: `--port` or `--stdin`.
@@ -374,13 +409,16 @@ pub fn assign_args(options: &AssignOptions) -> Vec<String> {
     if let Some(until_ms) = options.session_until_ms {
         args.extend(["--session-until-ms".to_string(), until_ms.to_string()]);
     }
+    if let Some(preload) = &options.preload {
+        args.extend(["--preload".to_string(), serde_json::to_string(preload).unwrap_or_default()]);
+    }
     args
 }
 
 pub fn parse_assign(args: Vec<OsString>) -> Result<AssignOptions, String> {
     use lexopt::prelude::*;
     let mut parser = lexopt::Parser::from_args(args);
-    let (mut listen, mut key_file, mut max_wait, mut session_until_ms) = (None, None, None, None);
+    let (mut listen, mut key_file, mut max_wait, mut session_until_ms, mut preload) = (None, None, None, None, None);
     let mut workdir = PathBuf::from(WORKDIR);
     while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
         match arg {
@@ -394,6 +432,15 @@ pub fn parse_assign(args: Vec<OsString>) -> Result<AssignOptions, String> {
             Long("workdir") => workdir = PathBuf::from(value(&mut parser)?),
             Long("max-wait-ms") => max_wait = Some(Duration::from_millis(number(&mut parser, "--max-wait-ms")?)),
             Long("session-until-ms") => session_until_ms = Some(number(&mut parser, "--session-until-ms")?),
+            Long("preload") => {
+                let text = value(&mut parser)?;
+                let parsed: Preload =
+                    serde_json::from_str(&text).map_err(|error| format!("--preload is not a pre-started process: {error}"))?;
+                if parsed.argv.is_empty() || parsed.prefix.is_empty() {
+                    return Err("--preload needs an argv and a prefix".to_string());
+                }
+                preload = Some(parsed);
+            }
             other => return Err(other.unexpected().to_string()),
         }
     }
@@ -406,7 +453,10 @@ pub fn parse_assign(args: Vec<OsString>) -> Result<AssignOptions, String> {
         _ => {}
     }
     let max_wait = max_wait.ok_or("runner await-assignment needs --max-wait-ms")?;
-    Ok(AssignOptions { listen, key_file, workdir, max_wait, session_until_ms })
+    if preload.is_some() && session_until_ms.is_some() {
+        return Err("runner await-assignment takes --preload for one assignment, not a session's calls".to_string());
+    }
+    Ok(AssignOptions { listen, key_file, workdir, max_wait, session_until_ms, preload })
 }
 
 fn one_endpoint(earlier: Option<Endpoint>, endpoint: Endpoint) -> Result<Option<Endpoint>, String> {
@@ -582,8 +632,14 @@ mod tests {
             workdir: WORKDIR.into(),
             max_wait: Duration::from_secs(660),
             session_until_ms: None,
+            preload: None,
         };
         assert_eq!(parse_assign(after_subcommand(assign_args(&options))), Ok(options.clone()));
+        let preloaded = AssignOptions { preload: Some(python_preload()), ..options.clone() };
+        assert_eq!(parse_assign(after_subcommand(assign_args(&preloaded))), Ok(preloaded.clone()));
+        let both = AssignOptions { session_until_ms: Some(1), ..preloaded };
+        assert!(parse_assign(after_subcommand(assign_args(&both))).is_err(), "a session takes no preload");
+        assert!(parse_assign(["--stdin", "--max-wait-ms", "1", "--preload", "{}"].iter().map(Into::into).collect()).is_err());
         let session = AssignOptions { session_until_ms: Some(1_800_000_000_000), ..options.clone() };
         assert_eq!(parse_assign(after_subcommand(assign_args(&session))), Ok(session));
         options.listen = Endpoint::Stdin;
@@ -597,6 +653,31 @@ mod tests {
         let keyless_port = ["--port", "7777", "--max-wait-ms", "1"];
         assert!(parse_assign(keyless_port.iter().map(Into::into).collect()).is_err(), "a port needs its key");
         assert!(parse_assign(vec!["--port".into(), "7777".into(), "--key-file".into(), "/k".into()]).is_err(), "--max-wait-ms is needed");
+    }
+
+    fn python_preload() -> Preload {
+        let env = [("HOME".to_string(), "/tmp".to_string())].into();
+        Preload { argv: vec!["python3".into(), "-c".into(), "import sys; $X".into()], prefix: vec!["python3".into()], env }
+    }
+
+    #[test]
+    fn an_assignment_fits_a_preload_only_with_its_env_and_prefix_and_a_file() {
+        let preload = python_preload();
+        let env = preload.env.clone();
+        let other_env = [("HOME".to_string(), "/work".to_string())].into();
+        let argv = |args: &[&str]| args.iter().map(|arg| arg.to_string()).collect::<Vec<_>>();
+        let cases = [
+            (argv(&["python3", "main.py"]), &env, Some(argv(&["main.py"]))),
+            (argv(&["python3", "main.py", "a b", ""]), &env, Some(argv(&["main.py", "a b", ""]))),
+            (argv(&["python3", "main.py"]), &other_env, None),
+            (argv(&["python3"]), &env, None),
+            (argv(&["python3.11", "main.py"]), &env, None),
+            (argv(&["python3", "a\0b"]), &env, None),
+        ];
+        for (argv, env, want) in cases {
+            assert_eq!(preload.fits(&argv, env).map(<[String]>::to_vec), want, "{argv:?}");
+        }
+        assert_eq!(Preload::line(&argv(&["main.py", "x"])), format!("{}\n", crate::sandbox::to_hex(b"main.py\0x")));
     }
 
     #[test]

@@ -592,6 +592,7 @@ fn describe_environment_tool() -> Tool {
                             "size": { "type": "integer" },
                             "max_idle_s": { "type": "integer" },
                             "site": { "type": "string", "description": "the site whose runs take its sandboxes" },
+                            "language": { "type": ["string", "null"], "description": "the execute_code language whose interpreter its sandboxes start ahead, with the profile's preload modules imported; null for none" },
                             "ready": { "type": "integer", "description": "sandboxes ready now" },
                             "hits": { "type": "integer", "description": "runs that took one so far" },
                             "misses": { "type": "integer", "description": "runs that fitted but found none ready, and ran cold" }
@@ -734,6 +735,7 @@ fn warm_pools_view(ctx: &Ctx) -> Vec<Value> {
                 "network": pool.network.name(),
                 "size": pool.size,
                 "max_idle_s": pool.max_idle.as_secs(),
+                "language": pool.language,
                 "ready": live.ready,
                 "hits": live.hits,
                 "misses": live.misses,

@@ -11,6 +11,8 @@ mod cases;
 mod execute_code;
 #[path = "harness.rs"]
 mod harness;
+#[path = "preload.rs"]
+mod preload;
 #[path = "sandboxes.rs"]
 mod sandboxes;
 // The helper tree of every tier. This tier's main.rs had no `mod support`

@@ -9,6 +9,8 @@ mod cases;
 mod execute_code;
 #[path = "harness.rs"]
 mod harness;
+#[path = "preload.rs"]
+mod preload;
 #[path = "sandboxes.rs"]
 pub(crate) mod sandboxes;
 // The tier's helper tree, where the harness finds it (`super::support`).

@@ -80,7 +80,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("languages", &[]),
     // The tokens file and the counted limits; the allowlist's syntax is `images`'.
     ("callers", &[]),
-    ("pools", &[]),
+    // A pool may be of a language profile (`language`).
+    ("pools", &["languages"]),
     ("audit", &[]),
     ("cancel", &[]),
     ("echo", &[]),

@@ -667,9 +667,17 @@ fn named_sites_that_cannot_be_reached_are_described_and_refused_by_name() {
     let path = sites.display().to_string();
     let server = HttpServer::start(&[("MCP_K8S_SITES", &path), ("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36")]);
     let session = server.initialize();
+    // Each request its own id: a session never uses one twice (the
+    // server refuses an id still in flight, and the last call's may be).
+    let next_id = std::sync::atomic::AtomicU64::new(5);
     let call = |name: &str, arguments: serde_json::Value| {
-        let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": name, "arguments": arguments}}).to_string();
-        server.post(Some(&session), &body).json()["result"].clone()
+        let id = next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let body =
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}}).to_string();
+        let response = server.post(Some(&session), &body);
+        let result = response.json()["result"].clone();
+        assert!(!result.is_null(), "{name}: {} {}", response.status, response.body);
+        result
     };
     let described = call("describe_environment", json!({}));
     let sites = described["structuredContent"]["sites"].as_array().unwrap().clone();
@@ -678,7 +686,7 @@ fn named_sites_that_cannot_be_reached_are_described_and_refused_by_name() {
     assert!(sites.iter().all(|site| site["health"].as_str().unwrap().starts_with("unreachable: ")), "{sites:?}");
     let refused = call("run_job", json!({"image": "busybox:1.36", "command": ["true"], "site": "mars"}));
     assert_eq!(refused["content"][0]["text"], "unknown site `mars`; sites here: two, one");
-    let schema = server.post(Some(&session), r#"{"jsonrpc":"2.0","id":6,"method":"tools/list"}"#).json();
+    let schema = server.post(Some(&session), r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).json();
     let run_job = schema["result"]["tools"].as_array().unwrap().iter().find(|tool| tool["name"] == "run_job").unwrap().clone();
     assert_eq!(run_job["inputSchema"]["properties"]["site"]["enum"], json!(["two", "one", null]));
     let no_backend = call("run_job", json!({"image": "busybox:1.36", "command": ["true"], "site": "one"}));

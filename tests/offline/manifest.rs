@@ -309,7 +309,7 @@ fn awaiting_the_network_policy_makes_prepare_an_init_container_that_waits() {
 /// with its pool and owner; and the key Secret it owns.
 #[test]
 fn a_pool_job_waits_for_its_assignment_with_the_key_in_main_only() {
-    let sandbox = manifest::PoolSandbox { pool: "py", owner: "0123456789ab", max_wait: Duration::from_secs(780) };
+    let sandbox = manifest::PoolSandbox { pool: "py", owner: "0123456789ab", max_wait: Duration::from_secs(780), preload: None };
     let mut pool_spec = spec();
     pool_spec.command = Vec::new();
     pool_spec.env = BTreeMap::new();

@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use mcp_k8s_ephemeral_job::runner;
-use mcp_k8s_ephemeral_job::sandbox::args::{AssignOptions, Endpoint, ExecOptions, assign_args, exec_args, parse_exec};
+use mcp_k8s_ephemeral_job::sandbox::args::{AssignOptions, Endpoint, ExecOptions, Preload, assign_args, exec_args, parse_exec};
 use mcp_k8s_ephemeral_job::sandbox::assignment::{self, AssignedFile, Assignment, Key};
 use mcp_k8s_ephemeral_job::sandbox::frame::{self, ArtifactHeader, Frame, RunResult, Stream};
 
@@ -382,6 +382,7 @@ fn port_runner(port: u16, key_file: &std::path::Path, workdir: &std::path::Path,
         workdir: workdir.to_path_buf(),
         max_wait: Duration::from_secs(60),
         session_until_ms,
+        preload: None,
     };
     let path = std::env::var("PATH").unwrap_or_default();
     crate::support::server::command(&[("PATH", &path)])
@@ -517,29 +518,34 @@ fn a_session_runner_takes_call_after_call_and_answers_each_with_its_frames() {
     fs::remove_file(&key_file).unwrap();
 }
 
-/// The Docker backend's warm sandbox (which may have no network): the
-/// runner takes the body on its stdin, up to its end, and the command
-/// still reads an empty stdin, as in a cold run.
-#[test]
-fn a_warm_runner_on_stdin_takes_its_assignment_and_the_command_reads_nothing() {
-    let exec = options("warm-stdin", &["sh", "-c", "cat data/in.txt; cat; echo \"$GREETING\"; exit 4"]);
+/// `runner await-assignment --stdin` for `exec`'s workdir, as a Docker
+/// pool sandbox runs it, waiting up to a minute.
+fn stdin_runner(exec: &ExecOptions, preload: Option<Preload>) -> std::process::Child {
     let assign = AssignOptions {
         listen: Endpoint::Stdin,
         key_file: None,
         workdir: exec.workdir.clone(),
         max_wait: Duration::from_secs(60),
         session_until_ms: None,
+        preload,
     };
     let path = std::env::var("PATH").unwrap_or_default();
-    let spawn = || {
-        crate::support::server::command(&[("PATH", &path)])
-            .args(assign_args(&assign))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    crate::support::server::command(&[("PATH", &path)])
+        .args(assign_args(&assign))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The Docker backend's warm sandbox (which may have no network): the
+/// runner takes the body on its stdin, up to its end, and the command
+/// still reads an empty stdin, as in a cold run.
+#[test]
+fn a_warm_runner_on_stdin_takes_its_assignment_and_the_command_reads_nothing() {
+    let exec = options("warm-stdin", &["sh", "-c", "cat data/in.txt; cat; echo \"$GREETING\"; exit 4"]);
+    let spawn = || stdin_runner(&exec, None);
     let mut runner = spawn();
     // Any key: stdin has none to check (only a Docker API client writes there).
     let body = assignment::encode(&Key::random().unwrap(), &assignment_for(&exec));
@@ -664,4 +670,32 @@ fn a_command_past_its_start_deadline_is_never_started() {
     let mut options = self::options("in-time", &["sh", "-c", "echo ran"]);
     options.start_deadline_ms = Some(u64::MAX);
     assert_eq!(String::from_utf8_lossy(&self::run(&options).stdout()), "ran\n");
+}
+
+/// A warm sandbox with a pre-started process (a language pool's
+/// interpreter): an assignment with its env and its argv prefix becomes
+/// that process, told the rest of the argv on one line; any other runs as
+/// usual.
+#[test]
+fn a_warm_runner_hands_a_fitting_assignment_to_its_prestarted_process() {
+    let script = "read line; echo \"pre:$line\"; cat data/in.txt; echo \"$GREETING\"; cat; exit 5";
+    let plain = options("prestart-plain", &["sh", "-c", "echo plain; exit 6"]);
+    let fitting = options("prestart-fit", &["interp", "main.py", "a"]);
+    let env = assignment_for(&fitting).env;
+    let preload = Preload { argv: vec!["sh".into(), "-c".into(), script.into()], prefix: vec!["interp".into()], env };
+    let run = |exec: &ExecOptions| {
+        let mut runner = stdin_runner(exec, Some(preload.clone()));
+        let body = assignment::encode(&Key::random().unwrap(), &assignment_for(exec));
+        runner.stdin.take().unwrap().write_all(&body).unwrap();
+        let output = runner.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        Run { exit_code: output.status.code().unwrap_or(-1), frames: frames_of(&stdout), workdir: exec.workdir.clone() }
+    };
+    let told = run(&fitting);
+    let line = mcp_k8s_ephemeral_job::sandbox::to_hex(b"main.py\0a");
+    assert_eq!(String::from_utf8_lossy(&told.stdout()), format!("pre:{line}\ninput\nhello from the assignment\n"));
+    assert_eq!((told.result().exit_code, told.exit_code), (Some(5), 5));
+    let usual = run(&plain);
+    assert_eq!(String::from_utf8_lossy(&usual.stdout()), "plain\n", "an assignment that does not fit runs as usual");
+    assert_eq!(usual.result().exit_code, Some(6));
 }

@@ -172,7 +172,8 @@ fn pools_and_backend(name: &str) -> (std::sync::Arc<pool::Pools>, Docker, RunSpe
         owned_tmpfs: true,
     };
     let workdir = mcp_k8s_ephemeral_job::sandbox::WORKDIR.to_string();
-    let shape = PoolShape { name: name.into(), image: BUSYBOX.into(), cpu: None, memory: None, network: NetworkMode::None, workdir };
+    let shape =
+        PoolShape { name: name.into(), image: BUSYBOX.into(), cpu: None, memory: None, network: NetworkMode::None, workdir, preload: None };
     let rules = PoolRules { size: 1, max_idle: Duration::from_secs(300), start_timeout: Duration::from_secs(120) };
     let backend = Docker::new(crate::client(), policy, options);
     let pools = std::sync::Arc::new(pool::Pools::new(backend.clone(), &[(shape, rules)], Duration::from_secs(600)));

@@ -114,8 +114,14 @@ fn start_pool_container(docker: &Docker, sandbox: &NewSandbox) -> Result<(), Str
     docker.ensure_image(&template.image).map_err(|refused| refused.message)?;
     docker.ensure_network(template.network, &template.image).map_err(|refused| refused.message)?;
     let expires_at = SystemTime::now() + run_deadline(template, &docker.policy) + crate::engine::run::EXPIRY_SLACK;
-    let labels =
-        spec::PoolSandbox { run_id: sandbox.run_id, pool: sandbox.pool, owner: sandbox.owner, max_wait: sandbox.max_wait, expires_at };
+    let labels = spec::PoolSandbox {
+        run_id: sandbox.run_id,
+        pool: sandbox.pool,
+        owner: sandbox.owner,
+        max_wait: sandbox.max_wait,
+        expires_at,
+        preload: sandbox.preload,
+    };
     let body = spec::pool_container(template, &docker.policy, &docker.options, &labels);
     docker.client.container_create(&name, &body).map_err(|error| error.to_string())?;
     if spec::workdir_is_volume(template, &docker.options) {

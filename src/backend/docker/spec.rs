@@ -243,6 +243,8 @@ pub struct PoolSandbox<'a> {
     /// and the longest run, so the reaper never takes a claimed one that
     /// still runs, and bounded, so a dead server's are reaped.
     pub expires_at: SystemTime,
+    /// The runner's `--preload`.
+    pub preload: Option<&'a crate::sandbox::args::Preload>,
 }
 
 /// The create body of a warm pool's container: a cold run's container for
@@ -261,6 +263,7 @@ pub fn pool_container(template: &RunSpec, policy: &Policy, options: &Options, sa
         workdir: template.workdir.clone().into(),
         max_wait: sandbox.max_wait,
         session_until_ms: None,
+        preload: sandbox.preload.cloned(),
     };
     // `runner await-assignment --stdin ...` where a cold one has `runner exec ...`.
     body.cmd = args::assign_args(&assign);
@@ -306,6 +309,7 @@ pub fn session_container(
         workdir: template.workdir.clone().into(),
         max_wait: idle,
         session_until_ms: Some(until_ms),
+        preload: None,
     };
     body.cmd = args::assign_args(&assign);
     body.open_stdin = true;
@@ -583,8 +587,14 @@ mod tests {
     fn a_pool_container_waits_for_its_assignment_on_a_one_shot_stdin() {
         let template = RunSpec { command: vec![], files: vec![], env: BTreeMap::new(), ..run_spec() };
         let expiry = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let sandbox =
-            PoolSandbox { run_id: "r9", pool: "busybox", owner: "owner1", max_wait: Duration::from_secs(780), expires_at: expiry };
+        let sandbox = PoolSandbox {
+            run_id: "r9",
+            pool: "busybox",
+            owner: "owner1",
+            max_wait: Duration::from_secs(780),
+            expires_at: expiry,
+            preload: None,
+        };
         let body = pool_container(&template, &policy(), &options(), &sandbox);
         assert_eq!(body.cmd, ["runner", "await-assignment", "--stdin", "--workdir", "/work", "--max-wait-ms", "780000"]);
         assert!(body.open_stdin && body.stdin_once && body.attach_stdin, "one attach writes stdin and ends it");

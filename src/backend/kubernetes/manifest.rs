@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 use crate::backend::kubernetes::settings::Settings;
 use crate::backend::kubernetes::template::PodTemplate;
 use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
-use crate::sandbox::args::{self, AssignOptions, AwaitOptions, CloneOptions, Endpoint, InitOptions};
+use crate::sandbox::args::{self, AssignOptions, AwaitOptions, CloneOptions, Endpoint, InitOptions, Preload};
 use crate::sandbox::assignment::{Assignment, KEY_DIR, KEY_FILE, PORT};
 use crate::sandbox::frame::to_base64;
 use crate::sandbox::held::{self, HoldOptions};
@@ -177,6 +177,8 @@ pub struct PoolSandbox<'a> {
     pub owner: &'a str,
     /// `runner await-assignment --max-wait-ms`.
     pub max_wait: Duration,
+    /// `runner await-assignment --preload`.
+    pub preload: Option<&'a Preload>,
 }
 
 /// A warm pool's Job: the cold Job for `spec` (the pool's shape, with no
@@ -184,7 +186,7 @@ pub struct PoolSandbox<'a> {
 /// waits for its one assignment instead of running a command, with the
 /// key Secret (named like the Job, see `key_secret`) mounted into it alone.
 pub fn pool_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str, sandbox: &PoolSandbox) -> Value {
-    let mut job = waiting_job(spec, policy, cluster, run_id, sandbox.max_wait, None);
+    let mut job = waiting_job(spec, policy, cluster, run_id, (sandbox.max_wait, sandbox.preload), None);
     for labels in ["/metadata/labels", "/spec/template/metadata/labels"] {
         if let Some(labels) = job.pointer_mut(labels) {
             labels[LABEL_POOL] = json!(sandbox.pool);
@@ -211,7 +213,7 @@ pub const ANNOTATION_SANDBOX_USED_MS: &str = "mcp-k8s-ephemeral-job/sandbox-used
 /// the caller writes after the retention's (`apply_retention` sets them all).
 pub fn session_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, name: &str, idle: Duration, lifetime: Duration) -> Value {
     let until_ms = crate::time::unix_ms(std::time::SystemTime::now() + lifetime);
-    let mut job = waiting_job(spec, policy, cluster, name, idle, Some(until_ms));
+    let mut job = waiting_job(spec, policy, cluster, name, (idle, None), Some(until_ms));
     for labels in ["/metadata/labels", "/spec/template/metadata/labels"] {
         if let Some(labels) = job.pointer_mut(labels) {
             labels[LABEL_SANDBOX] = json!(name);
@@ -231,7 +233,7 @@ fn waiting_job(
     policy: &Policy,
     cluster: &Settings,
     run_id: &str,
-    max_wait: Duration,
+    (max_wait, preload): (Duration, Option<&Preload>),
     session_until_ms: Option<u64>,
 ) -> Value {
     let name = job_name(run_id);
@@ -246,6 +248,7 @@ fn waiting_job(
         workdir: spec.workdir.clone().into(),
         max_wait,
         session_until_ms,
+        preload: preload.cloned(),
     };
     let mut command = vec![runner_path()];
     command.extend(args::assign_args(&assign));

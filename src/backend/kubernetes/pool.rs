@@ -56,7 +56,7 @@ impl PoolSandboxes for Kubernetes {
     /// the assignment), then its key Secret.
     fn create_sandbox(&self, sandbox: &NewSandbox) -> Result<Made, String> {
         let key = Key::random().map_err(|why| format!("cannot make its key: {why}"))?;
-        let labels = PoolSandbox { pool: sandbox.pool, owner: sandbox.owner, max_wait: sandbox.max_wait };
+        let labels = PoolSandbox { pool: sandbox.pool, owner: sandbox.owner, max_wait: sandbox.max_wait, preload: sandbox.preload };
         let mut job = manifest::pool_job(sandbox.template, &self.policy, &self.cluster, sandbox.run_id, &labels);
         if let Some(template) = &self.pod_template {
             manifest::apply_pod_template(&mut job, template);

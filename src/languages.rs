@@ -415,14 +415,9 @@ fn preload_field(value: &Value) -> Result<Vec<String>, String> {
 }
 
 /// A dotted Python module name: identifiers of ASCII letters, digits and
-/// '_', not starting with a digit.
+/// '_', not starting with a digit (a variable name's rule, `is_env_name`).
 fn is_module_name(name: &str) -> bool {
-    let identifier = |part: &str| {
-        let mut chars = part.chars();
-        chars.next().is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-    };
-    name.len() <= MAX_MODULE_CHARS && name.split('.').all(identifier)
+    name.len() <= MAX_MODULE_CHARS && name.split('.').all(is_env_name)
 }
 
 fn timeout_field(value: &Value, max_timeout_s: u64) -> Result<u64, String> {

@@ -528,10 +528,7 @@ impl Spool {
 
     /// Bytes of a stream at `offset`.
     pub fn stream(&mut self, stream: Stream, offset: u64, bytes: &[u8]) {
-        let index = match stream {
-            Stream::Stdout => 0,
-            Stream::Stderr => 1,
-        };
+        let index = stream.index();
         if self.streams[index].is_none() {
             let name = if index == 0 { "stdout" } else { "stderr" };
             self.streams[index] = self.part(name, 0);

@@ -20,7 +20,7 @@ use crate::engine::run::{Ctx, Progress};
 use crate::engine::sandboxes::{self, CallMark, Over, Record, Seen, Take};
 use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
 use crate::log;
-use crate::sandbox::frame::{Stream, Tag};
+use crate::sandbox::frame::Tag;
 use crate::sandbox::session;
 
 /// Time a call may take past its command's timeout: the kill grace and
@@ -788,10 +788,7 @@ impl<'a> LiveRelay<'a> {
         };
         let new = {
             let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let (passed, reached) = &mut counts[match stream {
-                Stream::Stdout => 0,
-                Stream::Stderr => 1,
-            }];
+            let (passed, reached) = &mut counts[stream.index()];
             let new = unseen(*passed, *reached, bytes.len());
             *reached += bytes.len();
             *passed = (*passed).max(*reached);
@@ -812,6 +809,7 @@ fn unseen(passed: usize, at: usize, len: usize) -> std::ops::Range<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::frame::Stream;
 
     #[test]
     fn a_chunk_goes_on_only_past_what_was_passed_on() {

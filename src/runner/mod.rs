@@ -157,17 +157,13 @@ fn run_await_assignment(options: &AssignOptions) -> Result<i32, String> {
     let assignment = taken.map_err(|error| error.to_string())?;
     let sink = FrameSink::stdout()?;
     let fitting = options.preload.as_ref().and_then(|preload| preload.fits(&assignment.exec.argv, &assignment.env));
-    let Some((prestarted, rest)) = prestarted.zip(fitting) else {
-        return Ok(run_exec_with(&assignment.exec, &assignment.env, &sink));
-    };
-    let stop = Arc::new(AtomicBool::new(false));
-    stop_on_signals(&stop);
-    let mut given = Some(prestarted);
-    let start = || match given.take().and_then(|prestarted| prestarted.go(rest)) {
+    // One that does not fit is stopped here, before the command starts.
+    let told = prestarted.zip(fitting);
+    let start = || match told.and_then(|(prestarted, rest)| prestarted.go(rest)) {
         Some(child) => Ok(child),
         None => process::spawn(&assignment.exec.argv, &assignment.exec.workdir, &assignment.env),
     };
-    Ok(run_exec_from(&assignment.exec, &sink, &stop, start))
+    Ok(run_stopped_on_signals(&assignment.exec, &sink, start))
 }
 
 fn read_key(key_file: &std::path::Path) -> Result<Key, String> {
@@ -191,9 +187,14 @@ pub fn run_exec_to(options: &ExecOptions, sink: &FrameSink) -> i32 {
 /// sandbox's assignment carries the command's environment, which a cold
 /// pod's spec sets on the container.
 pub fn run_exec_with(options: &ExecOptions, env: &BTreeMap<String, String>, sink: &FrameSink) -> i32 {
+    run_stopped_on_signals(options, sink, || process::spawn(&options.argv, &options.workdir, env))
+}
+
+/// `run_exec_from`, stopped by a SIGTERM or SIGINT.
+fn run_stopped_on_signals(options: &ExecOptions, sink: &FrameSink, start: impl FnOnce() -> std::io::Result<std::process::Child>) -> i32 {
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signals(&stop);
-    run_exec_until(options, env, sink, &stop)
+    run_exec_from(options, sink, &stop, start)
 }
 
 /// Sets `stop` at a SIGTERM or SIGINT.

@@ -56,9 +56,9 @@ impl Drop for Prestarted {
     }
 }
 
+/// Its whole group, itself the leader (`process::spawn_reading`).
 fn stop(child: &mut Child) {
     process::kill_group_leftovers(child);
-    let _ = child.kill();
     let _ = child.wait();
 }
 

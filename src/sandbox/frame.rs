@@ -51,6 +51,16 @@ pub enum Stream {
     Stderr,
 }
 
+impl Stream {
+    /// 0 for stdout, 1 for stderr: where a per-stream pair keeps it.
+    pub fn index(self) -> usize {
+        match self {
+            Stream::Stdout => 0,
+            Stream::Stderr => 1,
+        }
+    }
+}
+
 /// One frame. The order on the wire is: `Started`, any number of `Output`
 /// (live output, capped), then after the command ends the `Captured` chunks
 /// (head and tail of stdout, then of stderr), the `Artifact` headers each

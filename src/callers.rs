@@ -333,6 +333,14 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// The limit's name, as the tokens file writes it.
+    pub fn limit(&self) -> &'static str {
+        match self {
+            Refusal::ConcurrentRuns { .. } => "concurrent_runs",
+            Refusal::CpuSeconds { .. } => "cpu_seconds_per_hour",
+        }
+    }
+
     /// The message for the caller, naming the limit and when it frees up.
     pub fn message(&self, caller: &str) -> String {
         match self {
@@ -428,6 +436,16 @@ impl Ledger {
         *next += 1;
         usage_of.running.push((*next, cores, now));
         Ok(Ticket { ledger: Arc::clone(self), caller: caller.name.clone(), number: *next, cores, ended: false })
+    }
+
+    /// Whether a run of `caller` would be refused now, without admitting
+    /// one: a call that must look something up first is refused before.
+    pub fn check(&self, caller: &Caller) -> Result<(), Refusal> {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(usage) = state.1.get_mut(&caller.name) else { return Ok(()) };
+        usage.forget_old(now);
+        judge(&caller.limits, usage, now)
     }
 
     /// A caller's use now, for `describe_environment`: runs in flight and

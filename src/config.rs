@@ -477,8 +477,9 @@ impl Config {
         if backend == BackendChoice::Docker {
             check_docker_network_default(network_default, docker_network.as_deref())?;
         }
-        let allowed_images = image_list(raw.allowed_images.as_deref())?;
-        let languages = Languages::load(raw.languages.as_deref().map(std::path::Path::new), max_timeout_s).map_err(Error::Languages)?;
+        let mut languages = Languages::load(raw.languages.as_deref().map(std::path::Path::new), max_timeout_s).map_err(Error::Languages)?;
+        let allowed_images = allowlist(raw.allowed_images.as_deref(), &languages.operator_images)?;
+        languages.keep_allowed(&allowed_images);
         let cache = parse_cache(raw)?;
         let warm_pools = parse_warm_pools(raw.warm_pools.as_deref(), &allowed_images, &languages, &network_modes, cache.as_ref())?;
         // Before the files are read: a test-only setting beside a
@@ -1024,14 +1025,18 @@ fn image(text: &str, variable: &'static str) -> Result<String, Error> {
     Ok(text.to_string())
 }
 
-fn image_list(value: Option<&str>) -> Result<Allowlist, Error> {
-    Allowlist::parse(value.unwrap_or("")).map_err(|(entry, why)| {
+/// The one allowlist every path checks: MCP_K8S_ALLOWED_IMAGES, and the
+/// images the operator's languages file names (the operator chose them).
+/// A built-in language's image runs only when the list allows it.
+fn allowlist(value: Option<&str>, operator_images: &[String]) -> Result<Allowlist, Error> {
+    let written = Allowlist::parse(value.unwrap_or("")).map_err(|(entry, why)| {
         invalid(
             "MCP_K8S_ALLOWED_IMAGES",
             &entry,
             &format!("comma-separated image references, each like python:3.12-slim, ghcr.io/org/* or golang:* ({why})"),
         )
-    })
+    })?;
+    written.with_images(operator_images).map_err(|(entry, why)| invalid("MCP_K8S_LANGUAGES", &entry, &why))
 }
 
 fn csv(value: Option<&str>) -> Vec<String> {

@@ -69,6 +69,20 @@ impl Allowlist {
         Ok(Allowlist { entries, as_written })
     }
 
+    /// This list and `images` (exact references, already checked as
+    /// such): the images an operator's languages file names join the
+    /// operator's allowlist. Written as given, after the list's own.
+    pub fn with_images(mut self, images: &[String]) -> Result<Allowlist, (String, String)> {
+        for image in images {
+            if self.check(image).is_ok() {
+                continue;
+            }
+            self.entries.push(Entry::Exact(normalise(image).map_err(|why| (image.clone(), why))?));
+            self.as_written.push(image.clone());
+        }
+        Ok(self)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -18,6 +18,10 @@ use serde_json::{Map, Value};
 
 use crate::quantity::{Quantity, Resource};
 
+/// The built-in profiles' images, for tests whose server allows them.
+#[cfg(test)]
+pub const BUILT_IN_IMAGES: &str = "python:3.12-slim,node:22-slim,golang:1.23,bash:5.2";
+
 /// Stands for the entrypoint file in a profile's `command`.
 pub const FILE_PLACEHOLDER: &str = "{file}";
 
@@ -80,6 +84,12 @@ impl Profile {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Languages {
     pub profiles: BTreeMap<String, Profile>,
+    /// Images the operator's file names in a profile's `image`: the
+    /// operator chose them, so they join the allowlist (`Config`).
+    pub operator_images: Vec<String>,
+    /// Profiles left out because their image is not allowed (name →
+    /// image): a call naming one is told why, and nothing lists it.
+    pub not_allowed: BTreeMap<String, String>,
 }
 
 impl Languages {
@@ -88,17 +98,50 @@ impl Languages {
     /// an operator's larger value is an error, a built-in one is lowered.
     pub fn load(path: Option<&Path>, max_timeout_s: u64) -> Result<Languages, Error> {
         let mut profiles = built_in(max_timeout_s);
+        let mut operator_images = Vec::new();
         if let Some(path) = path {
             let text = read_bounded(path)?;
-            apply_file(&mut profiles, path, &text, max_timeout_s)?;
+            operator_images = apply_file(&mut profiles, path, &text, max_timeout_s)?;
         }
-        let languages = Languages { profiles };
+        let languages = Languages { profiles, operator_images, not_allowed: BTreeMap::new() };
         languages.check_extensions(path)?;
         Ok(languages)
     }
 
+    /// Leaves out every profile whose image `allowed` refuses, so that
+    /// `execute_code`, sandboxes, pools and every listing see only the
+    /// languages that can run: one allowlist for every path.
+    pub fn keep_allowed(&mut self, allowed: &crate::images::Allowlist) {
+        let refused: Vec<String> =
+            self.profiles.values().filter(|profile| allowed.check(&profile.image).is_err()).map(|profile| profile.name.clone()).collect();
+        for name in refused {
+            if let Some(profile) = self.profiles.remove(&name) {
+                self.not_allowed.insert(name, profile.image);
+            }
+        }
+    }
+
     pub fn get(&self, name: &str) -> Option<&Profile> {
         self.profiles.get(name)
+    }
+
+    /// The profile a call names, or a message saying why there is none:
+    /// unknown, or known but its image is not allowed here.
+    pub fn profile(&self, name: &str) -> Result<&Profile, String> {
+        if let Some(profile) = self.profiles.get(name) {
+            return Ok(profile);
+        }
+        let available = match self.names() {
+            names if names.is_empty() => "none (no language's image is in MCP_K8S_ALLOWED_IMAGES)".to_string(),
+            names => names.join(", "),
+        };
+        match self.not_allowed.get(name) {
+            Some(image) => Err(format!(
+                "language `{name}` is not available on this server: its image `{image}` is not in MCP_K8S_ALLOWED_IMAGES \
+                 (ask the operator to allow it); available: {available}"
+            )),
+            None => Err(format!("unknown `language` `{}`; available: {available}", crate::echo::shorten(name))),
+        }
     }
 
     /// The profile a snippet file's extension picks.
@@ -108,15 +151,6 @@ impl Languages {
 
     pub fn names(&self) -> Vec<&str> {
         self.profiles.keys().map(String::as_str).collect()
-    }
-
-    /// Every image a profile names: these are allowed for `execute_code`
-    /// by being configured.
-    pub fn images(&self) -> Vec<&str> {
-        let mut images: Vec<&str> = self.profiles.values().map(|profile| profile.image.as_str()).collect();
-        images.sort();
-        images.dedup();
-        images
     }
 
     /// Two profiles claiming one extension would make a snippet's language
@@ -270,12 +304,14 @@ fn read_bounded(path: &Path) -> Result<String, Error> {
 
 /// Merges the file's profiles into `profiles`: a known name changes the
 /// fields it gives, a new name must give image, filename and command.
-fn apply_file(profiles: &mut BTreeMap<String, Profile>, path: &Path, text: &str, max_timeout_s: u64) -> Result<(), Error> {
+/// Returns the images the file's profiles name in their `image` field.
+fn apply_file(profiles: &mut BTreeMap<String, Profile>, path: &Path, text: &str, max_timeout_s: u64) -> Result<Vec<String>, Error> {
     let syntax = |message: String| Error::Syntax { path: path.display().to_string(), message };
     let parsed: Value = serde_json::from_str(text).map_err(|error| syntax(format!("not JSON: {error}")))?;
     let Value::Object(object) = parsed else {
         return Err(syntax("must be a JSON object of profiles, such as {\"ruby\": {\"image\": \"ruby:3.3\", ...}}".to_string()));
     };
+    let mut images = Vec::new();
     for (name, fields) in &object {
         if !is_profile_name(name) {
             return Err(Error::field(
@@ -289,9 +325,12 @@ fn apply_file(profiles: &mut BTreeMap<String, Profile>, path: &Path, text: &str,
             return Err(Error::field(Some(path), name, "(profile)", "must be an object of fields".to_string()));
         };
         let profile = merge_profile(profiles.get(name), name, fields, path, max_timeout_s)?;
+        if fields.contains_key("image") {
+            images.push(profile.image.clone());
+        }
         profiles.insert(name.clone(), profile);
     }
-    Ok(())
+    Ok(images)
 }
 
 fn is_profile_name(name: &str) -> bool {
@@ -517,7 +556,27 @@ mod tests {
         let python = languages.get("python").unwrap();
         assert_eq!((python.image.as_str(), python.timeout_s, python.filename.as_str()), ("mcp-k8s-test.local/python:3.11", 5, "main.py"));
         assert_eq!(languages.by_extension("rb").unwrap().argv("main.rb"), ["ruby", "main.rb"]);
-        assert_eq!(languages.images().len(), 5);
+        assert_eq!(languages.operator_images, ["mcp-k8s-test.local/python:3.11", "ruby:3.3"], "the images the file names");
+    }
+
+    #[test]
+    fn only_languages_whose_image_is_allowed_are_offered() {
+        let mut languages = load_text(
+            r#"{"python": {"timeout_s": 5}, "ruby": {"image": "ruby:3.3", "filename": "main.rb", "command": ["ruby", "{file}"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(languages.operator_images, ["ruby:3.3"], "python's image is the built-in one");
+        let allowed = crate::images::Allowlist::parse("python:3.12-slim").unwrap().with_images(&languages.operator_images).unwrap();
+        languages.keep_allowed(&allowed);
+        assert_eq!(languages.names(), ["python", "ruby"], "a built-in image allowed by the list, a file's image by the file");
+        let go = languages.profile("go").unwrap_err();
+        assert!(go.starts_with("language `go` is not available on this server: its image `golang:"), "{go}");
+        assert!(go.contains("MCP_K8S_ALLOWED_IMAGES") && go.ends_with("available: python, ruby"), "{go}");
+        assert!(languages.profile("cobol").unwrap_err().starts_with("unknown `language` `cobol`"));
+        let mut none = Languages::load(None, 600).unwrap();
+        none.keep_allowed(&crate::images::Allowlist::parse("").unwrap());
+        assert!(none.names().is_empty(), "an empty allowlist allows no language either");
+        assert!(none.profile("python").unwrap_err().ends_with("available: none (no language's image is in MCP_K8S_ALLOWED_IMAGES)"));
     }
 
     #[test]

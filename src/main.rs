@@ -156,6 +156,15 @@ fn serve(raw: &RawConfig) -> ExitCode {
     if config.allowed_images.is_empty() {
         log::warn("MCP_K8S_ALLOWED_IMAGES is empty: every job will be refused", &[]);
     }
+    // One allowlist for every path: said at start, so an operator sees why
+    // a language is missing and which images the languages file allowed.
+    if !config.languages.operator_images.is_empty() {
+        log::info("images allowed by the languages file (MCP_K8S_LANGUAGES)", &[("images", json!(config.languages.operator_images))]);
+    }
+    if !config.languages.not_allowed.is_empty() {
+        let left_out: Vec<String> = config.languages.not_allowed.iter().map(|(name, image)| format!("{name} ({image})")).collect();
+        log::info("execute_code languages left out: their image is not in MCP_K8S_ALLOWED_IMAGES", &[("languages", json!(left_out))]);
+    }
     if raw.sidecar_image.is_some() {
         // Accepted so the original's deployments keep starting; the runner
         // inside the job pod replaced the sidecar.

@@ -211,9 +211,7 @@ fn parse_pool(path: &Path, index: usize, item: &Value, bounds: &Bounds<'_>) -> R
 /// A profile whose interpreter can be started ahead.
 fn language_field<'a>(value: &Value, languages: &'a Languages) -> Result<&'a Profile, String> {
     let name = text_field(value)?;
-    let profile = languages
-        .get(name)
-        .ok_or_else(|| format!("`{}` is not a language profile; known: {}", crate::echo::shorten(name), languages.names().join(", ")))?;
+    let profile = languages.profile(name)?;
     match profile.prestart() {
         Some(_) => Ok(profile),
         None => Err(format!("profile `{name}` cannot be started ahead: only Python profiles (`python3` then `{{file}}`) can")),
@@ -273,18 +271,11 @@ fn name_field(value: &Value) -> Result<String, String> {
     Ok(name.to_string())
 }
 
-/// The normalised image, if the allowlist or a profile admits it.
+/// The normalised image, if the allowlist admits it (a languages file's
+/// images are in it: `Config`).
 fn image_field(value: &Value, bounds: &Bounds<'_>) -> Result<String, String> {
     let image = text_field(value)?;
-    let normalised = crate::images::normalise(image)?.to_string();
-    let is_profile_image = bounds
-        .languages
-        .images()
-        .iter()
-        .any(|profile_image| crate::images::normalise(profile_image).is_ok_and(|profile| profile.to_string() == normalised));
-    if is_profile_image {
-        return Ok(normalised);
-    }
+    crate::images::normalise(image)?;
     bounds.allowlist.check(image).map(|checked| checked.to_string()).map_err(|why| format!("{why} (MCP_K8S_ALLOWED_IMAGES)"))
 }
 
@@ -314,8 +305,9 @@ mod tests {
     use super::*;
 
     fn check(text: &str) -> Result<Vec<Pool>, Error> {
-        let allowlist = Allowlist::parse("busybox:1.36,mcp-k8s-test.local/*").unwrap();
-        let languages = Languages::load(None, 600).unwrap();
+        let allowlist = Allowlist::parse("busybox:1.36,mcp-k8s-test.local/*,python:3.12-slim,node:22-slim").unwrap();
+        let mut languages = Languages::load(None, 600).unwrap();
+        languages.keep_allowed(&allowlist);
         let bounds = Bounds { allowlist: &allowlist, languages: &languages, network_modes: &[NetworkMode::None, NetworkMode::Open] };
         parse(Path::new("F"), text, &bounds)
     }
@@ -374,9 +366,15 @@ mod tests {
             (r#"[{"name": 7}]"#.to_string(), field_error("#0", "name", "must be a string, not an integer")),
             ("[3]".to_string(), field_error("#0", "(pool)", "must be an object of fields, not an integer")),
             (r#"[{"name": "p", "network": "none", "size": 1}]"#.to_string(), field_error("p", "image", "is required")),
+            (pool(r#", "language": "ruby""#), field_error("p", "language", "unknown `language` `ruby`; available: javascript, python")),
             (
-                pool(r#", "language": "ruby""#),
-                field_error("p", "language", "`ruby` is not a language profile; known: bash, go, javascript, python"),
+                r#"[{"name": "p", "language": "go", "image": "busybox:1.36", "network": "none", "size": 1}]"#.to_string(),
+                field_error(
+                    "p",
+                    "language",
+                    "language `go` is not available on this server: its image `golang:1.23` is not in MCP_K8S_ALLOWED_IMAGES \
+                     (ask the operator to allow it); available: javascript, python",
+                ),
             ),
             (
                 pool(r#", "language": "javascript""#),
@@ -391,7 +389,7 @@ mod tests {
                 field_error(
                     "p",
                     "image",
-                    "image `alpine:3` is not allowed; allowed: busybox:1.36, mcp-k8s-test.local/* (MCP_K8S_ALLOWED_IMAGES)",
+                    "image `alpine:3` is not allowed; allowed: busybox:1.36, mcp-k8s-test.local/*, python:3.12-slim, node:22-slim (MCP_K8S_ALLOWED_IMAGES)",
                 ),
             ),
             (

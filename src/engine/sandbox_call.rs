@@ -81,6 +81,7 @@ pub fn open(ctx: &Ctx, opening: &Opening) -> Result<Seen, Refusal> {
     if limits.max_open == 0 {
         return Err(refusal(RunReason::SandboxLimit, "this server opens no sandboxes (MCP_K8S_MAX_SANDBOXES=0); use run_job"));
     }
+    let opening_here = ctx.slots.sandbox_opening();
     let now = now_ms();
     let open_now = list_open(store, now)?.len();
     if open_now >= limits.max_open {
@@ -122,6 +123,7 @@ pub fn open(ctx: &Ctx, opening: &Opening) -> Result<Seen, Refusal> {
             ),
         ));
     }
+    drop(opening_here);
     match await_running(ctx, &name) {
         Ok(()) => {}
         Err(refused) => {

@@ -53,6 +53,10 @@ struct Shared {
     changed: Condvar,
     max_running: usize,
     max_queued: usize,
+    /// One sandbox opening at a time counts the open ones and creates its
+    /// own: two that both counted before either created would pass the
+    /// limit together (`engine::sandbox_call::open`).
+    sandbox_opening: Gate,
 }
 
 struct State {
@@ -100,8 +104,16 @@ impl Slots {
                 changed: Condvar::new(),
                 max_running: max_running.max(1),
                 max_queued,
+                sandbox_opening: Gate::new(1),
             }),
         }
+    }
+
+    /// Held while a sandbox opening counts the open sandboxes and creates
+    /// its own (a few API calls), so openings in this process never pass
+    /// the limit together; other replicas' are settled after the create.
+    pub fn sandbox_opening(&self) -> Inside<'_> {
+        self.shared.sandbox_opening.enter()
     }
 
     /// Waits for a slot in arrival order; gives up when `cancel` fires.

@@ -366,17 +366,12 @@ impl Server {
             return Err(invalid_params(format!("unknown tool: `{}`; available: {available}", echo::shorten(name))));
         };
         let (tool_name, handler) = (tool.name, tool.handler);
-        if !session.caller().may_use_tool(tool_name) {
-            return Err(invalid_params(format!(
-                "tool `{tool_name}` is not allowed for caller `{}` (its limit `tools`); allowed: {}",
-                session.caller().name,
-                self.registry.names().into_iter().filter(|name| session.caller().may_use_tool(name)).collect::<Vec<_>>().join(", ")
-            )));
-        }
+        let task = params.get("task").is_some_and(|task| !task.is_null());
+        self.check_tool_allowed(session.caller(), tool_name, task)?;
         let progress_token = params.get("_meta").and_then(|meta| meta.get("progressToken")).and_then(RequestId::from_json);
         // A task-augmented call (tasks utility): the run starts and the
         // task comes back at once. Tools without `taskSupport` forbid it.
-        if params.get("task").is_some_and(|task| !task.is_null()) {
+        if task {
             if !tools::background::TASK_TOOLS.contains(&tool_name) {
                 return Err(ResponseError::new(
                     ErrorCode::MethodNotFound,
@@ -396,6 +391,30 @@ impl Server {
         };
         let call = CallStart { name: tool_name, trace, work: Work::Tool(handler), arguments, progress_token, message_bytes, era };
         self.spawn_call(session, request_id, call, outbox)
+    }
+
+    /// The caller's `tools` limit for a call of `tool`. A task is a run in
+    /// the background, which is what `submit_job` starts: a caller needs
+    /// that tool too, so a limit without it keeps the caller's runs in
+    /// the foreground on every path.
+    fn check_tool_allowed(&self, caller: &Caller, tool: &str, task: bool) -> Result<(), ResponseError> {
+        let allowed = || self.registry.names().into_iter().filter(|name| caller.may_use_tool(name)).collect::<Vec<_>>().join(", ");
+        if !caller.may_use_tool(tool) {
+            return Err(invalid_params(format!(
+                "tool `{tool}` is not allowed for caller `{}` (its limit `tools`); allowed: {}",
+                caller.name,
+                allowed()
+            )));
+        }
+        if task && !caller.may_use_tool(tools::background::SUBMIT_JOB) {
+            return Err(invalid_params(format!(
+                "a task runs in the background, as submit_job does, which caller `{}` may not use (its limit `tools`); \
+                 call `{tool}` without `task`; allowed: {}",
+                caller.name,
+                allowed()
+            )));
+        }
+        Ok(())
     }
 
     /// The conformance fixture called `name`, when they are served.

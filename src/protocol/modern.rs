@@ -110,6 +110,9 @@ impl Server {
                     self.fixture_call(fixture.name, plan, params, message_bytes, era)
                         .and_then(|call| self.spawn_call(session, &id, call, outbox.clone()))
                 } else if let Some(tool_name) = task_tool.filter(|_| envelope.tasks_extension) {
+                    if let Err(error) = self.check_tool_allowed(session.caller(), tool_name, true) {
+                        return send_response(&outbox, &Response { id: Some(id), result: Err(error) });
+                    }
                     let work = Work::Raw(tasks_extension::create);
                     let call = CallStart {
                         name: tool_name,

@@ -459,7 +459,11 @@ fn snippets_are_resources_when_a_folder_is_configured() {
     std::fs::write(dir.join("hello.py"), "print('hi')\n").unwrap();
     std::fs::write(dir.join("notes.txt"), "n").unwrap();
     let dir_text = dir.to_string_lossy().into_owned();
-    let raw = RawConfig::from_lookup(|name| (name == "MCP_K8S_SNIPPETS_DIR").then(|| dir_text.clone()));
+    let raw = RawConfig::from_lookup(|name| match name {
+        "MCP_K8S_SNIPPETS_DIR" => Some(dir_text.clone()),
+        "MCP_K8S_ALLOWED_IMAGES" => Some("python:3.12-slim".to_string()),
+        _ => None,
+    });
     let server = Arc::new(Server::new(tools::Ctx::new(Config::from_raw(&raw).unwrap(), Err("no cluster in protocol tests".into()))));
     let session = Arc::new(Session::whole_server("stdio"));
     let (_, initialized) = exchange(&server, &session, INITIALIZE);

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::callers::{Caller, Ledger, Refusal, Ticket};
+use crate::callers::{Caller, Ledger, Ticket};
 use crate::engine::jobs::OnEnd;
 use crate::engine::spec::RunSpec;
 use crate::metrics;
@@ -44,23 +44,41 @@ pub fn admit(
     spec: &mut RunSpec,
     default_cpu: &crate::quantity::Quantity,
 ) -> Result<Admitted, String> {
-    let refused = |limit: &'static str, message: String| {
-        metrics::caller_run(&caller.name, site, limit);
-        message
-    };
-    caller.check_site(site).map_err(|message| refused("sites", message))?;
-    caller.check_image(&spec.image).map_err(|message| refused("images", message))?;
+    check_site(caller, site)?;
+    caller.check_image(&spec.image).map_err(|message| refused(caller, site, "images", message))?;
     let cores = cores(spec.cpu_limit.as_ref().unwrap_or(default_cpu));
-    let ticket = ledger.admit(caller, cores).map_err(|refusal| {
-        let limit = match refusal {
-            Refusal::ConcurrentRuns { .. } => "concurrent_runs",
-            Refusal::CpuSeconds { .. } => "cpu_seconds_per_hour",
-        };
-        refused(limit, refusal.message(&caller.name))
-    })?;
+    let ticket = ledger.admit(caller, cores).map_err(|refusal| refused(caller, site, refusal.limit(), refusal.message(&caller.name)))?;
     metrics::caller_run(&caller.name, site, "admitted");
     spec.owner = caller.owner().map(str::to_string);
     Ok(Admitted { ticket, caller: caller.name.clone() })
+}
+
+/// Admits a sandbox's opening for `caller`: its site and its image as a
+/// run's, and refused while the counted limits would refuse a run (no call
+/// could run in it). Nothing is counted here: each call in the sandbox is
+/// admitted as a run (`admit`), counted while it runs.
+pub fn admit_sandbox(ledger: &Ledger, caller: &Caller, site: &str, image: &str) -> Result<(), String> {
+    precheck(ledger, caller, site)?;
+    caller.check_image(image).map_err(|message| refused(caller, site, "images", message))
+}
+
+/// What can be checked of a run before its image is known: its site and
+/// the counted limits. A call in a sandbox is checked so before it looks
+/// the sandbox up, so a refused call asks the site nothing; `admit` then
+/// admits it as any run once its image is known.
+pub fn precheck(ledger: &Ledger, caller: &Caller, site: &str) -> Result<(), String> {
+    check_site(caller, site)?;
+    ledger.check(caller).map_err(|refusal| refused(caller, site, refusal.limit(), refusal.message(&caller.name)))
+}
+
+fn check_site(caller: &Caller, site: &str) -> Result<(), String> {
+    caller.check_site(site).map_err(|message| refused(caller, site, "sites", message))
+}
+
+/// A refusal by `limit`, counted.
+fn refused(caller: &Caller, site: &str, limit: &'static str, message: String) -> String {
+    metrics::caller_run(&caller.name, site, limit);
+    message
 }
 
 /// CPUs of a quantity (`500m` is 0.5).

@@ -30,6 +30,10 @@ pub const MAX_WAIT_S: u64 = 120;
 /// Tools that may be called as MCP tasks (`execution.taskSupport`).
 pub const TASK_TOOLS: &[&str] = &["run_job", execute_code::NAME];
 
+/// The tool that starts a run in the background; a caller needs it for
+/// tasks too (a task is a background run).
+pub const SUBMIT_JOB: &str = "submit_job";
+
 /// The four tools, in `tools/list` order.
 pub fn tools(config: &crate::config::Config) -> Vec<Tool> {
     vec![submit_job_tool(config), fetch_job_tool(), cancel_job_tool(), list_jobs_tool()]
@@ -209,7 +213,7 @@ pub fn task_cancel(ctx: &Ctx, caller: &Caller, task_id: &str) -> Result<TaskStat
 
 fn submit_job_tool(config: &crate::config::Config) -> Tool {
     Tool {
-        name: "submit_job",
+        name: SUBMIT_JOB,
         title: "Start a command in a throwaway Kubernetes pod, in the background",
         description: format!(
             "Same arguments as run_job, checked in full before anything starts, but returns IMMEDIATELY with a \
@@ -238,20 +242,47 @@ fn submit_job_tool(config: &crate::config::Config) -> Tool {
 fn submit_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     match submit(ctx, call) {
         Ok(submitted) => ToolOutcome::Success(json!({"job_token": submitted.token, "status": "submitted"})),
-        Err(error) => ToolOutcome::Failure(error.to_string()),
+        // As run_job answers the same refusal (a busy sandbox, a quota):
+        // a result with its status, reason and message.
+        Err(NotSubmitted::Refused(outcome)) => {
+            ToolOutcome::SuccessWithContent { structured: job_result::outcome_json(&outcome), extra_content: Vec::new() }
+        }
+        Err(NotSubmitted::Call(error)) => ToolOutcome::Failure(error.to_string()),
     }
 }
 
-fn submit(ctx: &Ctx, call: &Call<'_>) -> Result<Submitted, CallError> {
+/// Why submit_job started nothing: refused by the sandbox or the cluster
+/// before the run existed, or a call the caller must change or retry.
+enum NotSubmitted {
+    Refused(Box<crate::engine::spec::RunOutcome>),
+    Call(CallError),
+}
+
+impl From<CallError> for NotSubmitted {
+    fn from(error: CallError) -> NotSubmitted {
+        NotSubmitted::Call(error)
+    }
+}
+
+impl From<background::Error> for NotSubmitted {
+    fn from(error: background::Error) -> NotSubmitted {
+        match error {
+            background::Error::Refused { outcome } => NotSubmitted::Refused(outcome),
+            error => NotSubmitted::Call(error.into()),
+        }
+    }
+}
+
+fn submit(ctx: &Ctx, call: &Call<'_>) -> Result<Submitted, NotSubmitted> {
     let _starting = STARTING.enter();
     let (arguments, keyed, site) =
-        idempotency::split("submit_job", call.arguments, call.caller).and_then(super::with_site).map_err(CallError::Invalid)?;
+        idempotency::split(SUBMIT_JOB, call.arguments, call.caller).and_then(super::with_site).map_err(CallError::Invalid)?;
     let (arguments, sandbox) = match sandbox_args(ctx, call.caller, "run_job", (site.as_deref(), keyed.is_some()), arguments) {
         Ok(split) => split,
         Err(run_job::Unusable::Refused(refused)) => {
-            return Err(background::Error::Refused { outcome: Box::new(refused.outcome(&engine::run::new_run_id())) }.into());
+            return Err(NotSubmitted::Refused(Box::new(refused.outcome(&engine::run::new_run_id()))));
         }
-        Err(run_job::Unusable::Invalid(why)) => return Err(CallError::Invalid(why)),
+        Err(run_job::Unusable::Invalid(why)) => return Err(CallError::Invalid(why).into()),
     };
     let mut spec = job_spec(ctx, &arguments)?;
     let (site, engine) = site_engine(ctx, site.as_deref())?;
@@ -259,7 +290,7 @@ fn submit(ctx: &Ctx, call: &Call<'_>) -> Result<Submitted, CallError> {
     let arrived = std::time::Instant::now();
     let keyed = keyed.map(|keyed| keyed.of_site(engine.site.as_deref()));
     let submitted = start(engine, (sandbox.as_ref(), keyed.as_ref()), &spec, TokenKind::Job, (call.trace, Some(admitted.on_end())));
-    super::audit_submit(call.caller, site, "submit_job", &spec, &submitted, arrived);
+    super::audit_submit(call.caller, site, SUBMIT_JOB, &spec, &submitted, arrived);
     Ok(submitted?)
 }
 

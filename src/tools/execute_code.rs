@@ -4,8 +4,9 @@
 //! (`snippet_name`); the language profile gives the image, the argv, the
 //! defaults and the environment. The call becomes `run_job` arguments and
 //! goes through `job_args::parse_run_args`, so it gets the same `RunSpec`,
-//! caps, cancel, progress and `truncated` as `run_job`; a profile's image is
-//! allowed by being configured, whatever MCP_K8S_ALLOWED_IMAGES says.
+//! caps, cancel, progress and `truncated` as `run_job`, and the same
+//! allowlist: a language whose image it refuses is not offered
+//! (`Languages::keep_allowed`).
 //!
 //! Knows nothing of backends or JSON-RPC: the run is the engine's, the
 //! result JSON `job_result`'s, snippet files `snippets`'.
@@ -15,7 +16,6 @@ use serde_json::{Map, Value, json};
 
 use crate::config::Config;
 use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
-use crate::images::Allowlist;
 use crate::languages::Profile;
 use crate::tools::job_args::{self, ArgBounds};
 use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, idempotency, job_result, run_job, snippets};
@@ -44,9 +44,7 @@ pub fn parse_execute_args(arguments: &Map<String, Value>, config: &Config) -> Re
         return Err(format!("unknown argument `{}`; accepted: {}", crate::echo::shorten(unknown), FIELDS.join(", ")));
     }
     let source = parse_source(arguments, config)?;
-    let profile = config.languages.get(&source.language).ok_or_else(|| {
-        format!("unknown `language` `{}`; available: {}", crate::echo::shorten(&source.language), config.languages.names().join(", "))
-    })?;
+    let profile = config.languages.profile(&source.language)?;
     let filename = match optional_string(arguments, "entrypoint_filename")? {
         Some(filename) => check_entrypoint(filename)?,
         None => source.filename.unwrap_or_else(|| profile.filename.clone()),
@@ -65,10 +63,8 @@ pub fn parse_execute_args(arguments: &Map<String, Value>, config: &Config) -> Re
     if let Some(network) = arguments.get("network") {
         run_args.insert("network".to_string(), network.clone());
     }
-    let allowlist = Allowlist::parse(&profile.image)
-        .map_err(|(image, why)| format!("language `{}` has an unusable image `{image}` ({why}); tell the operator", profile.name))?;
     let bounds = ArgBounds {
-        allowlist: &allowlist,
+        allowlist: &config.allowed_images,
         default_timeout: std::time::Duration::from_secs(profile.timeout_s),
         max_timeout: std::time::Duration::from_secs(config.max_timeout_s),
         clone_enabled: false,
@@ -344,6 +340,7 @@ mod tests {
     fn config_with(snippets_dir: Option<&str>) -> Config {
         let raw = RawConfig::from_lookup(|name| match name {
             "MCP_K8S_SNIPPETS_DIR" => snippets_dir.map(str::to_string),
+            "MCP_K8S_ALLOWED_IMAGES" => Some(crate::languages::BUILT_IN_IMAGES.to_string()),
             _ => None,
         });
         Config::from_raw(&raw).unwrap()
@@ -409,7 +406,11 @@ mod tests {
         assert_eq!(parse(json!({"language": "bash", "entrypoint_code": "true"})).unwrap().network, NetworkMode::None);
         let open = parse(json!({"language": "bash", "entrypoint_code": "true", "network": "open"})).unwrap();
         assert_eq!(open.network, NetworkMode::Open);
-        let raw = RawConfig::from_lookup(|name| (name == "MCP_K8S_NETWORK_MODES").then(|| "restricted,open".to_string()));
+        let raw = RawConfig::from_lookup(|name| match name {
+            "MCP_K8S_NETWORK_MODES" => Some("restricted,open".to_string()),
+            "MCP_K8S_ALLOWED_IMAGES" => Some(crate::languages::BUILT_IN_IMAGES.to_string()),
+            _ => None,
+        });
         let no_none = Config::from_raw(&raw).unwrap();
         let Value::Object(plain) = json!({"language": "bash", "entrypoint_code": "true"}) else { unreachable!() };
         assert_eq!(parse_execute_args(&plain, &no_none).unwrap().network, NetworkMode::Open, "the operator's default");

@@ -863,7 +863,7 @@ mod tests {
 
     fn ctx() -> Ctx {
         let raw = RawConfig::from_lookup(|name| match name {
-            "MCP_K8S_ALLOWED_IMAGES" => Some("python:3.12,busybox".into()),
+            "MCP_K8S_ALLOWED_IMAGES" => Some("python:3.12,busybox,golang:1.23".into()),
             "MCP_K8S_JOB_EXTRA_ENV" => Some(r#"{"TOKEN":"secret-value"}"#.into()),
             "MCP_K8S_TEST_TOOLS" => Some("1".into()),
             _ => None,
@@ -919,12 +919,14 @@ mod tests {
     fn describe_environment_reports_config_but_no_env_values() {
         let (outcome, _) = run("describe_environment", json!({}));
         let ToolOutcome::Success(result) = outcome else { panic!("{outcome:?}") };
-        assert_eq!(result["allowed_images"], json!(["python:3.12", "busybox"]));
+        assert_eq!(result["allowed_images"], json!(["python:3.12", "busybox", "golang:1.23"]));
         assert_eq!(result["timeout_s"], json!({ "default": 60, "max": 600 }));
         assert_eq!(result["namespace"], "mcp-ephemeral");
         assert_eq!(result["cache_mount_path"], Value::Null);
         assert_eq!(result["extra_env_names"], json!(["TOKEN"]));
         assert!(!result.to_string().contains("secret-value"));
+        let languages: Vec<&Value> = result["languages"].as_array().unwrap().iter().map(|language| &language["language"]).collect();
+        assert_eq!(languages, ["go"], "only the languages whose image is allowed (python's is python:3.12-slim)");
         let go = result["languages"].as_array().unwrap().iter().find(|language| language["language"] == "go").unwrap();
         assert_eq!(go["image"], "golang:1.23");
         assert_eq!(go["command"], json!(["go", "run", "{file}"]));

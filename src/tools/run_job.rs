@@ -371,6 +371,8 @@ pub fn in_sandbox<'a>(
 ) -> Result<(super::Arguments<'a>, Option<Named>), Unusable> {
     let (arguments, sandbox) = split_sandbox(arguments).map_err(Unusable::Invalid)?;
     let Some(id) = sandbox else { return Ok((arguments, None)) };
+    let named = ctx.site(site).map_err(Unusable::Invalid)?;
+    super::admission::precheck(&ctx.ledger, caller, &named.name).map_err(Unusable::Invalid)?;
     if code {
         // execute_code's: its language names the image.
         if arguments.get("network").is_some_and(|value| !value.is_null()) {

@@ -103,7 +103,12 @@ fn open_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(opening) => opening,
         Err(why) => return ToolOutcome::Failure(why),
     };
-    let engine = match ctx.engine_of(site.as_deref()) {
+    // The caller's limits before anything is asked of the site: a refused
+    // opening creates nothing.
+    let admitted = ctx
+        .site(site.as_deref())
+        .and_then(|named| super::admission::admit_sandbox(&ctx.ledger, call.caller, &named.name, &opening.spec.image).map(|()| named));
+    let engine = match admitted.and_then(|named| named.engine.as_ref().map_err(|why| super::no_backend(why))) {
         Ok(engine) => engine,
         Err(why) => return ToolOutcome::Failure(why),
     };
@@ -165,22 +170,16 @@ fn parse_open(arguments: &Map<String, Value>, config: &Config, owner: Option<&st
     let idle_timeout = seconds("idle_timeout_s", sandboxes::DEFAULT_IDLE_TIMEOUT.as_secs().min(max_lifetime), 1, max_lifetime)?;
     let language = arguments.get("language").and_then(Value::as_str);
     let mut run_args = Map::new();
-    let (allowlist, network_default);
     let bounds = match (arguments.get("image"), language) {
         (Some(image), None) => {
             run_args.insert("image".into(), image.clone());
             arg_bounds(config)
         }
         (None, Some(language)) => {
-            let profile = config.languages.get(language).ok_or_else(|| {
-                format!("unknown `language` `{}`; available: {}", crate::echo::shorten(language), config.languages.names().join(", "))
-            })?;
+            let profile = config.languages.profile(language)?;
             run_args.insert("image".into(), json!(profile.image));
             run_args.insert("limits".into(), json!({"cpu": profile.cpu.as_str(), "memory": profile.memory.as_str()}));
-            allowlist = crate::images::Allowlist::parse(&profile.image)
-                .map_err(|(image, why)| format!("language `{language}` has an unusable image `{image}` ({why}); tell the operator"))?;
-            network_default = config.execute_code_network_default();
-            ArgBounds { allowlist: &allowlist, network_default, clone_enabled: false, ..arg_bounds(config) }
+            ArgBounds { network_default: config.execute_code_network_default(), clone_enabled: false, ..arg_bounds(config) }
         }
         _ => return Err("give one of `image` and `language`".to_string()),
     };

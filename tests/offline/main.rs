@@ -16,6 +16,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admission;
 mod architecture;
 mod config_errors;
 mod deploy_manifests;

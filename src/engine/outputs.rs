@@ -246,17 +246,34 @@ pub fn parse_uri(uri: &str) -> Result<Request, ReadError> {
             Entry::File(path)
         }
     };
-    let (mut offset, mut length) = (0u64, DEFAULT_PIECE);
+    let (mut offset, mut length) = (None, None);
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let number = value.parse::<u64>().map_err(|_| bad(&format!("has `{key}` that is not a whole number")))?;
-        match key {
-            "offset" => offset = number,
-            "length" => length = number.min(MAX_PIECE),
+        let slot = match key {
+            "offset" => &mut offset,
+            "length" => &mut length,
             _ => return Err(bad(&format!("has an unknown parameter `{key}`"))),
+        };
+        // Which of two values was meant is a guess: refused, not taken.
+        if slot.is_some() {
+            return Err(bad(&format!("has `{key}` twice; give each parameter once")));
         }
+        *slot = Some(parse_number(value).map_err(|why| bad(&format!("has `{key}` that {why}")))?);
     }
+    // A length past u64 is over the piece limit like any other: cut.
+    let length = length.map_or(DEFAULT_PIECE, |length| length.unwrap_or(u64::MAX).min(MAX_PIECE));
+    let offset =
+        offset.map_or(Ok(0), |offset| offset.ok_or_else(|| bad(&format!("has `offset` that is too large: at most {}", u64::MAX))))?;
     Ok(Request { run_id: run_id.to_string(), entry, offset, length })
+}
+
+/// A query's number: ASCII digits only. `Ok(None)` when it is a whole
+/// number too large for u64 (what that means is the parameter's to say).
+fn parse_number(value: &str) -> Result<Option<u64>, &'static str> {
+    if value.is_empty() || !value.bytes().all(|byte| byte.is_ascii_digit()) {
+        return Err("is not a whole number");
+    }
+    Ok(value.parse::<u64>().ok())
 }
 
 /// What a run's folder may be named: what a run id is (and nothing that
@@ -784,6 +801,34 @@ mod tests {
         ];
         for (case, uri, expected) in cases {
             assert_eq!(parse_uri(&uri).map_err(|_| ()), expected, "{case}");
+        }
+    }
+
+    /// Regression: `offset=5&offset=6` silently read from 6, and an offset
+    /// past u64 was "not a whole number".
+    #[test]
+    fn a_repeated_or_oversized_number_in_a_uri_is_refused_saying_which() {
+        let cases = [
+            ("offset=5&offset=6", Err("has `offset` twice; give each parameter once")),
+            ("length=1&offset=2&length=1", Err("has `length` twice; give each parameter once")),
+            ("offset=18446744073709551616", Err("has `offset` that is too large: at most 18446744073709551615")),
+            ("offset=1x", Err("has `offset` that is not a whole number")),
+            ("offset=", Err("has `offset` that is not a whole number")),
+            ("offset=+1", Err("has `offset` that is not a whole number")),
+            ("offset=18446744073709551615", Ok((u64::MAX, DEFAULT_PIECE))),
+            ("length=99999999999999999999999", Ok((0, MAX_PIECE))),
+        ];
+        for (query, expected) in cases {
+            let parsed = parse_uri(&format!("job://{RUN}/stdout?{query}"));
+            match expected {
+                Ok((offset, length)) => {
+                    assert_eq!(parsed, Ok(Request { run_id: RUN.into(), entry: Entry::Stdout, offset, length }), "{query}");
+                }
+                Err(why) => {
+                    let message = parsed.map(|_| String::new()).unwrap_or_else(|error| error.to_string());
+                    assert!(message.contains(&format!("/stdout?{query}` {why}; ")), "{query}: {message}");
+                }
+            }
         }
     }
 

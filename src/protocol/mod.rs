@@ -366,6 +366,7 @@ impl Server {
             return Err(invalid_params(format!("unknown tool: `{}`; available: {available}", echo::shorten(name))));
         };
         let (tool_name, handler) = (tool.name, tool.handler);
+        refuse_input_answers(&params)?;
         let task = params.get("task").is_some_and(|task| !task.is_null());
         self.check_tool_allowed(session.caller(), tool_name, task)?;
         let progress_token = params.get("_meta").and_then(|meta| meta.get("progressToken")).and_then(RequestId::from_json);
@@ -941,6 +942,20 @@ fn complete(mut result: Value) -> Value {
         object.insert("resultType".into(), json!("complete"));
     }
     result
+}
+
+/// `inputResponses` and `requestState` answer an input-required result,
+/// which only the conformance fixtures give (`fixtures::input`): a tool of
+/// this server never asks, so a call carrying them is refused rather than
+/// run as if the answers had been read.
+fn refuse_input_answers(params: &Map<String, Value>) -> Result<(), ResponseError> {
+    let given = ["inputResponses", "requestState"].iter().any(|key| params.get(*key).is_some_and(|value| !value.is_null()));
+    match given {
+        true => Err(invalid_params(
+            "`inputResponses` and `requestState` answer an input request, and this server's tools never ask for input; call again without them",
+        )),
+        false => Ok(()),
+    }
 }
 
 fn invalid_params(message: impl Into<String>) -> ResponseError {

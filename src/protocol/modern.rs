@@ -22,8 +22,8 @@ use serde_json::{Map, Value, json};
 use super::era::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
 use super::jsonrpc::{ErrorCode, Request, Response, ResponseError};
 use super::{
-    CallStart, CallTrace, EraCall, Outbox, Server, Session, Work, complete, fixtures, invalid_params, list_tools, resources, send_response,
-    tasks_extension,
+    CallStart, CallTrace, EraCall, Outbox, Server, Session, Work, complete, fixtures, invalid_params, list_tools, refuse_input_answers,
+    resources, send_response, tasks_extension,
 };
 use crate::echo;
 use crate::log::Level;
@@ -123,7 +123,7 @@ impl Server {
                         message_bytes,
                         era: EraCall::Modern { log_level: None },
                     };
-                    self.spawn_call(session, &id, call, outbox.clone())
+                    refuse_input_answers(&call.arguments).and_then(|()| self.spawn_call(session, &id, call, outbox.clone()))
                 } else {
                     self.start_call(session, &id, params, outbox.clone(), message_bytes, EraCall::Modern { log_level: envelope.log_level })
                 };

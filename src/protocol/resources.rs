@@ -47,13 +47,14 @@ pub fn handle(method: &str, ctx: &Ctx, caller: &Caller, params: &Map<String, Val
             Some(dir) => list(dir, config, params),
             None => Ok(json!({ "resources": [] })),
         },
-        "resources/read" => match params.get("uri") {
-            Some(Value::String(uri)) if links::is_ours(uri) => read_output(ctx, caller, uri),
-            _ => match dir {
-                Some(dir) => read(dir, config, params),
-                None => read_missing(params),
-            },
-        },
+        "resources/read" => {
+            let uri = uri_param(params)?;
+            match dir {
+                _ if links::is_ours(uri) => read_output(ctx, caller, uri),
+                Some(dir) => read(dir, config, uri),
+                None => read_missing(uri),
+            }
+        }
         // Every snippet is listed by its own URI; stored outputs have
         // templates.
         _ => Ok(json!({ "resourceTemplates": if config.outputs.is_some() { links::templates() } else { json!([]) } })),
@@ -69,9 +70,18 @@ fn read_output(ctx: &Ctx, caller: &Caller, uri: &str) -> Result<Value, ResponseE
     }
 }
 
+/// The `uri` of a `resources/read`: a string, or the params are wrong
+/// whatever resources the server has.
+fn uri_param(params: &Map<String, Value>) -> Result<&str, ResponseError> {
+    match params.get("uri") {
+        Some(Value::String(uri)) => Ok(uri),
+        Some(_) => Err(ResponseError::new(ErrorCode::InvalidParams, "`uri` must be a string")),
+        None => Err(ResponseError::new(ErrorCode::InvalidParams, "missing `uri`")),
+    }
+}
+
 /// A read of anything but a stored output on a server without snippets.
-fn read_missing(params: &Map<String, Value>) -> Result<Value, ResponseError> {
-    let uri = params.get("uri").and_then(Value::as_str).unwrap_or_default();
+fn read_missing(uri: &str) -> Result<Value, ResponseError> {
     Err(ResponseError::new(
         ErrorCode::ResourceNotFound,
         format!(
@@ -96,12 +106,7 @@ fn list(dir: &Path, config: &Config, params: &Map<String, Value>) -> Result<Valu
     Ok(json!({ "resources": resources }))
 }
 
-fn read(dir: &Path, config: &Config, params: &Map<String, Value>) -> Result<Value, ResponseError> {
-    let uri = match params.get("uri") {
-        Some(Value::String(uri)) => uri,
-        Some(_) => return Err(ResponseError::new(ErrorCode::InvalidParams, "`uri` must be a string")),
-        None => return Err(ResponseError::new(ErrorCode::InvalidParams, "missing `uri`")),
-    };
+fn read(dir: &Path, config: &Config, uri: &str) -> Result<Value, ResponseError> {
     let not_found = |why: String| ResponseError::new(ErrorCode::ResourceNotFound, why);
     let Some(name) = uri.strip_prefix(snippets::URI_PREFIX) else {
         return Err(not_found(format!(

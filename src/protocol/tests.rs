@@ -513,3 +513,52 @@ fn resources_are_not_declared_without_a_snippets_folder() {
     let (_, initialized) = exchange(&server, &session, INITIALIZE);
     assert_eq!(initialized[0]["result"]["capabilities"].get("resources"), None);
 }
+
+/// Regression: a `resources/read` without a string `uri` was answered
+/// "resource not found: ``" on a server whose only resources are stored
+/// outputs; with or without snippets it is the caller's params at fault.
+#[test]
+fn a_resources_read_without_a_string_uri_is_invalid_params() {
+    let dir = std::env::temp_dir().join(format!("mcp-protocol-uri-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir_text = dir.to_string_lossy().into_owned();
+    for setting in ["MCP_K8S_OUTPUTS_DIR", "MCP_K8S_SNIPPETS_DIR"] {
+        let raw = RawConfig::from_lookup(|name| (name == setting).then(|| dir_text.clone()));
+        let server = Arc::new(Server::new(tools::Ctx::new(Config::from_raw(&raw).unwrap(), Err("no cluster in protocol tests".into()))));
+        let session = initialized_session(&server);
+        let cases = [(r#"{}"#, "missing `uri`"), (r#"{"uri":5}"#, "`uri` must be a string"), (r#"{"uri":null}"#, "`uri` must be a string")];
+        for (params, message) in cases {
+            let input = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{params}}}"#);
+            let (_, answered) = exchange(&server, &session, &input);
+            assert_eq!(answered, [error(json!(1), -32602, message)], "{setting}: {params}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Regression: `inputResponses` and `requestState` on a call to a tool
+/// were silently dropped; no tool of this server asks for input, so they
+/// are refused, in both eras' calls and a task-augmented one.
+#[test]
+fn input_answers_to_a_tool_that_never_asks_are_refused() {
+    let refused =
+        "`inputResponses` and `requestState` answer an input request, and this server's tools never ask for input; call again without them";
+    let cases = [
+        (r#""inputResponses":{"user_name":{"action":"accept"}}"#, Some(refused)),
+        (r#""requestState":"abc""#, Some(refused)),
+        (r#""inputResponses":{},"requestState":"abc""#, Some(refused)),
+        (r#""inputResponses":{},"task":{}"#, Some(refused)),
+        (r#""requestState":null"#, None),
+        (r#""arguments":{}"#, None),
+    ];
+    for (extra, expected) in cases {
+        let server = server();
+        let session = initialized_session(&server);
+        let input = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"describe_environment",{extra}}}}}"#);
+        let (_, answered) = exchange(&server, &session, &input);
+        match expected {
+            Some(message) => assert_eq!(answered, [error(json!(1), -32602, message)], "{extra}"),
+            None => assert!(answered.last().is_some_and(|answer| answer.get("result").is_some()), "{extra}: {answered:?}"),
+        }
+    }
+}

@@ -20,6 +20,7 @@ pub mod job_result;
 pub mod links;
 pub mod run_job;
 pub mod sandboxes;
+pub mod site_health;
 pub mod snippets;
 
 use std::fmt;
@@ -44,6 +45,8 @@ pub struct Ctx {
     pub named_sites: bool,
     /// Every caller's counted limits, in this process.
     pub ledger: std::sync::Arc<crate::callers::Ledger>,
+    /// Each site's health asks, in the order of `sites`.
+    pub site_health: Vec<std::sync::Arc<site_health::SiteHealth>>,
 }
 
 /// One site's job engine, or why there is none (no usable cluster
@@ -62,7 +65,8 @@ impl Ctx {
 
     /// A server with `sites`, the default first.
     pub fn with_sites(config: Config, sites: Vec<SiteEngine>, named_sites: bool) -> Ctx {
-        Ctx { config, sites, named_sites, ledger: Default::default() }
+        let site_health = sites.iter().map(|_| Default::default()).collect();
+        Ctx { config, sites, named_sites, ledger: Default::default(), site_health }
     }
 
     /// The default site's engine.
@@ -682,9 +686,25 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 const SITE_HEALTH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Every site, asked at once whether it answers (it lists its runs); one
-/// that has not answered within `SITE_HEALTH_WAIT` is said to be so.
+/// that has not answered within `SITE_HEALTH_WAIT` is said to be so. Calls
+/// share each site's ask and its answer (`site_health`): no thread per call.
 fn sites_view(ctx: &Ctx) -> Vec<Value> {
-    let health = ctx.ask_sites(SITE_HEALTH_WAIT, |engine| engine.backend.list().map(|_| ()).map_err(|error| error.to_string()));
+    let ask = |engine: &crate::engine::run::Ctx| {
+        let engine = engine.clone();
+        move || engine.backend.list().map(|_| ()).map_err(|error| error.to_string())
+    };
+    // Every site's ask starts before any is waited for: one that hangs
+    // holds no other's.
+    for (site, health) in ctx.sites.iter().zip(&ctx.site_health) {
+        if let Ok(engine) = &site.engine {
+            health.start(ask(engine));
+        }
+    }
+    let deadline = std::time::Instant::now() + SITE_HEALTH_WAIT;
+    let health = ctx.sites.iter().zip(&ctx.site_health).map(|(site, health)| match &site.engine {
+        Ok(engine) => health.answer_by(deadline, ask(engine)),
+        Err(why) => Err(no_backend(why)),
+    });
     let configs = match ctx.config.sites.as_slice() {
         [] => vec![&ctx.config],
         sites => sites.iter().map(|site| &site.config).collect(),

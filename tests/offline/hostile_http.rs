@@ -560,6 +560,71 @@ fn every_client_beyond_the_connection_cap_gets_an_answer() {
     });
 }
 
+/// Regression: unauthenticated clients pipelining `GET /metrics` without
+/// ever reading the answers held every connection slot (each thread sat
+/// blocked writing until the write timeout, counted as inside a request,
+/// never evicted), and every authenticated ping got 503. A connection
+/// whose client takes none of its answers now gives up its slot to a
+/// newcomer, as an idle one does.
+#[test]
+fn pipelined_metrics_never_read_take_no_slot_from_an_authenticated_client() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    // A long write timeout: the slots must come free by eviction, not by
+    // the hostile connections timing out. No prober runs meanwhile, so
+    // that the hostile connections take every slot.
+    let mut server = start_server(&[("MCP_K8S_MAX_CONNECTIONS", "8"), ("MCP_K8S_WRITE_TIMEOUT_S", "120")]);
+    let session = initialize(&server.addr);
+    let pipelined = format!("GET /metrics HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr).repeat(200);
+    // Connections are opened until 8 are stalled: one that lands in the
+    // probe reserve (a slot of the initialize may not be free yet) is
+    // answered once and closed. Each sends its first requests at once,
+    // within the head timeout.
+    let mut hostile = Vec::new();
+    for _ in 0..40 {
+        if hostile.len() == 8 {
+            break;
+        }
+        let mut stream = connect(&server.addr);
+        if write_until_the_server_stops_reading(&mut stream, pipelined.as_bytes()) {
+            hostile.push(stream);
+        }
+    }
+    assert_eq!(hostile.len(), 8, "the hostile connections were refused");
+    // Every slot now has a thread blocked writing answers nobody reads.
+    // A client that retries on 503 (as Retry-After tells it) gets in.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut refusals = 0;
+    let answer = loop {
+        match ping(&server.addr, &session) {
+            Ok((503, body)) if body.contains("MCP_K8S_MAX_CONNECTIONS") && Instant::now() < deadline => refusals += 1,
+            other => break other,
+        }
+        // The client's retry pace, not a wait for the server.
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert!(matches!(&answer, Ok((200, body)) if body.contains(r#""result":{}"#)), "after {refusals} refusals: {answer:?}");
+    assert!(server.child.try_wait().unwrap().is_none(), "the server died");
+    let peak_kib = peak_rss_kib(server.child.id());
+    eprintln!("\n| 8 of 8 connections pipelining GET /metrics, never reading | {:.1} | 1 | {refusals} | | | |", peak_kib as f64 / 1024.0);
+    drop(hostile);
+}
+
+/// Writes `bytes` over and over until a write makes no progress for a
+/// second: true when the server has stopped reading (its thread is
+/// blocked writing answers), false when it closed the connection.
+fn write_until_the_server_stops_reading(stream: &mut TcpStream, bytes: &[u8]) -> bool {
+    stream.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match stream.write(bytes) {
+            Ok(written) if written > 0 => {}
+            Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return true,
+            _ => return false,
+        }
+    }
+    panic!("the server read pipelined requests for 30 s without its answers being read");
+}
+
 /// Malformed `Mcp-Name` values in the 2026-07-28 encoded form get 400
 /// with -32020, and the server stays up; a valid one is decoded.
 #[test]

@@ -634,6 +634,18 @@ fn callers_of_a_tokens_file() {
     let deleted = server.request("DELETE", "/mcp", &[("X-MCP-AUTH", "alpha-secret"), ("Mcp-Session-Id", &beta)], "");
     assert_eq!(deleted.status, 404);
     assert_eq!(post(Some("beta-secret"), Some(&beta), ping).status, 200, "beta's session outlived alpha's delete");
+
+    // Regression: a legacy stream of another caller answered 401 where an
+    // unknown session answers 404, which told that the id exists.
+    let legacy = LegacyStream::open_with(&server, &[("X-MCP-AUTH", "beta-secret")]);
+    let post_legacy = |token: &str, endpoint: &str| {
+        server.request("POST", endpoint, &[("Content-Type", "application/json"), ("X-MCP-AUTH", token)], ping)
+    };
+    let unknown = post_legacy("alpha-secret", "/messages?sessionId=nope");
+    let foreign = post_legacy("alpha-secret", &legacy.endpoint);
+    assert_eq!((foreign.status, &foreign.body), (unknown.status, &unknown.body), "another caller's stream looks like none");
+    assert_eq!(foreign.status, 404);
+    assert_eq!(post_legacy("beta-secret", &legacy.endpoint).status, 202, "its maker's token still posts");
 }
 
 /// A tokens file naming a tool the server does not have stops it at start.

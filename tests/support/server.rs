@@ -260,8 +260,14 @@ pub struct LegacyStream {
 
 impl LegacyStream {
     pub fn open(server: &HttpServer) -> LegacyStream {
+        LegacyStream::open_with(server, &[])
+    }
+
+    /// Opens the stream with `headers` (a token) added to the request.
+    pub fn open_with(server: &HttpServer, headers: &[(&str, &str)]) -> LegacyStream {
         let mut stream = TcpStream::connect(&server.addr).unwrap();
-        write!(stream, "GET /sse HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n", server.addr).unwrap();
+        let added: String = headers.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect();
+        write!(stream, "GET /sse HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n{added}\r\n", server.addr).unwrap();
         let mut legacy = LegacyStream { lines: line_channel(stream), endpoint: String::new() };
         legacy.endpoint = legacy.next_data();
         legacy

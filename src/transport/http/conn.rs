@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use super::budget::{Budget, Reservation};
 use super::head::{self, Framing, Head, HeadError, HeadLimits, Method, Version};
 use super::response::{Response, error_response};
+use super::socket::{self, Readiness};
+use super::waiting::{Seat, Wait};
 use crate::cancel::CancelToken;
 
 /// The bounds one connection works under.
@@ -74,6 +76,12 @@ pub struct Conn {
     reusable: bool,
     /// A head was refused: the client may still be sending it.
     refused: bool,
+    /// A regular connection's slot, given up to a newcomer while the
+    /// connection waits on its client (`None`: the probe reserve, which
+    /// is never evicted).
+    seat: Option<Seat>,
+    /// The slot went to a newcomer: the socket is shut down.
+    evicted: bool,
 }
 
 /// What waiting for the next request gave.
@@ -134,8 +142,8 @@ impl BodyError {
 }
 
 impl Conn {
-    pub fn new(socket: Arc<TcpStream>, limits: ConnLimits, stop: CancelToken) -> Conn {
-        Conn { socket, buffer: Vec::new(), limits, stop, body_consumed: true, reusable: true, refused: false }
+    pub fn new(socket: Arc<TcpStream>, limits: ConnLimits, stop: CancelToken, seat: Option<Seat>) -> Conn {
+        Conn { socket, buffer: Vec::new(), limits, stop, body_consumed: true, reusable: true, refused: false, seat, evicted: false }
     }
 
     pub fn socket(&self) -> &TcpStream {
@@ -148,11 +156,16 @@ impl Conn {
 
     /// Waits for and parses the next request head. The first request gets
     /// the head timeout from the start; later ones may idle for the
-    /// keep-alive timeout first. Refused heads are answered here.
+    /// keep-alive timeout first. Refused heads are answered here. While it
+    /// waits, the connection's slot may go to a newcomer (`Waiting`).
     pub fn next_request(&mut self, first: bool) -> Next {
         if !first && (!self.reusable || !self.body_consumed || !self.limits.keep_alive || self.stop.is_cancelled()) {
             return Next::Done;
         }
+        self.while_evictable(Wait::ForHead, |conn| conn.read_request(first)).unwrap_or(Next::Done)
+    }
+
+    fn read_request(&mut self, first: bool) -> Next {
         let wait_for_first_byte = if first { self.limits.head_timeout } else { self.limits.idle_timeout };
         let mut deadline = Instant::now() + wait_for_first_byte;
         let mut started = false;
@@ -246,7 +259,11 @@ impl Conn {
         // HEAD gets the headers GET would, without the body (RFC 9110 9.3.2).
         let with_body = !head.is_some_and(|head| head.method == Method::Head);
         let bytes = response.encode(keep_alive, with_body);
-        let written = write_all_within(&self.socket, &bytes, self.limits.write_timeout);
+        let written = self.write_evictable(&bytes);
+        if written.is_err() {
+            // Part of an answer may have gone: nothing more can follow it.
+            self.reusable = false;
+        }
         if !keep_alive {
             // Half-close, so the client reads our answer to the end before
             // it sees the connection go.
@@ -278,18 +295,71 @@ impl Conn {
     /// away first, into a fixed buffer: closing with unread bytes makes the
     /// kernel send a reset, which can destroy our answer before the client
     /// reads it (the "lingering close" of RFC 9112 9.6).
-    pub fn close(self) {
+    /// The lingering may take a second; meanwhile the slot may go to a
+    /// newcomer, as while waiting for a head. Without this a burst of
+    /// requests with unread bodies held every slot for that second and
+    /// the probes, finding the reserve taken too, got 503.
+    pub fn close(mut self) {
         let _ = self.socket.shutdown(Shutdown::Write);
-        if self.body_consumed && !self.refused {
+        if (self.body_consumed && !self.refused) || self.evicted {
             return;
         }
-        let deadline = Instant::now() + LINGER_TIME;
-        let mut discarded = 0;
-        let mut scratch = [0u8; READ_CHUNK];
-        while discarded < LINGER_BYTES {
-            match read_by(&self.socket, &mut scratch, deadline) {
-                Ok(0) | Err(_) => return,
-                Ok(read) => discarded += read,
+        self.while_evictable(Wait::ForHead, |conn| {
+            let deadline = Instant::now() + LINGER_TIME;
+            let mut discarded = 0;
+            let mut scratch = [0u8; READ_CHUNK];
+            while discarded < LINGER_BYTES {
+                match read_by(&conn.socket, &mut scratch, deadline) {
+                    Ok(0) | Err(_) => return,
+                    Ok(read) => discarded += read,
+                }
+            }
+        });
+    }
+
+    /// Runs `wait` (a wait on the client) with the slot up for eviction;
+    /// `None` when it was evicted, before or meanwhile.
+    fn while_evictable<T>(&mut self, wait: Wait, body: impl FnOnce(&mut Conn) -> T) -> Option<T> {
+        let ticket = match self.seat.as_mut().map(|seat| seat.list(&self.socket, wait)) {
+            None => None,
+            Some(Ok(ticket)) => Some(ticket),
+            Some(Err(_)) => {
+                self.evicted = true;
+                return None;
+            }
+        };
+        let result = body(self);
+        if let (Some(seat), Some(ticket)) = (self.seat.as_mut(), ticket)
+            && seat.unlist(ticket).is_err()
+        {
+            self.evicted = true;
+            return None;
+        }
+        Some(result)
+    }
+
+    /// Writes `bytes` as the client takes them. While the client takes
+    /// none, the connection waits on it and its slot may go to a
+    /// newcomer: a client that pipelines requests and never reads the
+    /// answers held a slot per connection until the write timeout, and
+    /// enough of them held every slot. Gives up when the client takes no
+    /// bytes for `write_timeout` (like nginx's `send_timeout`, between two
+    /// writes, so that a large answer to a slow but live client still goes
+    /// out).
+    fn write_evictable(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let mut sent = 0;
+        loop {
+            sent += socket::send_some(&*self.socket, &bytes[sent..])?;
+            if sent == bytes.len() {
+                return Ok(());
+            }
+            let timeout = self.limits.write_timeout;
+            let room = self.while_evictable(Wait::ForPeerToRead, |conn| socket::wait(&*conn.socket, Readiness::Writable, timeout));
+            match room {
+                None => return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "the slot went to a newcomer")),
+                Some(Ok(true)) => {}
+                Some(Ok(false)) => return Err(io::Error::new(io::ErrorKind::TimedOut, WRITE_TIMED_OUT)),
+                Some(Err(error)) => return Err(error),
             }
         }
     }
@@ -447,12 +517,12 @@ fn read_by(socket: &TcpStream, buffer: &mut [u8], deadline: Instant) -> Result<u
 pub fn write_all_within(socket: &TcpStream, bytes: &[u8], timeout: Duration) -> io::Result<()> {
     socket.set_write_timeout(Some(timeout))?;
     (&mut &*socket).write_all(bytes).map_err(|error| match error.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-            io::Error::new(io::ErrorKind::TimedOut, "the client took no bytes within MCP_K8S_WRITE_TIMEOUT_S")
-        }
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(io::ErrorKind::TimedOut, WRITE_TIMED_OUT),
         _ => error,
     })
 }
+
+const WRITE_TIMED_OUT: &str = "the client took no bytes within MCP_K8S_WRITE_TIMEOUT_S";
 
 #[cfg(test)]
 mod tests {

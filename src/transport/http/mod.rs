@@ -9,7 +9,9 @@
 //! connection closed.
 //! A connection that only waits for a request head gives up its slot to a
 //! newcomer when all are taken (`waiting`; its client is sent a 503 to
-//! retry), so idle and slowloris floods cannot hold them. `head` parses request heads, `conn` reads and writes
+//! retry), so idle and slowloris floods cannot hold them; so does one
+//! blocked writing answers its client does not read (pipelined requests
+//! whose answers nobody takes). `head` parses request heads, `conn` reads and writes
 //! one connection under its bounds, `response` is an answer and its bytes
 //! (and the error body every refusal uses), `routes` picks the handler, `access`
 //! checks who may call, `mcp` serves the MCP endpoints, `sessions` keeps
@@ -54,7 +56,7 @@ use conn::{Conn, ConnLimits, Next};
 use head::HeadLimits;
 use sessions::Sessions;
 use socket::Readiness;
-use waiting::Waiting;
+use waiting::{EvictAfter, Seat, Waiting};
 
 /// Connections kept beyond `MCP_K8S_MAX_CONNECTIONS` for the probes alone,
 /// one request each.
@@ -66,6 +68,12 @@ pub const PROBE_RESERVE: usize = 16;
 /// it connected), and short beside the time a flood takes to fill every
 /// slot, so that a probe during one still finds a slot to take.
 const EVICT_AFTER: Duration = Duration::from_millis(50);
+/// How long a connection blocked writing an answer its client takes none
+/// of waits before a newcomer may take its slot: a client that pipelines
+/// requests and reads no answer never takes any, while one reading a large
+/// answer over a slow link pauses for less than this between the bytes it
+/// takes.
+const EVICT_BLOCKED_AFTER: Duration = Duration::from_secs(1);
 /// How long a probe connection may take to send its head: kubelet and
 /// Prometheus send theirs at once.
 const PROBE_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -142,7 +150,7 @@ struct HttpState {
     probe_connections: Arc<Counter>,
     /// Regular connections waiting for a request head: evicted, oldest
     /// first, when a newcomer finds every slot taken.
-    waiting: Waiting,
+    waiting: Arc<Waiting>,
     /// Requests being answered (not idle connections), for shutdown.
     requests: Arc<Counter>,
 }
@@ -176,7 +184,7 @@ impl HttpState {
             stop,
             connections: Arc::new(Counter::default()),
             probe_connections: Arc::new(Counter::default()),
-            waiting: Waiting::default(),
+            waiting: Arc::new(Waiting::default()),
             requests: Arc::new(Counter::default()),
         }
     }
@@ -243,41 +251,26 @@ fn admit(state: &Arc<HttpState>, socket: TcpStream) {
 /// was a flood, and tells a real one to come back.
 fn evict_oldest_waiting(state: &HttpState) -> Option<CounterGuard> {
     let farewell = routes::connection_limit_response(state.max_connections).encode(false, true);
-    state.waiting.evict_oldest(&farewell, EVICT_AFTER)
+    state.waiting.evict_oldest(&farewell, EvictAfter { for_head: EVICT_AFTER, for_peer_to_read: EVICT_BLOCKED_AFTER })
 }
 
 /// Answers requests on one connection until it closes.
 fn serve_connection(state: &Arc<HttpState>, socket: TcpStream, lane: Lane, slot: CounterGuard) {
     let mut limits = state.limits.clone();
-    if matches!(lane, Lane::Probes) {
-        limits.head_timeout = limits.head_timeout.min(PROBE_HEAD_TIMEOUT);
-        limits.keep_alive = false;
-    }
-    let socket = Arc::new(socket);
-    let mut conn = Conn::new(Arc::clone(&socket), limits, state.stop.clone());
-    let mut slot = Some(slot);
-    let mut first = true;
-    loop {
-        // Only regular connections may be evicted while they wait: the
-        // probe reserve is what remains when nothing can be.
-        let ticket = match (lane, slot.take()) {
-            (Lane::Regular, Some(held)) => Some(state.waiting.enter(&socket, held)),
-            (_, held) => {
-                slot = held;
-                None
-            }
-        };
-        let next = conn.next_request(first);
-        if let Some(ticket) = ticket {
-            slot = state.waiting.leave(ticket);
-            if slot.is_none() {
-                // Evicted: the socket is shut down and the slot has a new owner.
-                return;
-            }
+    // Only regular connections may be evicted while they wait on their
+    // client: the probe reserve is what remains when nothing can be.
+    let (seat, _probe_slot) = match lane {
+        Lane::Regular => (Some(Seat::new(&state.waiting, slot)), None),
+        Lane::Probes => {
+            limits.head_timeout = limits.head_timeout.min(PROBE_HEAD_TIMEOUT);
+            limits.keep_alive = false;
+            // Held for the connection's life: the reserve counts it.
+            (None, Some(slot))
         }
-        let Next::Request(head) = next else {
-            break;
-        };
+    };
+    let mut conn = Conn::new(Arc::new(socket), limits, state.stop.clone(), seat);
+    let mut first = true;
+    while let Next::Request(head) = conn.next_request(first) {
         first = false;
         // Unbounded only in theory: `requests` never exceeds the
         // connections, each of which answers one request at a time.
@@ -289,18 +282,7 @@ fn serve_connection(state: &Arc<HttpState>, socket: TcpStream, lane: Lane, slot:
             Lane::Probes => routes::route_probe_only(state, &mut conn, &head),
         }
     }
-    // A lingering close (a body nobody read) may take a second; meanwhile
-    // the slot may go to a newcomer, as while waiting for a head. Without
-    // this a burst of requests with unread bodies held every slot for that
-    // second and the probes, finding the reserve taken too, got 503.
-    let ticket = match (lane, slot) {
-        (Lane::Regular, Some(held)) => Some(state.waiting.enter(&socket, held)),
-        _ => None,
-    };
     conn.close();
-    if let Some(ticket) = ticket {
-        state.waiting.leave(ticket);
-    }
 }
 
 /// Answers a connection beyond every limit only as far as the socket takes

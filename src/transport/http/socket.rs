@@ -2,7 +2,8 @@
 //! of our choosing, waiting for a socket to become
 //! readable or writable with a timeout (poll(2)), a non-blocking peek
 //! that tells whether the peer has closed its side, and a non-blocking
-//! send on a socket another thread blocks on. Knows nothing of HTTP.
+//! send on a socket another thread blocks on (or that must not block
+//! while its slot may be evicted). Knows nothing of HTTP.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -143,10 +144,26 @@ pub fn has_unread_bytes(socket: &impl AsRawFd) -> bool {
 /// without SIGPIPE when the peer has gone (MSG_NOSIGNAL). Errors count as
 /// nothing sent: the caller closes the socket next anyway.
 pub fn send_now(socket: &impl AsRawFd, bytes: &[u8]) -> usize {
-    // SAFETY: a buffer we borrow for the call and its length; send(2)
-    // only reads it.
-    let sent = unsafe { libc::send(socket.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
-    usize::try_from(sent).unwrap_or(0)
+    send_some(socket, bytes).unwrap_or(0)
+}
+
+/// `send_now` that tells errors apart: `Ok(0)` when the socket has no
+/// room now, an error when the connection broke or was shut down.
+pub fn send_some(socket: &impl AsRawFd, bytes: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: a buffer we borrow for the call and its length; send(2)
+        // only reads it.
+        let sent = unsafe { libc::send(socket.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if let Ok(sent) = usize::try_from(sent) {
+            return Ok(sent);
+        }
+        let error = io::Error::last_os_error();
+        match error.kind() {
+            io::ErrorKind::WouldBlock => return Ok(0),
+            io::ErrorKind::Interrupted => {}
+            _ => return Err(error),
+        }
+    }
 }
 
 #[cfg(test)]

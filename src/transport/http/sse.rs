@@ -305,7 +305,7 @@ mod tests {
             keep_alive: true,
         };
         let head = head::parse_head(b"GET /sse HTTP/1.1\r\nHost: localhost\r\n\r\n", &HeadLimits::default()).unwrap();
-        (Conn::new(Arc::new(socket), limits, CancelToken::new()), client, head)
+        (Conn::new(Arc::new(socket), limits, CancelToken::new(), None), client, head)
     }
 
     #[test]

@@ -1,0 +1,194 @@
+//! Whether each site answers, as `describe_environment` shows it: one ask
+//! per site at a time, on one thread of its own, its answer kept for
+//! `FRESH`; callers that come meanwhile wait for the ask under way, each
+//! within its own bound, instead of asking again. An earlier version asked
+//! on a new thread per call: with an API server that never answered, 128
+//! clients calling `describe_environment` left 1,539 threads waiting on it
+//! (224 MB). What an ask does is the caller's (a closure); this file owns
+//! when one is made.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How long an answer is given again without asking: close enough to now
+/// for a health line, and it caps the asks per site at one a second.
+pub const FRESH: Duration = Duration::from_secs(1);
+
+/// One site's health asks.
+#[derive(Default)]
+pub struct SiteHealth {
+    state: Mutex<State>,
+    answered: Condvar,
+}
+
+/// The site's answer: `Err` says why it is not healthy.
+pub type Answer = Result<(), String>;
+
+#[derive(Default)]
+struct State {
+    /// The last answer and when it came.
+    last: Option<(Instant, Answer)>,
+    /// An ask is under way.
+    asking: bool,
+}
+
+/// What a caller does next, given the state at `now`.
+#[derive(Debug, PartialEq)]
+enum Step {
+    /// The last answer is fresh: give it.
+    Give(Answer),
+    /// No ask is under way and no answer is fresh: start one.
+    Ask,
+    /// An ask is under way: wait for its answer.
+    Wait,
+}
+
+impl SiteHealth {
+    /// Starts an ask unless one is under way or the last answer is fresh;
+    /// returns at once. `ask` runs on a thread of its own.
+    pub fn start(self: &Arc<Self>, ask: impl FnOnce() -> Answer + Send + 'static) {
+        let mut state = self.lock();
+        if step(&state, Instant::now()) == Step::Ask {
+            self.spawn_ask(&mut state, ask);
+        }
+    }
+
+    /// The site's answer by `deadline`: the fresh one, the answer of the
+    /// ask under way, or one of a new ask (`ask`, as in `start`). An error
+    /// saying so when none came in time.
+    pub fn answer_by(self: &Arc<Self>, deadline: Instant, ask: impl FnOnce() -> Answer + Send + 'static) -> Answer {
+        let mut ask = Some(ask);
+        let mut state = self.lock();
+        loop {
+            let now = Instant::now();
+            match step(&state, now) {
+                Step::Give(answer) => return answer,
+                Step::Ask if let Some(ask) = ask.take() => self.spawn_ask(&mut state, ask),
+                // Asked once already for this caller: wait for that one.
+                Step::Ask | Step::Wait => {
+                    if now >= deadline {
+                        return Err("no answer in time; the site's API is slow or does not answer".to_string());
+                    }
+                    state = self.answered.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
+                }
+            }
+        }
+    }
+
+    fn spawn_ask(self: &Arc<Self>, state: &mut State, ask: impl FnOnce() -> Answer + Send + 'static) {
+        state.asking = true;
+        let recorder = Recorder { health: Arc::clone(self), answer: None, started: false };
+        let spawned = crate::supervise::spawn(crate::supervise::Kind::SiteHealth, move || {
+            // The whole recorder moves here (not only the fields written),
+            // so that it drops when this thread ends.
+            let mut recorder = recorder;
+            recorder.started = true;
+            recorder.answer = Some(ask());
+        });
+        if let Err(error) = spawned {
+            state.asking = false;
+            state.last = Some((Instant::now(), Err(format!("could not ask it: {error}"))));
+        }
+    }
+
+    fn record(&self, answer: Answer) {
+        let mut state = self.lock();
+        state.asking = false;
+        state.last = Some((Instant::now(), answer));
+        self.answered.notify_all();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Records the ask's answer when its thread ends, a panic included: an
+/// ask left marked under way would make every later caller wait it out.
+/// One that never started (no thread) records nothing: the caller holds
+/// the lock then, and says so itself.
+struct Recorder {
+    health: Arc<SiteHealth>,
+    answer: Option<Answer>,
+    started: bool,
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if !self.started {
+            return;
+        }
+        let answer = self.answer.take().unwrap_or_else(|| Err("asking it failed (a panic, logged)".to_string()));
+        self.health.record(answer);
+    }
+}
+
+fn step(state: &State, now: Instant) -> Step {
+    match &state.last {
+        Some((at, answer)) if now.saturating_duration_since(*at) < FRESH => Step::Give(answer.clone()),
+        _ if state.asking => Step::Wait,
+        _ => Step::Ask,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+
+    #[test]
+    fn when_to_ask() {
+        let start = Instant::now();
+        let later = |seconds: f64| start + Duration::from_secs_f64(seconds);
+        let ok = Some((start, Ok(())));
+        let down = Some((start, Err("down".to_string())));
+        let cases = [
+            ("never asked", None, false, 0.0, Step::Ask),
+            ("asking for the first time", None, true, 0.0, Step::Wait),
+            ("a fresh answer", ok.clone(), false, 0.5, Step::Give(Ok(()))),
+            ("a fresh failure is given too", down.clone(), false, 0.5, Step::Give(Err("down".into()))),
+            ("a fresh answer while asking again", ok.clone(), true, 0.5, Step::Give(Ok(()))),
+            ("a stale answer", ok.clone(), false, 1.0, Step::Ask),
+            ("a stale answer, asking again", down, true, 5.0, Step::Wait),
+        ];
+        for (case, last, asking, at, expected) in cases {
+            assert_eq!(step(&State { last, asking }, later(at)), expected, "{case}");
+        }
+    }
+
+    /// A site that does not answer is asked once however many callers
+    /// come; each gives up at its own deadline; the answer, when it comes,
+    /// is the next caller's.
+    #[test]
+    fn callers_share_one_ask() {
+        let health = Arc::new(SiteHealth::default());
+        let asks = Arc::new(AtomicUsize::new(0));
+        let (started, ask_started) = mpsc::channel::<()>();
+        let (release, released) = mpsc::channel::<()>();
+        let released = Arc::new(Mutex::new(released));
+        let ask = || {
+            let (asks, started, released) = (Arc::clone(&asks), started.clone(), Arc::clone(&released));
+            move || {
+                asks.fetch_add(1, Ordering::SeqCst);
+                let _ = started.send(());
+                let _ = released.lock().unwrap().recv();
+                Ok(())
+            }
+        };
+        health.start(ask());
+        ask_started.recv_timeout(Duration::from_secs(30)).expect("the ask started");
+        let waiting: Vec<_> = (0..10)
+            .map(|_| {
+                let (health, ask) = (Arc::clone(&health), ask());
+                std::thread::spawn(move || health.answer_by(Instant::now() + Duration::from_millis(20), ask))
+            })
+            .collect();
+        for caller in waiting {
+            assert!(caller.join().unwrap().unwrap_err().starts_with("no answer in time"));
+        }
+        release.send(()).unwrap();
+        assert_eq!(health.answer_by(Instant::now() + Duration::from_secs(30), ask()), Ok(()));
+        assert_eq!(asks.load(Ordering::SeqCst), 1, "one ask for every caller");
+    }
+}

@@ -709,7 +709,7 @@ fn parse_sites(raw: &RawConfig, pools: &[Pool]) -> Result<Vec<Site>, Error> {
     let problem = |message: String| Error::Sites(format!("MCP_K8S_SITES: `{path}`: {message}"));
     let text = read_settings_file(path, MAX_SITES_FILE_BYTES)
         .map_err(|message| Error::Sites(format!("MCP_K8S_SITES: cannot read `{path}`: {message}")))?;
-    let parsed: serde_json::Value = serde_json::from_str(&text).map_err(|error| problem(format!("not JSON: {error}")))?;
+    let parsed = crate::json::parse_settings(&text).map_err(|error| problem(error.to_string()))?;
     let Some(items) = parsed.as_array().filter(|items| !items.is_empty()) else {
         return Err(problem(
             "must be a JSON list of sites, such as [{\"name\": \"eu\", \"backend\": \"kubernetes\", \"context\": \"eu\"}]".into(),
@@ -802,15 +802,10 @@ fn is_site_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_SITE_NAME_CHARS && valid_chars && valid_ends
 }
 
-/// A settings file of at most `max` bytes, as text.
+/// A settings file of at most `max` bytes, as text (`settings_file`: a
+/// FIFO or device is refused, not waited on).
 fn read_settings_file(path: &str, max: u64) -> Result<String, String> {
-    use std::io::Read as _;
-    let mut text = String::new();
-    std::fs::File::open(path).and_then(|file| file.take(max + 1).read_to_string(&mut text)).map_err(|error| error.to_string())?;
-    if text.len() as u64 > max {
-        return Err(format!("larger than {max} bytes"));
-    }
-    Ok(text)
+    crate::settings_file::read_text(std::path::Path::new(path), max).map_err(|error| error.to_string())
 }
 
 /// MCP_K8S_WARM_POOLS: read and checked against the allowlist, the
@@ -1501,6 +1496,11 @@ mod tests {
             (r#"[{"name": "eu", "namespace": "Prod"}]"#, "site `eu`: MCP_K8S_NAMESPACE: `Prod` is not accepted"),
             (r#"[{"name": "eu"}, {"name": "eu"}]"#, "site `eu`: the name is used by an earlier site"),
             (r#"[{"name": "a", "default": true}, {"name": "b", "default": true}]"#, "site `b`: another site is already the default"),
+            // Regression: serde_json kept the last of two copies silently.
+            (
+                r#"[{"name": "eu", "kubeconfig": "/k/a", "kubeconfig": "/k/b"}]"#,
+                "key `kubeconfig` appears twice in one object (the second at line 1 column 50); keep one",
+            ),
         ];
         for (index, (text, expected)) in cases.iter().enumerate() {
             let path = sites_file(&format!("bad{index}"), text);

@@ -210,6 +210,7 @@ fn serve(raw: &RawConfig) -> ExitCode {
         connected.shutdown();
     }
     mcp_k8s_ephemeral_job::trace::flush(Duration::from_secs(2));
+    mcp_k8s_ephemeral_job::audit::flush(Duration::from_secs(2));
     match served {
         Ok(()) => {
             log::info("stopped", &[]);

@@ -42,6 +42,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_MAX_QUEUED", "many", "MCP_K8S_MAX_QUEUED: `many` is not accepted"),
     ("MCP_K8S_RESULT_TTL_S", "5", "MCP_K8S_RESULT_TTL_S: `5` is out of range"),
     ("MCP_K8S_WORKDIR_SIZE", "0", "MCP_K8S_WORKDIR_SIZE: `0` is not accepted"),
+    ("MCP_K8S_WORKDIR_SIZE", "1000", "MCP_K8S_WORKDIR_SIZE: `1000` is not accepted; expected a size from 1Mi to 1Ti"),
     ("MCP_K8S_RUNTIME_CLASS", "gVisor", "MCP_K8S_RUNTIME_CLASS: `gVisor` is not accepted"),
     ("MCP_K8S_POD_TEMPLATE", "/nonexistent/pod-template.yaml", "MCP_K8S_POD_TEMPLATE: cannot read `/nonexistent/pod-template.yaml`"),
     ("MCP_K8S_MAX_MESSAGE_BYTES", "100", "MCP_K8S_MAX_MESSAGE_BYTES: `100` is out of range"),
@@ -77,10 +78,12 @@ const CASES: &[(&str, &str, &str)] = &[
         "MCP_K8S_OTLP_ENDPOINT: `collector:4318` is not accepted; expected an OTLP/HTTP URL such as http://collector:4318 (it is not a URL",
     ),
     ("MCP_K8S_OTLP_ENDPOINT", "grpc://collector:4317", "has scheme `grpc`; OTLP/HTTP takes http or https"),
+    ("MCP_K8S_OTLP_ENDPOINT", "http://127.0.0.1:99999", "has port `99999`; a port is a whole number from 1 to 65535"),
     ("MCP_K8S_AUDIT_LOG", "audit.log", "MCP_K8S_AUDIT_LOG: `audit.log` is not accepted; expected stderr, or the absolute path"),
     ("MCP_K8S_AUDIT_LOG", "/nonexistent/audit.log", "MCP_K8S_AUDIT_LOG: cannot open /nonexistent/audit.log for appending"),
     ("MCP_K8S_LOG_LEVEL", "verbose", "MCP_K8S_LOG_LEVEL: `verbose` is not accepted"),
     ("MCP_K8S_TEST_TOOLS", "yes", "MCP_K8S_TEST_TOOLS: `yes` is not accepted"),
+    ("MCP_K8S_TEST_TOOLS", "true", "MCP_K8S_TEST_TOOLS: `true` is not accepted; expected 1 or 0"),
     ("MCP_K8S_CONFORMANCE_FIXTURES", "1", "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_TEST_TOOLS unset"),
     ("MCP_K8S_TEST_PANIC_THREAD", "main", "MCP_K8S_TEST_PANIC_THREAD: `main` is not accepted; expected one of reaper, pool, "),
     ("MCP_K8S_AWAIT_NETWORK_POLICY", "on", "MCP_K8S_AWAIT_NETWORK_POLICY: `on` is not accepted"),
@@ -332,5 +335,23 @@ fn the_audit_log_is_the_file_named_and_only_its_owner_reads_it() {
     let (code, stderr) = stops_within(&[("MCP_K8S_AUDIT_LOG", &existing_text)], std::time::Duration::from_secs(30)).expect("stops");
     assert_eq!(code, Some(0), "starts, and stops at the end of stdin: {stderr}");
     assert_eq!(std::fs::metadata(&existing).unwrap().permissions().mode() & 0o777, 0o600);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Regression: a site's kubeconfig that does not load was said as
+/// "site `eu`: MCP_K8S_KUBECONFIG: ...", naming neither MCP_K8S_SITES nor
+/// its file, where the fix is.
+#[test]
+fn a_sites_kubeconfig_error_names_the_sites_file_and_the_site() {
+    let dir = scratch_dir("site-kubeconfig");
+    let sites = dir.join("sites.json");
+    std::fs::write(&sites, r#"[{"name": "eu", "backend": "kubernetes", "kubeconfig": "/nonexistent/eu.yaml"}]"#).unwrap();
+    let sites_text = sites.display().to_string();
+    let (code, stderr) = stops_within(&[("MCP_K8S_SITES", &sites_text)], std::time::Duration::from_secs(30)).expect("stops");
+    assert_eq!(code, Some(2), "{stderr}");
+    let want = format!(
+        "MCP_K8S_SITES: `{sites_text}`: site `eu`: its kubeconfig (field `kubeconfig`, else MCP_K8S_KUBECONFIG): invalid configuration: cannot read kubeconfig `/nonexistent/eu.yaml`"
+    );
+    assert!(stderr.contains(&want), "\n got: {stderr}\nwant: {want}");
     let _ = std::fs::remove_dir_all(&dir);
 }

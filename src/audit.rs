@@ -491,6 +491,30 @@ mod tests {
     }
 
     #[test]
+    fn the_trail_is_stalled_by_a_write_held_past_the_bound_or_a_full_queue() {
+        let now = Instant::now();
+        let second = Duration::from_secs(1);
+        // (the write under way began this long ago, lines waiting, verdict)
+        let cases = [
+            (None, 0, None),
+            (None, MAX_QUEUED - 1, None),
+            (None, MAX_QUEUED, Some(Stalled::Full(MAX_QUEUED))),
+            (Some(STALL_AFTER - second), 3, None),
+            (Some(STALL_AFTER), 3, Some(Stalled::Writing(STALL_AFTER))),
+            (Some(STALL_AFTER + second), MAX_QUEUED, Some(Stalled::Writing(STALL_AFTER + second))),
+        ];
+        for (began_ago, waiting, want) in cases {
+            let queue = Queue {
+                lines: std::iter::repeat_n(String::new(), waiting).collect(),
+                writing_since: began_ago.map(|ago| now - ago),
+                queued: 0,
+                written: 0,
+            };
+            assert_eq!(queue.stalled(now), want, "{began_ago:?} {waiting}");
+        }
+    }
+
+    #[test]
     fn a_refused_run_names_the_audit_log_and_what_to_check() {
         let cases = [
             (

@@ -190,7 +190,7 @@ const FIELDS: &[&str] = &["name", "token_sha256", "concurrent_runs", "cpu_second
 
 fn parse(path: &Path, text: &str, sites: &[&str]) -> Result<Callers, Error> {
     let syntax = |message: String| Error::Syntax { path: path.display().to_string(), message };
-    let parsed: Value = serde_json::from_str(text).map_err(|error| syntax(format!("not JSON: {error}")))?;
+    let parsed = crate::json::parse_settings(text).map_err(|error| syntax(error.to_string()))?;
     let Value::Array(items) = parsed else {
         return Err(syntax(
             "must be a JSON list of callers, such as [{\"name\": \"team-a\", \"token_sha256\": \"<64 hex digits>\"}]".to_string(),
@@ -272,16 +272,29 @@ fn name_field(value: &Value) -> Result<String, String> {
     Ok(name.clone())
 }
 
+/// The command that gives a token's digest as this file wants it: 64
+/// hex digits alone (`sha256sum` alone adds `  -`).
+pub const DIGEST_COMMAND: &str = "printf %s \"$TOKEN\" | sha256sum | cut -d' ' -f1";
+
+/// The SHA-256 of no bytes: what `DIGEST_COMMAND` gives when `TOKEN` is
+/// unset. Taken, it would let in whoever sends an empty token.
+const EMPTY_DIGEST: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
 fn digest_field(value: &Value) -> Result<[u8; 32], String> {
-    const HOW: &str = "must be 64 hex digits: the SHA-256 of the token (`printf %s \"$TOKEN\" | sha256sum`)";
-    let Value::String(text) = value else { return Err(HOW.to_string()) };
+    let how = || format!("must be 64 hex digits: the SHA-256 of the token (`{DIGEST_COMMAND}`)");
+    let Value::String(text) = value else { return Err(how()) };
     let text = text.trim();
     if text.len() != 64 || !text.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-        return Err(HOW.to_string());
+        return Err(how());
+    }
+    if text.eq_ignore_ascii_case(EMPTY_DIGEST) {
+        return Err(format!(
+            "is the SHA-256 of an empty token (TOKEN was unset when it was made?); set TOKEN and run `{DIGEST_COMMAND}` again"
+        ));
     }
     let mut digest = [0u8; 32];
     for (index, byte) in digest.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[index * 2..index * 2 + 2], 16).map_err(|_| HOW.to_string())?;
+        *byte = u8::from_str_radix(&text[index * 2..index * 2 + 2], 16).map_err(|_| how())?;
     }
     Ok(digest)
 }
@@ -563,7 +576,38 @@ mod tests {
             (r#"[{"name": "a"}]"#.into(), field_error("a", "token_sha256", "is required: the SHA-256 of the caller's token, in hex")),
             (
                 r#"[{"name": "a", "token_sha256": "abc"}]"#.into(),
-                field_error("a", "token_sha256", "must be 64 hex digits: the SHA-256 of the token (`printf %s \"$TOKEN\" | sha256sum`)"),
+                field_error(
+                    "a",
+                    "token_sha256",
+                    "must be 64 hex digits: the SHA-256 of the token (`printf %s \"$TOKEN\" | sha256sum | cut -d' ' -f1`)",
+                ),
+            ),
+            // What `sha256sum` alone prints: the hint's `cut` takes the digest.
+            (
+                format!(r#"[{{"name": "a", "token_sha256": "{digest}  -"}}]"#),
+                field_error(
+                    "a",
+                    "token_sha256",
+                    "must be 64 hex digits: the SHA-256 of the token (`printf %s \"$TOKEN\" | sha256sum | cut -d' ' -f1`)",
+                ),
+            ),
+            // Regression: the digest of an unset TOKEN was taken, and let
+            // in an empty `X-MCP-AUTH:`.
+            (
+                r#"[{"name": "a", "token_sha256": "E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855"}]"#.into(),
+                field_error(
+                    "a",
+                    "token_sha256",
+                    "is the SHA-256 of an empty token (TOKEN was unset when it was made?); set TOKEN and run `printf %s \"$TOKEN\" | sha256sum | cut -d' ' -f1` again",
+                ),
+            ),
+            // Regression: serde_json kept the last of two copies silently.
+            (
+                format!("[{{\"name\": \"a\", \"token_sha256\": \"{digest}\", \"token_sha256\": \"{}\"}}]", hex_of("u")),
+                Error::Syntax {
+                    path: "F".into(),
+                    message: "key `token_sha256` appears twice in one object (the second at line 1 column 113); keep one".into(),
+                },
             ),
             (
                 format!(r#"[{{"name": "a", "token_sha256": "{digest}", "token": "x"}}]"#),

@@ -77,7 +77,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_START_TIMEOUT_S", Some("start-timeout-s"), "120", "time a pod may take to be scheduled, pull its image and start, apart from timeout_s", |r| &mut r.start_timeout_s),
     setting("MCP_K8S_MAX_QUEUED", Some("max-queued"), "100", "jobs that may wait for a free slot when MCP_K8S_MAX_CONCURRENT are running; more are refused", |r| &mut r.max_queued),
     setting("MCP_K8S_RESULT_TTL_S", Some("result-ttl-s"), "3600", "how long background job results are kept for fetch_job", |r| &mut r.result_ttl_s),
-    setting("MCP_K8S_WORKDIR_SIZE", Some("workdir-size"), "1Gi", "what a job may write to its workdir and /tmp together (Kubernetes quantity)", |r| &mut r.workdir_size),
+    setting("MCP_K8S_WORKDIR_SIZE", Some("workdir-size"), "1Gi", "what a job may write to its workdir and /tmp together (Kubernetes quantity, 1Mi to 1Ti)", |r| &mut r.workdir_size),
     setting("MCP_K8S_RUNTIME_CLASS", Some("runtime-class"), "", "RuntimeClass for job pods (e.g. gvisor); empty uses the cluster default", |r| &mut r.runtime_class),
     setting("MCP_K8S_AWAIT_NETWORK_POLICY", Some("await-network-policy"), "auto", "which runs hold their command until their pod's network policy is in force (a connection to the API server's Service is refused), for network plugins that fence a pod only after it starts (kube-router): auto (none and restricted), 1 (every mode; needs open to refuse the API server, as deploy/ does) or 0 (none)", |r| &mut r.await_network_policy),
     setting("MCP_K8S_NETWORK_POLICY_WAIT_S", Some("network-policy-wait-s"), "10", "how long a run waits for its fence (MCP_K8S_AWAIT_NETWORK_POLICY) before it ends NetworkPolicyNotEnforced without starting the command", |r| &mut r.network_policy_wait_s),
@@ -519,7 +519,7 @@ impl Config {
             start_timeout_s: number(&raw.start_timeout_s, "MCP_K8S_START_TIMEOUT_S", 120, 5, 3600)?,
             max_queued: number(&raw.max_queued, "MCP_K8S_MAX_QUEUED", 100, 0, 100_000)? as u32,
             result_ttl_s: number(&raw.result_ttl_s, "MCP_K8S_RESULT_TTL_S", 3600, 60, 7 * 86_400)?,
-            workdir_size: quantity(&raw.workdir_size, "MCP_K8S_WORKDIR_SIZE", "1Gi")?,
+            workdir_size: workdir_size(&raw.workdir_size)?,
             runtime_class: raw.runtime_class.as_deref().map(|name| object_name(name, "MCP_K8S_RUNTIME_CLASS")).transpose()?,
             await_network_policy: parse_fence_modes(raw.await_network_policy.as_deref())?,
             network_policy_wait_s: number(&raw.network_policy_wait_s, "MCP_K8S_NETWORK_POLICY_WAIT_S", 10, 1, 3600)?,
@@ -710,7 +710,7 @@ fn parse_sites(raw: &RawConfig, pools: &[Pool]) -> Result<Vec<Site>, Error> {
     let problem = |message: String| Error::Sites(format!("MCP_K8S_SITES: `{path}`: {message}"));
     let text = read_settings_file(path, MAX_SITES_FILE_BYTES)
         .map_err(|message| Error::Sites(format!("MCP_K8S_SITES: cannot read `{path}`: {message}")))?;
-    let parsed: serde_json::Value = serde_json::from_str(&text).map_err(|error| problem(format!("not JSON: {error}")))?;
+    let parsed = crate::json::parse_settings(&text).map_err(|error| problem(error.to_string()))?;
     let Some(items) = parsed.as_array().filter(|items| !items.is_empty()) else {
         return Err(problem(
             "must be a JSON list of sites, such as [{\"name\": \"eu\", \"backend\": \"kubernetes\", \"context\": \"eu\"}]".into(),
@@ -803,15 +803,10 @@ fn is_site_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_SITE_NAME_CHARS && valid_chars && valid_ends
 }
 
-/// A settings file of at most `max` bytes, as text.
+/// A settings file of at most `max` bytes, as text (`settings_file`: a
+/// FIFO or device is refused, not waited on).
 fn read_settings_file(path: &str, max: u64) -> Result<String, String> {
-    use std::io::Read as _;
-    let mut text = String::new();
-    std::fs::File::open(path).and_then(|file| file.take(max + 1).read_to_string(&mut text)).map_err(|error| error.to_string())?;
-    if text.len() as u64 > max {
-        return Err(format!("larger than {max} bytes"));
-    }
-    Ok(text)
+    crate::settings_file::read_text(std::path::Path::new(path), max).map_err(|error| error.to_string())
 }
 
 /// MCP_K8S_WARM_POOLS: read and checked against the allowlist, the
@@ -949,6 +944,25 @@ fn quantity(value: &Option<String>, variable: &'static str, default: &str) -> Re
         Ok(quantity) if !quantity.is_zero() => Ok(quantity),
         _ => Err(invalid(variable, text, "a Kubernetes quantity above zero such as 500m, 1, 2.5, 512Mi or 1G")),
     }
+}
+
+/// The smallest workdir: a run's input files, its runner's frames and a
+/// small program's output fit; below it every run fails at its first write.
+const MIN_WORKDIR_BYTES: i128 = 1 << 20;
+/// The largest: the workdir is a Kubernetes emptyDir on the node's disk or
+/// a Docker tmpfs in its memory, and no node has more; a larger value is
+/// a typo (`1E`, a byte count meant as mebibytes the other way round).
+const MAX_WORKDIR_BYTES: i128 = 1 << 40;
+
+/// MCP_K8S_WORKDIR_SIZE: a quantity from 1Mi to 1Ti.
+fn workdir_size(value: &Option<String>) -> Result<Quantity, Error> {
+    const VARIABLE: &str = "MCP_K8S_WORKDIR_SIZE";
+    let quantity = quantity(value, VARIABLE, "1Gi")?;
+    let bytes = quantity.nanos() / 1_000_000_000;
+    if (MIN_WORKDIR_BYTES..=MAX_WORKDIR_BYTES).contains(&bytes) {
+        return Ok(quantity);
+    }
+    Err(invalid(VARIABLE, quantity.as_str(), "a size from 1Mi to 1Ti (a bare number is bytes: write 512Mi or 2Gi)"))
 }
 
 /// A default request, held to the range a caller's `limits` are held to:
@@ -1172,10 +1186,12 @@ fn parse_conformance_fixtures(raw: &RawConfig, transport: Transport) -> Result<b
     Ok(true)
 }
 
+/// A test hook's switch: `1` or `0` only, as its error says (an earlier
+/// version also took `true` and `false` while asking for 1 or 0).
 fn parse_flag(value: Option<&str>, variable: &'static str) -> Result<bool, Error> {
     match value {
-        None | Some("0") | Some("false") => Ok(false),
-        Some("1") | Some("true") => Ok(true),
+        None | Some("0") => Ok(false),
+        Some("1") => Ok(true),
         Some(other) => Err(invalid(variable, other, "1 or 0")),
     }
 }
@@ -1424,6 +1440,10 @@ mod tests {
                 "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_SITES: the fixtures are for a test server only",
             ),
             (&[("MCP_K8S_CONFORMANCE_FIXTURES", "yes")], "MCP_K8S_CONFORMANCE_FIXTURES: `yes` is not accepted; expected 1 or 0"),
+            // Regression: `true` was taken while the error asked for 1 or 0.
+            (&[("MCP_K8S_CONFORMANCE_FIXTURES", "true")], "MCP_K8S_CONFORMANCE_FIXTURES: `true` is not accepted; expected 1 or 0"),
+            (&[("MCP_K8S_TEST_TOOLS", "true")], "MCP_K8S_TEST_TOOLS: `true` is not accepted; expected 1 or 0"),
+            (&[("MCP_K8S_TEST_TOOLS", "false")], "MCP_K8S_TEST_TOOLS: `false` is not accepted; expected 1 or 0"),
             (
                 &[("MCP_K8S_CONFORMANCE_FIXTURES", "1"), ("MCP_K8S_TEST_TOOLS", "1"), ("MCP_K8S_TRANSPORT", "http")],
                 "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_ADDR off loopback: the fixtures are for a test server only",
@@ -1506,6 +1526,11 @@ mod tests {
             (r#"[{"name": "eu", "namespace": "Prod"}]"#, "site `eu`: MCP_K8S_NAMESPACE: `Prod` is not accepted"),
             (r#"[{"name": "eu"}, {"name": "eu"}]"#, "site `eu`: the name is used by an earlier site"),
             (r#"[{"name": "a", "default": true}, {"name": "b", "default": true}]"#, "site `b`: another site is already the default"),
+            // Regression: serde_json kept the last of two copies silently.
+            (
+                r#"[{"name": "eu", "kubeconfig": "/k/a", "kubeconfig": "/k/b"}]"#,
+                "key `kubeconfig` appears twice in one object (the second at line 1 column 50); keep one",
+            ),
         ];
         for (index, (text, expected)) in cases.iter().enumerate() {
             let path = sites_file(&format!("bad{index}"), text);
@@ -1549,13 +1574,26 @@ mod tests {
 
     #[test]
     fn quantities() {
-        for good in ["1", "0.5", "250m", "512Mi", "1Gi", "2G", "1e3", "1.5E+2", "100k"] {
+        for good in ["1Mi", "512Mi", "1Gi", "2G", "1e9", "1.5E+9", "100000k", "1Ti", "1048576"] {
             let config = Config::from_raw(&raw(&[("MCP_K8S_WORKDIR_SIZE", good)])).unwrap();
             assert_eq!(config.workdir_size.as_str(), good);
         }
         for bad in ["m", "1..2", "1MB", "1 Gi", "-1", "1e", "Gi1", ".", "0"] {
             let error = Config::from_raw(&raw(&[("MCP_K8S_WORKDIR_SIZE", bad)])).unwrap_err();
             assert!(error.to_string().starts_with("MCP_K8S_WORKDIR_SIZE: "), "{bad}: {error}");
+        }
+    }
+
+    /// Regression: 2^64-1 bytes and 1000 bytes were taken.
+    #[test]
+    fn the_workdir_size_is_one_a_node_can_have() {
+        for bad in ["18446744073709551615", "1000", "1", "250m", "1048575", "1.5Ti", "1E"] {
+            assert_eq!(
+                error_of(&[("MCP_K8S_WORKDIR_SIZE", bad)]),
+                format!(
+                    "MCP_K8S_WORKDIR_SIZE: `{bad}` is not accepted; expected a size from 1Mi to 1Ti (a bare number is bytes: write 512Mi or 2Gi)"
+                )
+            );
         }
     }
 

@@ -291,15 +291,8 @@ fn profile(
 }
 
 fn read_bounded(path: &Path) -> Result<String, Error> {
-    use std::io::Read as _;
-    let read_error = |error: std::io::Error| Error::Read { path: path.display().to_string(), message: error.to_string() };
-    let file = std::fs::File::open(path).map_err(read_error)?;
-    let mut text = String::new();
-    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text).map_err(read_error)?;
-    if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(Error::Read { path: path.display().to_string(), message: format!("larger than {MAX_FILE_BYTES} bytes") });
-    }
-    Ok(text)
+    crate::settings_file::read_text(path, MAX_FILE_BYTES)
+        .map_err(|error| Error::Read { path: path.display().to_string(), message: error.to_string() })
 }
 
 /// Merges the file's profiles into `profiles`: a known name changes the
@@ -307,7 +300,7 @@ fn read_bounded(path: &Path) -> Result<String, Error> {
 /// Returns the images the file's profiles name in their `image` field.
 fn apply_file(profiles: &mut BTreeMap<String, Profile>, path: &Path, text: &str, max_timeout_s: u64) -> Result<Vec<String>, Error> {
     let syntax = |message: String| Error::Syntax { path: path.display().to_string(), message };
-    let parsed: Value = serde_json::from_str(text).map_err(|error| syntax(format!("not JSON: {error}")))?;
+    let parsed = crate::json::parse_settings(text).map_err(|error| syntax(error.to_string()))?;
     let Value::Object(object) = parsed else {
         return Err(syntax("must be a JSON object of profiles, such as {\"ruby\": {\"image\": \"ruby:3.3\", ...}}".to_string()));
     };
@@ -665,6 +658,25 @@ mod tests {
         assert_eq!(argv[4..], ["json", "http.client"]);
         assert!(languages.get("javascript").and_then(Profile::prestart).is_none(), "node is not pre-started");
         assert!(languages.get("go").and_then(Profile::prestart).is_none());
+    }
+
+    /// Regression: serde_json kept the last of two copies silently, a
+    /// second profile of one name included.
+    #[test]
+    fn a_key_twice_is_refused_naming_it_and_where() {
+        let cases = [
+            (
+                r#"{"python": {"image": "python:3.11"}, "python": {"image": "python:3.12"}}"#,
+                "key `python` appears twice in one object (the second at line 1 column 45); keep one",
+            ),
+            (
+                r#"{"python": {"image": "a:1", "image": "b:1"}}"#,
+                "key `image` appears twice in one object (the second at line 1 column 35); keep one",
+            ),
+        ];
+        for (text, message) in cases {
+            assert_eq!(load_text(text).unwrap_err(), Error::Syntax { path: "F".into(), message: message.into() }, "{text}");
+        }
     }
 
     #[test]

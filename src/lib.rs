@@ -44,6 +44,7 @@ pub mod protocol;
 pub mod quantity;
 pub mod runner;
 pub mod sandbox;
+pub mod settings_file;
 pub mod supervise;
 pub mod time;
 pub mod tools;

@@ -175,7 +175,8 @@ fn serve(raw: &RawConfig) -> ExitCode {
     let mut engines = Vec::new();
     let mut connections = Vec::new();
     for (index, (name, site_config)) in sites.iter().enumerate() {
-        let connected = match start_site(site_config, &prepared, named.then_some(name.as_str())) {
+        let site = named.then(|| Named { file: raw.sites.as_deref().unwrap_or_default(), name: name.as_str() });
+        let connected = match start_site(site_config, &prepared, site) {
             Ok(connected) => connected,
             Err(code) => {
                 connections.iter().for_each(|connected: &Arc<dyn backend::Connected>| connected.shutdown());
@@ -219,6 +220,7 @@ fn serve(raw: &RawConfig) -> ExitCode {
         connected.shutdown();
     }
     mcp_k8s_ephemeral_job::trace::flush(Duration::from_secs(2));
+    mcp_k8s_ephemeral_job::audit::flush(Duration::from_secs(2));
     match served {
         Ok(()) => {
             log::info("stopped", &[]);
@@ -239,16 +241,16 @@ fn serve(raw: &RawConfig) -> ExitCode {
 fn start_site(
     config: &Config,
     prepared: &wiring::Prepared,
-    site: Option<&str>,
+    named: Option<Named<'_>>,
 ) -> Result<Result<Arc<dyn backend::Connected>, String>, ExitCode> {
+    let site = named.map(|named| named.name);
     let connected = wiring::connect(config, prepared, WarmPools::On);
     match &connected {
         // A kubeconfig named explicitly is a setting like any other: wrong,
         // it stops the server instead of failing every call. Said once: an
         // earlier version also logged it as a JSON line just before.
         Err(message) if config.kubeconfig.is_some() && config.backend != BackendChoice::Docker => {
-            let prefix = site.map(|site| format!("site `{site}`: ")).unwrap_or_default();
-            eprintln!("{NAME}: {prefix}MCP_K8S_KUBECONFIG: {message}");
+            eprintln!("{NAME}: {}", kubeconfig_refusal(named, message));
             return Err(ExitCode::from(2));
         }
         // A server without a usable backend still starts: clients can
@@ -270,6 +272,25 @@ fn start_site(
         }
     }
     Ok(connected)
+}
+
+/// A site of MCP_K8S_SITES: the file that names it, and its name.
+#[derive(Clone, Copy)]
+struct Named<'a> {
+    file: &'a str,
+    name: &'a str,
+}
+
+/// Why a kubeconfig named explicitly stops the start, naming the setting
+/// to fix: a site's comes from the sites file (its `kubeconfig`, else the
+/// server's MCP_K8S_KUBECONFIG), so the file and the site are named too.
+fn kubeconfig_refusal(named: Option<Named<'_>>, message: &str) -> String {
+    match named {
+        None => format!("MCP_K8S_KUBECONFIG: {message}"),
+        Some(Named { file, name }) => {
+            format!("MCP_K8S_SITES: `{file}`: site `{name}`: its kubeconfig (field `kubeconfig`, else MCP_K8S_KUBECONFIG): {message}")
+        }
+    }
 }
 
 /// First SIGTERM/SIGINT: stop accepting and let calls finish within the

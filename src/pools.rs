@@ -125,15 +125,8 @@ impl std::error::Error for Error {}
 const FIELDS: &[&str] = &["name", "image", "cpu", "memory", "network", "size", "max_idle_s", "site", "language"];
 
 fn read_bounded(path: &Path) -> Result<String, Error> {
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    let opened = std::fs::File::open(path).and_then(|file| file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes));
-    let failure = match opened {
-        Ok(_) if bytes.len() as u64 > MAX_FILE_BYTES => format!("larger than {MAX_FILE_BYTES} bytes"),
-        Ok(_) => return String::from_utf8(bytes).map_err(|_| syntax(path, "is not UTF-8 text".to_string())),
-        Err(error) => error.to_string(),
-    };
-    Err(Error::Read { path: path.display().to_string(), message: failure })
+    crate::settings_file::read_text(path, MAX_FILE_BYTES)
+        .map_err(|error| Error::Read { path: path.display().to_string(), message: error.to_string() })
 }
 
 fn syntax(path: &Path, message: String) -> Error {
@@ -141,7 +134,7 @@ fn syntax(path: &Path, message: String) -> Error {
 }
 
 fn parse(path: &Path, text: &str, bounds: &Bounds<'_>) -> Result<Vec<Pool>, Error> {
-    let parsed: Value = serde_json::from_str(text).map_err(|error| syntax(path, format!("not JSON: {error}")))?;
+    let parsed = crate::json::parse_settings(text).map_err(|error| syntax(path, error.to_string()))?;
     let Value::Array(items) = parsed else {
         return Err(syntax(
             path,
@@ -452,6 +445,9 @@ mod tests {
         }
         let syntax = check(r#"{"name": "p"}"#).unwrap_err().to_string();
         assert!(syntax.starts_with("MCP_K8S_WARM_POOLS: `F`: must be a JSON list of pools"), "{syntax}");
+        // Regression: serde_json kept the last of two copies silently.
+        let twice = check(&pool(r#", "size": 9"#)).unwrap_err().to_string();
+        assert_eq!(twice, "MCP_K8S_WARM_POOLS: `F`: key `size` appears twice in one object (the second at line 1 column 76); keep one");
     }
 
     #[test]

@@ -70,10 +70,13 @@ pub enum Kind {
     TraceExporter,
     /// Asks one site whether it answers, for `describe_environment`.
     SiteHealth,
+    /// Writes the audit trail's lines, so a sink that stops taking them
+    /// holds this thread and no run.
+    AuditWriter,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 18] = [
         Kind::Reaper,
         Kind::PoolManager,
         Kind::Signals,
@@ -91,6 +94,7 @@ impl Kind {
         Kind::ExecPluginReader,
         Kind::TraceExporter,
         Kind::SiteHealth,
+        Kind::AuditWriter,
     ];
 
     /// The counter's label, and the thread's name unless `spawn_named`
@@ -114,6 +118,7 @@ impl Kind {
             Kind::ExecPluginReader => "exec-plugin-reader",
             Kind::TraceExporter => "trace-exporter",
             Kind::SiteHealth => "site-health",
+            Kind::AuditWriter => "audit-writer",
         }
     }
 
@@ -125,7 +130,13 @@ impl Kind {
     /// its job, so that `/readyz` must fail.
     pub fn is_essential(self) -> bool {
         match self {
-            Kind::Reaper | Kind::PoolManager | Kind::Signals | Kind::StdioReader | Kind::StdioQueue | Kind::StdioWriter => true,
+            Kind::Reaper
+            | Kind::PoolManager
+            | Kind::Signals
+            | Kind::StdioReader
+            | Kind::StdioQueue
+            | Kind::StdioWriter
+            | Kind::AuditWriter => true,
             Kind::Call
             | Kind::HttpConnection
             | Kind::BackgroundFollower

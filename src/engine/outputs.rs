@@ -460,7 +460,14 @@ fn read_index(run_dir: &Path) -> Result<Option<Index>, String> {
     };
     let mut text = Vec::new();
     file.take(MAX_INDEX_BYTES).read_to_end(&mut text).map_err(|error| error.to_string())?;
-    serde_json::from_slice(&text).map(Some).map_err(|error| format!("index of {}: {error}", run_dir.display()))
+    // Named by the run and the setting, not the store's path: the message
+    // reaches the caller, who has no business knowing the server's folders.
+    serde_json::from_slice(&text).map(Some).map_err(|error| {
+        let run = run_dir.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+        format!(
+            "the index of run {run} in the output store (MCP_K8S_OUTPUTS_DIR) is damaged: {error}; the run's stored output cannot be read"
+        )
+    })
 }
 
 /// When anything in a folder (one level of subfolders) was last written.
@@ -671,9 +678,17 @@ impl Spool {
         let expires_at_s = seconds(now + self.store.retention);
         let index = Index { run_id: self.run_id.clone(), owner: self.owner.clone(), expires_at_s, entries };
         let target = self.store.dir.join(&self.run_id);
-        let written = serde_json::to_vec(&index)
-            .map_err(|error| error.to_string())
-            .and_then(|json| fs::write(partial.join(INDEX), json).map_err(|error| error.to_string()));
+        // Mode 0600 like every other file of the store: the index names
+        // the run's files and its caller (`fs::write` would make it 0644).
+        let written = serde_json::to_vec(&index).map_err(|error| error.to_string()).and_then(|json| {
+            fs::OpenOptions::new()
+                .create_new(true)
+                .write(true)
+                .mode(0o600)
+                .open(partial.join(INDEX))
+                .and_then(|mut file| std::io::Write::write_all(&mut file, &json))
+                .map_err(|error| error.to_string())
+        });
         if let Err(error) = written {
             let _ = fs::remove_dir_all(&partial);
             return (Vec::new(), Some(failed_note(error)));
@@ -894,6 +909,10 @@ mod tests {
         spool.file_end();
         let (links, note) = spool.finish(Some([stdout.len() as u64, 0]), now);
         assert_eq!(note, None);
+        // Regression: the index was written 0644 beside 0600 files.
+        let modes =
+            |path: &Path| fs::metadata(path).map(|metadata| std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o777);
+        assert_eq!(modes(&dir.join(RUN).join(INDEX)).unwrap(), 0o600);
         assert_eq!(
             links.iter().map(|link| (link.name.as_str(), link.size, link.complete)).collect::<Vec<_>>(),
             vec![("stdout", stdout.len() as u64, true), ("out/data.bin", 4, true)]
@@ -917,10 +936,19 @@ mod tests {
         assert_eq!(store.reap(now), 0);
         assert_eq!(store.reap(later), 1);
         assert!(matches!(read(&store, &links[0].uri, now), Err(ReadError::NotFound(_))));
-        // A run folder whose index is damaged goes once it is stale.
+        // A run folder whose index is damaged says so without the store's
+        // path (regression: the caller was shown it), and goes once it is
+        // stale.
         let damaged = dir.join("ffffffffffffffffffffffffffffffff");
         fs::create_dir(&damaged).unwrap();
         fs::write(damaged.join(INDEX), b"{not json").unwrap();
+        match read(&store, "job://ffffffffffffffffffffffffffffffff/stdout", now) {
+            Err(ReadError::Io(message)) => assert_eq!(
+                message,
+                "the index of run ffffffffffffffffffffffffffffffff in the output store (MCP_K8S_OUTPUTS_DIR) is damaged: key must be a string at line 1 column 2; the run's stored output cannot be read"
+            ),
+            other => panic!("{:?}", other.map(|piece| piece.size)),
+        }
         assert_eq!(store.reap(now), 0, "not while it may still be written");
         assert_eq!(store.reap(now + PARTIAL_STALE + Duration::from_secs(1)), 1);
         assert!(!damaged.exists());

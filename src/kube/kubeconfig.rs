@@ -794,22 +794,16 @@ pub const MAX_KUBECONFIG_BYTES: u64 = 16 << 20;
 /// Largest certificate, key, CA bundle or token file read.
 pub const MAX_CREDENTIAL_FILE_BYTES: u64 = 4 << 20;
 
-/// Reads at most `max` bytes of `path`; a longer file is an error that
-/// says so, never a silently cut one.
+/// Reads at most `max` bytes of the regular file `path`
+/// (`settings_file::read_bytes`): a longer file is an error that says so,
+/// a FIFO or device is refused instead of waited on.
 pub(crate) fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?.take(max + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("the file is larger than {max} bytes")));
-    }
-    Ok(bytes)
+    crate::settings_file::read_bytes(path, max)
 }
 
 /// `read_bounded` for UTF-8 text.
 pub(crate) fn read_text_bounded(path: &Path, max: u64) -> std::io::Result<String> {
-    String::from_utf8(read_bounded(path, max)?)
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "the file is not UTF-8 text"))
+    crate::settings_file::read_text(path, max)
 }
 
 fn describe_auth(config: &ClusterConfig) -> String {
@@ -841,7 +835,7 @@ mod tests {
     #[test]
     fn an_endless_kubeconfig_is_an_error_not_all_the_memory() {
         let error = Kubeconfig::load(&[PathBuf::from("/dev/zero")], true).err().map(|error| error.to_string()).unwrap_or_default();
-        assert!(error.contains("cannot read kubeconfig `/dev/zero`: the file is larger than 16777216 bytes"), "{error}");
+        assert!(error.contains("cannot read kubeconfig `/dev/zero`: is a device, not a regular file"), "{error}");
     }
 
     #[test]

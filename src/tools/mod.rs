@@ -131,6 +131,9 @@ impl Ctx {
         site: &str,
         spec: &mut crate::engine::spec::RunSpec,
     ) -> Result<admission::Admitted, String> {
+        // Every run passes here, so a trail that takes no lines refuses
+        // them all: a run the trail cannot record does not start.
+        crate::audit::check().map_err(|stalled| stalled.to_string())?;
         admission::admit(&self.ledger, caller, site, spec, &self.config.default_cpu)
     }
 }

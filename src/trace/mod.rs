@@ -35,8 +35,47 @@ pub fn traces_url(endpoint: &str) -> Result<String, String> {
     if rest.is_empty() || rest.starts_with('/') || rest.contains(['?', '#', ' ']) {
         return Err("needs a host, and no query or fragment".into());
     }
+    check_authority(rest.split('/').next().unwrap_or_default())?;
     let base = endpoint.trim_end_matches('/');
     Ok(if base.ends_with("/v1/traces") { base.to_string() } else { format!("{base}/v1/traces") })
+}
+
+/// The endpoint's `host[:port]`: checked here because the exporter's
+/// first request is seconds after start, and a URL it cannot use would
+/// only be logged then, each batch.
+fn check_authority(authority: &str) -> Result<(), String> {
+    if authority.contains('@') {
+        return Err("has user information before its host; give http://host:port".into());
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(bracketed) => {
+            let Some((address, after)) = bracketed.split_once(']') else {
+                return Err(format!("has an unclosed `[` in `{authority}`; write an IPv6 address as [::1]:4318"));
+            };
+            if address.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(format!("has `{address}` in brackets, which is not an IPv6 address"));
+            }
+            match after {
+                "" => (address, None),
+                port => match port.strip_prefix(':') {
+                    Some(port) => (address, Some(port)),
+                    None => return Err(format!("has `{after}` after its IPv6 address; only `:port` may follow")),
+                },
+            }
+        }
+        None => match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let host_chars = |host: &str| host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':'));
+    if host.is_empty() || !host_chars(host) {
+        return Err(format!("needs a host name or address before the port (IPv6 in brackets: [::1]:4318); got `{authority}`"));
+    }
+    match port.map(|port| (port, port.parse::<u16>())) {
+        None | Some((_, Ok(1..))) => Ok(()),
+        Some((port, _)) => Err(format!("has port `{port}`; a port is a whole number from 1 to 65535")),
+    }
 }
 
 /// Starts exporting to `endpoint`; once per process.
@@ -82,6 +121,22 @@ mod tests {
             ("grpc://collector:4317", Err("has scheme `grpc`")),
             ("http://", Err("needs a host")),
             ("http://collector:4318/?x=1", Err("needs a host")),
+            ("http://[::1]:4318", Ok("http://[::1]:4318/v1/traces")),
+            ("http://[::1]", Ok("http://[::1]/v1/traces")),
+            ("https://otel.example:443/otlp/", Ok("https://otel.example:443/otlp/v1/traces")),
+            // Regression: each of these started the server, against the
+            // promise that a wrong endpoint stops it at start.
+            ("http://[::1", Err("has an unclosed `[` in `[::1`; write an IPv6 address as [::1]:4318")),
+            ("http://127.0.0.1:abc", Err("has port `abc`; a port is a whole number from 1 to 65535")),
+            ("http://:4318", Err("needs a host name or address before the port (IPv6 in brackets: [::1]:4318); got `:4318`")),
+            ("http://collector:99999", Err("has port `99999`; a port is a whole number from 1 to 65535")),
+            ("http://collector:0", Err("has port `0`")),
+            ("http://collector:", Err("has port ``")),
+            ("http://::1:4318", Err("needs a host name or address before the port (IPv6 in brackets")),
+            ("http://[zz]:4318", Err("has `zz` in brackets, which is not an IPv6 address")),
+            ("http://[::1]x", Err("has `x` after its IPv6 address")),
+            ("http://user@collector:4318", Err("has user information before its host")),
+            ("http://coll%ector:4318", Err("needs a host name or address before the port")),
         ];
         for (endpoint, expected) in cases {
             match (traces_url(endpoint), expected) {

@@ -37,11 +37,26 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 /// Leaf modules every layer may use: they import nothing of the crate
-/// (`images` and `quantity` only `echo`; `supervise` only `echo`, `log`
-/// and `metrics`; `audit` only `log` and `network`; `trace` only `log`,
-/// `metrics` and `supervise`) and know no layer.
-const LEAVES: &[&str] =
-    &["audit", "cancel", "echo", "http1", "images", "json", "log", "metrics", "network", "quantity", "supervise", "time", "trace"];
+/// (`images`, `json` and `quantity` only `echo`; `supervise` only `echo`, `log`
+/// and `metrics`; `audit` only `log`, `network`, `settings_file` and
+/// `supervise`; `trace` only `log`, `metrics` and `supervise`;
+/// `settings_file` nothing) and know no layer.
+const LEAVES: &[&str] = &[
+    "audit",
+    "cancel",
+    "echo",
+    "http1",
+    "images",
+    "json",
+    "log",
+    "metrics",
+    "network",
+    "quantity",
+    "settings_file",
+    "supervise",
+    "time",
+    "trace",
+];
 
 /// Who may import whom, on top of `LEAVES` (a `*` entry: only the leaves).
 /// Keys are module paths under `src/` (`protocol/jsonrpc` is
@@ -92,6 +107,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("metrics", &[]),
     ("network", &[]),
     ("quantity", &[]),
+    ("settings_file", &[]),
     ("supervise", &[]),
     ("time", &[]),
     ("trace", &[]),

@@ -42,6 +42,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_MAX_QUEUED", "many", "MCP_K8S_MAX_QUEUED: `many` is not accepted"),
     ("MCP_K8S_RESULT_TTL_S", "5", "MCP_K8S_RESULT_TTL_S: `5` is out of range"),
     ("MCP_K8S_WORKDIR_SIZE", "0", "MCP_K8S_WORKDIR_SIZE: `0` is not accepted"),
+    ("MCP_K8S_WORKDIR_SIZE", "1000", "MCP_K8S_WORKDIR_SIZE: `1000` is not accepted; expected a size from 1Mi to 1Ti"),
     ("MCP_K8S_RUNTIME_CLASS", "gVisor", "MCP_K8S_RUNTIME_CLASS: `gVisor` is not accepted"),
     ("MCP_K8S_POD_TEMPLATE", "/nonexistent/pod-template.yaml", "MCP_K8S_POD_TEMPLATE: cannot read `/nonexistent/pod-template.yaml`"),
     ("MCP_K8S_MAX_MESSAGE_BYTES", "100", "MCP_K8S_MAX_MESSAGE_BYTES: `100` is out of range"),
@@ -77,10 +78,12 @@ const CASES: &[(&str, &str, &str)] = &[
         "MCP_K8S_OTLP_ENDPOINT: `collector:4318` is not accepted; expected an OTLP/HTTP URL such as http://collector:4318 (it is not a URL",
     ),
     ("MCP_K8S_OTLP_ENDPOINT", "grpc://collector:4317", "has scheme `grpc`; OTLP/HTTP takes http or https"),
+    ("MCP_K8S_OTLP_ENDPOINT", "http://127.0.0.1:99999", "has port `99999`; a port is a whole number from 1 to 65535"),
     ("MCP_K8S_AUDIT_LOG", "audit.log", "MCP_K8S_AUDIT_LOG: `audit.log` is not accepted; expected stderr, or the absolute path"),
     ("MCP_K8S_AUDIT_LOG", "/nonexistent/audit.log", "MCP_K8S_AUDIT_LOG: cannot open /nonexistent/audit.log for appending"),
     ("MCP_K8S_LOG_LEVEL", "verbose", "MCP_K8S_LOG_LEVEL: `verbose` is not accepted"),
     ("MCP_K8S_TEST_TOOLS", "yes", "MCP_K8S_TEST_TOOLS: `yes` is not accepted"),
+    ("MCP_K8S_TEST_TOOLS", "true", "MCP_K8S_TEST_TOOLS: `true` is not accepted; expected 1 or 0"),
     ("MCP_K8S_CONFORMANCE_FIXTURES", "1", "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_TEST_TOOLS unset"),
     ("MCP_K8S_TEST_PANIC_THREAD", "main", "MCP_K8S_TEST_PANIC_THREAD: `main` is not accepted; expected one of reaper, pool, "),
     ("MCP_K8S_AWAIT_NETWORK_POLICY", "on", "MCP_K8S_AWAIT_NETWORK_POLICY: `on` is not accepted"),
@@ -230,4 +233,125 @@ fn a_dynamically_linked_runner_binary_is_refused_at_start_on_docker() {
     let text = answer["result"]["content"][0]["text"].as_str().unwrap_or_default();
     assert!(text.contains("MCP_K8S_RUNNER_BINARY: `/bin/sh` is dynamically linked"), "{text}");
     assert!(text.contains("cargo build --release --target x86_64-unknown-linux-musl"), "{text}");
+}
+
+/// The server's exit code and stderr when it stops within `bound`; `None`
+/// (after killing it) when it is still going: a start that hangs.
+fn stops_within(env: &[(&str, &str)], bound: std::time::Duration) -> Option<(Option<i32>, String)> {
+    use std::io::Read as _;
+    let mut child = crate::support::server::command(env)
+        .arg("serve")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    // The pipe closes when the server exits: that is the signal waited on.
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        let _ = sender.send(text);
+    });
+    match receiver.recv_timeout(bound) {
+        Ok(text) => Some((child.wait().unwrap().code(), text)),
+        Err(_) => {
+            crate::support::server::send_signal(&child, libc::SIGKILL);
+            let _ = child.wait();
+            None
+        }
+    }
+}
+
+fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcp-config-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Regression: a settings file naming a FIFO nobody writes to (or, for
+/// the audit trail, reads from) held the start in `open` for good: no
+/// listener and no message.
+#[test]
+fn a_fifo_as_a_settings_file_stops_the_start_naming_the_variable() {
+    let dir = scratch_dir("fifo");
+    let fifo = dir.join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let fifo = fifo.display().to_string();
+    let not_a_file = "is a FIFO, not a regular file";
+    let cases: &[(&[(&str, &str)], String)] = &[
+        (
+            &[("MCP_K8S_AUTH_TOKENS_FILE", &fifo), ("MCP_K8S_TRANSPORT", "http")],
+            format!("MCP_K8S_AUTH_TOKENS_FILE: cannot read `{fifo}`: {not_a_file}; name a file"),
+        ),
+        (&[("MCP_K8S_SITES", &fifo)], format!("MCP_K8S_SITES: cannot read `{fifo}`: {not_a_file}; name a file")),
+        (&[("MCP_K8S_LANGUAGES", &fifo)], format!("MCP_K8S_LANGUAGES: cannot read `{fifo}`: {not_a_file}; name a file")),
+        (&[("MCP_K8S_WARM_POOLS", &fifo)], format!("MCP_K8S_WARM_POOLS: cannot read `{fifo}`: {not_a_file}; name a file")),
+        (&[("MCP_K8S_POD_TEMPLATE", &fifo)], format!("MCP_K8S_POD_TEMPLATE: cannot read `{fifo}`: {not_a_file}; name a file")),
+        (&[("MCP_K8S_KUBECONFIG", &fifo)], format!("cannot read kubeconfig `{fifo}`: {not_a_file}; name a file")),
+        (&[("MCP_K8S_AUDIT_LOG", &fifo)], format!("MCP_K8S_AUDIT_LOG: `{fifo}` {not_a_file}; name a regular file")),
+    ];
+    for (env, want) in cases {
+        let Some((code, stderr)) = stops_within(env, std::time::Duration::from_secs(30)) else {
+            panic!("{env:?}: the start hung");
+        };
+        assert_eq!(code, Some(2), "{env:?}: {stderr}");
+        assert!(stderr.contains(want.as_str()), "{env:?}\n got: {stderr}\nwant: {want}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The audit trail's lines hold run ids, which are capabilities: they go
+/// to the file named, readable by its owner only. Regression: a symlink
+/// was followed (a dangling one made its target), and an existing file
+/// kept its mode.
+#[test]
+fn the_audit_log_is_the_file_named_and_only_its_owner_reads_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch_dir("audit");
+    let target = dir.join("target.log");
+    std::fs::write(&target, "kept\n").unwrap();
+    let link = dir.join("link.log");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let dangling_target = dir.join("made-by-the-link.log");
+    let dangling = dir.join("dangling.log");
+    std::os::unix::fs::symlink(&dangling_target, &dangling).unwrap();
+    for path in [&link, &dangling] {
+        let path_text = path.display().to_string();
+        let (code, stderr) = stops_within(&[("MCP_K8S_AUDIT_LOG", &path_text)], std::time::Duration::from_secs(30)).expect("stops");
+        assert_eq!(code, Some(2), "{stderr}");
+        let want = format!("MCP_K8S_AUDIT_LOG: `{path_text}` is a symlink, not a regular file; name a regular file");
+        assert!(stderr.contains(&want), "\n got: {stderr}\nwant: {want}");
+    }
+    assert!(!dangling_target.exists(), "a dangling link made its target");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept\n");
+
+    let existing = dir.join("audit.log");
+    std::fs::write(&existing, "").unwrap();
+    std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let existing_text = existing.display().to_string();
+    let (code, stderr) = stops_within(&[("MCP_K8S_AUDIT_LOG", &existing_text)], std::time::Duration::from_secs(30)).expect("stops");
+    assert_eq!(code, Some(0), "starts, and stops at the end of stdin: {stderr}");
+    assert_eq!(std::fs::metadata(&existing).unwrap().permissions().mode() & 0o777, 0o600);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Regression: a site's kubeconfig that does not load was said as
+/// "site `eu`: MCP_K8S_KUBECONFIG: ...", naming neither MCP_K8S_SITES nor
+/// its file, where the fix is.
+#[test]
+fn a_sites_kubeconfig_error_names_the_sites_file_and_the_site() {
+    let dir = scratch_dir("site-kubeconfig");
+    let sites = dir.join("sites.json");
+    std::fs::write(&sites, r#"[{"name": "eu", "backend": "kubernetes", "kubeconfig": "/nonexistent/eu.yaml"}]"#).unwrap();
+    let sites_text = sites.display().to_string();
+    let (code, stderr) = stops_within(&[("MCP_K8S_SITES", &sites_text)], std::time::Duration::from_secs(30)).expect("stops");
+    assert_eq!(code, Some(2), "{stderr}");
+    let want = format!(
+        "MCP_K8S_SITES: `{sites_text}`: site `eu`: its kubeconfig (field `kubeconfig`, else MCP_K8S_KUBECONFIG): invalid configuration: cannot read kubeconfig `/nonexistent/eu.yaml`"
+    );
+    assert!(stderr.contains(&want), "\n got: {stderr}\nwant: {want}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -179,7 +179,8 @@ pub fn load(path: &Path) -> Result<PodTemplate, Error> {
     if size > MAX_TEMPLATE_BYTES {
         return Err(Error::TooLarge { path: path.to_path_buf(), size });
     }
-    let bytes = std::fs::read(path).map_err(read_error)?;
+    // Not `fs::read`: a FIFO would hold the start (`settings_file`).
+    let bytes = crate::settings_file::read_bytes(path, MAX_TEMPLATE_BYTES).map_err(read_error)?;
     parse(&bytes, path)
 }
 

@@ -63,20 +63,30 @@ pub fn check(access: &Access, head: &Head) -> Result<(Cors, Arc<Caller>), Respon
         cors.push(("Access-Control-Expose-Headers", "Mcp-Session-Id".to_string()));
         cors.push(("Vary", "Origin".to_string()));
     }
+    if access.callers.is_none() && access.auth_token.is_none() {
+        return Ok((cors, Arc::clone(&access.whole_server)));
+    }
+    let presented = presented_token(head).map_err(|TwoTokens| two_tokens())?;
     if let Some(callers) = &access.callers {
-        let presented = presented_token(head);
         return match presented.and_then(|token| callers.identify(token)) {
             Some(caller) => Ok((cors, caller)),
             None => Err(unauthenticated(presented.is_some())),
         };
     }
     if let Some(expected) = &access.auth_token {
-        match presented_token(head) {
+        match presented {
             Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => {}
             presented => return Err(unauthenticated(presented.is_some())),
         }
     }
     Ok((cors, Arc::clone(&access.whole_server)))
+}
+
+/// The 401 for a request whose two token headers disagree.
+fn two_tokens() -> Response {
+    log::warn("request refused: two different tokens", &[]);
+    error_response(401, "X-MCP-AUTH and Authorization: Bearer carry different tokens; send one of them")
+        .with_header("WWW-Authenticate", r#"Bearer error="invalid_request""#)
 }
 
 /// The 401 for a missing or wrong token.
@@ -133,15 +143,28 @@ pub fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
         && is_loopback_authority(authority)
 }
 
+/// A request carrying one token in `X-MCP-AUTH` and another in
+/// `Authorization: Bearer`.
+#[derive(Debug, PartialEq, Eq)]
+struct TwoTokens;
+
 /// `X-MCP-AUTH: <token>` (the original's header) or
-/// `Authorization: Bearer <token>`. Never from the query string.
-fn presented_token(head: &Head) -> Option<&str> {
-    if let Some(token) = head.header("X-MCP-AUTH") {
-        return Some(token.trim());
+/// `Authorization: Bearer <token>`. Never from the query string. An empty
+/// value is no token (so it can never match anything), and two different
+/// tokens are refused: picking one would let a proxy that adds its own
+/// header be overridden by whatever the client sent in the other.
+fn presented_token(head: &Head) -> Result<Option<&str>, TwoTokens> {
+    let x_mcp_auth = head.header("X-MCP-AUTH").map(str::trim).filter(|token| !token.is_empty());
+    let bearer = head
+        .header("Authorization")
+        .and_then(|authorization| authorization.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .filter(|token| !token.is_empty());
+    match (x_mcp_auth, bearer) {
+        (Some(one), Some(other)) if one != other => Err(TwoTokens),
+        (one, other) => Ok(one.or(other)),
     }
-    let authorization = head.header("Authorization")?.trim();
-    let (scheme, token) = authorization.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 #[cfg(test)]
@@ -188,6 +211,66 @@ mod tests {
         ];
         for (origin, expected) in cases {
             assert_eq!(origin_allowed(origin, &allowed), expected, "{origin}");
+        }
+    }
+
+    /// A request's extra headers, as (name, value).
+    type Headers<'a> = &'a [(&'a str, &'a str)];
+
+    fn head_with(headers: Headers<'_>) -> Head {
+        let mut text = "POST /mcp HTTP/1.1\r\nHost: localhost\r\n".to_string();
+        for (name, value) in headers {
+            text.push_str(&format!("{name}: {value}\r\n"));
+        }
+        text.push_str("\r\n");
+        super::super::head::parse_head(text.as_bytes(), &Default::default()).unwrap()
+    }
+
+    #[test]
+    fn the_presented_token_is_one_non_empty_token() {
+        let cases: &[(Headers<'_>, Result<Option<&str>, TwoTokens>)] = &[
+            (&[], Ok(None)),
+            (&[("X-MCP-AUTH", "a")], Ok(Some("a"))),
+            (&[("Authorization", "Bearer a")], Ok(Some("a"))),
+            (&[("Authorization", "bearer  a ")], Ok(Some("a"))),
+            (&[("Authorization", "Basic a")], Ok(None)),
+            // Regression: an empty header was a token, the empty one.
+            (&[("X-MCP-AUTH", "")], Ok(None)),
+            (&[("X-MCP-AUTH", "  ")], Ok(None)),
+            (&[("Authorization", "Bearer ")], Ok(None)),
+            (&[("X-MCP-AUTH", ""), ("Authorization", "Bearer a")], Ok(Some("a"))),
+            (&[("X-MCP-AUTH", "a"), ("Authorization", "Bearer a")], Ok(Some("a"))),
+            // Regression: X-MCP-AUTH silently won over the bearer token.
+            (&[("X-MCP-AUTH", "b"), ("Authorization", "Bearer a")], Err(TwoTokens)),
+            (&[("X-MCP-AUTH", "b"), ("Authorization", "Basic a")], Ok(Some("b"))),
+        ];
+        for (headers, want) in cases {
+            assert_eq!(&presented_token(&head_with(headers)), want, "{headers:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_or_second_token_never_authenticates() {
+        let whole_server = Access::whole_server_caller(Some("t"));
+        let access = |auth_token: Option<&str>| Access {
+            auth_token: auth_token.map(str::to_string),
+            callers: None,
+            whole_server: Arc::clone(&whole_server),
+            allowed_origins: Vec::new(),
+            check_host: false,
+        };
+        // (server token, headers, status or accepted)
+        let cases: &[(Option<&str>, Headers<'_>, Option<u16>)] = &[
+            (Some("t"), &[("X-MCP-AUTH", "t")], None),
+            (Some("t"), &[("X-MCP-AUTH", "")], Some(401)),
+            (Some("t"), &[("X-MCP-AUTH", "x"), ("Authorization", "Bearer t")], Some(401)),
+            (Some("t"), &[("X-MCP-AUTH", "t"), ("Authorization", "Bearer x")], Some(401)),
+            // Without a token to check, the headers mean nothing.
+            (None, &[("X-MCP-AUTH", "x"), ("Authorization", "Bearer t")], None),
+        ];
+        for (token, headers, want) in cases {
+            let got = check(&access(*token), &head_with(headers)).err().map(|response| response.status);
+            assert_eq!(got, *want, "{token:?} {headers:?}");
         }
     }
 }

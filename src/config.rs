@@ -209,6 +209,40 @@ impl RawConfig {
     }
 }
 
+/// The `MCP_K8S_*` names among `names` that are no setting, each with the
+/// nearest setting's name when one is close enough to be a typo: such a
+/// variable is silently without effect otherwise.
+pub fn unknown_settings<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<(String, Option<&'static str>)> {
+    names
+        .into_iter()
+        .filter(|name| name.starts_with("MCP_K8S_") && !SETTINGS.iter().any(|setting| setting.env == *name))
+        .map(|name| {
+            let nearest = SETTINGS
+                .iter()
+                .map(|setting| (edit_distance(name, setting.env), setting.env))
+                .min()
+                .filter(|(distance, _)| *distance <= 3.max(name.len() / 8))
+                .map(|(_, env)| env);
+            (name.to_string(), nearest)
+        })
+        .collect()
+}
+
+/// Levenshtein distance over bytes (the names are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, byte_a) in a.iter().enumerate() {
+        let mut current = vec![i + 1; b.len() + 1];
+        for (j, byte_b) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(byte_a != byte_b);
+            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
     Stdio,
@@ -1198,6 +1232,28 @@ fn parse_flag(value: Option<&str>, variable: &'static str) -> Result<bool, Error
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_unknown_variable_is_named_with_the_setting_it_may_mean() {
+        let names = [
+            "MCP_K8S_ALLOWED_IMAGE",
+            "MCP_K8S_NAMSPACE",
+            "MCP_K8S_MAX_TIMEOUT_S",
+            "MCP_K8S_SOMETHING_ELSE_ENTIRELY",
+            "PATH",
+            "MCP_K8S_ALOWED_IMGES",
+        ];
+        assert_eq!(
+            unknown_settings(names),
+            [
+                ("MCP_K8S_ALLOWED_IMAGE".to_string(), Some("MCP_K8S_ALLOWED_IMAGES")),
+                ("MCP_K8S_NAMSPACE".to_string(), Some("MCP_K8S_NAMESPACE")),
+                ("MCP_K8S_SOMETHING_ELSE_ENTIRELY".to_string(), None),
+                ("MCP_K8S_ALOWED_IMGES".to_string(), Some("MCP_K8S_ALLOWED_IMAGES")),
+            ]
+        );
+        assert_eq!((edit_distance("", "ab"), edit_distance("kitten", "sitting"), edit_distance("same", "same")), (2, 3, 0));
+    }
+
     use super::*;
 
     fn raw(pairs: &[(&str, &str)]) -> RawConfig {

@@ -313,9 +313,18 @@ fn watch_signals(stop: &CancelToken, server: &Arc<Server>) -> std::io::Result<()
     Ok(())
 }
 
+/// A misspelt `MCP_K8S_*` variable would otherwise do nothing, silently.
+fn warn_unknown_settings() {
+    let names: Vec<String> = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok()).collect();
+    for (name, nearest) in config::unknown_settings(names.iter().map(String::as_str)) {
+        log::warn("an MCP_K8S_ variable that is no setting is ignored", &[("variable", json!(name)), ("did_you_mean", json!(nearest))]);
+    }
+}
+
 fn parse_command_line(mut parser: lexopt::Parser) -> Result<Command, String> {
     use lexopt::Arg::{Long, Short, Value};
     let mut raw = RawConfig::from_env();
+    warn_unknown_settings();
     let mut subcommand_seen = false;
     let mut doctor = false;
     while let Some(arg) = parser.next().map_err(|error| error.to_string())? {

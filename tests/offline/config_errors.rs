@@ -355,3 +355,19 @@ fn a_sites_kubeconfig_error_names_the_sites_file_and_the_site() {
     assert!(stderr.contains(&want), "\n got: {stderr}\nwant: {want}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A misspelt setting is said at start, with the setting it may mean, so
+/// a value that has no effect does not go unseen.
+#[test]
+fn a_misspelt_setting_is_warned_about_naming_the_nearest_one() {
+    let output =
+        crate::support::server::command(&[("MCP_K8S_ALLOWED_IMAGE", "busybox:1.36")]).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let warning = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|line| line["variable"] == "MCP_K8S_ALLOWED_IMAGE")
+        .unwrap_or_else(|| panic!("no warning naming the variable: {stderr}"));
+    assert_eq!(warning["level"], "warning", "{warning}");
+    assert_eq!(warning["did_you_mean"], "MCP_K8S_ALLOWED_IMAGES", "{warning}");
+}

@@ -33,7 +33,10 @@ async def connect(transport: str, http_server, **client_options):
         with tempfile.NamedTemporaryFile("w+", suffix=".log") as errlog:
             # The SDK passes the child only an allow-list of variables, so the
             # environment is given explicitly.
-            params = StdioServerParameters(command=binary(), args=[], env={"PATH": os.environ.get("PATH", ""), "MCP_K8S_TEST_TOOLS": "1"})
+            # python:3.12-slim is the built-in python profile's image: a
+            # language runs only when its image is allowed.
+            env = {"PATH": os.environ.get("PATH", ""), "MCP_K8S_TEST_TOOLS": "1", "MCP_K8S_ALLOWED_IMAGES": "python:3.12-slim"}
+            params = StdioServerParameters(command=binary(), args=[], env=env)
 
             def logs():
                 errlog.flush()

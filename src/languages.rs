@@ -69,8 +69,7 @@ impl Profile {
         let at = self.command.iter().position(|arg| arg == FILE_PLACEHOLDER)?;
         let prefix = self.command[..at].to_vec();
         let program = prefix.first()?.rsplit('/').next().unwrap_or_default();
-        let options_only = prefix[1..].iter().all(|arg| arg.starts_with('-') && arg != "-c" && arg != "-m");
-        if !program.starts_with("python") || !options_only {
+        if !program.starts_with("python") || !interpreter_options_only(&prefix[1..]) {
             return None;
         }
         let mut argv = prefix.clone();
@@ -78,6 +77,28 @@ impl Profile {
         argv.extend(self.preload.iter().cloned());
         Some((prefix, argv))
     }
+}
+
+/// Whether `args` are only the interpreter's own options, so that the
+/// pre-started one is the same program as the command with its file:
+/// `-u`, `-B`, `-X dev`, `-Wignore`, `-W ignore`... `-X` and `-W` take
+/// the next word as their value; `-c`, `-m` and `-` name the program to
+/// run, which the file must be, and anything else is no option.
+fn interpreter_options_only(args: &[String]) -> bool {
+    let mut words = args.iter();
+    while let Some(arg) = words.next() {
+        match arg.as_str() {
+            "-c" | "-m" | "-" => return false,
+            "-X" | "-W" => {
+                if words.next().is_none() {
+                    return false;
+                }
+            }
+            option if option.starts_with('-') => {}
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Every profile, by name (sorted, so listings are stable).
@@ -658,6 +679,25 @@ mod tests {
         assert_eq!(argv[4..], ["json", "http.client"]);
         assert!(languages.get("javascript").and_then(Profile::prestart).is_none(), "node is not pre-started");
         assert!(languages.get("go").and_then(Profile::prestart).is_none());
+    }
+
+    #[test]
+    fn only_the_interpreters_own_options_may_come_before_the_file() {
+        let words = |args: &[&str]| args.iter().map(|arg| arg.to_string()).collect::<Vec<_>>();
+        for (args, expected) in [
+            (&[][..], true),
+            (&["-u"][..], true),
+            (&["-X", "dev"][..], true),
+            (&["-Xdev", "-B"][..], true),
+            (&["-W", "ignore", "-u"][..], true),
+            (&["-X"][..], false),
+            (&["-c"][..], false),
+            (&["-m", "pytest"][..], false),
+            (&["-"][..], false),
+            (&["script.py"][..], false),
+        ] {
+            assert_eq!(interpreter_options_only(&words(args)), expected, "{args:?}");
+        }
     }
 
     /// Regression: serde_json kept the last of two copies silently, a

@@ -12,9 +12,11 @@
 
 use std::fmt;
 
-/// Longest key accepted, in bytes: room for any UUID, ULID or a client's
-/// own composite key, bounded because it is echoed in errors.
-pub const MAX_KEY_BYTES: usize = 256;
+/// Longest key accepted, in characters (as the schema's `maxLength`
+/// counts, so a key the schema allows is never refused here): room for any
+/// UUID, ULID or a client's own composite key, bounded because it is
+/// echoed in errors.
+pub const MAX_KEY_CHARS: usize = 256;
 
 /// A call's key, with what is derived from it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,7 +36,7 @@ pub struct Keyed {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeyError {
     Empty,
-    TooLong { bytes: usize },
+    TooLong { chars: usize },
     ControlCharacter,
 }
 
@@ -42,8 +44,8 @@ impl fmt::Display for KeyError {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KeyError::Empty => write!(formatter, "`idempotency_key` must not be empty; use a fresh UUID per logical call"),
-            KeyError::TooLong { bytes } => {
-                write!(formatter, "`idempotency_key` is {bytes} bytes, more than the {MAX_KEY_BYTES} allowed; use a UUID")
+            KeyError::TooLong { chars } => {
+                write!(formatter, "`idempotency_key` is {chars} characters, more than the {MAX_KEY_CHARS} allowed; use a UUID")
             }
             KeyError::ControlCharacter => write!(formatter, "`idempotency_key` must not contain control characters; use a UUID"),
         }
@@ -71,14 +73,15 @@ impl Keyed {
     }
 }
 
-/// A key a caller may use: 1 to `MAX_KEY_BYTES` bytes, no control
+/// A key a caller may use: 1 to `MAX_KEY_CHARS` characters, no control
 /// characters (it is echoed in messages).
 pub fn check_key(key: &str) -> Result<(), KeyError> {
     if key.is_empty() {
         return Err(KeyError::Empty);
     }
-    if key.len() > MAX_KEY_BYTES {
-        return Err(KeyError::TooLong { bytes: key.len() });
+    let chars = key.chars().count();
+    if chars > MAX_KEY_CHARS {
+        return Err(KeyError::TooLong { chars });
     }
     if key.chars().any(char::is_control) {
         return Err(KeyError::ControlCharacter);
@@ -151,13 +154,16 @@ mod tests {
 
     #[test]
     fn keys_are_checked() {
-        let long = "k".repeat(MAX_KEY_BYTES + 1);
+        let long = "k".repeat(MAX_KEY_CHARS + 1);
+        // 256 two-byte characters: what the schema's maxLength allows.
+        let accented = "é".repeat(MAX_KEY_CHARS);
         for (key, expected) in [
             ("7f0c2a4e-1b7d-4c55-9f0e-0d6b2a1f9c3e", Ok(())),
             ("build #12 / step 3", Ok(())),
-            ("k".repeat(MAX_KEY_BYTES).as_str(), Ok(())),
+            ("k".repeat(MAX_KEY_CHARS).as_str(), Ok(())),
+            (accented.as_str(), Ok(())),
             ("", Err(KeyError::Empty)),
-            (long.as_str(), Err(KeyError::TooLong { bytes: MAX_KEY_BYTES + 1 })),
+            (long.as_str(), Err(KeyError::TooLong { chars: MAX_KEY_CHARS + 1 })),
             ("a\nb", Err(KeyError::ControlCharacter)),
             ("a\u{0}", Err(KeyError::ControlCharacter)),
         ] {

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value, json};
 
-use crate::engine::idempotency::{Keyed, MAX_KEY_BYTES};
+use crate::engine::idempotency::{Keyed, MAX_KEY_CHARS};
 
 /// The argument's name.
 pub const ARGUMENT: &str = "idempotency_key";
@@ -37,7 +37,7 @@ pub fn schema(answer: &str, result_ttl_s: u64) -> Value {
     json!({
         "type": "string",
         "minLength": 1,
-        "maxLength": MAX_KEY_BYTES,
+        "maxLength": MAX_KEY_CHARS,
         "description": format!(
             "optional: a key of your own (a fresh UUID) for this call, to retry it safely when its answer was lost. \
              The same key with the same arguments never starts a second run: it returns {answer}, across server \
@@ -75,7 +75,7 @@ mod tests {
             (json!(7), "must be a string"),
             (json!(""), "must not be empty"),
             (json!("a\tb"), "control characters"),
-            (json!("k".repeat(MAX_KEY_BYTES + 1)), "more than the 256 allowed"),
+            (json!("k".repeat(MAX_KEY_CHARS + 1)), "more than the 256 allowed"),
         ] {
             let arguments = object(json!({"image": "busybox", "idempotency_key": bad}));
             let error = split("run_job", &arguments, &crate::callers::Caller::whole_server("stdio")).unwrap_err();

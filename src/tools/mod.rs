@@ -180,10 +180,41 @@ pub fn split_site(arguments: Arguments<'_>) -> Result<(Arguments<'_>, Option<Str
 }
 
 /// `split_site` after `idempotency::split`: the arguments left, the key
-/// and the site.
+/// and the site (the one a `sandbox` id names, when it names one).
 pub fn with_site((arguments, keyed): idempotency::Split<'_>) -> Result<WithSite<'_>, String> {
     let (arguments, site) = split_site(arguments)?;
+    let (arguments, site) = sandbox_site(arguments, site)?;
     Ok((arguments, keyed, site))
+}
+
+/// A sandbox id as its caller sees it: on a server with named sites, the
+/// engine's id, `.` and the site, as a job token carries its site, so a
+/// call in it needs no `site`.
+pub fn public_sandbox_id(id: &str, site: Option<&str>) -> String {
+    match site {
+        Some(site) => format!("{id}.{site}"),
+        None => id.to_string(),
+    }
+}
+
+/// The site a `sandbox` id names, if any, taken off the id: the call's
+/// site then, and a `site` argument that names another is an error.
+pub fn sandbox_site(arguments: Arguments<'_>, site: Option<String>) -> Result<(Arguments<'_>, Option<String>), String> {
+    let Some((id, named)) = arguments.get("sandbox").and_then(Value::as_str).and_then(|text| text.split_once('.')) else {
+        return Ok((arguments, site));
+    };
+    if let Some(given) = site.as_deref().filter(|given| *given != named) {
+        return Err(format!(
+            "sandbox `{}` is on site `{}`, not `{}`; leave `site` out",
+            crate::echo::shorten(id),
+            crate::echo::shorten(named),
+            crate::echo::shorten(given)
+        ));
+    }
+    let (id, named) = (id.to_string(), named.to_string());
+    let mut rest = arguments.into_owned();
+    rest.insert("sandbox".to_string(), Value::String(id));
+    Ok((std::borrow::Cow::Owned(rest), Some(named)))
 }
 
 /// The `site` property of a run tool's input schema.
@@ -936,6 +967,26 @@ mod tests {
         ];
         assert_eq!(Registry::new(&config).names(), production);
         assert_eq!(Registry::new(&ctx().config).names(), [&production[..], &["test_sleep", "test_panic"]].concat());
+    }
+
+    #[test]
+    fn a_sandbox_id_names_its_site_as_a_token_does() {
+        let arguments = |value: Value| value.as_object().cloned().unwrap();
+        let site_of = |value: Value, site: Option<&str>| {
+            let given = arguments(value);
+            sandbox_site(std::borrow::Cow::Borrowed(&given), site.map(str::to_string))
+                .map(|(rest, site)| (rest.get("sandbox").cloned(), site))
+        };
+        let id = "sbx-0123456789abcdef0123456789abcdef";
+        assert_eq!(public_sandbox_id(id, Some("eu")), format!("{id}.eu"));
+        assert_eq!(public_sandbox_id(id, None), id);
+        let on_eu = json!({"sandbox": format!("{id}.eu")});
+        assert_eq!(site_of(on_eu.clone(), None), Ok((Some(json!(id)), Some("eu".to_string()))), "the id's site, taken off it");
+        assert_eq!(site_of(on_eu.clone(), Some("eu")), Ok((Some(json!(id)), Some("eu".to_string()))), "the same site named twice");
+        let refused = site_of(on_eu, Some("us")).unwrap_err();
+        assert_eq!(refused, format!("sandbox `{id}` is on site `eu`, not `us`; leave `site` out"));
+        assert_eq!(site_of(json!({"sandbox": id}), Some("us")), Ok((Some(json!(id)), Some("us".to_string()))), "no site in the id");
+        assert_eq!(site_of(json!({"command": ["true"]}), None), Ok((None, None)));
     }
 
     #[test]

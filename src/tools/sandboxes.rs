@@ -123,7 +123,12 @@ fn open_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         }
         return refused_outcome(&refused);
     }
-    ToolOutcome::Success(seen_json(&seen, true))
+    ToolOutcome::Success(seen_json(&seen, true, shown_site(ctx, engine)))
+}
+
+/// The site a sandbox id shows: its engine's, on a server with named sites.
+fn shown_site<'a>(ctx: &Ctx, engine: &'a crate::engine::run::Ctx) -> Option<&'a str> {
+    engine.site.as_deref().filter(|_| ctx.named_sites)
 }
 
 /// How long writing the opening files may take.
@@ -219,7 +224,9 @@ fn close_sandbox_tool() -> Tool {
 }
 
 fn close_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let (arguments, site) = match super::split_site(std::borrow::Cow::Borrowed(call.arguments)) {
+    let split =
+        super::split_site(std::borrow::Cow::Borrowed(call.arguments)).and_then(|(arguments, site)| super::sandbox_site(arguments, site));
+    let (arguments, site) = match split {
         Ok(split) => split,
         Err(why) => return ToolOutcome::Failure(why),
     };
@@ -235,7 +242,7 @@ fn close_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     };
     match sandbox_call::close(engine, id, call.caller.owner()) {
         Ok(seen) => {
-            let mut closed = seen_json(&seen, false);
+            let mut closed = seen_json(&seen, false, shown_site(ctx, engine));
             closed["state"] = json!("closed");
             ToolOutcome::Success(closed)
         }
@@ -257,7 +264,10 @@ fn list_sandboxes_tool() -> Tool {
         output_schema: json!({
             "type": "object",
             "required": ["sandboxes"],
-            "properties": {"sandboxes": {"type": "array", "items": sandbox_schema_out()}},
+            "properties": {
+                "sandboxes": {"type": "array", "items": sandbox_schema_out()},
+                "unreachable_sites": {"type": "array", "description": "sites that could not be asked (without `site`, on a server with named sites)"},
+            },
         }),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
         handler: list_sandboxes,
@@ -272,14 +282,46 @@ fn list_sandboxes(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     if let Err(error) = super::check_known_arguments(&arguments, &[]) {
         return ToolOutcome::Failure(error.to_string());
     }
+    if site.is_none() && ctx.named_sites {
+        return list_every_site(ctx, call);
+    }
     let engine = match ctx.engine_of(site.as_deref()) {
         Ok(engine) => engine,
         Err(why) => return ToolOutcome::Failure(why),
     };
     match sandbox_call::list(engine, call.caller.owner()) {
-        Ok(listed) => ToolOutcome::Success(json!({"sandboxes": listed.iter().map(|seen| seen_json(seen, true)).collect::<Vec<_>>()})),
+        Ok(listed) => {
+            let shown = listed.iter().map(|seen| seen_json(seen, true, shown_site(ctx, engine))).collect::<Vec<_>>();
+            ToolOutcome::Success(json!({"sandboxes": shown}))
+        }
         Err(refused) => refused_outcome(&refused),
     }
+}
+
+/// How long `list_sandboxes` waits for a site that does not answer.
+const LIST_WAIT: Duration = Duration::from_secs(10);
+
+/// `list_sandboxes` without `site` on a server with named sites: every
+/// site's, each id with its site; a site that cannot be asked is named in
+/// `unreachable_sites` (as list_jobs does) rather than failing the others.
+fn list_every_site(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
+    let owner = call.caller.owner().map(str::to_string);
+    let answers = ctx.ask_sites(LIST_WAIT, move |engine| {
+        let listed = sandbox_call::list(engine, owner.as_deref()).map_err(|refused| refused.message)?;
+        Ok(listed.iter().map(|seen| seen_json(seen, true, engine.site.as_deref())).collect::<Vec<_>>())
+    });
+    let (mut shown, mut unreachable) = (Vec::new(), Vec::new());
+    for (site, answer) in ctx.sites.iter().zip(answers) {
+        match answer {
+            Ok(listed) => shown.extend(listed),
+            Err(why) => unreachable.push(json!({"site": site.name, "message": why})),
+        }
+    }
+    let mut listed = json!({"sandboxes": shown});
+    if !unreachable.is_empty() {
+        listed["unreachable_sites"] = json!(unreachable);
+    }
+    ToolOutcome::Success(listed)
 }
 
 fn refused_outcome(refused: &Refusal) -> ToolOutcome {
@@ -291,12 +333,13 @@ fn refused_outcome(refused: &Refusal) -> ToolOutcome {
     }
 }
 
-fn seen_json(seen: &Seen, with_state: bool) -> Value {
+/// One sandbox as the tools show it; `site`: the site its id names.
+fn seen_json(seen: &Seen, with_state: bool, site: Option<&str>) -> Value {
     let record = &seen.record;
     let now = crate::time::unix_ms(std::time::SystemTime::now());
     let at = |ms: u64| crate::log::rfc3339_utc(std::time::UNIX_EPOCH + Duration::from_millis(ms));
     let mut shown = json!({
-        "sandbox": record.id,
+        "sandbox": super::public_sandbox_id(&record.id, site),
         "image": record.image,
         "language": record.language,
         "network": record.network,

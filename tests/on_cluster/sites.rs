@@ -185,6 +185,21 @@ fn runs_go_to_their_site_and_one_site_down_leaves_the_other_running() {
     let refused = response(&server, unknown_site, Duration::from_secs(30));
     assert!(refused["content"][0]["text"].as_str().unwrap().contains("unknown site `mars`; sites here: cluster, docker"), "{refused}");
 
+    // A sandbox's id carries its site, as a token does: calls in it, the
+    // listing and the close need no `site`.
+    let opened = ok(&mut server, "open_sandbox", json!({"image": DOCKER_BUSYBOX, "network": "none", "site": "docker"}));
+    let sandbox = opened["sandbox"].as_str().unwrap().to_string();
+    assert!(sandbox.ends_with(".docker"), "{opened}");
+    let in_it = ok(&mut server, "run_job", json!({"command": ["sh", "-c", "echo in-sandbox"], "sandbox": sandbox}));
+    assert_eq!(in_it["stdout"], "in-sandbox\n", "{in_it}");
+    let listed = ok(&mut server, "list_sandboxes", json!({}));
+    assert!(listed["sandboxes"].as_array().unwrap().iter().any(|shown| shown["sandbox"] == sandbox.as_str()), "{listed}");
+    let wrong_site = send_call(&mut server, "run_job", json!({"command": ["true"], "sandbox": sandbox, "site": "cluster"}));
+    let refused = response(&server, wrong_site, Duration::from_secs(30));
+    assert!(refused["content"][0]["text"].as_str().unwrap().contains("is on site `docker`, not `cluster`"), "{refused}");
+    let closed = ok(&mut server, "close_sandbox", json!({"sandbox": sandbox}));
+    assert_eq!(closed["state"], "closed", "{closed}");
+
     // The Docker site goes down (its daemon hangs): a run sent there waits,
     // while the cluster site still runs, lists and describes itself.
     gate.down();

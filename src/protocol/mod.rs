@@ -236,6 +236,8 @@ impl Server {
             return self.on_modern_request(session, request, outbox, message_bytes);
         }
         let Request { id, method, params } = request;
+        // Held until the answer is sent, below.
+        let _piece = resources::piece_turn(&method, &params);
         let result = match method.as_str() {
             "initialize" => self.initialize(session, &params),
             "ping" => Ok(json!({})),

@@ -78,6 +78,8 @@ impl Server {
         message_bytes: usize,
     ) {
         let Request { id, mut params, method } = request;
+        // Held until the answer is sent, below.
+        let _piece = resources::piece_turn(&method, &params);
         let envelope = match check_request(session.headers(), &method, &params) {
             Ok(envelope) => envelope,
             Err(error) => return send_response(&outbox, &Response { id: Some(id), result: Err(error) }),

@@ -14,6 +14,19 @@ use crate::engine::outputs::{self, ReadError};
 
 pub use crate::engine::outputs::{SCHEME, is_ours};
 
+/// Stored-output pieces being read and answered at once, in the whole
+/// process. A piece (up to `outputs::MAX_PIECE`) is held as bytes, as
+/// base64 or text and as the serialised reply until it is handed to the
+/// transport: some 4 MiB each. Past this many, readers wait their turn, so
+/// 128 clients reading at once hold what 4 do.
+static PIECES_AT_ONCE: crate::engine::slots::Gate = crate::engine::slots::Gate::new(4);
+
+/// A turn to read a stored output's piece and hand its answer on: held
+/// from before the read until the reply is queued (`PIECES_AT_ONCE`).
+pub fn piece_turn() -> crate::engine::slots::Inside<'static> {
+    PIECES_AT_ONCE.enter()
+}
+
 /// Why a read answered nothing, as the protocol sorts it.
 #[derive(Debug, PartialEq)]
 pub enum ReadFailure {

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::support::server::peak_rss_kib;
 use crate::support::server::{HttpServer, INITIALIZE};
 
 const TOKEN: &str = "hostile-suite-token";
@@ -888,14 +889,4 @@ fn read_endpoint(stream: &TcpStream) -> String {
             return endpoint.to_string();
         }
     }
-}
-
-/// VmHWM: the peak resident set of the process so far.
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|value| value.trim().trim_end_matches(" kB").trim().parse().ok())
-        .expect("a VmHWM line")
 }

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::backend::{Removed, fetch, fetch_done, ok, run_id_of, server};
+use super::backend::{Removed, fetch, fetch_done, ok, run_id_of, server, server_env};
 use crate::BUSYBOX;
 use crate::support::TempDir;
-use crate::support::server::StdioServer;
+use crate::support::server::{HttpServer, StdioServer, peak_rss_kib, raw_request_within};
 
 /// A `resources/read`'s whole response.
 fn read(server: &mut StdioServer, uri: &str) -> Value {
@@ -85,4 +85,47 @@ fn a_cancelled_run_keeps_nothing_in_the_store() {
     assert_eq!(done["result"]["status"], "cancelled", "{}", done["result"]["message"]);
     assert!(done["result"]["links"].is_null(), "a cancelled run links nothing: {}", done["result"]["links"]);
     assert_eq!(entries(&dir), Vec::<String>::new(), "the store keeps nothing of a cancelled run");
+}
+
+/// 128 clients reading 1 MiB pieces of one stored output at once: each
+/// gets its piece, and the server holds a few pieces at a time, never all
+/// (a piece is held as bytes, as text and as the reply until it is sent).
+#[test]
+fn a_hundred_and_twenty_eight_readers_at_once_stay_within_64_mib() {
+    let dir = TempDir::new("outputs-readers");
+    let env = server_env(&[("MCP_K8S_OUTPUTS_DIR", dir.path.to_str().unwrap())]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+    let server = HttpServer::start(&env);
+    let session = server.initialize();
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "run_job", "arguments":
+        {"image": BUSYBOX, "command": ["head", "-c", "8388608", "/dev/zero"], "network": "none"}}});
+    let ran = server.post(Some(&session), &call.to_string()).json();
+    let uri = ran["result"]["structuredContent"]["links"][0]["uri"].as_str().unwrap_or_else(|| panic!("no link: {ran}")).to_string();
+    let before_kib = peak_rss_kib(server.child.id());
+    let pieces: Vec<Value> = std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..128u64)
+            .map(|reader| {
+                let (addr, session, uri) = (&server.addr, &session, &uri);
+                scope.spawn(move || {
+                    let piece = format!("{uri}?offset={}&length=1048576", (reader % 8) << 20);
+                    let body = json!({"jsonrpc": "2.0", "id": reader + 10, "method": "resources/read", "params": {"uri": piece}});
+                    let headers =
+                        [("Content-Type", "application/json"), ("Accept", "application/json"), ("Mcp-Session-Id", session.as_str())];
+                    raw_request_within(addr, "POST", "/mcp", &headers, body.to_string().as_bytes(), Duration::from_secs(120)).json()
+                })
+            })
+            .collect();
+        readers.into_iter().map(|reader| reader.join().unwrap()).collect()
+    });
+    for piece in &pieces {
+        assert_eq!(
+            piece["result"]["contents"][0]["_meta"]["length"],
+            1_048_576,
+            "{}",
+            &piece.to_string()[..piece.to_string().len().min(300)]
+        );
+    }
+    let peak_kib = peak_rss_kib(server.child.id());
+    println!("peak RSS with 128 readers at once: {} KiB (before: {before_kib} KiB)", peak_kib);
+    assert!(peak_kib <= 64 << 10, "peak RSS {peak_kib} KiB, over 64 MiB");
 }

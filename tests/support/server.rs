@@ -392,3 +392,13 @@ pub fn raw_request_within(
     }
     HttpResponse { status, headers, body: String::from_utf8(body).unwrap(), chunk_times }
 }
+
+/// VmHWM: the peak resident set of the process so far.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches(" kB").trim().parse().ok())
+        .expect("a VmHWM line")
+}

@@ -298,8 +298,11 @@ pub fn take(ctx: &Ctx, sandbox: &Named, spec: &RunSpec, call_id: &str) -> Result
         return Err(refusal(
             RunReason::SandboxNotFound,
             format!(
-                "this sandbox runs image `{}`, not `{}`; leave `image` out, or open a sandbox of that image",
+                // No argument named: run_job leaves `image` out, execute_code
+                // has none and picks a language; the engine knows neither.
+                "this sandbox runs image `{}`, not `{}`; call it with its own image, or open a sandbox of `{}`",
                 crate::echo::shorten(&seen.record.image),
+                crate::echo::shorten(&spec.image),
                 crate::echo::shorten(&spec.image)
             ),
         ));

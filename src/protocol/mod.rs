@@ -51,9 +51,14 @@ pub const LATEST_VERSION: &str = SUPPORTED_VERSIONS[0];
 
 pub const SERVER_NAME: &str = "mcp-k8s-ephemeral-job";
 
-/// What the server tells a client about itself, in both eras.
-const INSTRUCTIONS: &str = "Runs commands in throwaway Kubernetes pods. Call describe_environment first \
-                            to learn the allowed images, timeouts and size limits.";
+/// What the server tells a client about itself, in both eras: where its
+/// runs go, in the words of the backend in use.
+fn instructions(config: &crate::config::Config) -> String {
+    format!(
+        "Runs each command in a throwaway {}. Call describe_environment first to learn the allowed images, timeouts and size limits.",
+        tools::backend_words::runs(config).sandbox()
+    )
+}
 
 /// A message for the client, already serialized.
 #[derive(Clone, Debug, PartialEq)]
@@ -343,7 +348,7 @@ impl Server {
             // Only what is implemented: clients gate features on these.
             "capabilities": capabilities,
             "serverInfo": server_info(),
-            "instructions": INSTRUCTIONS,
+            "instructions": instructions(&self.ctx.config),
         }))
     }
 

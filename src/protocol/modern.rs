@@ -421,7 +421,7 @@ fn discover(config: &crate::config::Config) -> Value {
     let result = json!({
         "supportedVersions": MODERN_VERSIONS,
         "capabilities": capabilities,
-        "instructions": super::INSTRUCTIONS,
+        "instructions": super::instructions(config),
         "_meta": { "io.modelcontextprotocol/serverInfo": super::server_info() },
     });
     cacheable(result, LIST_TTL_MS)

@@ -214,16 +214,12 @@ pub fn task_cancel(ctx: &Ctx, caller: &Caller, task_id: &str) -> Result<TaskStat
 fn submit_job_tool(config: &crate::config::Config) -> Tool {
     Tool {
         name: SUBMIT_JOB,
-        title: "Start a command in a throwaway Kubernetes pod, in the background",
+        title: format!("Start a command in a throwaway {}, in the background", super::backend_words::runs(config).sandbox()),
         description: format!(
-            "Same arguments as run_job, checked in full before anything starts, but returns IMMEDIATELY with a \
-             job_token. Use it for work longer than about a minute (builds, test suites). Then call fetch_job \
-             with the token (wait_s long-polls up to {MAX_WAIT_S} s and answers as soon as the job ends); the \
-             result is exactly run_job's and stays fetchable for {} s after the job ends, across server \
-             restarts. cancel_job stops it; list_jobs finds a lost token. With `sandbox` (an open_sandbox id) the \
-             command runs in that sandbox as a run_job call would, in the background; its result lasts as long as \
-             the sandbox.",
-            config.result_ttl_s
+            "run_job in the background, for work over a minute: checks the arguments, returns a job_token at once. \
+             fetch_job gives run_job's result once done (kept {} s); cancel_job stops it; list_jobs finds lost tokens. {}",
+            config.result_ttl_s,
+            super::answer::RULE
         ),
         input_schema: run_job::run_job_schema(config),
         output_schema: json!({
@@ -336,14 +332,11 @@ fn job_spec(ctx: &Ctx, arguments: &Map<String, Value>) -> Result<RunSpec, CallEr
 fn fetch_job_tool() -> Tool {
     Tool {
         name: "fetch_job",
-        title: "Get the state or result of a background job",
+        title: "Get the state or result of a background job".to_string(),
         description: format!(
-            "Returns status `running` (with the phase and the tail of the output so far) or `done` (with \
-             `result`, exactly what run_job returns) for a job_token from submit_job. wait_s (0 to {MAX_WAIT_S}) \
-             long-polls: the call answers as soon as the job ends, or after wait_s while it still runs; keep \
-             wait_s below your client's request timeout (60 s in the TypeScript SDK and MCP Inspector). New \
-             output is sent as progress notifications while waiting. A result can be fetched again until it \
-             expires."
+            "A job_token's state: `running` (phase, output so far) or `done` with run_job's `result`. wait_s (up to \
+             {MAX_WAIT_S}) waits for the end: keep it below your client's timeout (60 s in the TypeScript SDK). An \
+             unknown or expired token is a tool error."
         ),
         input_schema: token_schema(true),
         output_schema: view_schema(),
@@ -381,12 +374,9 @@ fn fetch_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 fn cancel_job_tool() -> Tool {
     Tool {
         name: "cancel_job",
-        title: "Stop a background job",
-        description: "Stops the job of a job_token at once: the cancel is recorded on the Job and its pod is \
-                      deleted, then this answers like fetch_job, normally `running` with `cancel_requested: true` \
-                      (the runner is still reporting the output so far). fetch_job with wait_s returns the \
-                      `cancelled` result, with that output, a few seconds later. A job that already finished \
-                      cannot be cancelled."
+        title: "Stop a background job".to_string(),
+        description: "Stops a background job at once; answers like fetch_job (`cancel_requested: true`), and fetch_job \
+                      then returns its `cancelled` result with the output so far. A finished job cannot be cancelled."
             .to_string(),
         input_schema: token_schema(false),
         output_schema: view_schema(),
@@ -415,28 +405,15 @@ fn cancel_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 fn list_jobs_tool() -> Tool {
     Tool {
         name: "list_jobs",
-        title: "List background jobs",
-        description: "Lists this server's background jobs that still exist (running, or \
-                      finished and not yet expired), newest first, with their job_token, status, image and program name, so \
-                      a lost token can be found."
-            .to_string(),
+        title: "List background jobs".to_string(),
+        description: "Your background jobs not yet expired, newest first, with job_token and status: finds a lost token.".to_string(),
         input_schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
         output_schema: json!({
             "type": "object",
             "required": ["jobs"],
             "properties": {"jobs": {"type": "array", "items": {
                 "type": "object",
-                "required": ["job_token", "status", "phase", "cancelled", "command"],
-                "properties": {
-                    "job_token": {"type": "string"},
-                    "status": {"type": "string", "enum": ["running", "done"]},
-                    "phase": {"type": "string", "enum": ["pending", "running", "finished"]},
-                    "result_status": {"type": ["string", "null"], "description": "the result's status when this server has read it; fetch_job reads it"},
-                    "cancelled": {"type": "boolean"},
-                    "command": {"type": "string", "description": "the image and the program's name (the arguments are not stored)"},
-                    "created_at": {"type": ["string", "null"]},
-                    "expires_at": {"type": "string", "description": "when the job and its result are deleted at the latest"},
-                },
+                "description": "job_token, status (running|done), phase, result_status, cancelled, command, created_at, expires_at",
             }}},
         }),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
@@ -517,27 +494,30 @@ fn run_job_outcome(outcome: &engine::spec::RunOutcome) -> ToolOutcome {
 }
 
 fn view_schema() -> Value {
+    let integer = json!({"type": "integer"});
     json!({
         "type": "object",
         "required": ["job_token", "status", "phase"],
         "properties": {
             "job_token": {"type": "string"},
             "status": {"type": "string", "enum": ["running", "done"]},
-            "phase": {"type": "string", "enum": ["pending", "running", "finished"], "description": "pending: the pod is starting"},
-            "stdout": {"type": "string", "description": "while running: the last 64 KiB of output so far"},
+            "phase": {"type": "string", "enum": ["pending", "running", "finished"]},
+            "stdout": {"type": "string", "description": "the last 64 KiB"},
             "stderr": {"type": "string"},
-            "stdout_seen_bytes": {"type": "integer", "description": "while running: output bytes seen so far"},
-            "stderr_seen_bytes": {"type": "integer"},
+            "stdout_seen_bytes": integer,
+            "stderr_seen_bytes": integer,
             "cancel_requested": {"type": "boolean"},
-            "result": job_result::output_schema(),
+            // run_job's outputSchema, not repeated here: it is in the list
+            // once already, and every copy is paid in the agent's context.
+            "result": {"type": "object", "description": "when done: run_job's result"},
         },
     })
 }
 
 fn token_schema(with_wait: bool) -> Value {
-    let mut properties = json!({"job_token": {"type": "string", "description": "from submit_job or list_jobs"}});
+    let mut properties = json!({"job_token": {"type": "string"}});
     if with_wait {
-        properties["wait_s"] = json!({"type": "integer", "minimum": 0, "maximum": MAX_WAIT_S, "description": "seconds to wait for the job to end; 0 (default) answers at once"});
+        properties["wait_s"] = json!({"type": "integer", "minimum": 0, "maximum": MAX_WAIT_S, "description": "default 0: at once"});
     }
     json!({"type": "object", "required": ["job_token"], "additionalProperties": false, "properties": properties})
 }

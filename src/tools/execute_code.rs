@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
 use crate::languages::Profile;
 use crate::tools::job_args::{self, ArgBounds};
-use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, idempotency, job_result, run_job, snippets};
+use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, answer, backend_words, idempotency, job_result, run_job, snippets};
 
 /// The tool's name, also in `background::TASK_TOOLS`.
 pub const NAME: &str = "execute_code";
@@ -29,10 +29,12 @@ const FIELDS: &[&str] = &["language", "entrypoint_code", "entrypoint_filename", 
 pub fn execute_code_tool(config: &Config) -> Tool {
     Tool {
         name: NAME,
-        title: "Run a code snippet in a throwaway sandbox",
+        title: "Run a code snippet in a throwaway sandbox".to_string(),
         description: description(config),
         input_schema: input_schema(config),
-        output_schema: job_result::output_schema(),
+        // run_job's outputSchema, said once in the list: every copy is
+        // paid in the agent's context.
+        output_schema: json!({"type": "object", "description": "run_job's result"}),
         annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
         handler: execute_code,
     }
@@ -83,7 +85,7 @@ pub fn outcome(outcome: &RunOutcome) -> ToolOutcome {
         text: result_text(outcome),
         structured: job_result::outcome_json(outcome),
         extra_content: job_result::content_blocks(outcome),
-        is_error: outcome.status != RunStatus::Succeeded,
+        is_error: answer::is_error(answer::Shape::Isolator, answer::Answer::Ran { status: outcome.status, reason: outcome.reason }),
     }
 }
 
@@ -268,66 +270,50 @@ fn run_job_arguments(profile: &Profile, filename: &str, files: &[(String, Vec<u8
 }
 
 fn description(config: &Config) -> String {
-    let languages: Vec<String> = config
-        .languages
-        .profiles
-        .values()
-        .map(|profile| format!("{} ({}, default file {}, {} s)", profile.name, profile.image, profile.filename, profile.timeout_s))
-        .collect();
-    let snippets = match &config.snippets_dir {
-        None => "No snippets folder is configured.".to_string(),
-        Some(dir) => match snippets::list(dir, &config.languages) {
-            Ok(entries) if entries.is_empty() => "The snippets folder is empty.".to_string(),
-            Ok(entries) => format!(
-                "Snippets when the server started: {} (resources/list has the current list, resources/read their source).",
-                entries.iter().map(|entry| entry.name.as_str()).collect::<Vec<_>>().join(", ")
-            ),
-            Err(error) => format!("The snippets folder could not be listed at start: {error}."),
-        },
-    };
+    let languages: Vec<String> =
+        config.languages.profiles.values().map(|profile| format!("{} ({})", profile.name, profile.image)).collect();
+    let snippets = if config.snippets_dir.is_some() { " or `snippet_name` (resources/list lists them)" } else { "" };
     format!(
-        "Runs code in a fresh, isolated sandbox and waits for it (isolator-mcp's execute_code). Give either \
-         `snippet_name` (a file of the server's snippets folder, named without its extension, whose extension \
-         picks the language), or `language` with `entrypoint_code`; `entrypoint_filename` overrides the \
-         language's default file name and `additional_files` are written beside it (e.g. modules to import). \
-         Returns one text block `--- stdout ---\\n...\\n--- stderr ---\\n...`, prefixed with `Execution Failed \
-         (<status>): <message>` when the code did not succeed (non-zero exit, timeout, could not run; isError is \
-         then true), plus run_job's structured result and pictures the code wrote. There is no stdin (reads see \
-         end of file). Languages: {}. {snippets}",
-        languages.join("; ")
+        "Runs code in a fresh {} and waits (isolator-mcp's execute_code). Give `language` with `entrypoint_code`{snippets}; \
+         `additional_files` are written beside it. Returns `--- stdout ---\\n...\\n--- stderr ---\\n...`, prefixed \
+         `Execution Failed (<status>): <message>` with isError true when the code did not succeed (isError is also true \
+         for a refused call); run_job's result is the structuredContent. No stdin. Languages: {}.",
+        backend_words::runs(config).sandbox(),
+        languages.join(", ")
     )
 }
 
 fn input_schema(config: &Config) -> Value {
-    json!({
+    let mut schema = json!({
         "type": "object",
         "additionalProperties": false,
         "properties": {
-            "language": {"type": "string", "enum": config.languages.names(), "description": "required with entrypoint_code"},
-            "entrypoint_code": {"type": "string", "description": "the main file's content; required unless snippet_name is given"},
-            "entrypoint_filename": {"type": "string", "description": "the main file's name, e.g. main.py; default per language"},
-            "additional_files": {"type": "array", "description": "more files beside the entrypoint", "items": {
+            "language": {"type": "string", "enum": config.languages.names()},
+            "entrypoint_code": {"type": "string", "description": "the main file's content"},
+            "entrypoint_filename": {"type": "string", "description": "default per language, e.g. main.py"},
+            "additional_files": {"type": "array", "items": {
                 "type": "object",
                 "required": ["filename"],
                 "additionalProperties": false,
                 "properties": {
                     "filename": {"type": "string", "description": "relative path"},
-                    "content": {"type": "string", "description": "text content"},
-                    "content_b64": {"type": "string", "description": "binary content, base64, instead of content"},
+                    "content": {"type": "string"},
+                    "content_b64": {"type": "string", "description": "instead of content, for bytes"},
                 },
             }},
-            "snippet_name": {"type": "string", "description": "a snippet of the server's folder, without extension; excludes language and entrypoint_code"},
-            "timeout_s": {"type": "integer", "minimum": 1, "maximum": config.max_timeout_s, "description": "seconds the code may run; default per language"},
-            "network": run_job::network_schema(
-                config,
-                config.execute_code_network_default(),
-                " (none when the operator allows it, else the operator's MCP_K8S_NETWORK_DEFAULT)",
-            ),
-            "site": super::site_schema(config),
-            "sandbox": run_job::sandbox_schema(),
-            idempotency::ARGUMENT: idempotency::schema("the first call's result (waiting while its run goes on)", config.result_ttl_s),
+            "timeout_s": {"type": "integer", "minimum": 1, "maximum": config.max_timeout_s, "description": "default per language"},
+            "network": run_job::network_schema(config, config.execute_code_network_default()),
+            "sandbox": run_job::sandbox_schema(config),
+            idempotency::ARGUMENT: idempotency::schema("the first call's result", config.result_ttl_s),
         },
-    })
+    });
+    if config.snippets_dir.is_some() {
+        schema["properties"]["snippet_name"] = json!({"type": "string", "description": "instead of language and entrypoint_code"});
+    }
+    if let Some(site) = super::site_schema(config) {
+        schema["properties"]["site"] = site;
+    }
+    schema
 }
 
 #[cfg(test)]
@@ -432,7 +418,9 @@ mod tests {
         assert_eq!((spec.image.as_str(), spec.command.join(" ")), ("docker.io/library/node:22-slim", "node hello.js".to_string()));
         let Value::Object(unknown) = json!({"snippet_name": "nope"}) else { unreachable!() };
         assert_eq!(parse_execute_args(&unknown, &config).unwrap_err(), "no snippet named `nope`; available: hello");
-        assert!(description(&config).contains("Snippets when the server started: hello"), "{}", description(&config));
+        assert!(description(&config).contains("`snippet_name` (resources/list lists them)"), "{}", description(&config));
+        assert!(input_schema(&config)["properties"]["snippet_name"].is_object(), "offered with a snippets folder");
+        assert!(input_schema(&config_with(None))["properties"].get("snippet_name").is_none(), "not offered without");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -39,11 +39,8 @@ pub fn schema(answer: &str, result_ttl_s: u64) -> Value {
         "minLength": 1,
         "maxLength": MAX_KEY_CHARS,
         "description": format!(
-            "optional: a key of your own (a fresh UUID) for this call, to retry it safely when its answer was lost. \
-             The same key with the same arguments never starts a second run: it returns {answer}, across server \
-             restarts and replicas, until the run's result expires ({result_ttl_s} s after it ends). The same key \
-             with other arguments is an error. A key is yours alone on a server with several callers; otherwise anyone \
-             who can call this server and knows the key reaches the run: use unguessable keys."
+            "optional: an unguessable key of yours (a fresh UUID), to retry safely: the same key and arguments return \
+             {answer} instead of a second run, until {result_ttl_s} s after it ends"
         ),
     })
 }

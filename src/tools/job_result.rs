@@ -164,70 +164,37 @@ fn timings_json(times: &PhaseTimes) -> Value {
     })
 }
 
-/// Every reason a result can carry, from the one list (a hand-written one
-/// here once missed two).
-fn reason_description() -> String {
-    let names: Vec<&str> = RunReason::ALL.iter().map(|reason| reason.name()).collect();
-    format!("Why, when not plainly succeeded: {}", names.join(", "))
-}
-
-/// The `outputSchema` of `run_job` (and of a finished `fetch_job`).
+/// The `outputSchema` of `run_job` and `execute_code`. Types only, apart
+/// from the few fields whose meaning the name does not carry: every tool's
+/// schema is paid in the agent's context before its first call, and
+/// docs/run-result.md says the rest (the reasons, the timings, the links).
 pub fn output_schema() -> Value {
-    let string_or_null = json!({"type": ["string", "null"]});
+    let string = json!({"type": "string"});
+    let integer = json!({"type": "integer"});
+    let integer_or_null = json!({"type": ["integer", "null"]});
+    let object = json!({"type": "object"});
     json!({
         "type": "object",
         "required": ["status", "exit_code", "stdout", "stderr", "duration_ms", "artifacts", "truncated", "message"],
         "properties": {
-            "run_id": {"type": "string"},
+            "run_id": string,
             "status": {"type": "string", "enum": ["succeeded", "failed", "timeout", "error", "cancelled"]},
-            "reason": {"type": ["string", "null"], "description": reason_description()},
-            "message": {"type": "string", "description": "What happened and what to do about it"},
+            "reason": {"type": ["string", "null"], "description": "why, when not succeeded: NonZeroExit, OOMKilled, ImagePullFailed, ..."},
+            "message": {"type": "string", "description": "what happened and what to do"},
             "exit_code": {"type": "integer", "description": "-1 when the command did not exit by itself"},
-            "signal": {"type": ["integer", "null"]},
-            "duration_ms": {"type": "integer"},
-            "stdout": {"type": "string"},
-            "stderr": {"type": "string"},
-            "stdout_b64": {"type": "string", "description": "Present when stdout is not valid UTF-8"},
-            "stderr_b64": {"type": "string", "description": "Present when stderr is not valid UTF-8"},
-            "stdout_total_bytes": {"type": "integer"},
-            "stderr_total_bytes": {"type": "integer"},
-            "artifacts": {"type": "array", "items": {
-                "type": "object",
-                "required": ["path", "size", "mode", "sha256"],
-                "properties": {
-                    "path": {"type": "string"},
-                    "size": {"type": "integer"},
-                    "mode": {"type": "string"},
-                    "sha256": {"type": "string"},
-                    "content_b64": {"type": ["string", "null"], "description": "null when the file did not fit under the artifact cap"},
-                },
-            }},
-            "truncated": {"type": "object", "required": ["stdout", "stderr", "artifacts"], "properties": {
-                "stdout": {"type": "boolean"}, "stderr": {"type": "boolean"}, "artifacts": {"type": "boolean"},
-            }},
-            "timings": {"type": "object", "description": "The run's phases in order (submitted, created, scheduled, started, first output, finished, answered; null when not seen) and whether it took a warm sandbox", "properties": {
-                "warm": {"type": "boolean", "description": "The run took a warm pool's sandbox"},
-                "submitted_at": string_or_null, "created_at": string_or_null, "scheduled_at": string_or_null,
-                "started_at": string_or_null, "first_output_at": string_or_null, "finished_at": string_or_null,
-                "answered_at": string_or_null,
-                "queued_ms": {"type": ["integer", "null"]}, "starting_ms": {"type": ["integer", "null"]},
-                "first_output_ms": {"type": ["integer", "null"], "description": "Time to first output, from submission"},
-                "answer_ms": {"type": ["integer", "null"], "description": "Time to answer, from submission"},
-            }},
-            "notes": {"type": "array", "items": {"type": "string"}},
-            "links": {"type": "array", "description": "Present when a stream or file was too big to inline and the server keeps it whole (MCP_K8S_OUTPUTS_DIR): read each with resources/read, in pieces", "items": {
-                "type": "object",
-                "required": ["uri", "name", "size", "complete"],
-                "properties": {
-                    "uri": {"type": "string", "description": "job://<run id>/stdout, /stderr or /files/<path>; add ?offset=<byte>&length=<bytes> to read a piece"},
-                    "name": {"type": "string", "description": "stdout, stderr or the file's path"},
-                    "mime_type": {"type": "string"},
-                    "size": {"type": "integer", "description": "Bytes kept, all readable"},
-                    "total_bytes": {"type": "integer", "description": "Bytes the command wrote"},
-                    "complete": {"type": "boolean", "description": "false when the store could not keep all of it (size < total_bytes) or the log was cut"},
-                    "expires_at": {"type": "string"},
-                },
-            }},
+            "signal": integer_or_null,
+            "duration_ms": integer,
+            "stdout": string,
+            "stderr": string,
+            "stdout_b64": {"type": "string", "description": "when stdout is not UTF-8"},
+            "stderr_b64": string,
+            "stdout_total_bytes": integer,
+            "stderr_total_bytes": integer,
+            "artifacts": {"type": "array", "items": {"type": "object", "description": "path, size, mode, sha256, content_b64 (null: over the cap)"}},
+            "truncated": {"type": "object", "description": "stdout, stderr, artifacts: true when cut at the cap"},
+            "timings": object,
+            "notes": {"type": "array", "items": string},
+            "links": {"type": "array", "items": object, "description": "output kept whole past its cap: resources/read"},
         },
     })
 }
@@ -268,10 +235,10 @@ mod tests {
         assert_eq!(timings["submitted_at"], "2027-01-15T08:00:00.000Z");
         assert_eq!(timings["first_output_at"], timings["finished_at"], "brought back to the runner's finish: {timings}");
         assert_eq!((timings["first_output_ms"].as_u64(), timings["answer_ms"].as_u64()), (Some(120), Some(150)));
-        let keys: Vec<&String> = timings.as_object().unwrap().keys().collect();
-        let schema = output_schema();
-        let described: Vec<&String> = schema["properties"]["timings"]["properties"].as_object().unwrap().keys().collect();
-        assert_eq!(keys, described, "the schema names every field");
+        let documented = include_str!("../../docs/run-result.md");
+        for key in timings.as_object().unwrap().keys() {
+            assert!(documented.contains(&format!("`{key}`")), "docs/run-result.md names `{key}`");
+        }
         let cold = outcome_json(&RunOutcome::without_result("r", RunStatus::Error, RunReason::ApiError, "m".into()));
         assert_eq!((cold["timings"]["warm"].as_bool(), cold["timings"]["answer_ms"].is_null()), (Some(false), true));
     }

@@ -12,6 +12,8 @@
 //! stays ignorant of MCP too.
 
 pub mod admission;
+pub mod answer;
+pub mod backend_words;
 pub mod background;
 pub mod execute_code;
 pub mod idempotency;
@@ -217,18 +219,18 @@ pub fn sandbox_site(arguments: Arguments<'_>, site: Option<String>) -> Result<(A
     Ok((std::borrow::Cow::Owned(rest), Some(named)))
 }
 
-/// The `site` property of a run tool's input schema.
-pub fn site_schema(config: &Config) -> Value {
+/// The `site` property of a run tool's input schema; none with one site,
+/// which a call need not name.
+pub fn site_schema(config: &Config) -> Option<Value> {
+    if config.sites.is_empty() {
+        return None;
+    }
     let names = crate::config::site_names(&config.sites);
-    json!({
+    Some(json!({
         "type": ["string", "null"],
         "enum": names.iter().map(|name| Value::from(*name)).chain([Value::Null]).collect::<Vec<_>>(),
-        "description": format!(
-            "optional: the site to run on (a cluster or a Docker engine; describe_environment lists them); default `{}`. \
-             A job token carries its site, so fetch_job and friends need not name it.",
-            names[0]
-        ),
-    })
+        "description": format!("default {}; a job token carries its site", names[0]),
+    }))
 }
 
 /// The audit line of a call that ran, submitted or found `run_id`.
@@ -332,7 +334,7 @@ pub struct Annotations {
 
 pub struct Tool {
     pub name: &'static str,
-    pub title: &'static str,
+    pub title: String,
     pub description: String,
     pub input_schema: Value,
     pub output_schema: Value,
@@ -383,8 +385,9 @@ impl Tool {
             "description": self.description,
             "inputSchema": self.input_schema,
             "outputSchema": self.output_schema,
+            // No `title` here too: the tool's own says it (2025-06-18),
+            // and each copy is paid in the agent's context.
             "annotations": {
-                "title": self.title,
                 "readOnlyHint": self.annotations.read_only,
                 "destructiveHint": self.annotations.destructive,
                 "idempotentHint": self.annotations.idempotent,
@@ -505,157 +508,43 @@ pub fn optional_integer(arguments: &Map<String, Value>, name: &'static str, min:
 // describe_environment: what an agent may run here, from Config.
 
 fn describe_environment_tool() -> Tool {
+    // The output schema names the fields and their types; what each means
+    // is in docs/mcp-interface.md: this schema is paid in every agent's
+    // context, the answer only by the agent that calls.
+    let object = json!({"type": "object"});
+    let array = json!({"type": "array"});
+    let integer = json!({"type": "integer"});
+    let strings = json!({"type": "array", "items": {"type": "string"}});
     Tool {
         name: "describe_environment",
-        title: "Describe the job environment",
-        description: "Tells what a job may use on this server: allowed images, execute_code's languages \
-                      and their images, default and maximum timeout_s, output and artifact size caps, default CPU and memory, where a job may \
-                      write (its root file system is read-only), the namespace, and whether repository \
-                      cloning and a cache volume are available. Call it before choosing an image or a \
-                      timeout. Reads configuration only; starts nothing."
+        title: "Describe the job environment".to_string(),
+        description: "What runs may use here: images, languages, timeouts, caps, CPU, memory, disk, network modes, \
+                      sites, warm pools, your limits. Call it before choosing an image or a timeout."
             .to_string(),
         input_schema: json!({ "type": "object", "properties": {}, "additionalProperties": false }),
         output_schema: json!({
             "type": "object",
             "properties": {
-                "namespace": { "type": "string", "description": "Kubernetes namespace jobs run in" },
-                "allowed_images": {
-                    "type": "array", "items": { "type": "string" },
-                    "description": "images a job may use; empty means none is allowed yet"
-                },
-                "timeout_s": {
-                    "type": "object",
-                    "properties": { "default": { "type": "integer" }, "max": { "type": "integer" } },
-                    "required": ["default", "max"]
-                },
-                "max_output_bytes": { "type": "integer", "description": "cap on captured stdout and stderr" },
-                "max_artifact_bytes": { "type": "integer", "description": "cap on returned files" },
-                "default_cpu": { "type": "string", "description": "Kubernetes CPU quantity" },
-                "default_memory": { "type": "string", "description": "Kubernetes memory quantity" },
-                "max_concurrent": { "type": "integer", "description": "jobs that run at once; more wait" },
-                "sandboxes": {
-                    "type": "object",
-                    "description": "open_sandbox's limits: sandboxes open at once on this server (0: none), the longest and default max_lifetime_s, the default idle_timeout_s",
-                    "properties": {
-                        "max_open": { "type": "integer" },
-                        "max_lifetime_s": { "type": "integer" },
-                        "default_idle_timeout_s": { "type": "integer" },
-                    },
-                },
-                "disk": {
-                    "type": "object",
-                    "description": "the root file system is read-only; a job writes to its workdir and /tmp, each at most size_limit (past it the pod is evicted)",
-                    "properties": {
-                        "size_limit": { "type": "string", "description": "Kubernetes quantity (MCP_K8S_WORKDIR_SIZE)" },
-                        "tmp": { "type": "string", "description": "the writable scratch folder besides the workdir" },
-                        "home": { "type": "string", "description": "HOME when the job's env does not set it" },
-                        "read_only_root": { "type": "boolean" }
-                    },
-                    "required": ["size_limit", "tmp", "home", "read_only_root"]
-                },
-                "clone_available": { "type": "boolean", "description": "whether jobs can clone a git repository" },
-                "cache_mount_path": {
-                    "type": ["string", "null"],
-                    "description": "where a shared cache volume is mounted, or null"
-                },
-                "extra_env_names": {
-                    "type": "array", "items": { "type": "string" },
-                    "description": "environment variables every job gets from the server"
-                },
-                "languages": {
-                    "type": "array",
-                    "description": "execute_code's language profiles",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "language": { "type": "string" },
-                            "image": { "type": "string" },
-                            "entrypoint_filename": { "type": "string", "description": "default file name" },
-                            "command": { "type": "array", "items": { "type": "string" } },
-                            "snippet_extensions": { "type": "array", "items": { "type": "string" } },
-                            "timeout_s": { "type": "integer" },
-                            "cpu": { "type": "string" },
-                            "memory": { "type": "string" }
-                        },
-                        "required": ["language", "image", "entrypoint_filename", "command", "snippet_extensions", "timeout_s", "cpu", "memory"]
-                    }
-                },
-                "snippets_available": { "type": "boolean", "description": "whether execute_code's snippet_name can be used (resources/list lists them)" },
-                "sites": {
-                    "type": "array",
-                    "description": "where runs may go (a run tool's `site`), the default first, each with whether it answers now",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "name": { "type": "string" },
-                            "default": { "type": "boolean" },
-                            "backend": { "type": "string", "description": "kubernetes, docker, or auto" },
-                            "health": { "type": "string", "description": "ok, or why the site cannot take runs now" }
-                        },
-                        "required": ["name", "default", "backend", "health"]
-                    }
-                },
-                "caller": {
-                    "type": "object",
-                    "description": "who you are to this server, your own limits on top of the server's (null: as the server allows) and what you use of them now",
-                    "properties": {
-                        "name": { "type": "string" },
-                        "limits": {
-                            "type": "object",
-                            "properties": {
-                                "concurrent_runs": { "type": ["integer", "null"] },
-                                "cpu_seconds_per_hour": { "type": ["integer", "null"], "description": "a run costs its CPU limit (else default_cpu) times its command's run time" },
-                                "sites": { "type": ["array", "null"], "items": { "type": "string" } },
-                                "images": { "type": ["array", "null"], "items": { "type": "string" } },
-                                "tools": { "type": ["array", "null"], "items": { "type": "string" } }
-                            }
-                        },
-                        "runs_in_flight": { "type": "integer" },
-                        "cpu_seconds_last_hour": { "type": "number" },
-                        "sees": { "type": "string", "description": "whose runs list_jobs, fetch_job and links show you" }
-                    },
-                    "required": ["name", "limits", "runs_in_flight", "cpu_seconds_last_hour", "sees"]
-                },
-                "warm_pools": {
-                    "type": "array",
-                    "description": "sandboxes kept running ahead (MCP_K8S_WARM_POOLS): a call with exactly this image, cpu and memory limits (none when null), network mode and the default workdir, and no clone, starts in one of them when one is ready",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "name": { "type": "string" },
-                            "image": { "type": "string" },
-                            "cpu": { "type": ["string", "null"] },
-                            "memory": { "type": ["string", "null"] },
-                            "network": { "type": "string" },
-                            "size": { "type": "integer" },
-                            "max_idle_s": { "type": "integer" },
-                            "site": { "type": "string", "description": "the site whose runs take its sandboxes" },
-                            "language": { "type": ["string", "null"], "description": "the execute_code language whose interpreter its sandboxes start ahead, with the profile's preload modules imported; null for none" },
-                            "ready": { "type": "integer", "description": "sandboxes ready now" },
-                            "hits": { "type": "integer", "description": "runs that took one so far" },
-                            "misses": { "type": "integer", "description": "runs that fitted but found none ready, and ran cold" }
-                        },
-                        "required": ["name", "site", "image", "cpu", "memory", "network", "size", "max_idle_s", "ready", "hits", "misses"]
-                    }
-                },
-                "network": {
-                    "type": "object",
-                    "description": "the network modes a call may ask for with `network`, the defaults, and who enforces them",
-                    "properties": {
-                        "modes": { "type": "array", "items": { "type": "string", "enum": ["none", "restricted", "open"] }, "description": "allowed modes (MCP_K8S_NETWORK_MODES)" },
-                        "run_job_default": { "type": "string", "description": "run_job's and submit_job's mode when a call names none (MCP_K8S_NETWORK_DEFAULT)" },
-                        "execute_code_default": { "type": "string", "description": "execute_code's mode when a call names none" },
-                        "enforcement": { "type": "string", "description": "what each mode enforces on each backend" }
-                    },
-                    "required": ["modes", "run_job_default", "execute_code_default", "enforcement"]
-                }
+                "namespace": { "type": "string", "description": "Kubernetes only" },
+                "allowed_images": strings,
+                "timeout_s": { "type": "object", "properties": { "default": integer, "max": integer } },
+                "max_output_bytes": integer,
+                "max_artifact_bytes": integer,
+                "default_cpu": { "type": "string" },
+                "default_memory": { "type": "string" },
+                "max_concurrent": integer,
+                "sandboxes": object,
+                "disk": object,
+                "clone_available": { "type": "boolean" },
+                "cache_mount_path": { "type": ["string", "null"] },
+                "extra_env_names": strings,
+                "languages": array,
+                "snippets_available": { "type": "boolean" },
+                "sites": array,
+                "caller": object,
+                "warm_pools": array,
+                "network": object,
             },
-            "required": [
-                "namespace", "allowed_images", "timeout_s", "max_output_bytes", "max_artifact_bytes",
-                "default_cpu", "default_memory", "max_concurrent", "disk", "clone_available",
-                "cache_mount_path", "extra_env_names", "languages", "snippets_available", "warm_pools", "network", "caller", "sites"
-            ],
-            "additionalProperties": false
         }),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: false },
         handler: describe_environment,
@@ -669,8 +558,8 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     let config = &ctx.config;
     // Values of the extra env may be credentials, so only names are shown.
     let extra_env_names: Vec<&String> = config.job_extra_env.keys().collect();
-    ToolOutcome::Success(json!({
-        "namespace": config.namespace,
+    let runs = backend_words::runs(config);
+    let mut described = json!({
         "allowed_images": config.allowed_images.as_written,
         "timeout_s": { "default": config.default_timeout_s, "max": config.max_timeout_s },
         "max_output_bytes": config.max_output_bytes,
@@ -707,12 +596,17 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         "snippets_available": config.snippets_dir.is_some(),
         "warm_pools": warm_pools_view(ctx),
         "network": {
-            "modes": config.network_modes.iter().map(|mode| mode.name()).collect::<Vec<_>>(),
+            "modes": backend_words::network_modes(config).iter().map(|mode| mode.name()).collect::<Vec<_>>(),
             "run_job_default": config.network_default.name(),
             "execute_code_default": config.execute_code_network_default().name(),
-            "enforcement": NETWORK_TEXT,
+            "enforcement": network_text(runs),
         },
-    }))
+    });
+    // A namespace means nothing to a Docker run.
+    if runs != backend_words::Runs::Docker {
+        described["namespace"] = json!(config.namespace);
+    }
+    ToolOutcome::Success(described)
 }
 
 /// How long `describe_environment` waits for the sites to answer: a site
@@ -798,18 +692,28 @@ fn warm_pools_view(ctx: &Ctx) -> Vec<Value> {
         .collect()
 }
 
-/// What each mode enforces where (docs/security.md
-/// says the same at length). The server sets no firewall rule itself.
-const NETWORK_TEXT: &str = "Kubernetes: the pod carries the label mcp-k8s-ephemeral-job/network=<mode>, and the \
-                            namespace's NetworkPolicies (deploy/networkpolicy-jobs*.yaml) enforce it: no ingress for \
-                            any mode; none: no egress, DNS included; restricted: DNS plus the operator's allowlist; \
-                            open: egress anywhere but private, link-local and loopback ranges (nodes, API server, \
-                            metadata) and the server's namespace. Only where the cluster's network plugin enforces NetworkPolicy. \
-                            Docker: none is network mode none (loopback only); restricted is the network the \
-                            operator names in MCP_K8S_DOCKER_NETWORK (its rules are the operator's; unset: refused); \
-                            open is this server's bridge network mcp-k8s-open with inter-container traffic disabled \
-                            (egress anywhere the host routes, no connections from other containers), which needs \
-                            dockerd's iptables rules (its default).";
+/// What each mode enforces on the backend in use (both while it is not
+/// known); docs/security.md says the same at length. The server sets no
+/// firewall rule itself.
+fn network_text(runs: backend_words::Runs) -> String {
+    match runs {
+        backend_words::Runs::Kubernetes => KUBERNETES_NETWORK_TEXT.to_string(),
+        backend_words::Runs::Docker => DOCKER_NETWORK_TEXT.to_string(),
+        backend_words::Runs::Either => format!("{KUBERNETES_NETWORK_TEXT} {DOCKER_NETWORK_TEXT}"),
+    }
+}
+
+const KUBERNETES_NETWORK_TEXT: &str = "Kubernetes: the pod carries the label mcp-k8s-ephemeral-job/network=<mode>, and the \
+                                       namespace's NetworkPolicies (deploy/networkpolicy-jobs*.yaml) enforce it: no ingress for \
+                                       any mode; none: no egress, DNS included; restricted: DNS plus the operator's allowlist; \
+                                       open: egress anywhere but private, link-local and loopback ranges (nodes, API server, \
+                                       metadata) and the server's namespace. Only where the cluster's network plugin enforces NetworkPolicy.";
+
+const DOCKER_NETWORK_TEXT: &str = "Docker: none is network mode none (loopback only); restricted is the network the \
+                                   operator names in MCP_K8S_DOCKER_NETWORK (its rules are the operator's; unset: not offered); \
+                                   open is this server's bridge network mcp-k8s-open with inter-container traffic disabled \
+                                   (egress anywhere the host routes, no connections from other containers), which needs \
+                                   dockerd's iptables rules (its default).";
 
 // ---------------------------------------------------------------------------
 // Test hooks, registered only with MCP_K8S_TEST_TOOLS=1: they let the client
@@ -818,7 +722,7 @@ const NETWORK_TEXT: &str = "Kubernetes: the pod carries the label mcp-k8s-epheme
 fn test_sleep_tool() -> Tool {
     Tool {
         name: "test_sleep",
-        title: "Sleep (test hook)",
+        title: "Sleep (test hook)".to_string(),
         description: "Test hook: sleeps `seconds`, reporting progress every `progress_every_ms` and \
                       stopping early when cancelled."
             .to_string(),
@@ -876,7 +780,7 @@ fn test_sleep(_ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 fn test_panic_tool() -> Tool {
     Tool {
         name: "test_panic",
-        title: "Panic (test hook)",
+        title: "Panic (test hook)".to_string(),
         description: "Test hook: panics, to show a failing tool answers -32603 and the server lives on.".to_string(),
         input_schema: json!({ "type": "object", "additionalProperties": false }),
         output_schema: json!({ "type": "object" }),
@@ -1069,5 +973,44 @@ mod tests {
         assert_eq!(success["isError"], false);
         let failure = result_json(ToolOutcome::Failure("nope".into()));
         assert_eq!(failure, json!({ "content": [{ "type": "text", "text": "nope" }], "isError": true }));
+    }
+}
+
+/// The whole `tools/list` is paid in every agent's context window before
+/// its first call, so it has a budget, measured as served.
+#[cfg(test)]
+mod list_size {
+    use super::*;
+    use crate::config::RawConfig;
+
+    /// The budget for the serialised `tools/list` result, every tool.
+    const BUDGET_BYTES: usize = 16 * 1024;
+
+    fn served_bytes(settings: &[(&str, &str)]) -> (usize, Vec<(&'static str, usize)>) {
+        let raw = RawConfig::from_lookup(|name| settings.iter().find(|(key, _)| *key == name).map(|(_, value)| value.to_string()));
+        let config = Config::from_raw(&raw).unwrap();
+        let registry = Registry::new(&config);
+        let per_tool = registry.tools.iter().map(|tool| (tool.name, json_text(&tool.to_json()).len())).collect();
+        (json_text(&registry.list_json(|_| true)).len(), per_tool)
+    }
+
+    #[test]
+    fn tools_list_fits_its_budget_with_typical_settings() {
+        let typical_images = "python:3.12-slim,node:22-slim,golang:1.23,bash:5.2,busybox:1.36,alpine:3.20,ubuntu:24.04";
+        // The test hooks (MCP_K8S_TEST_TOOLS) are never served in production.
+        let cases: [&[(&str, &str)]; 5] = [
+            &[],
+            &[("MCP_K8S_ALLOWED_IMAGES", typical_images)],
+            &[("MCP_K8S_ALLOWED_IMAGES", typical_images), ("MCP_K8S_BACKEND", "docker")],
+            &[("MCP_K8S_ALLOWED_IMAGES", typical_images), ("MCP_K8S_BACKEND", "kubernetes")],
+            &[("MCP_K8S_ALLOWED_IMAGES", typical_images), ("MCP_K8S_SNIPPETS_DIR", env!("CARGO_MANIFEST_DIR"))],
+        ];
+        let over: Vec<String> = cases
+            .iter()
+            .map(|settings| (settings, served_bytes(settings)))
+            .filter(|(_, (bytes, _))| *bytes > BUDGET_BYTES)
+            .map(|(settings, (bytes, per_tool))| format!("{bytes} bytes with {settings:?}: {per_tool:?}"))
+            .collect();
+        assert!(over.is_empty(), "tools/list over its {BUDGET_BYTES} bytes:\n{}", over.join("\n"));
     }
 }

@@ -14,12 +14,12 @@ use crate::config::Config;
 use crate::engine;
 use crate::engine::run::Progress;
 use crate::engine::sandbox_call::Named;
-use crate::network::{self, NetworkMode};
+use crate::network::NetworkMode;
 use crate::sandbox::frame::Stream;
-use crate::tools::idempotency;
 use crate::tools::job_args::{self, ArgBounds};
 use crate::tools::job_result;
 use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome};
+use crate::tools::{answer, backend_words, idempotency};
 
 /// Longest piece of live output carried by one progress message.
 const PROGRESS_TEXT_BYTES: usize = 4096;
@@ -32,23 +32,16 @@ const HEARTBEAT: Duration = Duration::from_secs(5);
 const KEYED_WAIT: Duration = Duration::from_secs(120);
 
 pub fn run_job_tool(config: &Config) -> Tool {
+    let sandbox = backend_words::runs(config).sandbox();
     Tool {
         name: "run_job",
-        title: "Run a command in a throwaway Kubernetes pod",
+        title: format!("Run a command in a throwaway {sandbox}"),
         description: format!(
-            "Runs `command` (an argv array, no shell unless you call one) in a fresh pod from `image` and waits \
-             for it. Returns exit_code, stdout and stderr (separately), duration_ms, status \
-             (succeeded|failed|timeout|error|cancelled), a `reason` and `message` saying why when it did not \
-             simply succeed (OOMKilled, ImagePullFailed, Unschedulable, QuotaExceeded, DeadlineExceeded, ...), \
-             and the files the command created or changed under `workdir` (or those matching `artifacts` globs). \
-             Input `files` are written into `workdir` first. The pod has no Kubernetes credentials; \
-             `network` picks what it may reach (none, restricted or open, as the operator allows). \
-             timeout_s defaults to {} and may be at most {}. Clients stop waiting on their own clocks (the \
-             TypeScript SDK and MCP Inspector after 60 s unless progress resets their timeout), so use \
-             submit_job and fetch_job for anything that may run longer than about a minute. Allowed images: {}.",
-            config.default_timeout_s,
-            config.max_timeout_s,
-            allowed_images_text(config)
+            "Runs `command` (argv; no shell unless you call one) in a fresh {sandbox} from `image` and waits; returns \
+             status, exit_code, stdout, stderr and files created or changed in `workdir`, with `reason` and `message` \
+             when not succeeded. Clients stop waiting after about 60 s: use submit_job for longer work. {} Limits: \
+             describe_environment.",
+            answer::RULE
         ),
         input_schema: run_job_schema(config),
         output_schema: job_result::output_schema(),
@@ -57,43 +50,52 @@ pub fn run_job_tool(config: &Config) -> Tool {
     }
 }
 
-/// The input schema shared by `run_job` and `submit_job`.
+/// The input schema shared by `run_job` and `submit_job`. Terse: every
+/// word is paid in the agent's context; the constraints stay in the
+/// schema, the details are in describe_environment and the docs. An
+/// argument the server would refuse whatever its value (`clone` when not
+/// enabled, `site` with one site) is left out.
 pub fn input_schema(config: &Config) -> Value {
-    json!({
+    let mut schema = json!({
         "type": "object",
         "required": ["image", "command"],
         "additionalProperties": false,
         "properties": {
-            "image": {"type": "string", "description": format!("container image; allowed: {}", allowed_images_text(config))},
-            "command": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "argv, e.g. [\"python3\", \"main.py\"]; `$(VAR)` is passed literally"},
-            "files": {"type": "array", "description": "files written into workdir before the command runs", "items": {
+            "image": {"type": "string", "description": format!("allowed: {}", allowed_images_text(config))},
+            "command": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "argv, e.g. [\"python3\", \"main.py\"]; no $(VAR) expansion"},
+            "files": {"type": "array", "description": "written into workdir first", "items": {
                 "type": "object",
                 "required": ["path", "content_b64"],
                 "additionalProperties": false,
                 "properties": {
                     "path": {"type": "string", "description": "relative to workdir"},
-                    "content_b64": {"type": "string", "description": "file content, base64"},
-                    "mode": {"type": "string", "description": "octal permissions, default \"0644\""},
+                    "content_b64": {"type": "string"},
+                    "mode": {"type": "string", "description": "octal, default 0644"},
                 },
             }},
-            "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "environment variables for the command"},
+            "env": {"type": "object", "additionalProperties": {"type": "string"}},
             "limits": {"type": "object", "additionalProperties": false, "properties": {
-                "cpu": {"type": "string", "description": "CPU limit, e.g. \"500m\" or \"2\""},
-                "memory": {"type": "string", "description": "memory limit, e.g. \"512Mi\"; also raises the memory request"},
+                "cpu": {"type": "string", "description": "e.g. 500m"},
+                "memory": {"type": "string", "description": "e.g. 512Mi"},
             }},
-            "timeout_s": {"type": "integer", "minimum": 0, "maximum": config.max_timeout_s, "description": format!("seconds the command may run (not counting pod start); 0 or absent means {}", config.default_timeout_s)},
-            "workdir": {"type": "string", "description": "absolute working directory, default /work"},
-            "artifacts": {"type": "array", "items": {"type": "string"}, "description": "globs (relative to workdir) of files to return, e.g. [\"out/**\", \"*.png\"]; default: files the command created or changed"},
-            "clone": {"type": "object", "description": "git repository to check out into workdir/subdir first (only when the server enables it)", "properties": {
-                "repo_url": {"type": "string", "description": "https URL without credentials; the server supplies the token"},
-                "ref": {"type": "string", "description": "branch, tag or full 40-hex commit SHA; the clone is shallow"},
-                "subdir": {"type": "string", "description": "folder under workdir, default \"repo\"; \".\" is workdir itself"},
-            }},
-            "network": network_schema(config, config.network_default, " (the operator's MCP_K8S_NETWORK_DEFAULT)"),
-            "site": super::site_schema(config),
-            idempotency::ARGUMENT: idempotency::schema("the first call's run: its job_token from submit_job, its result from run_job (waiting while it runs)", config.result_ttl_s),
+            "timeout_s": {"type": "integer", "minimum": 0, "maximum": config.max_timeout_s, "description": format!("command's run time; 0: {}", config.default_timeout_s)},
+            "workdir": {"type": "string", "description": "absolute; default /work"},
+            "artifacts": {"type": "array", "items": {"type": "string"}, "description": "globs under workdir to return; default: files created or changed"},
+            "network": network_schema(config, config.network_default),
+            idempotency::ARGUMENT: idempotency::schema("the first call's run", config.result_ttl_s),
         },
-    })
+    });
+    if config.clone.is_some() {
+        schema["properties"]["clone"] = json!({"type": "object", "description": "a git checkout into workdir/subdir first", "properties": {
+            "repo_url": {"type": "string", "description": "https, no credentials"},
+            "ref": {"type": "string", "description": "branch, tag or 40-hex SHA"},
+            "subdir": {"type": "string", "description": "default repo; . is workdir"},
+        }});
+    }
+    if let Some(site) = super::site_schema(config) {
+        schema["properties"]["site"] = site;
+    }
+    schema
 }
 
 /// `run_job`'s and `submit_job`'s schema: the run's, and `sandbox`, with which `image`
@@ -101,11 +103,9 @@ pub fn input_schema(config: &Config) -> Value {
 pub fn run_job_schema(config: &Config) -> Value {
     let mut schema = input_schema(config);
     schema["required"] = json!(["command"]);
-    schema["properties"]["sandbox"] = sandbox_schema();
-    schema["properties"]["image"]["description"] = json!(format!(
-        "container image; allowed: {}. With `sandbox`: the sandbox's own, which may be left out",
-        allowed_images_text(config)
-    ));
+    schema["properties"]["sandbox"] = sandbox_schema(config);
+    schema["properties"]["image"]["description"] =
+        json!(format!("allowed: {}; required unless `sandbox` (then the sandbox's)", allowed_images_text(config)));
     schema
 }
 
@@ -129,18 +129,28 @@ pub fn arg_bounds(config: &Config) -> ArgBounds<'_> {
     }
 }
 
-/// The `network` argument's schema, shared by run_job, submit_job and
-/// execute_code; `default` is the mode of a call that names none.
-pub fn network_schema(config: &Config, default: NetworkMode, default_text: &str) -> Value {
+/// The `network` argument's schema, shared by run_job, submit_job,
+/// execute_code and open_sandbox: only the modes every site runs
+/// (`backend_words::network_modes`); `default` is a call's that names none.
+pub fn network_schema(config: &Config, default: NetworkMode) -> Value {
+    let modes = backend_words::network_modes(config);
+    let open = match backend_words::runs(config) {
+        backend_words::Runs::Kubernetes => "egress, not to the cluster",
+        backend_words::Runs::Docker => "egress, not to other containers",
+        backend_words::Runs::Either => "egress",
+    };
+    let meaning: Vec<String> = modes
+        .iter()
+        .map(|mode| match mode {
+            NetworkMode::None => "none: no network".to_string(),
+            NetworkMode::Restricted => "restricted: the operator's allowlist".to_string(),
+            NetworkMode::Open => format!("open: {open}"),
+        })
+        .collect();
     json!({
         "type": "string",
-        "enum": NetworkMode::ALL.iter().map(|mode| mode.name()).collect::<Vec<_>>(),
-        "description": format!(
-            "what the sandbox may reach: none (no network at all, DNS included), restricted (only the operator's egress allowlist), \
-             open (egress out, not to the cluster's own addresses); no mode lets anything connect in. Allowed here: {} (MCP_K8S_NETWORK_MODES); default {}{default_text}",
-            network::names(&config.network_modes),
-            default.name(),
-        ),
+        "enum": modes.iter().map(|mode| mode.name()).collect::<Vec<_>>(),
+        "description": format!("{}; never inbound; default {}", meaning.join("; "), default.name()),
     })
 }
 
@@ -311,12 +321,10 @@ pub fn progress_message(progress: &Progress) -> String {
 }
 
 /// The `sandbox` property of `run_job`'s and `execute_code`'s schemas.
-pub fn sandbox_schema() -> Value {
+pub fn sandbox_schema(config: &Config) -> Value {
     json!({
         "type": ["string", "null"],
-        "description": "optional: an open sandbox's id (open_sandbox) to run in, instead of a fresh one: its workdir, HOME \
-                        and what earlier calls wrote or installed are there; its image, limits and network are the ones it was \
-                        opened with. One call at a time per sandbox: a call while another runs is refused (reason SandboxBusy).",
+        "description": format!("an open_sandbox id: run in that {} and its files; one call at a time", backend_words::runs(config).sandbox()),
     })
 }
 

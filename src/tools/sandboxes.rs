@@ -18,42 +18,37 @@ use crate::tools::run_job::{arg_bounds, network_schema};
 use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome};
 
 pub fn tools(config: &Config) -> Vec<Tool> {
-    vec![open_sandbox_tool(config), close_sandbox_tool(), list_sandboxes_tool()]
+    vec![open_sandbox_tool(config), close_sandbox_tool(config), list_sandboxes_tool(config)]
 }
 
 fn open_sandbox_tool(config: &Config) -> Tool {
     Tool {
         name: "open_sandbox",
-        title: "Open a sandbox that keeps its state across calls",
+        title: "Open a sandbox that keeps its state across calls".to_string(),
         description: format!(
-            "Opens a sandbox (a pod, or a container) that stays between calls: pass its `sandbox` id to run_job or execute_code \
-             and the command runs in its workdir, with the files and HOME (/tmp: `pip install --user` lands there) that earlier \
-             calls left; the root file system stays read-only. Give `image` (allowed: {}) or an execute_code `language`. One call \
-             at a time; a call's timeout, OOM kill or cancel ends that call, not the sandbox; processes a call starts end with it. \
-             The sandbox closes after `idle_timeout_s` without a call (default {}), at `max_lifetime_s` (default and most {}), or \
-             at close_sandbox; everything in it is deleted then. The id is a secret: whoever has it can run code in the sandbox. \
-             At most {} sandboxes are open at once on this server.",
-            super::run_job::allowed_images_text(config),
-            sandboxes::DEFAULT_IDLE_TIMEOUT.as_secs(),
-            config.sandbox_max_lifetime_s,
+            "Opens a {} that keeps its workdir, HOME (/tmp) and installs across calls: pass its id as `sandbox` to \
+             run_job, submit_job or execute_code, one call at a time. Give `image` or `language`. Closes, deleting \
+             everything, when idle_timeout_s or max_lifetime_s pass or at close_sandbox. The id is a secret. At most {} \
+             open here. {}",
+            super::backend_words::runs(config).sandbox(),
             config.max_sandboxes,
+            super::answer::RULE
         ),
         input_schema: json!({
             "type": "object",
             "additionalProperties": false,
-            "properties": {
-                "image": {"type": "string", "description": "the container image (or give `language`)"},
-                "language": {"type": "string", "enum": config.languages.names(), "description": "an execute_code language: its image and limits"},
+            "properties": with_site(config, json!({
+                "image": {"type": "string", "description": format!("allowed: {}", super::run_job::allowed_images_text(config))},
+                "language": {"type": "string", "enum": config.languages.names(), "description": "instead of image: an execute_code language"},
                 "limits": {"type": "object", "additionalProperties": false, "properties": {
-                    "cpu": {"type": "string", "description": "CPU limit, e.g. \"500m\""},
-                    "memory": {"type": "string", "description": "memory limit, e.g. \"512Mi\"; every call shares it"},
+                    "cpu": {"type": "string", "description": "e.g. 500m"},
+                    "memory": {"type": "string", "description": "e.g. 512Mi"},
                 }},
-                "network": network_schema(config, config.network_default, " (the operator's MCP_K8S_NETWORK_DEFAULT)"),
+                "network": network_schema(config, config.network_default),
                 "files": files_schema(config),
-                "idle_timeout_s": {"type": "integer", "minimum": 1, "description": format!("seconds without a call before it closes; default {}", sandboxes::DEFAULT_IDLE_TIMEOUT.as_secs())},
-                "max_lifetime_s": {"type": "integer", "minimum": 60, "maximum": config.sandbox_max_lifetime_s, "description": format!("seconds it may live at most; default {}", config.sandbox_max_lifetime_s.min(sandboxes::DEFAULT_MAX_LIFETIME.as_secs()))},
-                "site": super::site_schema(config),
-            },
+                "idle_timeout_s": {"type": "integer", "minimum": 1, "description": format!("default {}", sandboxes::DEFAULT_IDLE_TIMEOUT.as_secs())},
+                "max_lifetime_s": {"type": "integer", "minimum": 60, "maximum": config.sandbox_max_lifetime_s, "description": format!("default {}", config.sandbox_max_lifetime_s.min(sandboxes::DEFAULT_MAX_LIFETIME.as_secs()))},
+            })),
         }),
         output_schema: sandbox_schema_out(),
         annotations: Annotations { read_only: false, destructive: false, idempotent: false, open_world: true },
@@ -64,8 +59,7 @@ fn open_sandbox_tool(config: &Config) -> Tool {
 /// `run_job`'s `files`, written into the workdir as the sandbox opens.
 fn files_schema(config: &Config) -> Value {
     let mut files = super::run_job::input_schema(config)["properties"]["files"].clone();
-    files["description"] =
-        json!("files written into its workdir before open_sandbox answers (run_job's `files`); later calls find them there");
+    files["description"] = json!("written into its workdir before it answers");
     files
 }
 
@@ -74,24 +68,17 @@ fn files_schema(config: &Config) -> Value {
 fn sandbox_schema_out() -> Value {
     json!({
         "type": "object",
-        "properties": {
-            "sandbox": {"type": "string", "description": "its id: pass it as `sandbox`; keep it secret"},
-            "image": {"type": "string"},
-            "language": {"type": ["string", "null"]},
-            "network": {"type": "string"},
-            "limits": {"type": "object"},
-            "workdir": {"type": "string"},
-            "state": {"type": "string", "enum": ["idle", "busy", "expired", "closed"]},
-            "opened_at": {"type": "string"},
-            "age_s": {"type": "integer"},
-            "idle_s": {"type": "integer"},
-            "idle_timeout_s": {"type": "integer"},
-            "expires_at": {"type": "string", "description": "the end of its max_lifetime_s"},
-            "status": {"type": "string", "enum": ["error"]},
-            "reason": {"type": "string"},
-            "message": {"type": "string"},
-        },
+        "description": "sandbox (its id, a secret), image, language, network, limits, workdir, state (idle|busy|expired|closed), \
+                        opened_at, age_s, idle_s, idle_timeout_s, expires_at; when refused: status, reason, message",
     })
+}
+
+/// `properties` and, with several sites, `site`.
+fn with_site(config: &Config, mut properties: Value) -> Value {
+    if let Some(site) = super::site_schema(config) {
+        properties["site"] = site;
+    }
+    properties
 }
 
 fn open_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
@@ -204,18 +191,16 @@ fn parse_open(arguments: &Map<String, Value>, config: &Config, owner: Option<&st
     })
 }
 
-fn close_sandbox_tool() -> Tool {
+fn close_sandbox_tool(config: &Config) -> Tool {
     Tool {
         name: "close_sandbox",
-        title: "Close an open sandbox",
-        description: "Closes a sandbox open_sandbox opened: it and everything in it are deleted. A call that runs in it ends with \
-                      reason SandboxEnded."
-            .to_string(),
+        title: "Close an open sandbox".to_string(),
+        description: "Closes an open sandbox, deleting everything in it; a call running in it ends with reason SandboxEnded.".to_string(),
         input_schema: json!({
             "type": "object",
             "required": ["sandbox"],
             "additionalProperties": false,
-            "properties": {"sandbox": {"type": "string"}, "site": {"type": ["string", "null"]}},
+            "properties": with_site(config, json!({"sandbox": {"type": "string"}})),
         }),
         output_schema: sandbox_schema_out(),
         annotations: Annotations { read_only: false, destructive: true, idempotent: true, open_world: true },
@@ -250,23 +235,22 @@ fn close_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     }
 }
 
-fn list_sandboxes_tool() -> Tool {
+fn list_sandboxes_tool(config: &Config) -> Tool {
     Tool {
         name: "list_sandboxes",
-        title: "List open sandboxes",
-        description: "Lists your open sandboxes: id, image, age, idle time, expiry and state (idle, busy, expired: closing soon)."
-            .to_string(),
+        title: "List open sandboxes".to_string(),
+        description: "Your open sandboxes with their state (idle, busy, expired: closing soon).".to_string(),
         input_schema: json!({
             "type": "object",
             "additionalProperties": false,
-            "properties": {"site": {"type": ["string", "null"]}},
+            "properties": with_site(config, json!({})),
         }),
         output_schema: json!({
             "type": "object",
             "required": ["sandboxes"],
             "properties": {
                 "sandboxes": {"type": "array", "items": sandbox_schema_out()},
-                "unreachable_sites": {"type": "array", "description": "sites that could not be asked (without `site`, on a server with named sites)"},
+                "unreachable_sites": {"type": "array"},
             },
         }),
         annotations: Annotations { read_only: true, destructive: false, idempotent: true, open_world: true },
@@ -324,12 +308,17 @@ fn list_every_site(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     ToolOutcome::Success(listed)
 }
 
+/// A sandbox the site or the sandbox's state refused (its limit, the
+/// API, a sandbox that is gone): tried, so a result with its reason, as
+/// `run_job` answers the same refusals (`answer::is_error`). It was an
+/// `isError` once, unlike run_job's, with no rule to tell the caller why.
 fn refused_outcome(refused: &Refusal) -> ToolOutcome {
+    let ran = crate::tools::answer::Answer::Ran { status: crate::engine::spec::RunStatus::Error, reason: Some(refused.reason) };
     ToolOutcome::Rendered {
         text: format!("{}: {}", refused.reason.name(), refused.message),
         structured: json!({"status": "error", "reason": refused.reason.name(), "message": refused.message}),
         extra_content: Vec::new(),
-        is_error: true,
+        is_error: crate::tools::answer::is_error(crate::tools::answer::Shape::RunResult, ran),
     }
 }
 

@@ -422,6 +422,9 @@ impl Client {
         let mut command = Command::new(binary());
         command
             .env_clear()
+            // Most attacks need no backend; a server without one refuses
+            // to start unless it is told to wait for one.
+            .env("MCP_K8S_LAZY_BACKEND", "1")
             .env("MCP_K8S_TEST_TOOLS", "1")
             .env("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36")
             .env("MCP_K8S_LOG_LEVEL", "warning");

@@ -82,6 +82,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_AUDIT_LOG", "audit.log", "MCP_K8S_AUDIT_LOG: `audit.log` is not accepted; expected stderr, or the absolute path"),
     ("MCP_K8S_AUDIT_LOG", "/nonexistent/audit.log", "MCP_K8S_AUDIT_LOG: cannot open /nonexistent/audit.log for appending"),
     ("MCP_K8S_LOG_LEVEL", "verbose", "MCP_K8S_LOG_LEVEL: `verbose` is not accepted"),
+    ("MCP_K8S_LAZY_BACKEND", "yes", "MCP_K8S_LAZY_BACKEND: `yes` is not accepted; expected 1 or 0"),
     ("MCP_K8S_TEST_TOOLS", "yes", "MCP_K8S_TEST_TOOLS: `yes` is not accepted"),
     ("MCP_K8S_TEST_TOOLS", "true", "MCP_K8S_TEST_TOOLS: `true` is not accepted; expected 1 or 0"),
     ("MCP_K8S_CONFORMANCE_FIXTURES", "1", "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_TEST_TOOLS unset"),

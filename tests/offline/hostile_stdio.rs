@@ -94,7 +94,10 @@ fn interpreter_options_as_file_names() {
         tool_call(41, "execute_code", json!({"language": "python", "entrypoint_code": "print(1)", "entrypoint_filename": "-V"})),
         tool_call(42, "execute_code", json!({"language": "python", "entrypoint_code": "print(1)", "entrypoint_filename": "./--help"})),
     ];
-    run_attack("interpreter options as entrypoint_filename", lines, |answers| {
+    // python's image allowed, so that the call reaches the file name's
+    // check (a language whose image is not allowed is refused first).
+    let client = Client::start_with(&[("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36,python:3.12-slim")]);
+    run_attack_on(client, "interpreter options as entrypoint_filename", lines, |answers| {
         expect_tool_error(&answers["41"], "`entrypoint_filename` `-V` must not start with `-`");
         expect_tool_error(&answers["42"], "`entrypoint_filename` `--help` must not start with `-`");
     });

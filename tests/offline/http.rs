@@ -441,8 +441,10 @@ fn keep_alive_pipelining_chunked_bodies_and_expect_continue() {
         &server.addr,
         b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\nGET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
     );
-    assert_eq!(answer.matches("HTTP/1.1 200 OK").count(), 2, "{answer}");
-    assert!(answer.find("ok\n").unwrap() < answer.find("ready\n").unwrap(), "{answer}");
+    // `/readyz` is 503 here: this server has no backend.
+    assert_eq!(answer.matches("HTTP/1.1 200 OK").count(), 1, "{answer}");
+    assert_eq!(answer.matches("HTTP/1.1 503 Service Unavailable").count(), 1, "{answer}");
+    assert!(answer.find("ok\n").unwrap() < answer.find("not ready: ").unwrap(), "{answer}");
     // A chunked body, split anywhere, with an extension and a trailer.
     let (first, second) = INITIALIZE.split_at(40);
     let chunked = format!(
@@ -671,15 +673,19 @@ fn a_tokens_file_naming_an_unknown_tool_stops_the_server() {
     );
 }
 
-/// Named sites, none of them reachable: the server still starts, says
-/// which site is which and why none can run, and refuses a site it has not.
+/// Named sites, none of them reachable: the server still starts (the test
+/// servers' MCP_K8S_LAZY_BACKEND=1), says which site is which and why none
+/// can run, and refuses a site it has not.
 #[test]
 fn named_sites_that_cannot_be_reached_are_described_and_refused_by_name() {
     let dir = crate::support::TempDir::new("sites");
     let sites = dir.path.join("sites.json");
+    // A Docker site's runner binary is checked before its daemon is asked,
+    // and this test binary is dynamically linked.
+    let runner = crate::support::static_elf_stub(&dir).display().to_string();
     let file = json!([
-        {"name": "one", "backend": "docker", "docker_host": format!("unix://{}/one.sock", dir.path.display())},
-        {"name": "two", "default": true, "backend": "docker", "docker_host": format!("unix://{}/two.sock", dir.path.display())},
+        {"name": "one", "backend": "docker", "docker_host": format!("unix://{}/one.sock", dir.path.display()), "runner_binary": runner},
+        {"name": "two", "default": true, "backend": "docker", "docker_host": format!("unix://{}/two.sock", dir.path.display()), "runner_binary": runner},
     ]);
     std::fs::write(&sites, file.to_string()).unwrap();
     let path = sites.display().to_string();

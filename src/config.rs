@@ -113,6 +113,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_DOCKER_NETWORK", Some("docker-network"), "", "the restricted network on the Docker backend: the operator's Docker network whose egress rules `restricted` runs get; empty means `restricted` is not available there", |r| &mut r.docker_network),
     setting("MCP_K8S_DOCKER_PULL", Some("docker-pull"), "never", "whether the Docker backend pulls a missing image: never or missing", |r| &mut r.docker_pull),
     setting("MCP_K8S_RUNNER_BINARY", Some("runner-binary"), "", "host path of the static runner binary the Docker backend mounts into jobs; empty means this server's own executable", |r| &mut r.runner_binary),
+    setting("MCP_K8S_LAZY_BACKEND", Some("lazy-backend"), "0", "1 serves even when no site can run a job at start (no credentials, no daemon, the API refusing), /readyz failing until one can; 0 stops the start (exit 2) naming what is missing", |r| &mut r.lazy_backend),
     setting("MCP_K8S_TEST_TOOLS", None, "", "1 registers diagnostic tools for tests (environment only)", |r| &mut r.test_tools),
     setting("MCP_K8S_CONFORMANCE_FIXTURES", None, "", "1 serves the MCP conformance suite's fixture tools, prompts, resources and completions beside the real tools; only with MCP_K8S_TEST_TOOLS=1, never with a token, a tokens file or sites (environment only)", |r| &mut r.conformance_fixtures),
     setting("MCP_K8S_TEST_PANIC_THREAD", None, "", "test hook: the first thread of this kind (reaper, pool, http-connection...) panics as it starts, to test what a panic does; never set it in production (environment only)", |r| &mut r.test_panic_thread),
@@ -181,6 +182,7 @@ pub struct RawConfig {
     pub audit_log: Option<String>,
     pub otlp_endpoint: Option<String>,
     pub log_level: Option<String>,
+    pub lazy_backend: Option<String>,
     pub test_tools: Option<String>,
     pub conformance_fixtures: Option<String>,
     pub test_panic_thread: Option<String>,
@@ -343,6 +345,9 @@ pub struct Config {
     /// MCP_K8S_OTLP_ENDPOINT, as given (checked); `None` sends no spans.
     pub otlp_endpoint: Option<String>,
     pub log_level: Level,
+    /// MCP_K8S_LAZY_BACKEND: serve even when no site can run a job at
+    /// start, instead of stopping with exit 2.
+    pub lazy_backend: bool,
     pub test_tools: bool,
     /// MCP_K8S_CONFORMANCE_FIXTURES: the conformance suite's fixtures are
     /// served (a test server only: see `parse_conformance_fixtures`).
@@ -573,6 +578,7 @@ impl Config {
             audit_log: raw.audit_log.as_deref().map(parse_audit_log).transpose()?,
             otlp_endpoint: raw.otlp_endpoint.as_deref().map(parse_otlp_endpoint).transpose()?,
             log_level: parse_log_level(raw.log_level.as_deref())?,
+            lazy_backend: parse_flag(raw.lazy_backend.as_deref(), "MCP_K8S_LAZY_BACKEND")?,
             test_tools: parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?,
             conformance_fixtures,
             test_panic_thread: raw.test_panic_thread.as_deref().map(parse_thread_kind).transpose()?,

@@ -5,7 +5,9 @@
 //! environment (`MCP_K8S_*`) is read first and flags override it. Exit
 //! codes: 0 after a clean shutdown, 1 when serving fails (e.g. the port is
 //! taken) or a doctor check fails, 2 for bad usage or configuration
-//! (including a cache PVC or clone Secret that does not exist).
+//! (including a cache PVC or clone Secret that does not exist, a
+//! dynamically linked runner binary, and no site that can run a job
+//! without MCP_K8S_LAZY_BACKEND=1).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -95,7 +97,9 @@ fn checked(raw: &RawConfig) -> Result<(Config, wiring::Prepared), ExitCode> {
     Ok((config, prepared))
 }
 
-/// One line per check on stdout; exit 1 when any fails.
+/// One line per check on stdout, failures that share a cause on one line
+/// (`backend::group`), each site's when its checks are done; exit 1 when
+/// any fails (a warning does not).
 fn doctor(raw: &RawConfig) -> ExitCode {
     let (config, prepared) = match checked(raw) {
         Ok(checked) => checked,
@@ -110,14 +114,19 @@ fn doctor(raw: &RawConfig) -> ExitCode {
         }
         let connected = match wiring::connect(site_config, &prepared, WarmPools::Off) {
             Ok(connected) => connected,
-            Err(message) => {
+            Err(error) => {
+                let message = error.message();
                 println!("FAIL  backend: {message}");
                 passed = false;
                 continue;
             }
         };
         let ctx = wiring::engine_ctx(site_config, connected.clone(), named.then(|| name.clone()));
-        passed &= connected.doctor(site_config, &ctx, &mut |check| println!("{}", check.line()));
+        let mut checks = Vec::new();
+        passed &= connected.doctor(site_config, &ctx, &mut |check| checks.push(check.clone()));
+        for check in backend::group(checks) {
+            println!("{}", check.line());
+        }
     }
     if passed {
         println!("all checks passed");
@@ -198,7 +207,12 @@ fn serve(raw: &RawConfig) -> ExitCode {
         }
         engines.push(tools::SiteEngine { name: name.clone(), engine });
     }
-    let server = Arc::new(Server::new(tools::Ctx::with_sites(config.clone(), engines, named)));
+    let ctx = tools::Ctx::with_sites(config.clone(), engines, named);
+    if let Err(code) = judge_sites(&ctx, config.lazy_backend) {
+        connections.iter().for_each(|connected| connected.shutdown());
+        return code;
+    }
+    let server = Arc::new(Server::new(ctx));
     if let Err(error) = watch_signals(&stop, &server) {
         log::error("could not install signal handlers", &[("error", json!(error.to_string()))]);
         return ExitCode::from(1);
@@ -233,33 +247,35 @@ fn serve(raw: &RawConfig) -> ExitCode {
     }
 }
 
-/// Connects one site and checks it at start. Without named sites, a
-/// kubeconfig named explicitly that does not load, or a set-up that would
-/// fail every run, stops the server (exit 2); a named site that cannot be
-/// reached is logged, and only its calls are refused (another site's
-/// outage must not stop the server).
+/// Connects one site and checks it at start. A kubeconfig named
+/// explicitly that does not load, or a setting that no waiting fixes (a
+/// dynamically linked runner binary), stops the server (exit 2), on any
+/// site; so does, without named sites, a set-up that would fail every run.
+/// A site that cannot be reached is `Ok(Err(why))`: `judge_sites` decides
+/// once every site is known (one site down must not stop the others).
 fn start_site(
     config: &Config,
     prepared: &wiring::Prepared,
     named: Option<Named<'_>>,
 ) -> Result<Result<Arc<dyn backend::Connected>, String>, ExitCode> {
     let site = named.map(|named| named.name);
-    let connected = wiring::connect(config, prepared, WarmPools::On);
-    match &connected {
+    let connected = match wiring::connect(config, prepared, WarmPools::On) {
+        Ok(connected) => Ok(connected),
         // A kubeconfig named explicitly is a setting like any other: wrong,
         // it stops the server instead of failing every call. Said once: an
         // earlier version also logged it as a JSON line just before.
-        Err(message) if config.kubeconfig.is_some() && config.backend != BackendChoice::Docker => {
-            eprintln!("{NAME}: {}", kubeconfig_refusal(named, message));
+        Err(error) if config.kubeconfig.is_some() && config.backend != BackendChoice::Docker => {
+            eprintln!("{NAME}: {}", kubeconfig_refusal(named, error.message()));
             return Err(ExitCode::from(2));
         }
-        // A server without a usable backend still starts: clients can
-        // connect and are told why jobs cannot run.
-        Err(message) => {
-            log::error("no usable backend; job tools will refuse calls", &[("error", json!(message)), ("site", json!(site))]);
+        Err(backend::ConnectError::Misconfigured(message)) => {
+            eprintln!("{NAME}: {}", site_refusal(named, &message));
+            return Err(ExitCode::from(2));
         }
-        Ok(_) => {}
-    }
+        // Said by `judge_sites`, once every site is known: the one line
+        // that stops the start, or a warning naming the site.
+        Err(backend::ConnectError::Unavailable(message)) => Err(message),
+    };
     if let Ok(connected) = &connected
         && let Err(message) = connected.check_at_start(config)
     {
@@ -274,11 +290,61 @@ fn start_site(
     Ok(connected)
 }
 
+/// Whether the sites, now connected, can run a job: each is asked what
+/// `/readyz` asks (shared with it), within `readiness::START_WAIT`. None
+/// can: exit 2 with one line, unless `lazy` (MCP_K8S_LAZY_BACKEND), which
+/// serves anyway; then the asks are started, not waited for, and only
+/// sites that could not be connected are judged (a server that waits for
+/// its backend must not wait at start). A site down beside healthy ones
+/// is a warning naming it.
+fn judge_sites(ctx: &tools::Ctx, lazy: bool) -> Result<(), ExitCode> {
+    use tools::readiness::StartVerdict;
+    let answers = if lazy {
+        let _ = tools::readiness::site_answers(ctx, std::time::Instant::now());
+        ctx.sites.iter().map(|site| (site.name.clone(), site.engine.as_ref().map(|_| ()).map_err(Clone::clone))).collect()
+    } else {
+        tools::readiness::site_answers(ctx, std::time::Instant::now() + tools::readiness::START_WAIT)
+    };
+    match tools::readiness::start_verdict(&answers, ctx.named_sites, lazy) {
+        StartVerdict::Serve => Ok(()),
+        StartVerdict::ServeWithout(down) => {
+            for (site, why) in down {
+                let why = why.err().unwrap_or_default();
+                log::warn(
+                    "a site cannot run jobs now; its calls are refused, the other sites serve",
+                    &[("site", json!(site)), ("error", json!(why))],
+                );
+            }
+            Ok(())
+        }
+        StartVerdict::ServeLazily(why) => {
+            log::warn(
+                "serving without a backend (MCP_K8S_LAZY_BACKEND=1): /readyz fails until a site can run jobs",
+                &[("error", json!(why))],
+            );
+            Ok(())
+        }
+        StartVerdict::Refuse(line) => {
+            eprintln!("{NAME}: {line}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
 /// A site of MCP_K8S_SITES: the file that names it, and its name.
 #[derive(Clone, Copy)]
 struct Named<'a> {
     file: &'a str,
     name: &'a str,
+}
+
+/// A setting of one site that stops the start: a named site's is said with
+/// its file and name.
+fn site_refusal(named: Option<Named<'_>>, message: &str) -> String {
+    match named {
+        None => message.to_string(),
+        Some(Named { file, name }) => format!("MCP_K8S_SITES: `{file}`: site `{name}`: {message}"),
+    }
 }
 
 /// Why a kubeconfig named explicitly stops the start, naming the setting

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::kubernetes::template::{self, PodTemplate};
-use crate::backend::{self, Connected, WarmPools};
+use crate::backend::{self, ConnectError, Connected, WarmPools};
 use crate::config::{BackendChoice, Config};
 use crate::engine;
 
@@ -31,12 +31,14 @@ pub fn prepare(config: &Config) -> Result<Prepared, String> {
 /// Connects the configured backend (`MCP_K8S_BACKEND`) and says at start
 /// which one and why. With `auto`: Kubernetes when cluster credentials are
 /// found, else Docker when a daemon answers.
-pub fn connect(config: &Config, prepared: &Prepared, warm: WarmPools) -> Result<Arc<dyn Connected>, String> {
-    let kubernetes = |why: &str| -> Result<Arc<dyn Connected>, String> {
-        Ok(backend::kubernetes::connect::connect(config, policy(config), prepared.pod_template.clone(), warm, why)?)
+pub fn connect(config: &Config, prepared: &Prepared, warm: WarmPools) -> Result<Arc<dyn Connected>, ConnectError> {
+    let kubernetes = |why: &str| -> Result<Arc<dyn Connected>, ConnectError> {
+        Ok(backend::kubernetes::connect::connect(config, policy(config), prepared.pod_template.clone(), warm, why)
+            .map_err(ConnectError::Unavailable)?)
     };
-    let docker =
-        |why: &str| -> Result<Arc<dyn Connected>, String> { Ok(backend::docker::connect::connect(config, policy(config), warm, why)?) };
+    let docker = |why: &str| -> Result<Arc<dyn Connected>, ConnectError> {
+        Ok(backend::docker::connect::connect(config, policy(config), warm, why)?)
+    };
     match config.backend {
         BackendChoice::Kubernetes => kubernetes("MCP_K8S_BACKEND=kubernetes"),
         BackendChoice::Docker => docker("MCP_K8S_BACKEND=docker"),
@@ -44,9 +46,17 @@ pub fn connect(config: &Config, prepared: &Prepared, warm: WarmPools) -> Result<
             Ok(connected) => Ok(connected),
             // A kubeconfig named explicitly is the operator's choice of
             // Kubernetes: its error is the one to report.
-            Err(message) if config.kubeconfig.is_some() => Err(message),
-            Err(kube_message) => docker("MCP_K8S_BACKEND=auto, no cluster credentials, and a Docker daemon answers")
-                .map_err(|docker_message| format!("no cluster credentials ({kube_message}) and no Docker daemon ({docker_message})")),
+            Err(error) if config.kubeconfig.is_some() => Err(error),
+            Err(kube_error) => match docker("MCP_K8S_BACKEND=auto, no cluster credentials, and a Docker daemon answers") {
+                Ok(connected) => Ok(connected),
+                // A daemon answered, so Docker is the backend: what is
+                // wrong with it is the news, not the missing cluster.
+                Err(ConnectError::Misconfigured(message)) => Err(ConnectError::Misconfigured(message)),
+                Err(ConnectError::Unavailable(docker_message)) => Err(ConnectError::Unavailable(format!(
+                    "no cluster credentials ({}) and no Docker daemon ({docker_message})",
+                    kube_error.message()
+                ))),
+            },
         },
     }
 }

@@ -226,6 +226,11 @@ impl Server {
         self.calls.cancel_all();
     }
 
+    /// Whether any site can run a job now, or why none can: `/readyz`.
+    pub fn readiness(&self) -> Result<(), String> {
+        tools::readiness::check(&self.ctx)
+    }
+
     pub fn is_accepting(&self) -> bool {
         lock(&self.calls.state).accepting
     }

@@ -20,6 +20,7 @@ pub mod idempotency;
 pub mod job_args;
 pub mod job_result;
 pub mod links;
+pub mod readiness;
 pub mod run_job;
 pub mod sandboxes;
 pub mod site_health;
@@ -617,10 +618,7 @@ const SITE_HEALTH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// that has not answered within `SITE_HEALTH_WAIT` is said to be so. Calls
 /// share each site's ask and its answer (`site_health`): no thread per call.
 fn sites_view(ctx: &Ctx) -> Vec<Value> {
-    let ask = |engine: &crate::engine::run::Ctx| {
-        let engine = engine.clone();
-        move || engine.backend.list().map(|_| ()).map_err(|error| error.to_string())
-    };
+    let ask = readiness::ask;
     // Every site's ask starts before any is waited for: one that hangs
     // holds no other's.
     for (site, health) in ctx.sites.iter().zip(&ctx.site_health) {

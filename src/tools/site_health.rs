@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 /// for a health line, and it caps the asks per site at one a second.
 pub const FRESH: Duration = Duration::from_secs(1);
 
+/// What a site that has not answered by the caller's deadline is said to be.
+pub const NO_ANSWER_IN_TIME: &str = "no answer in time; the site's API is slow or does not answer";
+
 /// One site's health asks.
 #[derive(Default)]
 pub struct SiteHealth {
@@ -57,17 +60,36 @@ impl SiteHealth {
     /// ask under way, or one of a new ask (`ask`, as in `start`). An error
     /// saying so when none came in time.
     pub fn answer_by(self: &Arc<Self>, deadline: Instant, ask: impl FnOnce() -> Answer + Send + 'static) -> Answer {
+        self.wait_by(deadline, ask).0.unwrap_or_else(|| Err(NO_ANSWER_IN_TIME.to_string()))
+    }
+
+    /// As `answer_by`, but when no answer comes in time, the last one,
+    /// however old: `/readyz` must answer within its probe's timeout, and
+    /// an ask against an API that stalls takes far longer; the answer
+    /// under way then comes for the next probe. `NO_ANSWER_IN_TIME` only
+    /// when the site has never answered.
+    pub fn latest_by(self: &Arc<Self>, deadline: Instant, ask: impl FnOnce() -> Answer + Send + 'static) -> Answer {
+        match self.wait_by(deadline, ask) {
+            (Some(answer), _) => answer,
+            (None, Some(last)) => last,
+            (None, None) => Err(NO_ANSWER_IN_TIME.to_string()),
+        }
+    }
+
+    /// The answer by `deadline` if one came, and the last answer there
+    /// was (stale or not) when none did.
+    fn wait_by(self: &Arc<Self>, deadline: Instant, ask: impl FnOnce() -> Answer + Send + 'static) -> (Option<Answer>, Option<Answer>) {
         let mut ask = Some(ask);
         let mut state = self.lock();
         loop {
             let now = Instant::now();
             match step(&state, now) {
-                Step::Give(answer) => return answer,
+                Step::Give(answer) => return (Some(answer), None),
                 Step::Ask if let Some(ask) = ask.take() => self.spawn_ask(&mut state, ask),
                 // Asked once already for this caller: wait for that one.
                 Step::Ask | Step::Wait => {
                     if now >= deadline {
-                        return Err("no answer in time; the site's API is slow or does not answer".to_string());
+                        return (None, state.last.as_ref().map(|(_, answer)| answer.clone()));
                     }
                     state = self.answered.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
                 }

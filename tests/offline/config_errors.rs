@@ -82,6 +82,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_AUDIT_LOG", "audit.log", "MCP_K8S_AUDIT_LOG: `audit.log` is not accepted; expected stderr, or the absolute path"),
     ("MCP_K8S_AUDIT_LOG", "/nonexistent/audit.log", "MCP_K8S_AUDIT_LOG: cannot open /nonexistent/audit.log for appending"),
     ("MCP_K8S_LOG_LEVEL", "verbose", "MCP_K8S_LOG_LEVEL: `verbose` is not accepted"),
+    ("MCP_K8S_LAZY_BACKEND", "yes", "MCP_K8S_LAZY_BACKEND: `yes` is not accepted; expected 1 or 0"),
     ("MCP_K8S_TEST_TOOLS", "yes", "MCP_K8S_TEST_TOOLS: `yes` is not accepted"),
     ("MCP_K8S_TEST_TOOLS", "true", "MCP_K8S_TEST_TOOLS: `true` is not accepted; expected 1 or 0"),
     ("MCP_K8S_CONFORMANCE_FIXTURES", "1", "MCP_K8S_CONFORMANCE_FIXTURES cannot be used with MCP_K8S_TEST_TOOLS unset"),
@@ -166,9 +167,10 @@ fn a_wrong_kubeconfig_field_is_said_once_without_the_where_to_look_hint() {
 
 #[test]
 fn no_credentials_at_all_are_said_once_with_where_to_look() {
-    let output = crate::support::server::command(&[("HOME", "/nonexistent-home")]).arg("serve").stdin(Stdio::null()).output().unwrap();
+    let env = [("HOME", "/nonexistent-home"), ("MCP_K8S_LAZY_BACKEND", "0")];
+    let output = crate::support::server::command(&env).arg("serve").stdin(Stdio::null()).output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "the server still starts: {stderr}");
+    assert_eq!(output.status.code(), Some(2), "no backend: the server does not start: {stderr}");
     assert_eq!(stderr.matches("no configuration has been provided").count(), 1, "said once: {stderr}");
     assert!(
         stderr.contains("no kubeconfig found at `/nonexistent-home/.kube/config` (not found); set MCP_K8S_KUBECONFIG or KUBECONFIG, or run in a pod with a ServiceAccount"),
@@ -214,25 +216,28 @@ fn the_context_namespace_is_logged_as_ignored() {
 
 /// A dynamically linked runner binary (the usual `cargo build`) cannot
 /// start inside a sandbox image, where every run would end "without the
-/// runner's result": the Docker backend is refused at start, before any
-/// daemon is asked, and every job tool names the setting and the static
-/// build. Debian's /bin/sh is dynamically linked.
+/// runner's result": the Docker backend stops the start (exit 2), before
+/// any daemon is asked and even with MCP_K8S_LAZY_BACKEND=1 (no waiting
+/// fixes a setting), naming the setting and the static build. Regression:
+/// the refusal had become a log line, and the server served with no
+/// backend. Debian's /bin/true is dynamically linked.
 #[test]
-fn a_dynamically_linked_runner_binary_is_refused_at_start_on_docker() {
-    let settings = [
-        ("MCP_K8S_BACKEND", "docker"),
-        ("MCP_K8S_DOCKER_HOST", "unix:///nonexistent/docker.sock"),
-        ("MCP_K8S_RUNNER_BINARY", "/bin/sh"),
-        ("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36"),
-    ];
-    let mut server = crate::support::server::StdioServer::start(&settings);
-    server.initialize();
-    server.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_job","arguments":{"image":"busybox:1.36","command":["true"]}}}"#);
-    let answer = server.recv();
-    assert_eq!(answer["result"]["isError"], true, "{answer}");
-    let text = answer["result"]["content"][0]["text"].as_str().unwrap_or_default();
-    assert!(text.contains("MCP_K8S_RUNNER_BINARY: `/bin/sh` is dynamically linked"), "{text}");
-    assert!(text.contains("cargo build --release --target x86_64-unknown-linux-musl"), "{text}");
+fn a_dynamically_linked_runner_binary_stops_the_start_on_docker() {
+    for lazy in ["0", "1"] {
+        let settings = [
+            ("MCP_K8S_BACKEND", "docker"),
+            ("MCP_K8S_DOCKER_HOST", "unix:///nonexistent/docker.sock"),
+            ("MCP_K8S_RUNNER_BINARY", "/bin/true"),
+            ("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36"),
+            ("MCP_K8S_LAZY_BACKEND", lazy),
+        ];
+        let Some((code, stderr)) = stops_within(&settings, std::time::Duration::from_secs(30)) else {
+            panic!("lazy {lazy}: the server served with a dynamically linked runner binary");
+        };
+        assert_eq!(code, Some(2), "lazy {lazy}: {stderr}");
+        assert!(stderr.contains("mcp-k8s-ephemeral-job: MCP_K8S_RUNNER_BINARY: `/bin/true` is dynamically linked"), "{stderr}");
+        assert!(stderr.contains("cargo build --release --target x86_64-unknown-linux-musl"), "{stderr}");
+    }
 }
 
 /// The server's exit code and stderr when it stops within `bound`; `None`

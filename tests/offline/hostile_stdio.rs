@@ -94,7 +94,10 @@ fn interpreter_options_as_file_names() {
         tool_call(41, "execute_code", json!({"language": "python", "entrypoint_code": "print(1)", "entrypoint_filename": "-V"})),
         tool_call(42, "execute_code", json!({"language": "python", "entrypoint_code": "print(1)", "entrypoint_filename": "./--help"})),
     ];
-    run_attack("interpreter options as entrypoint_filename", lines, |answers| {
+    // python's image allowed, so that the call reaches the file name's
+    // check (a language whose image is not allowed is refused first).
+    let client = Client::start_with(&[("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36,python:3.12-slim")]);
+    run_attack_on(client, "interpreter options as entrypoint_filename", lines, |answers| {
         expect_tool_error(&answers["41"], "`entrypoint_filename` `-V` must not start with `-`");
         expect_tool_error(&answers["42"], "`entrypoint_filename` `--help` must not start with `-`");
     });
@@ -420,6 +423,9 @@ impl Client {
         let mut command = Command::new(binary());
         command
             .env_clear()
+            // Most attacks need no backend; a server without one refuses
+            // to start unless it is told to wait for one.
+            .env("MCP_K8S_LAZY_BACKEND", "1")
             .env("MCP_K8S_TEST_TOOLS", "1")
             .env("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36,python:3.12-slim")
             .env("MCP_K8S_LOG_LEVEL", "warning");

@@ -179,7 +179,8 @@ fn auth_token() {
     assert_eq!(server.request("GET", "/sse", &[], "").status, 401);
     assert_eq!(server.request("POST", "/messages?sessionId=x", &[json], PING).status, 401);
     assert_eq!(server.request("GET", "/healthz", &[], "").status, 200);
-    assert_eq!(server.request("GET", "/readyz", &[], "").status, 200);
+    // 503: this server has no backend (`readiness`), but not 401.
+    assert_eq!(server.request("GET", "/readyz", &[], "").status, 503);
     // The token never reaches the logs.
     send_signal(&server.child, libc::SIGTERM);
     let mut logs = String::new();
@@ -359,8 +360,11 @@ fn health_endpoints() {
     let server = HttpServer::start(&[]);
     let healthz = server.request("GET", "/healthz", &[], "");
     assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok\n"));
+    // Without a backend the server is not ready (tests/offline/readiness.rs
+    // has the rest).
     let readyz = server.request("GET", "/readyz", &[], "");
-    assert_eq!((readyz.status, readyz.body.as_str()), (200, "ready\n"));
+    assert_eq!(readyz.status, 503, "{}", readyz.body);
+    assert!(readyz.body.starts_with("not ready: no backend can run a job: "), "{}", readyz.body);
 }
 
 #[test]
@@ -418,10 +422,12 @@ fn exchange(addr: &str, bytes: &[u8]) -> String {
 fn head_requests_to_the_probes_answer_like_get_without_a_body() {
     // Regression: HEAD /healthz was 404.
     let server = HttpServer::start(&[]);
-    for (path, length) in [("/healthz", 3), ("/readyz", 6)] {
+    // `/readyz` is 503 here: this server has no backend.
+    let readyz_length = server.request("GET", "/readyz", &[], "").body.len();
+    for (path, status, length) in [("/healthz", "200 OK", 3), ("/readyz", "503 Service Unavailable", readyz_length)] {
         let answer = exchange(&server.addr, format!("HEAD {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes());
         let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-        assert!(head.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        assert!(head.starts_with(&format!("HTTP/1.1 {status}")), "{answer}");
         assert!(head.contains(&format!("Content-Length: {length}")), "{answer}");
         assert_eq!(body, "", "HEAD has no body");
     }
@@ -435,8 +441,10 @@ fn keep_alive_pipelining_chunked_bodies_and_expect_continue() {
         &server.addr,
         b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\nGET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
     );
-    assert_eq!(answer.matches("HTTP/1.1 200 OK").count(), 2, "{answer}");
-    assert!(answer.find("ok\n").unwrap() < answer.find("ready\n").unwrap(), "{answer}");
+    // `/readyz` is 503 here: this server has no backend.
+    assert_eq!(answer.matches("HTTP/1.1 200 OK").count(), 1, "{answer}");
+    assert_eq!(answer.matches("HTTP/1.1 503 Service Unavailable").count(), 1, "{answer}");
+    assert!(answer.find("ok\n").unwrap() < answer.find("not ready: ").unwrap(), "{answer}");
     // A chunked body, split anywhere, with an extension and a trailer.
     let (first, second) = INITIALIZE.split_at(40);
     let chunked = format!(
@@ -665,15 +673,19 @@ fn a_tokens_file_naming_an_unknown_tool_stops_the_server() {
     );
 }
 
-/// Named sites, none of them reachable: the server still starts, says
-/// which site is which and why none can run, and refuses a site it has not.
+/// Named sites, none of them reachable: the server still starts (the test
+/// servers' MCP_K8S_LAZY_BACKEND=1), says which site is which and why none
+/// can run, and refuses a site it has not.
 #[test]
 fn named_sites_that_cannot_be_reached_are_described_and_refused_by_name() {
     let dir = crate::support::TempDir::new("sites");
     let sites = dir.path.join("sites.json");
+    // A Docker site's runner binary is checked before its daemon is asked,
+    // and this test binary is dynamically linked.
+    let runner = crate::support::static_elf_stub(&dir).display().to_string();
     let file = json!([
-        {"name": "one", "backend": "docker", "docker_host": format!("unix://{}/one.sock", dir.path.display())},
-        {"name": "two", "default": true, "backend": "docker", "docker_host": format!("unix://{}/two.sock", dir.path.display())},
+        {"name": "one", "backend": "docker", "docker_host": format!("unix://{}/one.sock", dir.path.display()), "runner_binary": runner},
+        {"name": "two", "default": true, "backend": "docker", "docker_host": format!("unix://{}/two.sock", dir.path.display()), "runner_binary": runner},
     ]);
     std::fs::write(&sites, file.to_string()).unwrap();
     let path = sites.display().to_string();

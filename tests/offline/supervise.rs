@@ -121,7 +121,9 @@ fn a_panic_in_a_pool_manager_fails_readyz_naming_the_pool() {
 
 #[test]
 fn a_panic_in_a_connection_thread_is_logged_and_counted_and_readyz_stays_ready() {
-    let server = HttpServer::start(&[("MCP_K8S_TEST_PANIC_THREAD", "http-connection")]);
+    // A backend that answers: without one, `/readyz` is 503 for that.
+    let fake = FakeApi::start();
+    let (server, _temp) = against(&fake, &[("MCP_K8S_TEST_PANIC_THREAD", "http-connection")]);
     // The first connection's thread panics before it reads: closed unanswered.
     let mut stream = TcpStream::connect(&server.addr).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

@@ -84,6 +84,24 @@ pub fn render_fixture(name: &str, replacements: &[(&str, &str)]) -> String {
     text
 }
 
+/// A file the server takes for a static runner binary of this machine's
+/// architecture (an x86-64 or aarch64 ELF header without program headers,
+/// so no program interpreter), for Docker sites whose daemon is never
+/// reached: a Docker site's runner is checked before its daemon is asked,
+/// and the test build is dynamically linked. It runs nothing.
+pub fn static_elf_stub(dir: &TempDir) -> PathBuf {
+    let mut header = vec![0u8; 64];
+    header[..4].copy_from_slice(b"\x7fELF");
+    (header[4], header[5], header[6]) = (2, 1, 1);
+    let machine: u16 = if cfg!(target_arch = "aarch64") { 183 } else { 62 };
+    header[0x12..0x14].copy_from_slice(&machine.to_le_bytes());
+    header[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+    header[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+    let path = dir.path.join("static-runner");
+    std::fs::write(&path, header).unwrap();
+    path
+}
+
 pub fn base64(text: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
 }

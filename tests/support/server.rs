@@ -34,10 +34,13 @@ pub const TOOLS_WITH_TEST_HOOKS: [&str; 12] = [
 pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}"#;
 
 /// The binary with a clean environment plus `env`: tests never depend on
-/// the developer's `MCP_K8S_*` settings.
+/// the developer's `MCP_K8S_*` settings. `MCP_K8S_LAZY_BACKEND=1` unless
+/// `env` says otherwise: most tests of the protocol and the transports
+/// need no backend, and a server without one refuses to start by default.
 pub fn command(env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(BIN);
     command.env_clear();
+    command.env("MCP_K8S_LAZY_BACKEND", "1");
     for (name, value) in env {
         command.env(name, value);
     }

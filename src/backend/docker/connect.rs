@@ -10,8 +10,8 @@ use std::sync::Arc;
 use serde_json::json;
 
 use crate::backend::docker::{Docker, doctor, spec};
-use crate::backend::{self, Check, Connected, WarmPools};
-use crate::config::{Config, DockerPull};
+use crate::backend::{self, Check, ConnectError, Connected, WarmPools};
+use crate::config::{BackendChoice, Config, DockerPull};
 use crate::docker;
 use crate::engine;
 use crate::engine::spec::Policy;
@@ -20,29 +20,31 @@ use crate::log;
 /// Finds and checks the runner binary, connects to the daemon, says which
 /// at start, and starts the warm pools when `warm` says to. `why`: why this
 /// backend was chosen, for the start-up line.
-pub fn connect(config: &Config, policy: Policy, warm: WarmPools, why: &str) -> Result<Arc<Docker>, String> {
+///
+/// A wrong runner binary is `Misconfigured` (the start stops, lazy or
+/// not); a daemon that does not answer is `Unavailable`. With
+/// MCP_K8S_BACKEND=docker the binary is checked before the daemon is
+/// asked, so that the setting is named even while the daemon is down;
+/// with `auto` only once a daemon answered, since until then Docker is
+/// not the backend and its runner binary is nobody's business (a
+/// developer's dynamically linked build would otherwise hide the real
+/// news: no backend at all).
+pub fn connect(config: &Config, policy: Policy, warm: WarmPools, why: &str) -> Result<Arc<Docker>, ConnectError> {
     let docker_host = config.docker_host.clone().or_else(|| std::env::var("DOCKER_HOST").ok().filter(|value| !value.is_empty()));
-    let socket = docker::socket_path(docker_host.as_deref()).map_err(|error| error.to_string())?;
-    let runner_binary = match &config.runner_binary {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()
-            .map_err(|error| format!("MCP_K8S_RUNNER_BINARY is unset and this executable's path is unknown: {error}"))?,
+    let chosen = config.backend == BackendChoice::Docker;
+    let socket = docker::socket_path(docker_host.as_deref()).map_err(|error| match chosen {
+        true => ConnectError::Misconfigured(error.to_string()),
+        false => ConnectError::Unavailable(error.to_string()),
+    })?;
+    let runner = if chosen { Some(runner_binary(config).map_err(ConnectError::Misconfigured)?) } else { None };
+    let client =
+        docker::Client::connect(&socket, docker::Options::default()).map_err(|error| ConnectError::Unavailable(error.to_string()))?;
+    let (runner_path, machine) = match runner {
+        Some(runner) => runner,
+        None => runner_binary(config).map_err(ConnectError::Misconfigured)?,
     };
-    // Docker creates a missing bind source as an empty directory on the
-    // host (as root): the path is checked here so that never happens.
-    if !runner_binary.is_file() {
-        return Err(format!(
-            "MCP_K8S_RUNNER_BINARY: `{}` is not a file; set it to the static runner binary (this server's musl build)",
-            runner_binary.display()
-        ));
-    }
-    // Before the engine is asked anything: a dynamic runner would make
-    // every run end without its result.
-    let runner_path = runner_binary.to_string_lossy().into_owned();
-    let machine = doctor::check_runner(&runner_path)?;
-    let client = docker::Client::connect(&socket, docker::Options::default()).map_err(|error| error.to_string())?;
     if let Some(why) = doctor::runner_arch_refusal(&runner_path, machine, &client.version().arch) {
-        return Err(why);
+        return Err(ConnectError::Misconfigured(why));
     }
     if config.pod_template.is_some() {
         // Its fields (node selection, tolerations, pull Secrets) are the
@@ -69,8 +71,30 @@ pub fn connect(config: &Config, policy: Policy, warm: WarmPools, why: &str) -> R
         ],
     );
     let docker = Docker::new(client, policy, options);
-    let pools = backend::start_pools(config, docker.clone(), warm)?;
+    let pools = backend::start_pools(config, docker.clone(), warm).map_err(ConnectError::Unavailable)?;
     Ok(Arc::new(docker.with_pools(pools)))
+}
+
+/// The runner binary's path and ELF machine, or why it cannot be mounted
+/// as the runner: a missing path (Docker would create it on the host as
+/// an empty directory, as root), or a binary that is not static
+/// (`doctor::check_runner`: a dynamic one would end every run without its
+/// result).
+fn runner_binary(config: &Config) -> Result<(String, u16), String> {
+    let runner_binary = match &config.runner_binary {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()
+            .map_err(|error| format!("MCP_K8S_RUNNER_BINARY is unset and this executable's path is unknown: {error}"))?,
+    };
+    if !runner_binary.is_file() {
+        return Err(format!(
+            "MCP_K8S_RUNNER_BINARY: `{}` is not a file; set it to the static runner binary (this server's musl build)",
+            runner_binary.display()
+        ));
+    }
+    let runner_path = runner_binary.to_string_lossy().into_owned();
+    let machine = doctor::check_runner(&runner_path)?;
+    Ok((runner_path, machine))
 }
 
 impl Connected for Docker {

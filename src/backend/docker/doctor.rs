@@ -7,8 +7,8 @@
 //! Knows `Config`, the engine (to run a check job) and `docker`; nothing
 //! of MCP.
 
-use crate::backend::Check;
 use crate::backend::docker::spec;
+use crate::backend::{self, Check};
 use crate::config::Config;
 use crate::docker;
 use crate::engine;
@@ -36,6 +36,17 @@ pub fn run(
     }
     for image in &images {
         emit(check_image(client, image, options.pull));
+    }
+    // A language's image is allowed by the list or by the languages file;
+    // the list's are checked just above.
+    for (image, names) in backend::language_images(config) {
+        if !images.iter().any(|allowed| **allowed == image) {
+            let check = check_image(client, &image, options.pull);
+            emit(Check { text: format!("execute_code ({}): {}", names.join(", "), check.text), ..check });
+        }
+    }
+    if let Some(left_out) = backend::languages_left_out(config) {
+        emit(left_out);
     }
     emit(check_runner_binary(&options.runner_binary));
     if let Some(network) = &config.docker_network {

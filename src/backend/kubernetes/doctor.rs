@@ -17,12 +17,13 @@
 
 use std::sync::Arc;
 
-use crate::backend::Check;
 use crate::backend::kubernetes::Kubernetes;
+use crate::backend::kubernetes::manifest;
 use crate::backend::kubernetes::open_reach;
 use crate::backend::kubernetes::permissions::{self, Permission};
 use crate::backend::kubernetes::settings::{AwaitFence, Settings};
 use crate::backend::kubernetes::template::PodTemplate;
+use crate::backend::{self, Check};
 use crate::config::Config;
 use crate::engine;
 use crate::engine::spec::{RunOutcome, RunStatus};
@@ -43,7 +44,18 @@ pub fn run(config: &Config, kubernetes: &Kubernetes, ctx: &engine::run::Ctx, rep
         all_passed &= check.passed;
         report(&check);
     };
-    emit(check_api(client));
+    let api = check_api(client);
+    let api_down = api.cause.is_some();
+    emit(api);
+    if api_down {
+        // Every other check asks the API and would fail the same way, each
+        // after its own connect timeout and retries: said once, not run.
+        emit(check_allowlist(config));
+        if let Some(left_out) = backend::languages_left_out(config) {
+            emit(left_out);
+        }
+        return false;
+    }
     emit(check_namespace(client, &config.namespace));
     for permission in permissions::REQUIRED {
         emit(check_permission(client, &config.namespace, permission));
@@ -89,6 +101,16 @@ pub fn run(config: &Config, kubernetes: &Kubernetes, ctx: &engine::run::Ctx, rep
     if let Some(clone) = &config.clone {
         emit(check_image_runs(ctx, "clone image (MCP_K8S_CLONE_IMAGE)", &clone.image, &["git", "--version"]));
     }
+    // The runner itself is the command: it is in every pod, whatever the
+    // image has (a distroless image has no `true`).
+    let runner = manifest::runner_path();
+    for (image, names) in backend::language_images(config) {
+        let what = format!("execute_code image of {}", names.join(", "));
+        emit(check_image_runs(ctx, &what, &image, &[&runner, "--version"]));
+    }
+    if let Some(left_out) = backend::languages_left_out(config) {
+        emit(left_out);
+    }
     all_passed
 }
 
@@ -108,6 +130,9 @@ pub fn check_at_start(config: &Config, client: &kube::Client) -> Result<(), Stri
     }
 }
 
+/// The API check's subject when no call can succeed: the others are not run.
+const API_DOWN: &str = "Kubernetes API (the namespace, permission, pod template and check job checks need it and were not run)";
+
 fn check_api(client: &kube::Client) -> Check {
     match client.version() {
         Ok(version) => Check::pass(format!(
@@ -115,7 +140,24 @@ fn check_api(client: &kube::Client) -> Check {
             objects::Version::from_value(&version).git_version.as_deref().unwrap_or("unknown version"),
             client.description()
         )),
-        Err(error) => Check::fail(format!("Kubernetes API: {error} ({})", client.description())),
+        Err(error) => match api_down_cause(&error) {
+            Some(cause) => Check::fail_because(API_DOWN, cause),
+            None => Check::fail(format!("Kubernetes API: {error} ({})", client.description())),
+        },
+    }
+}
+
+/// The cause when `error` means no call to the API can succeed: it cannot
+/// be reached, or it refuses the credentials. `None` for an error of one
+/// call. The client's words already say what to check (the server URL and
+/// the kubeconfig's context; which credentials and how to renew them).
+fn api_down_cause(error: &kube::Error) -> Option<String> {
+    match error {
+        kube::Error::Transport { message, .. } => Some(format!("the Kubernetes API cannot be reached: {message}")),
+        kube::Error::Unauthorized { .. } | kube::Error::Credentials(_) => {
+            Some(format!("the Kubernetes API refused the server's credentials: {error}"))
+        }
+        _ => None,
     }
 }
 
@@ -153,7 +195,10 @@ fn check_permission(client: &kube::Client, namespace: &str, permission: &Permiss
         match client.access_review(&access_check) {
             Ok(decision) if decision.allowed => {}
             Ok(_) => missing.push(format!("`{verb}`")),
-            Err(error) => return Check::fail(format!("permission on `{resource}`: the access review failed: {error}")),
+            // The same for every permission: said once (`backend::group`).
+            Err(error) => {
+                return Check::fail_because(format!("permission on `{resource}`"), format!("the access review failed: {error}"));
+            }
         }
     }
     let verbs = permission.verbs.join(", ");

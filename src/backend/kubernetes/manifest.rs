@@ -448,7 +448,8 @@ fn held_volume_bytes(policy: &Policy) -> Option<u64> {
     policy.outputs.as_ref().map(|store| held::volume_bytes(store.max_run_bytes()))
 }
 
-fn runner_path() -> String {
+/// Where the runner is in every job pod's `main` container.
+pub(crate) fn runner_path() -> String {
     format!("{BIN_DIR}/mcp-k8s-ephemeral-job")
 }
 

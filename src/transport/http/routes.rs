@@ -50,9 +50,12 @@ pub fn connection_limit_response(max_connections: usize) -> Response {
     error_response(503, &message).with_header("Retry-After", "1")
 }
 
-/// `/healthz` (always 200), `/readyz` (503 once shutting down, or once a
+/// `/healthz` (always 200), `/readyz` (503 once shutting down, once a
 /// panic ended an essential thread, which it names: the server can no
-/// longer do its whole job, and only a restart brings the thread back)
+/// longer do its whole job, and only a restart brings the thread back; or
+/// while no site can run a job, saying why: `tools::readiness`, whose
+/// asks are shared and bounded, so a probe never waits long nor starts a
+/// thread of its own)
 /// and `/metrics`: counters only, no caller data, so no token, like the
 /// probes (a Prometheus scrape needs no MCP credentials).
 fn probe(state: &HttpState, head: &Head) -> Response {
@@ -62,9 +65,12 @@ fn probe(state: &HttpState, head: &Head) -> Response {
     match head.path() {
         "/healthz" => Response::new(200, "text/plain; charset=utf-8", "ok\n"),
         "/readyz" if state.stop.is_cancelled() => Response::new(503, "text/plain; charset=utf-8", "shutting down\n"),
-        "/readyz" => match supervise::lost_essential_threads() {
-            lost if lost.is_empty() => Response::new(200, "text/plain; charset=utf-8", "ready\n"),
-            lost => Response::new(503, "text/plain; charset=utf-8", format!("essential thread stopped by a panic: {}\n", lost.join(", "))),
+        "/readyz" => match (supervise::lost_essential_threads(), state.server.readiness()) {
+            (lost, _) if !lost.is_empty() => {
+                Response::new(503, "text/plain; charset=utf-8", format!("essential thread stopped by a panic: {}\n", lost.join(", ")))
+            }
+            (_, Err(why)) => Response::new(503, "text/plain; charset=utf-8", format!("not ready: {why}\n")),
+            (_, Ok(())) => Response::new(200, "text/plain; charset=utf-8", "ready\n"),
         },
         _ => Response::new(200, crate::metrics::CONTENT_TYPE, crate::metrics::render()),
     }

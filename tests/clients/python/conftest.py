@@ -34,6 +34,9 @@ class HttpServer:
             "MCP_K8S_TRANSPORT": "http",
             "MCP_K8S_ADDR": "127.0.0.1:0",
             "MCP_K8S_TEST_TOOLS": "1",
+            # Many of these servers have no backend: they serve anyway
+            # (a server with none otherwise refuses to start).
+            "MCP_K8S_LAZY_BACKEND": "1",
             **extra_env,
         }
         self.process = subprocess.Popen([binary()], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)

@@ -35,7 +35,13 @@ async def connect(transport: str, http_server, **client_options):
             # environment is given explicitly.
             # python:3.12-slim is the built-in python profile's image: a
             # language runs only when its image is allowed.
-            env = {"PATH": os.environ.get("PATH", ""), "MCP_K8S_TEST_TOOLS": "1", "MCP_K8S_ALLOWED_IMAGES": "python:3.12-slim"}
+            # No backend: MCP_K8S_LAZY_BACKEND lets it serve anyway.
+            env = {
+                "PATH": os.environ.get("PATH", ""),
+                "MCP_K8S_TEST_TOOLS": "1",
+                "MCP_K8S_LAZY_BACKEND": "1",
+                "MCP_K8S_ALLOWED_IMAGES": "python:3.12-slim",
+            }
             params = StdioServerParameters(command=binary(), args=[], env=env)
 
             def logs():

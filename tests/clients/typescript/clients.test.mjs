@@ -23,7 +23,8 @@ let httpUrl;
 function startHttpServer() {
   return new Promise((resolve, reject) => {
     const child = spawn(binary, [], {
-      env: { MCP_K8S_TRANSPORT: "http", MCP_K8S_ADDR: "127.0.0.1:0", MCP_K8S_TEST_TOOLS: "1" },
+      // No backend: MCP_K8S_LAZY_BACKEND lets it serve anyway.
+      env: { MCP_K8S_TRANSPORT: "http", MCP_K8S_ADDR: "127.0.0.1:0", MCP_K8S_TEST_TOOLS: "1", MCP_K8S_LAZY_BACKEND: "1" },
       stdio: ["ignore", "ignore", "pipe"],
     });
     child.on("error", reject);
@@ -48,7 +49,7 @@ after(() => {
 
 const transports = {
   stdio: () =>
-    new StdioClientTransport({ command: binary, args: [], env: { MCP_K8S_TEST_TOOLS: "1" }, stderr: "ignore" }),
+    new StdioClientTransport({ command: binary, args: [], env: { MCP_K8S_TEST_TOOLS: "1", MCP_K8S_LAZY_BACKEND: "1" }, stderr: "ignore" }),
   "streamable-http": () => new StreamableHTTPClientTransport(new URL(httpUrl)),
 };
 

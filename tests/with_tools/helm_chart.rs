@@ -44,7 +44,7 @@ fn chart_dir() -> PathBuf {
 }
 
 /// A binary of the cluster's cache; panics naming the script that builds it.
-fn cached_binary(name: &str, script: &str) -> PathBuf {
+pub fn cached_binary(name: &str, script: &str) -> PathBuf {
     let path = cluster::cache_dir().join("bin").join(name);
     assert!(path.exists(), "{} is missing: run `{script}` (it builds {name} from the Go module proxy into the cache)", path.display());
     path

@@ -5,7 +5,8 @@
 //! of HTTP (the transport serves `render()`), nor of runs: callers pass the
 //! label values, which are the contract's wire words (`succeeded`,
 //! `OOMKilled`) chosen by `tools`, fixed operation names from `engine`,
-//! and thread kinds from `supervise`.
+//! thread kinds from `supervise`, tool names and call outcomes from
+//! `protocol`, and route names and status codes from the HTTP transport.
 //! Like `log`, it is a leaf every layer may use. Labels are only ever those
 //! closed sets, never caller data, so the series stay few; a caller's name
 //! comes from the operator's tokens file, a set as closed as the pools'.
@@ -22,6 +23,14 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Upper bounds (seconds) of the duration histograms: from a quick command
 /// to the longest `timeout_s` most operators allow.
 pub const DURATION_BUCKETS_S: [f64; 12] = [0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0];
+
+/// Upper bounds (seconds) of the tool calls' histogram: a call that only
+/// reads (`list_jobs`, `fetch_job`) answers in milliseconds, a `run_job`
+/// takes as long as its run.
+pub const TOOL_CALL_BUCKETS_S: [f64; 14] = [0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0];
+
+/// The server's version, as `mcp_k8s_build_info` shows it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// A value that goes up and down with the work in progress.
 #[derive(Clone, Copy, Debug)]
@@ -68,6 +77,44 @@ pub fn caller_run(caller: &str, site: &str, admission: &'static str) {
 /// CPU-seconds charged to a caller when a run of its ended.
 pub fn caller_cpu_seconds(caller: &str, seconds: f64) {
     *lock().caller_cpu_seconds.entry(caller.to_string()).or_insert(0.0) += seconds;
+}
+
+/// A `tools/call` (or task method) finished: `tool` is the tool's name
+/// (or the task method's), `outcome` how it ended (`success`,
+/// `tool_error`, `error`, `panic`, `cancelled`), `took` from the call's
+/// start to its answer.
+pub fn tool_call(tool: &'static str, outcome: &'static str, took: Duration) {
+    let mut state = lock();
+    *state.tool_calls.entry((tool, outcome)).or_insert(0) += 1;
+    state.tool_call_seconds.entry(tool).or_insert_with(|| Histogram::new(&TOOL_CALL_BUCKETS_S)).observe(took.as_secs_f64());
+}
+
+/// An HTTP answer went out: `route` is one of `ROUTES` (never the raw
+/// path, which a client chooses), `code` its status.
+pub fn http_request(route: &'static str, code: u16) {
+    *lock().http_requests.entry((route, code)).or_insert(0) += 1;
+}
+
+/// The `route` label values `http_request` takes: the paths the server
+/// serves, and `other` for any other path or a request whose head could
+/// not be read.
+pub const ROUTES: [&str; 7] = ["/mcp", "/sse", "/messages", "/healthz", "/readyz", "/metrics", "other"];
+
+/// This server opened a sandbox.
+pub fn sandbox_opened() {
+    lock().sandboxes_opened += 1;
+}
+
+/// This server closed a sandbox: `reason` is `closed` (its caller closed
+/// it, or its opening failed), `idle`, `lifetime` or `ended` (the reaper).
+pub fn sandbox_closed(reason: &'static str) {
+    *lock().sandboxes_closed.entry(reason).or_insert(0) += 1;
+}
+
+/// The sandboxes open now, as the reaper last listed them: every
+/// replica's, since they share one store.
+pub fn sandboxes_open(open: usize) {
+    lock().sandboxes_open = Some(open as u64);
 }
 
 /// A Kubernetes API call the engine needed failed; `operation` is a fixed
@@ -126,6 +173,30 @@ pub fn thread_panics() -> BTreeMap<&'static str, u64> {
 pub fn render() -> String {
     let state = lock();
     let mut text = String::new();
+    header(&mut text, "mcp_k8s_build_info", "gauge", "Always 1; the server's version is in the label.");
+    let _ = writeln!(text, "mcp_k8s_build_info{{version=\"{VERSION}\"}} 1");
+    header(&mut text, "mcp_k8s_tool_calls_total", "counter", "Finished tool calls by tool and outcome.");
+    for ((tool, outcome), count) in &state.tool_calls {
+        let _ = writeln!(text, "mcp_k8s_tool_calls_total{{tool=\"{tool}\",outcome=\"{outcome}\"}} {count}");
+    }
+    header(&mut text, "mcp_k8s_tool_call_duration_seconds", "histogram", "Tool calls from their start to their answer, by tool.");
+    for (tool, histogram) in &state.tool_call_seconds {
+        histogram.render_samples(&mut text, "mcp_k8s_tool_call_duration_seconds", &format!("tool=\"{tool}\""));
+    }
+    header(&mut text, "mcp_k8s_http_requests_total", "counter", "HTTP answers by route and status code.");
+    for ((route, code), count) in &state.http_requests {
+        let _ = writeln!(text, "mcp_k8s_http_requests_total{{route=\"{route}\",code=\"{code}\"}} {count}");
+    }
+    header(&mut text, "mcp_k8s_sandboxes_opened_total", "counter", "Sandboxes this server opened.");
+    let _ = writeln!(text, "mcp_k8s_sandboxes_opened_total {}", state.sandboxes_opened);
+    header(&mut text, "mcp_k8s_sandboxes_closed_total", "counter", "Sandboxes this server closed, by reason.");
+    for (reason, count) in &state.sandboxes_closed {
+        let _ = writeln!(text, "mcp_k8s_sandboxes_closed_total{{reason=\"{reason}\"}} {count}");
+    }
+    if let Some(open) = state.sandboxes_open {
+        header(&mut text, "mcp_k8s_sandboxes_open", "gauge", "Open sandboxes of every replica, as the reaper last listed them.");
+        let _ = writeln!(text, "mcp_k8s_sandboxes_open {open}");
+    }
     header(&mut text, "mcp_k8s_runs_total", "counter", "Finished runs by site, status and reason.");
     for ((site, status, reason), count) in &state.runs {
         let _ = writeln!(text, "mcp_k8s_runs_total{{site=\"{site}\",status=\"{status}\",reason=\"{reason}\"}} {count}");
@@ -210,33 +281,43 @@ struct PoolCounts {
 }
 
 struct State {
+    tool_calls: BTreeMap<(&'static str, &'static str), u64>,
+    tool_call_seconds: BTreeMap<&'static str, Histogram<{ TOOL_CALL_BUCKETS_S.len() }>>,
+    http_requests: BTreeMap<(&'static str, u16), u64>,
+    sandboxes_opened: u64,
+    sandboxes_closed: BTreeMap<&'static str, u64>,
+    /// `None` until the reaper first listed sandboxes (a backend without
+    /// them never does).
+    sandboxes_open: Option<u64>,
     caller_runs: BTreeMap<(String, String, &'static str), u64>,
     caller_cpu_seconds: BTreeMap<String, f64>,
     pools: BTreeMap<String, PoolCounts>,
-    pool_refill_seconds: Histogram,
+    pool_refill_seconds: Histogram<{ DURATION_BUCKETS_S.len() }>,
     runs: BTreeMap<(String, &'static str, &'static str), u64>,
-    run_seconds: Histogram,
-    command_seconds: Histogram,
+    run_seconds: Histogram<{ DURATION_BUCKETS_S.len() }>,
+    command_seconds: Histogram<{ DURATION_BUCKETS_S.len() }>,
     api_errors: BTreeMap<&'static str, u64>,
     thread_panics: BTreeMap<&'static str, u64>,
     spans: BTreeMap<&'static str, u64>,
 }
 
-struct Histogram {
-    /// Observations at or below each bound of `DURATION_BUCKETS_S`
-    /// (not cumulative here; `render` adds them up).
-    buckets: [u64; DURATION_BUCKETS_S.len()],
+/// Observations by upper bound: `N` bounds, one bucket each.
+struct Histogram<const N: usize> {
+    bounds: &'static [f64; N],
+    /// Observations at or below each bound (not cumulative here; `render`
+    /// adds them up).
+    buckets: [u64; N],
     count: u64,
     sum: f64,
 }
 
-impl Histogram {
-    const fn new() -> Histogram {
-        Histogram { buckets: [0; DURATION_BUCKETS_S.len()], count: 0, sum: 0.0 }
+impl<const N: usize> Histogram<N> {
+    const fn new(bounds: &'static [f64; N]) -> Histogram<N> {
+        Histogram { bounds, buckets: [0; N], count: 0, sum: 0.0 }
     }
 
     fn observe(&mut self, seconds: f64) {
-        if let Some(index) = DURATION_BUCKETS_S.iter().position(|bound| seconds <= *bound) {
+        if let Some(index) = self.bounds.iter().position(|bound| seconds <= *bound) {
             self.buckets[index] += 1;
         }
         self.count += 1;
@@ -245,25 +326,39 @@ impl Histogram {
 
     fn render(&self, text: &mut String, name: &str, help: &str) {
         header(text, name, "histogram", help);
+        self.render_samples(text, name, "");
+    }
+
+    /// The sample lines only, each with `labels` (`key="value"`, or empty)
+    /// before `le`: a labelled family has one header for all its series.
+    fn render_samples(&self, text: &mut String, name: &str, labels: &str) {
+        let (labels, braced) =
+            if labels.is_empty() { (String::new(), String::new()) } else { (format!("{labels},"), format!("{{{labels}}}")) };
         let mut cumulative = 0;
-        for (bound, count) in DURATION_BUCKETS_S.iter().zip(self.buckets) {
+        for (bound, count) in self.bounds.iter().zip(self.buckets) {
             cumulative += count;
-            let _ = writeln!(text, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+            let _ = writeln!(text, "{name}_bucket{{{labels}le=\"{bound}\"}} {cumulative}");
         }
-        let _ = writeln!(text, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(text, "{name}_sum {}", self.sum);
-        let _ = writeln!(text, "{name}_count {}", self.count);
+        let _ = writeln!(text, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(text, "{name}_sum{braced} {}", self.sum);
+        let _ = writeln!(text, "{name}_count{braced} {}", self.count);
     }
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
+    tool_calls: BTreeMap::new(),
+    tool_call_seconds: BTreeMap::new(),
+    http_requests: BTreeMap::new(),
+    sandboxes_opened: 0,
+    sandboxes_closed: BTreeMap::new(),
+    sandboxes_open: None,
     caller_runs: BTreeMap::new(),
     caller_cpu_seconds: BTreeMap::new(),
     pools: BTreeMap::new(),
-    pool_refill_seconds: Histogram::new(),
+    pool_refill_seconds: Histogram::new(&DURATION_BUCKETS_S),
     runs: BTreeMap::new(),
-    run_seconds: Histogram::new(),
-    command_seconds: Histogram::new(),
+    run_seconds: Histogram::new(&DURATION_BUCKETS_S),
+    command_seconds: Histogram::new(&DURATION_BUCKETS_S),
     api_errors: BTreeMap::new(),
     thread_panics: BTreeMap::new(),
     spans: BTreeMap::new(),
@@ -294,23 +389,24 @@ mod tests {
 
     #[test]
     fn histogram_buckets_are_cumulative() {
-        let mut histogram = Histogram::new();
+        let mut histogram = Histogram::new(&DURATION_BUCKETS_S);
         for seconds in [0.2, 0.7, 3.0, 5000.0] {
             histogram.observe(seconds);
         }
         let mut text = String::new();
         histogram.render(&mut text, "h", "help");
-        for line in [
-            "h_bucket{le=\"0.5\"} 1",
-            "h_bucket{le=\"1\"} 2",
-            "h_bucket{le=\"5\"} 3",
-            "h_bucket{le=\"1800\"} 3",
-            "h_bucket{le=\"+Inf\"} 4",
-            "h_count 4",
-            "h_sum 5003.9",
-        ] {
-            assert!(text.lines().any(|candidate| candidate == line), "missing `{line}` in:\n{text}");
-        }
+        assert_lines(
+            &text,
+            &[
+                "h_bucket{le=\"0.5\"} 1",
+                "h_bucket{le=\"1\"} 2",
+                "h_bucket{le=\"5\"} 3",
+                "h_bucket{le=\"1800\"} 3",
+                "h_bucket{le=\"+Inf\"} 4",
+                "h_count 4",
+                "h_sum 5003.9",
+            ],
+        );
     }
 
     // The statics are shared by every test in this binary, so this one
@@ -333,6 +429,73 @@ mod tests {
         for line in text.lines().filter(|line| !line.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap_or_default();
             assert!(value.parse::<f64>().is_ok(), "not a sample line: {line}");
+        }
+    }
+
+    #[test]
+    fn a_labelled_histogram_puts_its_labels_before_le_and_on_sum_and_count() {
+        let mut histogram = Histogram::new(&TOOL_CALL_BUCKETS_S);
+        histogram.observe(0.003);
+        let mut text = String::new();
+        histogram.render_samples(&mut text, "h", "tool=\"run_job\"");
+        assert_lines(
+            &text,
+            &[
+                "h_bucket{tool=\"run_job\",le=\"0.01\"} 1",
+                "h_bucket{tool=\"run_job\",le=\"+Inf\"} 1",
+                "h_sum{tool=\"run_job\"} 0.003",
+                "h_count{tool=\"run_job\"} 1",
+            ],
+        );
+        assert!(!text.contains("# TYPE"), "one header per family, written by the caller:\n{text}");
+    }
+
+    #[test]
+    fn build_info_tool_calls_http_requests_and_sandboxes_appear_in_the_text() {
+        tool_call("run_job", "tool_error", Duration::from_millis(40));
+        http_request("/mcp", 200);
+        http_request("other", 404);
+        sandbox_opened();
+        sandbox_closed("idle");
+        sandboxes_open(3);
+        let text = render();
+        let build_info = format!("mcp_k8s_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
+        assert_lines(
+            &text,
+            &[
+                &build_info,
+                "# TYPE mcp_k8s_tool_calls_total counter",
+                "# TYPE mcp_k8s_tool_call_duration_seconds histogram",
+                "mcp_k8s_tool_call_duration_seconds_bucket{tool=\"run_job\",le=\"0.05\"} ",
+                "mcp_k8s_tool_calls_total{tool=\"run_job\",outcome=\"tool_error\"} ",
+                "mcp_k8s_http_requests_total{route=\"/mcp\",code=\"200\"} ",
+                "mcp_k8s_http_requests_total{route=\"other\",code=\"404\"} ",
+                "mcp_k8s_sandboxes_opened_total ",
+                "mcp_k8s_sandboxes_closed_total{reason=\"idle\"} ",
+                "mcp_k8s_sandboxes_open 3",
+            ],
+        );
+    }
+
+    #[test]
+    fn every_family_has_one_help_and_one_type_line() {
+        tool_call("list_jobs", "success", Duration::from_millis(1));
+        tool_call("fetch_job", "success", Duration::from_millis(1));
+        let text = render();
+        let mut seen = std::collections::BTreeSet::new();
+        for line in text.lines().filter(|line| line.starts_with("# TYPE ")) {
+            let name = line.split(' ').nth(2).unwrap_or_default();
+            assert!(seen.insert(name), "`{name}` has two TYPE lines:\n{text}");
+            assert!(text.contains(&format!("# HELP {name} ")), "`{name}` has no HELP line");
+        }
+    }
+
+    /// Each of `lines` is a line of `text`; one that ends in a space is
+    /// the start of a line, its value left open (other tests move it).
+    fn assert_lines(text: &str, lines: &[&str]) {
+        for line in lines {
+            let found = text.lines().any(|candidate| candidate == *line || (line.ends_with(' ') && candidate.starts_with(line)));
+            assert!(found, "missing `{line}` in:\n{text}");
         }
     }
 }

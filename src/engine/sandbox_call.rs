@@ -137,6 +137,7 @@ pub fn open(ctx: &Ctx, opening: &Opening) -> Result<Seen, Refusal> {
     if let Err(error) = store.mark_used(&name, ready) {
         log::warn("a sandbox's ready time was not recorded", &[("sandbox", name.as_str().into()), ("error", error.to_string().into())]);
     }
+    crate::metrics::sandbox_opened();
     log::info("sandbox opened", &[("sandbox", name.as_str().into()), ("image", record.image.as_str().into())]);
     Ok(Seen { last_used_ms: Some(ready), call: None, version: String::new(), alive: true, record })
 }
@@ -214,6 +215,7 @@ pub fn close(ctx: &Ctx, id: &str, owner: Option<&str>) -> Result<Seen, Refusal> 
     let seen = find(store, id, owner)?;
     let name = sandboxes::public_name(&seen.record.id);
     store.close_sandbox(&name);
+    crate::metrics::sandbox_closed("closed");
     log::info("sandbox closed", &[("sandbox", name.as_str().into())]);
     Ok(seen)
 }
@@ -223,16 +225,23 @@ pub fn close(ctx: &Ctx, id: &str, owner: Option<&str>) -> Result<Seen, Refusal> 
 pub fn reap(backend: &dyn crate::engine::backend::Backend) -> usize {
     let Some(store) = backend.sandbox_store() else { return 0 };
     let Ok(all) = store.list_sandboxes() else { return 0 };
+    let listed = all.len();
     let now = now_ms();
     let mut closed = 0;
     for seen in all {
         if let Some(over) = sandboxes::over(&seen, now) {
             let name = sandboxes::public_name(&seen.record.id);
             store.close_sandbox(&name);
+            crate::metrics::sandbox_closed(over.label());
             log::info("sandbox reaped", &[("sandbox", name.as_str().into()), ("why", format!("{over:?}").into())]);
             closed += 1;
         }
     }
+    // The store holds every replica's sandboxes, so this is the whole
+    // deployment's count, the same on each replica; a gauge each process
+    // kept for its own openings could not be, since any replica's reaper
+    // closes any sandbox.
+    crate::metrics::sandboxes_open(listed - closed);
     closed
 }
 

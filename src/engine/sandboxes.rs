@@ -131,6 +131,15 @@ pub enum Over {
 }
 
 impl Over {
+    /// Its reason in `mcp_k8s_sandboxes_closed_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Over::Idle { .. } => "idle",
+            Over::Lifetime => "lifetime",
+            Over::Ended => "ended",
+        }
+    }
+
     /// For a caller who names a sandbox that is over.
     pub fn explain(&self) -> String {
         match self {

@@ -739,6 +739,7 @@ impl RunningCall {
             EraCall::Handshake => result.map(|result| for_version(result, self.session.protocol_version())),
         };
         let answered = self.handle.answer.load(Ordering::SeqCst);
+        crate::metrics::tool_call(self.tool_name, if answered { status } else { "cancelled" }, started.elapsed());
         if let Some(context) = span {
             let status = if answered { status } else { "cancelled" };
             trace::record(self.trace.server_span(

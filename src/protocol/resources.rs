@@ -64,7 +64,7 @@ pub fn handle(method: &str, ctx: &Ctx, caller: &Caller, params: &Map<String, Val
 /// A turn for a `resources/read` of a stored output, held by the caller
 /// until its answer is sent (`links::piece_turn`); `None` for any other
 /// request, which holds nothing large.
-pub fn piece_turn(method: &str, params: &Map<String, Value>) -> Option<crate::engine::slots::Inside<'static>> {
+pub fn piece_turn(method: &str, params: &Map<String, Value>) -> Option<links::PieceTurn> {
     let uri = params.get("uri").and_then(Value::as_str)?;
     (method == "resources/read" && links::is_ours(uri)).then(links::piece_turn)
 }

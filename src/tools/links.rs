@@ -22,9 +22,14 @@ pub use crate::engine::outputs::{SCHEME, is_ours};
 static PIECES_AT_ONCE: crate::engine::slots::Gate = crate::engine::slots::Gate::new(4);
 
 /// A turn to read a stored output's piece and hand its answer on: held
-/// from before the read until the reply is queued (`PIECES_AT_ONCE`).
-pub fn piece_turn() -> crate::engine::slots::Inside<'static> {
-    PIECES_AT_ONCE.enter()
+/// from before the read until the reply is queued (`PIECES_AT_ONCE`); the
+/// turn ends when it is dropped.
+pub struct PieceTurn {
+    _inside: crate::engine::slots::Inside<'static>,
+}
+
+pub fn piece_turn() -> PieceTurn {
+    PieceTurn { _inside: PIECES_AT_ONCE.enter() }
 }
 
 /// Why a read answered nothing, as the protocol sorts it.

@@ -32,6 +32,7 @@ mod kube_faults;
 mod kube_kubeconfig;
 mod manifest;
 mod modern_era;
+mod monitoring;
 mod readiness;
 mod readme_config;
 mod reasons;

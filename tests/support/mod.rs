@@ -5,6 +5,8 @@
 //! - `fake_api` and `pki`: the fake Kubernetes API server and its certificates;
 //! - `cluster`: the real test cluster of `tests/cluster/up`;
 //! - `faults`: MCP calls and cleanup for the real-cluster fault suites;
+//! - `monitoring`: the queries of `deploy/monitoring/` and the metric names
+//!   the server exports;
 //! - here: temporary directories, kubeconfig fixtures with placeholders, and
 //!   fast client options for the kube client tests.
 //!
@@ -16,6 +18,7 @@
 pub mod cluster;
 pub mod fake_api;
 pub mod faults;
+pub mod monitoring;
 pub mod pki;
 pub mod server;
 

@@ -31,6 +31,10 @@ const HELM_ONLY_LABELS: [&str; 4] =
 
 const RELEASE: &str = "mcp-k8s-ephemeral-job";
 
+/// The token Secret every render names unless a test says otherwise (the
+/// chart requires it): the base's, which an operator creates first.
+const GIVEN_SECRET: &str = "auth.secretName=mcp-k8s-ephemeral-job-auth";
+
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -40,7 +44,7 @@ fn chart_dir() -> PathBuf {
 }
 
 /// A binary of the cluster's cache; panics naming the script that builds it.
-fn cached_binary(name: &str, script: &str) -> PathBuf {
+pub fn cached_binary(name: &str, script: &str) -> PathBuf {
     let path = cluster::cache_dir().join("bin").join(name);
     assert!(path.exists(), "{} is missing: run `{script}` (it builds {name} from the Go module proxy into the cache)", path.display());
     path
@@ -74,7 +78,7 @@ fn output(mut command: Command) -> Result<String, String> {
 
 fn helm_template(values: &[&Path], set: &[&str]) -> Result<String, String> {
     let mut command = helm();
-    command.arg("template").arg(RELEASE).arg(chart_dir());
+    command.arg("template").arg(RELEASE).arg(chart_dir()).arg("--set").arg(GIVEN_SECRET);
     for file in values {
         command.arg("--values").arg(file);
     }
@@ -138,13 +142,15 @@ fn env_value(deployment: &Value, name: &str) -> Value {
 #[test]
 fn helm_lint_passes() {
     let mut command = helm();
-    command.arg("lint").arg("--strict").arg(chart_dir());
+    command.arg("lint").arg("--strict").arg(chart_dir()).arg("--set").arg(GIVEN_SECRET);
     output(command).unwrap_or_else(|error| panic!("{error}"));
 }
 
 #[test]
 fn default_values_render_the_kustomize_base() {
-    let chart = render(&[], &[]);
+    let mut chart = render(&[], &[]);
+    // `helm test`'s pod is the chart's own; it never runs with the release.
+    chart.retain(|_, object| object["metadata"]["annotations"]["helm.sh/hook"].is_null());
     let base = objects(&kustomize());
     let chart_keys: Vec<&String> = chart.keys().collect();
     let base_keys: Vec<&String> = base.keys().collect();
@@ -301,4 +307,98 @@ fn network_service_and_env_values_land_where_values_yaml_says() {
     let deployment = deployment(&objects, "mcp-system");
     assert_eq!(deployment["spec"]["template"]["spec"]["imagePullSecrets"][0]["name"], "regcred");
     assert_eq!(env_value(&deployment, "MCP_K8S_LOG_LEVEL"), "debug");
+}
+
+#[test]
+fn an_install_without_its_token_secret_fails_naming_the_value_and_the_fix() {
+    let refused = helm_template(&[], &["auth.secretName="]).expect_err("no token Secret must be refused");
+    assert!(refused.contains("auth.secretName is required"), "{refused}");
+    assert!(refused.contains("kubectl -n mcp-system create secret generic mcp-k8s-ephemeral-job-auth"), "names the fix: {refused}");
+    assert!(refused.contains("auth.create=true"), "names the other way: {refused}");
+
+    let created = render(&[], &["auth.secretName=,auth.create=true,auth.token=a-long-random-token"]);
+    assert!(created.contains_key("Secret mcp-system/mcp-k8s-ephemeral-job-auth"), "a created Secret has the base's name by default");
+}
+
+#[test]
+fn service_monitor_and_prometheus_rule_render_only_when_enabled() {
+    let plain = render(&[], &[]);
+    assert!(!plain.keys().any(|key| key.starts_with("ServiceMonitor ") || key.starts_with("PrometheusRule ")), "off by default");
+
+    let objects = render(&[], &["serviceMonitor.enabled=true,serviceMonitor.labels.release=prom", "prometheusRule.enabled=true"]);
+    let monitor = &objects["ServiceMonitor mcp-system/mcp-k8s-ephemeral-job"];
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prom");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "http");
+    assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
+    let service = &objects["Service mcp-system/mcp-k8s-ephemeral-job"];
+    let selector = monitor["spec"]["selector"]["matchLabels"].as_object().expect("a label selector");
+    for (label, value) in selector {
+        assert_eq!(&service["metadata"]["labels"][label], value, "the ServiceMonitor selects the server's Service by {label}");
+    }
+    assert_eq!(service["spec"]["ports"][0]["name"], "http");
+
+    let rule = &objects["PrometheusRule mcp-system/mcp-k8s-ephemeral-job"];
+    let path = repo().join("deploy/monitoring/alerts.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    let alerts: Value = serde_saphyr::from_str(&text).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    assert_eq!(rule["spec"], alerts, "the PrometheusRule holds deploy/monitoring/alerts.yaml, {{ $labels }} untouched");
+}
+
+#[test]
+fn helm_test_runs_doctor_with_the_servers_settings() {
+    let objects = render(&[], &["outputs.existingClaim=shared-outputs", "extraEnv[0].name=MCP_K8S_LOG_LEVEL,extraEnv[0].value=debug"]);
+    let pod = &objects["Pod mcp-system/mcp-k8s-ephemeral-job-doctor"];
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    let server = &deployment(&objects, "mcp-system")["spec"]["template"]["spec"];
+    assert_eq!(pod["spec"]["serviceAccountName"], server["serviceAccountName"]);
+    let doctor = &pod["spec"]["containers"][0];
+    let served = &server["containers"][0];
+    assert_eq!(doctor["args"], json!(["doctor"]));
+    assert_eq!(doctor["image"], served["image"]);
+    assert_eq!(doctor["env"], served["env"], "doctor checks what the server runs with");
+    assert_eq!(doctor["volumeMounts"], served["volumeMounts"]);
+    assert_eq!(pod["spec"]["volumes"], server["volumes"]);
+    assert_eq!(doctor["securityContext"]["readOnlyRootFilesystem"], true, "as restricted as the server");
+}
+
+/// NOTES.txt as Helm renders it after an install. `helm template` leaves
+/// NOTES out, so a copy of the chart renders it as the value of a ConfigMap.
+fn notes(set: &[&str]) -> String {
+    let temp = TempDir::new("helm-notes");
+    let copy = temp.path.join("chart");
+    let status = Command::new("cp").arg("-r").arg(chart_dir()).arg(&copy).status().expect("cp");
+    assert!(status.success());
+    let notes = std::fs::read_to_string(copy.join("templates/NOTES.txt")).expect("the chart has NOTES.txt");
+    std::fs::write(copy.join("templates/_notes.tpl"), format!("{{{{- define \"notes\" -}}}}\n{notes}{{{{- end -}}}}\n")).unwrap();
+    std::fs::write(
+        copy.join("templates/notes.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: |\n    {{- include \"notes\" . | nindent 4 }}\n",
+    )
+    .unwrap();
+    let mut command = helm();
+    command.arg("template").arg(RELEASE).arg(&copy).arg("--show-only").arg("templates/notes.yaml").arg("--set").arg(GIVEN_SECRET);
+    for assignment in set {
+        command.arg("--set").arg(assignment);
+    }
+    let objects = objects(&output(command).unwrap_or_else(|error| panic!("{error}")));
+    objects["ConfigMap /notes"]["data"]["notes"].as_str().expect("notes").to_string()
+}
+
+#[test]
+fn notes_say_how_to_reach_the_server_run_doctor_and_read_the_token() {
+    let text = notes(&["namespaces.server=team-sys,namespaces.jobs=team-jobs"]);
+    for wanted in [
+        "http://mcp-k8s-ephemeral-job.team-sys.svc:8080/mcp",
+        "kubectl -n team-sys port-forward svc/mcp-k8s-ephemeral-job 8080:8080",
+        "helm test mcp-k8s-ephemeral-job",
+        "exec deploy/mcp-k8s-ephemeral-job -- /mcp-k8s-ephemeral-job doctor",
+        "Secret\n   team-sys/mcp-k8s-ephemeral-job-auth, key token",
+        "get secret mcp-k8s-ephemeral-job-auth -o jsonpath='{.data.token}' | base64 -d",
+    ] {
+        assert!(text.contains(wanted), "NOTES lack `{wanted}`:\n{text}");
+    }
+    assert!(!text.contains("created by this chart"), "{text}");
+    let created = notes(&["auth.create=true,auth.token=t"]);
+    assert!(created.contains("(created by this chart from auth.token)"), "{created}");
 }

@@ -6,7 +6,9 @@
 //! - `arm64`: the arm64 binary under qemu user emulation and the
 //!   multi-arch image index, both made by `tests/build-arm64`;
 //! - `install`: `./install` as the README gives it, after
-//!   `tests/build-project-image` built the same static binary.
+//!   `tests/build-project-image` built the same static binary;
+//! - `monitoring`: `deploy/monitoring/` checked by promtool, built once and
+//!   cached by `tests/cluster/build-promtool`.
 //!
 //! `tests/run-all` builds all of them before it runs this tier. Without
 //! them a test fails naming the script that builds what is missing, never
@@ -18,3 +20,4 @@ mod support;
 mod arm64;
 mod helm_chart;
 mod install;
+mod monitoring;

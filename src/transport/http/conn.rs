@@ -107,6 +107,14 @@ const LINGER_BYTES: usize = 1 << 20;
 const MAX_CHUNK_LINE: usize = 1024;
 const LINE_TOO_LONG: &str = "a chunk-size or trailer line too long";
 
+/// The `route` label of a request's answers in `/metrics`: the path when
+/// the server serves it, else `other` (as for a head that could not be
+/// read), so a client choosing paths cannot make new series.
+pub fn route_label(head: Option<&Head>) -> &'static str {
+    let path = head.map_or("", Head::path);
+    crate::metrics::ROUTES.into_iter().find(|route| *route == path).unwrap_or("other")
+}
+
 /// Writes `response`; a client that left gets nothing and is not told.
 pub fn answer(conn: &mut Conn, head: &Head, response: Response) {
     let _ = conn.respond(Some(head), response);
@@ -254,6 +262,7 @@ impl Conn {
     /// Writes one complete response. `head` is the request it answers
     /// (`None` when the head itself was refused). Decides keep-alive.
     pub fn respond(&mut self, head: Option<&Head>, response: Response) -> io::Result<()> {
+        crate::metrics::http_request(route_label(head), response.status);
         let keep_alive = head.is_some_and(|head| self.may_keep_alive(head)) && response.status < 500 && response.status != 408;
         self.reusable = keep_alive;
         // HEAD gets the headers GET would, without the body (RFC 9110 9.3.2).
@@ -543,5 +552,22 @@ mod tests {
         for (line, expected) in cases {
             assert_eq!(parse_chunk_size(line).ok(), expected, "{}", String::from_utf8_lossy(line));
         }
+    }
+
+    #[test]
+    fn route_labels_are_the_served_paths_or_other() {
+        let cases = [
+            ("GET /metrics HTTP/1.1", "/metrics"),
+            ("POST /mcp?x=1 HTTP/1.1", "/mcp"),
+            ("GET /sse HTTP/1.1", "/sse"),
+            ("GET /a-path-a-client-made-up HTTP/1.1", "other"),
+            ("GET /mcp/ HTTP/1.1", "other"),
+        ];
+        for (request_line, expected) in cases {
+            let text = format!("{request_line}\r\nHost: x\r\n\r\n");
+            let head = head::parse_head(text.as_bytes(), &Default::default()).unwrap();
+            assert_eq!(route_label(Some(&head)), expected, "{request_line}");
+        }
+        assert_eq!(route_label(None), "other", "a head that could not be read");
     }
 }

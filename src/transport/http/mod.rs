@@ -302,6 +302,7 @@ fn refuse_without_blocking(state: &HttpState, mut socket: TcpStream) {
         Some(head) => routes::probe_only(state, head),
         None => routes::connection_limit_response(state.max_connections),
     };
+    crate::metrics::http_request(conn::route_label(head.as_ref()), response.status);
     let with_body = !head.is_some_and(|head| head.method == head::Method::Head);
     let _ = socket.write(&response.encode(false, with_body));
     let _ = socket.shutdown(Shutdown::Write);

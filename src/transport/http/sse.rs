@@ -99,6 +99,7 @@ impl<'a> SseStream<'a> {
         keepalive: Duration,
     ) -> io::Result<SseStream<'a>> {
         conn.close_after();
+        crate::metrics::http_request(conn::route_label(Some(head)), 200);
         let write_timeout = conn.limits().write_timeout;
         let socket = conn.socket();
         let chunked = head.version == Version::Http11;

@@ -197,6 +197,73 @@ fn a_process_a_call_started_ends_with_the_call() {
     close(&mut server, &sandbox);
 }
 
+/// What a call runs to forge a call of its own, sent as the call's command
+/// (never run outside a sandbox): look for the sandbox's key wherever it
+/// could be (a 64-hex-digit file under the runner's folders, the secrets
+/// folders, /tmp, /dev/shm, the workdir; the runner's environment), then
+/// post an assignment to the runner's port with it and exit at once, so
+/// that the forged call would be taken as soon as this one ends. With no
+/// key it posts a wrong one and prints the runner's answer.
+const FORGE_PROBE: &str = r#"
+import json, os, re, socket
+found = None
+for top in ['/mcp-key', '/mcp-key-secret', '/mcp', '/run/secrets', '/var/run/secrets', '/tmp', '/dev/shm', os.getcwd()]:
+    for root, dirs, files in os.walk(top):
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                with open(path, 'rb') as f:
+                    text = f.read(200)
+            except OSError:
+                continue
+            if re.fullmatch(rb'[0-9a-fA-F]{64}\s*', text):
+                found = (path, text.strip().decode())
+try:
+    with open('/proc/1/environ', 'rb') as f:
+        print('environ: readable', len(f.read()))
+except OSError as error:
+    print('environ:', type(error).__name__)
+print('key:', found[0] if found else 'none')
+key = found[1] if found else '00' * 32
+call = {'v': 1, 'key': key, 'run_id': 'forged', 'argv': ['sh', '-c', 'echo forged > forged.txt; sleep 30'],
+        'env': {}, 'workdir': os.getcwd(), 'timeout_ms': 60000, 'kill_grace_ms': 2000, 'max_output_bytes': 4096,
+        'max_artifact_bytes': 0, 'artifacts': [], 'disk_paths': [], 'disk_limit_bytes': 0, 'files': [], 'tag': 'ab' * 16}
+body = json.dumps(call).encode()
+head = 'POST /assign HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n' % len(body)
+try:
+    connection = socket.create_connection(('127.0.0.1', 7777), timeout=5)
+    connection.sendall(head.encode() + body)
+    print('sent')
+    if not found:
+        print('answer:', connection.recv(64).split(b'\r\n')[0].decode())
+except OSError as error:
+    print('port:', type(error).__name__)
+"#;
+
+/// A call's command cannot reach the sandbox's key, so it cannot hand the
+/// runner a call of its own (which would run once its own call ended and
+/// hold the sandbox against its owner): it finds no key, a forged call is
+/// refused, and the owner's next call runs at once, with no trace of it.
+#[test]
+fn a_call_cannot_read_the_sandbox_key_or_deliver_a_call_of_its_own() {
+    let _together = together();
+    let mut server = server(&[]);
+    let sandbox = open(&mut server, json!({"image": PYTHON}));
+    let probe = call(&mut server, "run_job", json!({"sandbox": sandbox.id, "command": ["python3", "-c", FORGE_PROBE], "timeout_s": 20}));
+    let probe = &probe["structuredContent"];
+    assert_eq!(probe["status"], "succeeded", "{probe}");
+    let next = sh(&mut server, &sandbox, "cat forged.txt 2>/dev/null || echo no-forged-call");
+    assert_eq!(next["status"], "succeeded", "the owner's next call runs: {next}; the probe said: {}", probe["stdout"]);
+    assert_eq!(next["stdout"], "no-forged-call\n", "no forged call ran: {next}");
+    let said = probe["stdout"].as_str().unwrap_or_default();
+    assert!(said.contains("key: none\n"), "the command found the sandbox's key: {said}");
+    assert!(!said.contains("environ: readable"), "the runner's environment is the command's to read: {said}");
+    if matches!(BACKEND, super::harness::Kind::Kubernetes) {
+        assert!(said.contains("answer: HTTP/1.1 401"), "a call with a wrong key is refused: {said}");
+    }
+    close(&mut server, &sandbox);
+}
+
 /// Waits until the sandbox is busy with a call (as list_sandboxes says).
 fn await_busy(server: &mut Server, sandbox: &Opened) {
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -276,6 +276,15 @@ fn run_exec_from(
                     "processes that left the command's group were still running when it ended; they were stopped with the sandbox".into(),
                 );
             }
+            // Before anything the runner reads: what the command left in
+            // shared memory is still charged to the sandbox's memory.
+            let freed = process::empty_shared_memory();
+            if freed > 0 {
+                result.notes.push(format!(
+                    "the command left {freed} bytes in {}; they were removed when it ended, as shared memory counts against the sandbox's memory",
+                    process::SHARED_MEMORY_DIR
+                ));
+            }
             let (stdout, stderr) = finish_pumps(outputs, &mut result.notes);
             send_captured(&mut result, &stdout, &stderr, sink);
             match ending {

@@ -285,6 +285,10 @@ fn run_exec_from(
                     process::SHARED_MEMORY_DIR
                 ));
             }
+            if let Ok(ending) = &ending {
+                let (exit_code, signal) = process::code_and_signal(ending.status());
+                capture::write_frame(sink, &Frame::Ended(frame::Ended { exit_code, signal }));
+            }
             let (stdout, stderr) = finish_pumps(outputs, &mut result.notes);
             send_captured(&mut result, &stdout, &stderr, sink);
             match ending {

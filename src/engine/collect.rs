@@ -37,6 +37,9 @@ pub struct Collector {
     pub artifacts: Vec<Artifact>,
     artifact_bytes: u64,
     pub result: Option<RunResult>,
+    /// The command had ended, and how, before the runner collected its
+    /// output and files (`Frame::Ended`).
+    pub ended: Option<frame::Ended>,
     /// Problems with the log itself (bad frames, overlong lines).
     pub problems: Vec<String>,
     /// The run's tag, from the first frame (or known before it: a session
@@ -66,6 +69,7 @@ impl Collector {
             artifacts: Vec::new(),
             artifact_bytes: 0,
             result: None,
+            ended: None,
             problems: Vec::new(),
             tag: None,
             others_are_calls: false,
@@ -125,6 +129,7 @@ impl Collector {
             Frame::ArtifactChunk(chunk) => self.push_artifact_chunk(&chunk.data_b64),
             Frame::Spill(chunk) => self.push_spill(chunk.stream, chunk.offset, &chunk.data_b64),
             Frame::Held(held) => self.held = Some(held),
+            Frame::Ended(ended) => self.ended = Some(ended),
             Frame::Result(result) => self.result = Some(result),
         }
         None

@@ -39,6 +39,9 @@ pub fn judge(facts: &Judged, collector: Collector) -> RunOutcome {
         outcome.stderr_total_bytes = outcome.stderr.len() as u64;
         outcome.truncated = Truncation { stdout: true, stderr: true, artifacts: true };
         outcome.exit_code = facts.finished.and_then(|f| f.exit_code);
+        if let Some(ended) = &collector.ended {
+            return judge_ended_without_result(facts, ended, oom_by_kubelet, outcome);
+        }
         return judge_without_result(facts, oom_by_kubelet, outcome);
     };
     outcome.exit_code = result.exit_code;
@@ -135,6 +138,45 @@ fn pids_message(wording: &Wording, fork_failures: u64, also_oom: bool) -> String
 
 fn process_creations(count: u64) -> String {
     if count == 1 { "1 process creation".to_string() } else { format!("{count} process creations") }
+}
+
+/// The command had ended (`Frame::Ended`) but the runner stopped before
+/// its result: what the kubelet or the daemon then saw (an OOM kill, exit
+/// code 137) was the runner's end, not the command's. A command that
+/// exited 0 used to be reported `OOMKilled` this way, with the runner's
+/// 137 as its exit code. The command's own end is kept; the run is an
+/// error (its output and files are incomplete), and the message says
+/// what happened after the command. A cancel, a deletion or an eviction
+/// is judged as without the frame.
+fn judge_ended_without_result(
+    facts: &Judged,
+    ended: &crate::sandbox::frame::Ended,
+    oom_by_kubelet: bool,
+    mut outcome: RunOutcome,
+) -> RunOutcome {
+    if facts.cancel_requested || (!oom_by_kubelet && facts.finished.is_some_and(|f| f.stopped.is_some() || f.deleted)) {
+        return judge_without_result(facts, oom_by_kubelet, outcome);
+    }
+    outcome.exit_code = ended.exit_code;
+    outcome.signal = ended.signal;
+    let how = match (ended.exit_code, ended.signal) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(signal)) => format!("was killed by signal {signal}"),
+        (None, None) => "ended".to_string(),
+    };
+    let after = if oom_by_kubelet {
+        let limit = facts.memory_limit.map(|limit| format!(" (limits.memory={limit})")).unwrap_or_default();
+        format!(
+            "the runner was then killed for memory while it collected the output and files: the {}'s memory{limit} was full, and what the command left in memory counts too",
+            facts.wording.sandbox
+        )
+    } else {
+        format!("the {} then ended before the runner could report", facts.wording.sandbox)
+    };
+    outcome.status = RunStatus::Error;
+    outcome.reason = Some(RunReason::ResultLost);
+    outcome.message = format!("the command {how}; {after}; the output so far is included, files may be missing");
+    outcome
 }
 
 fn judge_without_result(facts: &Judged, oom_by_kubelet: bool, mut outcome: RunOutcome) -> RunOutcome {
@@ -331,6 +373,49 @@ mod tests {
         assert!(lost.message.starts_with("the Docker daemon could not be reached"), "{}", lost.message);
         let cancelled = judged_with(None, Some(stopped()), true);
         assert_eq!(cancelled.status, RunStatus::Cancelled, "a cancel asked for stays a cancel");
+    }
+
+    /// A runner killed for memory after the command had exited 0 is not
+    /// the command running out of memory: the command's end is kept, and
+    /// the message says the runner died collecting.
+    #[test]
+    fn a_runner_killed_after_the_command_ended_is_not_the_command_killed() {
+        let oom_container = Finished { oom_killed: true, exit_code: Some(137), ..Finished::default() };
+        let ended = |exit_code: Option<i32>, signal: Option<i32>| {
+            let mut collector = Collector::new(100, 100);
+            let tag = frame::Tag::from_bytes([0; frame::TAG_BYTES]);
+            collector.push_line(&frame::encode(
+                tag,
+                &Frame::Output(Output { stream: Stream::Stdout, data_b64: frame::to_base64(b"exiting 0\n") }),
+            ));
+            collector.push_line(&frame::encode(tag, &Frame::Ended(frame::Ended { exit_code, signal })));
+            collector
+        };
+        let facts = |finished| Judged {
+            run_id: "r",
+            timeout: Duration::from_secs(5),
+            memory_limit: Some("48Mi"),
+            finished,
+            cancel_requested: false,
+            wording: &POD_WORDING,
+        };
+        let exited = judge(&facts(Some(&oom_container)), ended(Some(0), None));
+        assert_eq!((exited.status, exited.reason, exited.exit_code), (RunStatus::Error, Some(RunReason::ResultLost), Some(0)));
+        assert!(exited.message.starts_with("the command exited with code 0; the runner was then killed for memory"), "{}", exited.message);
+        assert!(exited.message.contains("limits.memory=48Mi"), "{}", exited.message);
+        assert_eq!(exited.stdout, b"exiting 0\n");
+
+        let killed = judge(&facts(Some(&oom_container)), ended(None, Some(9)));
+        assert_eq!((killed.exit_code, killed.signal), (None, Some(9)));
+        assert!(killed.message.starts_with("the command was killed by signal 9; the runner was then killed"), "{}", killed.message);
+
+        let plain = Finished { exit_code: Some(1), ..Finished::default() };
+        let gone = judge(&facts(Some(&plain)), ended(Some(0), None));
+        assert!(gone.message.starts_with("the command exited with code 0; the pod then ended"), "{}", gone.message);
+
+        // Without the frame, the kubelet's OOM kill stays the command's.
+        let old = judge(&facts(Some(&oom_container)), Collector::new(100, 100));
+        assert_eq!(old.reason, Some(RunReason::OOMKilled));
     }
 
     #[test]

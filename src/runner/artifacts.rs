@@ -154,9 +154,9 @@ pub fn send(workdir: &Path, paths: &[String], cap: u64, spill: Option<&SpillBudg
             break;
         }
         let full_path = workdir.join(relative);
-        match read_artifact(&full_path, remaining) {
-            Ok((header_info, content)) => {
-                let content_included = content.is_some();
+        match hash_artifact(&full_path) {
+            Ok(header_info) => {
+                let content_included = header_info.size <= remaining;
                 let spilled = !content_included && spill.is_some_and(|budget| budget.take_whole(header_info.size));
                 if !content_included && !spilled {
                     sent.truncated = true;
@@ -168,11 +168,12 @@ pub fn send(workdir: &Path, paths: &[String], cap: u64, spill: Option<&SpillBudg
                         path: relative.clone(),
                         size: header_info.size,
                         mode: header_info.mode,
-                        sha256: header_info.sha256,
+                        sha256: header_info.sha256.clone(),
                         content_included,
                         spilled,
                     }),
                 );
+                let mut streamed = None;
                 if spilled {
                     // Held in the sandbox: the header again where the
                     // chunks go, so that the held frames stand alone.
@@ -190,13 +191,20 @@ pub fn send(workdir: &Path, paths: &[String], cap: u64, spill: Option<&SpillBudg
                             }),
                         );
                     }
-                    send_whole(&full_path, header_info.size, held.unwrap_or(sink));
+                    streamed = Some(send_chunks(&full_path, header_info.size, held.unwrap_or(sink)));
                 }
-                if let Some(content) = content {
-                    remaining -= content.len() as u64;
-                    for chunk in content.chunks(frame::CHUNK_BYTES) {
-                        write_frame(sink, &Frame::ArtifactChunk(ArtifactChunk { data_b64: frame::to_base64(chunk) }));
-                    }
+                if content_included {
+                    let chunks = send_chunks(&full_path, header_info.size, sink);
+                    remaining -= chunks.bytes.min(remaining);
+                    streamed = Some(chunks);
+                }
+                if let Some(chunks) = streamed
+                    && (chunks.bytes != header_info.size || chunks.sha256 != header_info.sha256)
+                {
+                    sent.notes.push(format!(
+                        "artifact `{relative}` changed while it was sent ({} of {} bytes sent); its content may not match its sha256",
+                        chunks.bytes, header_info.size
+                    ));
                 }
                 sent.count += 1;
             }
@@ -215,19 +223,41 @@ pub fn send(workdir: &Path, paths: &[String], cap: u64, spill: Option<&SpillBudg
     sent
 }
 
-/// Streams a file's first `size` bytes as chunks, read again from disk so
-/// that a large file is never held whole. A file that shrank since it was
-/// hashed sends fewer bytes, which the server sees against `size`.
-fn send_whole(path: &Path, size: u64, sink: &FrameSink) {
-    let Ok(file) = fs::File::open(path) else { return };
-    let mut file = file.take(size);
+/// What `send_chunks` sent.
+struct Streamed {
+    bytes: u64,
+    sha256: String,
+}
+
+/// Streams a file's first `size` bytes as chunk frames, read again from
+/// disk a chunk at a time, so that no file is ever held whole: the runner
+/// shares the sandbox's memory with what the command left (a full
+/// /dev/shm), and a 9 MiB artifact read whole once cost it the sandbox. A
+/// file that shrank since it was hashed sends fewer bytes, which the
+/// server sees against `size`; the bytes sent are hashed again, so the
+/// caller can say when they are not what the header promised.
+fn send_chunks(path: &Path, size: u64, sink: &FrameSink) -> Streamed {
+    match fs::File::open(path) {
+        Ok(file) => stream_chunks(file.take(size), sink),
+        Err(_) => Streamed { bytes: 0, sha256: String::new() },
+    }
+}
+
+fn stream_chunks(mut source: impl Read, sink: &FrameSink) -> Streamed {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut bytes = 0u64;
     let mut buffer = vec![0u8; frame::CHUNK_BYTES];
     loop {
-        match file.read(&mut buffer) {
-            Ok(0) | Err(_) => return,
-            Ok(read) => write_frame(sink, &Frame::ArtifactChunk(ArtifactChunk { data_b64: frame::to_base64(&buffer[..read]) })),
+        match source.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(read) => {
+                bytes += read as u64;
+                context.update(&buffer[..read]);
+                write_frame(sink, &Frame::ArtifactChunk(ArtifactChunk { data_b64: frame::to_base64(&buffer[..read]) }));
+            }
         }
     }
+    Streamed { bytes, sha256: hex(context.finish().as_ref()) }
 }
 
 /// Names the files that came back without content and the cap that
@@ -281,18 +311,16 @@ fn stamp(metadata: &fs::Metadata) -> FileStamp {
     }
 }
 
-/// Reads a file once, hashing all of it and keeping its bytes only if it
-/// fits in `room`. The size reported is what was read, which is the truth
-/// even if the file changed after it was listed.
-fn read_artifact(path: &Path, room: u64) -> std::io::Result<(ArtifactInfo, Option<Vec<u8>>)> {
+/// A file's size, mode and SHA-256, read through a bounded buffer. The
+/// size reported is what was read, which is the truth even if the file
+/// changed after it was listed.
+fn hash_artifact(path: &Path) -> std::io::Result<ArtifactInfo> {
     let metadata = path.symlink_metadata()?;
     let mode = metadata.permissions().mode() & 0o7777;
-    let mut keep = metadata.len() <= room;
     let mut file = fs::File::open(path)?;
     let mut context = ring::digest::Context::new(&ring::digest::SHA256);
-    let mut content = Vec::new();
     let mut size = 0u64;
-    let mut buffer = vec![0u8; 64 * 1024];
+    let mut buffer = vec![0u8; frame::CHUNK_BYTES];
     loop {
         let read = file.read(&mut buffer)?;
         if read == 0 {
@@ -300,18 +328,8 @@ fn read_artifact(path: &Path, room: u64) -> std::io::Result<(ArtifactInfo, Optio
         }
         size += read as u64;
         context.update(&buffer[..read]);
-        if keep {
-            content.extend_from_slice(&buffer[..read]);
-            if size > room {
-                // The file grew while being read: send it without content
-                // rather than overrun the cap.
-                keep = false;
-                content = Vec::new();
-            }
-        }
     }
-    let info = ArtifactInfo { size, mode, sha256: hex(context.finish().as_ref()) };
-    Ok((info, keep.then_some(content)))
+    Ok(ArtifactInfo { size, mode, sha256: hex(context.finish().as_ref()) })
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -377,6 +395,56 @@ mod tests {
             many.starts_with("`f0` (7 bytes), `f1` (7 bytes), `f2` (7 bytes), `f3` (7 bytes), `f4` (7 bytes), 3 more were listed"),
             "{many}"
         );
+    }
+
+    /// A large artifact goes out a chunk at a time: the runner never holds
+    /// more than one chunk of it that was not yet written as a frame.
+    #[test]
+    fn an_artifact_is_streamed_within_one_chunk_of_memory() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+
+        /// Counts the frames written (one line each).
+        struct Lines(Arc<AtomicU64>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.fetch_add(bytes.iter().filter(|byte| **byte == b'\n').count() as u64, Ordering::SeqCst);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        /// A file of `left` bytes that checks, at each read, that all it
+        /// gave but the last chunk was framed already.
+        struct Watched {
+            left: u64,
+            read: u64,
+            framed: Arc<AtomicU64>,
+        }
+        impl Read for Watched {
+            fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+                assert!(buffer.len() <= frame::CHUNK_BYTES, "a read of {} bytes", buffer.len());
+                let framed = self.framed.load(Ordering::SeqCst);
+                assert!(self.read <= (framed + 1) * frame::CHUNK_BYTES as u64, "{} bytes read, {framed} chunks framed", self.read);
+                let n = (buffer.len() as u64).min(self.left) as usize;
+                buffer[..n].fill(b'x');
+                self.left -= n as u64;
+                self.read += n as u64;
+                Ok(n)
+            }
+        }
+        let framed = Arc::new(AtomicU64::new(0));
+        let sink = FrameSink::tagged(
+            crate::sandbox::frame::Tag::from_bytes([1; crate::sandbox::frame::TAG_BYTES]),
+            Box::new(Lines(framed.clone())),
+        );
+        let size = 9 << 20;
+        let streamed = stream_chunks(Watched { left: size, read: 0, framed: framed.clone() }, &sink);
+        assert_eq!(streamed.bytes, size);
+        let expected = ring::digest::digest(&ring::digest::SHA256, &vec![b'x'; size as usize]);
+        assert_eq!(streamed.sha256, hex(expected.as_ref()));
+        assert_eq!(framed.load(Ordering::SeqCst), size.div_ceil(frame::CHUNK_BYTES as u64));
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub mod clone;
 pub mod disk;
 pub mod hold;
 pub mod init;
+pub mod key;
 pub mod prestart;
 pub mod probe;
 pub mod process;
@@ -47,7 +48,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::runner::capture::{FrameSink, HeadTail};
 use crate::sandbox::args::{self as argv, AssignOptions, Endpoint, ExecOptions, InitOptions};
-use crate::sandbox::assignment::{Assignment, Key};
+use crate::sandbox::assignment::Assignment;
 use crate::sandbox::frame::{self, Frame, RunResult, Started, Stream};
 use crate::sandbox::{self, TERMINATION_LOG};
 
@@ -128,6 +129,9 @@ fn prepare(options: &InitOptions) -> Result<(), String> {
     if let Some((inputs, workdir)) = &options.inputs {
         init::write_inputs(inputs, workdir)?;
     }
+    if let Some((from, to)) = &options.key {
+        key::copy(from, to)?;
+    }
     init::copy_self(&options.copy_to).map_err(|error| format!("cannot copy the runner to `{}`: {error}", options.copy_to.display()))
 }
 
@@ -135,6 +139,12 @@ fn prepare(options: &InitOptions) -> Result<(), String> {
 /// from its Secret, or on stdin), its files written before it is taken,
 /// then the command exactly as `runner exec` runs it, frames on stdout.
 fn run_await_assignment(options: &AssignOptions) -> Result<i32, String> {
+    // Taken (and its file removed) before anything else starts: the
+    // process started ahead runs the image's code.
+    let key = match &options.listen {
+        Endpoint::Port(_) => Some(key::take(options.key_file.as_deref().ok_or("--port needs --key-file")?)?),
+        Endpoint::Stdin => None,
+    };
     // Started before the wait: what it does ahead is done when the call comes.
     let prestarted = options.preload.as_ref().and_then(|preload| prestart::Prestarted::start(preload, &options.workdir));
     let prepare = |assignment: &Assignment| {
@@ -142,7 +152,7 @@ fn run_await_assignment(options: &AssignOptions) -> Result<i32, String> {
     };
     let taken = match &options.listen {
         Endpoint::Port(port) => {
-            let key = read_key(options.key_file.as_deref().ok_or("--port needs --key-file")?)?;
+            let key = key.ok_or("--port needs --key-file")?;
             let listener = assign::listen(*port).map_err(|error| format!("cannot listen on port {port}: {error}"))?;
             assign::await_assignment(listener, &key, &options.workdir, options.max_wait, prepare)
         }
@@ -164,12 +174,6 @@ fn run_await_assignment(options: &AssignOptions) -> Result<i32, String> {
         None => process::spawn(&assignment.exec.argv, &assignment.exec.workdir, &assignment.env),
     };
     Ok(run_stopped_on_signals(&assignment.exec, &sink, start))
-}
-
-fn read_key(key_file: &std::path::Path) -> Result<Key, String> {
-    let shown = key_file.display();
-    let key_text = std::fs::read_to_string(key_file).map_err(|error| format!("cannot read the key `{shown}`: {error}"))?;
-    Key::from_hex(&key_text).map_err(|why| format!("the key `{shown}` is not valid: {why}"))
 }
 
 /// Runs the command and writes every frame; returns the runner's exit code.
@@ -271,6 +275,19 @@ fn run_exec_from(
                 result.notes.push(
                     "processes that left the command's group were still running when it ended; they were stopped with the sandbox".into(),
                 );
+            }
+            // Before anything the runner reads: what the command left in
+            // shared memory is still charged to the sandbox's memory.
+            let freed = process::empty_shared_memory();
+            if freed > 0 {
+                result.notes.push(format!(
+                    "the command left {freed} bytes in {}; they were removed when it ended, as shared memory counts against the sandbox's memory",
+                    process::SHARED_MEMORY_DIR
+                ));
+            }
+            if let Ok(ending) = &ending {
+                let (exit_code, signal) = process::code_and_signal(ending.status());
+                capture::write_frame(sink, &Frame::Ended(frame::Ended { exit_code, signal }));
             }
             let (stdout, stderr) = finish_pumps(outputs, &mut result.notes);
             send_captured(&mut result, &stdout, &stderr, sink);

@@ -48,7 +48,39 @@ fn command(argv: &[String], workdir: &Path, env: &BTreeMap<String, String>) -> i
     let (program, args) = argv.split_first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
     let mut command = Command::new(program);
     command.args(args).envs(env).current_dir(workdir).process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped());
+    // SAFETY: the closure runs in the child between fork and exec, where
+    // only async-signal-safe calls are allowed: `first_to_go_for_memory`
+    // makes only open(2), write(2) and close(2) on a constant path and
+    // buffer, and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            first_to_go_for_memory();
+            Ok(())
+        });
+    }
     Ok(command)
+}
+
+/// `oom_score_adj`'s highest value, which the command's processes get.
+pub const COMMAND_OOM_SCORE_ADJ: &[u8] = b"1000";
+
+/// Makes the calling process (the command's, before exec; its children
+/// inherit it) the kernel's first choice when the sandbox runs out of
+/// memory, before the runner, which shares the sandbox's memory with it:
+/// a runner killed for the command's memory would take the call's result
+/// with it, and in an open sandbox the whole sandbox. Raising the value
+/// needs no privilege. A failure (no /proc) leaves the value inherited,
+/// as before.
+fn first_to_go_for_memory() {
+    // SAFETY: open(2), write(2) and close(2) on a NUL-terminated constant
+    // path and a constant buffer; the descriptor is closed before return.
+    unsafe {
+        let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            libc::write(fd, COMMAND_OOM_SCORE_ADJ.as_ptr().cast(), COMMAND_OOM_SCORE_ADJ.len());
+            libc::close(fd);
+        }
+    }
 }
 
 /// Waits for `child`, stopping its group when `timeout` passes or `stop`
@@ -111,6 +143,44 @@ pub fn kill_strays() -> bool {
     // SAFETY: kill(2) with pid -1 signals every process the caller may
     // signal except itself and touches no memory; ESRCH means none is left.
     unsafe { libc::kill(-1, libc::SIGKILL) == 0 }
+}
+
+/// Where POSIX shared memory lives: a tmpfs, whose pages are charged to
+/// the sandbox's memory for as long as the files stay, whoever wrote them.
+pub const SHARED_MEMORY_DIR: &str = "/dev/shm";
+
+/// Removes what the command's processes left in `/dev/shm` once they are
+/// all gone (after `kill_strays`), when the runner is its namespace's
+/// first process (in a sandbox; never in the runner's own tests, where
+/// that folder is the machine's): shared memory is for processes to talk
+/// through, and they end with the call. Left there, it would stay charged
+/// to the sandbox's memory, so that the runner collecting the call's
+/// files and every later call in an open sandbox would run out of memory
+/// the command already used up. Returns the bytes it freed.
+pub fn empty_shared_memory() -> u64 {
+    if std::process::id() != 1 {
+        return 0;
+    }
+    empty_folder(Path::new(SHARED_MEMORY_DIR))
+}
+
+/// Removes everything inside `folder` (not the folder): the bytes its
+/// files held.
+fn empty_folder(folder: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(entries) = std::fs::read_dir(folder) else { return 0 };
+    let mut freed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(metadata) = path.symlink_metadata() else { continue };
+        if metadata.is_dir() {
+            freed += empty_folder(&path);
+            let _ = std::fs::remove_dir(&path);
+        } else if std::fs::remove_file(&path).is_ok() {
+            freed += metadata.blocks() * 512;
+        }
+    }
+    freed
 }
 
 /// Puts the runner out of the command's reach. The command runs as the
@@ -215,6 +285,32 @@ mod tests {
         let ending = run(&["sh", "-c", "trap '' TERM; sleep 30 & wait"], 300);
         assert!(matches!(ending, Ending::TimedOut(_)), "{ending:?}");
         assert!(started.elapsed() < Duration::from_secs(20), "the group was not killed");
+    }
+
+    /// The command's processes, and what they start, are the first the
+    /// kernel kills for memory; the runner keeps its own value.
+    #[test]
+    fn the_command_is_the_first_to_go_for_memory() {
+        let argv = ["sh", "-c", "cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'"].map(String::from);
+        let output = command(&argv, Path::new("/"), &BTreeMap::new()).unwrap().stdin(Stdio::null()).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&output.stdout), "1000\n1000\n");
+        let own = std::fs::read_to_string("/proc/self/oom_score_adj").unwrap();
+        assert_ne!(own.trim(), "1000", "the runner's own value is left alone");
+    }
+
+    #[test]
+    fn emptying_a_folder_removes_all_inside_and_counts_the_bytes() {
+        let root = std::env::temp_dir().join(format!("runner-shm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("sem/inner")).unwrap();
+        std::fs::write(root.join("segment"), vec![1u8; 64 << 10]).unwrap();
+        std::fs::write(root.join("sem/inner/x"), [2u8; 10]).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", root.join("link")).unwrap();
+        assert!(empty_folder(&root) >= 64 << 10);
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "everything inside is gone");
+        assert!(Path::new("/etc/hostname").exists(), "a link is removed, not followed");
+        std::fs::remove_dir(&root).unwrap();
+        assert_eq!(empty_shared_memory(), 0, "outside a sandbox the machine's /dev/shm is left alone");
     }
 
     #[test]

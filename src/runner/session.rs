@@ -124,7 +124,7 @@ pub fn run_session(options: &AssignOptions, until_ms: u64) -> Result<i32, String
     match &options.listen {
         Endpoint::Port(port) => {
             let key_file = options.key_file.as_deref().ok_or("--port needs --key-file")?;
-            let key = super::read_key(key_file)?;
+            let key = super::key::take(key_file)?;
             let listener = assign::listen(*port).map_err(|error| format!("cannot listen on port {port}: {error}"))?;
             let (current, workdir) = (current.clone(), options.workdir.clone());
             std::thread::Builder::new()

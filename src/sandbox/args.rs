@@ -75,6 +75,11 @@ pub struct InitOptions {
     /// ... and at least until this moment (ms since the Unix epoch): a
     /// background run waits out a late fence up to its start deadline.
     pub await_fence_until_ms: Option<u64>,
+    /// `--key-from FILE --key-to FILE`: a warm or open sandbox's key, copied
+    /// from its Secret (mounted into `prepare` alone) to where the runner in
+    /// the main container takes it and removes it before any command runs
+    /// (`sandbox::assignment::KEY_FILE`).
+    pub key: Option<(PathBuf, PathBuf)>,
 }
 
 /// Options of `runner await-ready`, the postStart hook that holds the main
@@ -319,6 +324,14 @@ pub fn init_args(options: &InitOptions) -> Vec<String> {
     if let Some(until_ms) = options.await_fence_until_ms {
         args.extend(["--await-fence-until-ms".to_string(), until_ms.to_string()]);
     }
+    if let Some((from, to)) = &options.key {
+        args.extend([
+            "--key-from".to_string(),
+            from.to_string_lossy().into_owned(),
+            "--key-to".to_string(),
+            to.to_string_lossy().into_owned(),
+        ]);
+    }
     args
 }
 
@@ -336,6 +349,7 @@ pub fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
     let mut parser = lexopt::Parser::from_args(args);
     let (mut copy_to, mut inputs, mut workdir, mut ready_file, mut await_fence, mut await_fence_until_ms) =
         (None, None, None, None, None, None);
+    let (mut key_from, mut key_to) = (None, None);
     while let Some(arg) = parser.next().map_err(|error| error.to_string())? {
         match arg {
             Long("copy-to") => copy_to = Some(PathBuf::from(value(&mut parser)?)),
@@ -344,6 +358,8 @@ pub fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
             Long("ready-file") => ready_file = Some(PathBuf::from(value(&mut parser)?)),
             Long("await-fence-ms") => await_fence = Some(Duration::from_millis(number(&mut parser, "--await-fence-ms")?)),
             Long("await-fence-until-ms") => await_fence_until_ms = Some(number(&mut parser, "--await-fence-until-ms")?),
+            Long("key-from") => key_from = Some(PathBuf::from(value(&mut parser)?)),
+            Long("key-to") => key_to = Some(PathBuf::from(value(&mut parser)?)),
             other => return Err(other.unexpected().to_string()),
         }
     }
@@ -356,7 +372,12 @@ pub fn parse_init(args: Vec<OsString>) -> Result<InitOptions, String> {
     if await_fence_until_ms.is_some() && await_fence.is_none() {
         return Err("runner init needs --await-fence-ms with --await-fence-until-ms".into());
     }
-    Ok(InitOptions { copy_to, inputs, ready_file, await_fence, await_fence_until_ms })
+    let key = match (key_from, key_to) {
+        (Some(from), Some(to)) => Some((from, to)),
+        (None, None) => None,
+        _ => return Err("runner init needs --key-from and --key-to together".into()),
+    };
+    Ok(InitOptions { copy_to, inputs, ready_file, await_fence, await_fence_until_ms, key })
 }
 
 /// Builds the argument list of `runner await-ready` for a pod spec; the
@@ -581,7 +602,9 @@ mod tests {
 
     #[test]
     fn init_args_round_trip() {
-        for inputs in [None, Some(("/mcp/inputs".into(), "/work".into()))] {
+        for (inputs, key) in
+            [(None, None), (Some(("/mcp/inputs".into(), "/work".into())), Some(("/mcp/key-secret/key".into(), "/mcp-key/key".into())))]
+        {
             for ready_file in [None, Some("/mcp/bin/.ready".into())] {
                 for (await_fence, await_fence_until_ms) in
                     [(None, None), (Some(Duration::from_secs(10)), None), (Some(Duration::from_secs(10)), Some(1_800_000_000_000))]
@@ -592,6 +615,7 @@ mod tests {
                         ready_file: ready_file.clone(),
                         await_fence,
                         await_fence_until_ms,
+                        key: key.clone(),
                     };
                     assert_eq!(parse_init(after_subcommand(init_args(&options))), Ok(options.clone()));
                     // The deadline added later reads the same, and only where there is a wait.
@@ -606,6 +630,8 @@ mod tests {
         assert!(parse_init(half).is_err());
         let until_alone = vec!["--copy-to".into(), "/x".into(), "--await-fence-until-ms".into(), "1".into()];
         assert!(parse_init(until_alone).is_err());
+        let key_alone = vec!["--copy-to".into(), "/x".into(), "--key-from".into(), "/k".into()];
+        assert!(parse_init(key_alone).is_err());
     }
 
     #[test]

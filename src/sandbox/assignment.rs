@@ -34,9 +34,17 @@ pub const VERSION: u32 = 1;
 pub const PORT: u16 = 7777;
 /// The one path it answers.
 pub const PATH: &str = "/assign";
-/// Where the key Secret is mounted in the main container, and its file.
+/// Where the runner in the main container takes its key from: a small
+/// memory-backed folder of its own, where `prepare` copies the key and
+/// the runner removes it once read, before any command runs. The key
+/// Secret is never mounted into the main container: there it would stay
+/// readable by every command (they run as the runner's user), and a
+/// command holding it could hand the runner calls of its own.
 pub const KEY_DIR: &str = "/mcp-key";
 pub const KEY_FILE: &str = "/mcp-key/key";
+/// Where the key Secret is mounted in `prepare` alone, and its file.
+pub const KEY_SECRET_DIR: &str = "/mcp/key-secret";
+pub const KEY_SECRET_FILE: &str = "/mcp/key-secret/key";
 /// Bytes of a key: 256 random bits, unguessable within any pool's life.
 pub const KEY_BYTES: usize = 32;
 /// The largest body a runner reads. The call's bounds make the largest

@@ -62,7 +62,7 @@ impl Stream {
 }
 
 /// One frame. The order on the wire is: `Started`, any number of `Output`
-/// (live output, capped), then after the command ends the `Captured` chunks
+/// (live output, capped), then after the command ends `Ended`, the `Captured` chunks
 /// (head and tail of stdout, then of stderr), the `Artifact` headers each
 /// followed by their `ArtifactChunk`s, and `Result` last. A log that
 /// ends without `Result` means the runner was killed before it could finish.
@@ -82,7 +82,19 @@ pub enum Frame {
     /// The runner holds what it sends whole in the sandbox (`held`): the
     /// server fetches it from `port` before the result comes.
     Held(Held),
+    /// The command (its whole group) has ended, and how: written before
+    /// the runner collects anything, so that a runner that dies collecting
+    /// (killed for memory the command left full) is not taken for the
+    /// command dying. Absent from older runners' logs.
+    Ended(Ended),
     Result(RunResult),
+}
+
+/// How the command ended, as soon as it had: its exit code or signal.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ended {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
 }
 
 /// Output held in the sandbox, `bytes` of frames in the held file.

@@ -305,10 +305,13 @@ fn awaiting_the_network_policy_makes_prepare_an_init_container_that_waits() {
 }
 
 /// A warm pool's Job: the cold Job of the pool's shape, whose main container
-/// waits for its assignment with the key mounted into it alone, labelled
-/// with its pool and owner; and the key Secret it owns.
+/// waits for its assignment, labelled with its pool and owner; and the key
+/// Secret it owns. The Secret is mounted into `prepare` alone, which copies
+/// the key into a folder in memory that the main container's runner takes
+/// it from (and removes it): never into the main container, where the
+/// command could read it.
 #[test]
-fn a_pool_job_waits_for_its_assignment_with_the_key_in_main_only() {
+fn a_pool_job_waits_for_its_assignment_with_the_key_secret_in_prepare_only() {
     let sandbox = manifest::PoolSandbox { pool: "py", owner: "0123456789ab", max_wait: Duration::from_secs(780), preload: None };
     let mut pool_spec = spec();
     pool_spec.command = Vec::new();
@@ -316,17 +319,23 @@ fn a_pool_job_waits_for_its_assignment_with_the_key_in_main_only() {
     let job = manifest::pool_job(&pool_spec, &policy(), &cluster(), "0123456789abcdef0123456789abcdef", &sandbox);
     check("pool_job.json", &job);
     let pod_spec = &job["spec"]["template"]["spec"];
-    let key_mounts: Vec<&str> = pod_spec["containers"]
-        .as_array()
-        .into_iter()
-        .chain(pod_spec["initContainers"].as_array())
-        .flatten()
-        .filter(|container| {
-            container["volumeMounts"].as_array().is_some_and(|mounts| mounts.iter().any(|mount| mount["name"] == "mcp-key"))
-        })
-        .map(|container| container["name"].as_str().unwrap_or_default())
-        .collect();
-    assert_eq!(key_mounts, ["main"], "only the main container sees the key");
+    let mounting = |volume: &str| -> Vec<&str> {
+        pod_spec["containers"]
+            .as_array()
+            .into_iter()
+            .chain(pod_spec["initContainers"].as_array())
+            .flatten()
+            .filter(|container| {
+                container["volumeMounts"].as_array().is_some_and(|mounts| mounts.iter().any(|mount| mount["name"] == volume))
+            })
+            .map(|container| container["name"].as_str().unwrap_or_default())
+            .collect()
+    };
+    assert_eq!(mounting("mcp-key-secret"), ["prepare"], "only prepare sees the key Secret");
+    assert_eq!(mounting("mcp-key"), ["prepare", "main"], "prepare hands the key to the runner");
+    let prepare = pod_spec["containers"].as_array().unwrap().iter().find(|container| container["name"] == "prepare").unwrap();
+    let command = prepare["command"].to_string();
+    assert!(command.contains(r#""--key-from","/mcp/key-secret/key","--key-to","/mcp-key/key""#), "{command}");
     for labels in [&job["metadata"]["labels"], &job["spec"]["template"]["metadata"]["labels"]] {
         assert_eq!(
             (labels[manifest::LABEL_POOL].as_str(), labels[manifest::LABEL_POOL_OWNER].as_str()),

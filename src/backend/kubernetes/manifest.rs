@@ -35,7 +35,7 @@ use crate::backend::kubernetes::settings::Settings;
 use crate::backend::kubernetes::template::PodTemplate;
 use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
 use crate::sandbox::args::{self, AssignOptions, AwaitOptions, CloneOptions, Endpoint, InitOptions, Preload};
-use crate::sandbox::assignment::{Assignment, KEY_DIR, KEY_FILE, PORT};
+use crate::sandbox::assignment::{Assignment, KEY_DIR, KEY_FILE, KEY_SECRET_DIR, KEY_SECRET_FILE, PORT};
 use crate::sandbox::frame::to_base64;
 use crate::sandbox::held::{self, HoldOptions};
 use crate::sandbox::inputs::{self, InputFile as ManifestEntry, MANIFEST_KEY};
@@ -91,6 +91,18 @@ pub fn job_name(run_id: &str) -> String {
 
 /// The Job for one run.
 pub fn job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str) -> Value {
+    job_with(spec, policy, cluster, run_id, Keyed::No)
+}
+
+/// Whether `prepare` hands the main container's runner a key
+/// (`runner::key`): a warm or open sandbox's Job.
+#[derive(Clone, Copy, PartialEq)]
+enum Keyed {
+    No,
+    Yes,
+}
+
+fn job_with(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str, keyed: Keyed) -> Value {
     let name = job_name(run_id);
     let pod_deadline = run_deadline(spec, policy);
     let mut volumes = vec![
@@ -117,16 +129,16 @@ pub fn job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str) ->
     if let (Some(clone_spec), Some(clone_step)) = (&spec.clone, &policy.clone) {
         volumes.push(json!({"name": "git-creds", "secret": {"secretName": clone_step.secret_name, "defaultMode": 0o440}}));
         volumes.push(json!({"name": "clone-tmp", "emptyDir": {"sizeLimit": "64Mi"}}));
-        init_containers.push(prepare_container(spec, policy, cluster, Prepare::Before));
+        init_containers.push(prepare_container(spec, policy, cluster, Prepare::Before, keyed));
         init_containers.push(clone_container(spec, clone_spec, clone_step, policy));
     } else if cluster.await_network_policy.bound_for(spec.network).is_some() {
         // Waiting for the fence beside `main` would never end: its hook
         // holds the kubelet's first pass, so the pod's IP is not reported,
         // and a plugin that fences by the reported IP (kube-router) never
         // fences it. As an init container, one pass later, it is.
-        init_containers.push(prepare_container(spec, policy, cluster, Prepare::Before));
+        init_containers.push(prepare_container(spec, policy, cluster, Prepare::Before, keyed));
     } else {
-        containers.push(prepare_container(spec, policy, cluster, Prepare::Beside));
+        containers.push(prepare_container(spec, policy, cluster, Prepare::Beside, keyed));
     }
     containers.push(main_container(spec, policy, run_id));
     let mut pod_spec = json!({
@@ -184,7 +196,7 @@ pub struct PoolSandbox<'a> {
 /// A warm pool's Job: the cold Job for `spec` (the pool's shape, with no
 /// files and the longest timeout a run may give), whose main container
 /// waits for its one assignment instead of running a command, with the
-/// key Secret (named like the Job, see `key_secret`) mounted into it alone.
+/// key handed to its runner alone (`waiting_job`).
 pub fn pool_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str, sandbox: &PoolSandbox) -> Value {
     let mut job = waiting_job(spec, policy, cluster, run_id, (sandbox.max_wait, sandbox.preload), None);
     for labels in ["/metadata/labels", "/spec/template/metadata/labels"] {
@@ -224,10 +236,19 @@ pub fn session_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, name: &s
     job
 }
 
+/// The volume of the key Secret, mounted into `prepare` alone, and the
+/// memory-backed one `prepare` copies the key into for the main
+/// container's runner, which removes it before any command runs
+/// (`runner::key`).
+const KEY_SECRET_VOLUME: &str = "mcp-key-secret";
+const KEY_VOLUME: &str = "mcp-key";
+
 /// The cold Job for `spec` whose main container waits for its assignment
 /// (or, with `session_until_ms`, assignment after assignment) on `PORT`
-/// instead of running a command, with the key Secret (named like the Job,
-/// see `key_secret`) mounted into it alone.
+/// instead of running a command. Its key Secret (named like the Job, see
+/// `key_secret`) is mounted into `prepare` alone, which hands the key to
+/// the runner through a folder of their own (`runner::key`): mounted into
+/// the main container, it would be readable by every command there.
 fn waiting_job(
     spec: &RunSpec,
     policy: &Policy,
@@ -237,10 +258,12 @@ fn waiting_job(
     session_until_ms: Option<u64>,
 ) -> Value {
     let name = job_name(run_id);
-    let mut job = job(spec, policy, cluster, run_id);
+    let mut job = job_with(spec, policy, cluster, run_id, Keyed::Yes);
     let pod_spec = &mut job["spec"]["template"]["spec"];
     if let Some(volumes) = pod_spec["volumes"].as_array_mut() {
-        volumes.push(json!({"name": "mcp-key", "secret": {"secretName": name, "defaultMode": 0o440}}));
+        volumes.push(json!({"name": KEY_SECRET_VOLUME, "secret": {"secretName": name, "defaultMode": 0o440}}));
+        // In memory, so the key is never written to the node's disk.
+        volumes.push(json!({"name": KEY_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}));
     }
     let assign = AssignOptions {
         listen: Endpoint::Port(PORT),
@@ -257,7 +280,8 @@ fn waiting_job(
         main["command"] = json!(command.iter().map(|arg| escape_dollars(arg)).collect::<Vec<_>>());
         main["ports"] = json!([{"name": "assign", "containerPort": PORT, "protocol": "TCP"}]);
         if let Some(mounts) = main["volumeMounts"].as_array_mut() {
-            mounts.push(json!({"name": "mcp-key", "mountPath": KEY_DIR, "readOnly": true}));
+            // Writable: the runner removes the key once read.
+            mounts.push(json!({"name": KEY_VOLUME, "mountPath": KEY_DIR}));
         }
     }
     job
@@ -482,7 +506,7 @@ fn ready_file() -> String {
     format!("{BIN_DIR}/.ready")
 }
 
-fn prepare_container(spec: &RunSpec, policy: &Policy, cluster: &Settings, place: Prepare) -> Value {
+fn prepare_container(spec: &RunSpec, policy: &Policy, cluster: &Settings, place: Prepare, keyed: Keyed) -> Value {
     let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR}), json!({"name": "work", "mountPath": spec.workdir})];
     let mut init = InitOptions {
         copy_to: runner_path().into(),
@@ -490,7 +514,13 @@ fn prepare_container(spec: &RunSpec, policy: &Policy, cluster: &Settings, place:
         ready_file: None,
         await_fence: cluster.await_network_policy.bound_for(spec.network),
         await_fence_until_ms: None,
+        key: None,
     };
+    if keyed == Keyed::Yes {
+        init.key = Some((KEY_SECRET_FILE.into(), KEY_FILE.into()));
+        mounts.push(json!({"name": KEY_SECRET_VOLUME, "mountPath": KEY_SECRET_DIR, "readOnly": true}));
+        mounts.push(json!({"name": KEY_VOLUME, "mountPath": KEY_DIR}));
+    }
     if !spec.files.is_empty() {
         init.inputs = Some((INPUTS_DIR.into(), spec.workdir.clone().into()));
         mounts.push(json!({"name": "inputs", "mountPath": INPUTS_DIR, "readOnly": true}));

@@ -130,6 +130,8 @@ pub struct HostConfig {
     pub memory_swap: i64,
     /// CPUs in units of 10^-9; 0 is no limit.
     pub nano_cpus: i64,
+    /// Bytes of `/dev/shm`; 0 lets Docker choose (64 MiB).
+    pub shm_size: i64,
     /// Mount point → mount options, e.g. `/tmp` → `rw,nosuid,nodev,size=64m`.
     pub tmpfs: BTreeMap<String, String>,
     /// `host:container:ro` strings.

@@ -99,6 +99,20 @@ pub fn separate_tmp(spec: &RunSpec) -> bool {
     spec.workdir != TMP_DIR
 }
 
+/// Bytes of the sandbox's `/dev/shm`: half its memory (its limit, else the
+/// default), at most 64 MiB (Docker's own default). Shared memory is
+/// tmpfs, charged to the sandbox's memory and not freed when the process
+/// that wrote it dies: uncapped, a command filling it leaves no memory for
+/// the runner, which is then killed in the command's place and an open
+/// sandbox ends with it. Capped, the writer gets "no space left" and the
+/// runner keeps the other half.
+pub fn shm_bytes(spec: &RunSpec, policy: &Policy) -> u64 {
+    const MOST: u64 = 64 << 20;
+    let memory = spec.memory_limit.as_ref().unwrap_or(&policy.default_memory);
+    let bytes = u64::try_from(memory.nanos() / 1_000_000_000).unwrap_or(u64::MAX);
+    (bytes / 2).min(MOST)
+}
+
 /// The command's environment: the operator's variables, the caller's on
 /// top (the caller wins), and `HOME` in `/tmp` unless one of them set it:
 /// the root is read-only, so an image's own HOME (often under /root or

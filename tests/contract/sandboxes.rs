@@ -182,13 +182,13 @@ fn a_timeout_or_an_oom_kill_ends_the_call_and_the_sandbox_goes_on() {
 }
 
 /// Memory no process holds: a call that fills `/dev/shm` (a tmpfs,
-/// charged to the sandbox) should be the call's death, not the runner's,
-/// and the next call should run; a call that leaves some shared memory
+/// charged to the sandbox, capped at half its memory) fails for want of
+/// room, not the runner, and the next call runs; a call that leaves some shared memory
 /// behind and exits 0 with a 9 MiB file is `succeeded`, its file whole
 /// (the runner once died reading that file whole into the little memory
 /// left).
 #[test]
-fn memory_a_call_fills_in_dev_shm_kills_the_call_not_the_sandbox() {
+fn memory_a_call_that_fills_dev_shm_fails_and_the_sandbox_goes_on() {
     let _together = together();
     let mut server = server(&[]);
     let sandbox = open(&mut server, json!({"image": BUSYBOX, "limits": {"memory": "48Mi"}}));
@@ -205,22 +205,18 @@ fn memory_a_call_fills_in_dev_shm_kills_the_call_not_the_sandbox() {
     let emptied = sh(&mut server, &sandbox, "ls /dev/shm | wc -l");
     assert_eq!(emptied["stdout"], "0\n", "shared memory went with the call that wrote it: {emptied}");
 
+    // /dev/shm is half the sandbox's memory (24 MiB here): the writer is
+    // told there is no room, and the runner keeps the other half.
     let fill = sh(&mut server, &sandbox, "echo filling; dd if=/dev/zero of=/dev/shm/fill bs=1M count=200");
-    // FIXME (below): `failed`/`OOMKilled` for the call; while the runner
-    // dies with it, Kubernetes may answer before the kubelet reports the
-    // kill, and the call is `ResultLost`.
-    assert!(matches!(fill["reason"].as_str(), Some("OOMKilled" | "ResultLost")), "{fill}");
-    let next = sh(&mut server, &sandbox, "echo alive");
-    // FIXME: the sandbox still ends here, on both backends. Once dd is
-    // killed, the tmpfs pages it wrote stay charged and fill the
-    // sandbox's memory; the runner's next allocation, before it can
-    // empty /dev/shm, finds none, and the runner is then the only process
-    // left to kill (on Kubernetes the kubelet also gives it an
-    // oom_score_adj of about 999, so the command's 1000 barely counts).
-    // The fix is to cap /dev/shm below limits.memory (Docker's ShmSize, a
-    // sized memory emptyDir over /dev/shm on Kubernetes); then assert
-    // `succeeded` and `alive` here.
-    assert!(matches!(next["reason"].as_str(), Some("SandboxEnded" | "SandboxNotFound")), "{next}; the call that filled it: {fill}");
+    assert_eq!((fill["status"].as_str(), fill["stdout"].as_str()), (Some("failed"), Some("filling\n")), "{fill}");
+    assert!(fill["stderr"].as_str().unwrap_or_default().contains("No space left"), "{fill}");
+    let next = sh(&mut server, &sandbox, "echo alive; ls /dev/shm | wc -l");
+    assert_eq!(
+        (next["status"].as_str(), next["stdout"].as_str()),
+        (Some("succeeded"), Some("alive\n0\n")),
+        "{next}; the call that filled it: {fill}"
+    );
+    close(&mut server, &sandbox);
 }
 
 #[test]

@@ -198,9 +198,12 @@ fn a_workdir_of_tmp_is_the_scratch_volume_itself() {
         let has_tmp_volume = pod["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "tmp");
         (paths, has_tmp_volume)
     };
-    assert_eq!(mounts("/tmp"), (vec!["/mcp/bin".to_string(), "/tmp".to_string()], false));
+    assert_eq!(mounts("/tmp"), (vec!["/mcp/bin".to_string(), "/dev/shm".to_string(), "/tmp".to_string()], false));
     // A workdir under /tmp is mounted after /tmp, so it stays visible.
-    assert_eq!(mounts("/tmp/src"), (vec!["/mcp/bin".to_string(), "/tmp".to_string(), "/tmp/src".to_string()], true));
+    assert_eq!(
+        mounts("/tmp/src"),
+        (vec!["/mcp/bin".to_string(), "/dev/shm".to_string(), "/tmp".to_string(), "/tmp/src".to_string()], true)
+    );
 }
 
 /// The `main` container of a pod spec (`prepare` may be listed before it).

@@ -219,6 +219,7 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
             // Equal to the memory limit: no swap, so an OOM is an OOM.
             memory_swap: memory,
             nano_cpus: cpu_nanos(spec, policy),
+            shm_size: i64::try_from(crate::engine::spec::shm_bytes(spec, policy)).unwrap_or(0),
             tmpfs,
             binds: vec![format!("{}:{RUNNER_PATH}:ro", options.runner_binary)],
             // `create` refuses a run whose mode has no network here, so
@@ -570,6 +571,7 @@ mod tests {
     "Memory": 536870912,
     "MemorySwap": 536870912,
     "NanoCpus": 500000000,
+    "ShmSize": 67108864,
     "Tmpfs": {
       "/tmp": "rw,exec,nosuid,nodev,mode=1777,size=1073741824"
     },

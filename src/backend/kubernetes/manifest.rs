@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 
 use crate::backend::kubernetes::settings::Settings;
 use crate::backend::kubernetes::template::PodTemplate;
-use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
+use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp, shm_bytes};
 use crate::sandbox::args::{self, AssignOptions, AwaitOptions, CloneOptions, Endpoint, InitOptions, Preload};
 use crate::sandbox::assignment::{Assignment, KEY_DIR, KEY_FILE, KEY_SECRET_DIR, KEY_SECRET_FILE, PORT};
 use crate::sandbox::frame::to_base64;
@@ -108,6 +108,9 @@ fn job_with(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &str, k
     let mut volumes = vec![
         json!({"name": "work", "emptyDir": {"sizeLimit": policy.workdir_size_limit.as_str()}}),
         json!({"name": "bin", "emptyDir": {"sizeLimit": "64Mi"}}),
+        // Over the runtime's own /dev/shm: sized (a memory emptyDir's tmpfs
+        // is its sizeLimit), so filling it cannot take all the pod's memory.
+        json!({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_bytes(spec, policy).to_string()}}),
     ];
     if separate_tmp(spec) {
         volumes.push(json!({"name": "tmp", "emptyDir": {"sizeLimit": policy.workdir_size_limit.as_str()}}));
@@ -605,7 +608,7 @@ fn main_container(spec: &RunSpec, policy: &Policy, run_id: &str) -> Value {
     let env: Vec<Value> = env.iter().map(|(name, value)| json!({"name": name, "value": escape_dollars(value)})).collect();
     // /tmp comes before the workdir, which may lie under it: mounts are
     // made in order, and a later one over an earlier one stays visible.
-    let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR, "readOnly": true})];
+    let mut mounts = vec![json!({"name": "bin", "mountPath": BIN_DIR, "readOnly": true}), json!({"name": "dshm", "mountPath": "/dev/shm"})];
     if separate_tmp(spec) {
         mounts.push(json!({"name": "tmp", "mountPath": TMP_DIR}));
     }

@@ -45,6 +45,21 @@ fn kubeconfig_of(fake: &FakeApi, dir: &TempDir) -> String {
     dir.write("kubeconfig", &text).display().to_string()
 }
 
+/// A server on `fake` that allows busybox alone, with `extra` settings.
+/// The fake cluster never runs a pod: what was let through gives up after
+/// the shortest start timeout and removes what it made.
+fn busybox_server(fake: &FakeApi, dir: &TempDir, extra: &[(&str, &str)]) -> HttpServer {
+    let kubeconfig = kubeconfig_of(fake, dir);
+    let mut env = vec![
+        ("MCP_K8S_KUBECONFIG", kubeconfig.as_str()),
+        ("MCP_K8S_NAMESPACE", "live-ns"),
+        ("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36"),
+        ("MCP_K8S_START_TIMEOUT_S", "5"),
+    ];
+    env.extend_from_slice(extra);
+    HttpServer::start(&env)
+}
+
 fn sha256_hex(token: &str) -> String {
     let output = std::process::Command::new("sh").arg("-c").arg(format!("printf %s '{token}' | sha256sum")).output().unwrap();
     String::from_utf8(output.stdout).unwrap().split_whitespace().next().unwrap().to_string()
@@ -185,15 +200,7 @@ fn every_caller_limit_refuses_every_entry_point_before_the_cluster() {
 #[test]
 fn concurrent_openings_create_no_more_sandboxes_than_the_limit() {
     let (fake, dir) = (FakeApi::start(), TempDir::new("admission-openings"));
-    let server = HttpServer::start(&[
-        ("MCP_K8S_KUBECONFIG", &kubeconfig_of(&fake, &dir)),
-        ("MCP_K8S_NAMESPACE", "live-ns"),
-        ("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36"),
-        ("MCP_K8S_MAX_SANDBOXES", "2"),
-        // The fake cluster never runs a pod: the openings that were made
-        // give up after this and close their sandboxes again.
-        ("MCP_K8S_START_TIMEOUT_S", "5"),
-    ]);
+    let server = busybox_server(&fake, &dir, &[("MCP_K8S_MAX_SANDBOXES", "2")]);
     let session = server.initialize();
     let answers: Vec<Value> = std::thread::scope(|scope| {
         let openings: Vec<_> = (0..8)
@@ -214,4 +221,72 @@ fn concurrent_openings_create_no_more_sandboxes_than_the_limit() {
     assert_eq!(creates, 2, "eight openings at once against MCP_K8S_MAX_SANDBOXES=2");
     let limited = answers.iter().filter(|answer| answer["result"]["structuredContent"]["reason"] == "SandboxLimit").count();
     assert_eq!(limited, 6, "{answers:?}");
+}
+
+/// One allowlist for every path that starts an image: with busybox alone
+/// allowed, a python image or the python language is refused on each path
+/// before the cluster is asked, and busybox goes through on each.
+#[test]
+fn the_image_allowlist_holds_on_every_path() {
+    let (fake, dir) = (FakeApi::start(), TempDir::new("allowlist-paths"));
+    let server = busybox_server(&fake, &dir, &[]);
+    let session = server.initialize();
+    let next_id = std::cell::Cell::new(1);
+    let call = |params: Value| {
+        let id = next_id.get();
+        next_id.set(id + 1);
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string();
+        let headers = [("Content-Type", "application/json"), ("Accept", "application/json"), ("Mcp-Session-Id", session.as_str())];
+        raw_request_within(&server.addr, "POST", "/mcp", &headers, body.as_bytes(), Duration::from_secs(60)).json()
+    };
+    let code = |language: &str| json!({"language": language, "entrypoint_code": "print(1)"});
+    // (path, a call it refuses, what the refusal says, a call it lets through)
+    let paths = [
+        (
+            "run_job",
+            json!({"name": "run_job", "arguments": {"image": "python:3.12-slim", "command": ["true"]}}),
+            "is not allowed",
+            Some(json!({"name": "run_job", "arguments": {"image": "busybox:1.36", "command": ["true"]}})),
+        ),
+        (
+            "submit_job",
+            json!({"name": "submit_job", "arguments": {"image": "python:3.12-slim", "command": ["true"]}}),
+            "is not allowed",
+            Some(json!({"name": "submit_job", "arguments": {"image": "busybox:1.36", "command": ["true"]}})),
+        ),
+        ("execute_code", json!({"name": "execute_code", "arguments": code("python")}), "is not in MCP_K8S_ALLOWED_IMAGES", None),
+        (
+            "execute_code task",
+            json!({"name": "execute_code", "arguments": code("python"), "task": {"ttl": 60_000}}),
+            "is not in MCP_K8S_ALLOWED_IMAGES",
+            None,
+        ),
+        (
+            "open_sandbox image",
+            json!({"name": "open_sandbox", "arguments": {"image": "python:3.12-slim"}}),
+            "is not allowed",
+            Some(json!({"name": "open_sandbox", "arguments": {"image": "busybox:1.36"}})),
+        ),
+        (
+            "open_sandbox language",
+            json!({"name": "open_sandbox", "arguments": {"language": "python"}}),
+            "is not in MCP_K8S_ALLOWED_IMAGES",
+            None,
+        ),
+    ];
+    for (path, refused_call, says, allowed_call) in paths {
+        let before = changes(&fake);
+        let answer = call(refused_call);
+        let refused = refusal_text(&answer).unwrap_or_else(|| panic!("{path}: not refused: {answer}"));
+        assert!(refused.contains(says), "{path}: {refused}");
+        assert_eq!(changes(&fake), before, "{path}: a refused image reached the cluster");
+        if let Some(allowed_call) = allowed_call {
+            call(allowed_call);
+            let created = changes(&fake).len() - before.len();
+            assert!(created > 0, "{path}: an allowed image was never created");
+        }
+    }
+    // Nothing lists what cannot run.
+    let listed = call(json!({"name": "describe_environment", "arguments": {}}));
+    assert_eq!(listed["result"]["structuredContent"]["languages"], json!([]), "{listed}");
 }

@@ -1,7 +1,8 @@
 //! The offline tier: every integration test that needs no cluster (the
 //! binary over stdio and HTTP, hostile clients, the kube client against the
 //! fake API server, the engine's fault handling, the in-pod runner, manifests,
-//! configuration, docs/configuration.md and deploy files, the architecture rules,
+//! configuration, docs/configuration.md and deploy files, every command
+//! block of the README and docs/, the architecture rules,
 //! the public reason names,
 //! panics in the server's threads), in
 //! one test binary so the library is linked once. Run it with
@@ -21,6 +22,7 @@ mod architecture;
 mod config_errors;
 mod deploy_manifests;
 mod deploy_role;
+mod docs_commands;
 mod engine_faults;
 mod hostile_http;
 mod hostile_stdio;

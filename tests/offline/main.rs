@@ -20,6 +20,7 @@ mod admission;
 mod architecture;
 mod config_errors;
 mod deploy_manifests;
+mod deploy_namespaces;
 mod deploy_role;
 mod engine_faults;
 mod hostile_http;

@@ -21,6 +21,7 @@ mod admission;
 mod architecture;
 mod config_errors;
 mod deploy_manifests;
+mod deploy_namespaces;
 mod deploy_role;
 mod docs_commands;
 mod engine_faults;

@@ -5,6 +5,8 @@
 //!   `tests/cluster/build-kube`;
 //! - `arm64`: the arm64 binary under qemu user emulation and the
 //!   multi-arch image index, both made by `tests/build-arm64`;
+//! - `kustomize_namespaces`: `examples/renamed-namespaces/` rendered by
+//!   the cache's kubectl (`tests/cluster/build-kube`);
 //! - `install`: `./install` as the README gives it, after
 //!   `tests/build-project-image` built the same static binary;
 //! - `monitoring`: `deploy/monitoring/` checked by promtool, built once and
@@ -20,4 +22,5 @@ mod support;
 mod arm64;
 mod helm_chart;
 mod install;
+mod kustomize_namespaces;
 mod monitoring;

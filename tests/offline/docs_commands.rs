@@ -63,6 +63,12 @@ const RULES: &[Rule] = &[
     rule("docs/deploy.md", "docker build ", Check::Static, "needs Docker, a registry and a cluster"),
     rule("docs/deploy.md", "# the two namespaces", Check::Static, "needs a cluster and helm"),
     rule("docs/deploy.md", "kubectl -n mcp-system rollout status", Check::Static, "needs a cluster"),
+    rule(
+        "docs/deploy.md",
+        "cp -r examples/renamed-namespaces",
+        Check::Static,
+        "needs a cluster (with_tools kustomize_namespaces:: renders the overlay)",
+    ),
     rule("docs/deploy.md", "kubectl delete -k deploy/", Check::Static, "needs a cluster"),
     rule("docs/deploy.md", "apt-get install ", Check::Static, "installs packages as root, then a cross build"),
     rule("docs/docker.md", "engine ──NewRun──▶", Check::Text, "a diagram"),

@@ -413,14 +413,18 @@ fn the_reaper_removes_only_expired_containers_of_this_server() {
     assert!(client.container_inspect(&foreign).is_ok(), "one not labelled as ours stays");
 }
 
+/// A runner binary that is not there stops the start, naming the setting
+/// and the path (waiting would not fix it, so even a lazy server stops),
+/// and nothing is created at that path on the host.
 #[test]
 fn a_missing_runner_binary_is_named_and_no_host_path_is_created() {
     let missing = format!("/tmp/mcp-k8s-no-runner-{}/runner", std::process::id());
-    let mut server = server(&[("MCP_K8S_RUNNER_BINARY", &missing)]);
-    let (result, _) = call(&mut server, "run_job", json!({"image": BUSYBOX, "command": ["true"]}));
-    assert_eq!(result["isError"], true, "{result}");
-    let text = result["content"][0]["text"].as_str().unwrap();
-    assert!(text.contains("MCP_K8S_RUNNER_BINARY") && text.contains(&missing), "{text}");
+    let env = server_env(&[("MCP_K8S_RUNNER_BINARY", &missing)]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+    let output = crate::support::server::command(&env).arg("serve").stdin(std::process::Stdio::null()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MCP_K8S_RUNNER_BINARY") && stderr.contains(&missing), "{stderr}");
     assert!(!std::path::Path::new(&missing).exists(), "Docker did not create the bind source");
 }
 

@@ -576,7 +576,10 @@ fn attach(ctx: &Ctx, token: &str, run_id: &str, reader: Option<&str>) -> Result<
         // `follow_to_end` keeps the recorded verdict.
         (Some(recorded), Some(_)) if recorded.by == DecidedBy::Runner => follow_to_end(ctx, run_id, &followed, created, &cancel),
         (Some(recorded), _) => {
-            let outcome = outcome_without_sandbox(run_id, ctx.backend.wording(), &stored, created, Some(recorded));
+            let mut outcome = outcome_without_sandbox(run_id, ctx.backend.wording(), &stored, created, Some(recorded));
+            if recorded.by == DecidedBy::Runner {
+                recall_links(ctx, run_id, reader, &mut outcome);
+            }
             ctx.jobs.finish(run_id, outcome, ended_at.unwrap_or_else(SystemTime::now));
         }
         (None, None) if stored.ended_at.is_some() => {
@@ -749,6 +752,27 @@ fn outcome_without_sandbox(
     outcome.times.created = created;
     stored_times(stored, &mut outcome.times);
     outcome
+}
+
+/// A run the runner judged, its sandbox gone before this process read
+/// it: the process that read it kept what went past the inline caps in
+/// the output store, which every replica shares. Its links are the
+/// output this process can still give; the inline output is not kept.
+fn recall_links(ctx: &Ctx, run_id: &str, reader: Option<&str>, outcome: &mut RunOutcome) {
+    let Some(store) = &ctx.policy.outputs else { return };
+    let Some(links) = store.links_of(run_id, SystemTime::now(), reader).filter(|links| !links.is_empty()) else { return };
+    for link in &links {
+        match link.name.as_str() {
+            "stdout" => (outcome.truncated.stdout, outcome.stdout_total_bytes) = (true, link.total),
+            "stderr" => (outcome.truncated.stderr, outcome.stderr_total_bytes) = (true, link.total),
+            _ => {}
+        }
+    }
+    outcome.notes = vec![format!(
+        "the {} is gone, so the inline output cannot be returned; what went past the inline caps is whole in the output store: read it through links",
+        ctx.backend.wording().sandbox
+    )];
+    outcome.links = links;
 }
 
 /// What a background run's record says of its times, for any process:

@@ -391,6 +391,18 @@ impl Store {
         Ok(Piece { bytes, offset, size: found.stored, total: found.total, complete: found.complete, mime_type: request.entry.mime_type() })
     }
 
+    /// The links of a run another process finished, as that process
+    /// answered them: for a replica asked for a run whose sandbox (and so
+    /// its output) is gone by the time it asks. `None` when the store has
+    /// no entries of the run for `reader`, or they have expired.
+    pub fn links_of(&self, run_id: &str, now: SystemTime, reader: Option<&str>) -> Option<Vec<Link>> {
+        if !is_run_id(run_id) {
+            return None;
+        }
+        let index = read_index(&self.dir.join(run_id)).ok().flatten()?;
+        (visible_to(index.owner.as_deref(), reader) && seconds(now) < index.expires_at_s).then(|| links(run_id, &index))
+    }
+
     /// Deletes a run's entries (cancel_job), and any partial folder of it.
     pub fn remove(&self, run_id: &str) {
         if !is_run_id(run_id) {
@@ -639,6 +651,13 @@ impl Spool {
         self.failed.get_or_insert(error);
     }
 
+    /// The links of the run when another process finished it in the
+    /// store already: then what the runner held need not be fetched
+    /// again (the runner, released, may be gone).
+    pub fn finished_elsewhere(&self, now: SystemTime) -> Option<Vec<Link>> {
+        self.store.links_of(&self.run_id, now, self.owner.as_deref())
+    }
+
     /// Files the runner sent whole, by path, with how much arrived.
     pub fn stored_files(&self) -> impl Iterator<Item = &str> {
         self.files.iter().map(|(path, _)| path.as_str())
@@ -652,7 +671,11 @@ impl Spool {
     /// its links are answered.
     pub fn finish(mut self, totals: Option<[u64; 2]>, now: SystemTime) -> (Vec<Link>, Option<String>) {
         let Some(partial) = self.dir.take() else {
-            return (Vec::new(), self.failed.take().map(failed_note));
+            // Nothing arrived here: another process (a replica that read
+            // the run first, and fetched what the runner held) may have
+            // finished it; its links are the run's.
+            let theirs = self.finished_elsewhere(now).unwrap_or_default();
+            return (theirs, self.failed.take().map(failed_note));
         };
         let note = self.failed.take().map(failed_note);
         let mut entries = Vec::new();
@@ -1008,6 +1031,17 @@ mod tests {
         let (second_links, _) = second.finish(Some([6, 0]), now);
         assert_eq!(first_links, second_links);
         assert_eq!(read(&store, &first_links[0].uri, now).unwrap().bytes, b"first");
+        // A process that did not follow the run answers the same links
+        // from the store; another caller, and a time past the retention,
+        // get none.
+        assert_eq!(store.links_of(RUN, now, None), Some(first_links.clone()));
+        assert_eq!(store.links_of("fedcba9876543210fedcba9876543210", now, None), None);
+        assert_eq!(store.links_of(RUN, now + Duration::from_secs(7200), None), None);
+        // A finisher that received nothing (what the runner held was
+        // fetched by the first) answers the first one's links too.
+        let empty = Spool::new(store.clone(), RUN, None);
+        assert_eq!(empty.finished_elsewhere(now), Some(first_links.clone()));
+        assert_eq!(empty.finish(Some([5, 0]), now).0, first_links);
         let mut dropped = Spool::new(store.clone(), "fedcba9876543210fedcba9876543210", None);
         dropped.stream(Stream::Stderr, 0, b"x");
         drop(dropped);

@@ -893,6 +893,12 @@ fn fetch_held(
     stop: &StreamStop,
 ) {
     let key = crate::sandbox::held::key(run_id);
+    // Another process that read the run first fetched it and finished the
+    // run in the store: its links stand, and the runner it released is
+    // gone (a fetch or a release would wait for the connect timeout).
+    if collector.spool.as_ref().is_some_and(|spool| spool.finished_elsewhere(SystemTime::now()).is_some()) {
+        return;
+    }
     let wanted = collector.spool.as_ref().is_some_and(|spool| !spool.held_fetched);
     if wanted {
         match fetch_held_frames(ctx, (sandbox, &key), held, collector, stop) {

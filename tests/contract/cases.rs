@@ -333,9 +333,13 @@ fn outputs_past_the_caps_are_linked_and_read_back_whole_in_pieces() {
     let missing = read_piece(&mut replica, &unknown).unwrap_err();
     assert_eq!(missing["code"], -32002, "another run's link, or a guess, reads nothing: {missing}");
 
-    // A background run's result links the same way, fetched on the replica.
+    // A background run's result links the same way, fetched on the
+    // replica after the first server has read it to its end: a warm
+    // sandbox is gone by then, and the replica answers from the store.
     let token = server.submit(json!({"image": BUSYBOX, "command": sh("head -c 1048580 /dev/zero"), "network": "none"}));
     let _cleanup = Cleanup::tokens(BACKEND, &[&token]);
+    let first = server.fetch_done(&token);
+    assert_eq!(first["result"]["links"][0]["size"].as_u64(), Some(1_048_580), "{}", first["result"]["links"]);
     let done = replica.fetch_done(&token);
     let link = &done["result"]["links"][0];
     // The whole result but its output, so that a run that ended otherwise

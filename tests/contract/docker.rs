@@ -2,8 +2,8 @@
 //! this file as its `contract` module (`cargo test --test on_docker
 //! contract::`), against the test dockerd (`tests/docker/up`, or the daemon
 //! `DOCKER_HOST` names) with the static runner binary that
-//! `tests/build-project-image` builds. A build without the Docker backend
-//! fails every case with `harness::NO_DOCKER_BACKEND`; nothing is skipped.
+//! `tests/build-project-image` builds. A daemon or a runner that is not
+//! there fails every case; nothing is skipped.
 
 #[path = "cases.rs"]
 mod cases;

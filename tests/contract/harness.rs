@@ -65,9 +65,6 @@ const TEST_DOCKER_HOST: &str = "unix:///var/lib/mcp-k8s-test-docker/docker.sock"
 /// The static runner binary the Docker backend mounts into each container
 /// (`tests/build-project-image` builds it).
 const RUNNER_BINARY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/x86_64-unknown-linux-musl/release/mcp-k8s-ephemeral-job");
-/// What a Docker-tier case says when this build has no Docker backend, so a
-/// missing backend is a loud failure and never a silent skip.
-pub const NO_DOCKER_BACKEND: &str = "the Docker backend is not in this build (MCP_K8S_BACKEND=docker refused)";
 /// How long one message (a tool result, a progress notification) may take:
 /// a run on a busy shared cluster can wait for its image and its node.
 const MESSAGE_WAIT: Duration = Duration::from_secs(180);
@@ -299,12 +296,7 @@ fn start_on_docker(extra: &[(&str, &str)]) -> StdioServer {
     let mut server = StdioServer::start(&env);
     let log = start_log(&server);
     let said = log.join("\n");
-    let mentions_docker = said.to_ascii_lowercase().contains("docker");
     let exited = server.child.try_wait().ok().flatten().is_some();
-    let ignored = said.contains("no usable Kubernetes credentials") && !mentions_docker;
-    if (exited && said.contains("MCP_K8S_BACKEND")) || ignored {
-        panic!("{NO_DOCKER_BACKEND}; the server said:\n{said}");
-    }
     assert!(!exited, "the server did not start on Docker ({host}); it said:\n{said}");
     assert!(
         std::path::Path::new(RUNNER_BINARY).is_file(),

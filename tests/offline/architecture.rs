@@ -1,9 +1,8 @@
 //! Keeps the layout honest: every source file states its job in a `//!`
 //! header, and every top-level module of `src/` imports only the modules its
 //! entry in `ALLOWED` names (the target layout of `docs/architecture.md`'s module
-//! layout). Edges that exist today but are scheduled to go are listed apart
-//! in `TRANSITIONAL`, each with the module whose arrival removes it; when it
-//! lands, the stale-entry test says which line to delete.
+//! layout). No edge is tolerated on its way out: a move that needs one
+//! lands whole.
 //!
 //! Inside each folder, the files' imports of one another point one way: no
 //! circle (`a.rs → b.rs → a.rs`), which the top-level allow-list cannot see.
@@ -113,11 +112,6 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("trace", &[]),
 ];
 
-/// Edges of today's tree that the target layout removes: (importing module
-/// path, imported top-level module, what removes it). Delete a line when the
-/// move lands (the stale-entry test below says when).
-const TRANSITIONAL: &[(&str, &str, &str)] = &[];
-
 // ---------------------------------------------------------------------------
 // The source tree.
 
@@ -167,8 +161,8 @@ fn rule_for(module_path: &str) -> Option<(&'static str, &'static [&'static str])
         .copied()
 }
 
-fn may_import(key: &str, allowed: &[&str], target: &str) -> bool {
-    allowed.contains(&target) || LEAVES.contains(&target) || TRANSITIONAL.iter().any(|(from, to, _)| *from == key && *to == target)
+fn may_import(allowed: &[&str], target: &str) -> bool {
+    allowed.contains(&target) || LEAVES.contains(&target)
 }
 
 /// Every (file, importing module path, imported top-level module) of the tree,
@@ -413,28 +407,12 @@ fn imports_follow_the_allow_list() {
         let Some((key, allowed)) = rule_for(&module_path) else {
             continue; // every_top_level_module_has_an_allow_list reports it
         };
-        if !may_import(key, allowed, &target) {
+        if !may_import(allowed, &target) {
             let file = path.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(&path).display().to_string();
             violations.push(format!("{file} imports crate::{target}, which {key} may not use"));
         }
     }
     assert!(violations.is_empty(), "imports outside the allow-list (tests/offline/architecture.rs):\n{}", violations.join("\n"));
-}
-
-#[test]
-fn every_transitional_edge_still_exists() {
-    let edges = edges();
-    let stale: Vec<_> = TRANSITIONAL
-        .iter()
-        .filter(|(from, to, _)| {
-            !edges.iter().any(|(_, module_path, target)| rule_for(module_path).map(|(key, _)| key) == Some(from) && target == to)
-        })
-        .map(|(from, to, removed_by)| format!("{from} → {to} (removed by {removed_by})"))
-        .collect();
-    assert!(
-        stale.is_empty(),
-        "no file makes these TRANSITIONAL imports any more: delete them from tests/offline/architecture.rs: {stale:?}"
-    );
 }
 
 /// Every thread the server starts outside a scope goes through
@@ -462,12 +440,12 @@ fn threads_start_through_supervise() {
 }
 
 #[test]
-fn the_allow_list_catches_todays_skip_edges_without_their_transitional_entries() {
+fn the_allow_list_refuses_edges_that_skip_a_layer() {
     let skip_edges =
         [("transport", "engine"), ("tools", "runner"), ("protocol/jsonrpc", "tools"), ("engine", "runner"), ("engine", "kube")];
     for (from, to) in skip_edges {
         let (key, allowed) = rule_for(from).expect("a rule");
-        assert!(!allowed.contains(&to) && !LEAVES.contains(&to), "{key} → {to} must need its TRANSITIONAL entry");
+        assert!(!allowed.contains(&to) && !LEAVES.contains(&to), "{key} → {to} skips a layer and must be refused");
     }
 }
 

@@ -28,7 +28,7 @@ const SUBMIT_WINDOW: usize = 200;
 const WITHIN: Duration = Duration::from_secs(300);
 
 #[test]
-fn background_runs_in_flight_cost_what_the_table_says() {
+fn background_runs_in_flight_all_end_with_their_output_and_print_their_cost() {
     let levels: Vec<usize> = std::env::var("MCP_K8S_SCALING_LEVELS")
         .ok()
         .map(|levels| levels.split(',').filter_map(|level| level.trim().parse().ok()).collect())

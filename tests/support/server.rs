@@ -213,14 +213,24 @@ impl HttpServer {
     /// while the test does something else. Returns the response and how
     /// long it took.
     pub fn post_in_background(&self, session: &str, body: &'static str) -> thread::JoinHandle<(HttpResponse, Duration)> {
+        self.post_streaming(session, body).0
+    }
+
+    /// `post_in_background`, and a signal sent when the answer's first
+    /// chunk (on a stream, its first event) has arrived: the call is in
+    /// the server's hands, without guessing how long that takes.
+    pub fn post_streaming(&self, session: &str, body: &'static str) -> (thread::JoinHandle<(HttpResponse, Duration)>, Receiver<()>) {
         let addr = self.addr.clone();
         let session = session.to_string();
-        thread::spawn(move || {
+        let (first_chunk, arrived) = mpsc::channel();
+        let handle = thread::spawn(move || {
             let headers = [("Content-Type", "application/json"), ("Mcp-Session-Id", session.as_str())];
             let started = Instant::now();
-            let response = raw_request(&addr, "POST", "/mcp", &headers, body.as_bytes());
+            let response =
+                request_signalled(&addr, ("POST", "/mcp"), &headers, body.as_bytes(), Duration::from_secs(60), Some(first_chunk));
             (response, started.elapsed())
-        })
+        });
+        (handle, arrived)
     }
 
     pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> HttpResponse {
@@ -339,6 +349,19 @@ pub fn raw_request_within(
     body: &[u8],
     read_timeout: Duration,
 ) -> HttpResponse {
+    request_signalled(addr, (method, path), headers, body, read_timeout, None)
+}
+
+/// `raw_request_within`, sending on `first_chunk` once the first chunk of
+/// a chunked answer has arrived.
+fn request_signalled(
+    addr: &str,
+    (method, path): (&str, &str),
+    headers: &[(&str, &str)],
+    body: &[u8],
+    read_timeout: Duration,
+    mut first_chunk: Option<mpsc::Sender<()>>,
+) -> HttpResponse {
     let started = Instant::now();
     let mut stream = TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(read_timeout)).unwrap();
@@ -385,6 +408,9 @@ pub fn raw_request_within(
                 break;
             }
             body.extend_from_slice(&chunk[..size]);
+            if let Some(signal) = first_chunk.take() {
+                let _ = signal.send(());
+            }
         }
     } else if let Some(length) = header("content-length") {
         let mut chunk = vec![0; length.parse().unwrap()];

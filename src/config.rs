@@ -1027,7 +1027,7 @@ fn parse_snippets_dir(text: &str) -> Result<PathBuf, Error> {
 
 /// `stderr`, or an absolute path; whether the file can be written is
 /// checked when it is opened at start (`audit::init`).
-/// Where and how much the output store keeps (`engine::outputs`).
+/// Where and how much the output store keeps (`outputs`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutputsSettings {
     pub dir: PathBuf,

@@ -39,6 +39,7 @@ pub mod languages;
 pub mod log;
 pub mod metrics;
 pub mod network;
+pub mod outputs;
 pub mod pools;
 pub mod protocol;
 pub mod quantity;

@@ -9,7 +9,7 @@
 //! the pool and the field.
 //!
 //! Knows nothing of RunSpec, backends or the pool's life: which run takes
-//! a pool sandbox and when one is made or replaced is `engine::pool`. The
+//! a pool sandbox and when one is made or replaced is `engine::pools::pool`. The
 //! JSON is read by hand because only `tools` and `kube` derive serde
 //! (style.md §2).
 

@@ -63,8 +63,8 @@ pub fn connect(config: &Config, prepared: &Prepared, warm: WarmPools) -> Result<
 
 /// The operator's choices as the engine sees them: what every backend
 /// understands (a backend's own settings are its `connect`'s to read).
-pub fn policy(config: &Config) -> engine::spec::Policy {
-    engine::spec::Policy {
+pub fn policy(config: &Config) -> engine::port::spec::Policy {
+    engine::port::spec::Policy {
         run_as_user: config.run_as_user,
         default_cpu: config.default_cpu.clone(),
         default_memory: config.default_memory.clone(),
@@ -76,10 +76,13 @@ pub fn policy(config: &Config) -> engine::spec::Policy {
         cache: config
             .cache
             .as_ref()
-            .map(|cache| engine::spec::CacheVolume { claim_name: cache.pvc.clone(), mount_path: cache.mount_path.clone() }),
-        clone: config.clone.as_ref().map(|clone| engine::spec::CloneStep { image: clone.image.clone(), secret_name: clone.secret.clone() }),
+            .map(|cache| engine::port::spec::CacheVolume { claim_name: cache.pvc.clone(), mount_path: cache.mount_path.clone() }),
+        clone: config
+            .clone
+            .as_ref()
+            .map(|clone| engine::port::spec::CloneStep { image: clone.image.clone(), secret_name: clone.secret.clone() }),
         outputs: outputs(config),
-        sandboxes: engine::spec::SandboxLimits {
+        sandboxes: engine::port::spec::SandboxLimits {
             max_open: config.max_sandboxes,
             max_lifetime: Duration::from_secs(config.sandbox_max_lifetime_s),
         },
@@ -88,9 +91,9 @@ pub fn policy(config: &Config) -> engine::spec::Policy {
 
 /// The output store, when MCP_K8S_OUTPUTS_DIR is set: its entries stay
 /// as long as a background run's result (MCP_K8S_RESULT_TTL_S).
-pub fn outputs(config: &Config) -> Option<Arc<engine::outputs::Store>> {
+pub fn outputs(config: &Config) -> Option<Arc<crate::outputs::Store>> {
     config.outputs.as_ref().map(|outputs| {
-        Arc::new(engine::outputs::Store::new(
+        Arc::new(crate::outputs::Store::new(
             &outputs.dir,
             outputs.max_run_bytes,
             outputs.max_bytes,
@@ -111,15 +114,15 @@ pub fn sites(config: &Config) -> (Vec<(String, Config)>, bool) {
 
 /// The engine on `backend`: the policy, the concurrency slots and the
 /// background runs' cache. `site`: the site's name when sites are named.
-pub fn engine_ctx(config: &Config, backend: Arc<dyn engine::backend::Backend>, site: Option<String>) -> engine::run::Ctx {
+pub fn engine_ctx(config: &Config, backend: Arc<dyn engine::port::Backend>, site: Option<String>) -> engine::run::Ctx {
     engine::run::Ctx {
         site,
         backend,
         policy: policy(config),
-        slots: engine::slots::Slots::new(config.max_concurrent as usize, config.max_queued as usize),
+        slots: engine::run::slots::Slots::new(config.max_concurrent as usize, config.max_queued as usize),
         // Background runs in flight are capped like sync runs plus their
         // queue; see engine::background for why they take no slot.
-        jobs: engine::jobs::Jobs::new(engine::jobs::Limits::new(
+        jobs: engine::port::jobs::Jobs::new(engine::port::jobs::Limits::new(
             Duration::from_secs(config.result_ttl_s),
             (config.max_concurrent + config.max_queued) as usize,
         )),

@@ -1,5 +1,5 @@
 //! The places a sandbox runs, each behind the engine's port
-//! (`engine::backend::Backend`): `kubernetes` (a Job and its pod per run)
+//! (`engine::port::Backend`): `kubernetes` (a Job and its pod per run)
 //! and `docker` (a container per run on a local Docker Engine).
 //! A backend turns the engine's neutral requests into its own API's calls
 //! and its own objects back into neutral events; the engine knows none of
@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::engine;
-use crate::engine::backend::Backend;
-use crate::engine::pool::{PoolRules, PoolShape};
-use crate::engine::pool_manager::{PoolSandboxes, Pools};
+use crate::engine::pools::pool::{PoolRules, PoolShape};
+use crate::engine::pools::{PoolSandboxes, Pools};
+use crate::engine::port::Backend;
 
 /// A backend connected from the settings: the engine's port, plus what
 /// `main` asks of a backend before and besides runs.
@@ -112,7 +112,7 @@ fn pool_shapes(config: &Config) -> Vec<(PoolShape, PoolRules)> {
 fn preload(config: &Config, language: &str) -> Option<crate::sandbox::args::Preload> {
     let profile = config.languages.get(language)?;
     let (prefix, argv) = profile.prestart()?;
-    Some(crate::sandbox::args::Preload { argv, prefix, env: engine::spec::env_over(&config.job_extra_env, &profile.env) })
+    Some(crate::sandbox::args::Preload { argv, prefix, env: engine::port::spec::env_over(&config.job_extra_env, &profile.env) })
 }
 
 /// The result of one `doctor` check, on either backend: a line for the

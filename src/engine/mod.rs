@@ -1,26 +1,24 @@
 //! The run engine, backend-neutral: turns a checked `RunSpec` into a
-//! sandbox through the port in `backend`, follows it, lets `decide` (a pure
-//! state machine) say how it ended, and returns a `RunOutcome`. Warm pools
-//! are `pool` (pure) and `pool_manager` (its one shell, through a second
-//! port a backend implements for its pool sandboxes). Knows no
-//! Kubernetes, no Docker and nothing of MCP.
+//! sandbox through the port, follows it, lets a pure state machine say how
+//! it ended, and returns a `RunOutcome`. Knows no Kubernetes, no Docker and
+//! nothing of MCP.
+//!
+//! A folder per lifecycle, stacked one way (each imports only what is
+//! below it; `tests/offline/architecture.rs` checks it):
+//! - `port/`: what every lifecycle shares: the traits a backend
+//!   implements, the facts it reports, the run's spec and outcome, the
+//!   records of sandboxes and of the runs this process knows;
+//! - `run/`: one run, start to finish (slots, the decision, the collected
+//!   output, the verdict, spans);
+//! - `pools/`: warm pools (a pure state machine and its one shell);
+//! - `sandboxes/`: open sandboxes and the calls in them;
+//! - `background/`: background runs (submit, attach, fetch, cancel, and
+//!   idempotency keys);
+//! - `reaper`: the clock that ends what outlived its time, over all of them.
 
-pub mod backend;
 pub mod background;
-pub mod collect;
-pub mod decide;
-pub mod facts;
-pub mod idempotency;
-pub mod jobs;
-pub mod outcome;
-pub mod outputs;
-pub mod pool;
-pub mod pool_manager;
+pub mod pools;
+pub mod port;
 pub mod reaper;
 pub mod run;
-pub mod sandbox_call;
 pub mod sandboxes;
-pub mod slots;
-pub mod spans;
-pub mod spec;
-pub mod verdict;

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::engine::backend::Backend;
-use crate::engine::outputs::Store;
+use crate::engine::port::Backend;
+use crate::outputs::Store;
 use crate::supervise;
 
 /// How often the reaper looks.
@@ -31,7 +31,7 @@ pub fn start(backend: Arc<dyn Backend>, outputs: Option<Arc<Store>>, every: Dura
                 }
                 next_reap = std::time::Instant::now() + every;
             }
-            crate::engine::sandbox_call::reap(backend.as_ref());
+            crate::engine::sandboxes::reap(backend.as_ref());
             std::thread::sleep(SANDBOXES_EVERY.min(every));
         }
     })?;

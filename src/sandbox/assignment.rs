@@ -14,7 +14,7 @@
 //! reads anyway.
 //!
 //! Knows nothing of HTTP, sockets, pools or who makes the key: the
-//! runner's reader is `runner::assign`, the pool's life `engine::pool`.
+//! runner's reader is `runner::assign`, the pool's life `engine::pools::pool`.
 
 use std::collections::BTreeMap;
 use std::fmt;

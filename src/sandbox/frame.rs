@@ -300,7 +300,7 @@ impl std::fmt::Display for DecodeError {
 
 /// Decodes one log line into its tag and frame. `Ok(None)` means the line
 /// is not a frame at all. Whether the tag is the run's is the reader's
-/// business (`engine::collect`).
+/// business (`engine::run::collect`).
 pub fn decode(line: &str) -> Result<Option<(Tag, Frame)>, DecodeError> {
     let line = line.trim_end_matches(['\n', '\r']);
     if let Some(rest) = line.strip_prefix(PREFIX) {

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::callers::{Caller, Ledger, Ticket};
-use crate::engine::jobs::OnEnd;
-use crate::engine::spec::RunSpec;
+use crate::engine::port::jobs::OnEnd;
+use crate::engine::port::spec::RunSpec;
 use crate::metrics;
 
 /// A run admitted for its caller, counted until `end` (or drop).

@@ -12,7 +12,7 @@
 //! - `execute_code` keeps isolator's shape: `isError: true` whenever the
 //!   code did not succeed, its `Execution Failed` text first.
 
-use crate::engine::spec::{RunReason, RunStatus};
+use crate::engine::port::spec::{RunReason, RunStatus};
 
 /// The rule in one sentence, for the run tools' descriptions.
 pub const RULE: &str = "isError only when the call is refused; a run that failed or could not start is a result (status, reason, message).";

@@ -14,11 +14,11 @@ use crate::callers::Caller;
 use crate::cancel::CancelToken;
 use crate::engine;
 use crate::engine::background::{self, Listed, Submitted, TokenKind};
-use crate::engine::collect::LiveChunk;
-use crate::engine::jobs::{Phase, View};
+use crate::engine::port::jobs::{Phase, View};
+use crate::engine::port::spec::{RunSpec, RunStatus};
 use crate::engine::run::Progress;
-use crate::engine::slots::Gate;
-use crate::engine::spec::{RunSpec, RunStatus};
+use crate::engine::run::collect::LiveChunk;
+use crate::engine::run::slots::Gate;
 use crate::tools::{
     Annotations, Call, Ctx, Tool, ToolOutcome, check_known_arguments, execute_code, idempotency, job_args, job_result, run_job,
 };
@@ -250,7 +250,7 @@ fn submit_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 /// Why submit_job started nothing: refused by the sandbox or the cluster
 /// before the run existed, or a call the caller must change or retry.
 enum NotSubmitted {
-    Refused(Box<crate::engine::spec::RunOutcome>),
+    Refused(Box<crate::engine::port::spec::RunOutcome>),
     Call(CallError),
 }
 
@@ -298,7 +298,7 @@ fn sandbox_args<'a>(
     tool: &str,
     (site, keyed): (Option<&str>, bool),
     arguments: super::Arguments<'a>,
-) -> Result<(super::Arguments<'a>, Option<engine::sandbox_call::Named>), run_job::Unusable> {
+) -> Result<(super::Arguments<'a>, Option<engine::sandboxes::Named>), run_job::Unusable> {
     let (arguments, sandbox) = run_job::in_sandbox(ctx, caller, tool == execute_code::NAME, site, arguments)?;
     if keyed && sandbox.is_some() {
         return Err(run_job::Unusable::Invalid(run_job::NO_KEY_WITH_SANDBOX.to_string()));
@@ -310,10 +310,10 @@ fn sandbox_args<'a>(
 /// its own (the key's, with one).
 fn start(
     engine: &engine::run::Ctx,
-    (sandbox, keyed): (Option<&engine::sandbox_call::Named>, Option<&engine::idempotency::Keyed>),
+    (sandbox, keyed): (Option<&engine::sandboxes::Named>, Option<&engine::background::idempotency::Keyed>),
     spec: &RunSpec,
     kind: TokenKind,
-    (traced, on_end): (Option<crate::trace::SpanContext>, Option<engine::jobs::OnEnd>),
+    (traced, on_end): (Option<crate::trace::SpanContext>, Option<engine::port::jobs::OnEnd>),
 ) -> Result<Submitted, background::Error> {
     match sandbox {
         Some(sandbox) => background::submit_call(engine, sandbox, spec, kind, on_end),
@@ -489,7 +489,7 @@ fn view_outcome(view: &View) -> ToolOutcome {
     }
 }
 
-fn run_job_outcome(outcome: &engine::spec::RunOutcome) -> ToolOutcome {
+fn run_job_outcome(outcome: &engine::port::spec::RunOutcome) -> ToolOutcome {
     ToolOutcome::SuccessWithContent { structured: job_result::outcome_json(outcome), extra_content: job_result::content_blocks(outcome) }
 }
 
@@ -655,10 +655,10 @@ mod tests {
             (background::Error::Full { running: 110 }, false, "110 background jobs are in flight"),
             (
                 background::Error::Refused {
-                    outcome: Box::new(crate::engine::spec::RunOutcome::without_result(
+                    outcome: Box::new(crate::engine::port::spec::RunOutcome::without_result(
                         "r1",
-                        crate::engine::spec::RunStatus::Error,
-                        crate::engine::spec::RunReason::QuotaExceeded,
+                        crate::engine::port::spec::RunStatus::Error,
+                        crate::engine::port::spec::RunReason::QuotaExceeded,
                         "quota".into(),
                     )),
                 },
@@ -668,7 +668,7 @@ mod tests {
             (
                 background::Error::Api {
                     what: "list the background Jobs",
-                    kind: crate::engine::backend::ErrorKind::Transient,
+                    kind: crate::engine::port::ErrorKind::Transient,
                     message: "connection refused".into(),
                 },
                 false,
@@ -677,7 +677,7 @@ mod tests {
             (
                 background::Error::Api {
                     what: "list the background Jobs",
-                    kind: crate::engine::backend::ErrorKind::Denied,
+                    kind: crate::engine::port::ErrorKind::Denied,
                     message: "403 Forbidden".into(),
                 },
                 false,

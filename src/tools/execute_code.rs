@@ -15,7 +15,7 @@ use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
 use crate::config::Config;
-use crate::engine::spec::{RunOutcome, RunSpec, RunStatus};
+use crate::engine::port::spec::{RunOutcome, RunSpec, RunStatus};
 use crate::languages::Profile;
 use crate::tools::job_args::{self, ArgBounds};
 use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, answer, backend_words, idempotency, job_result, run_job, snippets};
@@ -320,7 +320,7 @@ fn input_schema(config: &Config) -> Value {
 mod tests {
     use super::*;
     use crate::config::RawConfig;
-    use crate::engine::spec::RunReason;
+    use crate::engine::port::spec::RunReason;
     use crate::network::NetworkMode;
 
     fn config_with(snippets_dir: Option<&str>) -> Config {

@@ -2,13 +2,13 @@
 //! `execute_code` (and their task-augmented calls): taken off the
 //! arguments before they are checked, so each tool's own checks never see
 //! it, and turned into the engine's `Keyed` over what is left. What a key
-//! does is `engine::idempotency`'s and `engine::background::submit`'s.
+//! does is `engine::background::idempotency`'s and `engine::background::submit`'s.
 
 use std::borrow::Cow;
 
 use serde_json::{Map, Value, json};
 
-use crate::engine::idempotency::{Keyed, MAX_KEY_CHARS};
+use crate::engine::background::idempotency::{Keyed, MAX_KEY_CHARS};
 
 /// The argument's name.
 pub const ARGUMENT: &str = "idempotency_key";

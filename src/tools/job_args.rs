@@ -9,7 +9,7 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use crate::echo;
-use crate::engine::spec::{CloneSpec, InputFile, RunSpec};
+use crate::engine::port::spec::{CloneSpec, InputFile, RunSpec};
 use crate::images::Allowlist;
 use crate::network::{self, NetworkMode};
 use crate::quantity::{Quantity, Resource};

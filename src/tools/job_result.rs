@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use crate::engine::outputs::{self, Link};
-use crate::engine::spec::{Artifact, PhaseTimes, RunOutcome, RunReason, RunStatus};
+use crate::engine::port::spec::{Artifact, PhaseTimes, RunOutcome, RunReason, RunStatus};
+use crate::outputs::{self, Link};
 
 pub fn status_name(status: RunStatus) -> &'static str {
     status.name()
@@ -202,7 +202,7 @@ pub fn output_schema() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::spec::RunOutcome;
+    use crate::engine::port::spec::RunOutcome;
 
     #[test]
     fn binary_output_also_travels_as_base64() {

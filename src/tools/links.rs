@@ -2,7 +2,7 @@
 //! `resources/read` of a `job://` URI answers (one piece, with where it is
 //! and the next piece's URI in `_meta`) and the URI templates that
 //! describe them. The protocol layer wraps these in JSON-RPC; what is
-//! stored and how a range is cut is `engine::outputs`'s.
+//! stored and how a range is cut is `outputs`'s.
 
 use std::time::SystemTime;
 
@@ -10,22 +10,22 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use super::Ctx;
-use crate::engine::outputs::{self, ReadError};
+use crate::outputs::{self, ReadError};
 
-pub use crate::engine::outputs::{SCHEME, is_ours};
+pub use crate::outputs::{SCHEME, is_ours};
 
 /// Stored-output pieces being read and answered at once, in the whole
 /// process. A piece (up to `outputs::MAX_PIECE`) is held as bytes, as
 /// base64 or text and as the serialised reply until it is handed to the
 /// transport: some 4 MiB each. Past this many, readers wait their turn, so
 /// 128 clients reading at once hold what 4 do.
-static PIECES_AT_ONCE: crate::engine::slots::Gate = crate::engine::slots::Gate::new(4);
+static PIECES_AT_ONCE: crate::engine::run::slots::Gate = crate::engine::run::slots::Gate::new(4);
 
 /// A turn to read a stored output's piece and hand its answer on: held
 /// from before the read until the reply is queued (`PIECES_AT_ONCE`); the
 /// turn ends when it is dropped.
 pub struct PieceTurn {
-    _inside: crate::engine::slots::Inside<'static>,
+    _inside: crate::engine::run::slots::Inside<'static>,
 }
 
 pub fn piece_turn() -> PieceTurn {

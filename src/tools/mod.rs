@@ -132,7 +132,7 @@ impl Ctx {
         &self,
         caller: &crate::callers::Caller,
         site: &str,
-        spec: &mut crate::engine::spec::RunSpec,
+        spec: &mut crate::engine::port::spec::RunSpec,
     ) -> Result<admission::Admitted, String> {
         // Every run passes here, so a trail that takes no lines refuses
         // them all: a run the trail cannot record does not start.
@@ -164,7 +164,7 @@ pub fn check_callers(config: &Config) -> Result<(), String> {
 pub type Arguments<'a> = std::borrow::Cow<'a, Map<String, Value>>;
 
 /// A run call's arguments without its key and its site, and the two.
-pub type WithSite<'a> = (Arguments<'a>, Option<crate::engine::idempotency::Keyed>, Option<String>);
+pub type WithSite<'a> = (Arguments<'a>, Option<crate::engine::background::idempotency::Keyed>, Option<String>);
 
 /// The `site` argument of the run tools, taken off the arguments before
 /// the tool's own checks see them (`null` is none: the default site).
@@ -240,9 +240,9 @@ pub fn audit_call(
     site: &str,
     event: audit::Event,
     tool: &str,
-    spec: &crate::engine::spec::RunSpec,
+    spec: &crate::engine::port::spec::RunSpec,
     run_id: &str,
-    ended: Option<(&crate::engine::spec::RunOutcome, std::time::Duration)>,
+    ended: Option<(&crate::engine::port::spec::RunOutcome, std::time::Duration)>,
 ) {
     audit::record(&audit::Entry {
         caller: Some(&caller.name),
@@ -263,7 +263,7 @@ pub fn audit_submit(
     caller: &crate::callers::Caller,
     site: &str,
     tool: &str,
-    spec: &crate::engine::spec::RunSpec,
+    spec: &crate::engine::port::spec::RunSpec,
     submitted: &Result<crate::engine::background::Submitted, crate::engine::background::Error>,
     arrived: std::time::Instant,
 ) {
@@ -571,7 +571,7 @@ fn describe_environment(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         "sandboxes": {
             "max_open": config.max_sandboxes,
             "max_lifetime_s": config.sandbox_max_lifetime_s,
-            "default_idle_timeout_s": crate::engine::sandboxes::DEFAULT_IDLE_TIMEOUT.as_secs(),
+            "default_idle_timeout_s": crate::engine::sandboxes::rules::DEFAULT_IDLE_TIMEOUT.as_secs(),
         },
         "disk": {
             "size_limit": config.workdir_size.as_str(),
@@ -654,7 +654,7 @@ fn sites_view(ctx: &Ctx) -> Vec<Value> {
 /// The configured pools, with their live figures from the backend that
 /// keeps them (zeros while it has none, as on a server without a backend).
 fn warm_pools_view(ctx: &Ctx) -> Vec<Value> {
-    let figures: Vec<(&str, Vec<crate::engine::backend::PoolFigures>)> = ctx
+    let figures: Vec<(&str, Vec<crate::engine::port::PoolFigures>)> = ctx
         .sites
         .iter()
         .map(|site| (site.name.as_str(), site.engine.as_ref().map(|engine| engine.backend.pool_figures()).unwrap_or_default()))

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::Ctx;
 use super::site_health::Answer;
 use crate::engine;
-use crate::engine::backend::ErrorKind;
+use crate::engine::port::ErrorKind;
 
 /// How long `/readyz` waits for an ask under way before it answers with
 /// the last answer known: well inside a kubelet probe's default timeout

@@ -13,7 +13,7 @@ use crate::audit;
 use crate::config::Config;
 use crate::engine;
 use crate::engine::run::Progress;
-use crate::engine::sandbox_call::Named;
+use crate::engine::sandboxes::Named;
 use crate::network::NetworkMode;
 use crate::sandbox::frame::Stream;
 use crate::tools::job_args::{self, ArgBounds};
@@ -187,9 +187,13 @@ pub fn run_reporting_progress(
     ctx: &Ctx,
     call: &Call<'_>,
     tool: &str,
-    mut spec: engine::spec::RunSpec,
-    (keyed, site, sandbox): (Option<(&engine::idempotency::Keyed, engine::background::TokenKind)>, Option<&str>, Option<&Named>),
-) -> Result<engine::spec::RunOutcome, String> {
+    mut spec: engine::port::spec::RunSpec,
+    (keyed, site, sandbox): (
+        Option<(&engine::background::idempotency::Keyed, engine::background::TokenKind)>,
+        Option<&str>,
+        Option<&Named>,
+    ),
+) -> Result<engine::port::spec::RunOutcome, String> {
     if keyed.is_some() && sandbox.is_some() {
         return Err(NO_KEY_WITH_SANDBOX.to_string());
     }
@@ -210,8 +214,8 @@ pub fn run_reporting_progress(
                 Err(_) => drop(admitted),
             }
             if let (Some(parent), Ok(outcome)) = (call.trace, &outcome) {
-                let facts = engine::spans::RunFacts { image: &spec.image, network: Some(spec.network) };
-                engine::spans::run_spans(parent, &facts, outcome).into_iter().for_each(crate::trace::record);
+                let facts = engine::run::spans::RunFacts { image: &spec.image, network: Some(spec.network) };
+                engine::run::spans::run_spans(parent, &facts, outcome).into_iter().for_each(crate::trace::record);
             }
             outcome
         }
@@ -228,7 +232,7 @@ struct On<'a> {
     sandbox: Option<&'a Named>,
 }
 
-fn run_now(call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec, on: On<'_>) -> Result<engine::spec::RunOutcome, String> {
+fn run_now(call: &Call<'_>, tool: &str, spec: &engine::port::spec::RunSpec, on: On<'_>) -> Result<engine::port::spec::RunOutcome, String> {
     let arrived = std::time::Instant::now();
     let engine = on.engine;
     let run_id = engine::run::new_run_id();
@@ -243,7 +247,7 @@ fn run_now(call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec, on: On<'_>
         let report = &report;
         scope.spawn(move || heartbeat(&heartbeat_stop, report));
         let outcome = match on.sandbox {
-            Some(sandbox) => engine::sandbox_call::call(engine, sandbox, spec, &run_id, call.cancel, &on_progress),
+            Some(sandbox) => engine::sandboxes::call(engine, sandbox, spec, &run_id, call.cancel, &on_progress),
             None => engine::run::run(engine, spec, &run_id, call.cancel, &on_progress),
         };
         drop(finished);
@@ -259,10 +263,10 @@ fn run_now(call: &Call<'_>, tool: &str, spec: &engine::spec::RunSpec, on: On<'_>
 fn run_keyed(
     call: &Call<'_>,
     tool: &str,
-    spec: &engine::spec::RunSpec,
-    (kind, keyed, on): (engine::background::TokenKind, &engine::idempotency::Keyed, On<'_>),
+    spec: &engine::port::spec::RunSpec,
+    (kind, keyed, on): (engine::background::TokenKind, &engine::background::idempotency::Keyed, On<'_>),
     admitted: super::admission::Admitted,
-) -> Result<engine::spec::RunOutcome, String> {
+) -> Result<engine::port::spec::RunOutcome, String> {
     use engine::background;
     let engine = on.engine;
     let arrived = std::time::Instant::now();
@@ -278,7 +282,7 @@ fn run_keyed(
     let steps = AtomicU64::new(0);
     let mut on_output = |stream, bytes: &[u8]| {
         let step = steps.fetch_add(1, Ordering::Relaxed) + 1;
-        let message = progress_message(&Progress::Output(engine::collect::LiveChunk { stream, bytes: bytes.to_vec() }));
+        let message = progress_message(&Progress::Output(engine::run::collect::LiveChunk { stream, bytes: bytes.to_vec() }));
         call.events.progress(step as f64, None, Some(&message));
     };
     loop {
@@ -351,7 +355,7 @@ pub enum Unusable {
     /// Its arguments are wrong: a tool error.
     Invalid(String),
     /// The sandbox cannot take it: a result with its status and reason.
-    Refused(engine::sandbox_call::Refusal),
+    Refused(engine::sandboxes::Refusal),
 }
 
 impl Unusable {
@@ -414,7 +418,7 @@ fn sandbox_run_args<'a>(
         return Ok((arguments, Some(Named { id, seen: None })));
     }
     let engine = ctx.engine_of(site).map_err(Unusable::Invalid)?;
-    let seen = engine::sandbox_call::find_yours(engine, &id, caller.owner()).map_err(Unusable::Refused)?;
+    let seen = engine::sandboxes::find_yours(engine, &id, caller.owner()).map_err(Unusable::Refused)?;
     let mut filled = arguments.into_owned();
     filled.insert("image".to_string(), json!(seen.record.image));
     Ok((std::borrow::Cow::Owned(filled), Some(Named { id, seen: Some(seen) })))

@@ -3,7 +3,7 @@
 //! keeps its workdir, `HOME` and what calls installed, for one caller's
 //! calls one at a time, until it is closed, idle for `idle_timeout_s` or
 //! `max_lifetime_s` old. The engine keeps the rules
-//! (`engine::sandboxes`) and runs the calls (`engine::sandbox_call`); this
+//! (`engine::sandboxes::rules`) and runs the calls (`engine::sandboxes`); this
 //! file checks arguments and shapes results.
 
 use std::time::Duration;
@@ -11,8 +11,9 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::config::Config;
-use crate::engine::sandbox_call::{self, Opening, Refusal};
-use crate::engine::sandboxes::{self, Seen};
+use crate::engine::port::sandbox_record::Seen;
+use crate::engine::sandboxes::rules;
+use crate::engine::sandboxes::{self, Opening, Refusal};
 use crate::tools::job_args::{self, ArgBounds};
 use crate::tools::run_job::{arg_bounds, network_schema};
 use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome};
@@ -46,8 +47,8 @@ fn open_sandbox_tool(config: &Config) -> Tool {
                 }},
                 "network": network_schema(config, config.network_default),
                 "files": files_schema(config),
-                "idle_timeout_s": {"type": "integer", "minimum": 1, "description": format!("default {}", sandboxes::DEFAULT_IDLE_TIMEOUT.as_secs())},
-                "max_lifetime_s": {"type": "integer", "minimum": 60, "maximum": config.sandbox_max_lifetime_s, "description": format!("default {}", config.sandbox_max_lifetime_s.min(sandboxes::DEFAULT_MAX_LIFETIME.as_secs()))},
+                "idle_timeout_s": {"type": "integer", "minimum": 1, "description": format!("default {}", rules::DEFAULT_IDLE_TIMEOUT.as_secs())},
+                "max_lifetime_s": {"type": "integer", "minimum": 60, "maximum": config.sandbox_max_lifetime_s, "description": format!("default {}", config.sandbox_max_lifetime_s.min(rules::DEFAULT_MAX_LIFETIME.as_secs()))},
             })),
         }),
         output_schema: sandbox_schema_out(),
@@ -100,12 +101,12 @@ fn open_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Err(why) => return ToolOutcome::Failure(why),
     };
     let files = std::mem::take(&mut opening.spec.files);
-    let seen = match sandbox_call::open(engine, &opening) {
+    let seen = match sandboxes::open(engine, &opening) {
         Ok(seen) => seen,
         Err(refused) => return refused_outcome(&refused),
     };
     if let Err(refused) = write_files(engine, &seen, &opening, files, call.cancel) {
-        if let Err(not_closed) = sandbox_call::close(engine, &seen.record.id, opening.spec.owner.as_deref()) {
+        if let Err(not_closed) = sandboxes::close(engine, &seen.record.id, opening.spec.owner.as_deref()) {
             crate::log::warn("a sandbox whose files failed was not closed; the reaper removes it", &[("error", not_closed.message.into())]);
         }
         return refused_outcome(&refused);
@@ -127,21 +128,22 @@ fn write_files(
     engine: &crate::engine::run::Ctx,
     seen: &Seen,
     opening: &Opening,
-    files: Vec<crate::engine::spec::InputFile>,
+    files: Vec<crate::engine::port::spec::InputFile>,
     cancel: &crate::cancel::CancelToken,
 ) -> Result<(), Refusal> {
     if files.is_empty() {
         return Ok(());
     }
-    let spec = crate::engine::spec::RunSpec { command: vec!["true".to_string()], files, timeout: FILES_TIMEOUT, ..opening.spec.clone() };
+    let spec =
+        crate::engine::port::spec::RunSpec { command: vec!["true".to_string()], files, timeout: FILES_TIMEOUT, ..opening.spec.clone() };
     let run_id = crate::engine::run::new_run_id();
     // Looked at afresh: the opening's view has no version to take it by.
-    let sandbox = sandbox_call::Named { id: seen.record.id.clone(), seen: None };
-    let outcome = sandbox_call::call(engine, &sandbox, &spec, &run_id, cancel, &|_| {});
+    let sandbox = sandboxes::Named { id: seen.record.id.clone(), seen: None };
+    let outcome = sandboxes::call(engine, &sandbox, &spec, &run_id, cancel, &|_| {});
     match outcome.status {
-        crate::engine::spec::RunStatus::Succeeded => Ok(()),
+        crate::engine::port::spec::RunStatus::Succeeded => Ok(()),
         _ => Err(Refusal {
-            reason: outcome.reason.unwrap_or(crate::engine::spec::RunReason::StartFailed),
+            reason: outcome.reason.unwrap_or(crate::engine::port::spec::RunReason::StartFailed),
             message: format!("the files could not be written into the sandbox, which was closed again: {}", outcome.message),
         }),
     }
@@ -158,8 +160,8 @@ fn parse_open(arguments: &Map<String, Value>, config: &Config, owner: Option<&st
             .ok_or_else(|| format!("`{name}` must be a whole number from {min} to {max}")),
     };
     let max_cap = config.sandbox_max_lifetime_s;
-    let max_lifetime = seconds("max_lifetime_s", max_cap.min(sandboxes::DEFAULT_MAX_LIFETIME.as_secs()), 60, max_cap)?;
-    let idle_timeout = seconds("idle_timeout_s", sandboxes::DEFAULT_IDLE_TIMEOUT.as_secs().min(max_lifetime), 1, max_lifetime)?;
+    let max_lifetime = seconds("max_lifetime_s", max_cap.min(rules::DEFAULT_MAX_LIFETIME.as_secs()), 60, max_cap)?;
+    let idle_timeout = seconds("idle_timeout_s", rules::DEFAULT_IDLE_TIMEOUT.as_secs().min(max_lifetime), 1, max_lifetime)?;
     let language = arguments.get("language").and_then(Value::as_str);
     let mut run_args = Map::new();
     let bounds = match (arguments.get("image"), language) {
@@ -225,7 +227,7 @@ fn close_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(engine) => engine,
         Err(why) => return ToolOutcome::Failure(why),
     };
-    match sandbox_call::close(engine, id, call.caller.owner()) {
+    match sandboxes::close(engine, id, call.caller.owner()) {
         Ok(seen) => {
             let mut closed = seen_json(&seen, false, shown_site(ctx, engine));
             closed["state"] = json!("closed");
@@ -273,7 +275,7 @@ fn list_sandboxes(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
         Ok(engine) => engine,
         Err(why) => return ToolOutcome::Failure(why),
     };
-    match sandbox_call::list(engine, call.caller.owner()) {
+    match sandboxes::list(engine, call.caller.owner()) {
         Ok(listed) => {
             let shown = listed.iter().map(|seen| seen_json(seen, true, shown_site(ctx, engine))).collect::<Vec<_>>();
             ToolOutcome::Success(json!({"sandboxes": shown}))
@@ -291,7 +293,7 @@ const LIST_WAIT: Duration = Duration::from_secs(10);
 fn list_every_site(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     let owner = call.caller.owner().map(str::to_string);
     let answers = ctx.ask_sites(LIST_WAIT, move |engine| {
-        let listed = sandbox_call::list(engine, owner.as_deref()).map_err(|refused| refused.message)?;
+        let listed = sandboxes::list(engine, owner.as_deref()).map_err(|refused| refused.message)?;
         Ok(listed.iter().map(|seen| seen_json(seen, true, engine.site.as_deref())).collect::<Vec<_>>())
     });
     let (mut shown, mut unreachable) = (Vec::new(), Vec::new());
@@ -313,7 +315,7 @@ fn list_every_site(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
 /// `run_job` answers the same refusals (`answer::is_error`). It was an
 /// `isError` once, unlike run_job's, with no rule to tell the caller why.
 fn refused_outcome(refused: &Refusal) -> ToolOutcome {
-    let ran = crate::tools::answer::Answer::Ran { status: crate::engine::spec::RunStatus::Error, reason: Some(refused.reason) };
+    let ran = crate::tools::answer::Answer::Ran { status: crate::engine::port::spec::RunStatus::Error, reason: Some(refused.reason) };
     ToolOutcome::Rendered {
         text: format!("{}: {}", refused.reason.name(), refused.message),
         structured: json!({"status": "error", "reason": refused.reason.name(), "message": refused.message}),
@@ -341,7 +343,7 @@ fn seen_json(seen: &Seen, with_state: bool, site: Option<&str>) -> Value {
         "expires_at": at(record.expires_at_ms),
     });
     if with_state {
-        shown["state"] = json!(sandboxes::state_name(seen, now));
+        shown["state"] = json!(rules::state_name(seen, now));
     }
     shown
 }

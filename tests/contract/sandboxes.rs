@@ -56,7 +56,7 @@ fn open(server: &mut Server, arguments: Value) -> Opened {
     let id = opened["sandbox"].as_str().expect("a sandbox id").to_string();
     assert!(id.starts_with("sbx-"), "{opened}");
     assert_eq!(opened["state"], "idle", "{opened}");
-    let name = mcp_k8s_ephemeral_job::engine::sandboxes::public_name(&id);
+    let name = mcp_k8s_ephemeral_job::engine::sandboxes::rules::public_name(&id);
     Opened { id, name }
 }
 

@@ -68,7 +68,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("main", &["backend", "config", "engine", "protocol", "runner", "tools", "transport", "wiring"]),
     // main's library half: each layer's settings from the `Config`, and the
     // one `match` on the configured backend.
-    ("wiring", &["backend", "config", "engine"]),
+    ("wiring", &["backend", "config", "engine", "outputs"]),
     // `lib.rs` only declares the modules (a `mod` is not an import).
     ("lib", &[]),
     ("transport", &["protocol", "config", "callers"]),
@@ -77,9 +77,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("protocol/jsonrpc", &[]),
     // `sandbox` for what a caller sees of the contract: the default workdir
     // and tmp folder, and which stream live output came from.
-    ("tools", &["engine", "config", "languages", "sandbox", "callers"]),
+    ("tools", &["engine", "config", "languages", "sandbox", "callers", "outputs"]),
     // Backend-neutral: no runner (it shares `sandbox` with it), no kube, no docker.
-    ("engine", &["sandbox"]),
+    ("engine", &["sandbox", "outputs"]),
+    // The output store: files on disk and the links to them; the engine
+    // writes it, `tools` reads it for `resources/read`.
+    ("outputs", &["sandbox"]),
     ("sandbox", &[]),
     // `config`: a backend's `connect` reads its own settings from it.
     ("backend", &["engine", "sandbox", "kube", "docker", "config"]),
@@ -861,6 +864,81 @@ fn no_folder_has_a_circle_of_imports() {
         found.is_empty(),
         "imports inside a folder go round in a circle; move what both sides need to the file that owns it:\n{}",
         found.join("\n")
+    );
+}
+
+/// The engine's lifecycles, bottom up (`docs/architecture.md`): each may
+/// import only those before it. A new lifecycle starts with its place here.
+const ENGINE_LAYERS: &[&str] = &["port/", "run/", "pools/", "sandboxes/", "background/", "reaper.rs"];
+
+#[test]
+fn the_engines_lifecycles_import_only_what_is_below_them() {
+    let edges = folder_edges(&crate_sources());
+    let layer = |node: &str| ENGINE_LAYERS.iter().position(|layer| *layer == node);
+    let mut wrong = Vec::new();
+    for edge in edges.iter().filter(|edge| edge.folder == "engine") {
+        match (layer(&edge.from), layer(&edge.to)) {
+            (Some(from), Some(to)) if to < from => {}
+            (None, _) => wrong.push(format!("src/engine/{} has no place in ENGINE_LAYERS", edge.from)),
+            (_, None) => wrong.push(format!("src/engine/{} has no place in ENGINE_LAYERS", edge.to)),
+            _ => wrong.push(format!("src/{} names {}, which is not below {}", edge.file, edge.path, edge.from)),
+        }
+    }
+    wrong.dedup();
+    assert!(wrong.is_empty(), "the engine's lifecycles import one way only (ENGINE_LAYERS):\n{}", wrong.join("\n"));
+}
+
+/// The source files `docs/architecture.md`'s module table names: a row
+/// whose first cell is a folder (`src/engine/run/`) names the files in
+/// backticks after it relative to that folder (`mod.rs`, `http/conn.rs`);
+/// a row of files (`src/cancel.rs`, …) names them whole. Each as a path
+/// under `src/`.
+fn files_the_layout_names(doc: &str) -> BTreeSet<String> {
+    let mut named = BTreeSet::new();
+    for row in doc.lines().filter(|line| line.starts_with("| `src/")) {
+        let mut cells = row.split(" | ");
+        let first = cells.next().unwrap_or_default();
+        let rest: String = cells.collect::<Vec<_>>().join(" | ");
+        let heads: Vec<&str> = ticked(first).into_iter().filter_map(|name| name.strip_prefix("src/")).collect();
+        let folder = heads.first().filter(|head| head.ends_with('/')).copied();
+        for head in &heads {
+            if head.ends_with(".rs") {
+                named.insert(head.to_string());
+            }
+        }
+        let Some(folder) = folder else { continue };
+        for name in ticked(first).into_iter().chain(ticked(&rest)) {
+            let plain = name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '/' || c == '.');
+            if !plain || !name.ends_with(".rs") || name.starts_with("src/") || name.starts_with("tests/") {
+                continue;
+            }
+            // `engine/run/spans.rs` in another folder's row names it from
+            // `src/`; `http/conn.rs` in `src/transport/`'s, from the row's.
+            let top = name.split('/').next().unwrap_or_default();
+            let from_src = name.contains('/') && !folder.contains(&format!("{top}/")) && src_dir().join(top).is_dir();
+            named.insert(if from_src { name.to_string() } else { format!("{folder}{name}") });
+        }
+    }
+    named
+}
+
+/// The texts between backticks on a line.
+fn ticked(line: &str) -> Vec<&str> {
+    line.split('`').skip(1).step_by(2).collect()
+}
+
+#[test]
+fn the_architecture_doc_names_every_source_file_and_only_those() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md")).expect("docs/architecture.md");
+    let named = files_the_layout_names(&doc);
+    let src = src_dir();
+    let existing: BTreeSet<String> =
+        source_files().iter().map(|path| path.strip_prefix(&src).expect("under src").display().to_string()).collect();
+    let missing: Vec<_> = named.difference(&existing).collect();
+    let unnamed: Vec<_> = existing.difference(&named).collect();
+    assert!(
+        missing.is_empty() && unnamed.is_empty(),
+        "docs/architecture.md's module table (a row per folder, its files in backticks) is out of date:\n  names files that do not exist: {missing:?}\n  misses files that do: {unnamed:?}"
     );
 }
 

@@ -17,10 +17,10 @@ use mcp_k8s_ephemeral_job::backend::kubernetes::settings::{AwaitFence, Settings}
 use mcp_k8s_ephemeral_job::backend::kubernetes::{Kubernetes, record};
 use mcp_k8s_ephemeral_job::cancel::CancelToken;
 use mcp_k8s_ephemeral_job::engine::background;
-use mcp_k8s_ephemeral_job::engine::jobs::{Jobs, Limits, Phase};
+use mcp_k8s_ephemeral_job::engine::port::jobs::{Jobs, Limits, Phase};
+use mcp_k8s_ephemeral_job::engine::port::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus};
+use mcp_k8s_ephemeral_job::engine::run::slots::Slots;
 use mcp_k8s_ephemeral_job::engine::run::{self, Ctx};
-use mcp_k8s_ephemeral_job::engine::slots::Slots;
-use mcp_k8s_ephemeral_job::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus};
 use mcp_k8s_ephemeral_job::network::NetworkMode;
 use mcp_k8s_ephemeral_job::quantity::Quantity;
 use mcp_k8s_ephemeral_job::sandbox::frame::{self, Frame, Output, RunResult, Started, Stream};
@@ -156,7 +156,7 @@ fn play_successful_background_pod(fake: &FakeApi, ctx: &Ctx, run_id: &str) {
 fn wait_seen_running(ctx: &Ctx, run_id: &str) {
     wait_for(
         "the run to be seen running",
-        || matches!(ctx.jobs.lookup(run_id), mcp_k8s_ephemeral_job::engine::jobs::Lookup::Found(view) if view.phase == Phase::Running),
+        || matches!(ctx.jobs.lookup(run_id), mcp_k8s_ephemeral_job::engine::port::jobs::Lookup::Found(view) if view.phase == Phase::Running),
     );
 }
 
@@ -281,7 +281,7 @@ fn a_container_killed_before_its_result_is_result_lost_with_live_output() {
     });
     let outcome = handle.join().unwrap();
     assert_eq!(outcome.status, RunStatus::Error, "{}", outcome.message);
-    assert_eq!(outcome.reason, Some(mcp_k8s_ephemeral_job::engine::spec::RunReason::ResultLost));
+    assert_eq!(outcome.reason, Some(mcp_k8s_ephemeral_job::engine::port::spec::RunReason::ResultLost));
     assert_eq!(outcome.stdout, b"partial\n");
     assert!(outcome.truncated.stdout, "lost output is flagged, never silent");
     assert_eq!(outcome.exit_code, Some(137));
@@ -392,7 +392,7 @@ fn submit(ctx: &Ctx) -> background::Submitted {
     background::submit(ctx, &spec, background::TokenKind::Job, None, None, None).expect("submit_job")
 }
 
-fn fetch(ctx: &Ctx, token: &str, wait: Duration) -> mcp_k8s_ephemeral_job::engine::jobs::View {
+fn fetch(ctx: &Ctx, token: &str, wait: Duration) -> mcp_k8s_ephemeral_job::engine::port::jobs::View {
     background::fetch(ctx, token, None, wait, &CancelToken::new(), &mut |_, _| {}).expect("fetch_job")
 }
 
@@ -514,7 +514,9 @@ fn a_verdict_that_could_not_be_recorded_is_not_cached() {
     fake.inject(&format!("PATCH {JOBS}/{job_name}"), Fault::Status { code: 503, retry_after: None }, 1);
     play_successful_background_pod(&fake, &ctx, &submitted.run_id);
     wait_for("the failed patch", || fake.fired(&format!("PATCH {JOBS}/{job_name}")) == 1);
-    wait_for("the entry to go", || matches!(ctx.jobs.lookup(&submitted.run_id), mcp_k8s_ephemeral_job::engine::jobs::Lookup::Missing));
+    wait_for("the entry to go", || {
+        matches!(ctx.jobs.lookup(&submitted.run_id), mcp_k8s_ephemeral_job::engine::port::jobs::Lookup::Missing)
+    });
 
     let view = fetch(&ctx, &submitted.token, Duration::ZERO);
     let outcome = view.outcome.expect("done");
@@ -556,7 +558,7 @@ fn a_task_whose_job_the_cluster_refuses_is_answered_with_the_runs_result() {
 /// nothing of it is touched.
 #[test]
 fn an_idempotency_key_names_one_run_for_every_process() {
-    use mcp_k8s_ephemeral_job::engine::idempotency::Keyed;
+    use mcp_k8s_ephemeral_job::engine::background::idempotency::Keyed;
     let fake = FakeApi::start();
     let (first, _first_temp) = new_ctx(&fake, policy().start_timeout);
     let (second, _second_temp) = new_ctx(&fake, policy().start_timeout);

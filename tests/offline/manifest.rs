@@ -9,7 +9,7 @@ use std::time::Duration;
 use mcp_k8s_ephemeral_job::backend::kubernetes::manifest;
 use mcp_k8s_ephemeral_job::backend::kubernetes::settings::{AwaitFence, Settings};
 use mcp_k8s_ephemeral_job::backend::kubernetes::template::{self, PodTemplate};
-use mcp_k8s_ephemeral_job::engine::spec::{CacheVolume, CloneSpec, CloneStep, InputFile, Policy, RunSpec};
+use mcp_k8s_ephemeral_job::engine::port::spec::{CacheVolume, CloneSpec, CloneStep, InputFile, Policy, RunSpec};
 use mcp_k8s_ephemeral_job::network::{FenceModes, NetworkMode};
 use mcp_k8s_ephemeral_job::quantity::Quantity;
 
@@ -418,7 +418,7 @@ fn a_fence_deadline_reaches_only_a_prepare_step_that_waits() {
 
 #[test]
 fn with_an_output_store_the_runner_holds_output_in_a_volume_of_its_own_for_the_server_to_fetch() {
-    let store = mcp_k8s_ephemeral_job::engine::outputs::Store::new(
+    let store = mcp_k8s_ephemeral_job::outputs::Store::new(
         std::path::Path::new("/var/lib/outputs"),
         256 << 20,
         10 << 30,

@@ -1,8 +1,8 @@
 //! The reasons a result can carry. Clients match on their names, so the
 //! names are fixed here, and the user docs list every one. (That each name
-//! reads back is `engine::spec`'s own unit test.)
+//! reads back is `engine::port::spec`'s own unit test.)
 
-use mcp_k8s_ephemeral_job::engine::spec::RunReason;
+use mcp_k8s_ephemeral_job::engine::port::spec::RunReason;
 
 const PUBLIC_NAMES: [&str; 28] = [
     "NonZeroExit",

@@ -384,7 +384,7 @@ fn tasks_are_background_jobs_seen_through_mcp_tasks() {
 /// namespace whose quota admits no pod, the job is still waiting after the
 /// first refusal; once the quota is raised the Job controller makes its pod
 /// and the command runs. (One whose quota stays full ends `QuotaExceeded`
-/// at its start timeout: `engine::decide`'s table.)
+/// at its start timeout: `engine::run::decide`'s table.)
 #[test]
 fn a_background_job_waits_for_a_full_quota() {
     let namespace = &cluster::unique_name("mcp-quota-wait");

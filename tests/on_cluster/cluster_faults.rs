@@ -226,7 +226,7 @@ fn a_sandbox_calls_stream_cut_mid_call_goes_on_from_the_log() {
     let mut server = cluster::server(&[]);
     let opened = faults::ok(&mut server, "open_sandbox", json!({"image": BUSYBOX}));
     let sandbox = opened["sandbox"].as_str().expect("a sandbox id").to_string();
-    let name = mcp_k8s_ephemeral_job::engine::sandboxes::public_name(&sandbox);
+    let name = mcp_k8s_ephemeral_job::engine::sandboxes::rules::public_name(&sandbox);
     // Closed by the test; deleted here too when it fails before that.
     let _cleanup = Cleanup(vec![name.clone()]);
     let script = "echo started; sleep 4; echo middle; sleep 4; echo finished";

@@ -6,7 +6,7 @@
 //! (a command cannot start after its pod is gone), no run reported as not
 //! run may have reached the listener, and every run that succeeded must
 //! have. It guards the start deadline against a stale view of the pod: the
-//! fresh look at the sandbox before a start timeout (`engine::decide`'s
+//! fresh look at the sandbox before a start timeout (`engine::run::decide`'s
 //! `Step::ProbeSandbox`) and the runner that never starts a command after
 //! the run's start deadline (`--start-deadline-ms`).
 //!

@@ -15,9 +15,9 @@ use crate::backend::{b64, ok, run, server};
 use crate::support::server::StdioServer;
 use mcp_k8s_ephemeral_job::backend::docker::{Docker, pool, spec};
 use mcp_k8s_ephemeral_job::docker;
-use mcp_k8s_ephemeral_job::engine::backend::{Backend, Keep, NewRun, RunKind};
-use mcp_k8s_ephemeral_job::engine::pool::{PoolRules, PoolShape};
-use mcp_k8s_ephemeral_job::engine::spec::{Policy, RunSpec};
+use mcp_k8s_ephemeral_job::engine::pools::pool::{PoolRules, PoolShape};
+use mcp_k8s_ephemeral_job::engine::port::spec::{Policy, RunSpec};
+use mcp_k8s_ephemeral_job::engine::port::{Backend, Keep, NewRun, RunKind};
 use mcp_k8s_ephemeral_job::network::NetworkMode;
 
 const POOL_LABEL: &str = "mcp-k8s-ephemeral-job/pool";

@@ -16,8 +16,8 @@ use std::time::SystemTime;
 
 use crate::docker::objects::ContainerInspect;
 use crate::docker::outages::Outage;
-use crate::engine::backend::{Sighting, Times};
-use crate::engine::facts::{Finished, SandboxState, Stopped, View};
+use crate::engine::port::facts::{Finished, SandboxState, Stopped, View};
+use crate::engine::port::{Sighting, Times};
 use crate::log;
 
 /// Docker's time for "never": `0001-01-01T00:00:00Z`.

@@ -14,7 +14,7 @@ use crate::backend::{self, Check, ConnectError, Connected, WarmPools};
 use crate::config::{BackendChoice, Config, DockerPull};
 use crate::docker;
 use crate::engine;
-use crate::engine::spec::Policy;
+use crate::engine::port::spec::Policy;
 use crate::log;
 
 /// Finds and checks the runner binary, connects to the daemon, says which

@@ -12,7 +12,7 @@ use crate::backend::{self, Check};
 use crate::config::Config;
 use crate::docker;
 use crate::engine;
-use crate::engine::spec::RunStatus;
+use crate::engine::port::spec::RunStatus;
 use crate::network::NetworkMode;
 
 /// Runs every check, handing each to `report` when done; true when all passed.

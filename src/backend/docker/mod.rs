@@ -36,11 +36,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::docker;
-use crate::engine::backend::{
+use crate::engine::port::facts::{Recorded, Wording};
+use crate::engine::port::spec::{Policy, RunReason};
+use crate::engine::port::{
     self, Abort, Backend, Created, ErrorKind, Keep, NewRun, Output, OutputError, Refused, RunKind, Settled, Sighting, Stop, Stored, Watch,
 };
-use crate::engine::facts::{Recorded, Wording};
-use crate::engine::spec::{Policy, RunReason};
 use crate::log;
 use crate::metrics;
 use crate::network::NetworkMode;
@@ -295,7 +295,7 @@ impl Docker {
 
     /// SIGTERM (the runner reports the output so far), then SIGKILL after
     /// the runner's kill grace on a thread of its own.
-    fn stop_container(&self, run_id: &str) -> Result<(), backend::Error> {
+    fn stop_container(&self, run_id: &str) -> Result<(), port::Error> {
         match self.client.container_inspect(&spec::container_name(run_id)) {
             Ok(inspect) if inspect.state.running => {}
             Ok(_) => return Ok(()),
@@ -416,7 +416,7 @@ fn try_remove_container(client: &docker::Client, container: &str) -> Result<(), 
 }
 
 impl Backend for Docker {
-    fn claim(&self, spec: &crate::engine::spec::RunSpec, kind: RunKind) -> Option<String> {
+    fn claim(&self, spec: &crate::engine::port::spec::RunSpec, kind: RunKind) -> Option<String> {
         // A background run is listed and kept by its containers' labels
         // (mode, token, expiry: `record`), which a container made ahead
         // cannot carry (labels never change): it runs cold.
@@ -480,7 +480,7 @@ impl Backend for Docker {
         watch::start(self.client.clone(), spec::container_name(run_id))
     }
 
-    fn probe(&self, run_id: &str) -> Result<Option<Sighting>, backend::Error> {
+    fn probe(&self, run_id: &str) -> Result<Option<Sighting>, port::Error> {
         match self.client.container_inspect(&spec::container_name(run_id)) {
             Ok(inspect) => Ok(Some(sighting(&self.client, &inspect))),
             Err(error) if error.is_not_found() => Ok(None),
@@ -523,7 +523,7 @@ impl Backend for Docker {
     /// A container does not restart on its own (no restart policy), so a
     /// stopped one never runs again: every kind of stop is the same, and
     /// the container stays, with its log, until `remove` or the reaper.
-    fn stop(&self, run_id: &str, _how: Stop) -> Result<(), backend::Error> {
+    fn stop(&self, run_id: &str, _how: Stop) -> Result<(), port::Error> {
         self.stop_container(run_id)
     }
 
@@ -539,11 +539,11 @@ impl Backend for Docker {
         removal::spawn(run_id, move || backend.remove_now(&owned));
     }
 
-    fn find(&self, run_id: &str) -> Result<Option<Stored>, backend::Error> {
+    fn find(&self, run_id: &str) -> Result<Option<Stored>, port::Error> {
         self.find_stored(run_id, true).map_err(|error| api_error("look up the run's containers", &error))
     }
 
-    fn list(&self) -> Result<Vec<Stored>, backend::Error> {
+    fn list(&self) -> Result<Vec<Stored>, port::Error> {
         let runs = record::background_runs(&self.client).map_err(|error| api_error("list the background runs", &error))?;
         let mut stored = Vec::new();
         for (run_id, containers) in &runs {
@@ -553,11 +553,11 @@ impl Backend for Docker {
         Ok(stored)
     }
 
-    fn record(&self, run_id: &str, verdict: &Recorded) -> Result<Settled, backend::Error> {
+    fn record(&self, run_id: &str, verdict: &Recorded) -> Result<Settled, port::Error> {
         record::write_verdict(&self.client, run_id, verdict).map_err(|error| api_error("record the outcome", &error))
     }
 
-    fn mark_cancelled(&self, run_id: &str, at: SystemTime) -> Result<(), backend::Error> {
+    fn mark_cancelled(&self, run_id: &str, at: SystemTime) -> Result<(), port::Error> {
         record::mark_cancelled(&self.client, run_id, at).map_err(|error| api_error("mark the run cancelled", &error))
     }
 
@@ -569,7 +569,7 @@ impl Backend for Docker {
         &WORDING
     }
 
-    fn sandbox_store(&self) -> Option<&dyn crate::engine::backend::SandboxStore> {
+    fn sandbox_store(&self) -> Option<&dyn crate::engine::port::SandboxStore> {
         Some(self)
     }
 
@@ -582,7 +582,7 @@ impl Backend for Docker {
         }
     }
 
-    fn pool_figures(&self) -> Vec<backend::PoolFigures> {
+    fn pool_figures(&self) -> Vec<port::PoolFigures> {
         self.pools.as_ref().map(|pools| pools.figures()).unwrap_or_default()
     }
 }
@@ -605,8 +605,8 @@ pub fn sighting(client: &docker::Client, inspect: &docker::objects::ContainerIns
     classify::with_outage(seen, outage)
 }
 
-fn api_error(what: &'static str, error: &docker::Error) -> backend::Error {
-    backend::Error { what, kind: error_kind(error), message: error.to_string() }
+fn api_error(what: &'static str, error: &docker::Error) -> port::Error {
+    port::Error { what, kind: error_kind(error), message: error.to_string() }
 }
 
 /// What a daemon's failure means for whoever asked.

@@ -1,5 +1,5 @@
 //! The Docker backend's warm pool sandboxes, plugged into the engine's one
-//! pool manager (`engine::pool_manager`, which keeps the threads, the
+//! pool manager (`engine::pools`, which keeps the threads, the
 //! hand-out and the drain): a pool sandbox is a run's container, created
 //! and started ahead, whose runner waits for one assignment on its stdin
 //! (`spec::pool_container`); its health is the container's state; the run
@@ -9,14 +9,14 @@
 //! and a server in a container with only the Docker socket can keep pools.
 //!
 //! Knows nothing of MCP; the decisions (when to make, replace, hand out)
-//! are `engine::pool`'s.
+//! are `engine::pools::pool`'s.
 
 use std::time::SystemTime;
 
 use crate::backend::docker::{Docker, spec};
 use crate::docker::Filters;
-use crate::engine::pool_manager::{self, Health, Listed, NewSandbox, PoolSandboxes};
-use crate::engine::spec::{Policy, run_deadline};
+use crate::engine::pools::{self, Health, Listed, NewSandbox, PoolSandboxes};
+use crate::engine::port::spec::{Policy, run_deadline};
 use crate::metrics;
 use crate::sandbox::assignment::{self, Assignment, KEY_BYTES, Key};
 
@@ -30,11 +30,11 @@ use crate::sandbox::assignment::{self, Assignment, KEY_BYTES, Key};
 const STDIN_KEY: Key = Key::from_bytes([0; KEY_BYTES]);
 
 /// The server's pools on one daemon.
-pub type Pools = pool_manager::Pools<Docker>;
+pub type Pools = pools::Pools<Docker>;
 
 /// A sandbox handed to a run, until its assignment is delivered: its
 /// container is `name`.
-pub type Reserved = pool_manager::Reserved<()>;
+pub type Reserved = pools::Reserved<()>;
 
 impl PoolSandboxes for Docker {
     /// The container's name comes from the run id: nothing to keep.

@@ -11,7 +11,7 @@
 //!   survives the run's own container being removed from outside (the
 //!   truthful reason then still reaches `fetch_job`);
 //! - `mcp-verdict-<run_id>` (role `verdict`): the verdict's text
-//!   (`engine::verdict`);
+//!   (`engine::run::verdict`);
 //! - `mcp-cancel-<run_id>` (role `cancel`): when the run was cancelled.
 //!
 //! First writer wins because Docker refuses a second container of one name
@@ -31,15 +31,15 @@ use std::time::{Duration, SystemTime};
 use crate::backend::docker::{classify, spec};
 use crate::docker::objects::{ContainerInspect, ContainerSpec, ContainerSummary, HostConfig};
 use crate::docker::{self, Filters};
-use crate::engine::backend::{Settled, Stored};
-use crate::engine::facts::Recorded;
-use crate::engine::verdict;
+use crate::engine::port::facts::Recorded;
+use crate::engine::port::{Settled, Stored};
+use crate::engine::run::verdict;
 use crate::log;
 
 pub const ROLE_RECORD: &str = "record";
 pub const ROLE_VERDICT: &str = "verdict";
 pub const ROLE_CANCEL: &str = "cancel";
-/// On the verdict container: `engine::verdict`'s text.
+/// On the verdict container: `engine::run::verdict`'s text.
 pub const LABEL_VERDICT: &str = "mcp-k8s-ephemeral-job/verdict";
 /// On the cancel container: RFC 3339 UTC.
 pub const LABEL_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
@@ -223,8 +223,8 @@ pub(crate) fn never_started(image: &str, labels: BTreeMap<String, String>) -> Co
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::facts::DecidedBy;
-    use crate::engine::spec::{RunReason, RunStatus};
+    use crate::engine::port::facts::DecidedBy;
+    use crate::engine::port::spec::{RunReason, RunStatus};
 
     fn summary(role: &str, extra: &[(&str, &str)]) -> ContainerSummary {
         let mut labels = BTreeMap::from([

@@ -1,4 +1,4 @@
-//! Open sandboxes on Docker (`engine::sandboxes::SandboxStore`): the
+//! Open sandboxes on Docker (`engine::sandboxes::rules::SandboxStore`): the
 //! sandbox is a run's container whose runner takes call after call on its
 //! stdin (`spec::session_container`), its record in its labels. Labels
 //! never change, so what changes is containers of their own, created and
@@ -22,9 +22,10 @@ use std::time::Duration;
 use crate::backend::docker::{Docker, spec};
 use crate::docker::Filters;
 use crate::docker::objects::ContainerSummary;
-use crate::engine::backend::{self, Abort, Delivered, Output, Refused, SandboxStore};
-use crate::engine::sandboxes::{self, CallMark, Record, Seen};
-use crate::engine::spec::{RunReason, RunSpec};
+use crate::engine::port::sandbox_record::{self, CallMark, Record, Seen};
+use crate::engine::port::spec::{RunReason, RunSpec};
+use crate::engine::port::{self, Abort, Delivered, Output, Refused, SandboxStore};
+use crate::engine::sandboxes::rules;
 use crate::log;
 use crate::metrics;
 use crate::sandbox::assignment::{Assignment, KEY_BYTES, Key};
@@ -54,11 +55,11 @@ struct Containers {
 impl Containers {
     fn seen(&self) -> Option<Seen> {
         let sandbox = self.sandbox.as_ref()?;
-        let record = sandboxes::decode_record(sandbox.labels.get(spec::LABEL_SANDBOX_RECORD)?)?;
+        let record = sandbox_record::decode_record(sandbox.labels.get(spec::LABEL_SANDBOX_RECORD)?)?;
         let call_mark = self.call.as_ref();
         let last_used_ms = self.used.iter().filter_map(|used| used.labels.get(spec::LABEL_SANDBOX_USED_MS)?.parse::<u64>().ok()).max();
         Some(Seen {
-            call: call_mark.and_then(|mark| sandboxes::decode_call(mark.labels.get(spec::LABEL_SANDBOX_CALL)?)),
+            call: call_mark.and_then(|mark| sandbox_record::decode_call(mark.labels.get(spec::LABEL_SANDBOX_CALL)?)),
             version: call_mark.map(|mark| mark.id.clone()).unwrap_or_default(),
             alive: matches!(sandbox.state.as_str(), "running" | "created" | "restarting"),
             last_used_ms,
@@ -88,7 +89,7 @@ fn grouped(docker: &Docker, name: Option<&str>) -> Result<std::collections::BTre
     Ok(groups)
 }
 
-fn api_error(action: &'static str, error: &crate::docker::Error) -> backend::Error {
+fn api_error(action: &'static str, error: &crate::docker::Error) -> port::Error {
     super::api_error(action, error)
 }
 
@@ -96,7 +97,7 @@ impl Docker {
     /// A never-started mark of the sandbox: its image (the daemon has it),
     /// its name and expiry (the sandbox's), and `extra`.
     fn mark(&self, record: &Record, role: &str, extra: (&str, String)) -> crate::docker::objects::ContainerSpec {
-        let name = sandboxes::public_name(&record.id);
+        let name = rules::public_name(&record.id);
         let expires_at = std::time::UNIX_EPOCH + Duration::from_millis(record.expires_at_ms) + crate::engine::run::EXPIRY_SLACK;
         let labels = std::collections::BTreeMap::from([
             (spec::LABEL_MANAGED_BY.to_string(), spec::MANAGED_BY.to_string()),
@@ -115,9 +116,16 @@ impl SandboxStore for Docker {
         let container = spec::container_name(name);
         self.ensure_image(&spec.image)?;
         self.ensure_network(spec.network, &spec.image)?;
-        let idle = sandboxes::runner_idle_bound(record);
-        let body =
-            spec::session_container(spec, &self.policy, &self.options, name, &sandboxes::encode_record(record), idle, record.expires_at_ms);
+        let idle = rules::runner_idle_bound(record);
+        let body = spec::session_container(
+            spec,
+            &self.policy,
+            &self.options,
+            name,
+            &sandbox_record::encode_record(record),
+            idle,
+            record.expires_at_ms,
+        );
         let refused = |what: &str, error: crate::docker::Error| {
             metrics::api_error("create_sandbox");
             Refused { reason: RunReason::ApiError, message: format!("the sandbox's container could not be {what}: {error}") }
@@ -137,7 +145,7 @@ impl SandboxStore for Docker {
         started
     }
 
-    fn look(&self, name: &str) -> Result<Option<Seen>, backend::Error> {
+    fn look(&self, name: &str) -> Result<Option<Seen>, port::Error> {
         let mut groups = grouped(self, Some(name)).map_err(|error| api_error("list the sandbox's containers", &error))?;
         Ok(groups.remove(name).and_then(|group| group.seen()))
     }
@@ -145,7 +153,7 @@ impl SandboxStore for Docker {
     /// Marks left of a sandbox whose container is gone (a call that ended
     /// while it was closed made one after the close) are removed on the
     /// way: the reaper lists every few seconds.
-    fn list_sandboxes(&self) -> Result<Vec<Seen>, backend::Error> {
+    fn list_sandboxes(&self) -> Result<Vec<Seen>, port::Error> {
         let groups = grouped(self, None).map_err(|error| api_error("list the sandboxes", &error))?;
         for orphan in groups.values().filter(|group| group.sandbox.is_none()) {
             for mark in orphan.call.iter().chain(orphan.used.iter()) {
@@ -157,12 +165,12 @@ impl SandboxStore for Docker {
 
     /// Creating the call mark is the compare-and-set; a stale mark (the
     /// one `seen` holds) is removed by its id first.
-    fn begin_call(&self, seen: &Seen, call: &CallMark) -> Result<bool, backend::Error> {
-        let name = sandboxes::public_name(&seen.record.id);
+    fn begin_call(&self, seen: &Seen, call: &CallMark) -> Result<bool, port::Error> {
+        let name = rules::public_name(&seen.record.id);
         if seen.call.is_some() && !seen.version.is_empty() {
             super::try_remove_container(&self.client, &seen.version).map_err(|error| api_error("remove a stale call mark", &error))?;
         }
-        let body = self.mark(&seen.record, spec::ROLE_SANDBOX_CALL, (spec::LABEL_SANDBOX_CALL, sandboxes::encode_call(call)));
+        let body = self.mark(&seen.record, spec::ROLE_SANDBOX_CALL, (spec::LABEL_SANDBOX_CALL, sandbox_record::encode_call(call)));
         match self.client.container_create(&call_mark_name(&name), &body) {
             Ok(_) => Ok(true),
             Err(error) if error.is_conflict() => Ok(false),
@@ -170,7 +178,7 @@ impl SandboxStore for Docker {
         }
     }
 
-    fn mark_used(&self, name: &str, at_ms: u64) -> Result<(), backend::Error> {
+    fn mark_used(&self, name: &str, at_ms: u64) -> Result<(), port::Error> {
         let Some(seen) = self.look(name)? else { return Ok(()) };
         let body = self.mark(&seen.record, spec::ROLE_SANDBOX_USED, (spec::LABEL_SANDBOX_USED_MS, at_ms.to_string()));
         match self.client.container_create(&used_mark_name(name, at_ms), &body) {
@@ -184,8 +192,8 @@ impl SandboxStore for Docker {
     /// last-used mark before on a thread of its own (nothing waits for
     /// it), then the call's mark, looked at by its name and removed by its
     /// id if it is this call's.
-    fn end_call(&self, seen: &Seen, call: &CallMark, at_ms: u64) -> Result<(), backend::Error> {
-        let name = sandboxes::public_name(&seen.record.id);
+    fn end_call(&self, seen: &Seen, call: &CallMark, at_ms: u64) -> Result<(), port::Error> {
+        let name = rules::public_name(&seen.record.id);
         let body = self.mark(&seen.record, spec::ROLE_SANDBOX_USED, (spec::LABEL_SANDBOX_USED_MS, at_ms.to_string()));
         match self.client.container_create(&used_mark_name(&name, at_ms), &body) {
             Ok(_) => {}
@@ -204,7 +212,7 @@ impl SandboxStore for Docker {
             Err(error) if error.is_not_found() => return Ok(()),
             Err(error) => return Err(api_error("look at the call mark", &error)),
         };
-        let ours = mark.config.labels.get(spec::LABEL_SANDBOX_CALL).and_then(|text| sandboxes::decode_call(text));
+        let ours = mark.config.labels.get(spec::LABEL_SANDBOX_CALL).and_then(|text| sandbox_record::decode_call(text));
         if ours.is_some_and(|ours| ours.call_id == call.call_id) {
             super::try_remove_container(&self.client, &mark.id).map_err(|error| api_error("remove the call mark", &error))?;
         }

@@ -21,8 +21,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::docker::objects::{ContainerSpec, EmptyObject, HostConfig, NetworkInspect, NetworkSpec};
 use crate::docker::tar;
-use crate::engine::backend::{Keep, NewRun};
-use crate::engine::spec::{Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
+use crate::engine::port::spec::{Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp};
+use crate::engine::port::{Keep, NewRun};
 use crate::log;
 use crate::network::NetworkMode;
 use crate::sandbox::TMP_DIR;
@@ -52,7 +52,7 @@ pub const LABEL_TOKEN: &str = "mcp-k8s-ephemeral-job/job-token";
 pub const LABEL_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
 /// `image program`, never the arguments.
 pub const LABEL_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
-/// The hash of a keyed run's tool and arguments (`engine::idempotency`).
+/// The hash of a keyed run's tool and arguments (`engine::background::idempotency`).
 pub const LABEL_ARGUMENTS_SHA256: &str = "mcp-k8s-ephemeral-job/arguments-sha256";
 /// The submitting call's span (`BackgroundRecord::traceparent`).
 pub const LABEL_TRACEPARENT: &str = "mcp-k8s-ephemeral-job/traceparent";
@@ -219,7 +219,7 @@ pub fn container(run: &NewRun, policy: &Policy, options: &Options) -> ContainerS
             // Equal to the memory limit: no swap, so an OOM is an OOM.
             memory_swap: memory,
             nano_cpus: cpu_nanos(spec, policy),
-            shm_size: i64::try_from(crate::engine::spec::shm_bytes(spec, policy)).unwrap_or(0),
+            shm_size: i64::try_from(crate::engine::port::spec::shm_bytes(spec, policy)).unwrap_or(0),
             tmpfs,
             binds: vec![format!("{}:{RUNNER_PATH}:ro", options.runner_binary)],
             // `create` refuses a run whose mode has no network here, so
@@ -279,9 +279,9 @@ pub fn pool_container(template: &RunSpec, policy: &Policy, options: &Options, sa
 /// Every container of an open sandbox carries its public name: the
 /// sandbox's own (role `run`), its call mark and its last-used marks.
 pub const LABEL_SANDBOX: &str = "mcp-k8s-ephemeral-job/sandbox";
-/// On the sandbox's own container: its record (`engine::sandboxes`).
+/// On the sandbox's own container: its record (`engine::sandboxes::rules`).
 pub const LABEL_SANDBOX_RECORD: &str = "mcp-k8s-ephemeral-job/sandbox-record";
-/// On a call mark: the call (`engine::sandboxes::CallMark`).
+/// On a call mark: the call (`engine::sandboxes::rules::CallMark`).
 pub const LABEL_SANDBOX_CALL: &str = "mcp-k8s-ephemeral-job/sandbox-call";
 /// On a last-used mark: when a call ended, Unix milliseconds.
 pub const LABEL_SANDBOX_USED_MS: &str = "mcp-k8s-ephemeral-job/sandbox-used-ms";
@@ -451,8 +451,8 @@ fn size_bytes(policy: &Policy) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::backend::BackgroundRecord;
-    use crate::engine::spec::InputFile;
+    use crate::engine::port::BackgroundRecord;
+    use crate::engine::port::spec::InputFile;
     use crate::quantity::Quantity;
     use std::time::UNIX_EPOCH;
 

@@ -20,7 +20,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::docker;
-use crate::engine::backend::{Abort, Sighting, Watch, Watched};
+use crate::engine::port::{Abort, Sighting, Watch, Watched};
 use crate::{log, supervise};
 
 /// How often the container is inspected while it is changing (its start,
@@ -151,8 +151,8 @@ fn feed(client: &docker::Client, name: &str, sender: &mpsc::Sender<Watched>, abo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::backend::Times;
-    use crate::engine::facts::{Finished, SandboxState, View};
+    use crate::engine::port::Times;
+    use crate::engine::port::facts::{Finished, SandboxState, View};
 
     fn sighting(state: SandboxState) -> Sighting {
         Sighting {

@@ -10,8 +10,8 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use crate::backend::kubernetes::manifest::{CLONE_CONTAINER, MAIN_CONTAINER, PREPARE_CONTAINER};
-use crate::engine::facts::{Finished, SandboxState, Stopped, View};
-use crate::engine::spec::RunReason;
+use crate::engine::port::facts::{Finished, SandboxState, Stopped, View};
+use crate::engine::port::spec::RunReason;
 use crate::kube::objects::{Condition, ContainerStatus, Event, Pod, PodStatus, StateTerminated};
 
 /// What a pod's status says about the run.

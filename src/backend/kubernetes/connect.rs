@@ -14,7 +14,7 @@ use crate::backend::kubernetes::{Kubernetes, doctor};
 use crate::backend::{self, Check, Connected, WarmPools};
 use crate::config::Config;
 use crate::engine;
-use crate::engine::spec::Policy;
+use crate::engine::port::spec::Policy;
 use crate::kube;
 use crate::log;
 

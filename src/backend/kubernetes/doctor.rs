@@ -26,7 +26,7 @@ use crate::backend::kubernetes::template::PodTemplate;
 use crate::backend::{self, Check};
 use crate::config::Config;
 use crate::engine;
-use crate::engine::spec::{RunOutcome, RunStatus};
+use crate::engine::port::spec::{RunOutcome, RunStatus};
 use crate::kube;
 use crate::kube::objects;
 use crate::network::{FenceModes, NetworkMode};

@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 
 use crate::backend::kubernetes::settings::Settings;
 use crate::backend::kubernetes::template::PodTemplate;
-use crate::engine::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp, shm_bytes};
+use crate::engine::port::spec::{CloneSpec, CloneStep, Policy, RunSpec, command_env, exec_options, run_deadline, separate_tmp, shm_bytes};
 use crate::sandbox::args::{self, AssignOptions, AwaitOptions, CloneOptions, Endpoint, InitOptions, Preload};
 use crate::sandbox::assignment::{Assignment, KEY_DIR, KEY_FILE, KEY_SECRET_DIR, KEY_SECRET_FILE, PORT};
 use crate::sandbox::frame::to_base64;
@@ -213,7 +213,7 @@ pub fn pool_job(spec: &RunSpec, policy: &Policy, cluster: &Settings, run_id: &st
 
 /// Every object of an open sandbox carries its public name.
 pub const LABEL_SANDBOX: &str = "mcp-k8s-ephemeral-job/sandbox";
-/// On an open sandbox's Job: its record (`engine::sandboxes::Record`).
+/// On an open sandbox's Job: its record (`engine::sandboxes::rules::Record`).
 pub const ANNOTATION_SANDBOX_RECORD: &str = "mcp-k8s-ephemeral-job/sandbox-record";
 /// On an open sandbox's Job: the call that runs (`CallMark`), if any.
 pub const ANNOTATION_SANDBOX_CALL: &str = "mcp-k8s-ephemeral-job/sandbox-call";

@@ -31,11 +31,11 @@ use std::time::{Duration, SystemTime};
 
 use crate::backend::kubernetes::settings::Settings;
 use crate::backend::kubernetes::template::PodTemplate;
-use crate::engine::backend::{
+use crate::engine::port::facts::{Recorded, SandboxState, Wording};
+use crate::engine::port::spec::{Policy, RunReason, RunSpec};
+use crate::engine::port::{
     self, Abort, Backend, Created, ErrorKind, Keep, NewRun, Output, OutputError, Refused, Settled, Sighting, Stop, Stored, Watch,
 };
-use crate::engine::facts::{Recorded, SandboxState, Wording};
-use crate::engine::spec::{Policy, RunReason, RunSpec};
 use crate::kube::objects::{Event, Job, Pod};
 use crate::kube::{self, ListParams, Resource};
 use crate::log;
@@ -81,7 +81,8 @@ impl Kubernetes {
     fn create_warm(&self, run: &NewRun, pools: &pool::Pools, reserved: &pool::Reserved) -> Result<Created, Refused> {
         let name = manifest::job_name(run.run_id);
         let job_age = SystemTime::now().duration_since(reserved.made.created).unwrap_or_default();
-        let patch = pool::claim_patch(&retention(run, &self.cluster), job_age, crate::engine::spec::run_deadline(run.spec, &self.policy));
+        let patch =
+            pool::claim_patch(&retention(run, &self.cluster), job_age, crate::engine::port::spec::run_deadline(run.spec, &self.policy));
         let handed = self
             .client
             .merge_patch(Resource::JOBS, self.namespace(), &name, &patch)
@@ -253,7 +254,7 @@ impl Backend for Kubernetes {
         Ok(Created { name, created_at: time_of(job.metadata.creation_timestamp.as_deref()) })
     }
 
-    fn claim(&self, spec: &RunSpec, _kind: crate::engine::backend::RunKind) -> Option<String> {
+    fn claim(&self, spec: &RunSpec, _kind: crate::engine::port::RunKind) -> Option<String> {
         // Both kinds: a background run's record goes on the Job by patch.
         self.pools.as_ref()?.claim(spec)
     }
@@ -269,7 +270,7 @@ impl Backend for Kubernetes {
     /// container's log from what it knows now; a `Started` frame there
     /// means the command started, and the run is followed, never judged
     /// as not started.
-    fn probe(&self, run_id: &str) -> Result<Option<Sighting>, backend::Error> {
+    fn probe(&self, run_id: &str) -> Result<Option<Sighting>, port::Error> {
         let pods = self.pods(run_id).map_err(|error| api_error("list the run's pods", &error))?;
         let Some(pod) = watch::newest(pods) else { return Ok(None) };
         let mut sighting = watch::sighting(&pod);
@@ -348,7 +349,7 @@ impl Backend for Kubernetes {
         self.delete_secret(&manifest::job_name(run_id));
     }
 
-    fn stop(&self, run_id: &str, how: Stop) -> Result<(), backend::Error> {
+    fn stop(&self, run_id: &str, how: Stop) -> Result<(), port::Error> {
         match how {
             Stop::ForGood => {
                 let stopped = self.stop_job(run_id);
@@ -380,7 +381,7 @@ impl Backend for Kubernetes {
         self.delete_secret(&name);
     }
 
-    fn find(&self, run_id: &str) -> Result<Option<Stored>, backend::Error> {
+    fn find(&self, run_id: &str) -> Result<Option<Stored>, port::Error> {
         let Some(job) = self.job(run_id).map_err(|error| api_error("look up the Job", &error))? else { return Ok(None) };
         let Some(mut stored) = record::stored(&job) else { return Ok(None) };
         let pods = self.pods(run_id).map_err(|error| api_error("list the job's pods", &error))?;
@@ -388,7 +389,7 @@ impl Backend for Kubernetes {
         Ok(Some(stored))
     }
 
-    fn list(&self) -> Result<Vec<Stored>, backend::Error> {
+    fn list(&self) -> Result<Vec<Stored>, port::Error> {
         let params = ListParams {
             label_selector: Some(format!(
                 "{}={},{}={}",
@@ -404,12 +405,12 @@ impl Backend for Kubernetes {
         Ok(jobs.items.iter().map(Job::from_value).filter_map(|job| record::stored(&job)).collect())
     }
 
-    fn record(&self, run_id: &str, verdict: &Recorded) -> Result<Settled, backend::Error> {
+    fn record(&self, run_id: &str, verdict: &Recorded) -> Result<Settled, port::Error> {
         record::write_verdict(&self.client, self.namespace(), run_id, verdict)
             .map_err(|error| api_error("record the outcome on the Job", &error))
     }
 
-    fn mark_cancelled(&self, run_id: &str, at: SystemTime) -> Result<(), backend::Error> {
+    fn mark_cancelled(&self, run_id: &str, at: SystemTime) -> Result<(), port::Error> {
         let patch = serde_json::json!({"metadata": {"annotations": record::cancel_mark(at)}});
         self.client
             .merge_patch(Resource::JOBS, self.namespace(), &manifest::job_name(run_id), &patch)
@@ -421,7 +422,7 @@ impl Backend for Kubernetes {
         reaper::reap_once(&self.client, self.namespace(), now)
     }
 
-    fn sandbox_store(&self) -> Option<&dyn crate::engine::backend::SandboxStore> {
+    fn sandbox_store(&self) -> Option<&dyn crate::engine::port::SandboxStore> {
         Some(self)
     }
 
@@ -435,7 +436,7 @@ impl Backend for Kubernetes {
         }
     }
 
-    fn pool_figures(&self) -> Vec<backend::PoolFigures> {
+    fn pool_figures(&self) -> Vec<port::PoolFigures> {
         self.pools.as_ref().map(|pools| pools.figures()).unwrap_or_default()
     }
 }
@@ -487,8 +488,8 @@ fn run_pods(run_id: &str) -> ListParams {
     ListParams { label_selector: Some(format!("{}={run_id}", manifest::LABEL_RUN_ID)), field_selector: None }
 }
 
-fn api_error(what: &'static str, error: &kube::Error) -> backend::Error {
-    backend::Error { what, kind: error_kind(error), message: error.to_string() }
+fn api_error(what: &'static str, error: &kube::Error) -> port::Error {
+    port::Error { what, kind: error_kind(error), message: error.to_string() }
 }
 
 /// What an API server's failure means for whoever asked; the watch's
@@ -546,7 +547,7 @@ fn time_of(text: Option<&str>) -> Option<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::backend::BackgroundRecord;
+    use crate::engine::port::BackgroundRecord;
     use std::time::UNIX_EPOCH;
 
     #[test]

@@ -1,12 +1,12 @@
 //! The Kubernetes backend's warm pool sandboxes, plugged into the engine's
-//! one pool manager (`engine::pool_manager`, which keeps the threads, the
+//! one pool manager (`engine::pools`, which keeps the threads, the
 //! hand-out and the drain): a pool sandbox is a Job like a cold run's,
 //! whose runner waits for one assignment, and a key Secret; its health is
 //! its pod's; the run reaches it through the API server's `pods/proxy`;
 //! `claim_patch` makes the Job the run's.
 //!
 //! Knows nothing of MCP; the decisions (when to make, replace, hand out)
-//! are `engine::pool`'s.
+//! are `engine::pools::pool`'s.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -14,8 +14,8 @@ use serde_json::json;
 
 use crate::backend::kubernetes::Kubernetes;
 use crate::backend::kubernetes::manifest::{self, PoolSandbox};
-use crate::engine::pool_manager::{self, Health, Listed, NewSandbox, PoolSandboxes};
-use crate::engine::spec::Policy;
+use crate::engine::pools::{self, Health, Listed, NewSandbox, PoolSandboxes};
+use crate::engine::port::spec::Policy;
 use crate::kube::objects::Pod;
 use crate::kube::{self, ListParams, ProxyTarget, Resource};
 use crate::log;
@@ -32,11 +32,11 @@ const DELIVERY_RETRY_FOR: Duration = Duration::from_secs(3);
 const DELIVERY_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The server's pools on a cluster.
-pub type Pools = pool_manager::Pools<Kubernetes>;
+pub type Pools = pools::Pools<Kubernetes>;
 
 /// A sandbox handed to a run, until its assignment is delivered: its pod
 /// is `name`.
-pub type Reserved = pool_manager::Reserved<Made>;
+pub type Reserved = pools::Reserved<Made>;
 
 /// What a pool sandbox's delivery needs besides its pod.
 pub struct Made {

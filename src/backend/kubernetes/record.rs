@@ -21,9 +21,9 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use crate::backend::kubernetes::manifest;
-use crate::engine::backend::{BackgroundRecord, Settled, Stored};
-use crate::engine::facts::{DecidedBy, Recorded};
-use crate::engine::verdict;
+use crate::engine::port::facts::{DecidedBy, Recorded};
+use crate::engine::port::{BackgroundRecord, Settled, Stored};
+use crate::engine::run::verdict;
 use crate::kube;
 use crate::kube::objects::Job;
 use crate::log;
@@ -38,7 +38,7 @@ pub const ANNOTATION_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
 /// the whole retention.
 pub const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
 /// The SHA-256 of the tool and arguments of a run made with an
-/// idempotency key (`engine::idempotency`): the run's name comes from the
+/// idempotency key (`engine::background::idempotency`): the run's name comes from the
 /// key, and a retry compares this. Only a hash: the arguments are the
 /// caller's data.
 pub const ANNOTATION_ARGUMENTS_SHA256: &str = "mcp-k8s-ephemeral-job/arguments-sha256";
@@ -50,7 +50,7 @@ pub const ANNOTATION_CALLER: &str = "mcp-k8s-ephemeral-job/caller";
 /// Set by `cancel`: the run was stopped on purpose, even if its pod (and
 /// the partial output in its log) is gone when another process looks.
 pub const ANNOTATION_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
-/// The verdict of a run (`engine::verdict`'s text): every replica and a
+/// The verdict of a run (`engine::run::verdict`'s text): every replica and a
 /// restarted server read it before judging anything.
 pub const ANNOTATION_OUTCOME: &str = "mcp-k8s-ephemeral-job/outcome";
 
@@ -249,8 +249,8 @@ pub fn write_verdict(client: &kube::Client, namespace: &str, run_id: &str, verdi
 mod tests {
     use super::*;
     use crate::backend::kubernetes::classify;
-    use crate::engine::facts::DecidedBy;
-    use crate::engine::spec::{RunReason, RunStatus};
+    use crate::engine::port::facts::DecidedBy;
+    use crate::engine::port::spec::{RunReason, RunStatus};
 
     fn full_record() -> JobRecord {
         JobRecord {

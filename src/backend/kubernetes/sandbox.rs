@@ -1,4 +1,4 @@
-//! Open sandboxes on Kubernetes (`engine::backend::SandboxStore`): the
+//! Open sandboxes on Kubernetes (`engine::port::SandboxStore`): the
 //! sandbox is a Job like a warm pool's (`manifest::session_job`), whose
 //! runner takes call after call on its port, with its key Secret. Its
 //! record is the Job's annotations: the sandbox itself (fixed), the call
@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::backend::kubernetes::{Kubernetes, manifest, watch};
-use crate::engine::backend::{self, Abort, Delivered, Output, Refused, SandboxStore};
-use crate::engine::sandboxes::{self, CallMark, Record, Seen};
-use crate::engine::spec::RunSpec;
+use crate::engine::port::sandbox_record::{self, CallMark, Record, Seen};
+use crate::engine::port::spec::RunSpec;
+use crate::engine::port::{self, Abort, Delivered, Output, Refused, SandboxStore};
+use crate::engine::sandboxes::rules;
 use crate::kube::objects::Job;
 use crate::kube::{self, ListParams, ProxyTarget, Resource};
 use crate::log;
@@ -36,10 +37,10 @@ const PATCH_ATTEMPTS: usize = 4;
 
 fn seen_of(job: &Job) -> Option<Seen> {
     let annotations = &job.metadata.annotations;
-    let record = sandboxes::decode_record(annotations.get(manifest::ANNOTATION_SANDBOX_RECORD)?)?;
+    let record = sandbox_record::decode_record(annotations.get(manifest::ANNOTATION_SANDBOX_RECORD)?)?;
     let last_used_ms = annotations.get(manifest::ANNOTATION_SANDBOX_USED_MS).and_then(|text| text.parse().ok());
     Some(Seen {
-        call: annotations.get(manifest::ANNOTATION_SANDBOX_CALL).and_then(|text| sandboxes::decode_call(text)),
+        call: annotations.get(manifest::ANNOTATION_SANDBOX_CALL).and_then(|text| sandbox_record::decode_call(text)),
         version: job.metadata.resource_version.clone(),
         alive: job.metadata.deletion_timestamp.is_none() && job.finished_condition().is_none(),
         last_used_ms,
@@ -47,7 +48,7 @@ fn seen_of(job: &Job) -> Option<Seen> {
     })
 }
 
-fn api_error(what: &'static str, error: &kube::Error) -> backend::Error {
+fn api_error(what: &'static str, error: &kube::Error) -> port::Error {
     super::api_error(what, error)
 }
 
@@ -71,7 +72,7 @@ impl Kubernetes {
     }
 
     /// Patches the Job's annotations, `only_if` the record still says so.
-    fn patch_record(&self, name: &str, annotations: serde_json::Value, only_if: impl Fn(&Seen) -> bool) -> Result<bool, backend::Error> {
+    fn patch_record(&self, name: &str, annotations: serde_json::Value, only_if: impl Fn(&Seen) -> bool) -> Result<bool, port::Error> {
         for _ in 0..PATCH_ATTEMPTS {
             let Some(job) = self.job(name).map_err(|error| api_error("read the sandbox's Job", &error))? else { return Ok(false) };
             let Some(seen) = seen_of(&job) else { return Ok(false) };
@@ -93,8 +94,8 @@ impl Kubernetes {
 impl SandboxStore for Kubernetes {
     /// Its Job (with the record), then its key Secret, owned by the Job.
     fn open_sandbox(&self, name: &str, spec: &RunSpec, record: &Record) -> Result<(), Refused> {
-        let key = Key::random().map_err(|why| Refused { reason: crate::engine::spec::RunReason::ApiError, message: why })?;
-        let idle = sandboxes::runner_idle_bound(record);
+        let key = Key::random().map_err(|why| Refused { reason: crate::engine::port::spec::RunReason::ApiError, message: why })?;
+        let idle = rules::runner_idle_bound(record);
         let lifetime = Duration::from_millis(record.expires_at_ms.saturating_sub(record.opened_at_ms));
         let mut job = manifest::session_job(spec, &self.policy, &self.cluster, name, idle, lifetime);
         if let Some(template) = &self.pod_template {
@@ -105,7 +106,7 @@ impl SandboxStore for Kubernetes {
         // anyone reads: its Job goes at once.
         let retention = manifest::Retention { expires_at: log::rfc3339_utc(expires_at), finished_ttl: Duration::ZERO, background: None };
         manifest::apply_retention(&mut job, &retention);
-        job["metadata"]["annotations"][manifest::ANNOTATION_SANDBOX_RECORD] = json!(sandboxes::encode_record(record));
+        job["metadata"]["annotations"][manifest::ANNOTATION_SANDBOX_RECORD] = json!(sandbox_record::encode_record(record));
         let namespace = self.namespace();
         let created = self.client.create(Resource::JOBS, namespace, &job).map_err(|error| {
             metrics::api_error("create_sandbox_job");
@@ -122,23 +123,23 @@ impl SandboxStore for Kubernetes {
         Ok(())
     }
 
-    fn look(&self, name: &str) -> Result<Option<Seen>, backend::Error> {
+    fn look(&self, name: &str) -> Result<Option<Seen>, port::Error> {
         let job = self.job(name).map_err(|error| api_error("read the sandbox's Job", &error))?;
         Ok(job.as_ref().and_then(seen_of))
     }
 
-    fn list_sandboxes(&self) -> Result<Vec<Seen>, backend::Error> {
+    fn list_sandboxes(&self) -> Result<Vec<Seen>, port::Error> {
         let params = ListParams { label_selector: Some(manifest::LABEL_SANDBOX.to_string()), field_selector: None };
         let list = self.client.list(Resource::JOBS, self.namespace(), &params).map_err(|error| api_error("list the sandboxes", &error))?;
         Ok(list.items.iter().map(Job::from_value).filter_map(|job| seen_of(&job)).collect())
     }
 
     /// The patch is conditioned on the `resourceVersion` `seen` was read at.
-    fn begin_call(&self, seen: &Seen, call: &CallMark) -> Result<bool, backend::Error> {
-        let name = sandboxes::public_name(&seen.record.id);
+    fn begin_call(&self, seen: &Seen, call: &CallMark) -> Result<bool, port::Error> {
+        let name = rules::public_name(&seen.record.id);
         let patch = json!({"metadata": {
             "resourceVersion": seen.version,
-            "annotations": {manifest::ANNOTATION_SANDBOX_CALL: sandboxes::encode_call(call)},
+            "annotations": {manifest::ANNOTATION_SANDBOX_CALL: sandbox_record::encode_call(call)},
         }});
         match self.client.merge_patch(Resource::JOBS, self.namespace(), &manifest::job_name(&name), &patch) {
             Ok(_) => Ok(true),
@@ -147,7 +148,7 @@ impl SandboxStore for Kubernetes {
         }
     }
 
-    fn mark_used(&self, name: &str, at_ms: u64) -> Result<(), backend::Error> {
+    fn mark_used(&self, name: &str, at_ms: u64) -> Result<(), port::Error> {
         let patch = json!({"metadata": {"annotations": {manifest::ANNOTATION_SANDBOX_USED_MS: at_ms.to_string()}}});
         match self.client.merge_patch(Resource::JOBS, self.namespace(), &manifest::job_name(name), &patch) {
             Ok(_) => Ok(()),
@@ -155,8 +156,8 @@ impl SandboxStore for Kubernetes {
         }
     }
 
-    fn end_call(&self, seen: &Seen, call: &CallMark, at_ms: u64) -> Result<(), backend::Error> {
-        let name = &sandboxes::public_name(&seen.record.id);
+    fn end_call(&self, seen: &Seen, call: &CallMark, at_ms: u64) -> Result<(), port::Error> {
+        let name = &rules::public_name(&seen.record.id);
         let annotations = json!({
             manifest::ANNOTATION_SANDBOX_CALL: null,
             manifest::ANNOTATION_SANDBOX_USED_MS: at_ms.to_string(),

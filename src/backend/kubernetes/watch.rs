@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use crate::backend::kubernetes::{classify, manifest};
-use crate::engine::backend::{Abort, ErrorKind, Sighting, Times, Watch, Watched};
+use crate::engine::port::{Abort, ErrorKind, Sighting, Times, Watch, Watched};
 use crate::kube::objects::Pod;
 use crate::kube::{self, ListParams, Resource};
 use crate::{log, supervise};
@@ -542,6 +542,6 @@ mod tests {
         assert!(sighting(&Pod::from_value(&deleting)).view.ended.unwrap().deleted);
         let evicted = serde_json::json!({"metadata": {"name": "p"}, "status": {"phase": "Failed", "reason": "Evicted", "message": "m"}});
         let facts = sighting(&Pod::from_value(&evicted)).view.ended.unwrap();
-        assert!(matches!(facts.stopped, Some(crate::engine::facts::Stopped::Evicted { .. })) && !facts.deleted, "{facts:?}");
+        assert!(matches!(facts.stopped, Some(crate::engine::port::facts::Stopped::Evicted { .. })) && !facts.deleted, "{facts:?}");
     }
 }

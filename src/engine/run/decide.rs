@@ -19,8 +19,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::facts::{Finished, SandboxState, View};
-use crate::engine::spec::RunReason;
+use crate::engine::port::facts::{Finished, SandboxState, View};
+use crate::engine::port::spec::RunReason;
 
 /// How often start failures are looked for while no sandbox exists.
 const START_FAILURE_POLL: Duration = Duration::from_secs(2);
@@ -466,9 +466,9 @@ fn killed_unexplained(facts: &Finished) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::collect::Collector;
-    use crate::engine::facts::Stopped;
-    use crate::engine::outcome::{self, Judged};
+    use crate::engine::port::facts::Stopped;
+    use crate::engine::run::collect::Collector;
+    use crate::engine::run::outcome::{self, Judged};
 
     fn secs(seconds: u64) -> Duration {
         Duration::from_secs(seconds)
@@ -905,7 +905,7 @@ mod tests {
     }
 
     /// What a judgement over the pod's facts makes of them, with no result.
-    fn judged(facts: Finished) -> crate::engine::spec::RunOutcome {
+    fn judged(facts: Finished) -> crate::engine::port::spec::RunOutcome {
         // A kill is watched a moment for its removal (REMOVAL_WAIT) first.
         let t0 = Instant::now();
         let mut machine = RunState::new(sync(t0), t0);

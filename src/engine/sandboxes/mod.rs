@@ -1,4 +1,4 @@
-//! The shells around `engine::sandboxes`' rules: open a sandbox (within
+//! The shells around `engine::sandboxes::rules`' rules: open a sandbox (within
 //! MCP_K8S_MAX_SANDBOXES, ready before the answer), run one call in it
 //! (take it by the backend's compare-and-set, hand the runner its call
 //! with a tag chosen here, read the call's frames until its result, judge
@@ -8,17 +8,20 @@
 //! Knows no backend: everything goes through `SandboxStore` and the
 //! port's `probe` (is the sandbox running, and if it ended, how).
 
+pub mod rules;
+
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cancel::CancelToken;
-use crate::engine::backend::Output;
-use crate::engine::backend::{Delivered, SandboxStore};
-use crate::engine::collect::{Collector, LiveChunk};
-use crate::engine::facts::{Finished, SandboxState};
-use crate::engine::outcome::Judged;
+use crate::engine::port::Output;
+use crate::engine::port::facts::{Finished, SandboxState};
+use crate::engine::port::sandbox_record::{CallMark, Record, Seen};
+use crate::engine::port::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
+use crate::engine::port::{Delivered, SandboxStore};
+use crate::engine::run::collect::{Collector, LiveChunk};
+use crate::engine::run::outcome::Judged;
 use crate::engine::run::{Ctx, Progress};
-use crate::engine::sandboxes::{self, CallMark, Over, Record, Seen, Take};
-use crate::engine::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
+use crate::engine::sandboxes::rules::{Over, Take};
 use crate::log;
 use crate::sandbox::frame::Tag;
 use crate::sandbox::session;
@@ -92,8 +95,8 @@ pub fn open(ctx: &Ctx, opening: &Opening) -> Result<Seen, Refusal> {
             ),
         ));
     }
-    let id = sandboxes::new_id();
-    let name = sandboxes::public_name(&id);
+    let id = rules::new_id();
+    let name = rules::public_name(&id);
     let spec = &opening.spec;
     let record = Record {
         id,
@@ -166,7 +169,7 @@ fn await_running(ctx: &Ctx, name: &str) -> Result<(), Refusal> {
 fn list_open(store: &dyn SandboxStore, now: u64) -> Result<Vec<Seen>, Refusal> {
     let all =
         store.list_sandboxes().map_err(|error| refusal(RunReason::ApiError, format!("the sandboxes could not be listed: {error}")))?;
-    Ok(all.into_iter().filter(|seen| sandboxes::over(seen, now).is_none()).collect())
+    Ok(all.into_iter().filter(|seen| rules::over(seen, now).is_none()).collect())
 }
 
 /// The caller's open sandboxes (every one without callers).
@@ -176,7 +179,7 @@ pub fn list(ctx: &Ctx, owner: Option<&str>) -> Result<Vec<Seen>, Refusal> {
     let mut listed =
         store.list_sandboxes().map_err(|error| refusal(RunReason::ApiError, format!("the sandboxes could not be listed: {error}")))?;
     listed.retain(|seen| owner.is_none() || seen.record.owner.as_deref() == owner);
-    listed.retain(|seen| !matches!(sandboxes::over(seen, now), Some(Over::Ended)));
+    listed.retain(|seen| !matches!(rules::over(seen, now), Some(Over::Ended)));
     listed.sort_by_key(|seen| seen.record.opened_at_ms);
     Ok(listed)
 }
@@ -190,9 +193,9 @@ fn find(store: &dyn SandboxStore, id: &str, owner: Option<&str>) -> Result<Seen,
             "no open sandbox has this id (it was closed, it expired, or it is not yours); open_sandbox opens a new one",
         )
     };
-    let id = sandboxes::parse_id(id).ok_or_else(not_found)?;
+    let id = rules::parse_id(id).ok_or_else(not_found)?;
     let seen = store
-        .look(&sandboxes::public_name(id))
+        .look(&rules::public_name(id))
         .map_err(|error| refusal(RunReason::ApiError, format!("the sandbox could not be read: {error}")))?
         .ok_or_else(not_found)?;
     let same_id = crate::sandbox::constant_time_eq(seen.record.id.as_bytes(), id.as_bytes());
@@ -213,7 +216,7 @@ pub fn find_yours(ctx: &Ctx, id: &str, owner: Option<&str>) -> Result<Seen, Refu
 pub fn close(ctx: &Ctx, id: &str, owner: Option<&str>) -> Result<Seen, Refusal> {
     let store = store(ctx)?;
     let seen = find(store, id, owner)?;
-    let name = sandboxes::public_name(&seen.record.id);
+    let name = rules::public_name(&seen.record.id);
     store.close_sandbox(&name);
     crate::metrics::sandbox_closed("closed");
     log::info("sandbox closed", &[("sandbox", name.as_str().into())]);
@@ -222,15 +225,15 @@ pub fn close(ctx: &Ctx, id: &str, owner: Option<&str>) -> Result<Seen, Refusal> 
 
 /// Closes every sandbox that is over (idle, past its lifetime, ended);
 /// returns how many.
-pub fn reap(backend: &dyn crate::engine::backend::Backend) -> usize {
+pub fn reap(backend: &dyn crate::engine::port::Backend) -> usize {
     let Some(store) = backend.sandbox_store() else { return 0 };
     let Ok(all) = store.list_sandboxes() else { return 0 };
     let listed = all.len();
     let now = now_ms();
     let mut closed = 0;
     for seen in all {
-        if let Some(over) = sandboxes::over(&seen, now) {
-            let name = sandboxes::public_name(&seen.record.id);
+        if let Some(over) = rules::over(&seen, now) {
+            let name = rules::public_name(&seen.record.id);
             store.close_sandbox(&name);
             crate::metrics::sandbox_closed(over.label());
             log::info("sandbox reaped", &[("sandbox", name.as_str().into()), ("why", format!("{over:?}").into())]);
@@ -302,7 +305,7 @@ pub fn take(ctx: &Ctx, sandbox: &Named, spec: &RunSpec, call_id: &str) -> Result
         Some(seen) => seen.clone(),
         None => find(store, &sandbox.id, spec.owner.as_deref())?,
     };
-    let name = sandboxes::public_name(&seen.record.id);
+    let name = rules::public_name(&seen.record.id);
     if spec.image != seen.record.image {
         return Err(refusal(
             RunReason::SandboxNotFound,
@@ -342,7 +345,7 @@ pub fn run_taken(
     let store = store(ctx)?;
     let Taken { seen, name, mark, deadline } = taken;
     let _release = Release { store, seen, mark };
-    let mut call = crate::engine::pool::assignment(call_id, spec, &ctx.policy);
+    let mut call = crate::engine::pools::pool::assignment(call_id, spec, &ctx.policy);
     call.tag = Some(tag);
     on_progress(Progress::Created { what: format!("call in sandbox {}", &name[..8]) });
     let delivered = match store.deliver_call(name, &call, spec.timeout + CALL_SLACK) {
@@ -390,7 +393,7 @@ pub fn follow(
     let started = Instant::now();
     let submitted = std::time::UNIX_EPOCH + Duration::from_millis(since_ms);
     let ran = store(ctx).map(|store| {
-        let name = sandboxes::public_name(&seen.record.id);
+        let name = rules::public_name(&seen.record.id);
         let running = || still_running(store, &name, call_id);
         let cancel_call = || store.cancel_call(&name, tag);
         // A call that is not over yet holds its mark at most until its
@@ -411,7 +414,7 @@ pub fn follow(
         let outcome = judge_call(ctx, &name, &facts, read);
         if let Ok(Some(now)) = store.look(&name)
             && let Some(mark) = now.call.as_ref().filter(|mark| mark.call_id == call_id)
-            && (got_result || sandboxes::stale(mark, now_ms()))
+            && (got_result || rules::stale(mark, now_ms()))
         {
             drop(Release { store, seen: &now, mark });
         }
@@ -478,7 +481,7 @@ fn read_followed(
 /// and not stale); `true` when the sandbox could not be read.
 fn still_running(store: &dyn SandboxStore, name: &str, call_id: &str) -> bool {
     match store.look(name) {
-        Ok(Some(seen)) => seen.alive && seen.call.as_ref().is_some_and(|mark| mark.call_id == call_id && !sandboxes::stale(mark, now_ms())),
+        Ok(Some(seen)) => seen.alive && seen.call.as_ref().is_some_and(|mark| mark.call_id == call_id && !rules::stale(mark, now_ms())),
         Ok(None) => false,
         Err(_) => true,
     }
@@ -528,15 +531,15 @@ fn read_and_judge(
 
 /// A collector of one call's frames (those tagged `tag`), writing to
 /// `spool`.
-fn call_collector(ctx: &Ctx, tag: Tag, spool: Option<crate::engine::outputs::Spool>) -> Collector {
+fn call_collector(ctx: &Ctx, tag: Tag, spool: Option<crate::outputs::Spool>) -> Collector {
     let mut collector = Collector::for_call(ctx.policy.max_output_bytes, ctx.policy.max_artifact_bytes, tag);
     collector.spool = spool;
     collector
 }
 
 /// The call's place in the output store, when the server keeps one.
-fn new_spool(ctx: &Ctx, call_id: &str, owner: Option<&str>) -> Option<crate::engine::outputs::Spool> {
-    ctx.policy.outputs.as_ref().map(|outputs| crate::engine::outputs::Spool::new(outputs.clone(), call_id, owner))
+fn new_spool(ctx: &Ctx, call_id: &str, owner: Option<&str>) -> Option<crate::outputs::Spool> {
+    ctx.policy.outputs.as_ref().map(|outputs| crate::outputs::Spool::new(outputs.clone(), call_id, owner))
 }
 
 /// What was read, with how the sandbox ended when no result came.
@@ -595,7 +598,7 @@ fn judge_call(ctx: &Ctx, name: &str, facts: &CallFacts, read: Read) -> RunOutcom
 /// over.
 fn sandbox_lives(ctx: &Ctx, name: &str) -> bool {
     let Ok(store) = store(ctx) else { return false };
-    matches!(store.look(name), Ok(Some(seen)) if seen.alive && sandboxes::over(&seen, now_ms()).is_none())
+    matches!(store.look(name), Ok(Some(seen)) if seen.alive && rules::over(&seen, now_ms()).is_none())
 }
 
 /// How many times a take is tried again when the record changed under it
@@ -615,12 +618,12 @@ fn take_sandbox(
     for _ in 0..TAKE_ATTEMPTS {
         let now = now_ms();
         let marked_at = Instant::now();
-        match sandboxes::take(&seen, now) {
+        match rules::take(&seen, now) {
             Take::Free => {}
             Take::Busy { started_ms, until_ms } => return Err(busy(now, started_ms, until_ms)),
             Take::Over(over) => return Err(refusal(RunReason::SandboxNotFound, format!("the sandbox is closed: {}", over.explain()))),
         }
-        sandboxes::fits(&seen.record, now, budget).map_err(|why| refusal(RunReason::SandboxExpiring, why))?;
+        rules::fits(&seen.record, now, budget).map_err(|why| refusal(RunReason::SandboxExpiring, why))?;
         let mark = CallMark { call_id: call_id.to_string(), started_ms: now, until_ms: now + budget.as_millis() as u64 };
         match store.begin_call(&seen, &mark) {
             Ok(true) => return Ok((mark, marked_at + budget)),
@@ -766,7 +769,7 @@ impl Drop for Release<'_> {
         if let Err(error) = self.store.end_call(self.seen, self.mark, now_ms()) {
             log::warn(
                 "a call's mark was not cleared; the sandbox is busy until the mark is stale",
-                &[("sandbox", sandboxes::public_name(&self.seen.record.id).into()), ("error", error.to_string().into())],
+                &[("sandbox", rules::public_name(&self.seen.record.id).into()), ("error", error.to_string().into())],
             );
         }
     }

@@ -1,4 +1,4 @@
-//! The one warm pool manager, the shell around `engine::pool::PoolState`
+//! The one warm pool manager, the shell around `engine::pools::pool::PoolState`
 //! for every backend: a thread per pool does what the machine's steps say
 //! (make a sandbox, delete one), looks at the pool's sandboxes about every
 //! second and feeds what it sees back as events; `claim` hands a ready
@@ -16,15 +16,17 @@
 //! takes that id (`Backend::claim`), so every by-name and by-label lookup
 //! of a cold run works for a warm one unchanged. Knows no backend and
 //! nothing of MCP; the decisions (when to make, replace, hand out) are
-//! `engine::pool`'s.
+//! `engine::pools::pool`'s.
+
+pub mod pool;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::engine::backend::PoolFigures;
-use crate::engine::pool::{DeleteWhy, Event, PoolRules, PoolShape, PoolState, Step};
-use crate::engine::spec::{Policy, RunSpec};
+use crate::engine::pools::pool::{DeleteWhy, Event, PoolRules, PoolShape, PoolState, Step};
+use crate::engine::port::PoolFigures;
+use crate::engine::port::spec::{Policy, RunSpec};
 use crate::log;
 use crate::metrics;
 use crate::sandbox::assignment::Assignment;
@@ -38,7 +40,7 @@ pub trait PoolSandboxes: Send + Sync + 'static {
     type Made: Send + 'static;
 
     /// The policy runs are made under: which run fits a pool
-    /// (`engine::pool::pick`), and what its assignment says.
+    /// (`engine::pools::pool::pick`), and what its assignment says.
     fn pool_policy(&self) -> &Policy;
 
     /// Makes one sandbox of the pool's shape, ready to wait for its
@@ -72,9 +74,9 @@ pub struct NewSandbox<'a> {
     /// timeout that holds the wait and the longest run.
     pub template: &'a RunSpec,
     /// How long its runner waits for the assignment
-    /// (`engine::pool::runner_max_wait`).
+    /// (`engine::pools::pool::runner_max_wait`).
     pub max_wait: Duration,
-    /// What its runner starts ahead (`engine::pool::PoolShape::preload`).
+    /// What its runner starts ahead (`engine::pools::pool::PoolShape::preload`).
     pub preload: Option<&'a crate::sandbox::args::Preload>,
 }
 
@@ -143,7 +145,7 @@ impl<S: PoolSandboxes> Pools<S> {
     /// takes that id. `None`: no pool fits, or none is ready (a miss).
     pub fn claim(&self, spec: &RunSpec) -> Option<String> {
         let shapes: Vec<PoolShape> = self.managed.iter().map(|managed| managed.shape.clone()).collect();
-        let shape = crate::engine::pool::pick(spec, self.sandboxes.pool_policy(), &shapes)?;
+        let shape = crate::engine::pools::pool::pick(spec, self.sandboxes.pool_policy(), &shapes)?;
         let managed = self.managed.iter().find(|managed| managed.shape.name == shape.name)?;
         loop {
             let (run_id, reserved) = managed.hand_out()?;
@@ -175,9 +177,9 @@ impl<S: PoolSandboxes> Pools<S> {
     }
 
     /// Sends the run to its sandbox: the assignment a cold run's sandbox
-    /// would be started with (`engine::pool::assignment`).
+    /// would be started with (`engine::pools::pool::assignment`).
     pub fn deliver(&self, reserved: &Reserved<S::Made>, run_id: &str, spec: &RunSpec) -> Result<(), String> {
-        let assignment = crate::engine::pool::assignment(run_id, spec, self.sandboxes.pool_policy());
+        let assignment = crate::engine::pools::pool::assignment(run_id, spec, self.sandboxes.pool_policy());
         self.sandboxes.deliver(reserved, &assignment)
     }
 
@@ -255,7 +257,7 @@ struct State<M> {
 
 impl<M> Managed<M> {
     fn new(shape: &PoolShape, rules: PoolRules, max_timeout: Duration) -> Managed<M> {
-        let max_wait = crate::engine::pool::runner_max_wait(&rules);
+        let max_wait = crate::engine::pools::pool::runner_max_wait(&rules);
         let template = RunSpec {
             image: shape.image.clone(),
             command: Vec::new(),

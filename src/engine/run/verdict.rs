@@ -18,9 +18,9 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use crate::engine::backend::{Backend, Error, Settled, Stop};
-use crate::engine::facts::{DecidedBy, Recorded};
-use crate::engine::spec::{RunOutcome, RunReason, RunStatus};
+use crate::engine::port::facts::{DecidedBy, Recorded};
+use crate::engine::port::spec::{RunOutcome, RunReason, RunStatus};
+use crate::engine::port::{Backend, Error, Settled, Stop};
 use crate::log;
 
 /// Longest message kept in a record (Kubernetes annotations share 256 KiB).

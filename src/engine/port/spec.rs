@@ -149,7 +149,7 @@ pub struct Policy {
     pub clone: Option<CloneStep>,
     /// The output store (MCP_K8S_OUTPUTS_DIR): where streams and files
     /// past the inline caps are kept whole, behind resource links.
-    pub outputs: Option<std::sync::Arc<crate::engine::outputs::Store>>,
+    pub outputs: Option<std::sync::Arc<crate::outputs::Store>>,
     /// Open sandboxes (sessions): how many, how long.
     pub sandboxes: SandboxLimits,
 }
@@ -395,7 +395,7 @@ pub struct RunOutcome {
     pub artifacts: Vec<Artifact>,
     /// Streams and files kept whole in the output store, in order:
     /// stdout, stderr, then files.
-    pub links: Vec<crate::engine::outputs::Link>,
+    pub links: Vec<crate::outputs::Link>,
     /// How long the command itself ran (zero if it never started).
     pub duration: Duration,
     pub times: PhaseTimes,

@@ -2,7 +2,7 @@
 //! record, the rules that decide who may run a call in it and when it
 //! ends, and the port a backend implements to keep them
 //! (`backend::SandboxStore`, part of the port). Pure: the shells that open, call,
-//! close, list and reap are `engine::sandbox_call`'s.
+//! close, list and reap are `engine::sandboxes`'s.
 //!
 //! The record lives with the sandbox in the backend (a Job's annotation,
 //! a container's labels), never in this process: every replica, and a
@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use crate::engine::port::sandbox_record::{CallMark, Record, Seen};
 
 /// How long a sandbox may sit idle, when its opener names nothing.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -29,56 +29,6 @@ pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(3600);
 /// call still collecting its files then is safe: the runner refuses a
 /// second call while one runs.
 pub const CALL_MARK_SLACK: Duration = Duration::from_secs(5);
-
-/// What a sandbox is, as its record keeps it: fixed when it is opened.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Record {
-    /// The capability the opener got. Never logged.
-    pub id: String,
-    /// Whose it is, on a server with several callers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    pub image: String,
-    /// The `execute_code` language it was opened for, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub language: Option<String>,
-    pub network: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<String>,
-    pub workdir: String,
-    pub opened_at_ms: u64,
-    /// The end of its life (`max_lifetime_s` from its opening).
-    pub expires_at_ms: u64,
-    pub idle_timeout_s: u64,
-}
-
-/// The call that runs in a sandbox, as its mark says.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CallMark {
-    pub call_id: String,
-    pub started_ms: u64,
-    /// After this, plus `CALL_MARK_SLACK`, the mark is stale: the server
-    /// that wrote it did not finish the call.
-    pub until_ms: u64,
-}
-
-/// A sandbox as the backend shows it now.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Seen {
-    pub record: Record,
-    /// When it was last ready for a call: marked when its runner first
-    /// waits, then at the end of each call. `None` while it is opening: an
-    /// opening sandbox is never idle (its lifetime still bounds it).
-    pub last_used_ms: Option<u64>,
-    pub call: Option<CallMark>,
-    /// What the backend's compare-and-set compares (a `resourceVersion`,
-    /// the stale mark's container): opaque here.
-    pub version: String,
-    /// Its sandbox still runs (its runner waits or works).
-    pub alive: bool,
-}
 
 /// The name a sandbox's objects and log lines carry: the first 128 bits of
 /// its id's SHA-256, in hex (a run id's shape), so that nothing that
@@ -230,23 +180,6 @@ pub fn state_name(seen: &Seen, now_ms: u64) -> &'static str {
     }
 }
 
-/// The record as the backend stores it (one line of JSON).
-pub fn encode_record(record: &Record) -> String {
-    serde_json::to_string(record).unwrap_or_default()
-}
-
-pub fn decode_record(text: &str) -> Option<Record> {
-    serde_json::from_str(text).ok()
-}
-
-pub fn encode_call(call: &CallMark) -> String {
-    serde_json::to_string(call).unwrap_or_default()
-}
-
-pub fn decode_call(text: &str) -> Option<CallMark> {
-    serde_json::from_str(text).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,6 +296,7 @@ mod tests {
 
     #[test]
     fn records_and_marks_round_trip() {
+        use crate::engine::port::sandbox_record::{decode_call, decode_record, encode_call, encode_record};
         let record = seen(OPENED, None, true).record;
         assert_eq!(decode_record(&encode_record(&record)), Some(record));
         let call = mark(1, 2).unwrap();

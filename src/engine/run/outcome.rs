@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use crate::engine::collect::Collector;
-use crate::engine::facts::{Finished, Stopped, Wording};
-use crate::engine::spec::{RunOutcome, RunReason, RunStatus, Truncation};
+use crate::engine::port::facts::{Finished, Stopped, Wording};
+use crate::engine::port::spec::{RunOutcome, RunReason, RunStatus, Truncation};
+use crate::engine::run::collect::Collector;
 
 /// The facts a finished run is judged on, besides the collected log.
 pub struct Judged<'a> {

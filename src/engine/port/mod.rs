@@ -11,14 +11,19 @@
 //!
 //! Knows nothing of Kubernetes, Docker or MCP.
 
+pub mod facts;
+pub mod jobs;
+pub mod sandbox_record;
+pub mod spec;
+
 use std::fmt;
 use std::io::BufRead;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, SystemTime};
 
-use crate::engine::facts::{Recorded, View, Wording};
-use crate::engine::sandboxes::{CallMark, Record, Seen};
-use crate::engine::spec::{RunReason, RunSpec};
+use crate::engine::port::facts::{Recorded, View, Wording};
+use crate::engine::port::sandbox_record::{CallMark, Record, Seen};
+use crate::engine::port::spec::{RunReason, RunSpec};
 use crate::sandbox::assignment::Assignment;
 use crate::sandbox::frame::Tag;
 

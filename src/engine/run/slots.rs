@@ -55,7 +55,7 @@ struct Shared {
     max_queued: usize,
     /// One sandbox opening at a time counts the open ones and creates its
     /// own: two that both counted before either created would pass the
-    /// limit together (`engine::sandbox_call::open`).
+    /// limit together (`engine::sandboxes::open`).
     sandbox_opening: Gate,
 }
 

@@ -6,8 +6,8 @@
 
 use std::io::BufRead;
 
-use crate::engine::outputs::Spool;
-use crate::engine::spec::Artifact;
+use crate::engine::port::spec::Artifact;
+use crate::outputs::Spool;
 use crate::sandbox::frame::{self, Frame, Held, MAX_LINE_BYTES, RunResult, Stream, Tag};
 
 /// The note for frames that do not carry the run's tag.
@@ -412,7 +412,7 @@ mod tests {
 
     #[test]
     fn spilled_streams_and_files_go_to_the_store_not_to_memory() {
-        use crate::engine::outputs::{Spool, Store};
+        use crate::outputs::{Spool, Store};
         let dir = std::env::temp_dir().join(format!("mcp-collect-spill-{}", std::process::id()));
         let store = Store::new(&dir, 1 << 20, 1 << 20, std::time::Duration::from_secs(60));
         store.prepare().unwrap();
@@ -447,8 +447,7 @@ mod tests {
         assert_eq!(collector.artifacts.iter().map(|artifact| artifact.content.clone()).collect::<Vec<_>>(), vec![None, None]);
         let (links, note) = collector.spool.take().unwrap().finish(Some([0, 11]), std::time::SystemTime::now());
         assert_eq!(note, None);
-        let read =
-            |uri: &str| store.read(&crate::engine::outputs::parse_uri(uri).unwrap(), std::time::SystemTime::now(), None).unwrap().bytes;
+        let read = |uri: &str| store.read(&crate::outputs::parse_uri(uri).unwrap(), std::time::SystemTime::now(), None).unwrap().bytes;
         assert_eq!(links.iter().map(|link| link.name.as_str()).collect::<Vec<_>>(), ["stderr", "big.bin"]);
         assert_eq!(read(&links[0].uri), b"hello world");
         assert_eq!(read(&links[1].uri), b"abcdef");
@@ -457,7 +456,7 @@ mod tests {
 
     #[test]
     fn the_log_stops_at_held_output_and_the_held_frames_fill_the_spool_but_nothing_else() {
-        use crate::engine::outputs::{Spool, Store};
+        use crate::outputs::{Spool, Store};
         let dir = std::env::temp_dir().join(format!("mcp-collect-held-{}", std::process::id()));
         let store = Store::new(&dir, 1 << 20, 1 << 20, std::time::Duration::from_secs(60));
         store.prepare().unwrap();
@@ -494,7 +493,7 @@ mod tests {
         collector.read_all(&mut reader, &mut |_| {}).unwrap();
         assert!(collector.result.is_some(), "then the log goes on to the result");
         let (links, _) = collector.spool.take().unwrap().finish(Some([10, 0]), std::time::SystemTime::now());
-        let piece = store.read(&crate::engine::outputs::parse_uri(&links[0].uri).unwrap(), std::time::SystemTime::now(), None).unwrap();
+        let piece = store.read(&crate::outputs::parse_uri(&links[0].uri).unwrap(), std::time::SystemTime::now(), None).unwrap();
         assert_eq!(piece.bytes, b"whole text");
         assert!(links[0].complete);
         let _ = std::fs::remove_dir_all(&dir);

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::engine::spec::{Policy, RunSpec, command_env, exec_options};
+use crate::engine::port::spec::{Policy, RunSpec, command_env, exec_options};
 use crate::network::NetworkMode;
 use crate::quantity::Quantity;
 use crate::sandbox::args::Preload;
@@ -360,7 +360,7 @@ mod tests {
             owner: None,
             image: "docker.io/library/busybox:1.36".into(),
             command: vec!["true".into()],
-            files: vec![crate::engine::spec::InputFile { path: "in.txt".into(), content: b"x".to_vec(), mode: 0o644 }],
+            files: vec![crate::engine::port::spec::InputFile { path: "in.txt".into(), content: b"x".to_vec(), mode: 0o644 }],
             env: [("A".to_string(), "1".to_string())].into(),
             cpu_limit: Some(quantity("0.5")),
             memory_limit: Some(quantity("67108864")),
@@ -374,7 +374,7 @@ mod tests {
 
     #[test]
     fn a_run_takes_a_pool_sandbox_only_when_everything_fixed_at_creation_matches() {
-        let clone = crate::engine::spec::CloneSpec { repo_url: "https://h/r".into(), git_ref: "main".into(), subdir: String::new() };
+        let clone = crate::engine::port::spec::CloneSpec { repo_url: "https://h/r".into(), git_ref: "main".into(), subdir: String::new() };
         let cases: Vec<(&str, RunSpec, bool, Option<Mismatch>)> = vec![
             ("same shape, files, env and artifacts travel along", spec(), false, None),
             ("a clone", RunSpec { clone: Some(clone), ..spec() }, false, Some(Mismatch::Clone)),

@@ -14,7 +14,7 @@
 
 use std::time::SystemTime;
 
-use crate::engine::spec::{RunOutcome, RunStatus};
+use crate::engine::port::spec::{RunOutcome, RunStatus};
 use crate::network::NetworkMode;
 use crate::trace::{Attr, Kind, Span, SpanContext};
 
@@ -84,15 +84,15 @@ pub fn run_spans(parent: SpanContext, facts: &RunFacts, outcome: &RunOutcome) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::spec::{PhaseTimes, RunReason};
+    use crate::engine::port::spec::{PhaseTimes, RunReason};
     use std::time::{Duration, UNIX_EPOCH};
 
     fn at(ms: u64) -> Option<SystemTime> {
         Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_000 + ms))
     }
 
-    fn spec() -> crate::engine::spec::RunSpec {
-        crate::engine::spec::RunSpec {
+    fn spec() -> crate::engine::port::spec::RunSpec {
+        crate::engine::port::spec::RunSpec {
             owner: None,
             image: "busybox:1.36".into(),
             command: vec!["sh".into(), "-c".into(), "echo SECRET_ARG".into()],

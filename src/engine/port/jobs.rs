@@ -19,7 +19,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cancel::CancelToken;
-use crate::engine::spec::RunOutcome;
+use crate::engine::port::spec::RunOutcome;
 use crate::sandbox::frame::Stream;
 
 /// How much the store may hold.
@@ -465,7 +465,7 @@ impl LiveTail {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::spec::{RunReason, RunStatus};
+    use crate::engine::port::spec::{RunReason, RunStatus};
 
     fn limits() -> Limits {
         Limits { max_entries: 3, max_bytes: 10_000, max_running: 2, live_output_bytes: 8, result_ttl: Duration::from_secs(60) }

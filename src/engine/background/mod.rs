@@ -10,7 +10,7 @@
 //! controller deletes the Job. The `jobs::Jobs` store caches state and
 //! outcomes; a token it does not know is looked up in the cluster and
 //! re-attached: one follower thread per run, shared by every waiter.
-//! A run's verdict is written onto its Job (`engine::verdict`) before it is
+//! A run's verdict is written onto its Job (`engine::run::verdict`) before it is
 //! cached or returned, and a re-attach reads it before anything else, so a
 //! token has one result in every process.
 //!
@@ -26,21 +26,23 @@
 //!
 //! Knows Kubernetes and the engine; nothing of MCP.
 
+pub mod idempotency;
+
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::audit;
 use crate::cancel::CancelToken;
-use crate::engine::backend::{BackgroundRecord, ErrorKind, Keep, Settled, Stop, Stored};
-use crate::engine::facts::{DecidedBy, Recorded, SandboxState, Wording};
-use crate::engine::idempotency::{self, Judged, Keyed};
-use crate::engine::jobs::{Lookup, OnEnd, Phase, Seen, View};
-use crate::engine::outputs::visible_to;
+use crate::engine::background::idempotency::{Judged, Keyed};
+use crate::engine::port::facts::{DecidedBy, Recorded, SandboxState, Wording};
+use crate::engine::port::jobs::{Lookup, OnEnd, Phase, Seen, View};
+use crate::engine::port::spec::{PhaseTimes, RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
+use crate::engine::port::{BackgroundRecord, ErrorKind, Keep, Settled, Stop, Stored};
+use crate::engine::run::verdict::{self, Ended};
 use crate::engine::run::{self, Ctx, Followed, Progress};
-use crate::engine::spec::{PhaseTimes, RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
-use crate::engine::verdict::{self, Ended};
 use crate::log;
+use crate::outputs::visible_to;
 use crate::sandbox::frame::Stream;
 use crate::supervise;
 use crate::trace::{self, SpanContext};
@@ -261,7 +263,7 @@ pub fn submit(
     match keyed {
         Some(keyed) => submit_keyed(ctx, spec, kind, keyed, (traceparent, on_end)),
         None => {
-            let run_id = ctx.backend.claim(spec, crate::engine::backend::RunKind::Background).unwrap_or_else(run::new_run_id);
+            let run_id = ctx.backend.claim(spec, crate::engine::port::RunKind::Background).unwrap_or_else(run::new_run_id);
             submit_new(ctx, spec, kind, &run_id, (None, traceparent, on_end))
         }
     }
@@ -855,8 +857,8 @@ fn send_spans(stored: Option<&Stored>, outcome: &RunOutcome) {
     let (Some(parent), Some(stored), true) = (parent, stored, trace::enabled()) else { return };
     // The record keeps `image program`.
     let image = stored.command.split(' ').next().unwrap_or_default();
-    let facts = crate::engine::spans::RunFacts { image, network: None };
-    crate::engine::spans::run_spans(parent, &facts, outcome).into_iter().for_each(trace::record);
+    let facts = crate::engine::run::spans::RunFacts { image, network: None };
+    crate::engine::run::spans::run_spans(parent, &facts, outcome).into_iter().for_each(trace::record);
 }
 
 fn command_summary(spec: &RunSpec) -> String {
@@ -882,14 +884,14 @@ fn expired(ctx: &Ctx, token: &str) -> Error {
     Error::Expired { token: token.to_string(), result_ttl_s: ctx.jobs.limits().result_ttl.as_secs() }
 }
 
-fn api(error: crate::engine::backend::Error) -> Error {
+fn api(error: crate::engine::port::Error) -> Error {
     Error::Api { what: error.what, kind: error.kind, message: error.message }
 }
 
 // ---------------------------------------------------------------------------
 // Background calls in open sandboxes (`submit_job`, and tasks, with
 // `sandbox`): the call is taken and handed over as a waited-for call is
-// (`engine::sandbox_call`), its outcome kept in the jobs store under a
+// (`engine::sandboxes`), its outcome kept in the jobs store under a
 // token like a background run's.
 //
 // The sandbox is the record, not this process: the token names the
@@ -905,34 +907,34 @@ fn api(error: crate::engine::backend::Error) -> Error {
 /// on a thread of its own. Returns once the sandbox is the call's.
 pub fn submit_call(
     ctx: &Ctx,
-    sandbox: &crate::engine::sandbox_call::Named,
+    sandbox: &crate::engine::sandboxes::Named,
     spec: &RunSpec,
     kind: TokenKind,
     on_end: Option<OnEnd>,
 ) -> Result<Submitted, Error> {
     let run_id = run::new_run_id();
     let submitted = SystemTime::now();
-    let taken = crate::engine::sandbox_call::take(ctx, sandbox, spec, &run_id).map_err(|refused| refused_error(&run_id, refused))?;
+    let taken = crate::engine::sandboxes::take(ctx, sandbox, spec, &run_id).map_err(|refused| refused_error(&run_id, refused))?;
     let in_sandbox = InSandbox { name: taken.name.clone(), timeout_s: spec.timeout.as_secs() };
     let token = call_token_for(kind, &run_id, submitted, &in_sandbox, ctx.site.as_deref());
     let cancel = CancelToken::new();
     if let Err(full) = ctx.jobs.insert_new(&run_id, &token, cancel.clone()) {
-        crate::engine::sandbox_call::give_back(ctx, &taken);
+        crate::engine::sandboxes::give_back(ctx, &taken);
         return Err(Error::Full { running: full.running });
     }
     ctx.jobs.set_owner(&run_id, spec.owner.clone(), on_end);
     // Its output is read live all along: a first look has nothing to wait for.
     ctx.jobs.want_output(&run_id);
-    let tag = crate::engine::sandboxes::call_tag(&taken.seen.record.id, &run_id);
+    let tag = crate::engine::sandboxes::rules::call_tag(&taken.seen.record.id, &run_id);
     let (thread_ctx, thread_spec, thread_run_id, thread_taken) = (ctx.clone(), spec.clone(), run_id.clone(), taken.clone());
     let spawned = supervise::spawn_named(supervise::Kind::BackgroundFollower, format!("job-{}", &run_id[..8]), move || {
         let taken = thread_taken;
         let (ctx, run_id) = (&thread_ctx, thread_run_id.as_str());
         let started = Instant::now();
-        let ran = crate::engine::sandbox_call::run_taken(ctx, &taken, &thread_spec, (run_id, tag, true), &cancel, &|progress| {
+        let ran = crate::engine::sandboxes::run_taken(ctx, &taken, &thread_spec, (run_id, tag, true), &cancel, &|progress| {
             call_progress(ctx, run_id, progress)
         });
-        let outcome = crate::engine::sandbox_call::finished(ctx, run_id, ran, (submitted, started));
+        let outcome = crate::engine::sandboxes::finished(ctx, run_id, ran, (submitted, started));
         // The run's one `ended` line, from the server that ran it (a server
         // that reads the result after this one died writes none).
         audit::record(&audit::Entry {
@@ -944,11 +946,11 @@ pub fn submit_call(
         ctx.jobs.finish(run_id, outcome, SystemTime::now());
     });
     if let Err(error) = spawned {
-        crate::engine::sandbox_call::give_back(ctx, &taken);
+        crate::engine::sandboxes::give_back(ctx, &taken);
         ctx.jobs.remove(&run_id);
         return Err(Error::Api {
             what: "start the call",
-            kind: crate::engine::backend::ErrorKind::Transient,
+            kind: crate::engine::port::ErrorKind::Transient,
             message: format!("no thread for it: {error}"),
         });
     }
@@ -986,8 +988,8 @@ fn attach_call(ctx: &Ctx, token: &Token, text: &str, reader: Option<&str>) -> Re
         let since_ms = crate::time::unix_ms(token.submitted);
         let timeout = std::time::Duration::from_secs(in_sandbox.timeout_s);
         move || {
-            let tag = crate::engine::sandboxes::call_tag(&seen.record.id, &run_id);
-            let outcome = crate::engine::sandbox_call::follow(&ctx, &seen, (&run_id, tag, since_ms), timeout, &cancel, &|progress| {
+            let tag = crate::engine::sandboxes::rules::call_tag(&seen.record.id, &run_id);
+            let outcome = crate::engine::sandboxes::follow(&ctx, &seen, (&run_id, tag, since_ms), timeout, &cancel, &|progress| {
                 call_progress(&ctx, &run_id, progress)
             });
             ctx.jobs.finish(&run_id, outcome, SystemTime::now());
@@ -1016,7 +1018,7 @@ fn call_progress(ctx: &Ctx, run_id: &str, progress: Progress) {
 }
 
 /// A refusal before the call exists, as the result a waited-for call gets.
-fn refused_error(run_id: &str, refused: crate::engine::sandbox_call::Refusal) -> Error {
+fn refused_error(run_id: &str, refused: crate::engine::sandboxes::Refusal) -> Error {
     Error::Refused { outcome: Box::new(refused.outcome(run_id)) }
 }
 
@@ -1127,7 +1129,7 @@ mod tests {
         ];
         for (before, after) in cases {
             let mut outcome = RunOutcome::without_result("r", before, RunReason::ResultLost, "m".into());
-            assert_eq!(mark_cancelled(&mut outcome, &crate::engine::outcome::POD_WORDING), before != after, "{before:?}");
+            assert_eq!(mark_cancelled(&mut outcome, &crate::engine::run::outcome::POD_WORDING), before != after, "{before:?}");
             assert_eq!(outcome.status, after, "{before:?}");
         }
     }

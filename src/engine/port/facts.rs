@@ -12,7 +12,7 @@
 
 use std::time::SystemTime;
 
-use crate::engine::spec::{RunReason, RunStatus};
+use crate::engine::port::spec::{RunReason, RunStatus};
 
 /// What the sandbox is doing, in the backend's own words made neutral.
 #[derive(Clone, Debug, PartialEq)]

@@ -12,21 +12,28 @@
 //! a shutdown) ends the run at once with what was read so far.
 //!
 //! Knows no backend: everything about the sandbox goes through
-//! `engine::backend::Backend`.
+//! `engine::port::Backend`.
+
+pub mod collect;
+pub mod decide;
+pub mod outcome;
+pub mod slots;
+pub mod spans;
+pub mod verdict;
 
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cancel::CancelToken;
-use crate::engine::backend::{Abort, Backend, Created, Keep, NewRun, OutputError, Sighting, Watch, Watched};
-use crate::engine::collect::{Collector, LiveChunk};
-use crate::engine::decide::{Away, Deadlines, Event, LogEnd, RunState, ServerEnd, Step, Verdict};
-use crate::engine::facts::{DecidedBy, Finished, Wording};
-use crate::engine::jobs::Lookup;
-use crate::engine::outcome::{self, Judged};
-use crate::engine::slots::{Gate, SlotError, Slots};
-use crate::engine::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
-use crate::engine::verdict::{self, Ended};
+use crate::engine::port::facts::{DecidedBy, Finished, Wording};
+use crate::engine::port::jobs::Lookup;
+use crate::engine::port::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
+use crate::engine::port::{Abort, Backend, Created, Keep, NewRun, OutputError, Sighting, Watch, Watched};
+use crate::engine::run::collect::{Collector, LiveChunk};
+use crate::engine::run::decide::{Away, Deadlines, Event, LogEnd, RunState, ServerEnd, Step, Verdict};
+use crate::engine::run::outcome::Judged;
+use crate::engine::run::slots::{Gate, SlotError, Slots};
+use crate::engine::run::verdict::Ended;
 use crate::log;
 use crate::metrics;
 use crate::network::NetworkMode;
@@ -39,7 +46,7 @@ pub struct Ctx {
     pub policy: Policy,
     pub slots: Slots,
     /// Background runs known to this process (`engine::background`).
-    pub jobs: crate::engine::jobs::Jobs,
+    pub jobs: crate::engine::port::jobs::Jobs,
     /// The site's name, on a server with named sites: background runs'
     /// tokens carry it.
     pub site: Option<String>,
@@ -136,7 +143,7 @@ fn run_taken(ctx: &Ctx, spec: &RunSpec, run_id: &str, cancel: &CancelToken, on_p
     };
     let _in_flight = metrics::track(metrics::Gauge::RunsInFlight);
     let started = Instant::now();
-    let claimed = ctx.backend.claim(spec, crate::engine::backend::RunKind::Sync);
+    let claimed = ctx.backend.claim(spec, crate::engine::port::RunKind::Sync);
     let run_id = claimed.as_deref().unwrap_or(run_id);
     // The server removes the run itself; the expiry only matters when it
     // could not (crash, lost connection).
@@ -503,7 +510,7 @@ impl<'scope> Shell<'scope, '_> {
                             .policy
                             .outputs
                             .clone()
-                            .map(|store| crate::engine::outputs::Spool::new(store, self.run_id, self.followed.owner.as_deref()))
+                            .map(|store| crate::outputs::Spool::new(store, self.run_id, self.followed.owner.as_deref()))
                     });
                     let reading = Reading { run_id: self.run_id, sandbox: &last.sandbox, reported, spool };
                     self.log = LogState::Following(start_follower(self.ctx, reading, self.on_progress, wake, scope));
@@ -714,7 +721,7 @@ enum LogState<'scope> {
 
 impl LogState<'_> {
     /// The spool of a reading that ended, for the next one.
-    fn take_spool(&mut self) -> Option<crate::engine::outputs::Spool> {
+    fn take_spool(&mut self) -> Option<crate::outputs::Spool> {
         match self {
             LogState::Ended(collector) => collector.spool.take(),
             _ => None,
@@ -788,7 +795,7 @@ struct Reading<'a> {
     run_id: &'a str,
     sandbox: &'a str,
     reported: usize,
-    spool: Option<crate::engine::outputs::Spool>,
+    spool: Option<crate::outputs::Spool>,
 }
 
 /// Starts following the main container's log on its own thread; the
@@ -824,7 +831,7 @@ fn start_follower<'scope>(
 fn follow_output(
     ctx: &Ctx,
     (run_id, sandbox): (&str, &str),
-    spool: Option<crate::engine::outputs::Spool>,
+    spool: Option<crate::outputs::Spool>,
     stop: &StreamStop,
     mut already_reported: usize,
     on_progress: &(dyn Fn(Progress) + Sync),

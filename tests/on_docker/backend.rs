@@ -358,6 +358,22 @@ fn a_finished_background_run_keeps_its_container_and_one_record() {
     assert_eq!(done["result"]["status"], "succeeded", "{done}");
 }
 
+/// `auto` resolved to Docker at start (no cluster credentials, the test
+/// daemon answers): the agent reads of containers, never of pods or a
+/// namespace, and is offered only the modes Docker runs here (no
+/// `restricted` without MCP_K8S_DOCKER_NETWORK).
+#[test]
+fn auto_resolved_to_docker_speaks_of_containers_and_offers_only_dockers_modes() {
+    let env = server_env(&[("MCP_K8S_BACKEND", "auto"), ("MCP_K8S_NETWORK_MODES", "none,restricted,open")]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+    let words = StdioServer::start(&env).backend_words();
+    let instructions = words["instructions"].as_str().unwrap_or_default();
+    assert!(instructions.contains("throwaway Docker container."), "{words}");
+    assert!(words["run_job_title"].as_str().unwrap_or_default().contains("Docker container"), "{words}");
+    assert_eq!((&words["network_enum"], &words["described_modes"]), (&json!(["none", "open"]), &json!(["none", "open"])), "{words}");
+    assert!(words["namespace"].is_null(), "{words}");
+}
+
 #[test]
 fn a_container_killed_from_outside_is_not_cancelled() {
     let mut server = server(&[]);

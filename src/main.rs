@@ -183,6 +183,8 @@ fn serve(raw: &RawConfig) -> ExitCode {
     let (sites, named) = wiring::sites(&config);
     let mut engines = Vec::new();
     let mut connections = Vec::new();
+    // The backend each site reached, for what the tools say of its runs.
+    let mut reached = Vec::new();
     for (index, (name, site_config)) in sites.iter().enumerate() {
         let site = named.then(|| Named { file: raw.sites.as_deref().unwrap_or_default(), name: name.as_str() });
         let connected = match start_site(site_config, &prepared, site) {
@@ -202,12 +204,13 @@ fn serve(raw: &RawConfig) -> ExitCode {
                 return ExitCode::from(1);
             }
         }
+        reached.push(connected.as_ref().ok().map(|connected| connected.kind()));
         if let Ok(connected) = connected {
             connections.push(connected);
         }
         engines.push(tools::SiteEngine { name: name.clone(), engine });
     }
-    let ctx = tools::Ctx::with_sites(config.clone(), engines, named);
+    let ctx = tools::Ctx::with_sites(wiring::resolved(&config, &reached), engines, named);
     if let Err(code) = judge_sites(&ctx, config.lazy_backend) {
         connections.iter().for_each(|connected| connected.shutdown());
         return code;

@@ -61,6 +61,26 @@ pub fn connect(config: &Config, prepared: &Prepared, warm: WarmPools) -> Result<
     }
 }
 
+/// The settings the tools describe runs with: each site's `auto`
+/// (MCP_K8S_BACKEND) replaced by the backend its connection reached,
+/// `reached` in the order of `sites` (`None`: not connected, so still
+/// `auto`). The tools' titles, instructions, `describe_environment` and
+/// the `network` modes offered are then the backend's in use, not the
+/// neutral words of a backend not yet known.
+pub fn resolved(config: &Config, reached: &[Option<BackendChoice>]) -> Config {
+    let mut resolved = config.clone();
+    let site_configs: Vec<&mut Config> = match resolved.sites.is_empty() {
+        true => vec![&mut resolved],
+        false => resolved.sites.iter_mut().map(|site| &mut site.config).collect(),
+    };
+    for (site, reached) in site_configs.into_iter().zip(reached) {
+        if let (BackendChoice::Auto, Some(kind)) = (site.backend, reached) {
+            site.backend = *kind;
+        }
+    }
+    resolved
+}
+
 /// The operator's choices as the engine sees them: what every backend
 /// understands (a backend's own settings are its `connect`'s to read).
 pub fn policy(config: &Config) -> engine::port::spec::Policy {
@@ -126,5 +146,43 @@ pub fn engine_ctx(config: &Config, backend: Arc<dyn engine::port::Backend>, site
             Duration::from_secs(config.result_ttl_s),
             (config.max_concurrent + config.max_queued) as usize,
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RawConfig;
+
+    fn config(settings: &[(&str, &str)]) -> Config {
+        let raw = RawConfig::from_lookup(|name| settings.iter().find(|(key, _)| *key == name).map(|(_, value)| value.to_string()));
+        Config::from_raw(&raw).unwrap()
+    }
+
+    fn backends(config: &Config) -> Vec<BackendChoice> {
+        sites(config).0.iter().map(|(_, site)| site.backend).collect()
+    }
+
+    #[test]
+    fn auto_becomes_the_backend_each_site_reached_and_a_choice_stays() {
+        use BackendChoice::{Auto, Docker, Kubernetes};
+        let path = std::env::temp_dir().join(format!("mcp-wiring-sites-{}.json", std::process::id()));
+        std::fs::write(&path, r#"[{"name": "a", "default": true}, {"name": "b", "backend": "kubernetes"}, {"name": "c"}]"#).unwrap();
+        let sites_file = path.display().to_string();
+        // The settings, the backend each site reached, and what the tools get.
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a [Option<BackendChoice>], &'a [BackendChoice]);
+        let cases: [Case; 6] = [
+            (&[], &[Some(Docker)], &[Docker]),
+            (&[], &[Some(Kubernetes)], &[Kubernetes]),
+            // Not connected (a lazy start): nothing is known yet.
+            (&[], &[None], &[Auto]),
+            (&[("MCP_K8S_BACKEND", "docker")], &[Some(Docker)], &[Docker]),
+            (&[("MCP_K8S_SITES", &sites_file)], &[Some(Docker), Some(Kubernetes), None], &[Docker, Kubernetes, Auto]),
+            (&[("MCP_K8S_SITES", &sites_file)], &[Some(Kubernetes), None, Some(Docker)], &[Kubernetes, Kubernetes, Docker]),
+        ];
+        for (settings, reached, expected) in cases {
+            assert_eq!(backends(&resolved(&config(settings), reached)), expected, "{settings:?} {reached:?}");
+        }
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -17,7 +17,7 @@ pub mod kubernetes;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Config;
+use crate::config::{BackendChoice, Config};
 use crate::engine;
 use crate::engine::pools::pool::{PoolRules, PoolShape};
 use crate::engine::pools::{PoolSandboxes, Pools};
@@ -26,6 +26,10 @@ use crate::engine::port::Backend;
 /// A backend connected from the settings: the engine's port, plus what
 /// `main` asks of a backend before and besides runs.
 pub trait Connected: Backend {
+    /// Which backend this is, as MCP_K8S_BACKEND names it (never `auto`):
+    /// with `auto`, what the tools then tell an agent about its runs.
+    fn kind(&self) -> BackendChoice;
+
     /// The checks `serve` stops on (exit 2) before it answers anything: a
     /// set-up that would fail every run (a missing cache PVC, a network
     /// default this backend cannot run).

@@ -5,9 +5,11 @@
 //! descriptions, schemas and `describe_environment` share, so an agent on
 //! Docker never reads of pods and is never offered a mode its site refuses.
 //!
-//! The backend is not known while the configuration says `auto` (and no
-//! connection resolved it: `main` writes the one it reached into the
-//! configuration the tools get) or when the sites run on both kinds.
+//! The backend is not known while the configuration says `auto` and no
+//! connection resolved it (`main` writes the one each site reached into
+//! the configuration the tools get: `wiring::resolved`; a site that could
+//! not be reached at a lazy start stays `auto`) or when the sites run on
+//! both kinds.
 
 use crate::config::{BackendChoice, Config};
 use crate::network::NetworkMode;

@@ -740,3 +740,21 @@ impl Drop for DoctorNamespace {
         let _ = std::fs::remove_file(&self.kubeconfig);
     }
 }
+
+/// `auto` resolved to Kubernetes at start (the test cluster's kubeconfig):
+/// the agent reads of pods and the namespace, and is offered every mode.
+#[test]
+fn auto_resolved_to_kubernetes_speaks_of_pods() {
+    let mut env = cluster::server_env();
+    env.extend([
+        ("MCP_K8S_BACKEND".to_string(), "auto".to_string()),
+        ("MCP_K8S_NETWORK_MODES".to_string(), "none,restricted,open".to_string()),
+    ]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+    let words = StdioServer::start(&env).backend_words();
+    assert!(words["instructions"].as_str().unwrap_or_default().contains("throwaway Kubernetes pod."), "{words}");
+    assert!(words["run_job_title"].as_str().unwrap_or_default().contains("Kubernetes pod"), "{words}");
+    let all = json!(["none", "restricted", "open"]);
+    assert_eq!((&words["network_enum"], &words["described_modes"]), (&all, &all), "{words}");
+    assert_eq!(words["namespace"], NAMESPACE, "{words}");
+}

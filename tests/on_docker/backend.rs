@@ -297,6 +297,70 @@ fn cancel_stops_the_run_and_keeps_its_partial_output() {
     assert_eq!(fetch(&mut other, &token, 5)["result"]["status"], "cancelled");
 }
 
+/// The roles of `run_id`'s containers, sorted.
+fn roles_of(run_id: &str) -> Vec<String> {
+    let mut roles: Vec<String> = containers_of(&client(), run_id)
+        .iter()
+        .map(|container| container.labels.get("mcp-k8s-ephemeral-job/role").cloned().unwrap_or_default())
+        .collect();
+    roles.sort();
+    roles
+}
+
+/// A finished background run keeps, for its retention, its own stopped
+/// container (its output) and one record container with its verdict (and
+/// its cancel mark, when it was cancelled): the record and cancel
+/// containers made along the way go once the verdict holds what they
+/// held. A server that did not follow the run still reads all of it.
+#[test]
+fn a_finished_background_run_keeps_its_container_and_one_record() {
+    let mut server = server(&[]);
+    let finished = submit(&mut server, "echo finished");
+    let cancelled = submit(&mut server, "echo before-cancel; sleep 300");
+    let _removed = Removed(vec![finished.clone(), cancelled.clone()]);
+    assert_eq!(fetch_done(&mut server, &finished)["result"]["status"], "succeeded");
+    wait_for_output(&mut server, &cancelled, "before-cancel");
+    ok(&mut server, "cancel_job", json!({"job_token": cancelled}));
+    assert_eq!(fetch_done(&mut server, &cancelled)["result"]["status"], "cancelled");
+    for token in [&finished, &cancelled] {
+        assert_eq!(roles_of(run_id_of(token)), ["run", "verdict"], "{token}");
+    }
+    let mut other = self::server(&[]);
+    let done = fetch(&mut other, &finished, 5);
+    assert_eq!((done["result"]["status"].as_str(), &done["result"]["stdout"]), (Some("succeeded"), &json!("finished\n")), "{done}");
+    assert_eq!(fetch(&mut other, &cancelled, 5)["result"]["status"], "cancelled");
+    let listed = ok(&mut other, "list_jobs", json!({}));
+    let entry = listed["jobs"].as_array().unwrap().iter().find(|job| job["job_token"] == cancelled).cloned();
+    assert_eq!(
+        entry.as_ref().map(|entry| (&entry["result_status"], &entry["cancelled"])),
+        Some((&json!("cancelled"), &json!(true))),
+        "{listed}"
+    );
+    // The run's own container removed from outside: the record alone
+    // still answers with the verdict.
+    client().container_remove(&format!("mcp-run-{}", run_id_of(&finished))).expect("docker rm -f");
+    assert_eq!(roles_of(run_id_of(&finished)), ["verdict"]);
+    let mut third = self::server(&[]);
+    let done = fetch(&mut third, &finished, 5);
+    assert_eq!(done["result"]["status"], "succeeded", "{done}");
+}
+
+/// `auto` resolved to Docker at start (no cluster credentials, the test
+/// daemon answers): the agent reads of containers, never of pods or a
+/// namespace, and is offered only the modes Docker runs here (no
+/// `restricted` without MCP_K8S_DOCKER_NETWORK).
+#[test]
+fn auto_resolved_to_docker_speaks_of_containers_and_offers_only_dockers_modes() {
+    let env = server_env(&[("MCP_K8S_BACKEND", "auto"), ("MCP_K8S_NETWORK_MODES", "none,restricted,open")]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (name.as_str(), value.as_str())).collect();
+    let words = StdioServer::start(&env).backend_words();
+    let instructions = words["instructions"].as_str().unwrap_or_default();
+    assert!(instructions.contains("throwaway Docker container."), "{words}");
+    assert!(words["run_job_title"].as_str().unwrap_or_default().contains("Docker container"), "{words}");
+    assert_eq!((&words["network_enum"], &words["described_modes"]), (&json!(["none", "open"]), &json!(["none", "open"])), "{words}");
+    assert!(words["namespace"].is_null(), "{words}");
+}
+
 #[test]
 fn a_container_killed_from_outside_is_not_cancelled() {
     let mut server = server(&[]);

@@ -150,6 +150,29 @@ impl StdioServer {
         self.stdout.recv_timeout(wait).ok()
     }
 
+    /// Initializes the server and gathers what it tells an agent about
+    /// where runs go: the instructions, `run_job`'s title and `network`
+    /// enum in `tools/list`, and `describe_environment`'s network modes and
+    /// namespace.
+    pub fn backend_words(&mut self) -> Value {
+        self.send(INITIALIZE);
+        let instructions = self.recv()["result"]["instructions"].clone();
+        self.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        self.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        let listed = self.recv_within(Duration::from_secs(30));
+        let tools = listed["result"]["tools"].as_array().cloned().unwrap_or_default();
+        let run_job = tools.into_iter().find(|tool| tool["name"] == "run_job").unwrap_or_else(|| panic!("no run_job in {listed}"));
+        self.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"describe_environment","arguments":{}}}"#);
+        let described = self.recv_within(Duration::from_secs(30))["result"]["structuredContent"].clone();
+        serde_json::json!({
+            "instructions": instructions,
+            "run_job_title": run_job["title"],
+            "network_enum": run_job["inputSchema"]["properties"]["network"]["enum"],
+            "described_modes": described["network"]["modes"],
+            "namespace": described["namespace"],
+        })
+    }
+
     pub fn initialize(&mut self) {
         self.send(INITIALIZE);
         let response = self.recv();

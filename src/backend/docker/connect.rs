@@ -98,6 +98,10 @@ fn runner_binary(config: &Config) -> Result<(String, u16), String> {
 }
 
 impl Connected for Docker {
+    fn kind(&self) -> BackendChoice {
+        BackendChoice::Docker
+    }
+
     /// `Config` checks the network default for MCP_K8S_BACKEND=docker;
     /// with auto, only now is the backend known.
     fn check_at_start(&self, config: &Config) -> Result<(), String> {

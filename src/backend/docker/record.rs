@@ -10,9 +10,13 @@
 //! - `mcp-record-<run_id>` (role `record`), made with the run: the record
 //!   survives the run's own container being removed from outside (the
 //!   truthful reason then still reaches `fetch_job`);
+//! - `mcp-cancel-<run_id>` (role `cancel`): when the run was cancelled;
 //! - `mcp-verdict-<run_id>` (role `verdict`): the verdict's text
-//!   (`engine::run::verdict`);
-//! - `mcp-cancel-<run_id>` (role `cancel`): when the run was cancelled.
+//!   (`engine::run::verdict`), with the whole record and the cancel mark
+//!   copied in. Once it is there the record and cancel containers hold
+//!   nothing it does not, and its writer removes them: a finished run
+//!   keeps its own stopped container (its output, for any process to read
+//!   again) and this one record for its retention, not four containers.
 //!
 //! First writer wins because Docker refuses a second container of one name
 //! with 409: whoever created `mcp-verdict-<run_id>` decided, and everyone
@@ -41,8 +45,11 @@ pub const ROLE_VERDICT: &str = "verdict";
 pub const ROLE_CANCEL: &str = "cancel";
 /// On the verdict container: `engine::run::verdict`'s text.
 pub const LABEL_VERDICT: &str = "mcp-k8s-ephemeral-job/verdict";
-/// On the cancel container: RFC 3339 UTC.
+/// On the cancel container, and copied onto the verdict: RFC 3339 UTC.
 pub const LABEL_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
+/// On the verdict container: when the run was created, in seconds since
+/// the epoch (the verdict container's own creation is the run's end).
+pub const LABEL_CREATED: &str = "mcp-k8s-ephemeral-job/created";
 
 /// The name of a run's container of `role`.
 pub fn container_name(role: &str, run_id: &str) -> String {
@@ -79,6 +86,33 @@ impl RunContainers {
     pub fn verdict(&self) -> Option<Recorded> {
         verdict::decode(self.verdict.as_ref()?.labels.get(LABEL_VERDICT)?)
     }
+
+    /// The verdict container when it carries the whole record (a server of
+    /// an earlier version wrote the verdict alone).
+    fn whole_verdict(&self) -> Option<&ContainerSummary> {
+        self.verdict.as_ref().filter(|verdict| verdict.labels.contains_key(spec::LABEL_TOKEN))
+    }
+
+    /// The container whose labels hold the run's record: the verdict once
+    /// it has the whole record, else the record container, else the run's
+    /// own.
+    fn record_holder(&self) -> Option<&ContainerSummary> {
+        self.whole_verdict().or(self.record.as_ref()).or(self.run.as_ref())
+    }
+
+    /// When the run was cancelled: its mark, or the mark the verdict keeps.
+    fn cancelled_at(&self) -> Option<&String> {
+        [&self.cancel, &self.verdict].into_iter().flatten().find_map(|container| container.labels.get(LABEL_CANCELLED_AT))
+    }
+
+    /// The record and cancel containers, once a verdict with the whole
+    /// record holds what they held.
+    fn superseded(&self) -> Vec<&ContainerSummary> {
+        if self.whole_verdict().is_none() {
+            return Vec::new();
+        }
+        [&self.record, &self.cancel].into_iter().flatten().collect()
+    }
 }
 
 /// Every container of `run_id`, sorted by role.
@@ -110,15 +144,16 @@ pub fn record_container(image: &str, run_labels: &BTreeMap<String, String>) -> C
     never_started(image, labels)
 }
 
-/// A background run as the engine sees it: from its record container's
-/// labels (or the run's own, which carry the same), with the run's
-/// container's state when it was inspected. `None` when nothing with a
-/// token is left.
+/// A background run as the engine sees it: from its record's labels (the
+/// verdict's, the record container's or the run's own, which carry the
+/// same), with the run's container's state when it was inspected. `None`
+/// when nothing with a token is left.
 pub fn stored(run_id: &str, containers: &RunContainers, run: Option<&ContainerInspect>) -> Option<Stored> {
-    let source = containers.record.as_ref().or(containers.run.as_ref())?;
+    let source = containers.record_holder()?;
     let labels = &source.labels;
     let token = labels.get(spec::LABEL_TOKEN)?.clone();
-    let created_at = u64::try_from(source.created).ok().map(|seconds| SystemTime::UNIX_EPOCH + Duration::from_secs(seconds));
+    let created = labels.get(LABEL_CREATED).and_then(|seconds| seconds.parse().ok()).or(u64::try_from(source.created).ok());
+    let created_at = created.map(|seconds| SystemTime::UNIX_EPOCH + Duration::from_secs(seconds));
     Some(Stored {
         run_id: run_id.to_string(),
         token,
@@ -133,7 +168,7 @@ pub fn stored(run_id: &str, containers: &RunContainers, run: Option<&ContainerIn
         run_deadline: spec::labelled_run_deadline(labels),
         memory_limit: labels.get(spec::LABEL_MEMORY_LIMIT).cloned(),
         expires_at: labels.get(spec::LABEL_EXPIRES_AT).cloned().unwrap_or_default(),
-        cancelled_at: containers.cancel.as_ref().and_then(|cancel| cancel.labels.get(LABEL_CANCELLED_AT).cloned()),
+        cancelled_at: containers.cancelled_at().cloned(),
         // A background run never takes a warm container here (its record
         // lives in labels, which a started container cannot gain).
         warm: false,
@@ -142,18 +177,22 @@ pub fn stored(run_id: &str, containers: &RunContainers, run: Option<&ContainerIn
     })
 }
 
-/// Writes the verdict as the run's `verdict` container, first writer wins.
+/// Writes the verdict as the run's `verdict` container, with the whole
+/// record and the cancel mark, first writer wins; the writer then removes
+/// the record and cancel containers it supersedes.
 pub fn write_verdict(client: &docker::Client, run_id: &str, recorded: &Recorded) -> Result<Settled, docker::Error> {
     let containers = containers_of(client, run_id)?;
     if let Some(recorded) = containers.verdict() {
         return Ok(Settled::AlreadyRecorded(recorded));
     }
-    let Some(source) = containers.record.as_ref().or(containers.run.as_ref()) else { return Ok(Settled::NoRecord) };
-    let mut labels = mark_labels(&source.labels, ROLE_VERDICT);
-    labels.insert(LABEL_VERDICT.to_string(), verdict::encode_recorded(recorded));
+    let Some(source) = containers.record_holder() else { return Ok(Settled::NoRecord) };
+    let labels = verdict_labels(source, containers.cancelled_at(), recorded);
     match client.container_create(&container_name(ROLE_VERDICT, run_id), &never_started(&source.image, labels)) {
-        Ok(_) if taken_back_when_orphaned(client, run_id, ROLE_VERDICT)? => Ok(Settled::NoRecord),
-        Ok(_) => Ok(Settled::Recorded),
+        Ok(_) if taken_back_when_moot(client, run_id, ROLE_VERDICT)? => Ok(Settled::NoRecord),
+        Ok(_) => {
+            remove_superseded(client, run_id);
+            Ok(Settled::Recorded)
+        }
         Err(error) if error.is_conflict() => {
             // Someone wrote first: theirs is the run's verdict.
             let written = containers_of(client, run_id)?.verdict();
@@ -163,34 +202,78 @@ pub fn write_verdict(client: &docker::Client, run_id: &str, recorded: &Recorded)
     }
 }
 
-/// Marks the run cancelled at `at`; a mark already there stays.
+/// Marks the run cancelled at `at`; a mark already there stays, and a
+/// run with a verdict has ended: it is final, and no mark is made.
 pub fn mark_cancelled(client: &docker::Client, run_id: &str, at: SystemTime) -> Result<(), docker::Error> {
     let containers = containers_of(client, run_id)?;
-    let Some(source) = containers.record.as_ref().or(containers.run.as_ref()) else {
+    if containers.verdict.is_some() {
+        return Ok(());
+    }
+    let Some(source) = containers.record_holder() else {
         log::warn("no record to mark cancelled: the run's containers are gone", &[("run_id", run_id.into())]);
         return Ok(());
     };
     let mut labels = mark_labels(&source.labels, ROLE_CANCEL);
     labels.insert(LABEL_CANCELLED_AT.to_string(), log::rfc3339_utc(at));
     match client.container_create(&container_name(ROLE_CANCEL, run_id), &never_started(&source.image, labels)) {
-        Ok(_) => taken_back_when_orphaned(client, run_id, ROLE_CANCEL).map(drop),
+        Ok(_) => taken_back_when_moot(client, run_id, ROLE_CANCEL).map(drop),
         Err(error) if error.is_conflict() => Ok(()),
         Err(error) => Err(error),
     }
 }
 
-/// Removes the mark of `role` just made when the run's own containers
-/// are gone by now: a removal (`cancel_job`'s, the retention's, or one
-/// from outside) that listed the run before the mark existed would leave
-/// it alone until its expiry. A removal lists again until it finds
-/// nothing, so between the two no mark outlives its run.
-fn taken_back_when_orphaned(client: &docker::Client, run_id: &str, role: &str) -> Result<bool, docker::Error> {
-    let after = containers_of(client, run_id)?;
-    if after.run.is_some() || after.record.is_some() {
+/// Removes the mark of `role` just made when it is moot by now
+/// (`is_moot`); whether it did.
+fn taken_back_when_moot(client: &docker::Client, run_id: &str, role: &str) -> Result<bool, docker::Error> {
+    if !is_moot(role, &containers_of(client, run_id)?) {
         return Ok(false);
     }
     super::try_remove_container(client, &container_name(role, run_id))?;
     Ok(true)
+}
+
+/// Whether a mark of `role` just made, with the run's containers listed
+/// after it as `after`, must go again:
+/// - when the run's own containers are gone: a removal (`cancel_job`'s,
+///   the retention's, or one from outside) that listed the run before the
+///   mark existed would leave it alone until its expiry (a removal lists
+///   again until it finds nothing, so between the two no mark outlives
+///   its run);
+/// - a cancel mark, when a verdict is there: the run had ended, and the
+///   verdict's writer, which removes the cancel container it supersedes,
+///   may have listed the run before this mark existed.
+fn is_moot(role: &str, after: &RunContainers) -> bool {
+    let orphaned = after.run.is_none() && after.record.is_none();
+    orphaned || (role == ROLE_CANCEL && after.verdict.is_some())
+}
+
+/// The verdict container's labels: the record's (`source`'s), with the
+/// run's creation, the verdict and the cancel mark.
+fn verdict_labels(source: &ContainerSummary, cancelled_at: Option<&String>, recorded: &Recorded) -> BTreeMap<String, String> {
+    let mut labels = source.labels.clone();
+    labels.insert(spec::LABEL_ROLE.to_string(), ROLE_VERDICT.to_string());
+    labels.insert(LABEL_VERDICT.to_string(), verdict::encode_recorded(recorded));
+    labels.insert(LABEL_CREATED.to_string(), source.created.to_string());
+    if let Some(at) = cancelled_at {
+        labels.insert(LABEL_CANCELLED_AT.to_string(), at.clone());
+    }
+    labels
+}
+
+/// Removes the record and cancel containers the verdict just written
+/// supersedes. A failure is logged: they go with the run at its expiry.
+fn remove_superseded(client: &docker::Client, run_id: &str) {
+    match containers_of(client, run_id) {
+        Ok(containers) => {
+            for container in containers.superseded() {
+                super::remove_container(client, &container.id, "a record the verdict supersedes was not removed; the reaper will");
+            }
+        }
+        Err(error) => log::warn(
+            "could not list the run's containers to remove the records its verdict supersedes; the reaper will",
+            &[("run_id", run_id.into()), ("error", error.to_string().into())],
+        ),
+    }
 }
 
 /// The ownership and expiry labels of the run, with `role`.
@@ -238,15 +321,7 @@ mod tests {
 
     #[test]
     fn the_record_reads_back_with_its_verdict_and_cancel_mark() {
-        let recorded = Recorded {
-            status: RunStatus::Cancelled,
-            reason: Some(RunReason::Cancelled),
-            message: "m".into(),
-            exit_code: None,
-            signal: None,
-            by: DecidedBy::Server,
-            ended_at: None,
-        };
+        let recorded = cancelled_by_server();
         let record_labels = [
             (spec::LABEL_TOKEN, "t"),
             (spec::LABEL_TIMEOUT_S, "30"),
@@ -272,6 +347,86 @@ mod tests {
         assert_eq!(stored.verdict, Some(recorded));
         assert!(!stored.active && stored.ended_at.is_none());
         assert!(stored.created_at.is_some());
+    }
+
+    fn cancelled_by_server() -> Recorded {
+        Recorded {
+            status: RunStatus::Cancelled,
+            reason: Some(RunReason::Cancelled),
+            message: "m".into(),
+            exit_code: None,
+            signal: None,
+            by: DecidedBy::Server,
+            ended_at: None,
+        }
+    }
+
+    #[test]
+    fn the_verdict_alone_holds_the_whole_record_and_the_cancel_mark() {
+        let mut record =
+            summary(ROLE_RECORD, &[(spec::LABEL_TOKEN, "t"), (spec::LABEL_COMMAND, "busybox sh"), (spec::LABEL_TIMEOUT_S, "30")]);
+        record.created = 1_700_000_000;
+        let cancel = summary(ROLE_CANCEL, &[(LABEL_CANCELLED_AT, "2026-12-01T00:00:00Z")]);
+        let recorded = cancelled_by_server();
+        let before = RunContainers::from_list(vec![record.clone(), cancel]);
+        let mut verdict = summary(ROLE_VERDICT, &[]);
+        verdict.labels = verdict_labels(&record, before.cancelled_at(), &recorded);
+        // Only the verdict is left: the run's container was removed from
+        // outside, the record and the mark were superseded.
+        let after = RunContainers::from_list(vec![verdict]);
+        let stored = stored("r", &after, None).unwrap();
+        assert_eq!((stored.token.as_str(), stored.command.as_str()), ("t", "busybox sh"));
+        assert_eq!(stored.timeout, Some(Duration::from_secs(30)));
+        assert_eq!(
+            stored.created_at,
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
+            "the run's creation, not the verdict's"
+        );
+        assert_eq!(stored.cancelled_at.as_deref(), Some("2026-12-01T00:00:00Z"));
+        assert_eq!(stored.verdict, Some(recorded));
+    }
+
+    #[test]
+    fn a_verdict_with_the_whole_record_supersedes_the_record_and_the_cancel_mark() {
+        let whole = summary(ROLE_VERDICT, &[(spec::LABEL_TOKEN, "t")]);
+        // An earlier version's verdict: the verdict only.
+        let bare = summary(ROLE_VERDICT, &[]);
+        let run = summary(spec::ROLE_RUN, &[(spec::LABEL_TOKEN, "t")]);
+        let record = summary(ROLE_RECORD, &[(spec::LABEL_TOKEN, "t")]);
+        let cancel = summary(ROLE_CANCEL, &[]);
+        // The containers listed, and the roles that go.
+        let cases: [(Vec<&ContainerSummary>, &[&str]); 5] = [
+            (vec![&run, &record, &cancel, &whole], &[ROLE_RECORD, ROLE_CANCEL]),
+            (vec![&run, &record, &whole], &[ROLE_RECORD]),
+            (vec![&run, &whole], &[]),
+            (vec![&run, &record, &cancel, &bare], &[]),
+            (vec![&run, &record, &cancel], &[]),
+        ];
+        for (listed, gone) in cases {
+            let containers = RunContainers::from_list(listed.into_iter().cloned().collect());
+            let roles: Vec<&str> = containers.superseded().iter().map(|container| container.labels[spec::LABEL_ROLE].as_str()).collect();
+            assert_eq!(roles, gone, "{containers:?}");
+        }
+    }
+
+    #[test]
+    fn a_mark_just_made_goes_again_when_its_run_is_gone_or_a_cancel_comes_after_the_verdict() {
+        let (run, record, verdict) = (summary(spec::ROLE_RUN, &[]), summary(ROLE_RECORD, &[]), summary(ROLE_VERDICT, &[]));
+        // The role of the mark, what is listed after it, and whether it goes.
+        let cases: [(&str, Vec<&ContainerSummary>, bool); 8] = [
+            (ROLE_VERDICT, vec![&run, &record, &verdict], false),
+            (ROLE_VERDICT, vec![&record, &verdict], false),
+            (ROLE_VERDICT, vec![&run, &verdict], false),
+            (ROLE_VERDICT, vec![&verdict], true),
+            (ROLE_CANCEL, vec![&run, &record], false),
+            (ROLE_CANCEL, vec![&run, &record, &verdict], true),
+            (ROLE_CANCEL, vec![&verdict], true),
+            (ROLE_CANCEL, vec![], true),
+        ];
+        for (role, listed, moot) in cases {
+            let after = RunContainers::from_list(listed.into_iter().cloned().collect());
+            assert_eq!(is_moot(role, &after), moot, "{role}: {after:?}");
+        }
     }
 
     #[test]

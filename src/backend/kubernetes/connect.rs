@@ -12,7 +12,7 @@ use crate::backend::kubernetes::settings::Settings;
 use crate::backend::kubernetes::template::PodTemplate;
 use crate::backend::kubernetes::{Kubernetes, doctor};
 use crate::backend::{self, Check, Connected, WarmPools};
-use crate::config::Config;
+use crate::config::{BackendChoice, Config};
 use crate::engine;
 use crate::engine::port::spec::Policy;
 use crate::kube;
@@ -38,6 +38,10 @@ pub fn connect(
 }
 
 impl Connected for Kubernetes {
+    fn kind(&self) -> BackendChoice {
+        BackendChoice::Kubernetes
+    }
+
     fn check_at_start(&self, config: &Config) -> Result<(), String> {
         doctor::check_at_start(config, &self.client)
     }

@@ -48,7 +48,8 @@ pub fn ask(engine: &engine::run::Ctx) -> impl FnOnce() -> Answer + Send + 'stati
 /// listing Jobs is the Role's.
 pub fn operator_fix(kind: ErrorKind) -> Option<&'static str> {
     match kind {
-        ErrorKind::Transient => None,
+        // Busy work ends on its own.
+        ErrorKind::Transient | ErrorKind::Busy => None,
         ErrorKind::Denied => Some(
             "the server's credentials were refused or may not list Jobs there: renew them, or grant the Role (deploy/role.yaml); `doctor` names what is missing",
         ),

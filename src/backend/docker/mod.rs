@@ -104,8 +104,8 @@ impl Docker {
             return Err(Refused {
                 reason: RunReason::ApiError,
                 message: format!(
-                    "could not hand the run to its warm container `{}` (pool `{}`): {error}; the run did not start; try again (the pool replaces the container)",
-                    reserved.name, reserved.pool
+                    "could not hand the run to its warm container `{}` (pool `{}`): {}; the run did not start; try again (the pool replaces the container)",
+                    reserved.name, reserved.pool, error.message
                 ),
             });
         }

@@ -17,6 +17,7 @@ use crate::backend::docker::{Docker, spec};
 use crate::docker::Filters;
 use crate::engine::pools::{self, Health, Listed, NewSandbox, PoolSandboxes};
 use crate::engine::port::spec::{Policy, run_deadline};
+use crate::engine::port::{self, ErrorKind};
 use crate::metrics;
 use crate::sandbox::assignment::{self, Assignment, KEY_BYTES, Key};
 
@@ -47,7 +48,7 @@ impl PoolSandboxes for Docker {
     /// Its image and network checked as a cold run's are, its container
     /// created (its volume workdir owned by the run's user where the
     /// engine has no owned tmpfs) and started; removed again on a failure.
-    fn create_sandbox(&self, sandbox: &NewSandbox) -> Result<(), String> {
+    fn create_sandbox(&self, sandbox: &NewSandbox) -> Result<(), port::Error> {
         let created = start_pool_container(self, sandbox);
         if created.is_err() {
             metrics::api_error("create_pool_container");
@@ -58,7 +59,7 @@ impl PoolSandboxes for Docker {
 
     /// The pool's containers by label: `running` is ready, `exited`,
     /// `dead` or `removing` ended.
-    fn list_sandboxes(&self, pool: &str, owner: &str) -> Result<Vec<Listed>, String> {
+    fn list_sandboxes(&self, pool: &str, owner: &str) -> Result<Vec<Listed>, port::Error> {
         let filters = Filters {
             labels: vec![
                 format!("{}={}", spec::LABEL_MANAGED_BY, spec::MANAGED_BY),
@@ -66,7 +67,7 @@ impl PoolSandboxes for Docker {
                 format!("{}={owner}", spec::LABEL_POOL_OWNER),
             ],
         };
-        let containers = self.client.container_list(&filters).map_err(|error| error.to_string())?;
+        let containers = self.client.container_list(&filters).map_err(|error| super::api_error("list a pool's containers", &error))?;
         Ok(containers
             .into_iter()
             .filter_map(|container| {
@@ -88,13 +89,15 @@ impl PoolSandboxes for Docker {
     /// that has ended (and the bytes go nowhere), so the container is
     /// looked at first: one that ended since the claim is an error here,
     /// not a run without a result later.
-    fn deliver(&self, reserved: &Reserved, assignment: &Assignment) -> Result<(), String> {
-        let inspect = self.client.container_inspect(&reserved.name).map_err(|error| error.to_string())?;
+    fn deliver(&self, reserved: &Reserved, assignment: &Assignment) -> Result<(), port::Error> {
+        const WHAT: &str = "hand the run to its warm container";
+        let inspect = self.client.container_inspect(&reserved.name).map_err(|error| super::api_error(WHAT, &error))?;
         if !inspect.state.running {
-            return Err(format!("the container is `{}`, no longer waiting", inspect.state.status));
+            let message = format!("the container is `{}`, no longer waiting", inspect.state.status);
+            return Err(port::Error { what: WHAT, kind: ErrorKind::NotFound, message });
         }
         let output = self.client.container_attach(&reserved.name, &assignment::encode(&STDIN_KEY, assignment));
-        self.keep_attached(&reserved.name, output.map_err(|error| error.to_string())?);
+        self.keep_attached(&reserved.name, output.map_err(|error| super::api_error(WHAT, &error))?);
         Ok(())
     }
 
@@ -108,11 +111,13 @@ impl PoolSandboxes for Docker {
 
 /// A pool sandbox's container, created and started (a failure leaves what
 /// was made to the caller).
-fn start_pool_container(docker: &Docker, sandbox: &NewSandbox) -> Result<(), String> {
+fn start_pool_container(docker: &Docker, sandbox: &NewSandbox) -> Result<(), port::Error> {
     let template = sandbox.template;
     let name = spec::container_name(sandbox.run_id);
-    docker.ensure_image(&template.image).map_err(|refused| refused.message)?;
-    docker.ensure_network(template.network, &template.image).map_err(|refused| refused.message)?;
+    docker.ensure_image(&template.image).map_err(|refused| refused_error("pull the pool's image", refused.message))?;
+    docker
+        .ensure_network(template.network, &template.image)
+        .map_err(|refused| refused_error("make the pool's network", refused.message))?;
     let expires_at = SystemTime::now() + run_deadline(template, &docker.policy) + crate::engine::run::EXPIRY_SLACK;
     let labels = spec::PoolSandbox {
         run_id: sandbox.run_id,
@@ -123,12 +128,20 @@ fn start_pool_container(docker: &Docker, sandbox: &NewSandbox) -> Result<(), Str
         preload: sandbox.preload,
     };
     let body = spec::pool_container(template, &docker.policy, &docker.options, &labels);
-    docker.client.container_create(&name, &body).map_err(|error| error.to_string())?;
+    docker.client.container_create(&name, &body).map_err(|error| super::api_error("create a pool container", &error))?;
     if spec::workdir_is_volume(template, &docker.options) {
-        let root = spec::inputs_archive(template, docker.policy.run_as_user)?;
-        docker.client.container_put_archive(&name, &template.workdir, &root).map_err(|error| error.to_string())?;
+        let root = spec::inputs_archive(template, docker.policy.run_as_user)
+            .map_err(|why| refused_error("make a pool container's workdir", why))?;
+        docker
+            .client
+            .container_put_archive(&name, &template.workdir, &root)
+            .map_err(|error| super::api_error("make a pool container's workdir", &error))?;
     }
-    docker.client.container_start(&name).map_err(|error| error.to_string())
+    docker.client.container_start(&name).map_err(|error| super::api_error("start a pool container", &error))
+}
+
+fn refused_error(what: &'static str, message: String) -> port::Error {
+    port::Error { what, kind: ErrorKind::Refused, message }
 }
 
 /// A listed container's state (`ContainerSummary::state`) as a pool

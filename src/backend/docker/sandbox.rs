@@ -93,6 +93,12 @@ fn api_error(action: &'static str, error: &crate::docker::Error) -> port::Error 
     super::api_error(action, error)
 }
 
+/// The input of a call's attach failing: the connection to the daemon
+/// broke, which another try may not meet.
+fn attach_error(action: &'static str, error: &dyn std::fmt::Display) -> port::Error {
+    port::Error { what: action, kind: port::ErrorKind::Transient, message: error.to_string() }
+}
+
 impl Docker {
     /// A never-started mark of the sandbox: its image (the daemon has it),
     /// its name and expiry (the sandbox's), and `extra`.
@@ -222,20 +228,21 @@ impl SandboxStore for Docker {
     /// The call, one line on stdin; the attach brings its output back.
     /// The caller saw the sandbox running a moment ago (`look`); one that
     /// ended since ends the attach at once, and the call as `SandboxEnded`.
-    fn deliver_call(&self, name: &str, call: &Assignment, _read_for: Duration) -> Result<Delivered, String> {
+    fn deliver_call(&self, name: &str, call: &Assignment, _read_for: Duration) -> Result<Delivered, port::Error> {
         let container = spec::container_name(name);
         let line = session::stdin_line(&session::encode_call(&STDIN_KEY, call));
-        let mut stream = self.client.container_attach_open(&container, &line).map_err(|error| error.to_string())?;
+        let mut stream =
+            self.client.container_attach_open(&container, &line).map_err(|error| api_error("hand the call to the sandbox", &error))?;
         resend_until_heard(&mut stream, &line);
         let handle = stream.abort_handle();
         // The cancel goes into the call's own attach, whose input reached
         // the runner already (a new attach's first line may be lost).
-        let input = std::sync::Mutex::new(stream.input_handle().map_err(|error| error.to_string())?);
+        let input = std::sync::Mutex::new(stream.input_handle().map_err(|error| attach_error("hand the call to the sandbox", &error))?);
         let cancel_line = call.tag.map(|tag| session::stdin_line(&session::encode_cancel(&STDIN_KEY, tag))).unwrap_or_default();
         let cancel = move || {
             use std::io::Write;
             let mut input = input.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            input.write_all(&cancel_line).map_err(|error| error.to_string())
+            input.write_all(&cancel_line).map_err(|error| attach_error("stop the call in the sandbox", &error))
         };
         Ok(Delivered {
             output: Output { reader: Box::new(CallStream(stream)), abort: Abort::new(move || handle.abort()) },
@@ -246,9 +253,12 @@ impl SandboxStore for Docker {
     /// The cancel on stdin through an attach of its own, written a few
     /// times: dockerd may lose a new attach's first input (a cancel for a
     /// call that ended already is ignored).
-    fn cancel_call(&self, name: &str, tag: Tag) -> Result<(), String> {
+    fn cancel_call(&self, name: &str, tag: Tag) -> Result<(), port::Error> {
         let line = session::stdin_line(&session::encode_cancel(&STDIN_KEY, tag));
-        let mut stream = self.client.container_attach_open(&spec::container_name(name), &line).map_err(|error| error.to_string())?;
+        let mut stream = self
+            .client
+            .container_attach_open(&spec::container_name(name), &line)
+            .map_err(|error| api_error("stop the call in the sandbox", &error))?;
         for _ in 0..CANCEL_WRITES {
             std::thread::sleep(RESEND_AFTER);
             if stream.write_input(&line).is_err() {
@@ -259,11 +269,13 @@ impl SandboxStore for Docker {
         Ok(())
     }
 
-    fn call_log(&self, name: &str, since_ms: u64, follow: bool) -> Result<Output, String> {
+    fn call_log(&self, name: &str, since_ms: u64, follow: bool) -> Result<Output, port::Error> {
         let params = crate::docker::LogParams { follow, idle_timeout: None };
         // One daemon, one clock: the whole second the call started in.
-        let stream =
-            self.client.container_logs_since(&spec::container_name(name), &params, since_ms / 1000).map_err(|error| error.to_string())?;
+        let stream = self
+            .client
+            .container_logs_since(&spec::container_name(name), &params, since_ms / 1000)
+            .map_err(|error| api_error("read the sandbox's log", &error))?;
         let handle = stream.abort_handle();
         Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) })
     }

@@ -87,7 +87,7 @@ impl Kubernetes {
             .client
             .merge_patch(Resource::JOBS, self.namespace(), &name, &patch)
             .map_err(|error| ("make the warm Job the run's", error.to_string()))
-            .and_then(|_| pools.deliver(reserved, run.run_id, run.spec).map_err(|error| ("hand the run to its warm pod", error)));
+            .and_then(|_| pools.deliver(reserved, run.run_id, run.spec).map_err(|error| ("hand the run to its warm pod", error.message)));
         if let Err((what, error)) = handed {
             metrics::api_error("deliver_assignment");
             self.remove(run.run_id);
@@ -201,6 +201,10 @@ fn held_target<'a>(namespace: &'a str, pod: &'a str, port: u16, path: &'a str) -
 }
 
 /// What an operator does about a held output the server could not fetch.
+fn held_error(what: &'static str, error: &kube::Error, namespace: &str) -> port::Error {
+    port::Error { what, kind: error_kind(error), message: held_advice(error, namespace) }
+}
+
 fn held_advice(error: &kube::Error, namespace: &str) -> String {
     match error.code() {
         Some(403) => format!(
@@ -211,6 +215,36 @@ fn held_advice(error: &kube::Error, namespace: &str) -> String {
             held::PORT,
             manifest::LABEL_OUTPUTS
         ),
+    }
+}
+
+impl port::HeldOutputs for Kubernetes {
+    /// Through `pods/proxy`, as a warm pool's assignment goes: the server
+    /// needs no route to pod IPs.
+    fn fetch(&self, sandbox: &str, port: u16, key: &str, offset: u64) -> Result<Output, port::Error> {
+        let started = std::time::Instant::now();
+        let to = held_target(self.namespace(), sandbox, port, held::FETCH_PATH);
+        loop {
+            match self.client.proxy_post_stream(&to, held::fetch_body(key, offset).into_bytes()) {
+                Ok(stream) => {
+                    let handle = stream.abort_handle();
+                    return Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) });
+                }
+                // The API server says 503 while it cannot reach the port yet.
+                Err(error) if error.code() == Some(503) && started.elapsed() < HELD_RETRY_FOR => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(error) => return Err(held_error("fetch the output held in the sandbox", &error, self.namespace())),
+            }
+        }
+    }
+
+    fn release(&self, sandbox: &str, port: u16, key: &str) -> Result<(), port::Error> {
+        let to = held_target(self.namespace(), sandbox, port, held::RELEASE_PATH);
+        self.client
+            .proxy_post(&to, key.as_bytes().to_vec())
+            .map(drop)
+            .map_err(|error| held_error("release the runner holding output", &error, self.namespace()))
     }
 }
 
@@ -320,31 +354,6 @@ impl Backend for Kubernetes {
         }
     }
 
-    /// Through `pods/proxy`, as a warm pool's assignment goes: the server
-    /// needs no route to pod IPs.
-    fn held_output(&self, sandbox: &str, port: u16, key: &str, offset: u64) -> Result<Output, String> {
-        let started = std::time::Instant::now();
-        let to = held_target(self.namespace(), sandbox, port, held::FETCH_PATH);
-        loop {
-            match self.client.proxy_post_stream(&to, held::fetch_body(key, offset).into_bytes()) {
-                Ok(stream) => {
-                    let handle = stream.abort_handle();
-                    return Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) });
-                }
-                // The API server says 503 while it cannot reach the port yet.
-                Err(error) if error.code() == Some(503) && started.elapsed() < HELD_RETRY_FOR => {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(error) => return Err(held_advice(&error, self.namespace())),
-            }
-        }
-    }
-
-    fn release_held(&self, sandbox: &str, port: u16, key: &str) -> Result<(), String> {
-        let to = held_target(self.namespace(), sandbox, port, held::RELEASE_PATH);
-        self.client.proxy_post(&to, key.as_bytes().to_vec()).map(drop).map_err(|error| held_advice(&error, self.namespace()))
-    }
-
     fn inputs_used(&self, run_id: &str) {
         self.delete_secret(&manifest::job_name(run_id));
     }
@@ -423,6 +432,10 @@ impl Backend for Kubernetes {
     }
 
     fn sandbox_store(&self) -> Option<&dyn crate::engine::port::SandboxStore> {
+        Some(self)
+    }
+
+    fn held_outputs(&self) -> Option<&dyn port::HeldOutputs> {
         Some(self)
     }
 

@@ -16,6 +16,7 @@ use crate::backend::kubernetes::Kubernetes;
 use crate::backend::kubernetes::manifest::{self, PoolSandbox};
 use crate::engine::pools::{self, Health, Listed, NewSandbox, PoolSandboxes};
 use crate::engine::port::spec::Policy;
+use crate::engine::port::{self, ErrorKind};
 use crate::kube::objects::Pod;
 use crate::kube::{self, ListParams, ProxyTarget, Resource};
 use crate::log;
@@ -54,8 +55,8 @@ impl PoolSandboxes for Kubernetes {
 
     /// Its Job (the cold Job of the pool's shape, whose runner waits for
     /// the assignment), then its key Secret.
-    fn create_sandbox(&self, sandbox: &NewSandbox) -> Result<Made, String> {
-        let key = Key::random().map_err(|why| format!("cannot make its key: {why}"))?;
+    fn create_sandbox(&self, sandbox: &NewSandbox) -> Result<Made, port::Error> {
+        let key = Key::random().map_err(|why| port::Error { what: "make a pool sandbox's key", kind: ErrorKind::Refused, message: why })?;
         let labels = PoolSandbox { pool: sandbox.pool, owner: sandbox.owner, max_wait: sandbox.max_wait, preload: sandbox.preload };
         let mut job = manifest::pool_job(sandbox.template, &self.policy, &self.cluster, sandbox.run_id, &labels);
         if let Some(template) = &self.pod_template {
@@ -73,7 +74,7 @@ impl PoolSandboxes for Kubernetes {
             Ok(created) => kube::objects::Job::from_value(&created),
             Err(error) => {
                 metrics::api_error("create_pool_job");
-                return Err(error.to_string());
+                return Err(super::api_error("create a pool sandbox's Job", &error));
             }
         };
         let mut secret = manifest::key_secret(&self.cluster, sandbox.run_id, &created.metadata.uid, &key.to_hex());
@@ -81,17 +82,20 @@ impl PoolSandboxes for Kubernetes {
         if let Err(error) = self.client.create(Resource::SECRETS, namespace, &secret) {
             metrics::api_error("create_secret");
             self.delete_sandbox(sandbox.run_id);
-            return Err(format!("could not create its key Secret: {error}"));
+            return Err(super::api_error("create a pool sandbox's key Secret", &error));
         }
         Ok(Made { key, created: SystemTime::now() })
     }
 
     /// The pool's pods: ready (the main container runs, nobody deletes the
     /// pod), ended (or being deleted), or starting.
-    fn list_sandboxes(&self, pool: &str, owner: &str) -> Result<Vec<Listed>, String> {
+    fn list_sandboxes(&self, pool: &str, owner: &str) -> Result<Vec<Listed>, port::Error> {
         let selector = format!("{}={pool},{}={owner}", manifest::LABEL_POOL, manifest::LABEL_POOL_OWNER);
         let params = ListParams { label_selector: Some(selector), field_selector: None };
-        let list = self.client.list(Resource::PODS, &self.cluster.namespace, &params).map_err(|error| error.to_string())?;
+        let list = self
+            .client
+            .list(Resource::PODS, &self.cluster.namespace, &params)
+            .map_err(|error| super::api_error("list a pool's pods", &error))?;
         let pods = list.items.iter().map(Pod::from_value);
         Ok(pods
             .filter_map(|pod| {
@@ -110,7 +114,7 @@ impl PoolSandboxes for Kubernetes {
     }
 
     /// The assignment, with the sandbox's key, through `pods/proxy`.
-    fn deliver(&self, reserved: &Reserved, assignment: &Assignment) -> Result<(), String> {
+    fn deliver(&self, reserved: &Reserved, assignment: &Assignment) -> Result<(), port::Error> {
         let assignment = &manifest::with_hold(assignment.clone(), self.pool_policy());
         let body = assignment::encode(&reserved.made.key, assignment);
         let started = Instant::now();
@@ -129,7 +133,7 @@ impl PoolSandboxes for Kubernetes {
                 Err(error) if error.code() == Some(503) && started.elapsed() < DELIVERY_RETRY_FOR => {
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                Err(error) => return Err(error.to_string()),
+                Err(error) => return Err(super::api_error("hand the run to its warm pod", &error)),
             }
         }
     }

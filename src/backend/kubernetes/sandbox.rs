@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::backend::kubernetes::{Kubernetes, manifest, watch};
 use crate::engine::port::sandbox_record::{self, CallMark, Record, Seen};
 use crate::engine::port::spec::RunSpec;
-use crate::engine::port::{self, Abort, Delivered, Output, Refused, SandboxStore};
+use crate::engine::port::{self, Abort, Delivered, ErrorKind, Output, Refused, SandboxStore};
 use crate::engine::sandboxes::rules;
 use crate::kube::objects::Job;
 use crate::kube::{self, ListParams, ProxyTarget, Resource};
@@ -54,20 +54,22 @@ fn api_error(what: &'static str, error: &kube::Error) -> port::Error {
 
 impl Kubernetes {
     /// The sandbox's key, from its Secret.
-    fn sandbox_key(&self, name: &str) -> Result<Key, String> {
-        let secret = self
-            .client
-            .get(Resource::SECRETS, self.namespace(), &manifest::job_name(name))
-            .map_err(|error| format!("the sandbox's key could not be read: {error}"))?;
-        let encoded = secret["data"][manifest::KEY_ENTRY].as_str().ok_or("the sandbox's key Secret has no key")?;
-        let hex = crate::sandbox::frame::from_base64(encoded).map_err(|error| format!("the sandbox's key is not base64: {error}"))?;
-        Key::from_hex(&String::from_utf8_lossy(&hex))
+    fn sandbox_key(&self, name: &str) -> Result<Key, port::Error> {
+        const WHAT: &str = "read the sandbox's key";
+        let secret =
+            self.client.get(Resource::SECRETS, self.namespace(), &manifest::job_name(name)).map_err(|error| api_error(WHAT, &error))?;
+        let damaged = |message: String| port::Error { what: WHAT, kind: ErrorKind::Refused, message };
+        let encoded = secret["data"][manifest::KEY_ENTRY].as_str().ok_or_else(|| damaged("its Secret has no key".into()))?;
+        let hex = crate::sandbox::frame::from_base64(encoded).map_err(|error| damaged(format!("it is not base64: {error}")))?;
+        Key::from_hex(&String::from_utf8_lossy(&hex)).map_err(damaged)
     }
 
     /// The sandbox's running pod.
-    fn sandbox_pod(&self, name: &str) -> Result<String, String> {
-        let pods = self.pods(name).map_err(|error| format!("the sandbox's pod could not be listed: {error}"))?;
-        let pod = watch::newest(pods).ok_or("the sandbox has no pod")?;
+    fn sandbox_pod(&self, name: &str) -> Result<String, port::Error> {
+        const WHAT: &str = "find the sandbox's pod";
+        let pods = self.pods(name).map_err(|error| api_error(WHAT, &error))?;
+        let pod =
+            watch::newest(pods).ok_or_else(|| port::Error { what: WHAT, kind: ErrorKind::NotFound, message: "it has none".into() })?;
         Ok(pod.metadata.name)
     }
 
@@ -166,7 +168,7 @@ impl SandboxStore for Kubernetes {
     }
 
     /// `POST /assign` through `pods/proxy`; the answer is the call's frames.
-    fn deliver_call(&self, name: &str, call: &Assignment, read_for: Duration) -> Result<Delivered, String> {
+    fn deliver_call(&self, name: &str, call: &Assignment, read_for: Duration) -> Result<Delivered, port::Error> {
         let key = self.sandbox_key(name)?;
         let pod = self.sandbox_pod(name)?;
         let body = session::encode_call(&key, call);
@@ -182,8 +184,10 @@ impl SandboxStore for Kubernetes {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 // The runner still runs a call (one whose server gave up).
-                Err(error) if error.code() == Some(409) => return Err(session::BUSY.to_string()),
-                Err(error) => return Err(error.to_string()),
+                Err(error) if error.code() == Some(409) => {
+                    return Err(port::Error { what: DELIVER, kind: ErrorKind::Busy, message: session::BUSY.to_string() });
+                }
+                Err(error) => return Err(api_error(DELIVER, &error)),
             }
         };
         let handle = stream.abort_handle();
@@ -194,13 +198,13 @@ impl SandboxStore for Kubernetes {
     }
 
     /// `POST /cancel` with the key, as the call's own cancel does.
-    fn cancel_call(&self, name: &str, tag: Tag) -> Result<(), String> {
+    fn cancel_call(&self, name: &str, tag: Tag) -> Result<(), port::Error> {
         let key = self.sandbox_key(name)?;
         let pod = self.sandbox_pod(name)?;
         post_cancel(&self.client, self.namespace(), &pod, session::encode_cancel(&key, tag))
     }
 
-    fn call_log(&self, name: &str, since_ms: u64, follow: bool) -> Result<Output, String> {
+    fn call_log(&self, name: &str, since_ms: u64, follow: bool) -> Result<Output, port::Error> {
         let pod = self.sandbox_pod(name)?;
         let now_ms = crate::time::unix_ms(std::time::SystemTime::now());
         let params = kube::LogParams {
@@ -211,7 +215,10 @@ impl SandboxStore for Kubernetes {
             since_seconds: Some(now_ms.saturating_sub(since_ms) / 1000 + LOG_SLACK_S),
             ..kube::LogParams::default()
         };
-        let stream = self.client.pod_log_stream(self.namespace(), &pod, &params, follow).map_err(|error| error.to_string())?;
+        let stream = self
+            .client
+            .pod_log_stream(self.namespace(), &pod, &params, follow)
+            .map_err(|error| api_error("read the sandbox's log", &error))?;
         let handle = stream.abort_handle();
         Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) })
     }
@@ -230,7 +237,10 @@ impl SandboxStore for Kubernetes {
     }
 }
 
-fn post_cancel(client: &kube::Client, namespace: &str, pod: &str, body: Vec<u8>) -> Result<(), String> {
+/// What a delivery that failed tried.
+const DELIVER: &str = "hand the call to the sandbox";
+
+fn post_cancel(client: &kube::Client, namespace: &str, pod: &str, body: Vec<u8>) -> Result<(), port::Error> {
     let to = ProxyTarget { namespace, pod, port: assignment::PORT, path: session::CANCEL_PATH, read_timeout: Duration::from_secs(5) };
-    client.proxy_post(&to, body).map(drop).map_err(|error| error.to_string())
+    client.proxy_post(&to, body).map(drop).map_err(|error| api_error("stop the call in the sandbox", &error))
 }

@@ -25,8 +25,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::engine::pools::pool::{DeleteWhy, Event, PoolRules, PoolShape, PoolState, Step};
-use crate::engine::port::PoolFigures;
 use crate::engine::port::spec::{Policy, RunSpec};
+use crate::engine::port::{self, PoolFigures};
 use crate::log;
 use crate::metrics;
 use crate::sandbox::assignment::Assignment;
@@ -46,10 +46,10 @@ pub trait PoolSandboxes: Send + Sync + 'static {
     /// Makes one sandbox of the pool's shape, ready to wait for its
     /// assignment. On an error, whatever was made of it is gone again; the
     /// message is logged with the pool's name.
-    fn create_sandbox(&self, sandbox: &NewSandbox) -> Result<Self::Made, String>;
+    fn create_sandbox(&self, sandbox: &NewSandbox) -> Result<Self::Made, port::Error>;
 
     /// The pool's sandboxes, as the backend sees them now.
-    fn list_sandboxes(&self, pool: &str, owner: &str) -> Result<Vec<Listed>, String>;
+    fn list_sandboxes(&self, pool: &str, owner: &str) -> Result<Vec<Listed>, port::Error>;
 
     /// A fresh look at one sandbox (`Listed::name`) before it is handed
     /// out: is it still waiting? When the backend cannot be asked, `true`:
@@ -57,7 +57,7 @@ pub trait PoolSandboxes: Send + Sync + 'static {
     fn sandbox_is_ready(&self, name: &str) -> bool;
 
     /// Gives a reserved sandbox its run.
-    fn deliver(&self, reserved: &Reserved<Self::Made>, assignment: &Assignment) -> Result<(), String>;
+    fn deliver(&self, reserved: &Reserved<Self::Made>, assignment: &Assignment) -> Result<(), port::Error>;
 
     /// Deletes one sandbox by its run id; what this misses, the sandbox's
     /// expiry and the reaper remove.
@@ -178,7 +178,7 @@ impl<S: PoolSandboxes> Pools<S> {
 
     /// Sends the run to its sandbox: the assignment a cold run's sandbox
     /// would be started with (`engine::pools::pool::assignment`).
-    pub fn deliver(&self, reserved: &Reserved<S::Made>, run_id: &str, spec: &RunSpec) -> Result<(), String> {
+    pub fn deliver(&self, reserved: &Reserved<S::Made>, run_id: &str, spec: &RunSpec) -> Result<(), port::Error> {
         let assignment = crate::engine::pools::pool::assignment(run_id, spec, self.sandboxes.pool_policy());
         self.sandboxes.deliver(reserved, &assignment)
     }
@@ -414,8 +414,11 @@ impl<S: PoolSandboxes> Shell<S> {
                 lock(&managed.state).sandboxes.insert(run_id.clone(), Sandbox { made, name: None, seen: false });
                 Event::Created { sandbox: run_id }
             }
-            Err(message) => {
-                log::warn("could not create a pool sandbox", &[("pool", managed.shape.name.as_str().into()), ("error", message.into())]);
+            Err(error) => {
+                log::warn(
+                    "could not create a pool sandbox",
+                    &[("pool", managed.shape.name.as_str().into()), ("error", error.to_string().into())],
+                );
                 Event::CreateFailed
             }
         }
@@ -426,8 +429,8 @@ impl<S: PoolSandboxes> Shell<S> {
     fn look(&self) -> Vec<Event> {
         let listed = match self.sandboxes.list_sandboxes(&self.managed.shape.name, &self.owner) {
             Ok(listed) => listed,
-            Err(message) => {
-                log::debug("could not list a pool's sandboxes", &[("error", message.into())]);
+            Err(error) => {
+                log::debug("could not list a pool's sandboxes", &[("error", error.to_string().into())]);
                 return Vec::new();
             }
         };

@@ -75,22 +75,6 @@ pub trait Backend: Send + Sync {
     /// followed until the sandbox ends.
     fn output(&self, sandbox: &str) -> Result<Output, OutputError>;
 
-    /// The frames the runner held in the sandbox (`sandbox::held`) from
-    /// byte `offset` on, fetched from its `port` with the run's `key`.
-    /// Only a backend whose runs hold output is asked; the error says what
-    /// to fix.
-    fn held_output(&self, sandbox: &str, port: u16, key: &str, offset: u64) -> Result<Output, String> {
-        let _ = (sandbox, port, key, offset);
-        Err("this backend does not keep output in the sandbox".to_string())
-    }
-
-    /// Tells the runner holding output that it may go on (and write its
-    /// result).
-    fn release_held(&self, sandbox: &str, port: u16, key: &str) -> Result<(), String> {
-        let _ = (sandbox, port, key);
-        Ok(())
-    }
-
     /// The run's inputs were read by the sandbox and may go (they can hold
     /// secrets). Failures are the backend's to log.
     fn inputs_used(&self, run_id: &str);
@@ -127,12 +111,18 @@ pub trait Backend: Send + Sync {
     /// ends. Also when a start-up check stops the server.
     fn shutdown(&self) {}
 
-    /// The warm pools' live figures, by pool (none without pools).
     /// Open sandboxes (sessions), when the backend keeps them.
     fn sandbox_store(&self) -> Option<&dyn SandboxStore> {
         None
     }
 
+    /// Output its runners hold in the sandbox for the server to fetch,
+    /// when the backend's runs do that (`sandbox::held`).
+    fn held_outputs(&self) -> Option<&dyn HeldOutputs> {
+        None
+    }
+
+    /// The warm pools' live figures, by pool (none without pools).
     fn pool_figures(&self) -> Vec<PoolFigures> {
         Vec::new()
     }
@@ -344,6 +334,9 @@ pub enum ErrorKind {
     /// The request was refused as it is (another 4xx, a conflict, an
     /// answer not understood): sending it again unchanged will not help.
     Refused,
+    /// What the call named is busy with other work that must end first
+    /// (a sandbox's runner runs another call: one call at a time).
+    Busy,
 }
 
 impl ErrorKind {
@@ -358,6 +351,7 @@ impl ErrorKind {
             ErrorKind::Refused => {
                 "the request was refused as it is, so retrying it unchanged will not help; the server's log has the details"
             }
+            ErrorKind::Busy => "it is busy with another call; try again once that call has ended",
         }
     }
 }
@@ -390,6 +384,19 @@ impl fmt::Debug for Abort {
     }
 }
 
+/// Output a runner holds in its sandbox until this server has fetched it
+/// (`sandbox::held`): for a backend whose container logs cannot carry a
+/// run's whole output (a kubelet rotates a big log away). A backend
+/// without it is never asked: its runners send everything on the log.
+pub trait HeldOutputs: Send + Sync {
+    /// The held frames from byte `offset` on, fetched from the sandbox's
+    /// `port` with the run's `key`; the error says what to fix.
+    fn fetch(&self, sandbox: &str, port: u16, key: &str, offset: u64) -> Result<Output, Error>;
+    /// Tells the runner holding output that it may go on (and write its
+    /// result).
+    fn release(&self, sandbox: &str, port: u16, key: &str) -> Result<(), Error>;
+}
+
 /// What a backend does for open sandboxes. A sandbox's objects are named
 /// by its `public_name`, as a run's are by its run id, so the backend's
 /// `probe` and `remove` work on it unchanged.
@@ -413,18 +420,19 @@ pub trait SandboxStore: Send + Sync {
     fn end_call(&self, seen: &Seen, call: &CallMark, at_ms: u64) -> Result<(), Error>;
     /// Gives the sandbox its call: the stream of its output from then on,
     /// read until the call's result (`read_for`: the longest quiet stretch),
-    /// and how to ask the sandbox to stop it.
-    fn deliver_call(&self, name: &str, call: &Assignment, read_for: Duration) -> Result<Delivered, String>;
+    /// and how to ask the sandbox to stop it. `ErrorKind::Busy` when its
+    /// runner still runs another call (one whose server gave up on it).
+    fn deliver_call(&self, name: &str, call: &Assignment, read_for: Duration) -> Result<Delivered, Error>;
     /// The sandbox's output from `since` (Unix ms, a little earlier on
     /// backends that count whole seconds or another clock), followed or
     /// (`follow: false`) to what it holds now: the record a call's frames
     /// are read again from when the stream that brought them broke, or by
     /// a process that did not deliver the call.
-    fn call_log(&self, name: &str, since_ms: u64, follow: bool) -> Result<Output, String>;
+    fn call_log(&self, name: &str, since_ms: u64, follow: bool) -> Result<Output, Error>;
     /// Asks the sandbox to stop the call tagged `tag`, from any process (a
     /// call this process did not deliver: a background call whose server
     /// died); nothing happens when that call is not running.
-    fn cancel_call(&self, name: &str, tag: Tag) -> Result<(), String>;
+    fn cancel_call(&self, name: &str, tag: Tag) -> Result<(), Error>;
     /// Deletes the sandbox and everything of it (key, marks, volume).
     fn close_sandbox(&self, name: &str);
 }
@@ -434,5 +442,5 @@ pub struct Delivered {
     pub output: Output,
     /// Asks the runner to stop the call (its command, as a SIGTERM would);
     /// the call's frames then end as a one-shot run's do.
-    pub cancel: Box<dyn Fn() -> Result<(), String> + Send + Sync>,
+    pub cancel: Box<dyn Fn() -> Result<(), Error> + Send + Sync>,
 }

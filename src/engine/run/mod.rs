@@ -920,10 +920,11 @@ fn fetch_held(
             )),
         }
     }
-    if let Err(why) = ctx.backend.release_held(sandbox, held.port, &key) {
+    let released = ctx.backend.held_outputs().map(|outputs| outputs.release(sandbox, held.port, &key));
+    if let Some(Err(why)) = released {
         log::warn(
             "the runner holding output could not be released; it goes on after its wait",
-            &[("run_id", run_id.into()), ("error", why.as_str().into())],
+            &[("run_id", run_id.into()), ("error", why.to_string().into())],
         );
     }
 }
@@ -946,7 +947,11 @@ fn fetch_held_frames(
     let mut fruitless = 0u32;
     loop {
         let before = offset;
-        let read = ctx.backend.held_output(sandbox, held.port, key, offset).and_then(|mut output| {
+        let fetched = match ctx.backend.held_outputs() {
+            Some(outputs) => outputs.fetch(sandbox, held.port, key, offset).map_err(|error| error.to_string()),
+            None => Err("this backend does not keep output in the sandbox".to_string()),
+        };
+        let read = fetched.and_then(|mut output| {
             stop.set(output.abort.clone());
             collector.read_held(&mut output.reader, &mut offset).map_err(|error| error.to_string())
         });

@@ -17,7 +17,7 @@ use crate::engine::port::Output;
 use crate::engine::port::facts::{Finished, SandboxState};
 use crate::engine::port::sandbox_record::{CallMark, Record, Seen};
 use crate::engine::port::spec::{RunOutcome, RunReason, RunSpec, RunStatus};
-use crate::engine::port::{Delivered, SandboxStore};
+use crate::engine::port::{self, Delivered, ErrorKind, SandboxStore};
 use crate::engine::run::collect::{Collector, LiveChunk};
 use crate::engine::run::outcome::Judged;
 use crate::engine::run::{Ctx, Progress};
@@ -350,12 +350,12 @@ pub fn run_taken(
     on_progress(Progress::Created { what: format!("call in sandbox {}", &name[..8]) });
     let delivered = match store.deliver_call(name, &call, spec.timeout + CALL_SLACK) {
         Ok(delivered) => delivered,
-        Err(why) if why == session::BUSY => return Err(refusal(RunReason::SandboxBusy, busy_in_runner())),
+        Err(why) if why.kind == ErrorKind::Busy => return Err(refusal(RunReason::SandboxBusy, busy_in_runner())),
         Err(why) => {
             let ended = ended_facts(ctx, name);
             let message = match &ended {
                 Some(_) => "the sandbox had ended; open a new one".to_string(),
-                None => format!("the call could not be handed to the sandbox: {why}"),
+                None => format!("the call could not be handed to the sandbox: {}", why.message),
             };
             let reason = if ended.is_some() { RunReason::SandboxEnded } else { RunReason::ApiError };
             return Err(refusal(reason, message));
@@ -455,7 +455,7 @@ fn read_followed(
                 }
                 spool = read.spool.take();
             }
-            Err(why) => problems.push(format!("the sandbox's log could not be followed: {why}")),
+            Err(why) => problems.push(format!("the sandbox's log could not be followed: {}", why.message)),
         }
         std::thread::sleep(FOLLOW_AGAIN);
     }
@@ -472,7 +472,7 @@ fn read_followed(
                 collector.problems.push(format!("the sandbox's log could not be read to its end: {error}"));
             }
         }
-        Err(why) => collector.problems.push(format!("the sandbox's log could not be read: {why}")),
+        Err(why) => collector.problems.push(format!("the sandbox's log could not be read: {}", why.message)),
     }
     read_of(ctx, reading.name, collector)
 }
@@ -660,7 +660,7 @@ fn reread_from_log(
     let output = match store.call_log(reading.name, since_ms, true) {
         Ok(output) => output,
         Err(why) => {
-            broken.problems.push(format!("the call's output could not be read again from the sandbox's log: {why}"));
+            broken.problems.push(format!("the call's output could not be read again from the sandbox's log: {}", why.message));
             return broken;
         }
     };
@@ -703,7 +703,7 @@ fn ended_facts(ctx: &Ctx, name: &str) -> Option<Finished> {
 struct Reading<'a> {
     name: &'a str,
     /// Asks the runner to stop the call.
-    cancel_call: &'a (dyn Fn() -> Result<(), String> + Send + Sync),
+    cancel_call: &'a (dyn Fn() -> Result<(), port::Error> + Send + Sync),
     cancel: &'a CancelToken,
     deadline: Instant,
     /// Whether the call still runs, for a reader that did not deliver it:
@@ -747,7 +747,10 @@ fn read_call(reading: &Reading, output: Output, mut collector: Collector, on_pro
             }
             if (reading.cancel.is_cancelled() || now >= reading.deadline) && stop_sent.is_none() {
                 if let Err(why) = (reading.cancel_call)() {
-                    log::warn("a call's stop did not reach its sandbox", &[("sandbox", reading.name.into()), ("error", why.into())]);
+                    log::warn(
+                        "a call's stop did not reach its sandbox",
+                        &[("sandbox", reading.name.into()), ("error", why.to_string().into())],
+                    );
                 }
                 stop_sent = Some(now);
             }

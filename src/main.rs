@@ -86,14 +86,14 @@ fn main() -> ExitCode {
 
 /// The checked configuration and the settings read from files, or exit
 /// code 2 after saying which setting is wrong.
-fn checked(raw: &RawConfig) -> Result<(Config, wiring::Prepared), ExitCode> {
+fn checked(raw: &RawConfig) -> Result<(Config, backend::Prepared), ExitCode> {
     let refuse = |message: String| {
         eprintln!("{NAME}: {message}");
         ExitCode::from(2)
     };
     let config = Config::from_raw(raw).map_err(|error| refuse(error.to_string()))?;
     tools::check_callers(&config).map_err(refuse)?;
-    let prepared = wiring::prepare(&config).map_err(refuse)?;
+    let prepared = backend::prepare(&config).map_err(refuse)?;
     Ok((config, prepared))
 }
 
@@ -258,7 +258,7 @@ fn serve(raw: &RawConfig) -> ExitCode {
 /// once every site is known (one site down must not stop the others).
 fn start_site(
     config: &Config,
-    prepared: &wiring::Prepared,
+    prepared: &backend::Prepared,
     named: Option<Named<'_>>,
 ) -> Result<Result<Arc<dyn backend::Connected>, String>, ExitCode> {
     let site = named.map(|named| named.name);

@@ -10,30 +10,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::kubernetes::template::{self, PodTemplate};
-use crate::backend::{self, ConnectError, Connected, WarmPools};
+use crate::backend::{self, ConnectError, Connected, Prepared, WarmPools};
 use crate::config::{BackendChoice, Config};
 use crate::engine;
-
-/// Settings a backend reads from files, read and checked before any
-/// backend call, so that a bad one stops the start (exit 2) even without
-/// credentials or a daemon.
-pub struct Prepared {
-    /// The operator's pod template (`MCP_K8S_POD_TEMPLATE`).
-    pod_template: Option<PodTemplate>,
-}
-
-pub fn prepare(config: &Config) -> Result<Prepared, String> {
-    let pod_template = template::from_config(config).map_err(|error| error.to_string())?;
-    Ok(Prepared { pod_template })
-}
 
 /// Connects the configured backend (`MCP_K8S_BACKEND`) and says at start
 /// which one and why. With `auto`: Kubernetes when cluster credentials are
 /// found, else Docker when a daemon answers.
 pub fn connect(config: &Config, prepared: &Prepared, warm: WarmPools) -> Result<Arc<dyn Connected>, ConnectError> {
     let kubernetes = |why: &str| -> Result<Arc<dyn Connected>, ConnectError> {
-        Ok(backend::kubernetes::connect::connect(config, policy(config), prepared.pod_template.clone(), warm, why)
+        Ok(backend::kubernetes::connect::connect(config, policy(config), prepared.pod_template(), warm, why)
             .map_err(ConnectError::Unavailable)?)
     };
     let docker = |why: &str| -> Result<Arc<dyn Connected>, ConnectError> {

@@ -1,18 +1,18 @@
 //! Fuzz target: a container log → the runner's frame decoder
 //! (`sandbox::frame::decode`, tags included) and the engine's reassembly
-//! (`engine::collect::Collector::read_all`), with small caps. Checks that
+//! (`engine::run::collect::Collector::read_all`), with small caps. Checks that
 //! nothing panics, that a decoded frame encodes back to one line that decodes
 //! to the same frame, and that the collector keeps to its caps whatever the
 //! log claims.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mcp_k8s_ephemeral_job::engine::collect::Collector;
+use mcp_k8s_ephemeral_job::engine::run::collect::Collector;
 use mcp_k8s_ephemeral_job::sandbox::frame;
 
 const MAX_OUTPUT_BYTES: u64 = 64;
 const MAX_ARTIFACT_BYTES: u64 = 128;
-/// `engine::collect` allows the runner's one-line marker on top of the cap.
+/// `engine::run::collect` allows the runner's one-line marker on top of the cap.
 const CAPTURE_MARKER_SLACK: u64 = 256;
 
 fuzz_target!(|data: &[u8]| {

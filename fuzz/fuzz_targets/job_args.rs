@@ -14,7 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use mcp_k8s_ephemeral_job::config::{Config, RawConfig};
 use mcp_k8s_ephemeral_job::backend::kubernetes::manifest;
 use mcp_k8s_ephemeral_job::backend::kubernetes::settings::Settings;
-use mcp_k8s_ephemeral_job::engine::spec::Policy;
+use mcp_k8s_ephemeral_job::engine::port::spec::Policy;
 use mcp_k8s_ephemeral_job::tools::job_args::{self, MAX_INPUT_BYTES};
 use mcp_k8s_ephemeral_job::tools::run_job::arg_bounds;
 
@@ -62,5 +62,5 @@ fuzz_target!(|data: &[u8]| {
     if let Some(secret) = manifest::inputs_secret(&run_spec, &CLUSTER, "fuzz0123", "uid-fuzz") {
         let _ = secret.to_string();
     }
-    let _ = mcp_k8s_ephemeral_job::engine::spec::run_deadline(&run_spec, &POLICY);
+    let _ = mcp_k8s_ephemeral_job::engine::port::spec::run_deadline(&run_spec, &POLICY);
 });

@@ -23,6 +23,28 @@ use crate::engine::pools::pool::{PoolRules, PoolShape};
 use crate::engine::pools::{PoolSandboxes, Pools};
 use crate::engine::port::Backend;
 
+/// Settings a backend reads from files, read and checked before any
+/// backend call, so that a bad one stops the start (exit 2) even without
+/// credentials or a daemon.
+pub struct Prepared {
+    /// The operator's pod template (`MCP_K8S_POD_TEMPLATE`), for the
+    /// Kubernetes backend.
+    pod_template: Option<kubernetes::template::PodTemplate>,
+}
+
+impl Prepared {
+    pub fn pod_template(&self) -> Option<kubernetes::template::PodTemplate> {
+        self.pod_template.clone()
+    }
+}
+
+/// Reads and checks what every backend this configuration may connect
+/// reads from files.
+pub fn prepare(config: &Config) -> Result<Prepared, String> {
+    let pod_template = kubernetes::template::from_config(config).map_err(|error| error.to_string())?;
+    Ok(Prepared { pod_template })
+}
+
 /// A backend connected from the settings: the engine's port, plus what
 /// `main` asks of a backend before and besides runs.
 pub trait Connected: Backend {

@@ -42,7 +42,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -349,6 +349,14 @@ fn serve_held(hold: &sandbox::held::HoldOptions, stop: &AtomicBool, sink: &Frame
     let bytes = std::fs::metadata(sandbox::held::FILE).map_or(0, |metadata| metadata.len());
     if bytes == 0 {
         return;
+    }
+    // Stopped (a cancel deletes the pod; an eviction): nothing is served,
+    // so nothing is announced. An earlier version said `Held` and then
+    // stopped at once, and the server spent some 25 s trying to fetch from
+    // a runner that was gone before it wrote down the cancelled run.
+    if stop.load(Ordering::SeqCst) {
+        return notes
+            .push(format!("the runner was stopped, so the {bytes} bytes of output it held in the sandbox for the store were not served"));
     }
     let listener = match assign::listen(hold.port) {
         Ok(listener) => listener,

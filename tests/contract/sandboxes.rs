@@ -345,6 +345,28 @@ fn a_second_call_while_one_runs_is_refused_and_a_cancel_ends_only_the_call() {
     close(&mut server, &sandbox);
 }
 
+/// A call stopped for going over the disk limit leaves its files; the
+/// next call, which removes them, runs: each call is held to the limit,
+/// or to what the folders held when its command started when that was
+/// more. The next call used to be stopped `DiskLimitExceeded` at once,
+/// whatever it did, for the earlier call's files.
+#[test]
+fn a_call_after_a_disk_overshoot_runs_and_frees_the_space() {
+    let _together = together();
+    let mut server = server(&[("MCP_K8S_WORKDIR_SIZE", "16Mi")]);
+    let sandbox = open(&mut server, json!({"image": BUSYBOX}));
+    // 10 MiB in each of /tmp and the workdir: under each folder's own bound,
+    // over the limit together.
+    let over = sh(&mut server, &sandbox, "head -c 10485760 /dev/zero > /tmp/f1; head -c 10485760 /dev/zero > f2; sleep 15");
+    assert_eq!(over["reason"], "DiskLimitExceeded", "{over}");
+    // It works a moment before it frees the space, as a real clean-up does.
+    let freed = sh(&mut server, &sandbox, "sleep 1; rm -f /tmp/f1 f2; echo freed");
+    assert_eq!((freed["status"].as_str(), freed["stdout"].as_str()), (Some("succeeded"), Some("freed\n")), "{freed}");
+    let again = sh(&mut server, &sandbox, "head -c 10485760 /dev/zero > /tmp/f3; head -c 10485760 /dev/zero > f4; sleep 15");
+    assert_eq!(again["reason"], "DiskLimitExceeded", "the limit holds for a call that starts under it: {again}");
+    close(&mut server, &sandbox);
+}
+
 #[test]
 fn a_second_server_runs_calls_in_a_sandbox_the_first_opened() {
     let _together = together();

@@ -539,9 +539,14 @@ fn new_spool(ctx: &Ctx, call_id: &str, owner: Option<&str>) -> Option<crate::eng
     ctx.policy.outputs.as_ref().map(|outputs| crate::engine::outputs::Spool::new(outputs.clone(), call_id, owner))
 }
 
-/// What was read, with how the sandbox ended when no result came.
+/// What was read, with how the sandbox ended when no result came, or
+/// when the result says a SIGTERM stopped the command: the runner of a
+/// deleted or evicted pod reports the SIGTERM it got and nothing of who
+/// sent it, which only the sandbox's own state tells (a deletion marks
+/// the pod before its containers are stopped).
 fn read_of(ctx: &Ctx, name: &str, collector: Collector) -> Read {
-    let finished = if collector.result.is_none() { ended_facts(ctx, name) } else { None };
+    let look = collector.result.as_ref().is_none_or(|result| result.terminated_by_request);
+    let finished = if look { ended_facts(ctx, name) } else { None };
     Read { collector, finished }
 }
 
@@ -583,12 +588,27 @@ fn judge_call(ctx: &Ctx, name: &str, facts: &CallFacts, read: Read) -> RunOutcom
         );
     } else if terminated || (finished.is_some() && outcome.status == RunStatus::Error) {
         outcome.reason = Some(RunReason::SandboxEnded);
-        outcome.message = format!(
-            "the sandbox ended while the call ran ({}); it is gone with its files: open a new one",
-            if outcome.message.is_empty() { "no result arrived" } else { outcome.message.as_str() }
-        );
+        outcome.message = ended_message(finished.as_ref(), &outcome.message, ctx.backend.wording());
     }
     outcome
+}
+
+/// Why a call ended with its sandbox: a deletion seen (and nothing else
+/// that stopped it, such as an eviction) says so, naming who may delete
+/// a sandbox, rather than the one-shot run's words for a deleted sandbox
+/// (whose own server never deletes it mid-run) or for a SIGTERM nobody
+/// was seen sending.
+fn ended_message(finished: Option<&Finished>, said: &str, wording: &crate::engine::facts::Wording) -> String {
+    if finished.is_some_and(|finished| finished.deleted && finished.disruption.is_none() && finished.stopped.is_none()) {
+        return format!(
+            "the sandbox's {} was deleted while the call ran (close_sandbox, its idle timeout or lifetime, or something outside this server: {}), and the call's command was stopped with it; the output so far is included; the sandbox is gone with its files: open a new one",
+            wording.sandbox, wording.outside_deleters
+        );
+    }
+    format!(
+        "the sandbox ended while the call ran ({}); it is gone with its files: open a new one",
+        if said.is_empty() { "no result arrived" } else { said }
+    )
 }
 
 /// The sandbox still runs, and neither its lifetime nor its idle time is
@@ -824,6 +844,24 @@ fn unseen(passed: usize, at: usize, len: usize) -> std::ops::Range<usize> {
 mod tests {
     use super::*;
     use crate::sandbox::frame::Stream;
+
+    #[test]
+    fn a_call_ended_by_a_deletion_says_the_sandbox_was_deleted() {
+        let wording = crate::engine::outcome::POD_WORDING;
+        let deleted = Finished { deleted: true, signal: Some(15), ..Finished::default() };
+        let evicted = Finished { disruption: Some("EvictionByEvictionAPI: evicted".into()), ..deleted.clone() };
+        let said = "the pod was evicted: EvictionByEvictionAPI";
+        // (facts, what the judge said) → the message starts with
+        let cases = [
+            (Some(&deleted), "", "the sandbox's pod was deleted while the call ran (close_sandbox"),
+            (Some(&evicted), said, "the sandbox ended while the call ran (the pod was evicted"),
+            (None, "", "the sandbox ended while the call ran (no result arrived)"),
+        ];
+        for (finished, said, want) in cases {
+            let message = ended_message(finished, said, &wording);
+            assert!(message.starts_with(want), "{finished:?}: {message}");
+        }
+    }
 
     #[test]
     fn a_chunk_goes_on_only_past_what_was_passed_on() {

@@ -26,8 +26,10 @@ use crate::sandbox::session;
 /// Time a call may take past its command's timeout: the kill grace and
 /// the artifacts' collection.
 const CALL_SLACK: Duration = Duration::from_secs(10);
-/// How long a cancelled call's runner is given to send what it has.
+/// How long a call past its deadline is given to send what it has.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
+/// How often a stop that has not ended the call yet is sent again.
+const STOP_AGAIN: Duration = Duration::from_secs(2);
 /// How often a call read from its sandbox's log is looked at, to know
 /// whether it still runs.
 const RUNNING_LOOK: Duration = Duration::from_secs(1);
@@ -744,14 +746,25 @@ fn read_call(reading: &Reading, output: Output, mut collector: Collector, on_pro
             }
             collector
         });
-        let mut stop_sent: Option<Instant> = None;
+        // When the stop was first sent, and last.
+        let mut stop_sent: Option<(Instant, Instant)> = None;
         let mut looked = Instant::now();
         let mut over_since: Option<Instant> = None;
+        let send_stop = || {
+            if let Err(why) = (reading.cancel_call)() {
+                log::warn("a call's stop did not reach its sandbox", &[("sandbox", reading.name.into()), ("error", why.into())]);
+            }
+        };
         while !read.is_finished() {
             let now = Instant::now();
-            if stop_sent.is_some_and(|sent| now >= sent + CANCEL_WAIT) || over_since.is_some_and(|over| now >= over + LOG_AFTER_END) {
+            let stop = stop_sent.map(|(first, last)| stopping(now, (first, last), reading.deadline));
+            if stop == Some(Stopping::GiveUp) || over_since.is_some_and(|over| now >= over + LOG_AFTER_END) {
                 abort.abort();
                 break;
+            }
+            if let (Some(Stopping::SendAgain), Some((first, _))) = (stop, stop_sent) {
+                send_stop();
+                stop_sent = Some((first, now));
             }
             if let Some(running) = reading.running
                 && over_since.is_none()
@@ -763,15 +776,42 @@ fn read_call(reading: &Reading, output: Output, mut collector: Collector, on_pro
                 }
             }
             if (reading.cancel.is_cancelled() || now >= reading.deadline) && stop_sent.is_none() {
-                if let Err(why) = (reading.cancel_call)() {
-                    log::warn("a call's stop did not reach its sandbox", &[("sandbox", reading.name.into()), ("error", why.into())]);
-                }
-                stop_sent = Some(now);
+                send_stop();
+                stop_sent = Some((now, now));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         read.join().unwrap_or_else(|_| Collector::new(0, 0))
     })
+}
+
+/// What the reader of a call it asked to stop does now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stopping {
+    /// Waits for the runner's result.
+    Wait,
+    /// Asks the runner again: the last ask may not have reached it.
+    SendAgain,
+    /// Stops reading: the call is judged on what came.
+    GiveUp,
+}
+
+/// Once the call was asked to stop (`first`, asked last at `last`), its
+/// reader waits for the result until the later of the call's `deadline`
+/// and `CANCEL_WAIT` past the first ask, asking again every `STOP_AGAIN`.
+/// The call keeps the sandbox meanwhile: its command may still run. An
+/// earlier version stopped reading `CANCEL_WAIT` after a cancel, judged
+/// the call `cancelled` and gave the sandbox back, while a command whose
+/// runner never got the cancel (one that had forked up to the sandbox's
+/// process limit) ran on to its timeout and refused the next calls.
+fn stopping(now: Instant, (first, last): (Instant, Instant), deadline: Instant) -> Stopping {
+    if now >= deadline.max(first + CANCEL_WAIT) {
+        Stopping::GiveUp
+    } else if now >= last + STOP_AGAIN {
+        Stopping::SendAgain
+    } else {
+        Stopping::Wait
+    }
 }
 
 /// Gives the sandbox back when the call is over, whatever happened.
@@ -860,6 +900,32 @@ mod tests {
         for (finished, said, want) in cases {
             let message = ended_message(finished, said, &wording);
             assert!(message.starts_with(want), "{finished:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_stopped_call_is_waited_for_until_its_deadline_and_asked_again() {
+        let base = Instant::now();
+        let at = |s: u64| base + Duration::from_secs(s);
+        // (now, first ask, last ask, deadline) → what the reader does
+        let cases = [
+            ((1, 0, 0, 600), Stopping::Wait),
+            ((2, 0, 0, 600), Stopping::SendAgain),
+            ((3, 0, 2, 600), Stopping::Wait),
+            // A cancel long before the deadline: still waited for, asked again.
+            ((30, 0, 28, 600), Stopping::SendAgain),
+            ((599, 0, 598, 600), Stopping::Wait),
+            ((600, 0, 598, 600), Stopping::GiveUp),
+            // Stopped at its deadline: CANCEL_WAIT to send what it has.
+            ((605, 600, 604, 600), Stopping::Wait),
+            ((610, 600, 608, 600), Stopping::GiveUp),
+        ];
+        for ((now, first, last, deadline), want) in cases {
+            assert_eq!(
+                stopping(at(now), (at(first), at(last)), at(deadline)),
+                want,
+                "now {now}, asked {first}/{last}, deadline {deadline}"
+            );
         }
     }
 

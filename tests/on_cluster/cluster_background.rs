@@ -260,7 +260,8 @@ fn a_cancelled_run_holding_output_in_its_pod_ends_without_fetching_it() {
     }
     for token in &tokens {
         let outcome = fetch_done(&mut server, token)["result"].clone();
-        let brief = json!({"status": outcome["status"], "reason": outcome["reason"], "message": outcome["message"], "notes": outcome["notes"]});
+        let brief =
+            json!({"status": outcome["status"], "reason": outcome["reason"], "message": outcome["message"], "notes": outcome["notes"]});
         assert_eq!((outcome["status"].as_str(), outcome["reason"].as_str()), (Some("cancelled"), Some("Cancelled")), "{brief}");
         assert!(!brief.to_string().contains("could not be fetched"), "{brief}");
     }

@@ -588,7 +588,12 @@ fn judge_call(ctx: &Ctx, name: &str, facts: &CallFacts, read: Read) -> RunOutcom
             "no result of this call reached this server, nor is one in the sandbox's log (the server that handed it over stopped before the call started, or its output was lost); the output read so far is included, and the sandbox stays open{}",
             if outcome.message.is_empty() { String::new() } else { format!(" ({})", outcome.message) }
         );
-    } else if terminated || (finished.is_some() && outcome.status == RunStatus::Error) {
+    } else if terminated
+        || (finished.is_some() && outcome.status == RunStatus::Error)
+        // Stopped from outside at its own deadline (its lifetime): the
+        // sandbox's end, not the call's timeout.
+        || finished.as_ref().is_some_and(|finished| finished.stopped.is_some())
+    {
         outcome.reason = Some(RunReason::SandboxEnded);
         outcome.message = ended_message(finished.as_ref(), &outcome.message, ctx.backend.wording());
     }

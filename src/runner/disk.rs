@@ -11,6 +11,13 @@
 //! into other mounts), so the bound holds to within a fraction of a second
 //! of writing, and the result says how much
 //! each folder held and which limit applied.
+//!
+//! In an open sandbox the folders outlive the call: what an earlier call
+//! left over the limit (its command was stopped a moment too late) is no
+//! fault of the next, so a call is held to the limit, or to what the
+//! folders held when its command started if that was more (`bound`): a
+//! call that frees space, or writes nothing, runs; one that writes more
+//! is stopped.
 
 use std::collections::HashSet;
 use std::fs;
@@ -34,6 +41,9 @@ pub struct Exceeded {
     /// Each folder and the bytes it held.
     pub usage: Vec<(PathBuf, u64)>,
     pub limit_bytes: u64,
+    /// What they held together when the command started, when that was
+    /// over the limit already (an open sandbox's earlier call).
+    pub over_at_start: Option<u64>,
 }
 
 impl Exceeded {
@@ -41,12 +51,31 @@ impl Exceeded {
     pub fn message(&self) -> String {
         let total: u64 = self.usage.iter().map(|(_, bytes)| bytes).sum();
         let parts: Vec<String> = self.usage.iter().map(|(path, bytes)| format!("`{}` {bytes}", path.display())).collect();
-        format!(
-            "the job's folders held {total} bytes ({}), over the disk limit of {} bytes (MCP_K8S_WORKDIR_SIZE), and the command was stopped",
-            parts.join(", "),
-            self.limit_bytes
-        )
+        match self.over_at_start {
+            None => format!(
+                "the job's folders held {total} bytes ({}), over the disk limit of {} bytes (MCP_K8S_WORKDIR_SIZE), and the command was stopped",
+                parts.join(", "),
+                self.limit_bytes
+            ),
+            Some(at_start) => format!(
+                "the job's folders held {total} bytes ({}), more than the {at_start} bytes they held when the command started, which were over the disk limit of {} bytes (MCP_K8S_WORKDIR_SIZE) already, and the command was stopped; remove files first",
+                parts.join(", "),
+                self.limit_bytes
+            ),
+        }
     }
+}
+
+/// The bytes a command may leave in the folders: the limit, or what they
+/// held when it started when that was more.
+pub fn bound(limit_bytes: u64, at_start: u64) -> u64 {
+    limit_bytes.max(at_start)
+}
+
+/// What `paths` hold together now.
+pub fn held(paths: &[PathBuf]) -> u64 {
+    let mounts = mount_points();
+    paths.iter().map(|path| usage(path, &mounts)).sum()
 }
 
 /// A running watcher; `finish` stops it and says whether a limit was hit.
@@ -57,16 +86,18 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Starts watching `paths`, limited to `limit_bytes` together; sets `stop`
-    /// (the flag the command's wait checks) when one goes over.
-    pub fn start(paths: Vec<PathBuf>, limit_bytes: u64, stop: Arc<AtomicBool>) -> Watcher {
+    /// Starts watching `paths`, limited to `limit_bytes` together (or to
+    /// `at_start`, what they held when the command started, when that was
+    /// more: `bound`); sets `stop` (the flag the command's wait checks)
+    /// when they go over.
+    pub fn start(paths: Vec<PathBuf>, limit_bytes: u64, at_start: u64, stop: Arc<AtomicBool>) -> Watcher {
         let done = Arc::new(AtomicBool::new(false));
         let exceeded = Arc::new(Mutex::new(None));
         let (thread_done, thread_exceeded) = (done.clone(), exceeded.clone());
         // A failed spawn leaves the kubelet's eviction as the only bound.
         let thread = std::thread::Builder::new()
             .name("disk-watch".into())
-            .spawn(move || watch(&paths, limit_bytes, &stop, &thread_done, &thread_exceeded))
+            .spawn(move || watch(&paths, (limit_bytes, at_start), &stop, &thread_done, &thread_exceeded))
             .ok();
         Watcher { done, exceeded, thread }
     }
@@ -81,11 +112,13 @@ impl Watcher {
     }
 }
 
-fn watch(paths: &[PathBuf], limit_bytes: u64, stop: &AtomicBool, done: &AtomicBool, exceeded: &Mutex<Option<Exceeded>>) {
+fn watch(paths: &[PathBuf], (limit_bytes, at_start): (u64, u64), stop: &AtomicBool, done: &AtomicBool, exceeded: &Mutex<Option<Exceeded>>) {
     let mounts = mount_points();
     while !done.load(Ordering::Relaxed) {
         let started = Instant::now();
-        if let Some(over) = over_limit(paths, limit_bytes, &mounts) {
+        if let Some(mut over) = over_limit(paths, bound(limit_bytes, at_start), &mounts) {
+            over.limit_bytes = limit_bytes;
+            over.over_at_start = (at_start > limit_bytes).then_some(at_start);
             *exceeded.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(over);
             stop.store(true, Ordering::Relaxed);
             return;
@@ -108,7 +141,7 @@ fn watch(paths: &[PathBuf], limit_bytes: u64, stop: &AtomicBool, done: &AtomicBo
 pub fn over_limit(paths: &[PathBuf], limit_bytes: u64, mounts: &HashSet<PathBuf>) -> Option<Exceeded> {
     let usage: Vec<(PathBuf, u64)> = paths.iter().map(|path| (path.clone(), self::usage(path, mounts))).collect();
     let total: u64 = usage.iter().map(|(_, bytes)| bytes).sum();
-    (total > limit_bytes).then_some(Exceeded { usage, limit_bytes })
+    (total > limit_bytes).then_some(Exceeded { usage, limit_bytes, over_at_start: None })
 }
 
 /// Bytes allocated under `root`, like `du`: the blocks of every file and
@@ -168,6 +201,19 @@ fn unescape_mountinfo(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An earlier call's files over the limit hold a call only to what
+    /// they were; under the limit, the limit holds.
+    #[test]
+    fn a_call_is_held_to_the_limit_or_to_what_the_folders_held_when_it_started() {
+        // (limit, at start) → the bound
+        let cases = [((100, 0), 100), ((100, 60), 100), ((100, 100), 100), ((100, 150), 150)];
+        for ((limit, at_start), want) in cases {
+            assert_eq!(bound(limit, at_start), want, "limit {limit}, at start {at_start}");
+        }
+        let over = Exceeded { usage: vec![(PathBuf::from("/tmp"), 170)], limit_bytes: 100, over_at_start: Some(150) };
+        assert!(over.message().contains("more than the 150 bytes they held when the command started"), "{}", over.message());
+    }
 
     #[test]
     fn mountinfo_escapes_are_undone() {

@@ -42,7 +42,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -256,6 +256,10 @@ fn run_exec_from(
         ));
     }
 
+    // Measured before the command runs: in an open sandbox, an earlier
+    // call may have left the folders over the limit (`disk::bound`).
+    let watches_disk = options.disk_limit_bytes > 0 && !options.disk_paths.is_empty();
+    let disk_at_start = if watches_disk { disk::held(&options.disk_paths) } else { 0 };
     let exit_code = match start() {
         Err(error) => {
             result.start_error = Some(format!("cannot start `{}`: {error}", options.argv[0]));
@@ -266,8 +270,8 @@ fn run_exec_from(
         }
         Ok(mut child) => {
             let outputs = start_pumps(&mut child, options, &spill_budget, sink);
-            let watcher = (options.disk_limit_bytes > 0 && !options.disk_paths.is_empty())
-                .then(|| disk::Watcher::start(options.disk_paths.clone(), options.disk_limit_bytes, stop.clone()));
+            let watcher = watches_disk
+                .then(|| disk::Watcher::start(options.disk_paths.clone(), options.disk_limit_bytes, disk_at_start, stop.clone()));
             let ending = process::wait(&mut child, options.timeout, options.kill_grace, &stop);
             result.disk_limit_exceeded = watcher.and_then(disk::Watcher::finish).map(|exceeded| exceeded.message());
             process::kill_group_leftovers(&child);
@@ -349,6 +353,14 @@ fn serve_held(hold: &sandbox::held::HoldOptions, stop: &AtomicBool, sink: &Frame
     let bytes = std::fs::metadata(sandbox::held::FILE).map_or(0, |metadata| metadata.len());
     if bytes == 0 {
         return;
+    }
+    // Stopped (a cancel deletes the pod; an eviction): nothing is served,
+    // so nothing is announced. An earlier version said `Held` and then
+    // stopped at once, and the server spent some 25 s trying to fetch from
+    // a runner that was gone before it wrote down the cancelled run.
+    if stop.load(Ordering::SeqCst) {
+        return notes
+            .push(format!("the runner was stopped, so the {bytes} bytes of output it held in the sandbox for the store were not served"));
     }
     let listener = match assign::listen(hold.port) {
         Ok(listener) => listener,

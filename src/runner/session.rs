@@ -126,10 +126,11 @@ pub fn run_session(options: &AssignOptions, until_ms: u64) -> Result<i32, String
             let key_file = options.key_file.as_deref().ok_or("--port needs --key-file")?;
             let key = super::key::take(key_file)?;
             let listener = assign::listen(*port).map_err(|error| format!("cannot listen on port {port}: {error}"))?;
-            let (current, workdir) = (current.clone(), options.workdir.clone());
+            let readers = start_readers(&key, &options.workdir, &current, &sender)?;
+            drop(sender);
             std::thread::Builder::new()
                 .name("session-listener".into())
-                .spawn(move || serve_port(&listener, &key, &workdir, &current, &sender))
+                .spawn(move || serve_port(&listener, &readers))
                 .map_err(|error| format!("cannot start the listener: {error}"))?;
         }
         Endpoint::Stdin => {
@@ -269,33 +270,60 @@ const REPLY_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// `assignment::MAX_BODY_BYTES`, so the bound is also the memory's.
 const MAX_SESSION_READERS: usize = 4;
 
-/// The port's accept loop: a thread per connection, at most
-/// `MAX_SESSION_READERS` being read at once; when a new one comes, the
-/// oldest still being read is closed, so a peer that holds connections
-/// open can keep out no delivery behind it.
-fn serve_port(listener: &std::net::TcpListener, key: &Key, workdir: &Path, current: &Current, calls: &mpsc::Sender<Taken>) {
-    let mut readers: std::collections::VecDeque<(Arc<AtomicBool>, TcpStream)> = std::collections::VecDeque::new();
+/// A connection accepted on the port, for a reader, with the flag its
+/// reader sets once the request is read.
+type Accepted = (TcpStream, Arc<AtomicBool>);
+
+/// Starts the port's `MAX_SESSION_READERS` reader threads, before any call
+/// runs. An earlier version started a thread per connection: a command
+/// that forked until the sandbox's process limit (threads count against
+/// it too) left the runner no thread to read the cancel that would stop
+/// it, so the connection was dropped (the API server answered 503) and
+/// the command ran on to its timeout.
+fn start_readers(key: &Key, workdir: &Path, current: &Current, calls: &mpsc::Sender<Taken>) -> Result<mpsc::Sender<Accepted>, String> {
+    let (accepted, queue) = mpsc::channel::<Accepted>();
+    let queue = Arc::new(Mutex::new(queue));
+    for _ in 0..MAX_SESSION_READERS {
+        let (key, workdir, current, calls, queue) = (key.clone(), workdir.to_path_buf(), current.clone(), calls.clone(), queue.clone());
+        std::thread::Builder::new()
+            .name("session-reader".into())
+            .spawn(move || {
+                loop {
+                    // The lock is held only while waiting for the next one.
+                    let next = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                    let Ok((stream, read)) = next else { return };
+                    serve_connection(stream, &key, &workdir, &current, &calls, &read);
+                }
+            })
+            .map_err(|error| format!("cannot start a reader of the port: {error}"))?;
+    }
+    Ok(accepted)
+}
+
+/// The port's accept loop: each connection goes to a reader (`start_readers`),
+/// at most `MAX_SESSION_READERS` being read or waiting to be; when a new one
+/// comes, the oldest still unread is closed, so a peer that holds
+/// connections open can keep out no delivery behind it.
+fn serve_port(listener: &std::net::TcpListener, readers: &mpsc::Sender<Accepted>) {
+    let mut unread: std::collections::VecDeque<(Arc<AtomicBool>, TcpStream)> = std::collections::VecDeque::new();
     loop {
         let stream = match listener.accept() {
             Ok((stream, _peer)) => stream,
             Err(error) if assign::is_transient(&error) => continue,
             Err(_) => return,
         };
-        readers.retain(|(done, _)| !done.load(Ordering::SeqCst));
-        if readers.len() >= MAX_SESSION_READERS
-            && let Some((_, oldest)) = readers.pop_front()
+        unread.retain(|(read, _)| !read.load(Ordering::SeqCst));
+        if unread.len() >= MAX_SESSION_READERS
+            && let Some((_, oldest)) = unread.pop_front()
         {
             let _ = oldest.shutdown(std::net::Shutdown::Both);
         }
         let Ok(handle) = stream.try_clone() else { continue };
-        let done = Arc::new(AtomicBool::new(false));
-        let (key, workdir, current, calls, finished) = (key.clone(), workdir.to_path_buf(), current.clone(), calls.clone(), done.clone());
-        let spawned = std::thread::Builder::new().name("session-reader".into()).spawn(move || {
-            serve_connection(stream, &key, &workdir, &current, &calls, &finished);
-        });
-        if spawned.is_ok() {
-            readers.push_back((done, handle));
+        let read = Arc::new(AtomicBool::new(false));
+        if readers.send((stream, read.clone())).is_err() {
+            return;
         }
+        unread.push_back((read, handle));
     }
 }
 

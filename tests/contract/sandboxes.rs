@@ -345,6 +345,65 @@ fn a_second_call_while_one_runs_is_refused_and_a_cancel_ends_only_the_call() {
     close(&mut server, &sandbox);
 }
 
+/// A call whose command forks until the sandbox's process limit (threads
+/// count too) is still stopped by `cancel_job`: its result says
+/// `cancelled` once its command is gone, and the next call runs in the
+/// sandbox with nothing of it left. The runner used to need a new thread
+/// to read the cancel, so it never came: the call was said `cancelled`
+/// 10 s later while its command ran on to its timeout, and the calls in
+/// between failed with a bare `ApiError` 503.
+#[test]
+fn a_call_at_the_process_limit_is_cancelled_and_nothing_of_it_is_left() {
+    let _together = together();
+    let mut server = server(&[]);
+    let sandbox = open(&mut server, json!({"image": PYTHON}));
+    let threads = "import threading, time\n\
+                   started = 0\n\
+                   print('started', flush=True)\n\
+                   while True:\n\
+                   \x20   try:\n\
+                   \x20       threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n\
+                   \x20       started += 1\n\
+                   \x20   except RuntimeError:\n\
+                   \x20       print(f'at the limit after {started} threads', flush=True)\n\
+                   \x20       time.sleep(0.5)\n";
+    let token = server.submit(json!({"sandbox": sandbox.id, "command": ["python3", "-c", threads], "timeout_s": 120}));
+    await_output(&mut server, &token, "at the limit");
+    let cancelled = server.ok("cancel_job", json!({"job_token": token}));
+    assert_eq!(cancelled["cancel_requested"], true, "{cancelled}");
+    let result = server.fetch_done(&token)["result"].clone();
+    assert_eq!((result["status"].as_str(), result["reason"].as_str()), (Some("cancelled"), Some("Cancelled")), "{result}");
+    // Said cancelled only once the command is gone: the sandbox takes the
+    // next call at once, and no process of the cancelled one is left.
+    let others = "import os; print(len([p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid())]))";
+    let after = call(&mut server, "run_job", json!({"sandbox": sandbox.id, "command": ["python3", "-c", others], "timeout_s": 20}));
+    let after = &after["structuredContent"];
+    assert_eq!((after["status"].as_str(), after["stdout"].as_str()), (Some("succeeded"), Some("0\n")), "{after}");
+    close(&mut server, &sandbox);
+}
+
+/// A call stopped for going over the disk limit leaves its files; the
+/// next call, which removes them, runs: each call is held to the limit,
+/// or to what the folders held when its command started when that was
+/// more. The next call used to be stopped `DiskLimitExceeded` at once,
+/// whatever it did, for the earlier call's files.
+#[test]
+fn a_call_after_a_disk_overshoot_runs_and_frees_the_space() {
+    let _together = together();
+    let mut server = server(&[("MCP_K8S_WORKDIR_SIZE", "16Mi")]);
+    let sandbox = open(&mut server, json!({"image": BUSYBOX}));
+    // 10 MiB in each of /tmp and the workdir: under each folder's own bound,
+    // over the limit together.
+    let over = sh(&mut server, &sandbox, "head -c 10485760 /dev/zero > /tmp/f1; head -c 10485760 /dev/zero > f2; sleep 15");
+    assert_eq!(over["reason"], "DiskLimitExceeded", "{over}");
+    // It works a moment before it frees the space, as a real clean-up does.
+    let freed = sh(&mut server, &sandbox, "sleep 1; rm -f /tmp/f1 f2; echo freed");
+    assert_eq!((freed["status"].as_str(), freed["stdout"].as_str()), (Some("succeeded"), Some("freed\n")), "{freed}");
+    let again = sh(&mut server, &sandbox, "head -c 10485760 /dev/zero > /tmp/f3; head -c 10485760 /dev/zero > f4; sleep 15");
+    assert_eq!(again["reason"], "DiskLimitExceeded", "the limit holds for a call that starts under it: {again}");
+    close(&mut server, &sandbox);
+}
+
 #[test]
 fn a_second_server_runs_calls_in_a_sandbox_the_first_opened() {
     let _together = together();

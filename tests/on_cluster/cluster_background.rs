@@ -232,6 +232,43 @@ fn cancel_stops_the_job_and_keeps_its_partial_output() {
     assert_eq!(seen["result"]["truncated"]["stdout"], true, "{seen}");
 }
 
+/// A cancelled run whose runner holds its output for the store in the pod
+/// ends without fetching it: a cancelled run keeps nothing in the store,
+/// and its runner, stopped, serves nothing (nor says it holds any). The
+/// server used to try the fetch again and again (some 25 s, and a note
+/// that it failed) before it said `cancelled`. One run is cancelled by the
+/// server that follows it, the other by a second server, which the
+/// follower learns of only from the pod.
+#[test]
+fn a_cancelled_run_holding_output_in_its_pod_ends_without_fetching_it() {
+    let outputs = crate::support::TempDir::new("cancel-held");
+    let settings = [("MCP_K8S_OUTPUTS_DIR", outputs.path.to_str().unwrap())];
+    let mut server = server(&settings);
+    let mut other = self::server(&settings);
+    let script = "head -c 2359296 /dev/urandom | base64; echo printed >&2; sleep 300";
+    let tokens = [submit(&mut server, script), submit(&mut server, script)];
+    let _cleanup = Cleanup(tokens.to_vec());
+    for token in &tokens {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !fetch(&mut server, token, 2)["stderr"].as_str().unwrap_or_default().contains("printed") {
+            assert!(Instant::now() < deadline, "no output from {token}");
+        }
+    }
+    for (token, canceller) in tokens.iter().zip([&mut server, &mut other]) {
+        let cancelled = ok(canceller, "cancel_job", json!({"job_token": token}));
+        assert_eq!(cancelled["cancel_requested"], true, "{cancelled}");
+    }
+    for token in &tokens {
+        let outcome = fetch_done(&mut server, token)["result"].clone();
+        let brief =
+            json!({"status": outcome["status"], "reason": outcome["reason"], "message": outcome["message"], "notes": outcome["notes"]});
+        assert_eq!((outcome["status"].as_str(), outcome["reason"].as_str()), (Some("cancelled"), Some("Cancelled")), "{brief}");
+        assert!(!brief.to_string().contains("could not be fetched"), "{brief}");
+    }
+    let log: Vec<String> = server.stderr.try_iter().filter(|line| line.contains("held output")).collect();
+    assert!(log.is_empty(), "no fetch of the held output was tried: {log:?}");
+}
+
 #[test]
 fn list_jobs_finds_a_lost_token() {
     let mut server = server(&[]);

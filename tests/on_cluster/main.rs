@@ -23,6 +23,7 @@ mod cluster_logs;
 mod cluster_options;
 mod cluster_outage;
 mod cluster_run_job;
+mod cluster_sandboxes;
 /// The contract table (tests/contract/), on the Kubernetes backend.
 #[path = "../contract/kubernetes.rs"]
 mod contract;

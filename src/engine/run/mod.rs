@@ -900,6 +900,12 @@ fn fetch_held(
     stop: &StreamStop,
 ) {
     let key = crate::sandbox::held::key(run_id);
+    // A cancelled run keeps nothing in the output store (the cancel removed
+    // its place there), and its stopped runner serves nothing: a fetch
+    // would only wait, try after try, for a runner that is gone.
+    if matches!(ctx.jobs.lookup(run_id), crate::engine::port::jobs::Lookup::Found(view) if view.cancel_requested) {
+        return;
+    }
     // Another process that read the run first fetched it and finished the
     // run in the store: its links stand, and the runner it released is
     // gone (a fetch or a release would wait for the connect timeout).

@@ -29,8 +29,10 @@ use crate::sandbox::session;
 /// Time a call may take past its command's timeout: the kill grace and
 /// the artifacts' collection.
 const CALL_SLACK: Duration = Duration::from_secs(10);
-/// How long a cancelled call's runner is given to send what it has.
+/// How long a call past its deadline is given to send what it has.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
+/// How often a stop that has not ended the call yet is sent again.
+const STOP_AGAIN: Duration = Duration::from_secs(2);
 /// How often a call read from its sandbox's log is looked at, to know
 /// whether it still runs.
 const RUNNING_LOOK: Duration = Duration::from_secs(1);
@@ -542,9 +544,14 @@ fn new_spool(ctx: &Ctx, call_id: &str, owner: Option<&str>) -> Option<crate::out
     ctx.policy.outputs.as_ref().map(|outputs| crate::outputs::Spool::new(outputs.clone(), call_id, owner))
 }
 
-/// What was read, with how the sandbox ended when no result came.
+/// What was read, with how the sandbox ended when no result came, or
+/// when the result says a SIGTERM stopped the command: the runner of a
+/// deleted or evicted pod reports the SIGTERM it got and nothing of who
+/// sent it, which only the sandbox's own state tells (a deletion marks
+/// the pod before its containers are stopped).
 fn read_of(ctx: &Ctx, name: &str, collector: Collector) -> Read {
-    let finished = if collector.result.is_none() { ended_facts(ctx, name) } else { None };
+    let look = collector.result.as_ref().is_none_or(|result| result.terminated_by_request);
+    let finished = if look { ended_facts(ctx, name) } else { None };
     Read { collector, finished }
 }
 
@@ -584,14 +591,34 @@ fn judge_call(ctx: &Ctx, name: &str, facts: &CallFacts, read: Read) -> RunOutcom
             "no result of this call reached this server, nor is one in the sandbox's log (the server that handed it over stopped before the call started, or its output was lost); the output read so far is included, and the sandbox stays open{}",
             if outcome.message.is_empty() { String::new() } else { format!(" ({})", outcome.message) }
         );
-    } else if terminated || (finished.is_some() && outcome.status == RunStatus::Error) {
+    } else if terminated
+        || (finished.is_some() && outcome.status == RunStatus::Error)
+        // Stopped from outside at its own deadline (its lifetime): the
+        // sandbox's end, not the call's timeout.
+        || finished.as_ref().is_some_and(|finished| finished.stopped.is_some())
+    {
         outcome.reason = Some(RunReason::SandboxEnded);
-        outcome.message = format!(
-            "the sandbox ended while the call ran ({}); it is gone with its files: open a new one",
-            if outcome.message.is_empty() { "no result arrived" } else { outcome.message.as_str() }
-        );
+        outcome.message = ended_message(finished.as_ref(), &outcome.message, ctx.backend.wording());
     }
     outcome
+}
+
+/// Why a call ended with its sandbox: a deletion seen (and nothing else
+/// that stopped it, such as an eviction) says so, naming who may delete
+/// a sandbox, rather than the one-shot run's words for a deleted sandbox
+/// (whose own server never deletes it mid-run) or for a SIGTERM nobody
+/// was seen sending.
+fn ended_message(finished: Option<&Finished>, said: &str, wording: &crate::engine::port::facts::Wording) -> String {
+    if finished.is_some_and(|finished| finished.deleted && finished.disruption.is_none() && finished.stopped.is_none()) {
+        return format!(
+            "the sandbox's {} was deleted while the call ran (close_sandbox, its idle timeout or lifetime, or something outside this server: {}), and the call's command was stopped with it; the output so far is included; the sandbox is gone with its files: open a new one",
+            wording.sandbox, wording.outside_deleters
+        );
+    }
+    format!(
+        "the sandbox ended while the call ran ({}); it is gone with its files: open a new one",
+        if said.is_empty() { "no result arrived" } else { said }
+    )
 }
 
 /// The sandbox still runs, and neither its lifetime nor its idle time is
@@ -727,14 +754,28 @@ fn read_call(reading: &Reading, output: Output, mut collector: Collector, on_pro
             }
             collector
         });
-        let mut stop_sent: Option<Instant> = None;
+        // When the stop was first sent, and last.
+        let mut stop_sent: Option<(Instant, Instant)> = None;
         let mut looked = Instant::now();
         let mut over_since: Option<Instant> = None;
+        let send_stop = || {
+            if let Err(why) = (reading.cancel_call)() {
+                log::warn(
+                    "a call's stop did not reach its sandbox",
+                    &[("sandbox", reading.name.into()), ("error", why.to_string().into())],
+                );
+            }
+        };
         while !read.is_finished() {
             let now = Instant::now();
-            if stop_sent.is_some_and(|sent| now >= sent + CANCEL_WAIT) || over_since.is_some_and(|over| now >= over + LOG_AFTER_END) {
+            let stop = stop_sent.map(|(first, last)| stopping(now, (first, last), reading.deadline));
+            if stop == Some(Stopping::GiveUp) || over_since.is_some_and(|over| now >= over + LOG_AFTER_END) {
                 abort.abort();
                 break;
+            }
+            if let (Some(Stopping::SendAgain), Some((first, _))) = (stop, stop_sent) {
+                send_stop();
+                stop_sent = Some((first, now));
             }
             if let Some(running) = reading.running
                 && over_since.is_none()
@@ -746,18 +787,42 @@ fn read_call(reading: &Reading, output: Output, mut collector: Collector, on_pro
                 }
             }
             if (reading.cancel.is_cancelled() || now >= reading.deadline) && stop_sent.is_none() {
-                if let Err(why) = (reading.cancel_call)() {
-                    log::warn(
-                        "a call's stop did not reach its sandbox",
-                        &[("sandbox", reading.name.into()), ("error", why.to_string().into())],
-                    );
-                }
-                stop_sent = Some(now);
+                send_stop();
+                stop_sent = Some((now, now));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         read.join().unwrap_or_else(|_| Collector::new(0, 0))
     })
+}
+
+/// What the reader of a call it asked to stop does now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stopping {
+    /// Waits for the runner's result.
+    Wait,
+    /// Asks the runner again: the last ask may not have reached it.
+    SendAgain,
+    /// Stops reading: the call is judged on what came.
+    GiveUp,
+}
+
+/// Once the call was asked to stop (`first`, asked last at `last`), its
+/// reader waits for the result until the later of the call's `deadline`
+/// and `CANCEL_WAIT` past the first ask, asking again every `STOP_AGAIN`.
+/// The call keeps the sandbox meanwhile: its command may still run. An
+/// earlier version stopped reading `CANCEL_WAIT` after a cancel, judged
+/// the call `cancelled` and gave the sandbox back, while a command whose
+/// runner never got the cancel (one that had forked up to the sandbox's
+/// process limit) ran on to its timeout and refused the next calls.
+fn stopping(now: Instant, (first, last): (Instant, Instant), deadline: Instant) -> Stopping {
+    if now >= deadline.max(first + CANCEL_WAIT) {
+        Stopping::GiveUp
+    } else if now >= last + STOP_AGAIN {
+        Stopping::SendAgain
+    } else {
+        Stopping::Wait
+    }
 }
 
 /// Gives the sandbox back when the call is over, whatever happened.
@@ -830,6 +895,50 @@ fn unseen(passed: usize, at: usize, len: usize) -> std::ops::Range<usize> {
 mod tests {
     use super::*;
     use crate::sandbox::frame::Stream;
+
+    #[test]
+    fn a_call_ended_by_a_deletion_says_the_sandbox_was_deleted() {
+        let wording = crate::engine::run::outcome::POD_WORDING;
+        let deleted = Finished { deleted: true, signal: Some(15), ..Finished::default() };
+        let evicted = Finished { disruption: Some("EvictionByEvictionAPI: evicted".into()), ..deleted.clone() };
+        let said = "the pod was evicted: EvictionByEvictionAPI";
+        // (facts, what the judge said) → the message starts with
+        let cases = [
+            (Some(&deleted), "", "the sandbox's pod was deleted while the call ran (close_sandbox"),
+            (Some(&evicted), said, "the sandbox ended while the call ran (the pod was evicted"),
+            (None, "", "the sandbox ended while the call ran (no result arrived)"),
+        ];
+        for (finished, said, want) in cases {
+            let message = ended_message(finished, said, &wording);
+            assert!(message.starts_with(want), "{finished:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_stopped_call_is_waited_for_until_its_deadline_and_asked_again() {
+        let base = Instant::now();
+        let at = |s: u64| base + Duration::from_secs(s);
+        // (now, first ask, last ask, deadline) → what the reader does
+        let cases = [
+            ((1, 0, 0, 600), Stopping::Wait),
+            ((2, 0, 0, 600), Stopping::SendAgain),
+            ((3, 0, 2, 600), Stopping::Wait),
+            // A cancel long before the deadline: still waited for, asked again.
+            ((30, 0, 28, 600), Stopping::SendAgain),
+            ((599, 0, 598, 600), Stopping::Wait),
+            ((600, 0, 598, 600), Stopping::GiveUp),
+            // Stopped at its deadline: CANCEL_WAIT to send what it has.
+            ((605, 600, 604, 600), Stopping::Wait),
+            ((610, 600, 608, 600), Stopping::GiveUp),
+        ];
+        for ((now, first, last, deadline), want) in cases {
+            assert_eq!(
+                stopping(at(now), (at(first), at(last)), at(deadline)),
+                want,
+                "now {now}, asked {first}/{last}, deadline {deadline}"
+            );
+        }
+    }
 
     #[test]
     fn a_chunk_goes_on_only_past_what_was_passed_on() {

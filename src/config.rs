@@ -114,9 +114,9 @@ pub const SETTINGS: &[Setting] = &[
     setting("MCP_K8S_DOCKER_PULL", Some("docker-pull"), "never", "whether the Docker backend pulls a missing image: never or missing", |r| &mut r.docker_pull),
     setting("MCP_K8S_RUNNER_BINARY", Some("runner-binary"), "", "host path of the static runner binary the Docker backend mounts into jobs; empty means this server's own executable", |r| &mut r.runner_binary),
     setting("MCP_K8S_LAZY_BACKEND", Some("lazy-backend"), "0", "1 serves even when no site can run a job at start (no credentials, no daemon, the API refusing), /readyz failing until one can; 0 stops the start (exit 2) naming what is missing", |r| &mut r.lazy_backend),
-    setting("MCP_K8S_TEST_TOOLS", None, "", "1 registers diagnostic tools for tests (environment only)", |r| &mut r.test_tools),
-    setting("MCP_K8S_CONFORMANCE_FIXTURES", None, "", "1 serves the MCP conformance suite's fixture tools, prompts, resources and completions beside the real tools; only with MCP_K8S_TEST_TOOLS=1, never with a token, a tokens file or sites (environment only)", |r| &mut r.conformance_fixtures),
-    setting("MCP_K8S_TEST_PANIC_THREAD", None, "", "test hook: the first thread of this kind (reaper, pool, http-connection...) panics as it starts, to test what a panic does; never set it in production (environment only)", |r| &mut r.test_panic_thread),
+    setting("MCP_K8S_TEST_TOOLS", None, "", "1 registers diagnostic tools for tests; test builds only (environment only)", |r| &mut r.test_tools),
+    setting("MCP_K8S_CONFORMANCE_FIXTURES", None, "", "1 serves the MCP conformance suite's fixture tools, prompts, resources and completions beside the real tools; only with MCP_K8S_TEST_TOOLS=1, never with a token, a tokens file or sites; test builds only (environment only)", |r| &mut r.conformance_fixtures),
+    setting("MCP_K8S_TEST_PANIC_THREAD", None, "", "test hook: the first thread of this kind (reaper, pool, http-connection...) panics as it starts, to test what a panic does; test builds only (environment only)", |r| &mut r.test_panic_thread),
 ];
 
 /// What the environment and the command line said, unchecked. An empty
@@ -450,6 +450,9 @@ pub enum Error {
     Callers(crate::callers::Error),
     /// Two settings that cannot be used together; `why` says what to do.
     Conflict { variable: &'static str, other: &'static str, why: &'static str },
+    /// A test server's setting in a build without the test server's code
+    /// (built without the `testing` feature, as releases are).
+    NotInThisBuild { variable: &'static str },
 }
 
 impl fmt::Display for Error {
@@ -472,6 +475,11 @@ impl fmt::Display for Error {
             Error::Sites(message) => write!(formatter, "{message}"),
             Error::WarmPools(error) => write!(formatter, "{error}"),
             Error::Conflict { variable, other, why } => write!(formatter, "{variable} cannot be used with {other}: {why}"),
+            Error::NotInThisBuild { variable } => write!(
+                formatter,
+                "{variable} is not in this build: the test hooks and the conformance fixtures are built for tests only; \
+                 unset it, or build with `cargo build --features testing` (cargo test does)"
+            ),
         }
     }
 }
@@ -480,6 +488,9 @@ impl std::error::Error for Error {}
 
 impl Config {
     pub fn from_raw(raw: &RawConfig) -> Result<Config, Error> {
+        // First: a release binary asked for test hooks says so before
+        // anything else about its settings.
+        check_test_settings_built(raw, cfg!(feature = "testing"))?;
         let default_timeout_s = number(&raw.default_timeout_s, "MCP_K8S_DEFAULT_TIMEOUT_S", 60, 1, 86_400)?;
         let max_timeout_s = number(&raw.max_timeout_s, "MCP_K8S_MAX_TIMEOUT_S", 600, 1, 86_400)?;
         if default_timeout_s > max_timeout_s {
@@ -1226,6 +1237,26 @@ fn parse_conformance_fixtures(raw: &RawConfig, transport: Transport) -> Result<b
     Ok(true)
 }
 
+/// The test server's settings are refused by a build without its code
+/// (`built` false: no `testing` feature), not ignored: a server started
+/// for a test that quietly lacked its hooks would fail far from the cause,
+/// and one started in production with them set is told they do nothing.
+/// `0` asks for nothing and is taken.
+fn check_test_settings_built(raw: &RawConfig, built: bool) -> Result<(), Error> {
+    if built {
+        return Ok(());
+    }
+    let asked = [
+        ("MCP_K8S_TEST_TOOLS", parse_flag(raw.test_tools.as_deref(), "MCP_K8S_TEST_TOOLS")?),
+        ("MCP_K8S_CONFORMANCE_FIXTURES", parse_flag(raw.conformance_fixtures.as_deref(), "MCP_K8S_CONFORMANCE_FIXTURES")?),
+        ("MCP_K8S_TEST_PANIC_THREAD", raw.test_panic_thread.is_some()),
+    ];
+    match asked.into_iter().find(|(_, on)| *on) {
+        Some((variable, _)) => Err(Error::NotInThisBuild { variable }),
+        None => Ok(()),
+    }
+}
+
 /// A test hook's switch: `1` or `0` only, as its error says (an earlier
 /// version also took `true` and `false` while asking for 1 or 0).
 fn parse_flag(value: Option<&str>, variable: &'static str) -> Result<bool, Error> {
@@ -1657,6 +1688,38 @@ mod tests {
                 )
             );
         }
+    }
+
+    /// A build without the `testing` feature (`built` false, as releases
+    /// are) refuses each test server's setting that asks for something, and
+    /// takes `0`; a test build takes them all.
+    #[test]
+    fn test_settings_are_refused_by_a_build_without_them() {
+        type Settings = &'static [(&'static str, &'static str)];
+        // The start of the error, or "" for accepted.
+        let cases: [(Settings, bool, &str); 9] = [
+            (&[], false, ""),
+            (&[("MCP_K8S_TEST_TOOLS", "0"), ("MCP_K8S_CONFORMANCE_FIXTURES", "0")], false, ""),
+            (&[("MCP_K8S_TEST_TOOLS", "1")], false, "MCP_K8S_TEST_TOOLS is not in this build: "),
+            (&[("MCP_K8S_CONFORMANCE_FIXTURES", "1")], false, "MCP_K8S_CONFORMANCE_FIXTURES is not in this build: "),
+            (&[("MCP_K8S_TEST_TOOLS", "1"), ("MCP_K8S_CONFORMANCE_FIXTURES", "1")], false, "MCP_K8S_TEST_TOOLS is not in this build: "),
+            (&[("MCP_K8S_TEST_PANIC_THREAD", "reaper")], false, "MCP_K8S_TEST_PANIC_THREAD is not in this build: "),
+            (&[("MCP_K8S_TEST_TOOLS", "yes")], false, "MCP_K8S_TEST_TOOLS: `yes` is not accepted; expected 1 or 0"),
+            (&[("MCP_K8S_TEST_TOOLS", "1"), ("MCP_K8S_TEST_PANIC_THREAD", "reaper")], true, ""),
+            (&[("MCP_K8S_CONFORMANCE_FIXTURES", "1")], true, ""),
+        ];
+        for (pairs, built, expected) in cases {
+            let got = check_test_settings_built(&raw(pairs), built).err().map(|error| error.to_string()).unwrap_or_default();
+            assert!(got.starts_with(expected) && got.is_empty() == expected.is_empty(), "{pairs:?}, built: {built}: {got}");
+        }
+        let refused = check_test_settings_built(&raw(&[("MCP_K8S_TEST_TOOLS", "1")]), false).err().map(|error| error.to_string());
+        assert_eq!(
+            refused.as_deref(),
+            Some(
+                "MCP_K8S_TEST_TOOLS is not in this build: the test hooks and the conformance fixtures are built for tests only; \
+                 unset it, or build with `cargo build --features testing` (cargo test does)"
+            )
+        );
     }
 
     #[test]

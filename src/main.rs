@@ -158,6 +158,9 @@ fn serve(raw: &RawConfig) -> ExitCode {
         eprintln!("{NAME}: {message}");
         return ExitCode::from(2);
     }
+    // A test hook: a build without the `testing` feature refused the
+    // setting when it read its configuration.
+    #[cfg(feature = "testing")]
     if let Some(kind) = config.test_panic_thread {
         log::warn("MCP_K8S_TEST_PANIC_THREAD is set: a test hook makes a thread panic", &[("thread", json!(kind.as_str()))]);
         supervise::panic_next(kind);

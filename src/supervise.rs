@@ -179,7 +179,9 @@ pub fn lost_essential_threads() -> Vec<String> {
 
 /// Test hook (`MCP_K8S_TEST_PANIC_THREAD`): the next thread of `kind`
 /// started panics before its body runs, so tests can see what a panic in
-/// it does. Only `main` calls this, from the operator's environment.
+/// it does. Only `main` calls this, from the operator's environment, and
+/// only in a test build (the `testing` feature).
+#[cfg(feature = "testing")]
 pub fn panic_next(kind: Kind) {
     SUPERVISOR.panic_next(kind);
 }
@@ -215,7 +217,9 @@ impl Supervisor {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let inject = self.injected.compare_exchange(code(kind), 0, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+        // Only a test build injects panics (`panic_next`); in a release
+        // this is a constant `false` and the branch below is compiled out.
+        let inject = cfg!(feature = "testing") && self.injected.compare_exchange(code(kind), 0, Ordering::SeqCst, Ordering::SeqCst).is_ok();
         metrics::thread_started(kind.as_str());
         std::thread::Builder::new().name(name.clone()).spawn(move || {
             // The body is not touched after a panic (it is unwound and
@@ -261,6 +265,7 @@ impl Supervisor {
         self.lost.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    #[cfg(feature = "testing")]
     fn panic_next(&self, kind: Kind) {
         self.injected.store(code(kind), Ordering::SeqCst);
     }

@@ -17,6 +17,9 @@
 //! is checked and how a result is tagged (`EraCall`).
 
 pub mod era;
+// The conformance suite's fixtures are a test server's only: a build
+// without the `testing` feature (a release) has none of their code.
+#[cfg(feature = "testing")]
 pub mod fixtures;
 pub mod jsonrpc;
 pub mod modern;
@@ -261,7 +264,7 @@ impl Server {
             method if session.protocol_version().is_none() => {
                 Err(ResponseError::new(ErrorCode::InvalidRequest, format!("`{method}` before `initialize`; initialize the session first")))
             }
-            "tools/list" => list_tools(&self.registry, self.ctx.config.conformance_fixtures, session.caller(), &params),
+            "tools/list" => list_tools(&self.registry, self.fixture_tools(), session.caller(), &params),
             // Declared only with a snippets folder; otherwise -32601, as for
             // any undeclared capability.
             method if resources::METHODS.contains(&method) => match resources::offered(&self.ctx.config) {
@@ -274,12 +277,9 @@ impl Server {
             // extension) is refused and a task fixture runs to its end. The
             // input-required ones answer as in 2026-07-28, which only the
             // conformance suite calls.
-            "tools/call" if let Some(fixture) = params.get("name").and_then(Value::as_str).and_then(|name| self.fixture(name)) => {
-                let plan = fixtures::plan(fixture, &params, self.ctx.config.max_timeout_s);
-                let started = self
-                    .fixture_call(fixture.name, plan, params, message_bytes, EraCall::Handshake)
-                    .and_then(|call| self.spawn_call(session, &id, call, outbox.clone()));
-                match started {
+            #[cfg(feature = "testing")]
+            "tools/call" if let Some(fixture) = self.fixture_called(&params) => {
+                match self.start_fixture(session, &id, fixture, params, outbox.clone(), message_bytes, EraCall::Handshake) {
                     Ok(()) => return,
                     Err(error) => Err(error),
                 }
@@ -430,12 +430,44 @@ impl Server {
         Ok(())
     }
 
-    /// The conformance fixture called `name`, when they are served.
-    fn fixture(&self, name: &str) -> Option<&'static fixtures::Fixture> {
+    /// The conformance fixtures' `tools/list` entries, when they are
+    /// served; none in a build without them.
+    fn fixture_tools(&self) -> Vec<Value> {
+        #[cfg(feature = "testing")]
+        if self.ctx.config.conformance_fixtures {
+            return fixtures::tools_json();
+        }
+        Vec::new()
+    }
+
+    /// The conformance fixture a `tools/call` names, when they are served.
+    #[cfg(feature = "testing")]
+    fn fixture_called(&self, params: &Map<String, Value>) -> Option<&'static fixtures::Fixture> {
+        let name = params.get("name").and_then(Value::as_str)?;
         if self.ctx.config.conformance_fixtures { fixtures::find(name) } else { None }
     }
 
+    /// Starts a fixture's `tools/call` on its call thread, as its plan
+    /// says; both eras' dispatchers call it.
+    #[cfg(feature = "testing")]
+    #[allow(clippy::too_many_arguments, reason = "start_call's arguments and the fixture")]
+    fn start_fixture(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        request_id: &RequestId,
+        fixture: &'static fixtures::Fixture,
+        params: Map<String, Value>,
+        outbox: Outbox,
+        message_bytes: usize,
+        era: EraCall,
+    ) -> Result<(), ResponseError> {
+        let plan = fixtures::plan(fixture, &params, self.ctx.config.max_timeout_s);
+        let call = self.fixture_call(fixture.name, plan, params, message_bytes, era)?;
+        self.spawn_call(session, request_id, call, outbox)
+    }
+
     /// A fixture's `tools/call` as the call to start, from its plan.
+    #[cfg(feature = "testing")]
     fn fixture_call(
         &self,
         name: &'static str,
@@ -916,14 +948,20 @@ fn is_known_method(method: &str) -> bool {
 
 /// The tools `caller` may call (all of them, unless its limit `tools`
 /// names some).
-/// With `fixtures`, the conformance fixtures follow the real tools.
-fn list_tools(registry: &tools::Registry, fixtures: bool, caller: &Caller, params: &Map<String, Value>) -> Result<Value, ResponseError> {
+/// `fixture_tools` (the conformance fixtures', when served) follow the
+/// real tools.
+fn list_tools(
+    registry: &tools::Registry,
+    fixture_tools: Vec<Value>,
+    caller: &Caller,
+    params: &Map<String, Value>,
+) -> Result<Value, ResponseError> {
     // All tools fit on one page, so no cursor was ever handed out.
     match params.get("cursor") {
         None | Some(Value::Null) => {
             let mut listed = registry.list_json(|tool| caller.may_use_tool(tool));
-            if fixtures && let Some(Value::Array(tools)) = listed.get_mut("tools") {
-                tools.extend(fixtures::tools_json());
+            if let Some(Value::Array(tools)) = listed.get_mut("tools") {
+                tools.extend(fixture_tools);
             }
             Ok(listed)
         }

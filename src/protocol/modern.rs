@@ -20,10 +20,12 @@ use std::fmt;
 use serde_json::{Map, Value, json};
 
 use super::era::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
+#[cfg(feature = "testing")]
+use super::fixtures;
 use super::jsonrpc::{ErrorCode, Request, Response, ResponseError};
 use super::{
-    CallStart, CallTrace, EraCall, Outbox, Server, Session, Work, complete, fixtures, invalid_params, list_tools, refuse_input_answers,
-    resources, send_response, tasks_extension,
+    CallStart, CallTrace, EraCall, Outbox, Server, Session, Work, complete, invalid_params, list_tools, refuse_input_answers, resources,
+    send_response, tasks_extension,
 };
 use crate::echo;
 use crate::log::Level;
@@ -87,31 +89,37 @@ impl Server {
         let result = match method.as_str() {
             "server/discover" => Ok(discover(&self.ctx.config)),
             // A list per caller is not for a shared cache.
-            "tools/list" => list_tools(&self.registry, self.ctx.config.conformance_fixtures, session.caller(), &params)
+            "tools/list" => list_tools(&self.registry, self.fixture_tools(), session.caller(), &params)
                 .map(|result| cacheable(result, LIST_TTL_MS))
                 .map(|result| if session.caller().scoped { private_cache(result) } else { result }),
+            // A conformance fixture (a test build's only): its own schema
+            // is what the headers are checked against.
+            #[cfg(feature = "testing")]
+            "tools/call" if let Some(fixture) = self.fixture_called(&params) => {
+                params.remove("task");
+                let era = EraCall::Modern { log_level: envelope.log_level };
+                let started = match session.headers() {
+                    Some(headers) => check_param_headers(headers, &(fixture.input_schema)(), &params),
+                    None => Ok(()),
+                }
+                .and_then(|()| self.start_fixture(session, &id, fixture, params, outbox.clone(), message_bytes, era));
+                match started {
+                    Ok(()) => return,
+                    Err(error) => Err(error),
+                }
+            }
             "tools/call" => {
                 // The 2025-11-25 `task` parameter does not exist here: the
                 // server decides, from the advertised extension.
                 params.remove("task");
                 let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
-                let fixture = self.fixture(name);
-                let schema = match fixture {
-                    Some(fixture) => Some(Cow::Owned((fixture.input_schema)())),
-                    None => self.registry.find(name).map(|tool| Cow::Borrowed(&tool.input_schema)),
-                };
-                if let (Some(headers), Some(schema)) = (session.headers(), &schema)
-                    && let Err(error) = check_param_headers(headers, schema, &params)
+                if let (Some(headers), Some(tool)) = (session.headers(), self.registry.find(name))
+                    && let Err(error) = check_param_headers(headers, &tool.input_schema, &params)
                 {
                     return send_response(&outbox, &Response { id: Some(id), result: Err(error) });
                 }
                 let task_tool = self.registry.find(name).map(|tool| tool.name).filter(|name| tools::background::TASK_TOOLS.contains(name));
-                let started = if let Some(fixture) = fixture {
-                    let plan = fixtures::plan(fixture, &params, self.ctx.config.max_timeout_s);
-                    let era = EraCall::Modern { log_level: envelope.log_level };
-                    self.fixture_call(fixture.name, plan, params, message_bytes, era)
-                        .and_then(|call| self.spawn_call(session, &id, call, outbox.clone()))
-                } else if let Some(tool_name) = task_tool.filter(|_| envelope.tasks_extension) {
+                let started = if let Some(tool_name) = task_tool.filter(|_| envelope.tasks_extension) {
                     if let Err(error) = self.check_tool_allowed(session.caller(), tool_name, true) {
                         return send_response(&outbox, &Response { id: Some(id), result: Err(error) });
                     }
@@ -135,8 +143,12 @@ impl Server {
                 }
             }
             method if let Some((name, handler)) = tasks_extension::handler(method) => {
-                let staged = if self.ctx.config.conformance_fixtures { fixtures::task_handler(method, &params) } else { None };
-                let (name, handler) = staged.unwrap_or((name, handler));
+                // A staged conformance fixture's task answers its own.
+                #[cfg(feature = "testing")]
+                let (name, handler) = match self.ctx.config.conformance_fixtures {
+                    true => fixtures::task_handler(method, &params).unwrap_or((name, handler)),
+                    false => (name, handler),
+                };
                 if !envelope.tasks_extension {
                     Err(missing_tasks_extension(name))
                 } else {
@@ -155,9 +167,13 @@ impl Server {
                     }
                 }
             }
+            #[cfg(feature = "testing")]
             "prompts/list" if self.ctx.config.conformance_fixtures => Ok(cacheable(fixtures::content::prompts(), LIST_TTL_MS)),
+            #[cfg(feature = "testing")]
             "prompts/get" if self.ctx.config.conformance_fixtures => fixtures::content::get_prompt(&params),
+            #[cfg(feature = "testing")]
             "completion/complete" if self.ctx.config.conformance_fixtures => Ok(fixtures::content::complete(&params)),
+            #[cfg(feature = "testing")]
             method if resources::METHODS.contains(&method) && self.ctx.config.conformance_fixtures => {
                 fixture_resources(method, &self.ctx, session.caller(), &params)
             }
@@ -445,6 +461,7 @@ fn served_resources(
 
 /// `resources/*` with the conformance fixtures: their `test://`
 /// resources first, then the snippets and stored outputs as without them.
+#[cfg(feature = "testing")]
 fn fixture_resources(
     method: &str,
     ctx: &tools::Ctx,

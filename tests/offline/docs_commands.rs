@@ -77,7 +77,7 @@ const RULES: &[Rule] = &[
     rule("docs/large-outputs.md", "$MCP_K8S_OUTPUTS_DIR/", Check::Text, "a directory tree"),
     rule("docs/sandboxes.md", "open_sandbox {", Check::Text, "tool calls in short form"),
     rule("docs/testing.md", "cargo test --lib --test offline", Check::Static, "runs the tier this test is part of"),
-    rule("docs/testing.md", "cargo build && tests/clients/setup", Check::Static, "downloads the SDKs, needs Docker"),
+    rule("docs/testing.md", "tests/clients/setup", Check::Static, "downloads the SDKs, needs Docker"),
     rule("docs/traces.md", "client's span ", Check::Text, "a tree of spans"),
     rule("docs/traces.md", "MCP_K8S_OTLP_ENDPOINT=", Check::Static, "serves until stopped, needs a backend"),
 ];

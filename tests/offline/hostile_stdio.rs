@@ -33,6 +33,10 @@ fn binary() -> String {
 /// The server's default `MCP_K8S_MAX_MESSAGE_BYTES`.
 const MAX_MESSAGE_BYTES: usize = 4 << 20;
 const PEAK_RSS_LIMIT_MIB: f64 = 64.0;
+/// The test hooks (`test_sleep`), for the attacks that call one: only
+/// those, so that the others (and `scaling`) also run against a release
+/// build (`MCP_K8S_BIN`), which refuses the setting.
+const TEST_TOOLS: (&str, &str) = ("MCP_K8S_TEST_TOOLS", "1");
 /// A ping answered later than this means the server hung. A ping waits
 /// behind the attack in the same pipe, and a debug build reads megabytes
 /// many times slower than the release build `bench/hostile-stdio` uses.
@@ -170,7 +174,7 @@ fn many_long_calls_with_maximal_messages() {
             )
         })
         .collect();
-    run_attack("20 long calls of 4 MiB each", lines, |answers| {
+    run_attack_on(Client::start_with(&[TEST_TOOLS]), "20 long calls of 4 MiB each", lines, |answers| {
         let served = (60..80).filter(|id| answers[&id.to_string()]["result"]["structuredContent"] == json!({"slept_ms": 3000})).count();
         let refused = (60..80).filter(|id| answers[&id.to_string()]["error"]["code"] == -32603).count();
         assert_eq!(served + refused, 20, "each call is served or refused");
@@ -205,7 +209,7 @@ fn a_client_that_does_not_read_stdout() {
 /// is full; the responses all arrive.
 #[test]
 fn progress_for_a_client_that_does_not_read_is_dropped() {
-    let mut client = Client::start_with(&[("MCP_K8S_MAX_REPLY_QUEUE_BYTES", "65536")]);
+    let mut client = Client::start_with(&[("MCP_K8S_MAX_REPLY_QUEUE_BYTES", "65536"), TEST_TOOLS]);
     client.initialize();
     client.pause_reading();
     let sleep = r#"{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"test_sleep","arguments":{"seconds":2,"progress_every_ms":10},"_meta":{"progressToken":"p"}}}"#;
@@ -426,7 +430,6 @@ impl Client {
             // Most attacks need no backend; a server without one refuses
             // to start unless it is told to wait for one.
             .env("MCP_K8S_LAZY_BACKEND", "1")
-            .env("MCP_K8S_TEST_TOOLS", "1")
             .env("MCP_K8S_ALLOWED_IMAGES", "busybox:1.36,python:3.12-slim")
             .env("MCP_K8S_LOG_LEVEL", "warning");
         for (name, value) in env {

@@ -10,7 +10,10 @@
 //! - `install`: `./install` as the README gives it, after
 //!   `tests/build-project-image` built the same static binary;
 //! - `monitoring`: `deploy/monitoring/` checked by promtool, built once and
-//!   cached by `tests/cluster/build-promtool`.
+//!   cached by `tests/cluster/build-promtool`;
+//! - `release_build`: the static release binary's size budget, and its
+//!   refusal of the test server's settings, after
+//!   `tests/build-project-image` built it.
 //!
 //! `tests/run-all` builds all of them before it runs this tier. Without
 //! them a test fails naming the script that builds what is missing, never
@@ -24,3 +27,4 @@ mod helm_chart;
 mod install;
 mod kustomize_namespaces;
 mod monitoring;
+mod release_build;

@@ -22,6 +22,8 @@
 //! A leaf: it knows no layer (the engine turns its outcome into `Ended`);
 //! written to by the tools and the engine, it reads nothing back.
 
+#![allow(unsafe_code)] // geteuid(2), to refuse a trail file another user owns.
+
 use std::collections::VecDeque;
 use std::fmt;
 use std::fs::File;

@@ -297,7 +297,6 @@ pub struct Config {
     pub sandbox_max_lifetime_s: u64,
     /// Empty means every image is refused, as in the original.
     pub allowed_images: Allowlist,
-    pub sidecar_image: String,
     pub clone: Option<CloneConfig>,
     pub cache: Option<CacheConfig>,
     /// Sorted so manifests built from it are deterministic.
@@ -529,6 +528,9 @@ impl Config {
         }
         let mut languages = Languages::load(raw.languages.as_deref().map(std::path::Path::new), max_timeout_s).map_err(Error::Languages)?;
         let allowed_images = allowlist(raw.allowed_images.as_deref(), &languages.operator_images)?;
+        // Unused (the runner replaced the sidecar), but a value no image
+        // could have is still a mistake to stop on.
+        image(raw.sidecar_image.as_deref().unwrap_or("busybox:1.36"), "MCP_K8S_SIDECAR_IMAGE")?;
         languages.keep_allowed(&allowed_images);
         let cache = parse_cache(raw)?;
         let warm_pools = parse_warm_pools(raw.warm_pools.as_deref(), &allowed_images, &languages, &network_modes, cache.as_ref())?;
@@ -556,7 +558,6 @@ impl Config {
             max_sandboxes: number(&raw.max_sandboxes, "MCP_K8S_MAX_SANDBOXES", 4, 0, 1000)? as usize,
             sandbox_max_lifetime_s: number(&raw.sandbox_max_lifetime_s, "MCP_K8S_SANDBOX_MAX_LIFETIME_S", 3600, 60, 7 * 24 * 3600)?,
             allowed_images,
-            sidecar_image: image(raw.sidecar_image.as_deref().unwrap_or("busybox:1.36"), "MCP_K8S_SIDECAR_IMAGE")?,
             clone: parse_clone(raw)?,
             cache,
             job_extra_env: parse_extra_env(raw.job_extra_env.as_deref())?,
@@ -1318,7 +1319,6 @@ mod tests {
         assert_eq!((config.default_cpu.as_str(), config.default_memory.as_str()), ("1", "512Mi"));
         assert_eq!(config.max_concurrent, 10);
         assert!(config.allowed_images.is_empty());
-        assert_eq!(config.sidecar_image, "busybox:1.36");
         assert_eq!((config.clone, config.cache), (None, None));
         assert!(config.job_extra_env.is_empty());
         assert_eq!(config.log_level, Level::Info);

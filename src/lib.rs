@@ -23,6 +23,12 @@
 //! `/readyz`); `doctor` checks the cluster set-up against the
 //! configuration.
 
+// Unsafe code only where a system call std lacks needs it: each module
+// that holds some says why with its `allow`, and every block says why it
+// is sound (`SAFETY:`).
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod audit;
 pub mod backend;
 pub mod callers;

@@ -9,6 +9,9 @@
 //! dynamically linked runner binary, and no site that can run a job
 //! without MCP_K8S_LAZY_BACKEND=1).
 
+// The one unsafe block: the glibc allocator's tuning (see its SAFETY note).
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;

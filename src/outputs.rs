@@ -658,11 +658,6 @@ impl Spool {
         self.store.links_of(&self.run_id, now, self.owner.as_deref())
     }
 
-    /// Files the runner sent whole, by path, with how much arrived.
-    pub fn stored_files(&self) -> impl Iterator<Item = &str> {
-        self.files.iter().map(|(path, _)| path.as_str())
-    }
-
     /// Makes the run's entries readable: writes the index and moves the
     /// folder into place. `totals` are the streams' sizes as the runner
     /// counted them, `None` when the runner never reported (its stored

@@ -12,6 +12,8 @@
 //! It knows the wire formats and nothing about what the runner's frames or
 //! the events mean.
 
+#![allow(unsafe_code)] // poll(2) on the daemon's socket with a deadline (std has no readiness wait).
+
 use std::io::{BufRead, Read};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -172,15 +172,6 @@ pub struct ObjectList {
     pub resource_version: String,
 }
 
-/// `propagationPolicy` of a delete. A Job deleted without one orphans its
-/// pods, so there is no "unset".
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Propagation {
-    Background,
-    Foreground,
-    Orphan,
-}
-
 /// Query parameters of a pod log read.
 #[derive(Clone, Debug, Default)]
 pub struct LogParams {
@@ -401,17 +392,10 @@ impl Client {
 
     /// Deletes with `propagationPolicy=Background`; `Ok(false)` when the
     /// object was already gone.
+    /// Deletes with `propagationPolicy=Background`: a Job deleted without
+    /// it orphans its pods, so every delete names it.
     pub fn delete(&self, resource: Resource, namespace: &str, name: &str) -> Result<bool, Error> {
-        self.delete_with(resource, namespace, name, Propagation::Background)
-    }
-
-    pub fn delete_with(&self, resource: Resource, namespace: &str, name: &str, propagation: Propagation) -> Result<bool, Error> {
-        let policy = match propagation {
-            Propagation::Background => "Background",
-            Propagation::Foreground => "Foreground",
-            Propagation::Orphan => "Orphan",
-        };
-        let path = with_query(&object_path(resource, namespace, name)?, &[("propagationPolicy", policy.to_string())]);
+        let path = with_query(&object_path(resource, namespace, name)?, &[("propagationPolicy", "Background".to_string())]);
         match self.json(ApiRequest::new("DELETE", path)) {
             Ok(_) => Ok(true),
             Err(error) if error.is_not_found() => Ok(false),

@@ -234,10 +234,6 @@ impl Server {
         tools::readiness::check(&self.ctx)
     }
 
-    pub fn is_accepting(&self) -> bool {
-        lock(&self.calls.state).accepting
-    }
-
     /// Takes the request apart: `params` moves on to the call that needs
     /// it rather than being copied.
     /// `message_bytes` is what the message the request came in costs as

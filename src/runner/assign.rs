@@ -31,6 +31,8 @@
 //! Knows nothing of pools, of the engine or of what the command does: the
 //! caller (`runner::run_await_assignment`) writes the files and runs it.
 
+#![allow(unsafe_code)] // poll(2) on the assignment's socket with a deadline (std has no readiness wait).
+
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;

@@ -2,6 +2,8 @@
 //! the timeout on the command itself, SIGTERM then SIGKILL to the whole
 //! group, and the exit code or signal exactly as the kernel reported it.
 
+#![allow(unsafe_code)] // process groups, signals and prctl: the runner's control of the caller's command has no std API.
+
 use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};

@@ -17,6 +17,8 @@
 //! (`process::kill_strays`). A command's death (timeout, OOM kill) is the
 //! call's; the runner goes on to the next call.
 
+#![allow(unsafe_code)] // waitpid(-1) reaps what a call started, which std cannot name.
+
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -220,9 +222,9 @@ fn reap_orphans() {
     }
     let deadline = Instant::now() + ORPHAN_WAIT;
     while Instant::now() < deadline {
+        let mut status = 0;
         // SAFETY: waitpid(2) for any child, not blocking; it touches only the
         // status integer it is given.
-        let mut status = 0;
         match unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } {
             // No child left at all.
             -1 => return,

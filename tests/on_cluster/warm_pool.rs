@@ -242,7 +242,7 @@ fn a_background_run_on_a_warm_pod_is_fetched_listed_and_cancelled() {
     let client = cluster::admin_client();
     for token in &tokens {
         let run_id = token.trim_start_matches("job-").split('-').next().unwrap_or_default();
-        let _ = client.delete_with(kube::Resource::JOBS, NAMESPACE, &format!("mcpk8s-{run_id}"), kube::Propagation::Background);
+        let _ = client.delete(kube::Resource::JOBS, NAMESPACE, &format!("mcpk8s-{run_id}"));
     }
     await_no_pool_objects(&pool, Duration::from_secs(90));
 }

@@ -7,8 +7,6 @@
 
 use std::time::SystemTime;
 
-use serde_json::Value;
-
 use crate::backend::kubernetes::manifest::{CLONE_CONTAINER, MAIN_CONTAINER, PREPARE_CONTAINER};
 use crate::engine::port::facts::{Finished, SandboxState, Stopped, View};
 use crate::engine::port::spec::RunReason;
@@ -41,11 +39,7 @@ const START_FAILURES: &[&str] = &["CreateContainerError", "RunContainerError"];
 /// Terminated reasons of a container whose process never ran.
 const TERMINATED_WITHOUT_STARTING: &[&str] = &["StartError", "ContainerCannotRun"];
 
-pub fn pod_state(pod: &Value) -> PodState {
-    pod_state_view(&Pod::from_value(pod))
-}
-
-pub fn pod_state_view(pod: &Pod) -> PodState {
+pub fn pod_state(pod: &Pod) -> PodState {
     let status = &pod.status;
     let phase = status.phase.as_deref().unwrap_or("");
     let init_steps = [
@@ -86,11 +80,7 @@ pub fn pod_state_view(pod: &Pod) -> PodState {
 }
 
 /// Whether someone asked for the pod to go (`metadata.deletionTimestamp`).
-pub fn is_deleting(pod: &Value) -> bool {
-    is_deleting_view(&Pod::from_value(pod))
-}
-
-pub fn is_deleting_view(pod: &Pod) -> bool {
+pub fn is_deleting(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
@@ -121,11 +111,7 @@ fn stopped(status: &PodStatus) -> Option<Stopped> {
 /// message: waiting for a node, pulling an image (the kubelet's `Pulling`
 /// event without its `Pulled`), running an init step, or the container's
 /// waiting reason. `events` are the pod's, oldest first.
-pub fn start_progress(pod: Option<&Value>, events: &[Value]) -> String {
-    start_progress_view(pod.map(Pod::from_value).as_ref(), &Event::from_values(events))
-}
-
-pub fn start_progress_view(pod: Option<&Pod>, events: &[Event]) -> String {
+pub fn start_progress(pod: Option<&Pod>, events: &[Event]) -> String {
     let Some(pod) = pod else { return "the pod was not created yet".to_string() };
     let status = &pod.status;
     if let Some(message) = unschedulable_message(status) {
@@ -155,11 +141,7 @@ pub fn start_progress_view(pod: Option<&Pod>, events: &[Event]) -> String {
 /// A Job's `FailedCreate` event means the pod was refused at creation:
 /// quota, LimitRange, Pod Security or validation. Returns the reason and
 /// the API's message.
-pub fn failed_create(events: &[Value]) -> Option<(RunReason, String)> {
-    failed_create_view(&Event::from_values(events))
-}
-
-pub fn failed_create_view(events: &[Event]) -> Option<(RunReason, String)> {
+pub fn failed_create(events: &[Event]) -> Option<(RunReason, String)> {
     let event = events.iter().rev().find(|event| event.reason.as_deref() == Some("FailedCreate"))?;
     let message = event.message.as_deref().unwrap_or("the pod could not be created").to_string();
     let reason = if message.contains("exceeded quota") { RunReason::QuotaExceeded } else { RunReason::Rejected };
@@ -167,31 +149,19 @@ pub fn failed_create_view(events: &[Event]) -> Option<(RunReason, String)> {
 }
 
 /// Instants of the phases, read from the pod's status.
-pub fn scheduled_at(pod: &Value) -> Option<SystemTime> {
-    scheduled_at_view(&Pod::from_value(pod))
-}
-
-pub fn scheduled_at_view(pod: &Pod) -> Option<SystemTime> {
+pub fn scheduled_at(pod: &Pod) -> Option<SystemTime> {
     let scheduled = pod.status.conditions.iter().find(|condition| condition.is_true("PodScheduled"))?;
     parse_time(scheduled.last_transition_time.as_deref()?)
 }
 
-pub fn main_started_at(pod: &Value) -> Option<SystemTime> {
-    main_started_at_view(&Pod::from_value(pod))
-}
-
-pub fn main_started_at_view(pod: &Pod) -> Option<SystemTime> {
+pub fn main_started_at(pod: &Pod) -> Option<SystemTime> {
     let state = &main_container(&pod.status)?.state;
     let running = state.running.as_ref().and_then(|running| running.started_at.as_deref());
     let started = running.or_else(|| state.terminated.as_ref().and_then(|terminated| terminated.started_at.as_deref()))?;
     parse_time(started)
 }
 
-pub fn main_finished_at(pod: &Value) -> Option<SystemTime> {
-    main_finished_at_view(&Pod::from_value(pod))
-}
-
-pub fn main_finished_at_view(pod: &Pod) -> Option<SystemTime> {
+pub fn main_finished_at(pod: &Pod) -> Option<SystemTime> {
     let terminated = main_container(&pod.status)?.state.terminated.as_ref()?;
     parse_time(terminated.finished_at.as_deref()?)
 }
@@ -324,14 +294,10 @@ fn finished(status: &PodStatus, terminated: Option<&StateTerminated>) -> Finishe
 
 /// Reads a finished pod, with its deletion mark (the `Finished` of
 /// `pod_state` does not see metadata).
-pub fn finished_pod(pod: &Value) -> Option<Finished> {
-    finished_pod_view(&Pod::from_value(pod))
-}
-
-pub fn finished_pod_view(pod: &Pod) -> Option<Finished> {
-    match pod_state_view(pod) {
+pub fn finished_pod(pod: &Pod) -> Option<Finished> {
+    match pod_state(pod) {
         PodState::Finished(mut finished) => {
-            finished.deleted = is_deleting_view(pod);
+            finished.deleted = is_deleting(pod);
             Some(finished)
         }
         _ => None,
@@ -340,11 +306,7 @@ pub fn finished_pod_view(pod: &Pod) -> Option<Finished> {
 
 /// The facts of a pod that is gone or going without a final status: what
 /// its status said last, and that it was deleted.
-pub fn deleted_pod(pod: &Value) -> Finished {
-    deleted_pod_view(&Pod::from_value(pod))
-}
-
-pub fn deleted_pod_view(pod: &Pod) -> Finished {
+pub fn deleted_pod(pod: &Pod) -> Finished {
     let terminated = main_container(&pod.status).and_then(|main| main.state.terminated.as_ref());
     Finished { deleted: true, ..finished(&pod.status, terminated) }
 }
@@ -362,20 +324,42 @@ fn disruption(conditions: &[Condition]) -> Option<String> {
 /// (or that someone is deleting it), and what it would be judged on if it
 /// disappeared now.
 pub fn sandbox_view(pod: &Pod) -> View {
-    let state = match pod_state_view(pod) {
+    let state = match pod_state(pod) {
         PodState::Pending { .. } => SandboxState::Pending,
         PodState::Unschedulable { message } => SandboxState::Unschedulable { message },
         PodState::Running => SandboxState::Running,
         PodState::FailFast { reason, message } => SandboxState::FailFast { reason, message },
         PodState::Finished(finished) => SandboxState::Finished { ran: finished.start_failure.is_none() },
     };
-    let ended = finished_pod_view(pod).or_else(|| is_deleting_view(pod).then(|| deleted_pod_view(pod)));
-    View { state, ended, if_gone: deleted_pod_view(pod) }
+    let ended = finished_pod(pod).or_else(|| is_deleting(pod).then(|| deleted_pod(pod)));
+    View { state, ended, if_gone: deleted_pod(pod) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+
+    // The readers as the tests call them: on a pod or events as JSON.
+    fn pod_state(pod: &Value) -> PodState {
+        super::pod_state(&Pod::from_value(pod))
+    }
+
+    fn finished_pod(pod: &Value) -> Option<Finished> {
+        super::finished_pod(&Pod::from_value(pod))
+    }
+
+    fn deleted_pod(pod: &Value) -> Finished {
+        super::deleted_pod(&Pod::from_value(pod))
+    }
+
+    fn start_progress(pod: Option<&Value>, events: &[Value]) -> String {
+        super::start_progress(pod.map(Pod::from_value).as_ref(), &Event::from_values(events))
+    }
+
+    fn failed_create(events: &[Value]) -> Option<(RunReason, String)> {
+        super::failed_create(&Event::from_values(events))
+    }
     use serde_json::json;
 
     fn pod(status: Value) -> Value {

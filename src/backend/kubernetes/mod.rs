@@ -142,7 +142,7 @@ impl Kubernetes {
                 return;
             }
         };
-        for pod in pods.iter().filter(|pod| !spare_finished || classify::finished_pod_view(pod).is_none()) {
+        for pod in pods.iter().filter(|pod| !spare_finished || classify::finished_pod(pod).is_none()) {
             let name = pod.metadata.name.as_str();
             if let Err(error) = self.client.delete(Resource::PODS, self.namespace(), name) {
                 log::warn("could not delete the run's pod", &[("pod", name.into()), ("error", error.to_string().into())]);
@@ -326,14 +326,14 @@ impl Backend for Kubernetes {
                 return None;
             }
         };
-        let (reason, message) = classify::failed_create_view(&events)?;
+        let (reason, message) = classify::failed_create(&events)?;
         Some((reason, refusal_message(reason, &message)))
     }
 
     fn start_progress(&self, run_id: &str) -> String {
         let pod = self.pods(run_id).ok().and_then(watch::newest);
         let events = pod.as_ref().map(|pod| self.pod_events(&pod.metadata.name)).unwrap_or_default();
-        classify::start_progress_view(pod.as_ref(), &events)
+        classify::start_progress(pod.as_ref(), &events)
     }
 
     /// The main container's log: a container that is not ready yet (400)

@@ -226,7 +226,7 @@ impl SandboxStore for Kubernetes {
     /// The Job (its pod with it) and its key Secret.
     fn close_sandbox(&self, name: &str) {
         let job = manifest::job_name(name);
-        if let Err(error) = self.client.delete_with(Resource::JOBS, self.namespace(), &job, kube::Propagation::Background) {
+        if let Err(error) = self.client.delete(Resource::JOBS, self.namespace(), &job) {
             metrics::api_error("delete_job");
             log::warn(
                 "a sandbox's Job was not deleted; its expiry and the reaper remove it",

@@ -196,9 +196,9 @@ pub fn sighting(pod: &Pod) -> Sighting {
         sandbox: pod.metadata.name.clone(),
         view: classify::sandbox_view(pod),
         times: Times {
-            scheduled: classify::scheduled_at_view(pod),
-            started: classify::main_started_at_view(pod),
-            finished: classify::main_finished_at_view(pod),
+            scheduled: classify::scheduled_at(pod),
+            started: classify::main_started_at(pod),
+            finished: classify::main_finished_at(pod),
         },
     }
 }

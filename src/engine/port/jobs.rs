@@ -254,13 +254,6 @@ impl Jobs {
         table.lookup(run_id, self.shared.limits.result_ttl)
     }
 
-    /// Every entry, for `list_jobs` and `tasks/list`.
-    pub fn views(&self) -> Vec<View> {
-        let mut table = self.lock();
-        table.expire(self.shared.limits.result_ttl);
-        table.entries.iter().map(|(run_id, entry)| entry.view(run_id)).collect()
-    }
-
     /// Waits until the run has finished, `deadline` passes or `stop` is
     /// cancelled, handing new live output to `on_output` (outside the lock)
     /// as it arrives. Returns the last lookup.

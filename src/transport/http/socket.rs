@@ -5,6 +5,8 @@
 //! send on a socket another thread blocks on (or that must not block
 //! while its slot may be evicted). Knows nothing of HTTP.
 
+#![allow(unsafe_code)] // the listening socket with its backlog and options, which std's TcpListener does not take.
+
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

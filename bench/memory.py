@@ -192,8 +192,10 @@ class Client:
         if not body:
             return None, got
         if got.get("content-type", "").startswith("text/event-stream"):
-            datas = [line[5:].strip() for line in body.decode().splitlines() if line.startswith("data:")]
-            body = datas[-1] if datas else b"null"
+            # The last event's data lines, joined as SSE says.
+            events = [event for event in body.decode().replace("\r\n", "\n").split("\n\n") if "data:" in event]
+            lines = events[-1].split("\n") if events else []
+            body = "\n".join(line[5:].lstrip(" ") for line in lines if line.startswith("data:")) or "null"
         return json.loads(body), got
 
     def request(self, method, params):

@@ -191,6 +191,7 @@ fn serve(raw: &RawConfig) -> ExitCode {
     let mut connections = Vec::new();
     // The backend each site reached, for what the tools say of its runs.
     let mut reached = Vec::new();
+    let mut reaped = Vec::new();
     for (index, (name, site_config)) in sites.iter().enumerate() {
         let site = named.then(|| Named { file: raw.sites.as_deref().unwrap_or_default(), name: name.as_str() });
         let connected = match start_site(site_config, &prepared, site) {
@@ -201,20 +202,23 @@ fn serve(raw: &RawConfig) -> ExitCode {
             }
         };
         let engine = connected.clone().map(|connected| wiring::engine_ctx(site_config, connected, named.then(|| name.clone())));
-        // One reaper per site; the output store, shared by every site, is
-        // reaped by the default site's.
+        // The output store, shared by every site, is reaped on the default
+        // site's turns.
         if let Ok(engine) = &engine {
             let outputs = if index == 0 { engine.policy.outputs.clone() } else { None };
-            if let Err(error) = engine::reaper::start(engine.backend.clone(), outputs, engine::reaper::REAP_EVERY) {
-                log::error("could not start the reaper", &[("error", json!(error.to_string()))]);
-                return ExitCode::from(1);
-            }
+            reaped.push(engine::reaper::Site { backend: engine.backend.clone(), outputs });
         }
         reached.push(connected.as_ref().ok().map(|connected| connected.kind()));
         if let Ok(connected) = connected {
             connections.push(connected);
         }
         engines.push(tools::SiteEngine { name: name.clone(), engine });
+    }
+    // Every site's reaper turns on a few shared threads: an idle site holds none.
+    if let Err(error) = engine::reaper::start(reaped, engine::reaper::REAP_EVERY) {
+        log::error("could not start the reaper", &[("error", json!(error.to_string()))]);
+        connections.iter().for_each(|connected| connected.shutdown());
+        return ExitCode::from(1);
     }
     let ctx = tools::Ctx::with_sites(wiring::resolved(&config, &reached), engines, named);
     if let Err(code) = judge_sites(&ctx, config.lazy_backend) {

@@ -92,6 +92,10 @@ pub fn client_cert(certificate_pem: &[u8], key_pem: &[u8], origin: &str) -> Resu
     Ok(ClientCert::new_with_certs(&chain, key))
 }
 
+/// What each open connection holds to read and to write (see `agent`).
+pub const INPUT_BUFFER: usize = 16 << 10;
+pub const OUTPUT_BUFFER: usize = 32 << 10;
+
 /// Builds the agent. `client_cert` is the kubeconfig's, or one an exec
 /// plugin returned.
 pub fn agent(settings: &ConnectionSettings, client_cert: Option<ClientCert>) -> Result<ureq::Agent, Error> {
@@ -127,11 +131,14 @@ pub fn agent(settings: &ConnectionSettings, client_cert: Option<ClientCert>) -> 
         .timeout_per_read(Some(settings.read_timeout))
         .timeout_per_write(Some(settings.read_timeout))
         // ureq's 128 KiB in and 128 KiB out are held per open connection,
-        // and a burst of runs opens one each (256 calls in flight held
-        // 64 MiB in buffers alone). A response head fits in 64 KiB (ureq's
-        // own cap on it); a request head, credentials included, in 32 KiB.
-        .input_buffer_size(64 << 10)
-        .output_buffer_size(32 << 10)
+        // and every run following its log holds one (256 calls in flight
+        // held 64 MiB in buffers alone at those sizes, 24 MiB at 64 and 32
+        // KiB). A TLS record holds at most 16 KiB, so a larger input buffer
+        // saves no read, and it grows for a longer response head (up to
+        // ureq's 64 KiB cap on it); a request head, credentials included,
+        // must fit the output buffer, 32 KiB.
+        .input_buffer_size(INPUT_BUFFER)
+        .output_buffer_size(OUTPUT_BUFFER)
         // Runs make their API calls from their own threads; with ureq's
         // default of 3 idle connections per host, most calls under load
         // paid a new TLS handshake. 25 is client-go's own choice.

@@ -28,6 +28,7 @@ mod engine_faults;
 mod hostile_http;
 mod hostile_stdio;
 mod http;
+mod idle_sites;
 mod kube_auth;
 mod kube_calls;
 mod kube_errors;

@@ -3,7 +3,9 @@
 //! the cluster and the kubelet (each Job gets a running pod whose log
 //! holds the runner's frames), so the cluster is not what limits it. Per
 //! level: the time until every submit is answered, the server's RSS and
-//! threads while every run is in flight, its peak RSS, its CPU per run
+//! threads while every run is in flight, then once each was looked at
+//! (`fetch_job`) and so follows its log, as a `run_job` call does; its
+//! peak RSS, its CPU per run
 //! and the API requests per run; every run must end `succeeded` with its
 //! output. It prints one markdown row per level.
 //!
@@ -34,17 +36,19 @@ fn background_runs_in_flight_all_end_with_their_output_and_print_their_cost() {
         .map(|levels| levels.split(',').filter_map(|level| level.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 10]);
     eprintln!(
-        "| runs in flight | all accepted (s) | RSS in flight (MiB) | peak RSS (MiB) | threads in flight | CPU per run (ms) | API requests per run |"
+        "| runs in flight | all accepted (s) | RSS in flight (MiB) | RSS, every log followed (MiB) | peak RSS (MiB) | threads in flight | threads, every log followed | CPU per run (ms) | API requests per run |"
     );
-    eprintln!("|---|---|---|---|---|---|---|");
+    eprintln!("|---|---|---|---|---|---|---|---|---|");
     for n_runs in levels {
         let row = level(n_runs);
         eprintln!(
-            "| {n_runs} | {:.2} | {:.1} | {:.1} | {} | {:.2} | {:.1} |",
+            "| {n_runs} | {:.2} | {:.1} | {:.1} | {:.1} | {} | {} | {:.2} | {:.1} |",
             row.accepted.as_secs_f64(),
             row.rss_in_flight_mib,
+            row.rss_following_mib,
             row.peak_rss_mib,
             row.threads_in_flight,
+            row.threads_following,
             row.cpu_per_run_ms,
             row.requests_per_run
         );
@@ -54,6 +58,9 @@ fn background_runs_in_flight_all_end_with_their_output_and_print_their_cost() {
 struct Row {
     accepted: Duration,
     rss_in_flight_mib: f64,
+    /// Once every run follows its log.
+    rss_following_mib: f64,
+    threads_following: u64,
     peak_rss_mib: f64,
     threads_in_flight: u64,
     cpu_per_run_ms: f64,
@@ -100,6 +107,15 @@ fn level(n_runs: usize) -> Row {
     let listings = wait_until_all_running(&mut client, n_runs);
     assert_eq!(fake.count("/log?"), 0, "no run nobody looked at opened its log while it ran");
 
+    // Then every run is looked at once while it runs: each follows its
+    // log from then on, as a run_job call does all along.
+    let looked = call_in_windows(&mut client, n_runs, |id| {
+        (json!(format!("look-{id}")), json!({"name": "fetch_job", "arguments": {"job_token": tokens[id], "wait_s": 0}}))
+    });
+    assert_eq!(looked.len(), n_runs, "every run looked at");
+    wait_for("every run to follow its log", || run_ids.iter().all(|run_id| fake.log_followed(NAMESPACE, &pod_name(run_id))));
+    let (rss_following_mib, threads_following) = (client.status_field("VmRSS") as f64 / 1024.0, client.status_field("Threads"));
+
     for (id, run_id) in run_ids.iter().enumerate() {
         let name = pod_name(run_id);
         let stdout = format!("run {id}\n");
@@ -122,8 +138,10 @@ fn level(n_runs: usize) -> Row {
     Row {
         accepted,
         rss_in_flight_mib,
+        rss_following_mib,
+        threads_following,
         // VmHWM is brought up to date lazily: it may lag the RSS sampled.
-        peak_rss_mib: client.peak_rss_mib().max(rss_in_flight_mib),
+        peak_rss_mib: client.peak_rss_mib().max(rss_in_flight_mib).max(rss_following_mib),
         threads_in_flight,
         cpu_per_run_ms: (client.cpu_seconds() - cpu_before) * 1000.0 / n_runs as f64,
         requests_per_run: fake.requests().iter().filter(|request| !is_listing(request)).count() as f64 / n_runs as f64,

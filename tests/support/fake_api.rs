@@ -102,6 +102,8 @@ pub struct FakeApi {
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
+    /// Client connections open now.
+    open_connections: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -168,16 +170,27 @@ impl FakeApi {
         let config = Arc::new(server_config(&pki, &server.cert_pem, &server.key_pem, options.client_auth));
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let port = listener.local_addr().expect("local address").port();
-        let shared = Arc::new(Shared { state: Mutex::new(State::default()), changed: Condvar::new() });
+        let shared =
+            Arc::new(Shared { state: Mutex::new(State::default()), changed: Condvar::new(), open_connections: Default::default() });
         let accept_shared = shared.clone();
         std::thread::spawn(move || {
             for connection in listener.incoming().flatten() {
                 let config = config.clone();
                 let shared = accept_shared.clone();
-                std::thread::spawn(move || serve_connection(connection, config, shared));
+                std::thread::spawn(move || {
+                    shared.open_connections.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    serve_connection(connection, config, &shared);
+                    shared.open_connections.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                });
             }
         });
         FakeApi { url: format!("https://127.0.0.1:{port}"), port, pki, shared }
+    }
+
+    /// Client connections open now (a keep-alive connection counts until
+    /// the client closes it).
+    pub fn open_connections(&self) -> usize {
+        self.shared.open_connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Matchers of injected faults that answered no request.
@@ -447,13 +460,13 @@ impl Request {
     }
 }
 
-fn serve_connection(tcp: TcpStream, config: Arc<ServerConfig>, shared: Arc<Shared>) {
+fn serve_connection(tcp: TcpStream, config: Arc<ServerConfig>, shared: &Shared) {
     let Ok(connection) = ServerConnection::new(config) else { return };
     let mut reader = BufReader::new(StreamOwned::new(connection, tcp));
     loop {
         let Some(request) = read_request(&mut reader) else { return };
         let client_cert = reader.get_ref().conn.peer_certificates().and_then(|certs| certs.first()).map(|cert| cert.to_vec());
-        let keep_alive = handle(&shared, &request, client_cert, reader.get_mut());
+        let keep_alive = handle(shared, &request, client_cert, reader.get_mut());
         if !keep_alive {
             let _ = reader.get_mut().flush();
             let _ = reader.get_ref().sock.shutdown(Shutdown::Both);

@@ -449,6 +449,18 @@ impl Backend for Kubernetes {
         }
     }
 
+    /// A site with no run watching its pods (none for the watch's
+    /// `LINGER`) and no warm pool (whose thread calls the API all along)
+    /// keeps no connection open: its next call connects anew.
+    fn rest(&self) {
+        if self.pools.is_some() || self.pods.is_open() {
+            return;
+        }
+        if let Err(error) = self.client.close_idle_connections() {
+            log::warn("could not close the idle API connections", &[("error", serde_json::json!(error.to_string()))]);
+        }
+    }
+
     fn pool_figures(&self) -> Vec<port::PoolFigures> {
         self.pools.as_ref().map(|pools| pools.figures()).unwrap_or_default()
     }

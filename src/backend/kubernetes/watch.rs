@@ -71,6 +71,11 @@ impl PodHub {
         PodHub { client, namespace, state: Arc::default() }
     }
 
+    /// Whether the watch is open: a run watches, or one did within `LINGER`.
+    pub fn is_open(&self) -> bool {
+        lock(&self.state).running
+    }
+
     /// The pods of `run_id`, from now until the returned watch is aborted.
     pub fn watch(&self, run_id: &str) -> Watch {
         let (sender, events) = mpsc::channel();

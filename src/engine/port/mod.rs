@@ -111,6 +111,13 @@ pub trait Backend: Send + Sync {
     /// ends. Also when a start-up check stops the server.
     fn shutdown(&self) {}
 
+    /// Called after each of the reaper's turns: when nothing of the
+    /// backend is in use, it lets go of what only a later call would use
+    /// (connections kept open for the next calls), so that a site nobody
+    /// uses costs next to nothing. A backend that keeps nothing does
+    /// nothing.
+    fn rest(&self) {}
+
     /// Open sandboxes (sessions), when the backend keeps them.
     fn sandbox_store(&self) -> Option<&dyn SandboxStore> {
         None

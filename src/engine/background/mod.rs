@@ -42,7 +42,7 @@ use crate::engine::port::{BackgroundRecord, ErrorKind, Keep, Settled, Stop, Stor
 use crate::engine::run::verdict::{self, Ended};
 use crate::engine::run::{self, Ctx, Followed, Progress};
 use crate::log;
-use crate::outputs::visible_to;
+use crate::outputs::{Link, visible_to};
 use crate::sandbox::frame::Stream;
 use crate::supervise;
 use crate::trace::{self, SpanContext};
@@ -578,15 +578,15 @@ fn attach(ctx: &Ctx, token: &str, run_id: &str, reader: Option<&str>) -> Result<
         // `follow_to_end` keeps the recorded verdict.
         (Some(recorded), Some(_)) if recorded.by == DecidedBy::Runner => follow_to_end(ctx, run_id, &followed, created, &cancel),
         (Some(recorded), _) => {
-            let mut outcome = outcome_without_sandbox(run_id, ctx.backend.wording(), &stored, created, Some(recorded));
-            if recorded.by == DecidedBy::Runner {
-                recall_links(ctx, run_id, reader, &mut outcome);
-            }
+            let kept = kept_links(ctx, run_id, reader);
+            let outcome = outcome_without_sandbox(run_id, ctx.backend.wording(), &stored, created, (Some(recorded), kept));
             ctx.jobs.finish(run_id, outcome, ended_at.unwrap_or_else(SystemTime::now));
         }
         (None, None) if stored.ended_at.is_some() => {
-            let ended =
-                Ended { outcome: outcome_without_sandbox(run_id, ctx.backend.wording(), &stored, created, None), by: DecidedBy::Server };
+            let ended = Ended {
+                outcome: outcome_without_sandbox(run_id, ctx.backend.wording(), &stored, created, (None, None)),
+                by: DecidedBy::Server,
+            };
             record_and_finish(ctx, run_id, ended, ended_at.unwrap_or_else(SystemTime::now), Some(&stored));
         }
         (None, Some(state)) if stored.ended_at.is_some() || matches!(state, SandboxState::Finished { .. }) => {
@@ -703,12 +703,13 @@ fn mark_cancelled(outcome: &mut RunOutcome, wording: &Wording) -> bool {
 
 /// The outcome of a finished run whose sandbox (and so its output) is
 /// gone, or whose verdict was recorded by the process that decided it.
+/// `kept`: the links the output store holds of the run (`kept_links`).
 fn outcome_without_sandbox(
     run_id: &str,
     wording: &Wording,
     stored: &Stored,
     created: Option<SystemTime>,
-    recorded: Option<&Recorded>,
+    (recorded, kept): (Option<&Recorded>, Option<Vec<Link>>),
 ) -> RunOutcome {
     let cancelled = recorded.is_none_or(|recorded| recorded.status == RunStatus::Cancelled);
     let mut outcome = match stored.cancelled_at.as_deref().filter(|_| cancelled) {
@@ -732,11 +733,13 @@ fn outcome_without_sandbox(
         None => match recorded {
             Some(recorded) => {
                 let mut outcome = verdict::outcome_of(run_id, recorded);
-                if recorded.by == DecidedBy::Runner {
-                    outcome.notes.push(format!(
+                match kept.filter(|_| recorded.by == DecidedBy::Runner) {
+                    Some(links) => keep_links(&mut outcome, links, wording),
+                    None if recorded.by == DecidedBy::Runner => outcome.notes.push(format!(
                         "the {} and its output are gone, so the output cannot be returned; the status is the one recorded when the job ended",
                         wording.sandbox
-                    ));
+                    )),
+                    None => {}
                 }
                 outcome
             }
@@ -756,13 +759,18 @@ fn outcome_without_sandbox(
     outcome
 }
 
-/// A run the runner judged, its sandbox gone before this process read
-/// it: the process that read it kept what went past the inline caps in
-/// the output store, which every replica shares. Its links are the
-/// output this process can still give; the inline output is not kept.
-fn recall_links(ctx: &Ctx, run_id: &str, reader: Option<&str>, outcome: &mut RunOutcome) {
-    let Some(store) = &ctx.policy.outputs else { return };
-    let Some(links) = store.links_of(run_id, SystemTime::now(), reader).filter(|links| !links.is_empty()) else { return };
+/// What the output store holds of a run another process read: a run the
+/// runner judged whose sandbox was gone before this process read it. The
+/// store is every replica's, so its links are the output this process can
+/// still give. `None` without a store or without entries.
+fn kept_links(ctx: &Ctx, run_id: &str, reader: Option<&str>) -> Option<Vec<Link>> {
+    let store = ctx.policy.outputs.as_ref()?;
+    store.links_of(run_id, SystemTime::now(), reader).filter(|links| !links.is_empty())
+}
+
+/// The outcome answers `links` instead of the inline output, which is not
+/// kept: each linked stream is marked truncated with its total.
+fn keep_links(outcome: &mut RunOutcome, links: Vec<Link>, wording: &Wording) {
     for link in &links {
         match link.name.as_str() {
             "stdout" => (outcome.truncated.stdout, outcome.stdout_total_bytes) = (true, link.total),
@@ -770,10 +778,10 @@ fn recall_links(ctx: &Ctx, run_id: &str, reader: Option<&str>, outcome: &mut Run
             _ => {}
         }
     }
-    outcome.notes = vec![format!(
+    outcome.notes.push(format!(
         "the {} is gone, so the inline output cannot be returned; what went past the inline caps is whole in the output store: read it through links",
-        ctx.backend.wording().sandbox
-    )];
+        wording.sandbox
+    ));
     outcome.links = links;
 }
 

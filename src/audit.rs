@@ -139,7 +139,7 @@ const MAX_QUEUED: usize = 1024;
 /// How long one line's write may take before the trail counts as stalled
 /// and runs are refused: far above a healthy disk or a reader of stderr,
 /// far below the shutdown grace a blocked run used to hold.
-pub const STALL_AFTER: Duration = Duration::from_secs(5);
+const STALL_AFTER: Duration = Duration::from_secs(5);
 
 /// Why a run is refused: the trail is not taking lines, and a run it
 /// cannot record must not start (the trail is the record of who ran what).

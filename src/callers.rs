@@ -25,13 +25,14 @@ use serde_json::{Map, Value};
 
 use crate::images::Allowlist;
 use crate::json::json_kind;
+use crate::settings_file::{Error, FileKind};
 
 /// The tokens file is configuration: 1 MiB holds thousands of callers.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 /// A caller's name is recorded on its runs as a label value.
 pub const MAX_NAME_CHARS: usize = 63;
 /// The window `cpu_seconds_per_hour` counts over.
-pub const HOUR: Duration = Duration::from_secs(3600);
+const HOUR: Duration = Duration::from_secs(3600);
 
 /// One caller: its name (in the audit trail, on its runs, in metrics) and
 /// its limits.
@@ -149,47 +150,15 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
     out
 }
 
-/// A tokens file that cannot be used. Every variant names the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Error {
-    Read {
-        path: String,
-        message: String,
-    },
-    /// The file is not a JSON list of caller objects.
-    Syntax {
-        path: String,
-        message: String,
-    },
-    /// One field of one caller is wrong. `caller` is its name, or
-    /// `#<index>` when the name itself is missing or wrong.
-    Field {
-        path: String,
-        caller: String,
-        field: String,
-        message: String,
-    },
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Read { path, message } => write!(formatter, "MCP_K8S_AUTH_TOKENS_FILE: cannot read `{path}`: {message}"),
-            Error::Syntax { path, message } => write!(formatter, "MCP_K8S_AUTH_TOKENS_FILE: `{path}`: {message}"),
-            Error::Field { path, caller, field, message } => {
-                write!(formatter, "MCP_K8S_AUTH_TOKENS_FILE: `{path}`: caller `{caller}`, field `{field}`: {message}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for Error {}
+/// The tokens file, as its errors name it (`settings_file::Error`, the one error
+/// of every settings file).
+pub const FILE: FileKind = FileKind { variable: "MCP_K8S_AUTH_TOKENS_FILE", entry: "caller" };
 
 /// Fields a caller may have.
 const FIELDS: &[&str] = &["name", "token_sha256", "concurrent_runs", "cpu_seconds_per_hour", "sites", "images", "tools"];
 
 fn parse(path: &Path, text: &str, sites: &[&str]) -> Result<Callers, Error> {
-    let syntax = |message: String| Error::Syntax { path: path.display().to_string(), message };
+    let syntax = |message: String| Error::Syntax { kind: &FILE, path: path.display().to_string(), message };
     let parsed = crate::json::parse_settings(text).map_err(|error| syntax(error.to_string()))?;
     let Value::Array(items) = parsed else {
         return Err(syntax(
@@ -203,8 +172,9 @@ fn parse(path: &Path, text: &str, sites: &[&str]) -> Result<Callers, Error> {
     for (index, item) in items.iter().enumerate() {
         let (digest, caller) = parse_caller(path, index, item, sites)?;
         let conflict = |field: &str, message: &str| Error::Field {
+            kind: &FILE,
             path: path.display().to_string(),
-            caller: caller.name.clone(),
+            entry: caller.name.clone(),
             field: field.to_string(),
             message: message.to_string(),
         };
@@ -221,8 +191,9 @@ fn parse(path: &Path, text: &str, sites: &[&str]) -> Result<Callers, Error> {
 
 fn parse_caller(path: &Path, index: usize, item: &Value, sites: &[&str]) -> Result<([u8; 32], Caller), Error> {
     let field_error = |caller: &str, field: &str, message: String| Error::Field {
+        kind: &FILE,
         path: path.display().to_string(),
-        caller: caller.to_string(),
+        entry: caller.to_string(),
         field: field.to_string(),
         message,
     };
@@ -274,7 +245,7 @@ fn name_field(value: &Value) -> Result<String, String> {
 
 /// The command that gives a token's digest as this file wants it: 64
 /// hex digits alone (`sha256sum` alone adds `  -`).
-pub const DIGEST_COMMAND: &str = "printf %s \"$TOKEN\" | sha256sum | cut -d' ' -f1";
+const DIGEST_COMMAND: &str = "printf %s \"$TOKEN\" | sha256sum | cut -d' ' -f1";
 
 /// The SHA-256 of no bytes: what `DIGEST_COMMAND` gives when `TOKEN` is
 /// unset. Taken, it would let in whoever sends an empty token.
@@ -521,7 +492,7 @@ mod tests {
     }
 
     fn field_error(caller: &str, field: &str, message: &str) -> Error {
-        Error::Field { path: "F".into(), caller: caller.into(), field: field.into(), message: message.into() }
+        Error::Field { kind: &FILE, path: "F".into(), entry: caller.into(), field: field.into(), message: message.into() }
     }
 
     fn hex_of(token: &str) -> String {
@@ -557,12 +528,16 @@ mod tests {
             (
                 "{}".into(),
                 Error::Syntax {
+                    kind: &FILE,
                     path: "F".into(),
                     message: "must be a JSON list of callers, such as [{\"name\": \"team-a\", \"token_sha256\": \"<64 hex digits>\"}]"
                         .into(),
                 },
             ),
-            ("[]".into(), Error::Syntax { path: "F".into(), message: "lists no caller, so nobody could call; add one".into() }),
+            (
+                "[]".into(),
+                Error::Syntax { kind: &FILE, path: "F".into(), message: "lists no caller, so nobody could call; add one".into() },
+            ),
             ("[1]".into(), field_error("#0", "(caller)", "must be an object of fields, not an integer")),
             (format!(r#"[{{"token_sha256": "{digest}"}}]"#), field_error("#0", "name", "is required")),
             (
@@ -605,6 +580,7 @@ mod tests {
             (
                 format!("[{{\"name\": \"a\", \"token_sha256\": \"{digest}\", \"token_sha256\": \"{}\"}}]", hex_of("u")),
                 Error::Syntax {
+                    kind: &FILE,
                     path: "F".into(),
                     message: "key `token_sha256` appears twice in one object (the second at line 1 column 113); keep one".into(),
                 },

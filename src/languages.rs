@@ -11,19 +11,19 @@
 //! `kube` derive serde (style.md §2).
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::Path;
 
 use serde_json::{Map, Value};
 
 use crate::quantity::{Quantity, Resource};
+use crate::settings_file::{self, Error, FileKind};
 
 /// The built-in profiles' images, for tests whose server allows them.
 #[cfg(test)]
 pub const BUILT_IN_IMAGES: &str = "python:3.12-slim,node:22-slim,golang:1.23,bash:5.2";
 
 /// Stands for the entrypoint file in a profile's `command`.
-pub const FILE_PLACEHOLDER: &str = "{file}";
+const FILE_PLACEHOLDER: &str = "{file}";
 
 /// The languages file is configuration, not data: a megabyte is plenty.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -181,7 +181,7 @@ impl Languages {
         for profile in self.profiles.values() {
             for extension in &profile.extensions {
                 if let Some(other) = owners.insert(extension, &profile.name) {
-                    return Err(Error::field(
+                    return Err(profile_error(
                         path,
                         &profile.name,
                         "extensions",
@@ -194,47 +194,16 @@ impl Languages {
     }
 }
 
-/// A languages file that cannot be used. Every variant names the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Error {
-    Read {
-        path: String,
-        message: String,
-    },
-    /// The file is not a JSON object of profiles.
-    Syntax {
-        path: String,
-        message: String,
-    },
-    /// One field of one profile is wrong.
-    Field {
-        path: String,
-        profile: String,
-        field: String,
-        message: String,
-    },
-}
+/// The languages file, as its errors name it (`settings_file::Error`, the one error
+/// of every settings file).
+pub const FILE: FileKind = FileKind { variable: "MCP_K8S_LANGUAGES", entry: "profile" };
 
-impl Error {
-    fn field(path: Option<&Path>, profile: &str, field: &str, message: String) -> Error {
-        let path = path.map_or_else(|| "built-in profiles".to_string(), |path| path.display().to_string());
-        Error::Field { path, profile: profile.to_string(), field: field.to_string(), message }
-    }
+/// One field of one profile is wrong; without a file, the built-in
+/// profiles are.
+fn profile_error(path: Option<&Path>, profile: &str, field: &str, message: String) -> Error {
+    let path = path.map_or_else(|| "built-in profiles".to_string(), |path| path.display().to_string());
+    Error::Field { kind: &FILE, path, entry: profile.to_string(), field: field.to_string(), message }
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Read { path, message } => write!(formatter, "MCP_K8S_LANGUAGES: cannot read `{path}`: {message}"),
-            Error::Syntax { path, message } => write!(formatter, "MCP_K8S_LANGUAGES: `{path}`: {message}"),
-            Error::Field { path, profile, field, message } => {
-                write!(formatter, "MCP_K8S_LANGUAGES: `{path}`: profile `{profile}`, field `{field}`: {message}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// Fields a profile in the file may have.
 const FIELDS: &[&str] = &["image", "filename", "command", "extensions", "timeout_s", "cpu", "memory", "env", "preload"];
@@ -312,15 +281,14 @@ fn profile(
 }
 
 fn read_bounded(path: &Path) -> Result<String, Error> {
-    crate::settings_file::read_text(path, MAX_FILE_BYTES)
-        .map_err(|error| Error::Read { path: path.display().to_string(), message: error.to_string() })
+    settings_file::read_settings(&FILE, path, MAX_FILE_BYTES)
 }
 
 /// Merges the file's profiles into `profiles`: a known name changes the
 /// fields it gives, a new name must give image, filename and command.
 /// Returns the images the file's profiles name in their `image` field.
 fn apply_file(profiles: &mut BTreeMap<String, Profile>, path: &Path, text: &str, max_timeout_s: u64) -> Result<Vec<String>, Error> {
-    let syntax = |message: String| Error::Syntax { path: path.display().to_string(), message };
+    let syntax = |message: String| Error::Syntax { kind: &FILE, path: path.display().to_string(), message };
     let parsed = crate::json::parse_settings(text).map_err(|error| syntax(error.to_string()))?;
     let Value::Object(object) = parsed else {
         return Err(syntax("must be a JSON object of profiles, such as {\"ruby\": {\"image\": \"ruby:3.3\", ...}}".to_string()));
@@ -328,7 +296,7 @@ fn apply_file(profiles: &mut BTreeMap<String, Profile>, path: &Path, text: &str,
     let mut images = Vec::new();
     for (name, fields) in &object {
         if !is_profile_name(name) {
-            return Err(Error::field(
+            return Err(profile_error(
                 Some(path),
                 &crate::echo::shorten(name),
                 "(name)",
@@ -336,7 +304,7 @@ fn apply_file(profiles: &mut BTreeMap<String, Profile>, path: &Path, text: &str,
             ));
         }
         let Value::Object(fields) = fields else {
-            return Err(Error::field(Some(path), name, "(profile)", "must be an object of fields".to_string()));
+            return Err(profile_error(Some(path), name, "(profile)", "must be an object of fields".to_string()));
         };
         let profile = merge_profile(profiles.get(name), name, fields, path, max_timeout_s)?;
         if fields.contains_key("image") {
@@ -358,7 +326,7 @@ fn merge_profile(
     path: &Path,
     max_timeout_s: u64,
 ) -> Result<Profile, Error> {
-    let error = |field: &str, message: String| Error::field(Some(path), name, field, message);
+    let error = |field: &str, message: String| profile_error(Some(path), name, field, message);
     if let Some(unknown) = fields.keys().find(|field| !FIELDS.contains(&field.as_str())) {
         return Err(error(&crate::echo::shorten(unknown), format!("unknown field; accepted: {}", FIELDS.join(", "))));
     }
@@ -533,14 +501,14 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         result.map_err(|error| match error {
             // The temporary path differs per run; tests compare the rest.
-            Error::Field { profile, field, message, .. } => Error::Field { path: "F".into(), profile, field, message },
-            Error::Syntax { message, .. } => Error::Syntax { path: "F".into(), message },
-            Error::Read { message, .. } => Error::Read { path: "F".into(), message },
+            Error::Field { kind, entry, field, message, .. } => Error::Field { kind, path: "F".into(), entry, field, message },
+            Error::Syntax { kind, message, .. } => Error::Syntax { kind, path: "F".into(), message },
+            Error::Read { kind, message, .. } => Error::Read { kind, path: "F".into(), message },
         })
     }
 
     fn field_error(profile: &str, field: &str, message: &str) -> Error {
-        Error::Field { path: "F".into(), profile: profile.into(), field: field.into(), message: message.into() }
+        Error::Field { kind: &FILE, path: "F".into(), entry: profile.into(), field: field.into(), message: message.into() }
     }
 
     #[test]
@@ -656,6 +624,7 @@ mod tests {
             (
                 "[]",
                 Error::Syntax {
+                    kind: &FILE,
                     path: "F".into(),
                     message: "must be a JSON object of profiles, such as {\"ruby\": {\"image\": \"ruby:3.3\", ...}}".into(),
                 },
@@ -715,7 +684,7 @@ mod tests {
             ),
         ];
         for (text, message) in cases {
-            assert_eq!(load_text(text).unwrap_err(), Error::Syntax { path: "F".into(), message: message.into() }, "{text}");
+            assert_eq!(load_text(text).unwrap_err(), Error::Syntax { kind: &FILE, path: "F".into(), message: message.into() }, "{text}");
         }
     }
 

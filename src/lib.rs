@@ -58,3 +58,4 @@ pub mod tools;
 pub mod trace;
 pub mod transport;
 pub mod wiring;
+pub mod yaml;

@@ -22,12 +22,12 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Upper bounds (seconds) of the duration histograms: from a quick command
 /// to the longest `timeout_s` most operators allow.
-pub const DURATION_BUCKETS_S: [f64; 12] = [0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0];
+const DURATION_BUCKETS_S: [f64; 12] = [0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0];
 
 /// Upper bounds (seconds) of the tool calls' histogram: a call that only
 /// reads (`list_jobs`, `fetch_job`) answers in milliseconds, a `run_job`
 /// takes as long as its run.
-pub const TOOL_CALL_BUCKETS_S: [f64; 14] = [0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0];
+const TOOL_CALL_BUCKETS_S: [f64; 14] = [0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0];
 
 /// The server's version, as `mcp_k8s_build_info` shows it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -152,7 +152,7 @@ impl Entry {
 
 /// The MIME type a file's extension suggests; `application/octet-stream`
 /// for any other.
-pub fn mime_type_of(path: &str) -> &'static str {
+fn mime_type_of(path: &str) -> &'static str {
     let extension = path.rsplit_once('.').map(|(_, extension)| extension.to_ascii_lowercase()).unwrap_or_default();
     match extension.as_str() {
         "txt" | "log" | "out" => "text/plain",
@@ -284,7 +284,7 @@ fn is_run_id(text: &str) -> bool {
 
 /// The part of `size` stored bytes a request reaches: the start and how
 /// many bytes, or why none can be had.
-pub fn piece_range(offset: u64, length: u64, size: u64) -> Result<(u64, u64), String> {
+fn piece_range(offset: u64, length: u64, size: u64) -> Result<(u64, u64), String> {
     if offset > size {
         return Err(format!("offset {offset} is past the end: the entry holds {size} bytes; read from 0 to {size}"));
     }

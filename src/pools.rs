@@ -13,7 +13,6 @@
 //! JSON is read by hand because only `tools` and `kube` derive serde
 //! (style.md §2).
 
-use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -24,21 +23,22 @@ use crate::json::json_kind;
 use crate::languages::{Languages, Profile};
 use crate::network::{self, NetworkMode};
 use crate::quantity::{Quantity, Resource};
+use crate::settings_file::{self, Error, FileKind};
 
 /// The pools file is configuration, not data: 64 KiB hold hundreds of pools.
 pub const MAX_FILE_BYTES: u64 = 64 << 10;
 /// Sandboxes one pool may keep: each holds its requests on a node and in
 /// the namespace's quota while it waits, so a pool is a handful, not a farm.
-pub const MAX_SIZE: u64 = 20;
+const MAX_SIZE: u64 = 20;
 /// A pool's name goes into its sandboxes' names and labels
 /// (`mcp-pool-<name>-<suffix>` must stay a 63-character label with the
 /// pod's own suffix), hence shorter than a DNS label may be.
 pub const MAX_NAME_CHARS: usize = 32;
 /// `max_idle_s` when the file gives none.
-pub const DEFAULT_MAX_IDLE_S: u64 = 600;
+const DEFAULT_MAX_IDLE_S: u64 = 600;
 /// Below this a pool would replace its sandboxes about as fast as they
 /// start; above it an idle sandbox outlives any reason to keep it.
-pub const MAX_IDLE_S_RANGE: (u64, u64) = (30, 86_400);
+const MAX_IDLE_S_RANGE: (u64, u64) = (30, 86_400);
 
 /// One pool, checked.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,52 +85,19 @@ pub fn load(path: &Path, bounds: &Bounds<'_>) -> Result<Vec<Pool>, Error> {
     parse(path, &text, bounds)
 }
 
-/// A pools file that cannot be used. Every variant names the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Error {
-    Read {
-        path: String,
-        message: String,
-    },
-    /// The file is not a JSON list of pool objects.
-    Syntax {
-        path: String,
-        message: String,
-    },
-    /// One field of one pool is wrong. `pool` is its name, or `#<index>`
-    /// when the name itself is missing or wrong.
-    Field {
-        path: String,
-        pool: String,
-        field: String,
-        message: String,
-    },
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Read { path, message } => write!(formatter, "MCP_K8S_WARM_POOLS: cannot read `{path}`: {message}"),
-            Error::Syntax { path, message } => write!(formatter, "MCP_K8S_WARM_POOLS: `{path}`: {message}"),
-            Error::Field { path, pool, field, message } => {
-                write!(formatter, "MCP_K8S_WARM_POOLS: `{path}`: pool `{pool}`, field `{field}`: {message}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for Error {}
+/// The pools file, as its errors name it (`settings_file::Error`, the one error
+/// of every settings file).
+pub const FILE: FileKind = FileKind { variable: "MCP_K8S_WARM_POOLS", entry: "pool" };
 
 /// Fields a pool may have.
 const FIELDS: &[&str] = &["name", "image", "cpu", "memory", "network", "size", "max_idle_s", "site", "language"];
 
 fn read_bounded(path: &Path) -> Result<String, Error> {
-    crate::settings_file::read_text(path, MAX_FILE_BYTES)
-        .map_err(|error| Error::Read { path: path.display().to_string(), message: error.to_string() })
+    settings_file::read_settings(&FILE, path, MAX_FILE_BYTES)
 }
 
 fn syntax(path: &Path, message: String) -> Error {
-    Error::Syntax { path: path.display().to_string(), message }
+    Error::Syntax { kind: &FILE, path: path.display().to_string(), message }
 }
 
 fn parse(path: &Path, text: &str, bounds: &Bounds<'_>) -> Result<Vec<Pool>, Error> {
@@ -154,8 +121,9 @@ fn parse(path: &Path, text: &str, bounds: &Bounds<'_>) -> Result<Vec<Pool>, Erro
 fn parse_pool(path: &Path, index: usize, item: &Value, bounds: &Bounds<'_>) -> Result<Pool, Error> {
     let unnamed = format!("#{index}");
     let field_error = |pool: &str, field: &str, message: String| Error::Field {
+        kind: &FILE,
         path: path.display().to_string(),
-        pool: pool.to_string(),
+        entry: pool.to_string(),
         field: field.to_string(),
         message,
     };
@@ -215,8 +183,9 @@ fn language_field<'a>(value: &Value, languages: &'a Languages) -> Result<&'a Pro
 /// the pool a run takes depend on the order of the file.
 fn check_distinct(path: &Path, earlier: &[Pool], pool: &Pool) -> Result<(), Error> {
     let conflict = |field: &str, message: String| Error::Field {
+        kind: &FILE,
         path: path.display().to_string(),
-        pool: pool.name.clone(),
+        entry: pool.name.clone(),
         field: field.to_string(),
         message,
     };
@@ -306,7 +275,7 @@ mod tests {
     }
 
     fn field_error(pool: &str, field: &str, message: &str) -> Error {
-        Error::Field { path: "F".into(), pool: pool.into(), field: field.into(), message: message.into() }
+        Error::Field { kind: &FILE, path: "F".into(), entry: pool.into(), field: field.into(), message: message.into() }
     }
 
     #[test]

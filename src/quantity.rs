@@ -67,12 +67,12 @@ impl Resource {
 /// A memory limit below this cannot start a container runtime's shim and
 /// a program; a bare number is bytes, so `64` (a typo for `64Mi`) is
 /// refused here instead of failing at container start.
-pub const MIN_MEMORY_BYTES: i128 = 16 << 20;
-pub const MAX_MEMORY_BYTES: i128 = 1 << 40;
+const MIN_MEMORY_BYTES: i128 = 16 << 20;
+const MAX_MEMORY_BYTES: i128 = 1 << 40;
 /// Kubernetes keeps CPU to the millicore; below that a limit is rounded
 /// up or refused by the API server.
-pub const MIN_CPU_MILLIS: i128 = 1;
-pub const MAX_CPU_CORES: i128 = 1024;
+const MIN_CPU_MILLIS: i128 = 1;
+const MAX_CPU_CORES: i128 = 1024;
 
 impl Quantity {
     /// `text` as a limit of `resource`, with the message a settings file's

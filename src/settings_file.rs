@@ -13,12 +13,62 @@
 //! Kubernetes ConfigMap or Secret mounts each file as a symlink into
 //! `..data/`, and these files promise no mode of their own.
 //!
-//! A leaf: the caller puts the variable's name in front of the message.
+//! The JSON settings files (tokens, sites, languages, pools) share one
+//! error, `Error`: the file could not be read, the file as a whole is
+//! wrong, or one field of one entry is; each names the variable and the
+//! file. What a file means is its owner's business.
+//!
+//! A leaf: it knows no setting; the owner of each file gives its `FileKind`.
 
+use std::fmt;
 use std::fs::File;
-use std::io::{Error, ErrorKind, Read};
+use std::io::{ErrorKind, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
+
+/// Which settings file, as its errors name it: the variable that names
+/// it and what one entry in it is (`caller`, `profile`, `pool`, `site`).
+/// Errors hold it by reference, which keeps them small enough to return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileKind {
+    pub variable: &'static str,
+    pub entry: &'static str,
+}
+
+/// A settings file that cannot be used. Every variant names the variable
+/// and the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The file could not be read: missing, not a regular file, too large,
+    /// not UTF-8.
+    Read { kind: &'static FileKind, path: String, message: String },
+    /// The file as a whole is wrong: not JSON, not the shape its variable
+    /// wants, or its entries wrong together (two of one name).
+    Syntax { kind: &'static FileKind, path: String, message: String },
+    /// One field of one entry is wrong. `entry` is its name, or `#<index>`
+    /// when the name itself is missing or wrong.
+    Field { kind: &'static FileKind, path: String, entry: String, field: String, message: String },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Read { kind, path, message } => write!(formatter, "{}: cannot read `{path}`: {message}", kind.variable),
+            Error::Syntax { kind, path, message } => write!(formatter, "{}: `{path}`: {message}", kind.variable),
+            Error::Field { kind, path, entry, field, message } => {
+                write!(formatter, "{}: `{path}`: {} `{entry}`, field `{field}`: {message}", kind.variable, kind.entry)
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The settings file `kind` at `path`, as text of at most `max` bytes;
+/// what stops the read is a `Read` error naming the variable and the file.
+pub fn read_settings(kind: &'static FileKind, path: &Path, max: u64) -> Result<String, Error> {
+    read_text(path, max).map_err(|error| Error::Read { kind, path: path.display().to_string(), message: error.to_string() })
+}
 
 /// Opens `path` for reading without waiting on a FIFO's writer, and
 /// refuses anything that is not a regular file.
@@ -27,7 +77,7 @@ pub fn open(path: &Path) -> std::io::Result<File> {
     let file_type = file.metadata()?.file_type();
     match not_regular(&file_type) {
         None => Ok(file),
-        Some(what) => Err(Error::new(ErrorKind::InvalidInput, format!("is {what}, not a regular file; name a file"))),
+        Some(what) => Err(std::io::Error::new(ErrorKind::InvalidInput, format!("is {what}, not a regular file; name a file"))),
     }
 }
 
@@ -54,14 +104,14 @@ pub fn read_bytes(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     open(path)?.take(max + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
-        return Err(Error::new(ErrorKind::InvalidData, format!("the file is larger than {max} bytes")));
+        return Err(std::io::Error::new(ErrorKind::InvalidData, format!("the file is larger than {max} bytes")));
     }
     Ok(bytes)
 }
 
 /// `read_bytes` for UTF-8 text.
 pub fn read_text(path: &Path, max: u64) -> std::io::Result<String> {
-    String::from_utf8(read_bytes(path, max)?).map_err(|_| Error::new(ErrorKind::InvalidData, "the file is not UTF-8 text"))
+    String::from_utf8(read_bytes(path, max)?).map_err(|_| std::io::Error::new(ErrorKind::InvalidData, "the file is not UTF-8 text"))
 }
 
 #[cfg(test)]

@@ -52,6 +52,8 @@ pub enum Kind {
     Call,
     /// One HTTP connection.
     HttpConnection,
+    /// Accepts the probes' own connections (MCP_K8S_PROBE_ADDR).
+    ProbeListener,
     /// Follows one background run to its end (`job-<run id>`).
     BackgroundFollower,
     /// Waits for one cancelled background run to end (`cancel-<run id>`).
@@ -76,7 +78,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::Reaper,
         Kind::PoolManager,
         Kind::Signals,
@@ -85,6 +87,7 @@ impl Kind {
         Kind::StdioWriter,
         Kind::Call,
         Kind::HttpConnection,
+        Kind::ProbeListener,
         Kind::BackgroundFollower,
         Kind::CancelFinisher,
         Kind::PodWatch,
@@ -109,6 +112,7 @@ impl Kind {
             Kind::StdioWriter => "stdio-writer",
             Kind::Call => "call",
             Kind::HttpConnection => "http-connection",
+            Kind::ProbeListener => "probe-listener",
             Kind::BackgroundFollower => "background-follower",
             Kind::CancelFinisher => "cancel-finisher",
             Kind::PodWatch => "pod-watch",
@@ -128,7 +132,7 @@ impl Kind {
 
     /// Whether losing a thread of this kind leaves the server unable to do
     /// its job, so that `/readyz` must fail.
-    pub fn is_essential(self) -> bool {
+    fn is_essential(self) -> bool {
         match self {
             Kind::Reaper
             | Kind::PoolManager
@@ -136,6 +140,7 @@ impl Kind {
             | Kind::StdioReader
             | Kind::StdioQueue
             | Kind::StdioWriter
+            | Kind::ProbeListener
             | Kind::AuditWriter => true,
             Kind::Call
             | Kind::HttpConnection
@@ -192,7 +197,7 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> &str {
 }
 
 /// The message an injected panic carries.
-pub const INJECTED_PANIC: &str = "panic injected by MCP_K8S_TEST_PANIC_THREAD";
+const INJECTED_PANIC: &str = "panic injected by MCP_K8S_TEST_PANIC_THREAD";
 
 static SUPERVISOR: Supervisor = Supervisor::new();
 

@@ -15,8 +15,7 @@ use mcp_k8s_ephemeral_job::config::{Config, RawConfig};
 use mcp_k8s_ephemeral_job::backend::kubernetes::manifest;
 use mcp_k8s_ephemeral_job::backend::kubernetes::settings::Settings;
 use mcp_k8s_ephemeral_job::engine::port::spec::Policy;
-use mcp_k8s_ephemeral_job::tools::job_args::{self, MAX_INPUT_BYTES};
-use mcp_k8s_ephemeral_job::tools::run_job::arg_bounds;
+use mcp_k8s_ephemeral_job::tools::job_args::{self, MAX_INPUT_BYTES, arg_bounds};
 
 static CONFIG: LazyLock<Config> = LazyLock::new(|| {
     let raw = RawConfig {

@@ -19,7 +19,7 @@ pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The most headers we keep.
 pub const MAX_HEADERS: usize = 100;
 /// The longest chunk-size line (size, extensions, CRLF).
-pub const MAX_CHUNK_LINE_BYTES: usize = 1024;
+const MAX_CHUNK_LINE_BYTES: usize = 1024;
 
 /// A parsed response head.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -34,13 +34,13 @@ use std::time::Duration;
 use stream::{Abort, Connection, EventStream, LogStream};
 
 /// The socket when `DOCKER_HOST` is unset, as the Docker CLI has it.
-pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
+const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
 /// The oldest API version we speak (Docker Engine 20.10, Podman 3).
 pub const MIN_API_VERSION: (u32, u32) = (1, 41);
 /// The newest API version we ask for. Newer daemons still serve it (and
 /// Docker 29 no longer serves anything older than 1.44), and every field this
 /// client reads or writes means the same from 1.41 to this one.
-pub const MAX_API_VERSION: (u32, u32) = (1, 47);
+const MAX_API_VERSION: (u32, u32) = (1, 47);
 /// Error bodies are read up to this size for their message.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
@@ -291,7 +291,7 @@ pub fn parse_api_version(text: &str) -> Option<(u32, u32)> {
 
 /// The version to use with a daemon whose newest is `daemon`: refused when
 /// older than `MIN_API_VERSION`, capped at `MAX_API_VERSION` (pure).
-pub fn negotiate(daemon: &str) -> Option<(u32, u32)> {
+fn negotiate(daemon: &str) -> Option<(u32, u32)> {
     let version = parse_api_version(daemon)?;
     if version < MIN_API_VERSION {
         return None;
@@ -316,7 +316,7 @@ pub fn percent_encode(text: &str, keep: &[u8]) -> String {
 /// The `filters=` value of list and events: JSON such as
 /// `{"label":["a=b"],"type":["container"]}`, percent-encoded (pure).
 /// `None` when there is nothing to filter on.
-pub fn filters_query(filters: &Filters, kinds: &[&str]) -> Option<String> {
+fn filters_query(filters: &Filters, kinds: &[&str]) -> Option<String> {
     let mut map: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     if !filters.labels.is_empty() {
         map.insert("label", filters.labels.iter().map(String::as_str).collect());
@@ -869,7 +869,7 @@ fn dockers_code(code: u16, message: &str) -> u16 {
 
 /// The `message` of a Docker error body `{"message":"..."}`, else the body's
 /// text, else the status line's reason (pure).
-pub fn error_message(body: &[u8], reason: &str) -> String {
+fn error_message(body: &[u8], reason: &str) -> String {
     #[derive(serde::Deserialize)]
     struct ErrorBody {
         message: String,

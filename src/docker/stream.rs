@@ -23,7 +23,7 @@ use crate::docker::http::Body;
 use crate::docker::{Error, objects};
 
 /// The stderr bytes a `LogStream` keeps (the rest are only counted).
-pub const STDERR_KEEP_BYTES: usize = 64 * 1024;
+const STDERR_KEEP_BYTES: usize = 64 * 1024;
 /// The longest line of the events stream (one JSON event).
 pub const MAX_EVENT_LINE_BYTES: usize = 1024 * 1024;
 
@@ -86,7 +86,7 @@ pub enum StreamKind {
 }
 
 /// Decodes one 8-byte frame header (pure).
-pub fn parse_frame_header(header: [u8; 8]) -> Result<(StreamKind, u32), String> {
+fn parse_frame_header(header: [u8; 8]) -> Result<(StreamKind, u32), String> {
     let kind = match header[0] {
         0 => StreamKind::Stdin,
         1 => StreamKind::Stdout,
@@ -364,7 +364,7 @@ impl EventStream {
 }
 
 /// Decodes one line of the events stream (pure).
-pub fn decode_event(line: &[u8]) -> Result<objects::Event, String> {
+fn decode_event(line: &[u8]) -> Result<objects::Event, String> {
     serde_json::from_slice(line).map_err(|error| error.to_string())
 }
 

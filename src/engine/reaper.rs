@@ -21,11 +21,11 @@ pub const REAP_EVERY: Duration = Duration::from_secs(60);
 
 /// Open sandboxes are looked at more often: one idle past its timeout, or
 /// whose runner ended, is closed within this (while a worker is free).
-pub const SANDBOXES_EVERY: Duration = Duration::from_secs(5);
+const SANDBOXES_EVERY: Duration = Duration::from_secs(5);
 
 /// The most threads that reap, over every site: enough that a few sites
 /// whose API hangs hold no other's turn.
-pub const WORKERS: usize = 4;
+const WORKERS: usize = 4;
 
 /// One site the reaper looks after.
 pub struct Site {

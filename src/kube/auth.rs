@@ -28,7 +28,7 @@ use crate::log::Redacted;
 use crate::supervise;
 
 /// client-go re-reads token files this often even when nothing changed.
-pub const TOKEN_FILE_REREAD: Duration = Duration::from_secs(60);
+const TOKEN_FILE_REREAD: Duration = Duration::from_secs(60);
 
 /// A credential plugin that takes longer is killed (client-go waits forever;
 /// a server must not hang every request on a stuck plugin). The default of
@@ -279,7 +279,7 @@ struct ExecOutput {
 /// The `KUBERNETES_EXEC_INFO` value. A server has no terminal, so
 /// `interactive` is always false (client-go: "standard input is not a
 /// terminal" for `Always`).
-pub fn exec_info(config: &ExecConfig) -> serde_json::Value {
+fn exec_info(config: &ExecConfig) -> serde_json::Value {
     let mut spec = serde_json::json!({ "interactive": false });
     if let Some(cluster) = &config.cluster_info {
         spec["cluster"] = cluster.clone();

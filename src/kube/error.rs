@@ -54,7 +54,7 @@ impl PermissionDenied {
     /// `... is forbidden: User "u" cannot create resource "jobs" in API
     /// group "batch" in the namespace "ci"` (or `at the cluster scope`).
     /// `None` for any other text.
-    pub fn from_message(message: &str) -> Option<PermissionDenied> {
+    fn from_message(message: &str) -> Option<PermissionDenied> {
         let (_, after_user) = message.split_once("is forbidden: User \"")?;
         let (user, after_cannot) = after_user.split_once("\" cannot ")?;
         let (verb, after_verb) = after_cannot.split_once(' ')?;
@@ -293,7 +293,7 @@ impl Status {
 }
 
 /// The reason the API uses for a bare HTTP code (apimachinery `StatusReason`).
-pub fn canonical_reason(code: u16) -> &'static str {
+fn canonical_reason(code: u16) -> &'static str {
     match code {
         400 => "BadRequest",
         401 => "Unauthorized",

@@ -414,16 +414,15 @@ fn parse(text: &[u8], path: &Path) -> Result<RawKubeconfig, Error> {
     // JSON is read as JSON: it is valid YAML only mostly (tabs), and client-go
     // does the same by converting YAML to JSON first.
     // A parser's message may quote the text that did not fit, and in a
-    // kubeconfig that is often a token, a password or a key; the saphyr
-    // snippet shows the lines around it verbatim. So the message is the
+    // kubeconfig that is often a token, a password or a key. So the message is the
     // parser's words without any quoted value, and the position.
     let parsed = if text.trim_start().starts_with('{') {
         serde_json::from_str::<RawKubeconfig>(text)
             .map_err(|error| parse_failure(&error.to_string(), Some((error.line() as u64, error.column() as u64))))
     } else {
-        serde_saphyr::from_str::<RawKubeconfig>(text).map_err(|error| {
-            let position = error.location().map(|location| (location.line(), location.column())).filter(|(line, _)| *line > 0);
-            let message = parse_failure(&error.without_snippet().to_string(), position);
+        crate::yaml::from_str::<RawKubeconfig>(text).map_err(|error| {
+            let position = error.position.filter(|(line, _)| *line > 0);
+            let message = parse_failure(&error.message, position);
             match position.and_then(|(line, _)| key_on_line(text, line)) {
                 Some(key) => format!("field `{key}`: {message}"),
                 None => message,
@@ -440,7 +439,7 @@ fn parse(text: &[u8], path: &Path) -> Result<RawKubeconfig, Error> {
 /// with every double-quoted value hidden (serde quotes the string it could
 /// not use; field names, which say what to fix, are in backticks and kept),
 /// its own trailing position dropped, and the position given once.
-pub fn parse_failure(message: &str, position: Option<(u64, u64)>) -> String {
+fn parse_failure(message: &str, position: Option<(u64, u64)>) -> String {
     let mut shown = String::with_capacity(message.len());
     let mut in_quote = false;
     let mut escaped = false;
@@ -790,7 +789,7 @@ fn read_data_or_file(data: Option<&str>, file: Option<&str>, field: &str, owner:
 /// Largest kubeconfig file read: far above real ones (a few KiB to a few
 /// hundred), low enough that a path pointing at a huge or endless file
 /// (`/dev/zero`) is an error at start instead of all the memory.
-pub const MAX_KUBECONFIG_BYTES: u64 = 16 << 20;
+const MAX_KUBECONFIG_BYTES: u64 = 16 << 20;
 /// Largest certificate, key, CA bundle or token file read.
 pub const MAX_CREDENTIAL_FILE_BYTES: u64 = 4 << 20;
 

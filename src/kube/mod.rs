@@ -7,8 +7,9 @@
 //! - `Client` is cheap to clone and share between threads (an `Arc` around
 //!   one pooled ureq `Agent` per cluster); its calls take and return
 //!   `serde_json::Value` objects and fail with `kube::Error`;
-//! - `watch::Watcher` and `watch::LogStream` are long-lived reads with their
-//!   own agent, so another thread can close them through an `Abort`.
+//! - `watch::Watcher` and `watch::LogStream` are long-lived reads, each on
+//!   a connection of its own, so another thread can close them through an
+//!   `Abort`.
 //!
 //! Retries: idempotent calls (GET, LIST, WATCH, DELETE) are retried with
 //! exponential backoff, honouring `Retry-After`, on 429, 5xx and connection
@@ -57,7 +58,7 @@ pub enum Source {
 }
 
 /// The ServiceAccount files every pod gets.
-pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 impl Source {
     /// Chooses like the issue says: the explicit kubeconfig when given, else
@@ -243,6 +244,9 @@ struct Inner {
     agent: Mutex<ureq::Agent>,
     /// The agent for the exec plugin certificate of `generation`.
     exec_agent: Mutex<Option<(u64, ureq::Agent)>>,
+    /// Streams' agents, the same two (see `tls::stream_agent`).
+    stream_agent: ureq::Agent,
+    exec_stream_agent: Mutex<Option<(u64, ureq::Agent)>>,
     auth: auth::Auth,
     impersonation: kubeconfig::Impersonation,
     namespace: String,
@@ -309,6 +313,7 @@ impl Client {
             read_timeout: options.read_timeout,
         };
         let agent = tls::agent(&settings, client_cert.clone())?;
+        let stream_agent = tls::stream_agent(&settings, client_cert.clone())?;
         let base_url = settings.base_url()?;
         Ok(Client {
             inner: Arc::new(Inner {
@@ -317,6 +322,8 @@ impl Client {
                 client_cert,
                 agent: Mutex::new(agent),
                 exec_agent: Mutex::new(None),
+                stream_agent,
+                exec_stream_agent: Mutex::new(None),
                 auth: auth::Auth::new(
                     &config.credentials,
                     auth::ExecLimits { timeout: options.exec_timeout, failure_ttl: options.exec_failure_ttl },
@@ -504,8 +511,8 @@ impl Client {
 
     /// Sends `request`, retrying as the module doc says. Returns any HTTP
     /// answer that is not retried; the caller checks its status. With
-    /// `stream`, each attempt gets a fresh agent registered with it, so an
-    /// abort from another thread closes the connection.
+    /// `stream`, each attempt connects anew and hands its socket to it, so
+    /// an abort from another thread closes the connection.
     pub(crate) fn execute(&self, request: &ApiRequest, stream: Option<&Abort>) -> Result<ureq::http::Response<ureq::Body>, Error> {
         let options = &self.inner.options;
         let mut attempt = 0;
@@ -516,7 +523,10 @@ impl Client {
             }
             let credential = self.inner.auth.credential()?;
             let agent = self.agent_for(&credential, stream)?;
-            let outcome = self.send_once(&agent, request, &credential);
+            let outcome = match stream {
+                Some(abort) => abort.while_connecting(|| self.send_once(&agent, request, &credential, Sent::Stream)),
+                None => self.send_once(&agent, request, &credential, Sent::Call),
+            };
             if outcome.is_ok() {
                 self.inner.contacted.store(true, Ordering::Relaxed);
             }
@@ -586,6 +596,7 @@ impl Client {
         agent: &ureq::Agent,
         request: &ApiRequest,
         credential: &auth::Credential,
+        sent: Sent,
     ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
         let url = format!("{}{}", self.inner.base_url, request.path);
         let mut builder = ureq::http::Request::builder().method(request.verb).uri(&url).header("Accept", request.accept);
@@ -599,8 +610,15 @@ impl Client {
             builder = builder.header("Content-Type", request.content_type);
         }
         let mut http_request = builder.body(request.body.clone().unwrap_or_default()).map_err(ureq::Error::from)?;
-        if let Some(read_timeout) = request.read_timeout {
-            let config = agent.configure_request(http_request).timeout_per_read(read_timeout);
+        let output_buffer = (sent == Sent::Stream).then(|| stream_output_buffer(&http_request));
+        if request.read_timeout.is_some() || output_buffer.is_some() {
+            let mut config = agent.configure_request(http_request);
+            if let Some(read_timeout) = request.read_timeout {
+                config = config.timeout_per_read(read_timeout);
+            }
+            if let Some(size) = output_buffer {
+                config = config.output_buffer_size(size).input_buffer_size(STREAM_INPUT_BUFFER);
+            }
             http_request = config.build();
         }
         agent.run(http_request)
@@ -620,29 +638,57 @@ impl Client {
         Ok(())
     }
 
-    /// The shared agent, or one for an exec plugin's certificate, or (for
-    /// streams) a fresh one registered with the stream's `Abort`.
+    /// The shared agent, or one for an exec plugin's certificate; for
+    /// streams, the stream agent of either (see `kube::watch`).
     fn agent_for(&self, credential: &auth::Credential, stream: Option<&Abort>) -> Result<ureq::Agent, Error> {
-        if let Some(abort) = stream {
-            let certificate = credential.client_cert.clone().or_else(|| self.inner.client_cert.clone());
-            let agent = tls::agent(&self.inner.settings, certificate)?;
-            abort.register(agent.clone())?;
-            return Ok(agent);
-        }
         let Some(certificate) = &credential.client_cert else {
-            return Ok(self.inner.agent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone());
+            return Ok(match stream {
+                Some(_) => self.inner.stream_agent.clone(),
+                None => self.inner.agent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone(),
+            });
         };
-        let mut slot = self.inner.exec_agent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let slot = if stream.is_some() { &self.inner.exec_stream_agent } else { &self.inner.exec_agent };
+        let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some((generation, agent)) = slot.as_ref()
             && *generation == credential.generation
         {
             return Ok(agent.clone());
         }
-        let agent = tls::agent(&self.inner.settings, Some(certificate.clone()))?;
+        let agent = match stream {
+            Some(_) => tls::stream_agent(&self.inner.settings, Some(certificate.clone()))?,
+            None => tls::agent(&self.inner.settings, Some(certificate.clone()))?,
+        };
         *slot = Some((credential.generation, agent.clone()));
         Ok(agent)
     }
 }
+
+/// What a request is: a call, or a stream (a watch, a followed log, a
+/// held output's fetch) that keeps its connection for as long as it reads.
+#[derive(Clone, Copy, PartialEq)]
+enum Sent {
+    Call,
+    Stream,
+}
+
+/// The output buffer of a stream's connection (one in its TLS layer, one
+/// under it): room for its request head, credentials included, and a body
+/// goes out in pieces of it. A stream writes little more than its head,
+/// and 256 followed logs held 16 MiB in the 32 KiB that calls get.
+fn stream_output_buffer(request: &ureq::http::Request<Vec<u8>>) -> usize {
+    let headers: usize = request.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    let head = request.uri().to_string().len() + headers + 1024;
+    head.next_power_of_two().clamp(STREAM_OUTPUT_BUFFER, tls::OUTPUT_BUFFER)
+}
+
+/// The smallest output buffer a stream's connection gets.
+const STREAM_OUTPUT_BUFFER: usize = 4 << 10;
+
+/// The input buffer of a stream's connection (one in its TLS layer, one
+/// under it), half of a call's: a stream is read as it comes, a TLS
+/// record in two reads, and a longer response head grows it as for a
+/// call. 256 followed logs held 8 MiB in the other half.
+const STREAM_INPUT_BUFFER: usize = 8 << 10;
 
 impl ApiRequest {
     pub(crate) fn new(verb: &'static str, path: String) -> ApiRequest {
@@ -661,7 +707,7 @@ pub fn collection_path(resource: Resource, namespace: &str) -> Result<String, Er
     Ok(format!("{}/namespaces/{namespace}/{}", resource.api_path, resource.plural))
 }
 
-pub fn object_path(resource: Resource, namespace: &str, name: &str) -> Result<String, Error> {
+fn object_path(resource: Resource, namespace: &str, name: &str) -> Result<String, Error> {
     check_name(resource.plural, name)?;
     Ok(format!("{}/{name}", collection_path(resource, namespace)?))
 }
@@ -941,6 +987,20 @@ pub(crate) fn sleep_unless_aborted(delay: Duration, stream: Option<&Abort>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_streams_output_buffer_holds_its_head() {
+        let request = |token_len: usize| {
+            ureq::http::Request::builder()
+                .uri("https://10.0.0.1:6443/api/v1/namespaces/ci/pods/p/log?follow=true")
+                .header("Authorization", format!("Bearer {}", "t".repeat(token_len)))
+                .body(Vec::new())
+                .unwrap()
+        };
+        assert_eq!(stream_output_buffer(&request(1_000)), 4 << 10, "a usual token");
+        assert_eq!(stream_output_buffer(&request(10_000)), 16 << 10, "a large token fits");
+        assert_eq!(stream_output_buffer(&request(100_000)), tls::OUTPUT_BUFFER, "never more than a call gets");
+    }
 
     #[test]
     fn paths_and_queries() {

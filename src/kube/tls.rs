@@ -23,6 +23,7 @@ use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 use crate::kube::Error;
+use crate::kube::watch::StreamConnector;
 
 /// Everything that decides how connections are made, fixed per cluster.
 #[derive(Clone, Debug)]
@@ -93,12 +94,30 @@ pub fn client_cert(certificate_pem: &[u8], key_pem: &[u8], origin: &str) -> Resu
 }
 
 /// What each open connection holds to read and to write (see `agent`).
-pub const INPUT_BUFFER: usize = 16 << 10;
+const INPUT_BUFFER: usize = 16 << 10;
 pub const OUTPUT_BUFFER: usize = 32 << 10;
 
 /// Builds the agent. `client_cert` is the kubeconfig's, or one an exec
 /// plugin returned.
 pub fn agent(settings: &ConnectionSettings, client_cert: Option<ClientCert>) -> Result<ureq::Agent, Error> {
+    build(settings, client_cert, Use::Calls)
+}
+
+/// Builds the agent for streams (watches, followed logs): it keeps no idle
+/// connection, so each stream connects anew through `StreamConnector`,
+/// which lets its `Abort` close that connection alone (see `kube::watch`).
+pub fn stream_agent(settings: &ConnectionSettings, client_cert: Option<ClientCert>) -> Result<ureq::Agent, Error> {
+    build(settings, client_cert, Use::Streams)
+}
+
+/// What an agent is for.
+#[derive(Clone, Copy, PartialEq)]
+enum Use {
+    Calls,
+    Streams,
+}
+
+fn build(settings: &ConnectionSettings, client_cert: Option<ClientCert>, used_for: Use) -> Result<ureq::Agent, Error> {
     let mut tls = TlsConfig::builder()
         .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .client_cert(client_cert);
@@ -142,15 +161,25 @@ pub fn agent(settings: &ConnectionSettings, client_cert: Option<ClientCert>) -> 
         // Runs make their API calls from their own threads; with ureq's
         // default of 3 idle connections per host, most calls under load
         // paid a new TLS handshake. 25 is client-go's own choice.
-        .max_idle_connections(25)
-        .max_idle_connections_per_host(25)
+        // A stream's connection is never reused: it ends aborted or read
+        // to its end, and the next stream must connect through
+        // `StreamConnector` to be abortable.
+        .max_idle_connections(if used_for == Use::Streams { 0 } else { 25 })
+        .max_idle_connections_per_host(if used_for == Use::Streams { 0 } else { 25 })
         .build();
-    let Some(server_name) = &settings.tls_server_name else {
-        return Ok(config.into());
+    let resolver = match &settings.tls_server_name {
+        Some(server_name) => {
+            let (host, port) = split_server(&settings.server)?;
+            Some(PinnedResolver { server_name: server_name.clone(), real_authority: format!("{host}:{port}") })
+        }
+        None => None,
     };
-    let (host, port) = split_server(&settings.server)?;
-    let resolver = PinnedResolver { server_name: server_name.clone(), real_authority: format!("{host}:{port}") };
-    Ok(ureq::Agent::with_parts(config, DefaultConnector::new(), resolver))
+    Ok(match (used_for, resolver) {
+        (Use::Calls, None) => config.into(),
+        (Use::Calls, Some(resolver)) => ureq::Agent::with_parts(config, DefaultConnector::new(), resolver),
+        (Use::Streams, None) => ureq::Agent::with_parts(config, StreamConnector::default(), DefaultResolver::default()),
+        (Use::Streams, Some(resolver)) => ureq::Agent::with_parts(config, StreamConnector::default(), resolver),
+    })
 }
 
 /// Resolves `server_name` to the real server's addresses (see module comment).

@@ -1,38 +1,53 @@
 //! Long-lived reads: watches and followed pod logs, and the `Abort` handle
 //! that lets another thread close them.
 //!
-//! Cancellation mechanism: every stream gets its own ureq `Agent` (not the
-//! client's shared pool), registered with the stream's `Abort`. `abort()`
-//! calls `Agent::shutdown`, which closes that agent's sockets, so a read
-//! blocked in another thread returns an error at once; the stream then
-//! reports `Error::Aborted` (watch) or an `io::Error` of kind
+//! Cancellation mechanism: streams go through the client's stream agent,
+//! one per client, which keeps no idle connection, so every stream opens
+//! a connection of its own; its connector (`StreamConnector`) hands that
+//! connection's socket to the `Abort` of the stream being opened on this
+//! thread (`Abort::while_connecting`). `abort()` shuts that socket down, so
+//! a read blocked in another thread returns an error at once; the stream
+//! then reports `Error::Aborted` (watch) or an `io::Error` of kind
 //! `ConnectionAborted` (log stream; not `Interrupted`, which std's
-//! `read_line` retries forever). Aborting before a connection exists is remembered, and the
-//! next attempt fails immediately.
+//! `read_line` retries forever). Aborting before a connection exists is
+//! remembered: the next attempt fails immediately, and a socket registered
+//! after the abort is shut down at once. An earlier version built an agent
+//! per stream so that `Agent::shutdown` closed only it: 256 followed logs
+//! held 256 agents and their TLS configurations (bench/memory.py).
 //!
 //! Watch semantics (api-concepts "Efficient detection of changes"): list,
 //! then watch from the list's resourceVersion with bookmarks; a dropped
 //! connection or a server timeout resumes from the last resourceVersion seen;
 //! 410 Gone (HTTP or `ERROR` event) re-lists and reports the new full set.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+
+use ureq::unversioned::transport::{ConnectionDetails, Connector, DefaultConnector, ShutdownHandle, Transport};
 
 use crate::kube::{ApiRequest, Client, Error, ListParams, Resource};
 
 /// Closes a stream from another thread. Clones control the same stream.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Abort {
     inner: Arc<AbortInner>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct AbortInner {
     aborted: AtomicBool,
-    agent: Mutex<Option<ureq::Agent>>,
+    /// The socket of the stream's current connection.
+    socket: Mutex<Option<Weak<dyn ShutdownHandle>>>,
+}
+
+impl std::fmt::Debug for Abort {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Abort").field("aborted", &self.is_aborted()).finish_non_exhaustive()
+    }
 }
 
 impl Abort {
@@ -43,9 +58,9 @@ impl Abort {
     /// Closes the stream's connection; pending and later reads fail promptly.
     pub fn abort(&self) {
         self.inner.aborted.store(true, Ordering::SeqCst);
-        let agent = self.lock_agent().take();
-        if let Some(agent) = agent {
-            agent.shutdown();
+        let socket = self.lock_socket().take();
+        if let Some(socket) = socket.and_then(|socket| socket.upgrade()) {
+            socket.shutdown();
         }
     }
 
@@ -53,23 +68,74 @@ impl Abort {
         self.inner.aborted.load(Ordering::SeqCst)
     }
 
-    /// Makes `agent` the one `abort` shuts down; the previous one (from an
-    /// earlier attempt) is closed.
-    pub(crate) fn register(&self, agent: ureq::Agent) -> Result<(), Error> {
-        let mut slot = self.lock_agent();
-        if self.is_aborted() {
-            drop(slot);
-            agent.shutdown();
-            return Err(Error::Aborted { verb: "GET", path: String::new() });
+    /// Runs `open` (which connects on this thread) with this stream's
+    /// connection handed to `abort`, through `StreamConnector`.
+    pub(crate) fn while_connecting<T>(&self, open: impl FnOnce() -> T) -> T {
+        struct Cleared;
+        impl Drop for Cleared {
+            fn drop(&mut self) {
+                CONNECTING.with(|slot| slot.borrow_mut().take());
+            }
         }
-        if let Some(previous) = slot.replace(agent) {
-            previous.shutdown();
-        }
-        Ok(())
+        CONNECTING.with(|slot| *slot.borrow_mut() = Some(self.clone()));
+        let _cleared = Cleared;
+        open()
     }
 
-    fn lock_agent(&self) -> std::sync::MutexGuard<'_, Option<ureq::Agent>> {
-        self.inner.agent.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// Makes `socket` the one `abort` shuts down; shut down at once when
+    /// the stream is aborted already.
+    fn register(&self, socket: Weak<dyn ShutdownHandle>) {
+        let mut slot = self.lock_socket();
+        if self.is_aborted() {
+            drop(slot);
+            if let Some(socket) = socket.upgrade() {
+                socket.shutdown();
+            }
+            return;
+        }
+        *slot = Some(socket);
+    }
+
+    fn lock_socket(&self) -> std::sync::MutexGuard<'_, Option<Weak<dyn ShutdownHandle>>> {
+        self.inner.socket.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+thread_local! {
+    /// The stream this thread is opening (`Abort::while_connecting`).
+    static CONNECTING: RefCell<Option<Abort>> = const { RefCell::new(None) };
+}
+
+/// ureq's connector, which also hands each new connection's socket to the
+/// `Abort` of the stream being opened on this thread.
+#[derive(Debug, Default)]
+pub(crate) struct StreamConnector(DefaultConnector);
+
+impl Connector for StreamConnector {
+    type Out = Box<dyn Transport>;
+
+    fn connect(&self, details: &ConnectionDetails, chained: Option<()>) -> Result<Option<Self::Out>, ureq::Error> {
+        let Some(abort) = CONNECTING.with(|slot| slot.borrow().clone()) else {
+            return self.0.connect(details, chained);
+        };
+        let agent_register = Arc::clone(&details.register_shutdown);
+        let register_shutdown = Arc::new(move |socket: Weak<dyn ShutdownHandle>| {
+            abort.register(socket.clone());
+            agent_register(socket)
+        });
+        let details = ConnectionDetails {
+            uri: details.uri,
+            addrs: details.addrs.clone(),
+            config: details.config,
+            request_level: details.request_level,
+            resolver: details.resolver,
+            now: details.now,
+            timeout: details.timeout,
+            current_time: Arc::clone(&details.current_time),
+            run_connector: Arc::clone(&details.run_connector),
+            register_shutdown,
+        };
+        self.0.connect(&details, chained)
     }
 }
 
@@ -380,7 +446,7 @@ pub enum WatchLine {
 }
 
 /// Decodes `{"type":...,"object":{...}}` (pure, for tests).
-pub fn decode_watch_line(line: &str) -> Result<WatchLine, String> {
+fn decode_watch_line(line: &str) -> Result<WatchLine, String> {
     let mut value: serde_json::Value = serde_json::from_str(line).map_err(|error| error.to_string())?;
     let kind = value["type"].as_str().unwrap_or_default().to_string();
     let object = value.get_mut("object").map(serde_json::Value::take).unwrap_or_default();

@@ -50,9 +50,9 @@ use jsonrpc::{ErrorCode, Message, Notification, Request, RequestId, Response, Re
 pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// The revision answered to a client that asks for one we do not know.
-pub const LATEST_VERSION: &str = SUPPORTED_VERSIONS[0];
+const LATEST_VERSION: &str = SUPPORTED_VERSIONS[0];
 
-pub const SERVER_NAME: &str = "mcp-k8s-ephemeral-job";
+const SERVER_NAME: &str = "mcp-k8s-ephemeral-job";
 
 /// What the server tells a client about itself, in both eras: where its
 /// runs go, in the words of the backend in use.

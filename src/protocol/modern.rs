@@ -32,7 +32,7 @@ use crate::log::Level;
 use crate::tools;
 
 /// Revisions served in this era.
-pub const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
+const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
 
 /// The extension that turns long tool calls into tasks.
 pub use super::era::TASKS_EXTENSION;
@@ -303,7 +303,7 @@ pub fn decode_header_value(raw: &str) -> Result<Cow<'_, str>, HeaderValueError> 
 /// must not read two values from one header. (`Mcp-Name` stays lenient:
 /// clients have been seen to leave padding out, and its value is compared
 /// with the body's either way.)
-pub fn decode_param_value(raw: &str) -> Result<Cow<'_, str>, HeaderValueError> {
+fn decode_param_value(raw: &str) -> Result<Cow<'_, str>, HeaderValueError> {
     decode_with(raw, &base64::engine::general_purpose::STANDARD)
 }
 

@@ -19,7 +19,7 @@ use crate::sandbox::frame::{self, ArtifactChunk, ArtifactHeader, Frame};
 /// cannot exhaust the runner's memory.
 pub const MAX_WALKED_FILES: usize = 100_000;
 /// Upper bound on artifacts reported (with or without content).
-pub const MAX_ARTIFACT_FILES: usize = 1_000;
+const MAX_ARTIFACT_FILES: usize = 1_000;
 
 /// What identifies a file's version: if any of these differ after the
 /// command ran, the command changed it.
@@ -263,7 +263,7 @@ fn stream_chunks(mut source: impl Read, sink: &FrameSink) -> Streamed {
 /// Names the files that came back without content and the cap that
 /// applied (they used to come back with empty notes).
 /// At most five names, so a thousand skipped files make one short note.
-pub fn over_cap_note(without_content: &[(String, u64)], cap: u64, sent_bytes: u64) -> Option<String> {
+fn over_cap_note(without_content: &[(String, u64)], cap: u64, sent_bytes: u64) -> Option<String> {
     const NAMED: usize = 5;
     if without_content.is_empty() {
         return None;
@@ -283,7 +283,7 @@ pub fn over_cap_note(without_content: &[(String, u64)], cap: u64, sent_bytes: u6
 /// Matches a relative path against a glob: `*` and `?` within one path
 /// segment, `**` for any number of segments (never entering `.git`), and a
 /// trailing `/` for everything under a folder.
-pub fn glob_matches(pattern: &str, path: &str) -> bool {
+fn glob_matches(pattern: &str, path: &str) -> bool {
     let pattern = pattern.trim_start_matches("./");
     let pattern_owned;
     let pattern = if let Some(folder) = pattern.strip_suffix('/') {

@@ -48,7 +48,7 @@ pub const MAX_HEAD_BYTES: usize = 8 << 10;
 /// sends a handful.
 const MAX_HEADERS: usize = 32;
 /// How long one connection may take to send its whole request.
-pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
+const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Why no assignment was taken.
 #[derive(Debug)]
@@ -129,7 +129,7 @@ impl Connection for TcpStream {
 /// that follows it is read at once. Past this many, the oldest is closed
 /// to make room, so peers that hold many connections cannot keep the
 /// delivery out either (each holds a thread and at most one body).
-pub const MAX_READERS: usize = 16;
+const MAX_READERS: usize = 16;
 
 /// Serves `listener` until one request carries `key` and an assignment
 /// for `workdir`, then closes the listener (nothing more is accepted),

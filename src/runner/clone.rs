@@ -34,9 +34,9 @@ use crate::sandbox::args::{self, CloneOptions, CredentialOptions};
 
 /// Secret key with extra CA certificates; never a host key, since host keys
 /// never start with `_`.
-pub const CA_BUNDLE_KEY: &str = "_ca.crt";
+const CA_BUNDLE_KEY: &str = "_ca.crt";
 /// User name sent with the token; GitHub and GitLab accept it for tokens.
-pub const TOKEN_USERNAME: &str = "oauth2";
+const TOKEN_USERNAME: &str = "oauth2";
 /// How much of git's output a failure message keeps (the end holds the error).
 const OUTPUT_TAIL_BYTES: usize = 2048;
 
@@ -50,7 +50,7 @@ pub fn secret_key(authority: &str) -> String {
 }
 
 /// The `host[:port]` of an `https://` URL, or `None` when it has none.
-pub fn authority_of(repo_url: &str) -> Option<&str> {
+fn authority_of(repo_url: &str) -> Option<&str> {
     let rest = repo_url.strip_prefix("https://")?;
     let authority = rest.split(['/', '?', '#']).next()?;
     (!authority.is_empty()).then_some(authority)

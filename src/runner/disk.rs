@@ -138,7 +138,7 @@ fn watch(paths: &[PathBuf], (limit_bytes, at_start): (u64, u64), stop: &AtomicBo
 /// Together, not each: the kubelet's emptyDir limits apply per volume, but
 /// its ephemeral-storage limit to the pod, and one number is simpler to
 /// state and to plan for.
-pub fn over_limit(paths: &[PathBuf], limit_bytes: u64, mounts: &HashSet<PathBuf>) -> Option<Exceeded> {
+fn over_limit(paths: &[PathBuf], limit_bytes: u64, mounts: &HashSet<PathBuf>) -> Option<Exceeded> {
     let usage: Vec<(PathBuf, u64)> = paths.iter().map(|path| (path.clone(), self::usage(path, mounts))).collect();
     let total: u64 = usage.iter().map(|(_, bytes)| bytes).sum();
     (total > limit_bytes).then_some(Exceeded { usage, limit_bytes, over_at_start: None })
@@ -171,7 +171,7 @@ pub fn usage(root: &Path, mounts: &HashSet<PathBuf>) -> u64 {
 
 /// The mount points of this mount namespace (`/proc/self/mountinfo`, field
 /// 5, with its octal escapes); empty when unreadable.
-pub fn mount_points() -> HashSet<PathBuf> {
+fn mount_points() -> HashSet<PathBuf> {
     let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     text.lines().filter_map(|line| line.split(' ').nth(4)).map(|field| PathBuf::from(unescape_mountinfo(field))).collect()
 }

@@ -74,12 +74,12 @@ pub fn write_input(workdir: &Path, path: &str, content: &[u8], mode: u32) -> Res
 }
 
 /// The file that says `runner init` failed, next to `ready_file`.
-pub fn failed_file(ready_file: &Path) -> PathBuf {
+fn failed_file(ready_file: &Path) -> PathBuf {
     sibling(ready_file, "failed")
 }
 
 /// The file that says the hook saw the ready file, next to it.
-pub fn seen_file(ready_file: &Path) -> PathBuf {
+fn seen_file(ready_file: &Path) -> PathBuf {
     sibling(ready_file, "seen")
 }
 

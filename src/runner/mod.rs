@@ -177,7 +177,7 @@ fn run_await_assignment(options: &AssignOptions) -> Result<i32, String> {
 }
 
 /// Runs the command and writes every frame; returns the runner's exit code.
-pub fn run_exec(options: &ExecOptions) -> Result<i32, String> {
+fn run_exec(options: &ExecOptions) -> Result<i32, String> {
     let sink = FrameSink::stdout()?;
     Ok(run_exec_to(options, &sink))
 }
@@ -515,7 +515,7 @@ fn read_pids_fork_failures() -> u64 {
 
 /// The counter of a `pids.events` file: `max N` (cgroup v1 and v2), or
 /// `fork_fail N` where a kernel reports that apart; the larger wins.
-pub fn pids_events_max(text: &str) -> u64 {
+fn pids_events_max(text: &str) -> u64 {
     text.lines()
         .filter_map(|line| line.strip_prefix("max ").or_else(|| line.strip_prefix("fork_fail ")))
         .filter_map(|count| count.trim().parse().ok())

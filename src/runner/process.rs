@@ -64,7 +64,7 @@ fn command(argv: &[String], workdir: &Path, env: &BTreeMap<String, String>) -> i
 }
 
 /// `oom_score_adj`'s highest value, which the command's processes get.
-pub const COMMAND_OOM_SCORE_ADJ: &[u8] = b"1000";
+const COMMAND_OOM_SCORE_ADJ: &[u8] = b"1000";
 
 /// Makes the calling process (the command's, before exec; its children
 /// inherit it) the kernel's first choice when the sandbox runs out of

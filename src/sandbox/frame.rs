@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 /// The format version written in every line's prefix.
 pub const VERSION: u32 = 2;
 /// Prefix of every frame line, including the version.
-pub const PREFIX: &str = "MCPK8S/2 ";
+const PREFIX: &str = "MCPK8S/2 ";
 /// Bytes of randomness in a run's tag.
 pub const TAG_BYTES: usize = 16;
 /// Largest payload carried by one `Output` or `ArtifactChunk` frame.

@@ -1,9 +1,9 @@
 //! The background job tools: `submit_job`, `fetch_job`,
 //! `cancel_job` and `list_jobs`, plus the task operations the protocol
 //! layer maps MCP tasks onto, so a task and a `job_token` are two views of
-//! one run. Arguments are checked here (`submit_job` with the same
-//! `parse_run_args` as `run_job`, before anything is created); the runs
-//! themselves are `engine::background`'s.
+//! one run. Arguments are checked here (`submit_job` and a task's by the
+//! same one parse as `run_job`'s, `call_args`, before anything is
+//! created); the runs themselves are `engine::background`'s.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -15,17 +15,16 @@ use crate::cancel::CancelToken;
 use crate::engine;
 use crate::engine::background::{self, Listed, Submitted, TokenKind};
 use crate::engine::port::jobs::{Phase, View};
-use crate::engine::port::spec::{RunSpec, RunStatus};
+use crate::engine::port::spec::RunStatus;
 use crate::engine::run::Progress;
 use crate::engine::run::collect::LiveChunk;
 use crate::engine::run::slots::Gate;
-use crate::tools::{
-    Annotations, Call, Ctx, Tool, ToolOutcome, check_known_arguments, execute_code, idempotency, job_args, job_result, run_job,
-};
+use crate::tools::call_args::{self, CallArgsError, RunCall, RunTool};
+use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, check_known_arguments, execute_code, job_result, run_job};
 
 /// Longest `fetch_job` long-poll: clients give up on calls after about a
 /// minute or two, and a poll loop is cheap.
-pub const MAX_WAIT_S: u64 = 120;
+const MAX_WAIT_S: u64 = 120;
 
 /// Tools that may be called as MCP tasks (`execution.taskSupport`).
 pub const TASK_TOOLS: &[&str] = &["run_job", execute_code::NAME];
@@ -134,35 +133,29 @@ pub fn task_submit(
     if !TASK_TOOLS.contains(&tool_name) {
         return Err(CallError::Invalid(format!("tool `{tool_name}` cannot run as a task; tasks: {}", TASK_TOOLS.join(", "))));
     }
-    let (arguments, keyed, site) =
-        idempotency::split(tool_name, arguments, caller).and_then(super::with_site).map_err(CallError::Invalid)?;
-    let (arguments, sandbox) = match sandbox_args(ctx, caller, tool_name, (site.as_deref(), keyed.is_some()), arguments) {
-        Ok(split) => split,
-        Err(run_job::Unusable::Refused(refused)) => {
+    let tool = if tool_name == execute_code::NAME { RunTool::ExecuteCode(execute_code::parse_execute_args) } else { RunTool::RunJob };
+    let mut run_call = match call_args::parse(ctx, caller, tool, arguments) {
+        Ok(run_call) => run_call,
+        Err(CallArgsError::Refused(refused)) => {
             let outcome = refused.outcome(&engine::run::new_run_id());
             let answer = if tool_name == execute_code::NAME { execute_code::outcome(&outcome) } else { run_job_outcome(&outcome) };
             return Ok(TaskStart::Answered(answer));
         }
-        Err(run_job::Unusable::Invalid(why)) => return Err(CallError::Invalid(why)),
+        Err(error) => return Err(error.into()),
     };
-    let (mut spec, kind) = if tool_name == execute_code::NAME {
-        (execute_code::parse_execute_args(&arguments, &ctx.config).map_err(CallError::Invalid)?, TokenKind::Code)
-    } else {
-        (job_spec(ctx, &arguments)?, TokenKind::Job)
-    };
-    let (site, engine) = site_engine(ctx, site.as_deref())?;
     // A refusal is the tool's own error, as the call without a task gets.
-    let admitted = match ctx.admit(caller, site, &mut spec) {
+    let admitted = match ctx.admit(caller, run_call.site, &mut run_call.spec) {
         Ok(admitted) => admitted,
         Err(message) => return Ok(TaskStart::Answered(ToolOutcome::Failure(message))),
     };
     let arrived = std::time::Instant::now();
-    let keyed = keyed.map(|keyed| keyed.of_site(engine.site.as_deref()));
-    let submitted = start(engine, (sandbox.as_ref(), keyed.as_ref()), &spec, kind, (traced, Some(admitted.on_end())));
-    super::audit_submit(caller, site, tool_name, &spec, &submitted, arrived);
+    let submitted = start(&run_call, traced, Some(admitted.on_end()));
+    super::audit_submit(caller, run_call.site, tool_name, &run_call.spec, &submitted, arrived);
     match submitted {
         Ok(submitted) => Ok(TaskStart::Task(submitted.token)),
-        Err(background::Error::Refused { outcome }) if kind == TokenKind::Code => Ok(TaskStart::Answered(execute_code::outcome(&outcome))),
+        Err(background::Error::Refused { outcome }) if tool_name == execute_code::NAME => {
+            Ok(TaskStart::Answered(execute_code::outcome(&outcome)))
+        }
         Err(background::Error::Refused { outcome }) => Ok(TaskStart::Answered(run_job_outcome(&outcome))),
         Err(error) => Err(error.into()),
     }
@@ -271,59 +264,45 @@ impl From<background::Error> for NotSubmitted {
 
 fn submit(ctx: &Ctx, call: &Call<'_>) -> Result<Submitted, NotSubmitted> {
     let _starting = STARTING.enter();
-    let (arguments, keyed, site) =
-        idempotency::split(SUBMIT_JOB, call.arguments, call.caller).and_then(super::with_site).map_err(CallError::Invalid)?;
-    let (arguments, sandbox) = match sandbox_args(ctx, call.caller, "run_job", (site.as_deref(), keyed.is_some()), arguments) {
-        Ok(split) => split,
-        Err(run_job::Unusable::Refused(refused)) => {
+    let mut run_call = match call_args::parse(ctx, call.caller, RunTool::SubmitJob, call.arguments) {
+        Ok(run_call) => run_call,
+        Err(CallArgsError::Refused(refused)) => {
             return Err(NotSubmitted::Refused(Box::new(refused.outcome(&engine::run::new_run_id()))));
         }
-        Err(run_job::Unusable::Invalid(why)) => return Err(CallError::Invalid(why).into()),
+        Err(error) => return Err(CallError::from(error).into()),
     };
-    let mut spec = job_spec(ctx, &arguments)?;
-    let (site, engine) = site_engine(ctx, site.as_deref())?;
-    let admitted = ctx.admit(call.caller, site, &mut spec).map_err(CallError::Unavailable)?;
+    let admitted = ctx.admit(call.caller, run_call.site, &mut run_call.spec).map_err(CallError::Unavailable)?;
     let arrived = std::time::Instant::now();
-    let keyed = keyed.map(|keyed| keyed.of_site(engine.site.as_deref()));
-    let submitted = start(engine, (sandbox.as_ref(), keyed.as_ref()), &spec, TokenKind::Job, (call.trace, Some(admitted.on_end())));
-    super::audit_submit(call.caller, site, SUBMIT_JOB, &spec, &submitted, arrived);
+    let submitted = start(&run_call, call.trace, Some(admitted.on_end()));
+    super::audit_submit(call.caller, run_call.site, SUBMIT_JOB, &run_call.spec, &submitted, arrived);
     Ok(submitted?)
 }
 
-/// A background call's arguments without `sandbox`, and the open sandbox
-/// they name (`run_job::in_sandbox`); a key cannot go with it.
-fn sandbox_args<'a>(
-    ctx: &Ctx,
-    caller: &Caller,
-    tool: &str,
-    (site, keyed): (Option<&str>, bool),
-    arguments: super::Arguments<'a>,
-) -> Result<(super::Arguments<'a>, Option<engine::sandboxes::Named>), run_job::Unusable> {
-    let (arguments, sandbox) = run_job::in_sandbox(ctx, caller, tool == execute_code::NAME, site, arguments)?;
-    if keyed && sandbox.is_some() {
-        return Err(run_job::Unusable::Invalid(run_job::NO_KEY_WITH_SANDBOX.to_string()));
-    }
-    Ok((arguments, sandbox))
-}
-
-/// Starts a background run: a call in the open sandbox named, or a run of
-/// its own (the key's, with one).
+/// Starts a call's background run: a call in the open sandbox named, or
+/// a run of its own (the key's, with one).
+/// `traced`: the call's span, which the run's spans go under.
 fn start(
-    engine: &engine::run::Ctx,
-    (sandbox, keyed): (Option<&engine::sandboxes::Named>, Option<&engine::background::idempotency::Keyed>),
-    spec: &RunSpec,
-    kind: TokenKind,
-    (traced, on_end): (Option<crate::trace::SpanContext>, Option<engine::port::jobs::OnEnd>),
+    run_call: &RunCall<'_>,
+    traced: Option<crate::trace::SpanContext>,
+    on_end: Option<engine::port::jobs::OnEnd>,
 ) -> Result<Submitted, background::Error> {
+    let RunCall { tool, spec, engine, sandbox, keyed, .. } = run_call;
     match sandbox {
-        Some(sandbox) => background::submit_call(engine, sandbox, spec, kind, on_end),
-        None => background::submit(engine, spec, kind, keyed, traced, on_end),
+        Some(sandbox) => background::submit_call(engine, sandbox, spec, tool.token_kind(), on_end),
+        None => background::submit(engine, spec, tool.token_kind(), keyed.as_ref(), traced, on_end),
     }
 }
 
-/// `run_job`'s arguments, checked in full, as the run they describe.
-fn job_spec(ctx: &Ctx, arguments: &Map<String, Value>) -> Result<RunSpec, CallError> {
-    job_args::parse_run_args(arguments, &run_job::arg_bounds(&ctx.config)).map_err(|error| CallError::Invalid(error.0))
+/// A run call's arguments that make no run (a sandbox's refusal aside,
+/// which is answered as a result): the caller's to fix, or the server's.
+impl From<CallArgsError> for CallError {
+    fn from(error: CallArgsError) -> CallError {
+        match error {
+            CallArgsError::Invalid(why) => CallError::Invalid(why),
+            CallArgsError::Unavailable(why) => CallError::Unavailable(why),
+            CallArgsError::Refused(refused) => CallError::Unavailable(refused.message),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -581,13 +560,6 @@ fn engine_for_token<'a>(ctx: &'a Ctx, token: &str) -> Result<&'a engine::run::Ct
         return Err(CallError::Invalid(no_such_job(token)));
     };
     site.engine.as_ref().map_err(|why| CallError::Unavailable(super::no_backend(why)))
-}
-
-/// The site a run call names (the default when none) and its engine.
-fn site_engine<'a>(ctx: &'a Ctx, site: Option<&str>) -> Result<(&'a str, &'a engine::run::Ctx), CallError> {
-    let site = ctx.site(site).map_err(CallError::Invalid)?;
-    let engine = site.engine.as_ref().map_err(|why| CallError::Unavailable(super::no_backend(why)))?;
-    Ok((&site.name, engine))
 }
 
 fn unknown_token(token: &str) -> String {

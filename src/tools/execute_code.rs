@@ -17,11 +17,12 @@ use serde_json::{Map, Value, json};
 use crate::config::Config;
 use crate::engine::port::spec::{RunOutcome, RunSpec, RunStatus};
 use crate::languages::Profile;
+use crate::tools::call_args::{self, RunTool};
 use crate::tools::job_args::{self, ArgBounds};
 use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, answer, backend_words, idempotency, job_result, run_job, snippets};
 
 /// The tool's name, also in `background::TASK_TOOLS`.
-pub const NAME: &str = "execute_code";
+pub const NAME: &str = call_args::EXECUTE_CODE;
 
 /// Arguments: isolator's five, plus `timeout_s` and `network` (this server's).
 const FIELDS: &[&str] = &["language", "entrypoint_code", "entrypoint_filename", "additional_files", "snippet_name", "timeout_s", "network"];
@@ -41,8 +42,9 @@ pub fn execute_code_tool(config: &Config) -> Tool {
 }
 
 /// The call's arguments, checked, as the spec `run_job` would run.
-pub fn parse_execute_args(arguments: &Map<String, Value>, config: &Config) -> Result<RunSpec, String> {
-    if let Some(unknown) = arguments.keys().find(|name| !FIELDS.contains(&name.as_str())) {
+/// `call_fields` are the call's own arguments (`call_args` reads them).
+pub fn parse_execute_args(arguments: &Map<String, Value>, config: &Config, call_fields: &[&str]) -> Result<RunSpec, String> {
+    if let Some(unknown) = arguments.keys().find(|name| !FIELDS.contains(&name.as_str()) && !call_fields.contains(&name.as_str())) {
         return Err(format!("unknown argument `{}`; accepted: {}", crate::echo::shorten(unknown), FIELDS.join(", ")));
     }
     let source = parse_source(arguments, config)?;
@@ -93,7 +95,7 @@ pub fn outcome(outcome: &RunOutcome) -> ToolOutcome {
 /// `Execution Failed (<status>): <message>\n\n` when the code did not
 /// succeed. The status is isolator's word (`error`, `timeout`), so prompts
 /// written for isolator keep matching; ours is in `structuredContent`.
-pub fn result_text(outcome: &RunOutcome) -> String {
+fn result_text(outcome: &RunOutcome) -> String {
     let output = format!(
         "--- stdout ---\n{}\n--- stderr ---\n{}",
         String::from_utf8_lossy(&outcome.stdout),
@@ -106,20 +108,11 @@ pub fn result_text(outcome: &RunOutcome) -> String {
 }
 
 fn execute_code(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let (arguments, keyed, site) = match idempotency::split(NAME, call.arguments, call.caller).and_then(super::with_site) {
-        Ok(split) => split,
-        Err(message) => return ToolOutcome::Failure(message),
+    let run_call = match call_args::parse(ctx, call.caller, RunTool::ExecuteCode(parse_execute_args), call.arguments) {
+        Ok(run_call) => run_call,
+        Err(error) => return run_job::not_run(error),
     };
-    let (arguments, sandbox) = match run_job::in_sandbox(ctx, call.caller, true, site.as_deref(), arguments) {
-        Ok(split) => split,
-        Err(unusable) => return unusable.outcome(),
-    };
-    let spec = match parse_execute_args(&arguments, &ctx.config) {
-        Ok(spec) => spec,
-        Err(message) => return ToolOutcome::Failure(message),
-    };
-    let keyed = keyed.as_ref().map(|keyed| (keyed, crate::engine::background::TokenKind::Code));
-    match run_job::run_reporting_progress(ctx, call, NAME, spec, (keyed, site.as_deref(), sandbox.as_ref())) {
+    match run_job::run_reporting_progress(ctx, call, run_call) {
         Ok(run_outcome) => outcome(&run_outcome),
         Err(why) => ToolOutcome::Failure(why),
     }
@@ -334,7 +327,7 @@ mod tests {
 
     fn parse(arguments: Value) -> Result<RunSpec, String> {
         let Value::Object(arguments) = arguments else { panic!("an object") };
-        parse_execute_args(&arguments, &config_with(None))
+        parse_execute_args(&arguments, &config_with(None), &[])
     }
 
     #[test]
@@ -399,10 +392,10 @@ mod tests {
         });
         let no_none = Config::from_raw(&raw).unwrap();
         let Value::Object(plain) = json!({"language": "bash", "entrypoint_code": "true"}) else { unreachable!() };
-        assert_eq!(parse_execute_args(&plain, &no_none).unwrap().network, NetworkMode::Open, "the operator's default");
+        assert_eq!(parse_execute_args(&plain, &no_none, &[]).unwrap().network, NetworkMode::Open, "the operator's default");
         let Value::Object(none) = json!({"language": "bash", "entrypoint_code": "true", "network": "none"}) else { unreachable!() };
         assert_eq!(
-            parse_execute_args(&none, &no_none).unwrap_err(),
+            parse_execute_args(&none, &no_none, &[]).unwrap_err(),
             "`network` `none` is not allowed on this server; allowed: restricted, open (the operator's MCP_K8S_NETWORK_MODES)"
         );
     }
@@ -414,10 +407,10 @@ mod tests {
         std::fs::write(dir.join("hello.js"), "console.log('hi')").unwrap();
         let config = config_with(dir.to_str());
         let Value::Object(arguments) = json!({"snippet_name": "hello"}) else { unreachable!() };
-        let spec = parse_execute_args(&arguments, &config).unwrap();
+        let spec = parse_execute_args(&arguments, &config, &[]).unwrap();
         assert_eq!((spec.image.as_str(), spec.command.join(" ")), ("docker.io/library/node:22-slim", "node hello.js".to_string()));
         let Value::Object(unknown) = json!({"snippet_name": "nope"}) else { unreachable!() };
-        assert_eq!(parse_execute_args(&unknown, &config).unwrap_err(), "no snippet named `nope`; available: hello");
+        assert_eq!(parse_execute_args(&unknown, &config, &[]).unwrap_err(), "no snippet named `nope`; available: hello");
         assert!(description(&config).contains("`snippet_name` (resources/list lists them)"), "{}", description(&config));
         assert!(input_schema(&config)["properties"]["snippet_name"].is_object(), "offered with a snippets folder");
         assert!(input_schema(&config_with(None))["properties"].get("snippet_name").is_none(), "not offered without");

@@ -1,11 +1,11 @@
 //! The `idempotency_key` argument of `run_job`, `submit_job` and
-//! `execute_code` (and their task-augmented calls): taken off the
-//! arguments before they are checked, so each tool's own checks never see
-//! it, and turned into the engine's `Keyed` over what is left. What a key
-//! does is `engine::background::idempotency`'s and `engine::background::submit`'s.
+//! `execute_code` (and their task-augmented calls): read by `call_args`
+//! in its one parse of a run call, and turned into the engine's `Keyed`
+//! over the call's other arguments. What a key does is
+//! `engine::background::idempotency`'s and `engine::background::submit`'s.
 
-use std::borrow::Cow;
-
+use serde::Serialize;
+use serde::ser::Serializer;
 use serde_json::{Map, Value, json};
 
 use crate::engine::background::idempotency::{Keyed, MAX_KEY_CHARS};
@@ -13,23 +13,30 @@ use crate::engine::background::idempotency::{Keyed, MAX_KEY_CHARS};
 /// The argument's name.
 pub const ARGUMENT: &str = "idempotency_key";
 
-/// A call's arguments without the key, and the key if one was given.
-pub type Split<'a> = (Cow<'a, Map<String, Value>>, Option<Keyed>);
-
-/// The call's arguments without the key, and the key with what it
-/// derives, if one was given (`null` is none). `tool` is part of what the
-/// key stands for, and so is the caller, on a server with several.
-pub fn split<'a>(tool: &str, arguments: &'a Map<String, Value>, caller: &crate::callers::Caller) -> Result<Split<'a>, String> {
-    let Some(value) = arguments.get(ARGUMENT) else { return Ok((Cow::Borrowed(arguments), None)) };
-    let mut rest = arguments.clone();
-    rest.remove(ARGUMENT);
-    let key = match value {
-        Value::Null => return Ok((Cow::Owned(rest), None)),
-        Value::String(key) => key,
-        _ => return Err(format!("`{ARGUMENT}` must be a string, such as a fresh UUID")),
+/// The key with what it derives, if the call gave one (`null` is none).
+/// `tool` is part of what the key stands for, and so are the call's other
+/// arguments and the caller, on a server with several.
+pub fn key(tool: &str, arguments: &Map<String, Value>, caller: &crate::callers::Caller) -> Result<Option<Keyed>, String> {
+    let key = match arguments.get(ARGUMENT) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(key)) => key,
+        Some(_) => return Err(format!("`{ARGUMENT}` must be a string, such as a fresh UUID")),
     };
-    let keyed = Keyed::new(key, tool, &rest).map_err(|error| error.to_string())?.of_owner(caller.owner());
-    Ok((Cow::Owned(rest), Some(keyed)))
+    // The text the arguments without the key serialize to, written from
+    // the call's own map: the call's arguments are read, never rewritten.
+    let canonical = serde_json::to_string(&WithoutKey(arguments)).map_err(|error| error.to_string())?;
+    let keyed = Keyed::from_canonical(key, tool, &canonical).map_err(|error| error.to_string())?;
+    Ok(Some(keyed.of_owner(caller.owner())))
+}
+
+/// A call's arguments serialized without the key, as `serde_json` writes
+/// a map (keys sorted): the same text the map without it would give.
+struct WithoutKey<'a>(&'a Map<String, Value>);
+
+impl Serialize for WithoutKey<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().filter(|(name, _)| name.as_str() != ARGUMENT))
+    }
 }
 
 /// The argument in a tool's input schema; `answer` says what a retry gets.
@@ -54,19 +61,17 @@ mod tests {
     }
 
     #[test]
-    fn the_key_is_taken_off_the_arguments_it_stands_for() {
-        let plain = object(json!({"image": "busybox", "command": ["true"]}));
-        let (rest, keyed) = split("run_job", &plain, &crate::callers::Caller::whole_server("stdio")).unwrap();
-        assert!(matches!(rest, Cow::Borrowed(_)) && keyed.is_none());
+    fn the_key_stands_for_the_other_arguments() {
+        let caller = crate::callers::Caller::whole_server("stdio");
+        let plain = object(json!({"image": "busybox", "command": ["true"], "site": "eu"}));
+        assert_eq!(key("run_job", &plain, &caller), Ok(None));
 
-        let with_key = object(json!({"image": "busybox", "command": ["true"], "idempotency_key": "k1"}));
-        let (rest, keyed) = split("run_job", &with_key, &crate::callers::Caller::whole_server("stdio")).unwrap();
-        assert_eq!(*rest, plain);
-        assert_eq!(keyed, Some(Keyed::new("k1", "run_job", &plain).unwrap()));
+        let with_key = object(json!({"image": "busybox", "command": ["true"], "site": "eu", "idempotency_key": "k1"}));
+        assert_eq!(key("run_job", &with_key, &caller), Ok(Some(Keyed::new("k1", "run_job", &plain).unwrap())));
+        assert_ne!(key("submit_job", &with_key, &caller), key("run_job", &with_key, &caller), "the tool is part of it");
 
         let null_key = object(json!({"image": "busybox", "command": ["true"], "idempotency_key": null}));
-        let (rest, keyed) = split("run_job", &null_key, &crate::callers::Caller::whole_server("stdio")).unwrap();
-        assert_eq!((*rest == plain, keyed), (true, None));
+        assert_eq!(key("run_job", &null_key, &caller), Ok(None));
 
         for (bad, says) in [
             (json!(7), "must be a string"),
@@ -75,7 +80,7 @@ mod tests {
             (json!("k".repeat(MAX_KEY_CHARS + 1)), "more than the 256 allowed"),
         ] {
             let arguments = object(json!({"image": "busybox", "idempotency_key": bad}));
-            let error = split("run_job", &arguments, &crate::callers::Caller::whole_server("stdio")).unwrap_err();
+            let error = key("run_job", &arguments, &caller).unwrap_err();
             assert!(error.contains(says), "{bad}: {error}");
         }
     }

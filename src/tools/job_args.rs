@@ -8,6 +8,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
+use crate::config::Config;
 use crate::echo;
 use crate::engine::port::spec::{CloneSpec, InputFile, RunSpec};
 use crate::images::Allowlist;
@@ -25,29 +26,29 @@ pub const MAX_INPUT_FILES: usize = 256;
 /// (131072 bytes) *including* its terminating NUL, so 131071 bytes of text
 /// (a 131,072-byte argument failed at exec). An env
 /// string is `NAME=value`.
-pub const MAX_ARG_BYTES: usize = 131_072 - 1;
+const MAX_ARG_BYTES: usize = 131_072 - 1;
 /// What argv and environment may take together. The kernel's ARG_MAX is a
 /// quarter of the stack limit (2 MiB with the usual 8 MiB) and counts each
 /// string, its NUL and its 8-byte pointer; the runner's own arguments,
 /// the operator's extra env and what Kubernetes adds take the rest.
-pub const MAX_ARGV_ENV_BYTES: usize = 1024 * 1024;
+const MAX_ARGV_ENV_BYTES: usize = 1024 * 1024;
 /// What `command` and `env` may take in the Job object, where every `$` is
 /// doubled (`$$`, so Kubernetes does not expand `$(VAR)`): etcd refuses an
 /// object over 1.5 MiB, and the rest of the Job needs well under 512 KiB.
-pub const MAX_JOB_ARGV_ENV_BYTES: usize = 1024 * 1024;
+const MAX_JOB_ARGV_ENV_BYTES: usize = 1024 * 1024;
 /// Environment variables a call may set. Kubernetes sets no limit, but
 /// every one is a line of the pod spec, and no real program needs more.
-pub const MAX_ENV_VARS: usize = 1024;
+const MAX_ENV_VARS: usize = 1024;
 /// Longest name of one file or folder on Linux file systems (NAME_MAX).
-pub const MAX_PATH_COMPONENT_BYTES: usize = 255;
-pub const MAX_ARTIFACT_PATTERNS: usize = 32;
+const MAX_PATH_COMPONENT_BYTES: usize = 255;
+const MAX_ARTIFACT_PATTERNS: usize = 32;
 /// Folders a workdir may not be in or cover: the
 /// volume would hide the image's programs, libraries, loader or
 /// configuration, or the kernel's and the runner's folders. `/var` itself
 /// is reserved, its subfolders (`/var/tmp/x`) are not.
-pub const RESERVED_WORKDIR_TREES: &[&str] =
+const RESERVED_WORKDIR_TREES: &[&str] =
     &["/bin", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/mcp", "/proc", "/sbin", "/sys", "/usr"];
-pub const RESERVED_WORKDIRS: &[&str] = &["/var"];
+const RESERVED_WORKDIRS: &[&str] = &["/var"];
 
 /// The server-side bounds the arguments are checked against.
 pub struct ArgBounds<'a> {
@@ -63,6 +64,18 @@ pub struct ArgBounds<'a> {
     pub network_modes: &'a [NetworkMode],
 }
 
+/// The bounds `job_args` checks a call against, from the configuration.
+pub fn arg_bounds(config: &Config) -> ArgBounds<'_> {
+    ArgBounds {
+        allowlist: &config.allowed_images,
+        default_timeout: std::time::Duration::from_secs(config.default_timeout_s),
+        max_timeout: std::time::Duration::from_secs(config.max_timeout_s),
+        clone_enabled: config.clone.is_some(),
+        network_default: config.network_default,
+        network_modes: &config.network_modes,
+    }
+}
+
 /// An argument the caller must fix; the text says which and how.
 #[derive(Debug, PartialEq)]
 pub struct ArgError(pub String);
@@ -76,8 +89,26 @@ impl std::fmt::Display for ArgError {
 const FIELDS: &[&str] = &["image", "command", "files", "env", "limits", "timeout_s", "workdir", "clone", "artifacts", "network"];
 
 pub fn parse_run_args(object: &Map<String, Value>, bounds: &ArgBounds) -> Result<RunSpec, ArgError> {
-    reject_unknown(object, FIELDS, "")?;
-    let image = object.get("image").and_then(Value::as_str).ok_or_else(|| fail("`image` is required and must be a string"))?;
+    parse_call_run_args(object, bounds, &[], None)
+}
+
+/// `parse_run_args` over a run call's arguments: `call_fields` are the
+/// call's own (`call_args` reads them) and are not this module's to check;
+/// `sandbox_image` is the image of the sandbox a call without `image` runs in.
+pub fn parse_call_run_args(
+    object: &Map<String, Value>,
+    bounds: &ArgBounds,
+    call_fields: &[&str],
+    sandbox_image: Option<&str>,
+) -> Result<RunSpec, ArgError> {
+    if let Some(unknown) = object.keys().find(|key| !FIELDS.contains(&key.as_str()) && !call_fields.contains(&key.as_str())) {
+        return Err(unknown_field(unknown, FIELDS, ""));
+    }
+    let image = match object.get("image") {
+        None => sandbox_image,
+        Some(image) => image.as_str(),
+    };
+    let image = image.ok_or_else(|| fail("`image` is required and must be a string"))?;
     if image.trim().is_empty() {
         return Err(fail("`image` must not be empty"));
     }
@@ -107,7 +138,7 @@ pub fn parse_run_args(object: &Map<String, Value>, bounds: &ArgBounds) -> Result
 /// else `default` when none is asked for (absent or null). `default` is
 /// allowed already: `Config` checks the operator's, and execute_code's is
 /// `none` only when allowed.
-pub fn choose_network(asked: Option<&Value>, default: NetworkMode, allowed: &[NetworkMode]) -> Result<NetworkMode, ArgError> {
+fn choose_network(asked: Option<&Value>, default: NetworkMode, allowed: &[NetworkMode]) -> Result<NetworkMode, ArgError> {
     let text = match asked {
         None | Some(Value::Null) => return Ok(default),
         Some(Value::String(text)) => text,
@@ -163,9 +194,13 @@ fn fail(message: impl Into<String>) -> ArgError {
 
 fn reject_unknown(object: &Map<String, Value>, known: &[&str], context: &str) -> Result<(), ArgError> {
     if let Some(unknown) = object.keys().find(|key| !known.contains(&key.as_str())) {
-        return Err(fail(format!("unknown field `{context}{}`; accepted: {}", echo::shorten(unknown), known.join(", "))));
+        return Err(unknown_field(unknown, known, context));
     }
     Ok(())
+}
+
+fn unknown_field(unknown: &str, known: &[&str], context: &str) -> ArgError {
+    fail(format!("unknown field `{context}{}`; accepted: {}", echo::shorten(unknown), known.join(", ")))
 }
 
 fn parse_command(value: Option<&Value>) -> Result<Vec<String>, ArgError> {
@@ -481,14 +516,14 @@ fn parse_clone(value: Option<&Value>, enabled: bool) -> Result<Option<CloneSpec>
 }
 
 /// Where a clone goes when the caller names no folder, as in the original.
-pub const DEFAULT_CLONE_SUBDIR: &str = "repo";
+const DEFAULT_CLONE_SUBDIR: &str = "repo";
 
 /// `https://host[:port]/path`: https only (tokens must not cross the network
 /// in clear), no user or password (the token comes from the clone Secret,
 /// never from a caller), a host that maps to a Secret key (no IPv6
 /// literals: `[` and `:` cannot be in a key), and nothing git could read as
 /// an option or a local path.
-pub fn check_repo_url(url: &str) -> Result<(), String> {
+fn check_repo_url(url: &str) -> Result<(), String> {
     if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err("must be at most 2048 characters without spaces or control characters".into());
     }
@@ -530,7 +565,7 @@ pub fn check_repo_url(url: &str) -> Result<(), String> {
 /// A branch or tag name as `git check-ref-format` accepts it, or a full
 /// 40 (SHA-1) or 64 (SHA-256) hex commit id. Abbreviated ids cannot be
 /// fetched from a server, so they only work if they happen to be a branch.
-pub fn check_git_ref(git_ref: &str) -> Result<(), String> {
+fn check_git_ref(git_ref: &str) -> Result<(), String> {
     let is_full_sha = (git_ref.len() == 40 || git_ref.len() == 64) && git_ref.bytes().all(|b| b.is_ascii_hexdigit());
     if is_full_sha {
         return Ok(());

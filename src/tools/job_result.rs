@@ -16,7 +16,7 @@ pub fn status_name(status: RunStatus) -> &'static str {
     status.name()
 }
 
-pub fn reason_name(reason: RunReason) -> &'static str {
+fn reason_name(reason: RunReason) -> &'static str {
     reason.name()
 }
 
@@ -101,7 +101,7 @@ fn link_block(link: &Link) -> Value {
 }
 
 /// `image` content blocks for artifacts that are pictures.
-pub fn image_blocks(outcome: &RunOutcome) -> Vec<Value> {
+fn image_blocks(outcome: &RunOutcome) -> Vec<Value> {
     outcome
         .artifacts
         .iter()
@@ -116,7 +116,7 @@ pub fn image_blocks(outcome: &RunOutcome) -> Vec<Value> {
 }
 
 /// Recognises pictures by their magic bytes, not their names.
-pub fn image_mime_type(content: &[u8]) -> Option<&'static str> {
+fn image_mime_type(content: &[u8]) -> Option<&'static str> {
     if content.starts_with(b"\x89PNG\r\n\x1a\n") {
         Some("image/png")
     } else if content.starts_with(&[0xff, 0xd8, 0xff]) {

@@ -72,7 +72,8 @@ pub fn templates() -> Value {
 }
 
 /// A piece of a stored output, as one `contents` entry: text when its
-/// bytes are UTF-8 and its type is text, else a blob; `_meta` says where
+/// bytes are UTF-8, its type is text and it escapes in JSON to at most
+/// 7/4 of its size, else a blob; `_meta` says where
 /// it is and what comes next.
 /// Only `caller`'s runs are read, on a server with several callers.
 pub fn read(ctx: &Ctx, caller: &crate::callers::Caller, uri: &str) -> Result<Value, ReadFailure> {
@@ -106,11 +107,30 @@ pub fn read(ctx: &Ctx, caller: &crate::callers::Caller, uri: &str) -> Result<Val
         content["blob"] = blob(&piece.bytes);
     } else {
         match String::from_utf8(piece.bytes) {
-            Ok(text) => content["text"] = Value::String(text),
+            Ok(text) if escapes_compactly(&text) => content["text"] = Value::String(text),
+            Ok(text) => content["blob"] = blob(text.as_bytes()),
             Err(error) => content["blob"] = blob(error.as_bytes()),
         }
     }
     Ok(content)
+}
+
+/// Whether `text` written as a JSON string takes at most 7/4 of its size.
+/// Control characters other than whitespace take six bytes each, and a
+/// reply is held whole until it is written: a piece of NUL bytes would
+/// grow sixfold as text, and grows by a third as a blob. Coloured output
+/// (an escape every few characters, about 1.6) stays text, readable; a
+/// default piece (512 KiB) as text stays under a 1 MiB event.
+fn escapes_compactly(text: &str) -> bool {
+    let escaped: usize = text
+        .bytes()
+        .map(|byte| match byte {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..0x20 => 6,
+            _ => 1,
+        })
+        .sum();
+    4 * escaped <= 7 * text.len()
 }
 
 fn read_error(error: ReadError) -> ReadFailure {
@@ -119,5 +139,31 @@ fn read_error(error: ReadError) -> ReadFailure {
         ReadError::NotFound(_) | ReadError::Expired(_) => ReadFailure::NotFound(message),
         ReadError::BadUri(_) | ReadError::BadRange(_) => ReadFailure::Invalid(message),
         ReadError::Io(_) => ReadFailure::Internal(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_piece_is_text_unless_escaping_takes_more_than_seven_quarters() {
+        let table: [(&str, String, bool); 10] = [
+            ("empty", String::new(), true),
+            ("lines of text", "a log line, with \"quotes\"\n".repeat(100), true),
+            ("unicode", "données ✓ 完成\n".repeat(50), true),
+            ("coloured output", "\u{1b}[32mok\u{1b}[0m passed\n".repeat(100), true),
+            ("a progress bar redrawn: twice", "\r\u{1b}[2K#".repeat(100), false),
+            ("quotes and backslashes only: twice", "\\\"".repeat(100), false),
+            ("empty lines: twice", "\n".repeat(1000), false),
+            ("a quote in every other byte: 3/2", "a\"".repeat(100), true),
+            ("NUL bytes", "\0".repeat(1000), false),
+            ("one NUL in text", format!("{}\0", "x".repeat(100)), true),
+        ];
+        for (case, text, as_text) in table {
+            let escaped = serde_json::to_string(&text).unwrap().len() - 2;
+            assert_eq!(escapes_compactly(&text), as_text, "{case}: {escaped} escaped of {}", text.len());
+            assert_eq!(as_text, 4 * escaped <= 7 * text.len(), "{case}: the table agrees with serde_json: {escaped} of {}", text.len());
+        }
     }
 }

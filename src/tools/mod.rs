@@ -15,6 +15,7 @@ pub mod admission;
 pub mod answer;
 pub mod backend_words;
 pub mod background;
+pub mod call_args;
 pub mod execute_code;
 pub mod idempotency;
 pub mod job_args;
@@ -162,36 +163,6 @@ pub fn check_callers(config: &Config) -> Result<(), String> {
     Ok(())
 }
 
-/// A call's arguments, borrowed until something is taken off them.
-pub type Arguments<'a> = std::borrow::Cow<'a, Map<String, Value>>;
-
-/// A run call's arguments without its key and its site, and the two.
-pub type WithSite<'a> = (Arguments<'a>, Option<crate::engine::background::idempotency::Keyed>, Option<String>);
-
-/// The `site` argument of the run tools, taken off the arguments before
-/// the tool's own checks see them (`null` is none: the default site).
-pub fn split_site(arguments: Arguments<'_>) -> Result<(Arguments<'_>, Option<String>), String> {
-    let site = match arguments.get("site") {
-        None => return Ok((arguments, None)),
-        Some(Value::Null) => None,
-        Some(Value::String(site)) => Some(site.clone()),
-        Some(other) => {
-            return Err(format!("argument `site` must be a string, not {}; describe_environment lists the sites", json_kind(other)));
-        }
-    };
-    let mut rest = arguments.into_owned();
-    rest.remove("site");
-    Ok((std::borrow::Cow::Owned(rest), site))
-}
-
-/// `split_site` after `idempotency::split`: the arguments left, the key
-/// and the site (the one a `sandbox` id names, when it names one).
-pub fn with_site((arguments, keyed): idempotency::Split<'_>) -> Result<WithSite<'_>, String> {
-    let (arguments, site) = split_site(arguments)?;
-    let (arguments, site) = sandbox_site(arguments, site)?;
-    Ok((arguments, keyed, site))
-}
-
 /// A sandbox id as its caller sees it: on a server with named sites, the
 /// engine's id, `.` and the site, as a job token carries its site, so a
 /// call in it needs no `site`.
@@ -200,26 +171,6 @@ pub fn public_sandbox_id(id: &str, site: Option<&str>) -> String {
         Some(site) => format!("{id}.{site}"),
         None => id.to_string(),
     }
-}
-
-/// The site a `sandbox` id names, if any, taken off the id: the call's
-/// site then, and a `site` argument that names another is an error.
-pub fn sandbox_site(arguments: Arguments<'_>, site: Option<String>) -> Result<(Arguments<'_>, Option<String>), String> {
-    let Some((id, named)) = arguments.get("sandbox").and_then(Value::as_str).and_then(|text| text.split_once('.')) else {
-        return Ok((arguments, site));
-    };
-    if let Some(given) = site.as_deref().filter(|given| *given != named) {
-        return Err(format!(
-            "sandbox `{}` is on site `{}`, not `{}`; leave `site` out",
-            crate::echo::shorten(id),
-            crate::echo::shorten(named),
-            crate::echo::shorten(given)
-        ));
-    }
-    let (id, named) = (id.to_string(), named.to_string());
-    let mut rest = arguments.into_owned();
-    rest.insert("sandbox".to_string(), Value::String(id));
-    Ok((std::borrow::Cow::Owned(rest), Some(named)))
 }
 
 /// The `site` property of a run tool's input schema; none with one site,
@@ -236,6 +187,14 @@ pub fn site_schema(config: &Config) -> Option<Value> {
     }))
 }
 
+/// How an audited run ended: its outcome, and how long after the call
+/// arrived.
+#[derive(Clone, Copy)]
+pub struct Ended<'a> {
+    pub outcome: &'a crate::engine::port::spec::RunOutcome,
+    pub elapsed: std::time::Duration,
+}
+
 /// The audit line of a call that ran, submitted or found `run_id`.
 pub fn audit_call(
     caller: &crate::callers::Caller,
@@ -244,7 +203,7 @@ pub fn audit_call(
     tool: &str,
     spec: &crate::engine::port::spec::RunSpec,
     run_id: &str,
-    ended: Option<(&crate::engine::port::spec::RunOutcome, std::time::Duration)>,
+    ended: Option<Ended<'_>>,
 ) {
     audit::record(&audit::Entry {
         caller: Some(&caller.name),
@@ -252,8 +211,8 @@ pub fn audit_call(
         tool: Some(tool),
         image: Some(&spec.image),
         network: Some(spec.network),
-        ended: ended.map(|(outcome, _)| outcome.audited()),
-        elapsed: ended.map(|(_, elapsed)| elapsed),
+        ended: ended.map(|ended| ended.outcome.audited()),
+        elapsed: ended.map(|ended| ended.elapsed),
         ..audit::Entry::new(event, run_id)
     });
 }
@@ -272,7 +231,7 @@ pub fn audit_submit(
     match submitted {
         Ok(submitted) => audit_call(caller, site, audit::Event::Submitted, tool, spec, &submitted.run_id, None),
         Err(crate::engine::background::Error::Refused { outcome }) => {
-            audit_call(caller, site, audit::Event::Run, tool, spec, &outcome.run_id, Some((outcome, arrived.elapsed())))
+            audit_call(caller, site, audit::Event::Run, tool, spec, &outcome.run_id, Some(Ended { outcome, elapsed: arrived.elapsed() }))
         }
         Err(_) => {}
     }
@@ -472,7 +431,17 @@ impl std::error::Error for ArgError {}
 /// `additionalProperties: false`; a misspelt optional argument would
 /// otherwise be silently ignored).
 pub fn check_known_arguments(arguments: &Map<String, Value>, accepted: &'static [&'static str]) -> Result<(), ArgError> {
-    match arguments.keys().find(|name| !accepted.contains(&name.as_str())) {
+    check_known_arguments_besides(arguments, accepted, &[])
+}
+
+/// `check_known_arguments` for a tool that also takes `besides`, read
+/// elsewhere (the sandbox tools' `site`, read by `call_args::site`).
+pub fn check_known_arguments_besides(
+    arguments: &Map<String, Value>,
+    accepted: &'static [&'static str],
+    besides: &[&str],
+) -> Result<(), ArgError> {
+    match arguments.keys().find(|name| !accepted.contains(&name.as_str()) && !besides.contains(&name.as_str())) {
         Some(name) => Err(ArgError::Unknown { name: name.clone(), accepted }),
         None => Ok(()),
     }
@@ -797,21 +766,20 @@ mod tests {
 
     #[test]
     fn a_sandbox_id_names_its_site_as_a_token_does() {
-        let arguments = |value: Value| value.as_object().cloned().unwrap();
         let site_of = |value: Value, site: Option<&str>| {
-            let given = arguments(value);
-            sandbox_site(std::borrow::Cow::Borrowed(&given), site.map(str::to_string))
-                .map(|(rest, site)| (rest.get("sandbox").cloned(), site))
+            let given = value.as_object().cloned().unwrap();
+            call_args::sandbox_id(&given, site.map(str::to_string)).map(|read| (read.id, read.site))
         };
         let id = "sbx-0123456789abcdef0123456789abcdef";
+        let owned = |text: &str| Some(text.to_string());
         assert_eq!(public_sandbox_id(id, Some("eu")), format!("{id}.eu"));
         assert_eq!(public_sandbox_id(id, None), id);
         let on_eu = json!({"sandbox": format!("{id}.eu")});
-        assert_eq!(site_of(on_eu.clone(), None), Ok((Some(json!(id)), Some("eu".to_string()))), "the id's site, taken off it");
-        assert_eq!(site_of(on_eu.clone(), Some("eu")), Ok((Some(json!(id)), Some("eu".to_string()))), "the same site named twice");
+        assert_eq!(site_of(on_eu.clone(), None), Ok((owned(id), owned("eu"))), "the id's site, taken off it");
+        assert_eq!(site_of(on_eu.clone(), Some("eu")), Ok((owned(id), owned("eu"))), "the same site named twice");
         let refused = site_of(on_eu, Some("us")).unwrap_err();
         assert_eq!(refused, format!("sandbox `{id}` is on site `eu`, not `us`; leave `site` out"));
-        assert_eq!(site_of(json!({"sandbox": id}), Some("us")), Ok((Some(json!(id)), Some("us".to_string()))), "no site in the id");
+        assert_eq!(site_of(json!({"sandbox": id}), Some("us")), Ok((owned(id), owned("us"))), "no site in the id");
         assert_eq!(site_of(json!({"command": ["true"]}), None), Ok((None, None)));
     }
 

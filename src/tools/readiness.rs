@@ -22,7 +22,7 @@ use crate::engine::port::ErrorKind;
 /// How long `/readyz` waits for an ask under way before it answers with
 /// the last answer known: well inside a kubelet probe's default timeout
 /// (1 s).
-pub const READYZ_WAIT: Duration = Duration::from_millis(500);
+const READYZ_WAIT: Duration = Duration::from_millis(500);
 
 /// How long `serve` waits at start for the sites to answer before it
 /// judges them: long enough for a slow API's first answer, short enough
@@ -46,7 +46,7 @@ pub fn ask(engine: &engine::run::Ctx) -> impl FnOnce() -> Answer + Send + 'stati
 /// server or socket they could not reach and what to check, and the
 /// Kubernetes client which credentials a 401 refused, but a 403 on
 /// listing Jobs is the Role's.
-pub fn operator_fix(kind: ErrorKind) -> Option<&'static str> {
+fn operator_fix(kind: ErrorKind) -> Option<&'static str> {
     match kind {
         // Busy work ends on its own.
         ErrorKind::Transient | ErrorKind::Busy => None,
@@ -97,7 +97,7 @@ pub fn start_verdict(sites: &[SiteAnswer], named: bool, lazy: bool) -> StartVerd
 
 /// `/readyz`'s verdict: `Ok` while any site can run a job, else why none
 /// can (every site's reason).
-pub fn ready_verdict(sites: &[SiteAnswer], named: bool) -> Result<(), String> {
+fn ready_verdict(sites: &[SiteAnswer], named: bool) -> Result<(), String> {
     match sites.iter().any(|(_, answer)| answer.is_ok()) {
         true => Ok(()),
         false => Err(nothing_runs(sites, named)),

@@ -1,5 +1,6 @@
 //! `run_job`: run one command in a throwaway pod and wait for its result.
-//! Arguments are checked by `job_args`, the run is the engine's, and the
+//! Arguments are parsed once by `call_args` (the tool's own checked by
+//! `job_args`), the run is the engine's, and the
 //! result shape is `job_result`'s; this file ties them to the MCP tool and
 //! turns engine progress into MCP progress notifications.
 
@@ -16,7 +17,7 @@ use crate::engine::run::Progress;
 use crate::engine::sandboxes::Named;
 use crate::network::NetworkMode;
 use crate::sandbox::frame::Stream;
-use crate::tools::job_args::{self, ArgBounds};
+use crate::tools::call_args::{self, CallArgsError, RunCall, RunTool};
 use crate::tools::job_result;
 use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome};
 use crate::tools::{answer, backend_words, idempotency};
@@ -117,18 +118,6 @@ pub fn allowed_images_text(config: &Config) -> String {
     }
 }
 
-/// The bounds `job_args` checks a call against, from the configuration.
-pub fn arg_bounds(config: &Config) -> ArgBounds<'_> {
-    ArgBounds {
-        allowlist: &config.allowed_images,
-        default_timeout: std::time::Duration::from_secs(config.default_timeout_s),
-        max_timeout: std::time::Duration::from_secs(config.max_timeout_s),
-        clone_enabled: config.clone.is_some(),
-        network_default: config.network_default,
-        network_modes: &config.network_modes,
-    }
-}
-
 /// The `network` argument's schema, shared by run_job, submit_job,
 /// execute_code and open_sandbox: only the modes every site runs
 /// (`backend_words::network_modes`); `default` is a call's that names none.
@@ -155,20 +144,11 @@ pub fn network_schema(config: &Config, default: NetworkMode) -> Value {
 }
 
 fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let (arguments, keyed, site) = match idempotency::split("run_job", call.arguments, call.caller).and_then(super::with_site) {
-        Ok(split) => split,
-        Err(message) => return ToolOutcome::Failure(message),
+    let run_call = match call_args::parse(ctx, call.caller, RunTool::RunJob, call.arguments) {
+        Ok(run_call) => run_call,
+        Err(error) => return not_run(error),
     };
-    let (arguments, sandbox) = match in_sandbox(ctx, call.caller, false, site.as_deref(), arguments) {
-        Ok(split) => split,
-        Err(unusable) => return unusable.outcome(),
-    };
-    let spec = match job_args::parse_run_args(&arguments, &arg_bounds(&ctx.config)) {
-        Ok(spec) => spec,
-        Err(error) => return ToolOutcome::Failure(error.to_string()),
-    };
-    let keyed = keyed.as_ref().map(|keyed| (keyed, engine::background::TokenKind::Job));
-    match run_reporting_progress(ctx, call, "run_job", spec, (keyed, site.as_deref(), sandbox.as_ref())) {
+    match run_reporting_progress(ctx, call, run_call) {
         Ok(outcome) => ToolOutcome::SuccessWithContent {
             structured: job_result::outcome_json(&outcome),
             extra_content: job_result::content_blocks(&outcome),
@@ -177,38 +157,32 @@ fn run_job(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
     }
 }
 
-/// Runs `spec` to its end, turning engine progress into MCP progress;
-/// shared with `execute_code`. `Err` when there is no engine to run on,
-/// or the caller's limits refuse the run (`admission`).
+/// The answer of `run_job` and `execute_code` to a call whose arguments
+/// make no run: a tool error, or the result of a sandbox that refused it.
+pub fn not_run(error: CallArgsError) -> ToolOutcome {
+    match error {
+        CallArgsError::Invalid(why) | CallArgsError::Unavailable(why) => ToolOutcome::Failure(why),
+        CallArgsError::Refused(refused) => {
+            let outcome = refused.outcome(&crate::engine::run::new_run_id());
+            ToolOutcome::SuccessWithContent { structured: job_result::outcome_json(&outcome), extra_content: Vec::new() }
+        }
+    }
+}
+
+/// Runs the call to its end, turning engine progress into MCP progress;
+/// shared with `execute_code`. `Err` when the caller's limits refuse the
+/// run (`admission`).
 /// A call with an idempotency key is the key's background run, waited for
 /// (`background::run_keyed`): only a kept run can be found again.
-/// `site`: the one the call names (`None`: the default).
-pub fn run_reporting_progress(
-    ctx: &Ctx,
-    call: &Call<'_>,
-    tool: &str,
-    mut spec: engine::port::spec::RunSpec,
-    (keyed, site, sandbox): (
-        Option<(&engine::background::idempotency::Keyed, engine::background::TokenKind)>,
-        Option<&str>,
-        Option<&Named>,
-    ),
-) -> Result<engine::port::spec::RunOutcome, String> {
-    if keyed.is_some() && sandbox.is_some() {
-        return Err(NO_KEY_WITH_SANDBOX.to_string());
-    }
-    let site = ctx.site(site)?;
-    let engine = site.engine.as_ref().map_err(|why| super::no_backend(why))?;
-    let admitted = ctx.admit(call.caller, &site.name, &mut spec)?;
+pub fn run_reporting_progress(ctx: &Ctx, call: &Call<'_>, run_call: RunCall<'_>) -> Result<engine::port::spec::RunOutcome, String> {
+    let RunCall { tool, mut spec, site, engine, sandbox, keyed } = run_call;
+    let admitted = ctx.admit(call.caller, site, &mut spec)?;
     let spec = &spec;
-    let on = On { engine, site: &site.name, sandbox };
+    let on = On { tool, engine, site, sandbox: sandbox.as_ref() };
     match keyed {
-        Some((keyed, kind)) => {
-            let keyed = keyed.clone().of_site(engine.site.as_deref());
-            run_keyed(call, tool, spec, (kind, &keyed, on), admitted)
-        }
+        Some(keyed) => run_keyed(call, spec, &keyed, on, admitted),
         None => {
-            let outcome = run_now(call, tool, spec, on);
+            let outcome = run_now(call, spec, on);
             match &outcome {
                 Ok(outcome) => admitted.end(outcome.duration),
                 Err(_) => drop(admitted),
@@ -222,17 +196,19 @@ pub fn run_reporting_progress(
     }
 }
 
-/// A run without a key: made and followed here, answered in the call.
-/// Where a run goes: a site's engine, and the site's name.
+/// Where a run goes: the tool that asked, a site's engine, and the
+/// site's name.
 #[derive(Clone, Copy)]
 struct On<'a> {
+    tool: RunTool,
     engine: &'a engine::run::Ctx,
     site: &'a str,
     /// The open sandbox the call runs in, if it names one.
     sandbox: Option<&'a Named>,
 }
 
-fn run_now(call: &Call<'_>, tool: &str, spec: &engine::port::spec::RunSpec, on: On<'_>) -> Result<engine::port::spec::RunOutcome, String> {
+/// A run without a key: made and followed here, answered in the call.
+fn run_now(call: &Call<'_>, spec: &engine::port::spec::RunSpec, on: On<'_>) -> Result<engine::port::spec::RunOutcome, String> {
     let arrived = std::time::Instant::now();
     let engine = on.engine;
     let run_id = engine::run::new_run_id();
@@ -251,7 +227,15 @@ fn run_now(call: &Call<'_>, tool: &str, spec: &engine::port::spec::RunSpec, on: 
             None => engine::run::run(engine, spec, &run_id, call.cancel, &on_progress),
         };
         drop(finished);
-        super::audit_call(call.caller, on.site, audit::Event::Run, tool, spec, &run_id, Some((&outcome, arrived.elapsed())));
+        super::audit_call(
+            call.caller,
+            on.site,
+            audit::Event::Run,
+            on.tool.name(),
+            spec,
+            &run_id,
+            Some(super::Ended { outcome: &outcome, elapsed: arrived.elapsed() }),
+        );
         outcome
     }))
 }
@@ -262,9 +246,9 @@ fn run_now(call: &Call<'_>, tool: &str, spec: &engine::port::spec::RunSpec, on: 
 /// own; a retry with the key then reads the `cancelled` result.
 fn run_keyed(
     call: &Call<'_>,
-    tool: &str,
     spec: &engine::port::spec::RunSpec,
-    (kind, keyed, on): (engine::background::TokenKind, &engine::background::idempotency::Keyed, On<'_>),
+    keyed: &engine::background::idempotency::Keyed,
+    on: On<'_>,
     admitted: super::admission::Admitted,
 ) -> Result<engine::port::spec::RunOutcome, String> {
     use engine::background;
@@ -272,8 +256,8 @@ fn run_keyed(
     let arrived = std::time::Instant::now();
     // The run's spans go under this call when the run's verdict is
     // recorded; the call adds none of its own for it (`run_reporting_progress`).
-    let submitted = background::submit(engine, spec, kind, Some(keyed), call.trace, Some(admitted.on_end()));
-    super::audit_submit(call.caller, on.site, tool, spec, &submitted, arrived);
+    let submitted = background::submit(engine, spec, on.tool.token_kind(), Some(keyed), call.trace, Some(admitted.on_end()));
+    super::audit_submit(call.caller, on.site, on.tool.name(), spec, &submitted, arrived);
     let token = match submitted {
         Ok(submitted) => submitted.token,
         Err(background::Error::Refused { outcome }) => return Ok(*outcome),
@@ -330,96 +314,4 @@ pub fn sandbox_schema(config: &Config) -> Value {
         "type": ["string", "null"],
         "description": format!("an open_sandbox id: run in that {} and its files; one call at a time", backend_words::runs(config).sandbox()),
     })
-}
-
-/// Takes `sandbox` off a run tool's arguments (`null` is none).
-pub fn split_sandbox(arguments: super::Arguments<'_>) -> Result<(super::Arguments<'_>, Option<String>), String> {
-    let sandbox = match arguments.get("sandbox") {
-        None => return Ok((arguments, None)),
-        Some(Value::Null) => None,
-        Some(Value::String(id)) => Some(id.clone()),
-        Some(other) => {
-            return Err(format!("argument `sandbox` must be a string (an id from open_sandbox), not {}", crate::json::json_kind(other)));
-        }
-    };
-    let mut rest = arguments.into_owned();
-    rest.remove("sandbox");
-    Ok((std::borrow::Cow::Owned(rest), sandbox))
-}
-
-/// A key names a kept run, which a call in a sandbox is not.
-pub const NO_KEY_WITH_SANDBOX: &str = "`idempotency_key` cannot be given with `sandbox`: a call in a sandbox is not kept to be found again";
-
-/// Why a call cannot run in the sandbox it names.
-pub enum Unusable {
-    /// Its arguments are wrong: a tool error.
-    Invalid(String),
-    /// The sandbox cannot take it: a result with its status and reason.
-    Refused(engine::sandboxes::Refusal),
-}
-
-impl Unusable {
-    /// `run_job`'s answer.
-    pub fn outcome(self) -> ToolOutcome {
-        match self {
-            Unusable::Invalid(why) => ToolOutcome::Failure(why),
-            Unusable::Refused(refused) => {
-                let outcome = refused.outcome(&crate::engine::run::new_run_id());
-                ToolOutcome::SuccessWithContent { structured: job_result::outcome_json(&outcome), extra_content: Vec::new() }
-            }
-        }
-    }
-}
-
-/// A run tool's arguments (`execute_code`'s when `code`) without
-/// `sandbox`, and the sandbox they name, checked for a call in it: what
-/// the sandbox fixed at its opening cannot change.
-pub fn in_sandbox<'a>(
-    ctx: &Ctx,
-    caller: &crate::callers::Caller,
-    code: bool,
-    site: Option<&str>,
-    arguments: super::Arguments<'a>,
-) -> Result<(super::Arguments<'a>, Option<Named>), Unusable> {
-    let (arguments, sandbox) = split_sandbox(arguments).map_err(Unusable::Invalid)?;
-    let Some(id) = sandbox else { return Ok((arguments, None)) };
-    let named = ctx.site(site).map_err(Unusable::Invalid)?;
-    super::admission::precheck(&ctx.ledger, caller, &named.name).map_err(Unusable::Invalid)?;
-    if code {
-        // execute_code's: its language names the image.
-        if arguments.get("network").is_some_and(|value| !value.is_null()) {
-            return Err(Unusable::Invalid(
-                "`network` cannot be given with `sandbox`: a sandbox's network is fixed when it is opened".to_string(),
-            ));
-        }
-        return Ok((arguments, Some(Named { id, seen: None })));
-    }
-    sandbox_run_args(ctx, caller, site, id, arguments)
-}
-
-/// `run_job`'s arguments for a call in a sandbox: its image when the call
-/// names none (and the sandbox as looked up for it); what the sandbox
-/// fixed at its opening cannot change.
-fn sandbox_run_args<'a>(
-    ctx: &Ctx,
-    caller: &crate::callers::Caller,
-    site: Option<&str>,
-    id: String,
-    arguments: super::Arguments<'a>,
-) -> Result<(super::Arguments<'a>, Option<Named>), Unusable> {
-    for fixed in ["limits", "network", "clone", "workdir"] {
-        if arguments.get(fixed).is_some_and(|value| !value.is_null()) {
-            return Err(Unusable::Invalid(format!(
-                "`{fixed}` cannot be given with `sandbox`: a sandbox's image, limits, network and workdir are fixed when it is opened"
-            )));
-        }
-    }
-    if arguments.contains_key("image") {
-        return Ok((arguments, Some(Named { id, seen: None })));
-    }
-    let engine = ctx.engine_of(site).map_err(Unusable::Invalid)?;
-    let seen = engine::sandboxes::find_yours(engine, &id, caller.owner()).map_err(Unusable::Refused)?;
-    let mut filled = arguments.into_owned();
-    filled.insert("image".to_string(), json!(seen.record.image));
-    Ok((std::borrow::Cow::Owned(filled), Some(Named { id, seen: Some(seen) })))
 }

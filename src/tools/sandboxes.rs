@@ -14,9 +14,9 @@ use crate::config::Config;
 use crate::engine::port::sandbox_record::Seen;
 use crate::engine::sandboxes::rules;
 use crate::engine::sandboxes::{self, Opening, Refusal};
-use crate::tools::job_args::{self, ArgBounds};
-use crate::tools::run_job::{arg_bounds, network_schema};
-use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome};
+use crate::tools::job_args::{self, ArgBounds, arg_bounds};
+use crate::tools::run_job::network_schema;
+use crate::tools::{Annotations, Call, Ctx, Tool, ToolOutcome, call_args};
 
 pub fn tools(config: &Config) -> Vec<Tool> {
     vec![open_sandbox_tool(config), close_sandbox_tool(config), list_sandboxes_tool(config)]
@@ -74,6 +74,10 @@ fn sandbox_schema_out() -> Value {
     })
 }
 
+/// The argument every sandbox tool takes besides its own, read by
+/// `call_args::site`.
+const SITE: &[&str] = &["site"];
+
 /// `properties` and, with several sites, `site`.
 fn with_site(config: &Config, mut properties: Value) -> Value {
     if let Some(site) = super::site_schema(config) {
@@ -83,11 +87,11 @@ fn with_site(config: &Config, mut properties: Value) -> Value {
 }
 
 fn open_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let (arguments, site) = match super::split_site(std::borrow::Cow::Borrowed(call.arguments)) {
-        Ok(split) => split,
+    let site = match call_args::site(call.arguments) {
+        Ok(site) => site,
         Err(why) => return ToolOutcome::Failure(why),
     };
-    let mut opening = match parse_open(&arguments, &ctx.config, call.caller.owner()) {
+    let mut opening = match parse_open(call.arguments, &ctx.config, call.caller.owner()) {
         Ok(opening) => opening,
         Err(why) => return ToolOutcome::Failure(why),
     };
@@ -150,8 +154,8 @@ fn write_files(
 }
 
 fn parse_open(arguments: &Map<String, Value>, config: &Config, owner: Option<&str>) -> Result<Opening, String> {
-    super::check_known_arguments(arguments, &["image", "language", "limits", "network", "files", "idle_timeout_s", "max_lifetime_s"])
-        .map_err(|error| error.to_string())?;
+    let accepted = &["image", "language", "limits", "network", "files", "idle_timeout_s", "max_lifetime_s"];
+    super::check_known_arguments_besides(arguments, accepted, SITE).map_err(|error| error.to_string())?;
     let seconds = |name: &str, default: u64, min: u64, max: u64| match arguments.get(name).filter(|value| !value.is_null()) {
         None => Ok(default),
         Some(value) => value
@@ -211,16 +215,14 @@ fn close_sandbox_tool(config: &Config) -> Tool {
 }
 
 fn close_sandbox(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let split =
-        super::split_site(std::borrow::Cow::Borrowed(call.arguments)).and_then(|(arguments, site)| super::sandbox_site(arguments, site));
-    let (arguments, site) = match split {
-        Ok(split) => split,
+    let call_args::SandboxId { id, site } = match call_args::sandbox_to_close(call.arguments) {
+        Ok(read) => read,
         Err(why) => return ToolOutcome::Failure(why),
     };
-    if let Err(error) = super::check_known_arguments(&arguments, &["sandbox"]) {
+    if let Err(error) = super::check_known_arguments_besides(call.arguments, &["sandbox"], SITE) {
         return ToolOutcome::Failure(error.to_string());
     }
-    let Some(id) = arguments.get("sandbox").and_then(Value::as_str) else {
+    let Some(id) = id.as_deref() else {
         return ToolOutcome::Failure("`sandbox` is required: the id open_sandbox gave".to_string());
     };
     let engine = match ctx.engine_of(site.as_deref()) {
@@ -261,11 +263,11 @@ fn list_sandboxes_tool(config: &Config) -> Tool {
 }
 
 fn list_sandboxes(ctx: &Ctx, call: &Call<'_>) -> ToolOutcome {
-    let (arguments, site) = match super::split_site(std::borrow::Cow::Borrowed(call.arguments)) {
-        Ok(split) => split,
+    let site = match call_args::site(call.arguments) {
+        Ok(site) => site,
         Err(why) => return ToolOutcome::Failure(why),
     };
-    if let Err(error) = super::check_known_arguments(&arguments, &[]) {
+    if let Err(error) = super::check_known_arguments_besides(call.arguments, &[], SITE) {
         return ToolOutcome::Failure(error.to_string());
     }
     if site.is_none() && ctx.named_sites {

@@ -6,16 +6,31 @@
 //! clients calling `describe_environment` left 1,539 threads waiting on it
 //! (224 MB). What an ask does is the caller's (a closure); this file owns
 //! when one is made.
+//!
+//! The asks of every site share `MAX_ASKS_AT_ONCE` threads (`Askers`): the
+//! others wait their turn in order. An earlier version gave each ask a
+//! thread of its own: 800 sites asked at start held 800 threads and their
+//! connections at once (88 MiB peak, bench/memory.py `idle-sites`).
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How long an answer is given again without asking: close enough to now
 /// for a health line, and it caps the asks per site at one a second.
-pub const FRESH: Duration = Duration::from_secs(1);
+const FRESH: Duration = Duration::from_secs(1);
 
 /// What a site that has not answered by the caller's deadline is said to be.
-pub const NO_ANSWER_IN_TIME: &str = "no answer in time; the site's API is slow or does not answer";
+const NO_ANSWER_IN_TIME: &str = "no answer in time; the site's API is slow or does not answer";
+
+/// How many asks run at once, over all sites. An ask holds a thread and
+/// an API connection until its answer (or its API's timeout); 32 of them
+/// hold a few MiB, and 800 healthy sites are all asked well within
+/// `readiness::START_WAIT`.
+const MAX_ASKS_AT_ONCE: usize = 32;
+
+/// The threads every site's asks share.
+static ASKERS: Askers = Askers::new(MAX_ASKS_AT_ONCE);
 
 /// One site's health asks.
 #[derive(Default)]
@@ -100,14 +115,14 @@ impl SiteHealth {
     fn spawn_ask(self: &Arc<Self>, state: &mut State, ask: impl FnOnce() -> Answer + Send + 'static) {
         state.asking = true;
         let recorder = Recorder { health: Arc::clone(self), answer: None, started: false };
-        let spawned = crate::supervise::spawn(crate::supervise::Kind::SiteHealth, move || {
+        let queued = ASKERS.submit(Box::new(move || {
             // The whole recorder moves here (not only the fields written),
-            // so that it drops when this thread ends.
+            // so that it drops when this ask ends, a panic included.
             let mut recorder = recorder;
             recorder.started = true;
             recorder.answer = Some(ask());
-        });
-        if let Err(error) = spawned {
+        }));
+        if let Err(error) = queued {
             state.asking = false;
             state.last = Some((Instant::now(), Err(format!("could not ask it: {error}"))));
         }
@@ -142,6 +157,94 @@ impl Drop for Recorder {
         }
         let answer = self.answer.take().unwrap_or_else(|| Err("asking it failed (a panic, logged)".to_string()));
         self.health.record(answer);
+    }
+}
+
+/// An ask waiting for its turn.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A queue of asks and at most `limit` threads running them. A thread
+/// starts when an ask comes and fewer run, and ends when the queue is
+/// empty: no ask, no thread.
+struct Askers {
+    state: Mutex<AskersState>,
+    limit: usize,
+}
+
+struct AskersState {
+    queue: VecDeque<Job>,
+    /// Threads started and not ended.
+    running: usize,
+}
+
+impl Askers {
+    const fn new(limit: usize) -> Askers {
+        Askers { state: Mutex::new(AskersState { queue: VecDeque::new(), running: 0 }), limit }
+    }
+
+    /// Queues `job`, starting a thread for it if fewer than `limit` run.
+    /// `Err` when no thread could be started and none runs: the job stays
+    /// queued for the next thread (its answer, when it comes, is a later
+    /// one), and the caller says now that it could not ask.
+    fn submit(&'static self, job: Job) -> std::io::Result<()> {
+        let mut state = self.lock();
+        state.queue.push_back(job);
+        if state.running >= self.limit {
+            return Ok(());
+        }
+        state.running += 1;
+        drop(state);
+        let Err(error) = crate::supervise::spawn(crate::supervise::Kind::SiteHealth, move || self.work()) else { return Ok(()) };
+        let mut state = self.lock();
+        state.running -= 1;
+        if state.running > 0 { Ok(()) } else { Err(error) }
+    }
+
+    /// Runs queued jobs until none is left. Ending is decided under the
+    /// lock that `submit` queues under, so a job is never left queued with
+    /// no thread to run it.
+    fn work(&'static self) {
+        let _leaving = Leaving(self);
+        loop {
+            let job = {
+                let mut state = self.lock();
+                match state.queue.pop_front() {
+                    Some(job) => job,
+                    None => {
+                        state.running -= 1;
+                        return;
+                    }
+                }
+            };
+            job();
+        }
+    }
+
+    #[cfg(test)]
+    fn queued(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, AskersState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A thread of `Askers` that a panic ends (supervise logged it) leaves
+/// its place, and another takes up the queue.
+struct Leaving(&'static Askers);
+
+impl Drop for Leaving {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let mut state = self.0.lock();
+        state.running -= 1;
+        if let Some(job) = state.queue.pop_front() {
+            drop(state);
+            let _ = self.0.submit(job);
+        }
     }
 }
 
@@ -212,5 +315,42 @@ mod tests {
         release.send(()).unwrap();
         assert_eq!(health.answer_by(Instant::now() + Duration::from_secs(30), ask()), Ok(()));
         assert_eq!(asks.load(Ordering::SeqCst), 1, "one ask for every caller");
+    }
+
+    /// 800 sites asked at once at start held 800 threads: the asks of
+    /// more sites than `MAX_ASKS_AT_ONCE` run that many at a time, the
+    /// others queued, and every one is answered.
+    #[test]
+    fn many_sites_asked_at_once_share_a_bounded_number_of_threads() {
+        let n_sites = MAX_ASKS_AT_ONCE + 24;
+        let healths: Vec<Arc<SiteHealth>> = (0..n_sites).map(|_| Arc::new(SiteHealth::default())).collect();
+        let asking = Arc::new(AtomicUsize::new(0));
+        let (release, released) = mpsc::channel::<()>();
+        let released = Arc::new(Mutex::new(released));
+        for health in &healths {
+            let (asking, released) = (Arc::clone(&asking), Arc::clone(&released));
+            health.start(move || {
+                asking.fetch_add(1, Ordering::SeqCst);
+                let _ = released.lock().unwrap().recv();
+                asking.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            });
+        }
+        // Until every ask runs (no bound) or the bound is reached with the
+        // rest queued; other tests' asks may hold a thread for a moment.
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while asking.load(Ordering::SeqCst) < n_sites
+            && !(asking.load(Ordering::SeqCst) == MAX_ASKS_AT_ONCE && ASKERS.queued() >= n_sites - MAX_ASKS_AT_ONCE)
+            && Instant::now() < give_up
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(asking.load(Ordering::SeqCst), MAX_ASKS_AT_ONCE, "asks running at once");
+        for _ in 0..n_sites {
+            release.send(()).unwrap();
+        }
+        for health in &healths {
+            assert_eq!(health.answer_by(Instant::now() + Duration::from_secs(30), || Err("asked again".into())), Ok(()));
+        }
     }
 }

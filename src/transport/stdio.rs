@@ -37,7 +37,7 @@ pub enum Line {
 }
 
 /// What is kept of an oversize line to find its id in.
-pub const TOO_LONG_HEAD_BYTES: usize = 64 * 1024;
+const TOO_LONG_HEAD_BYTES: usize = 64 * 1024;
 
 /// The sizes stdio bounds, from `MCP_K8S_MAX_MESSAGE_BYTES` and
 /// `MCP_K8S_MAX_REPLY_QUEUE_BYTES`.
@@ -103,6 +103,17 @@ struct QueueState {
 /// message alone is larger.
 const BATCH_BYTES: usize = 64 * 1024;
 
+/// What `ReplyQueue::take_batch` took.
+#[derive(Debug, PartialEq)]
+enum Batch {
+    /// The queue is closed and empty.
+    Closed,
+    /// Lines of this many bytes, in the caller's buffer.
+    Lines(usize),
+    /// One message larger than a batch, without its newline.
+    Alone(String),
+}
+
 /// What `ReplyQueue::push` did with a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Queued {
@@ -146,13 +157,14 @@ impl ReplyQueue {
     /// Moves the next messages, each followed by `\n`, into `out`: at
     /// least one (waiting for it), more while they fit in `BATCH_BYTES`,
     /// so a flood of small answers costs one write each batch, not one
-    /// each. Returns the bytes taken; 0 once closed and empty. They stay
-    /// counted until `written`.
-    pub fn take_batch(&self, out: &mut Vec<u8>) -> usize {
+    /// each. A message larger than a batch comes alone, as it is, so a
+    /// large answer is not copied. Taken bytes stay counted until
+    /// `written`.
+    fn take_batch(&self, out: &mut Vec<u8>) -> Batch {
         let mut state = self.lock();
         while state.messages.is_empty() {
             if state.closed {
-                return 0;
+                return Batch::Closed;
             }
             state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
         }
@@ -161,12 +173,15 @@ impl ReplyQueue {
             if out.len() > start && out.len() - start + text.len() + 1 > BATCH_BYTES {
                 break;
             }
-            if let Some(text) = state.messages.pop_front() {
-                out.extend_from_slice(text.as_bytes());
-                out.push(b'\n');
+            let alone = text.len() + 1 > BATCH_BYTES;
+            let Some(text) = state.messages.pop_front() else { break };
+            if alone {
+                return Batch::Alone(text);
             }
+            out.extend_from_slice(text.as_bytes());
+            out.push(b'\n');
         }
-        out.len() - start
+        Batch::Lines(out.len() - start)
     }
 
     /// `bytes` taken by `take_batch` have reached stdout.
@@ -177,7 +192,7 @@ impl ReplyQueue {
     }
 
     /// Blocks while more than the cap waits for stdout.
-    pub fn wait_for_room(&self) {
+    fn wait_for_room(&self) {
         let mut state = self.lock();
         while state.bytes > self.max_bytes && !state.closed {
             state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
@@ -323,13 +338,16 @@ fn write_loop(queue: &ReplyQueue) {
     let mut batch = Vec::new();
     loop {
         batch.clear();
-        let taken = queue.take_batch(&mut batch);
-        if taken == 0 {
-            return;
-        }
-        // Stdout is line-buffered: the batch, ending in a newline, goes out
-        // in one write.
-        let written = stdout.write_all(&batch).and_then(|()| stdout.flush());
+        // Stdout is line-buffered: a batch, ending in a newline, goes out
+        // in one write; a message alone in two, without a copy.
+        let (taken, written) = match queue.take_batch(&mut batch) {
+            Batch::Closed => return,
+            Batch::Lines(taken) => (taken, stdout.write_all(&batch).and_then(|()| stdout.flush())),
+            Batch::Alone(text) => {
+                let written = stdout.write_all(text.as_bytes()).and_then(|()| stdout.write_all(b"\n")).and_then(|()| stdout.flush());
+                (text.len() + 1, written)
+            }
+        };
         queue.written(taken);
         // A large batch is not kept around between writes.
         if batch.capacity() > BATCH_BYTES {
@@ -380,20 +398,48 @@ mod tests {
         assert_eq!(queue.push(response("r")), Queued::Queued);
         assert_eq!(queue.queued_bytes(), 6 + 10 + 2);
         let mut batch = Vec::new();
-        let taken = queue.take_batch(&mut batch);
-        assert_eq!((batch.as_slice(), taken), (&b"12345\n123456789\nr\n"[..], 18));
+        assert_eq!(queue.take_batch(&mut batch), Batch::Lines(18));
+        assert_eq!(batch, b"12345\n123456789\nr\n");
         // Still counted until written: a reader would wait for room here.
         assert_eq!(queue.queued_bytes(), 18);
-        queue.written(taken);
+        queue.written(18);
         queue.wait_for_room();
         assert_eq!(queue.push(Outgoing::Notification("fits".into())), Queued::Queued);
         queue.close();
         assert_eq!(queue.push(response("late")), Queued::Discarded);
         batch.clear();
-        assert_eq!(queue.take_batch(&mut batch), 5);
+        assert_eq!(queue.take_batch(&mut batch), Batch::Lines(5));
         assert_eq!(batch, b"fits\n");
         batch.clear();
-        assert_eq!(queue.take_batch(&mut batch), 0);
+        assert_eq!(queue.take_batch(&mut batch), Batch::Closed);
+    }
+
+    #[test]
+    fn a_message_larger_than_a_batch_comes_alone_between_batches() {
+        let queue = ReplyQueue::new(1 << 30);
+        let big = "b".repeat(BATCH_BYTES);
+        for text in ["s1", &big, "s2", "s3"] {
+            queue.push(Outgoing::Response { text: text.into(), error: None });
+        }
+        queue.close();
+        let mut taken = Vec::new();
+        loop {
+            let mut batch = Vec::new();
+            match queue.take_batch(&mut batch) {
+                Batch::Closed => break,
+                Batch::Lines(bytes) => {
+                    taken.push(format!("lines {bytes}: {}", String::from_utf8(batch).unwrap().escape_debug()));
+                    queue.written(bytes);
+                }
+                Batch::Alone(text) => {
+                    taken.push(format!("alone {}", text.len()));
+                    queue.written(text.len() + 1);
+                }
+            }
+        }
+        let alone = format!("alone {BATCH_BYTES}");
+        assert_eq!(taken, ["lines 3: s1\\n", alone.as_str(), "lines 6: s2\\ns3\\n"]);
+        assert_eq!(queue.queued_bytes(), 0, "what was written is what was counted");
     }
 
     #[test]

@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 /// (`images`, `json` and `quantity` only `echo`; `supervise` only `echo`, `log`
 /// and `metrics`; `audit` only `log`, `network`, `settings_file` and
 /// `supervise`; `trace` only `log`, `metrics` and `supervise`;
-/// `settings_file` nothing) and know no layer.
+/// `settings_file` and `yaml` nothing) and know no layer.
 const LEAVES: &[&str] = &[
     "audit",
     "cancel",
@@ -55,6 +55,7 @@ const LEAVES: &[&str] = &[
     "supervise",
     "time",
     "trace",
+    "yaml",
 ];
 
 /// Who may import whom, on top of `LEAVES` (a `*` entry: only the leaves).
@@ -113,6 +114,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("supervise", &[]),
     ("time", &[]),
     ("trace", &[]),
+    ("yaml", &[]),
 ];
 
 // ---------------------------------------------------------------------------
@@ -1090,4 +1092,49 @@ fn a_subfolder_is_one_node_of_its_parent_folder() {
         ("transport/http/routes.rs", "use super::super::stdio::serve;\nuse super::conn::Conn;\n"),
     ];
     assert_eq!(circles_in(&files), ["src/transport/: http/ → stdio.rs → http/", "src/transport/http/: conn.rs → routes.rs → conn.rs"]);
+}
+
+/// Where a run call's arguments are read: `call_args` parses a run call
+/// once, and no tool rewrites a call's arguments (takes `site`, `sandbox`
+/// or `idempotency_key` off them, or writes an `image` found elsewhere
+/// back) for a later check to read. A tool reads the call-level arguments
+/// through `call_args` (`site`, `sandbox_id`), and the key through it too.
+#[test]
+fn a_run_call_is_parsed_once_in_call_args() {
+    let tools = src_dir().join("tools");
+    let mut violations = Vec::new();
+    for path in source_files().into_iter().filter(|path| path.starts_with(&tools)) {
+        let name = path.strip_prefix(&tools).unwrap_or(&path).to_string_lossy().into_owned();
+        if name == "call_args.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("readable source");
+        let shipped = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let code: String = shipped.lines().filter(|line| !line.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+        let mut needles = vec![
+            // Arguments carried half-peeled, borrowed until something is taken off.
+            "Cow",
+            ".into_owned()",
+            // A call-level argument taken off, written back or read outside the one parse.
+            ".remove(\"",
+            ".remove(ARGUMENT",
+            ".remove(idempotency::ARGUMENT",
+            ".insert(\"site\"",
+            ".insert(\"sandbox\"",
+            "(\"site\")",
+            "(\"sandbox\")",
+            "(\"idempotency_key\")",
+            "(idempotency::ARGUMENT)",
+            "idempotency::key(",
+        ];
+        if name != "idempotency.rs" {
+            needles.push("(ARGUMENT)");
+        }
+        for needle in needles {
+            if code.contains(needle) {
+                violations.push(format!("src/tools/{name} has `{needle}`"));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "a run call's arguments are read outside call_args, or rewritten:\n{}", violations.join("\n"));
 }

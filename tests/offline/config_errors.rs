@@ -51,6 +51,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ("MCP_K8S_SESSION_TTL_S", "0", "MCP_K8S_SESSION_TTL_S: `0` is out of range"),
     ("MCP_K8S_MAX_SESSIONS", "0", "MCP_K8S_MAX_SESSIONS: `0` is out of range"),
     ("MCP_K8S_MAX_CONNECTIONS", "lots", "MCP_K8S_MAX_CONNECTIONS: `lots` is not accepted"),
+    ("MCP_K8S_PROBE_ADDR", "8081", "MCP_K8S_PROBE_ADDR: `8081` is not accepted; expected host:port"),
     ("MCP_K8S_MAX_HEADER_BYTES", "100", "MCP_K8S_MAX_HEADER_BYTES: `100` is out of range"),
     ("MCP_K8S_MAX_HEADERS", "1", "MCP_K8S_MAX_HEADERS: `1` is out of range"),
     ("MCP_K8S_BODY_BUDGET_BYTES", "1", "MCP_K8S_BODY_BUDGET_BYTES: `1` is out of range"),

@@ -5,106 +5,22 @@
 //! `bash` blocks pass `bash -n`, set only real `MCP_K8S_*` settings, give
 //! `mcp-k8s-ephemeral-job` only its real flags and subcommands, and name
 //! repository scripts and files that exist (executable where run). The `sh`
-//! blocks that are safe and quick offline are run, against the built binary.
+//! blocks that are safe and quick offline are run, against the built binary;
+//! those a tier runs (`Check::InTier`) must still fit their edits here, and
+//! those a script runs (`Check::RunBy`) must still be that script's lines.
 //!
-//! What is done with a block is data: `RULES` names a block by its file and
-//! how its first line starts. `json` and `yaml` blocks need no rule unless
+//! What is done with a block is data: `RULES` (tests/support/docs.rs, shared
+//! with the tiers that run the blocks this one cannot) names a block by its
+//! file and how its first line starts. `json` and `yaml` blocks need no rule unless
 //! they are fragments; every `sh` block needs one (run it, or say why not),
 //! and so does every untagged block (text that is no command: a diagram, a
 //! tree). A block without the rule it needs fails with a message saying how
 //! to add one, and so does a rule that names no block, or more than one.
 
-use std::path::Path;
 use std::process::Command;
 
+use crate::support::docs::{BIN_NAME, Block, Check, RULES, Rule, doc_blocks, edited, root, run_shell};
 use mcp_k8s_ephemeral_job::config::SETTINGS;
-
-const BIN_NAME: &str = "mcp-k8s-ephemeral-job";
-
-/// How one block is checked, beyond what its tag implies.
-enum Check {
-    /// `sh`: the static checks only; `why` says why it is not run.
-    Static,
-    /// `sh`: the static checks, then run by `bash -e -o pipefail` with only
-    /// these variables and a `PATH` that starts with the built binary's
-    /// directory; its stdout must pass `stdout`.
-    Run { env: &'static [(&'static str, &'static str)], stdout: fn(&str) -> Result<(), String> },
-    /// Untagged: text that is no command and no document.
-    Text,
-    /// `json`: object members without their braces; parses once wrapped in `{}`.
-    JsonMembers,
-}
-
-struct Rule {
-    file: &'static str,
-    /// How the block's first line starts (without the block's
-    /// indentation); it names one block of the file.
-    first_line_start: &'static str,
-    check: Check,
-    why: &'static str,
-}
-
-const RULES: &[Rule] = &[
-    rule("README.md", "./demo ", Check::Static, "needs Docker or a cluster, as root, and minutes"),
-    rule("README.md", "cargo test --lib --test offline", Check::Static, "runs the tier this test is part of"),
-    rule("README.md", "agent ──MCP (stdio", Check::Text, "a diagram"),
-    rule("README.md", "./install ", Check::Static, "a release build installed as root"),
-    rule("README.md", "mcp-k8s-ephemeral-job --version", Check::Run { env: &[], stdout: version_and_help }, "prints and exits"),
-    rule("README.md", "claude mcp add ", Check::Static, "changes the Claude Code CLI's configuration"),
-    rule("README.md", "export MCP_K8S_AUTH_TOKEN=", Check::Static, "serves on a fixed port until stopped"),
-    rule("docs/architecture.md", "agent ──MCP (stdio", Check::Text, "a diagram"),
-    rule("docs/architecture.md", "agent ──MCP──▶ protocol", Check::Text, "a diagram"),
-    rule(
-        "docs/callers.md",
-        "printf %s \"$TOKEN\" | sha256sum",
-        Check::Run { env: &[("TOKEN", "test")], stdout: digest_of_test },
-        "coreutils",
-    ),
-    rule("docs/deploy.md", "docker build ", Check::Static, "needs Docker, a registry and a cluster"),
-    rule("docs/deploy.md", "# the two namespaces", Check::Static, "needs a cluster and helm"),
-    rule("docs/deploy.md", "kubectl -n mcp-system rollout status", Check::Static, "needs a cluster"),
-    rule(
-        "docs/deploy.md",
-        "cp -r examples/renamed-namespaces",
-        Check::Static,
-        "needs a cluster (with_tools kustomize_namespaces:: renders the overlay)",
-    ),
-    rule("docs/deploy.md", "kubectl delete -k deploy/", Check::Static, "needs a cluster"),
-    rule("docs/deploy.md", "apt-get install ", Check::Static, "installs packages as root, then a cross build"),
-    rule("docs/docker.md", "engine ──NewRun──▶", Check::Text, "a diagram"),
-    rule("docs/docker.md", "tests/podman/up ", Check::Static, "installs podman as root"),
-    rule("docs/large-outputs.md", "\"links\": [", Check::JsonMembers, "one member of a result"),
-    rule("docs/large-outputs.md", "$MCP_K8S_OUTPUTS_DIR/", Check::Text, "a directory tree"),
-    rule("docs/sandboxes.md", "open_sandbox {", Check::Text, "tool calls in short form"),
-    rule("docs/testing.md", "cargo test --lib --test offline", Check::Static, "runs the tier this test is part of"),
-    rule("docs/testing.md", "tests/clients/setup", Check::Static, "downloads the SDKs, needs Docker"),
-    rule("docs/traces.md", "client's span ", Check::Text, "a tree of spans"),
-    rule("docs/traces.md", "MCP_K8S_OTLP_ENDPOINT=", Check::Static, "serves until stopped, needs a backend"),
-];
-
-const fn rule(file: &'static str, first_line_start: &'static str, check: Check, why: &'static str) -> Rule {
-    Rule { file, first_line_start, check, why }
-}
-
-fn version_and_help(stdout: &str) -> Result<(), String> {
-    let version = format!("{BIN_NAME} {}\n", env!("CARGO_PKG_VERSION"));
-    if !stdout.starts_with(&version) || !stdout.contains("\nUsage: ") {
-        return Err(format!("expected `{}` then the help text", version.trim_end()));
-    }
-    Ok(())
-}
-
-/// The digest of `test`, the one docs/callers.md's example shows.
-fn digest_of_test(stdout: &str) -> Result<(), String> {
-    let digest = stdout.strip_suffix('\n').unwrap_or(stdout);
-    if digest.len() != 64 || !digest.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-        return Err("expected 64 hex digits alone".to_string());
-    }
-    if digest != "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" {
-        return Err("expected the SHA-256 of `test`".to_string());
-    }
-    Ok(())
-}
 
 #[test]
 fn every_doc_block_passes_the_check_of_its_kind() {
@@ -136,65 +52,47 @@ fn every_rule_names_a_block() {
     }
 }
 
-impl Rule {
-    fn names(&self, block: &Block) -> bool {
-        block.file == self.file && block.first_line().starts_with(self.first_line_start)
+/// The check can fail: README's `--version` block with a misspelt flag
+/// fails its run, an edit that no longer fits its block fails, and so does
+/// a script that no longer runs what its block says.
+#[test]
+fn a_broken_block_fails() {
+    let (rule, block) = crate::support::docs::rule_and_block("README.md", "mcp-k8s-ephemeral-job --version");
+    let broken = Block { text: block.text.replace("--version", "--versoin"), ..block };
+    let error = check_block(&broken, Some(rule)).expect_err("a misspelt flag fails");
+    assert!(error.contains("`--versoin` is no flag"), "{error}");
+    let error = run_shell(&broken.text, &[], &[], None, root()).expect_err("and fails when run");
+    assert!(error.contains("--versoin"), "{error}");
+    let edits = [crate::support::docs::Edit::Replace { from: "127.0.0.1:8080", to: "127.0.0.1:1" }];
+    let error = edited(&broken.text, &edits).err().expect("an edit that does not fit");
+    assert_eq!(error, "edit: `127.0.0.1:8080` is not in the block");
+    let (_, demo) = crate::support::docs::rule_and_block("README.md", "./demo ");
+    let drifted =
+        Rule { file: "README.md", first_line_start: "./demo ", check: Check::RunBy { lines: &[(".ci/run", "./demo --quick")] }, why: "" };
+    let error = check_block(&demo, Some(&drifted)).expect_err("a line the script does not have");
+    assert_eq!(error, "`./demo --quick` is no line of .ci/run, which its rule says runs the block");
+}
+
+/// docs/deploy.md's cross build is what `tests/build-arm64` runs (and
+/// tests/run-all runs that): the same Debian packages (the script adds
+/// the cross C headers and `file`) and the same Rust targets.
+#[test]
+fn the_cross_build_recipe_is_what_build_arm64_runs() {
+    let (_, block) = crate::support::docs::rule_and_block("docs/deploy.md", "apt-get install ");
+    let script = std::fs::read_to_string(root().join("tests/build-arm64")).expect("tests/build-arm64");
+    let commands = shell_commands(&block.text);
+    let words_after = |prefix: &[&str]| -> Vec<String> {
+        let command = commands.iter().find(|words| words.starts_with(&prefix.iter().map(|word| word.to_string()).collect::<Vec<_>>()));
+        command.unwrap_or_else(|| panic!("the block runs `{}`", prefix.join(" ")))[prefix.len()..].to_vec()
+    };
+    let ensured = script.lines().find_map(|line| line.strip_prefix("ensure_packages ")).expect("build-arm64 ensures its packages");
+    for package in words_after(&["apt-get", "install"]) {
+        assert!(ensured.split(' ').any(|word| word == package), "tests/build-arm64 does not install `{package}`");
     }
-}
-
-struct Block {
-    file: String,
-    line: usize,
-    tag: String,
-    text: String,
-}
-
-impl Block {
-    fn first_line(&self) -> &str {
-        self.text.lines().next().unwrap_or("")
+    for target in words_after(&["rustup", "target", "add"]) {
+        assert!(script.contains(&format!("={target}\n")), "tests/build-arm64 does not add the target `{target}`");
     }
-}
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Every fenced block of README.md and docs/*.md, in order, with the
-/// fence's indentation taken off its lines.
-fn doc_blocks() -> Vec<Block> {
-    let mut files = vec!["README.md".to_string()];
-    let mut docs: Vec<String> = std::fs::read_dir(root().join("docs"))
-        .expect("docs/")
-        .map(|entry| entry.expect("docs/ entry").file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".md"))
-        .map(|name| format!("docs/{name}"))
-        .collect();
-    docs.sort();
-    files.extend(docs);
-    let mut blocks = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(root().join(&file)).unwrap_or_else(|error| panic!("{file}: {error}"));
-        let mut open: Option<(usize, usize, String, Vec<&str>)> = None;
-        for (line_idx, line) in text.lines().enumerate() {
-            let trimmed = line.trim_start();
-            let is_fence = trimmed.starts_with("```");
-            match (&mut open, is_fence) {
-                (None, true) => open = Some((line_idx + 1, line.len() - trimmed.len(), trimmed[3..].trim().to_string(), Vec::new())),
-                (Some(_), true) => {
-                    assert_eq!(trimmed, "```", "{file}:{}: a fence inside a block", line_idx + 1);
-                    let (line, _, tag, lines) = open.take().expect("an open block");
-                    blocks.push(Block { file: file.clone(), line, tag, text: lines.join("\n") + "\n" });
-                }
-                (Some((_, indent, _, lines)), false) => {
-                    let n_spaces = line.len() - line.trim_start_matches(' ').len();
-                    lines.push(&line[n_spaces.min(*indent)..]);
-                }
-                (None, false) => {}
-            }
-        }
-        assert!(open.is_none(), "{file}: a block is never closed");
-    }
-    blocks
+    assert!(commands.iter().any(|words| words == &["tests/build-arm64"]), "the block runs tests/build-arm64");
 }
 
 /// Checks one block; returns the kind it was counted as.
@@ -202,7 +100,7 @@ fn check_block(block: &Block, rule: Option<&Rule>) -> Result<String, String> {
     let check = rule.map(|rule| &rule.check);
     match (block.tag.as_str(), check) {
         ("json", None) => {
-            let value = serde_json::from_str::<serde_json::Value>(&block.text).map_err(|error| format!("not JSON: {error}; fix it, or give it a JsonMembers rule in RULES (tests/offline/docs_commands.rs) if it is a fragment"))?;
+            let value = serde_json::from_str::<serde_json::Value>(&block.text).map_err(|error| format!("not JSON: {error}; fix it, or give it a JsonMembers rule in RULES (tests/support/docs.rs) if it is a fragment"))?;
             check_setting_keys(&value)?;
             Ok("json".to_string())
         }
@@ -222,12 +120,29 @@ fn check_block(block: &Block, rule: Option<&Rule>) -> Result<String, String> {
         }
         ("sh" | "bash", Some(Check::Run { env, stdout })) => {
             check_shell(&block.text)?;
-            run_shell(&block.text, env, *stdout)?;
+            let output = run_shell(&block.text, env, &[], None, root())?;
+            stdout(&output).map_err(|error| format!("run: {error}; stdout: {output}"))?;
             Ok("sh (run)".to_string())
         }
-        ("sh" | "bash", None) => Err("no rule: add one to RULES in tests/offline/docs_commands.rs, `Check::Run` if it is safe and quick to run offline, else `Check::Static` with why it is not run".to_string()),
+        ("sh" | "bash", Some(Check::InTier { tier, edits, .. })) => {
+            check_shell(&block.text)?;
+            let text = edited(&block.text, edits)?.text;
+            check_shell(&text).map_err(|error| format!("after its edits: {error}"))?;
+            Ok(format!("sh (run in {tier:?})"))
+        }
+        ("sh" | "bash", Some(Check::RunBy { lines })) => {
+            check_shell(&block.text)?;
+            for (script, line) in *lines {
+                let script_text = std::fs::read_to_string(root().join(script)).map_err(|error| format!("{script}: {error}"))?;
+                if !script_text.lines().any(|script_line| script_line.trim() == *line) {
+                    return Err(format!("`{line}` is no line of {script}, which its rule says runs the block"));
+                }
+            }
+            Ok("sh (run by a script)".to_string())
+        }
+        ("sh" | "bash", None) => Err("no rule: add one to RULES in tests/support/docs.rs, `Check::Run` if it is safe and quick to run offline, `Check::InTier` if a tier has what it needs, else `Check::Static` with why it is not run".to_string()),
         ("", Some(Check::Text)) => Ok("text".to_string()),
-        ("", None) => Err("untagged: tag it (sh, json, yaml) to have it checked, or, if it is no command and no document (a diagram, a tree), add a `Check::Text` rule to RULES in tests/offline/docs_commands.rs".to_string()),
+        ("", None) => Err("untagged: tag it (sh, json, yaml) to have it checked, or, if it is no command and no document (a diagram, a tree), add a `Check::Text` rule to RULES in tests/support/docs.rs".to_string()),
         (_, Some(_)) => Err("its rule in RULES does not fit its tag".to_string()),
         (tag, None) => Err(format!("unknown tag `{tag}`: use sh, json or yaml, or none for text")),
     }
@@ -348,24 +263,6 @@ fn check_repo_path(word: &str, is_run: bool) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn run_shell(text: &str, env: &[(&str, &str)], check_stdout: fn(&str) -> Result<(), String>) -> Result<(), String> {
-    let binary = Path::new(env!("CARGO_BIN_EXE_mcp-k8s-ephemeral-job"));
-    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", binary.parent().expect("the binary's directory").display());
-    let output = Command::new("bash")
-        .args(["-e", "-o", "pipefail", "-c", text])
-        .env_clear()
-        .env("PATH", path)
-        .envs(env.iter().copied())
-        .current_dir(root())
-        .output()
-        .map_err(|error| format!("bash: {error}"))?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        return Err(format!("run: {}; stderr: {}", output.status, String::from_utf8_lossy(&output.stderr).trim()));
-    }
-    check_stdout(&stdout).map_err(|error| format!("run: {error}; stdout: {stdout}"))
 }
 
 /// The commands of a shell text, each as its words with the quotes taken

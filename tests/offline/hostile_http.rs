@@ -740,7 +740,12 @@ fn start_server(env: &[(&str, &str)]) -> HttpServer {
         ("MCP_K8S_WRITE_TIMEOUT_S", "3"),
     ];
     all_env.extend_from_slice(env);
-    HttpServer::start(&all_env)
+    match std::env::var("MCP_K8S_BIN") {
+        // Another build (bench/hostile's static one): no test hooks, which
+        // no attack here calls and a release build refuses.
+        Ok(binary) => HttpServer::start_binary(&binary, &all_env),
+        Err(_) => HttpServer::start(&all_env),
+    }
 }
 
 /// `GET /healthz` and a `ping` on `session`, over and over, each on a new

@@ -727,3 +727,46 @@ fn named_sites_that_cannot_be_reached_are_described_and_refused_by_name() {
         listed["structuredContent"]["unreachable_sites"].as_array().unwrap().iter().map(|site| site["site"].as_str().unwrap()).collect();
     assert_eq!(unreachable, ["two", "one"], "{listed}");
 }
+
+/// MCP_K8S_PROBE_ADDR: the probes answer on a port of their own, which
+/// answers nothing else, and still answer while every connection of the
+/// MCP port, and its probe reserve, is taken by streams and idle sockets.
+#[test]
+fn the_probe_port_answers_the_probes_alone_while_the_mcp_port_is_full() {
+    let server = HttpServer::start(&[("MCP_K8S_PROBE_ADDR", "127.0.0.1:0"), ("MCP_K8S_MAX_CONNECTIONS", "2")]);
+    let probe_addr = server
+        .startup_log
+        .iter()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|log| log["msg"] == "listening for probes")
+        .and_then(|log| log["addr"].as_str().map(str::to_string))
+        .expect("a `listening for probes` log line before `listening`");
+    assert_ne!(probe_addr, server.addr);
+    let get = |path: &str| exchange(&probe_addr, format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes());
+    assert!(get("/healthz").starts_with("HTTP/1.1 200 OK"));
+    // `/readyz` is 503 here: this server has no backend.
+    assert!(get("/readyz").contains("not ready: "));
+    assert!(get("/metrics").contains("mcp_k8s_"));
+    let elsewhere = get("/mcp");
+    assert!(elsewhere.starts_with("HTTP/1.1 404") && elsewhere.contains("MCP_K8S_ADDR"), "{elsewhere}");
+    // Two legacy streams take both connections; 16 sockets that send
+    // nothing take the probe reserve.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(&server.addr).unwrap();
+        stream.write_all(b"GET /sse HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(stream.try_clone().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+        held.push(stream);
+    }
+    for _ in 0..16 {
+        held.push(TcpStream::connect(&server.addr).unwrap());
+    }
+    // Nothing is sent, so that the refusal's close cannot reset what it
+    // wrote: a newcomer with no head yet is told the port is full.
+    let refused = exchange(&server.addr, b"");
+    assert!(refused.starts_with("HTTP/1.1 503") && refused.contains("MCP_K8S_MAX_CONNECTIONS"), "the MCP port is full: {refused}");
+    assert!(get("/healthz").starts_with("HTTP/1.1 200 OK"));
+    drop(held);
+}

@@ -158,6 +158,33 @@ fn followed_log_can_be_aborted_from_another_thread() {
     assert_eq!(after, Some(Err(std::io::ErrorKind::ConnectionAborted)));
 }
 
+/// Followed logs share one agent per client (an agent each held 256
+/// agents at 256 followed logs): aborting one closes its connection
+/// alone.
+#[test]
+fn aborting_one_followed_log_leaves_the_others_open() {
+    let fake = FakeApi::start();
+    let (client, _temp) = connect(&fake);
+    fake.set_log("live-ns", "a", "a1\n", false);
+    fake.set_log("live-ns", "b", "b1\n", false);
+    let first = client.follow_pod_logs("live-ns", "a", &LogParams::default()).unwrap();
+    let second = client.follow_pod_logs("live-ns", "b", &LogParams::default()).unwrap();
+    let first_abort = first.abort_handle();
+    let mut first = first.lines();
+    let mut second = second.lines();
+    assert_eq!(first.next().unwrap().unwrap(), "a1");
+    assert_eq!(second.next().unwrap().unwrap(), "b1");
+    first_abort.abort();
+    assert_eq!(first.next().map(|line| line.map_err(|error| error.kind())), Some(Err(std::io::ErrorKind::ConnectionAborted)));
+    fake.append_log("live-ns", "b", "b2\n");
+    fake.finish_log("live-ns", "b");
+    assert_eq!(second.next().unwrap().unwrap(), "b2", "the other log is still read");
+    assert!(second.next().is_none());
+    fake.set_log("live-ns", "c", "c1\n", false);
+    let third = client.follow_pod_logs("live-ns", "c", &LogParams::default()).unwrap();
+    assert_eq!(third.lines().next().unwrap().unwrap(), "c1", "a new stream connects after an abort");
+}
+
 #[test]
 fn access_review_allowed_and_denied() {
     let fake = FakeApi::start();

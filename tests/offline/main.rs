@@ -44,3 +44,4 @@ mod runner;
 mod scaling;
 mod stdio;
 mod supervise;
+mod yaml_reader;

@@ -259,11 +259,37 @@ fn await_running_output(server: &mut crate::support::server::StdioServer, token:
 
 /// Kills (`ss -K`) this host's TCP connections to the sandbox's pod's
 /// runner port: the API server's, which proxies the call. What `ss`
-/// printed: the connections it killed. `name`: the sandbox's public name.
+/// printed: the connections it killed, or, when it found none within 10 s,
+/// what the test could see (the pods, every connection to them).
+/// `name`: the sandbox's public name.
 fn kill_runner_connections(name: &str) -> String {
     let params = kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/sandbox={name}")), field_selector: None };
-    let pods = cluster::admin_client().list(kube::Resource::PODS, NAMESPACE, &params).expect("list the sandbox's pods").items;
-    let ip = pods.iter().find_map(|pod| pod["status"]["podIP"].as_str()).expect("the sandbox's pod has an IP").to_string();
-    let out = std::process::Command::new("ss").args(["-K", "-t", "dst", &ip, "dport", "=", ":7777"]).output().expect("run ss");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pods = cluster::admin_client().list(kube::Resource::PODS, NAMESPACE, &params).expect("list the sandbox's pods").items;
+        // The running pod's: an earlier pod of the Job keeps its IP in
+        // its status after it failed.
+        let ip = pods
+            .iter()
+            .filter(|pod| pod["status"]["phase"] == "Running")
+            .find_map(|pod| pod["status"]["podIP"].as_str())
+            .expect("the sandbox has a running pod with an IP")
+            .to_string();
+        let out = std::process::Command::new("ss").args(["-K", "-t", "dst", &ip, "dport", "=", ":7777"]).output().expect("run ss");
+        let killed = String::from_utf8_lossy(&out.stdout).into_owned();
+        if killed.contains(":7777") {
+            return killed;
+        }
+        if Instant::now() >= deadline {
+            let seen: Vec<String> = pods
+                .iter()
+                .map(|pod| format!("{} {} {}", pod["metadata"]["name"], pod["status"]["phase"], pod["status"]["podIP"]))
+                .collect();
+            let all = std::process::Command::new("ss").args(["-t", "-n", "-a", "dst", &ip]).output().expect("run ss");
+            return format!("{killed}\npods: {seen:?}\nconnections to {ip}: {}", String::from_utf8_lossy(&all.stdout));
+        }
+        // The connection shows up in the kernel's table as the API server
+        // opens it; nothing else tells this process when.
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

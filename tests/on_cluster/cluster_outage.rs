@@ -63,6 +63,10 @@ impl PrivateApiServer {
     fn launch(&mut self) {
         let mut log = std::fs::OpenOptions::new().append(true).create(true).open(&self.log_file).expect("the private API server log");
         let _ = writeln!(log, "=== cluster_outage: starting");
+        // Another process on the port (one left by an aborted run) would
+        // answer in this one's place, with other keys.
+        let taken = std::net::TcpStream::connect(("127.0.0.1", PRIVATE_PORT.parse::<u16>().unwrap_or(6444))).is_ok();
+        assert!(!taken, "port {PRIVATE_PORT} is taken (an API server left by an aborted run?): `ss -ltnp | grep {PRIVATE_PORT}` names it");
         let child = Command::new(&self.argv[0])
             .args(&self.argv[1..])
             .process_group(0)
@@ -77,6 +81,20 @@ impl PrivateApiServer {
         let deadline = Instant::now() + Duration::from_secs(120);
         while client.version().is_err() {
             assert!(Instant::now() < deadline, "the private API server did not come up; see {}", self.log_file.display());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // It answers before its RBAC cache is filled, and until then it
+        // refuses everything: a run started then would be refused.
+        let may_create_jobs = kube::AccessCheck {
+            namespace: cluster::namespace(),
+            verb: "create".into(),
+            group: "batch".into(),
+            resource: "jobs".into(),
+            subresource: String::new(),
+            name: String::new(),
+        };
+        while !client.access_review(&may_create_jobs).is_ok_and(|decision| decision.allowed) {
+            assert!(Instant::now() < deadline, "the private API server never let the server create Jobs; see {}", self.log_file.display());
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -113,7 +131,7 @@ fn an_api_server_down_25_s_mid_run_fails_nothing_that_succeeds() {
         })
         .collect();
     let _cleanup = Cleanup(tokens.iter().map(|token| faults::run_id_of(token)).collect());
-    let (sync_run_id, _) = faults::wait_running_with_marker(&format!("{marker}-sync"), Duration::from_secs(120));
+    let sync_run_id = wait_running_or_answered(&server, &format!("{marker}-sync"), sync_id);
     for index in 0..2 {
         faults::wait_running_with_marker(&format!("{marker}-bg{index}"), Duration::from_secs(120));
     }
@@ -144,4 +162,20 @@ fn an_api_server_down_25_s_mid_run_fails_nothing_that_succeeds() {
     // Whether the restarted API server's cold caches answered 403 this
     // time (it does not always): for the record, not a condition.
     eprintln!("cluster_outage: 403 after the restart seen in the server log: {forbidden}");
+}
+
+/// Waits for the run_job `id`'s pod (its command mentions `marker`) to run;
+/// its run id. A run that ended before (refused, say) fails the test with
+/// its answer.
+fn wait_running_or_answered(server: &crate::support::server::StdioServer, marker: &str, id: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some((run_id, _)) = faults::running_with_marker(marker) {
+            return run_id;
+        }
+        if let Some(message) = server.try_recv_within(Duration::from_millis(300)) {
+            assert_ne!(message["id"], id, "the run_job ended before its pod ran: {message}");
+        }
+        assert!(Instant::now() < deadline, "no running pod with `{marker}` within 120 s, and no answer to the run_job");
+    }
 }

@@ -1,6 +1,7 @@
 //! The cluster tier: tests against the real test cluster that
 //! `tests/cluster/up` builds (the server's runs, background jobs, bounds,
-//! options, faults and an API-server outage of the server's own), in one test
+//! options, faults and an API-server outage of the server's own, the docs'
+//! command blocks that need a cluster), in one test
 //! binary. They fail, never skip, when the cluster is missing. Tests that
 //! break the node for every pod are in `tests/on_cluster_alone`, a binary of
 //! their own, because cargo runs test binaries one after another.
@@ -31,6 +32,7 @@ mod contract;
 #[path = "../contract/kubernetes_warm.rs"]
 mod contract_warm;
 mod dockerfile_image;
+mod docs_blocks;
 mod helm_install;
 mod network;
 mod pod_template;

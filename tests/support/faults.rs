@@ -105,24 +105,28 @@ pub fn pods_of(run_id: &str) -> Vec<Value> {
 /// container; returns (run id, pod name).
 pub fn wait_running_with_marker(marker: &str, within: Duration) -> (String, String) {
     let deadline = Instant::now() + within;
-    let params =
-        kube::ListParams { label_selector: Some("app.kubernetes.io/managed-by=mcp-k8s-ephemeral-job".into()), field_selector: None };
     loop {
-        let pods = cluster::admin_client().list(kube::Resource::PODS, NAMESPACE, &params).expect("list pods").items;
-        let found = pods.iter().find(|pod| pod["spec"]["containers"].to_string().contains(marker));
-        if let Some(pod) = found {
-            let running = pod["status"]["containerStatuses"]
-                .as_array()
-                .is_some_and(|statuses| statuses.iter().any(|status| status["name"] == "main" && status["state"]["running"].is_object()));
-            if running {
-                let run_id = pod["metadata"]["labels"]["mcp-k8s-ephemeral-job/run-id"].as_str().unwrap_or_default().to_string();
-                let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
-                return (run_id, name);
-            }
+        if let Some(found) = running_with_marker(marker) {
+            return found;
         }
         assert!(Instant::now() < deadline, "no running pod with `{marker}` within {within:?}");
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// The pod whose command mentions `marker`, once its main container runs:
+/// (run id, pod name).
+pub fn running_with_marker(marker: &str) -> Option<(String, String)> {
+    let params =
+        kube::ListParams { label_selector: Some("app.kubernetes.io/managed-by=mcp-k8s-ephemeral-job".into()), field_selector: None };
+    let pods = cluster::admin_client().list(kube::Resource::PODS, NAMESPACE, &params).expect("list pods").items;
+    let pod = pods.iter().find(|pod| pod["spec"]["containers"].to_string().contains(marker))?;
+    let running = pod["status"]["containerStatuses"]
+        .as_array()
+        .is_some_and(|statuses| statuses.iter().any(|status| status["name"] == "main" && status["state"]["running"].is_object()));
+    let run_id = pod["metadata"]["labels"]["mcp-k8s-ephemeral-job/run-id"].as_str().unwrap_or_default().to_string();
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    running.then_some((run_id, name))
 }
 
 /// A marker no other run on the cluster uses.

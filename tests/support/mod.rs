@@ -4,6 +4,7 @@
 //! - `server`: the built binary over stdio or HTTP, and a raw HTTP client;
 //! - `fake_api` and `pki`: the fake Kubernetes API server and its certificates;
 //! - `cluster`: the real test cluster of `tests/cluster/up`;
+//! - `docs`: the fenced blocks of README.md and docs/, and the rule of each;
 //! - `faults`: MCP calls and cleanup for the real-cluster fault suites;
 //! - `monitoring`: the queries of `deploy/monitoring/` and the metric names
 //!   the server exports;
@@ -16,6 +17,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod docs;
 pub mod fake_api;
 pub mod faults;
 pub mod monitoring;

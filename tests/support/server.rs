@@ -38,7 +38,12 @@ pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","p
 /// `env` says otherwise: most tests of the protocol and the transports
 /// need no backend, and a server without one refuses to start by default.
 pub fn command(env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(BIN);
+    command_of(BIN, env)
+}
+
+/// `command` for another build of the server (a benchmark's static one).
+pub fn command_of(binary: &str, env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(binary);
     command.env_clear();
     command.env("MCP_K8S_LAZY_BACKEND", "1");
     for (name, value) in env {
@@ -128,6 +133,12 @@ impl StdioServer {
     }
 
     /// `recv` with a longer or shorter wait, for calls that run real pods.
+    /// The next message if one comes within `wait`.
+    pub fn try_recv_within(&self, wait: Duration) -> Option<Value> {
+        let line = self.stdout.recv_timeout(wait).ok()?;
+        Some(serde_json::from_str(&line).unwrap_or_else(|_| panic!("stdout carried a non-JSON line: {line}")))
+    }
+
     pub fn recv_within(&self, wait: Duration) -> Value {
         let line = self.stdout.recv_timeout(wait).unwrap_or_else(|_| panic!("no message within {wait:?}"));
         serde_json::from_str(&line).unwrap_or_else(|_| panic!("stdout carried a non-JSON line: {line}"))
@@ -211,9 +222,17 @@ impl HttpServer {
     /// Starts on an ephemeral loopback port and learns it from the
     /// `listening` log line.
     pub fn start(env: &[(&str, &str)]) -> HttpServer {
-        let mut all_env = vec![("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_ADDR", "127.0.0.1:0"), ("MCP_K8S_TEST_TOOLS", "1")];
+        let mut all_env = vec![("MCP_K8S_TEST_TOOLS", "1")];
         all_env.extend_from_slice(env);
-        let mut child = command(&all_env).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        HttpServer::start_binary(BIN, &all_env)
+    }
+
+    /// `start` for another build, without the test hooks (a release build
+    /// refuses them).
+    pub fn start_binary(binary: &str, env: &[(&str, &str)]) -> HttpServer {
+        let mut all_env = vec![("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_ADDR", "127.0.0.1:0")];
+        all_env.extend_from_slice(env);
+        let mut child = command_of(binary, &all_env).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
         let stderr = line_channel(child.stderr.take().unwrap());
         // Built before the address is known so that Drop kills the child
         // even when the wait below fails.
@@ -445,12 +464,25 @@ fn request_signalled(
     HttpResponse { status, headers, body: String::from_utf8(body).unwrap(), chunk_times }
 }
 
+/// Starts `pid`'s peak RSS afresh from its RSS now (Linux's
+/// `clear_refs` 5), so that a later `peak_rss_kib` measures what came
+/// after; returns the RSS now, in KiB.
+pub fn restart_peak_rss(pid: u32) -> u64 {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("/proc clear_refs");
+    status_kib(pid, "VmRSS:")
+}
+
 /// VmHWM: the peak resident set of the process so far.
 pub fn peak_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM:")
+}
+
+/// A size line of `/proc/<pid>/status`, in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|value| value.trim().trim_end_matches(" kB").trim().parse().ok())
-        .expect("a VmHWM line")
+        .unwrap_or_else(|| panic!("a {field} line"))
 }

@@ -7,6 +7,8 @@
 //!   multi-arch image index, both made by `tests/build-arm64`;
 //! - `kustomize_namespaces`: `examples/renamed-namespaces/` rendered by
 //!   the cache's kubectl (`tests/cluster/build-kube`);
+//! - `docs_blocks`: the README's and docs' command blocks that need this
+//!   tier (tests/support/docs.rs's `RULES`);
 //! - `install`: `./install` as the README gives it, after
 //!   `tests/build-project-image` built the same static binary;
 //! - `monitoring`: `deploy/monitoring/` checked by promtool, built once and
@@ -23,6 +25,7 @@
 mod support;
 
 mod arm64;
+mod docs_blocks;
 mod helm_chart;
 mod install;
 mod kustomize_namespaces;

@@ -151,7 +151,7 @@ pub fn runner_arch_refusal(path: &str, machine: u16, engine_arch: &str) -> Optio
 }
 
 /// The ELF header's `e_machine`, for a 64-bit little-endian ELF.
-pub fn elf_machine(bytes: &[u8]) -> Option<u16> {
+fn elf_machine(bytes: &[u8]) -> Option<u16> {
     if !is_elf64_le(bytes) {
         return None;
     }
@@ -166,7 +166,7 @@ fn is_elf64_le(bytes: &[u8]) -> bool {
 
 /// `Some(true)` for a 64-bit little-endian ELF without a `PT_INTERP`
 /// program header (no dynamic loader), `None` for something else.
-pub fn elf_is_static(bytes: &[u8]) -> Option<bool> {
+fn elf_is_static(bytes: &[u8]) -> Option<bool> {
     if !is_elf64_le(bytes) {
         return None;
     }

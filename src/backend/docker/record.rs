@@ -41,15 +41,15 @@ use crate::engine::run::verdict;
 use crate::log;
 
 pub const ROLE_RECORD: &str = "record";
-pub const ROLE_VERDICT: &str = "verdict";
-pub const ROLE_CANCEL: &str = "cancel";
+const ROLE_VERDICT: &str = "verdict";
+const ROLE_CANCEL: &str = "cancel";
 /// On the verdict container: `engine::run::verdict`'s text.
-pub const LABEL_VERDICT: &str = "mcp-k8s-ephemeral-job/verdict";
+const LABEL_VERDICT: &str = "mcp-k8s-ephemeral-job/verdict";
 /// On the cancel container, and copied onto the verdict: RFC 3339 UTC.
-pub const LABEL_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
+const LABEL_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
 /// On the verdict container: when the run was created, in seconds since
 /// the epoch (the verdict container's own creation is the run's end).
-pub const LABEL_CREATED: &str = "mcp-k8s-ephemeral-job/created";
+const LABEL_CREATED: &str = "mcp-k8s-ephemeral-job/created";
 
 /// The name of a run's container of `role`.
 pub fn container_name(role: &str, run_id: &str) -> String {
@@ -67,7 +67,7 @@ pub struct RunContainers {
 
 impl RunContainers {
     /// Sorts `containers` (one run's) by their role label.
-    pub fn from_list(containers: Vec<ContainerSummary>) -> RunContainers {
+    fn from_list(containers: Vec<ContainerSummary>) -> RunContainers {
         let mut sorted = RunContainers::default();
         for container in containers {
             let slot = match container.labels.get(spec::LABEL_ROLE).map(String::as_str) {

@@ -51,7 +51,7 @@ impl Drop for Counted {
 
 /// The pauses before each new try of a removal that failed: about half a
 /// minute in all, past a call's timeout, before the reaper's turn.
-pub const RETRIES: [Duration; 4] = [Duration::from_secs(1), Duration::from_secs(3), Duration::from_secs(9), Duration::from_secs(20)];
+const RETRIES: [Duration; 4] = [Duration::from_secs(1), Duration::from_secs(3), Duration::from_secs(9), Duration::from_secs(20)];
 
 /// Runs `remove` on a thread of its own, again after each pause of
 /// `RETRIES` while it fails; on the caller's thread, once, when no thread
@@ -78,7 +78,7 @@ pub fn spawn(run_id: &str, remove: impl Fn() -> Result<(), String> + Clone + Sen
 
 /// Calls `remove` until it succeeds, pausing `pauses` in turn between
 /// tries; whether it succeeded. Each failure is logged.
-pub fn with_retries(run_id: &str, pauses: &[Duration], remove: impl Fn() -> Result<(), String>) -> bool {
+fn with_retries(run_id: &str, pauses: &[Duration], remove: impl Fn() -> Result<(), String>) -> bool {
     let mut pauses = pauses.iter();
     loop {
         let Err(error) = remove() else { return true };

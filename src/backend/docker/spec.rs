@@ -28,10 +28,10 @@ use crate::network::NetworkMode;
 use crate::sandbox::TMP_DIR;
 use crate::sandbox::args::{self, AssignOptions, Endpoint};
 
-/// Every label key starts with this, so `docker ps --filter label=...`
-/// and the reaper find the server's objects and nothing else.
-pub const LABEL_PREFIX: &str = "mcp-k8s-ephemeral-job/";
-/// `managed-by=mcp-k8s-ephemeral-job` on every container the server makes.
+/// `managed-by=mcp-k8s-ephemeral-job` on every container the server makes;
+/// every label key starts with `mcp-k8s-ephemeral-job/`, so
+/// `docker ps --filter label=...` and the reaper find the server's objects
+/// and nothing else.
 pub const LABEL_MANAGED_BY: &str = "mcp-k8s-ephemeral-job/managed-by";
 pub const MANAGED_BY: &str = "mcp-k8s-ephemeral-job";
 pub const LABEL_RUN_ID: &str = "mcp-k8s-ephemeral-job/run-id";
@@ -40,7 +40,7 @@ pub const LABEL_ROLE: &str = "mcp-k8s-ephemeral-job/role";
 pub const ROLE_RUN: &str = "run";
 /// `sync` or `background`.
 pub const LABEL_MODE: &str = "mcp-k8s-ephemeral-job/mode";
-pub const MODE_SYNC: &str = "sync";
+const MODE_SYNC: &str = "sync";
 pub const MODE_BACKGROUND: &str = "background";
 /// RFC 3339 UTC: after it the reaper removes the container.
 pub const LABEL_EXPIRES_AT: &str = "mcp-k8s-ephemeral-job/expires-at";
@@ -65,11 +65,11 @@ pub const LABEL_POOL_OWNER: &str = "mcp-k8s-ephemeral-job/pool-owner";
 
 /// Where the runner binary is mounted inside the container: the path it
 /// has in a pod (`sandbox::BIN_DIR`), so argv and messages read the same.
-pub const RUNNER_PATH: &str = "/mcp/bin/mcp-k8s-ephemeral-job";
+const RUNNER_PATH: &str = "/mcp/bin/mcp-k8s-ephemeral-job";
 /// The container's process limit. Kubernetes leaves this to the kubelet's
 /// `podPidsLimit`; here the server sets it: enough for builds and test
 /// runners, not for a fork bomb to starve the host.
-pub const PIDS_LIMIT: i64 = 1024;
+const PIDS_LIMIT: i64 = 1024;
 
 /// What the operator chose for the Docker backend, apart from `Policy`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,7 +131,7 @@ pub fn open_network() -> NetworkSpec {
 /// `open_network` makes: a bridge of this server's with inter-container
 /// traffic off. Someone else's, or one letting containers talk, would give
 /// `open` runs ingress, so it is refused with what to do.
-pub fn check_open_network(inspect: &NetworkInspect) -> Result<(), String> {
+fn check_open_network(inspect: &NetworkInspect) -> Result<(), String> {
     let ours = inspect.labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY);
     let icc_off = inspect.options.get(ICC_OPTION).map(String::as_str) == Some("false");
     if inspect.driver == "bridge" && ours && icc_off && !inspect.internal {
@@ -394,7 +394,7 @@ pub fn workdir_is_volume(spec: &RunSpec, options: &Options) -> bool {
     has_inputs(spec) || !options.owned_tmpfs
 }
 
-pub fn has_inputs(spec: &RunSpec) -> bool {
+fn has_inputs(spec: &RunSpec) -> bool {
     !spec.files.is_empty()
 }
 

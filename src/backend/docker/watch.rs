@@ -29,7 +29,7 @@ pub const POLL: Duration = Duration::from_millis(50);
 /// ...and once it has stayed the same for `SETTLED_AFTER` looks: a long
 /// command's end comes with its result on the log, which needs no poll,
 /// and ten runs at 20 inspects a second each would cost the daemon CPU.
-pub const SETTLED_POLL: Duration = Duration::from_millis(250);
+const SETTLED_POLL: Duration = Duration::from_millis(250);
 const SETTLED_AFTER: u32 = 40;
 /// The longest wait between two tries while the daemon does not answer.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);

@@ -39,7 +39,7 @@ const START_FAILURES: &[&str] = &["CreateContainerError", "RunContainerError"];
 /// Terminated reasons of a container whose process never ran.
 const TERMINATED_WITHOUT_STARTING: &[&str] = &["StartError", "ContainerCannotRun"];
 
-pub fn pod_state(pod: &Pod) -> PodState {
+fn pod_state(pod: &Pod) -> PodState {
     let status = &pod.status;
     let phase = status.phase.as_deref().unwrap_or("");
     let init_steps = [
@@ -80,7 +80,7 @@ pub fn pod_state(pod: &Pod) -> PodState {
 }
 
 /// Whether someone asked for the pod to go (`metadata.deletionTimestamp`).
-pub fn is_deleting(pod: &Pod) -> bool {
+fn is_deleting(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
@@ -306,7 +306,7 @@ pub fn finished_pod(pod: &Pod) -> Option<Finished> {
 
 /// The facts of a pod that is gone or going without a final status: what
 /// its status said last, and that it was deleted.
-pub fn deleted_pod(pod: &Pod) -> Finished {
+fn deleted_pod(pod: &Pod) -> Finished {
     let terminated = main_container(&pod.status).and_then(|main| main.state.terminated.as_ref());
     Finished { deleted: true, ..finished(&pod.status, terminated) }
 }

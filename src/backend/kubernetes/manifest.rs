@@ -57,7 +57,7 @@ pub const MODE_BACKGROUND: &str = "background";
 /// on its port (`sandbox::held`): what deploy/outputs.optional.yaml's
 /// NetworkPolicy selects to let the API server in.
 pub const LABEL_OUTPUTS: &str = "mcp-k8s-ephemeral-job/outputs";
-pub const OUTPUTS_HELD: &str = "held";
+const OUTPUTS_HELD: &str = "held";
 /// Annotation (RFC 3339, UTC) after which the reaper deletes the object,
 /// whoever created it: see `backend::kubernetes::reaper`.
 pub const ANNOTATION_EXPIRES_AT: &str = "mcp-k8s-ephemeral-job/expires-at";

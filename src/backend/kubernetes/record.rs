@@ -31,25 +31,25 @@ use crate::log;
 /// The job token (`run_id` and submit time, signed): the key a caller
 /// fetches with, and the proof a Job is the one the token names.
 pub const ANNOTATION_TOKEN: &str = "mcp-k8s-ephemeral-job/job-token";
-pub const ANNOTATION_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
+const ANNOTATION_TIMEOUT_S: &str = "mcp-k8s-ephemeral-job/timeout-s";
 /// The image and the program's name, so `list_jobs` can tell runs apart.
 /// Not the arguments: they are the caller's data (scripts, sometimes
 /// secrets), and a Job annotation keeps them in etcd, and its backups, for
 /// the whole retention.
-pub const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
+const ANNOTATION_COMMAND: &str = "mcp-k8s-ephemeral-job/command";
 /// The SHA-256 of the tool and arguments of a run made with an
 /// idempotency key (`engine::background::idempotency`): the run's name comes from the
 /// key, and a retry compares this. Only a hash: the arguments are the
 /// caller's data.
-pub const ANNOTATION_ARGUMENTS_SHA256: &str = "mcp-k8s-ephemeral-job/arguments-sha256";
+const ANNOTATION_ARGUMENTS_SHA256: &str = "mcp-k8s-ephemeral-job/arguments-sha256";
 /// The submitting call's span (`BackgroundRecord::traceparent`).
-pub const ANNOTATION_TRACEPARENT: &str = "mcp-k8s-ephemeral-job/traceparent";
+const ANNOTATION_TRACEPARENT: &str = "mcp-k8s-ephemeral-job/traceparent";
 /// The caller the run is recorded for (`BackgroundRecord::owner`), on a
 /// server with several callers: only it sees the run.
-pub const ANNOTATION_CALLER: &str = "mcp-k8s-ephemeral-job/caller";
+const ANNOTATION_CALLER: &str = "mcp-k8s-ephemeral-job/caller";
 /// Set by `cancel`: the run was stopped on purpose, even if its pod (and
 /// the partial output in its log) is gone when another process looks.
-pub const ANNOTATION_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
+const ANNOTATION_CANCELLED_AT: &str = "mcp-k8s-ephemeral-job/cancelled-at";
 /// The verdict of a run (`engine::run::verdict`'s text): every replica and a
 /// restarted server read it before judging anything.
 pub const ANNOTATION_OUTCOME: &str = "mcp-k8s-ephemeral-job/outcome";
@@ -96,12 +96,12 @@ impl fmt::Display for RecordError {
 
 impl JobRecord {
     /// The record of a background Job; `Err` when it carries no token.
-    pub fn from_job(job: &Job) -> Result<JobRecord, RecordError> {
+    fn from_job(job: &Job) -> Result<JobRecord, RecordError> {
         JobRecord::from_annotations(&job.metadata.name, &job.metadata.annotations)
     }
 
     /// The record in `annotations`; `job` names the object in the error.
-    pub fn from_annotations(job: &str, annotations: &BTreeMap<String, String>) -> Result<JobRecord, RecordError> {
+    fn from_annotations(job: &str, annotations: &BTreeMap<String, String>) -> Result<JobRecord, RecordError> {
         let text = |key: &str| annotations.get(key).cloned();
         let token = text(ANNOTATION_TOKEN).ok_or_else(|| RecordError::MissingToken { job: job.to_string() })?;
         Ok(JobRecord {
@@ -119,7 +119,7 @@ impl JobRecord {
 
     /// The annotations that say this record; the fields that are `None`
     /// are left out, so a fresh record is what `submit` writes.
-    pub fn to_annotations(&self) -> BTreeMap<String, String> {
+    fn to_annotations(&self) -> BTreeMap<String, String> {
         let mut annotations = BTreeMap::new();
         annotations.insert(ANNOTATION_TOKEN.to_string(), self.token.clone());
         if let Some(timeout_s) = self.timeout_s {

@@ -24,7 +24,7 @@ use crate::config::Config;
 
 /// The largest template file read: a template is a few dozen lines, and a
 /// bound keeps a wrong path (a log, a device) from being read whole.
-pub const MAX_TEMPLATE_BYTES: u64 = 64 << 10;
+const MAX_TEMPLATE_BYTES: u64 = 64 << 10;
 
 /// A checked template: pod spec fields to add, and the pod's extra labels
 /// and annotations. Sorted maps keep the manifest deterministic.
@@ -193,7 +193,7 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<PodTemplate, Error> {
     let value: Value = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|error| parse_error(error.to_string()))?
     } else {
-        serde_saphyr::from_str(text).map_err(|error| parse_error(error.to_string()))?
+        crate::yaml::from_str(text).map_err(|error| parse_error(error.to_string()))?
     };
     let Value::Object(fields) = value else { return Err(parse_error("the top level must be a mapping of pod fields".into())) };
     Checker { path }.template(fields)
@@ -495,7 +495,7 @@ impl Checker<'_> {
 
 /// Why `text` is not a label value (at most 63 characters, empty or
 /// alphanumerics with `-`, `_` and `.` inside), or `None` when it is.
-pub fn label_value_problem(text: &str) -> Option<&'static str> {
+fn label_value_problem(text: &str) -> Option<&'static str> {
     if text.len() > 63 {
         return Some("at most 63 characters");
     }
@@ -505,7 +505,7 @@ pub fn label_value_problem(text: &str) -> Option<&'static str> {
 /// Why `key` is not a qualified name (`[prefix/]name`: a DNS subdomain of
 /// at most 253 characters, then a name of at most 63 as in a label value),
 /// or `None` when it is.
-pub fn qualified_name_problem(key: &str) -> Option<&'static str> {
+fn qualified_name_problem(key: &str) -> Option<&'static str> {
     let (prefix, name) = match key.rsplit_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),

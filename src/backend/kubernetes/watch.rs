@@ -31,7 +31,7 @@ use crate::{log, supervise};
 /// How long 401/403 answers to the watch are taken for an API server
 /// whose caches are still cold after a restart (it answered 403 for a few
 /// seconds once) before they count as a real refusal.
-pub const DENIED_GRACE: Duration = Duration::from_secs(30);
+const DENIED_GRACE: Duration = Duration::from_secs(30);
 
 /// How long the watch stays open with no run watching.
 pub const LINGER: Duration = Duration::from_secs(60);

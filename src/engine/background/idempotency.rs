@@ -67,15 +67,19 @@ impl Keyed {
     /// `arguments` (serialized as `serde_json` does a map: keys sorted, so
     /// the order a client wrote them in does not matter).
     pub fn new(key: &str, tool: &str, arguments: &serde_json::Map<String, serde_json::Value>) -> Result<Keyed, KeyError> {
+        Keyed::from_canonical(key, tool, &serde_json::Value::Object(arguments.clone()).to_string())
+    }
+
+    /// `new` for arguments already serialized as `serde_json` does a map.
+    pub fn from_canonical(key: &str, tool: &str, canonical: &str) -> Result<Keyed, KeyError> {
         check_key(key)?;
-        let canonical = serde_json::Value::Object(arguments.clone()).to_string();
-        Ok(Keyed { key: key.to_string(), run_id: run_id_for(key), fingerprint: fingerprint(tool, &canonical) })
+        Ok(Keyed { key: key.to_string(), run_id: run_id_for(key), fingerprint: fingerprint(tool, canonical) })
     }
 }
 
 /// A key a caller may use: 1 to `MAX_KEY_CHARS` characters, no control
 /// characters (it is echoed in messages).
-pub fn check_key(key: &str) -> Result<(), KeyError> {
+fn check_key(key: &str) -> Result<(), KeyError> {
     if key.is_empty() {
         return Err(KeyError::Empty);
     }
@@ -91,7 +95,7 @@ pub fn check_key(key: &str) -> Result<(), KeyError> {
 
 /// The run id a key names. The domain prefix keeps these hashes apart
 /// from any other SHA-256 of the same text.
-pub fn run_id_for(key: &str) -> String {
+fn run_id_for(key: &str) -> String {
     let digest = sha256(&[b"mcp-k8s-ephemeral-job idempotency key\0", key.as_bytes()]);
     hex(&digest[..16])
 }

@@ -186,7 +186,7 @@ pub struct InSandbox {
 /// Job is gone can be told apart as expired rather than unknown; on a
 /// server with named sites, `.` and the run's site, so any call on the
 /// token finds the site without being told.
-pub fn token_for(kind: TokenKind, run_id: &str, submitted: SystemTime, site: Option<&str>) -> String {
+fn token_for(kind: TokenKind, run_id: &str, submitted: SystemTime, site: Option<&str>) -> String {
     let seconds = submitted.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
     match site {
         Some(site) => format!("{}{run_id}-{seconds}.{site}", kind.prefix()),
@@ -196,7 +196,7 @@ pub fn token_for(kind: TokenKind, run_id: &str, submitted: SystemTime, site: Opt
 
 /// The token of a background call in an open sandbox: `token_for`'s,
 /// with the sandbox's public name and the call's timeout after the time.
-pub fn call_token_for(kind: TokenKind, run_id: &str, submitted: SystemTime, in_sandbox: &InSandbox, site: Option<&str>) -> String {
+fn call_token_for(kind: TokenKind, run_id: &str, submitted: SystemTime, in_sandbox: &InSandbox, site: Option<&str>) -> String {
     let seconds = submitted.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
     let InSandbox { name, timeout_s } = in_sandbox;
     match site {

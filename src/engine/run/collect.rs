@@ -11,7 +11,7 @@ use crate::outputs::Spool;
 use crate::sandbox::frame::{self, Frame, Held, MAX_LINE_BYTES, RunResult, Stream, Tag};
 
 /// The note for frames that do not carry the run's tag.
-pub const IMITATION_NOTE: &str = "ignored log lines shaped like the runner's frames but without this run's tag: \
+const IMITATION_NOTE: &str = "ignored log lines shaped like the runner's frames but without this run's tag: \
      something in the sandbox wrote them past the runner, so they are not part of this result";
 
 /// Room for the runner's "bytes omitted" marker on top of the output cap.

@@ -67,7 +67,7 @@ pub enum Progress {
 /// How long an unschedulable pod is given before the run gives up: long
 /// enough for a finishing pod to free its resources, short enough that a
 /// request no node can ever satisfy fails fast.
-pub const UNSCHEDULABLE_GRACE: Duration = Duration::from_secs(20);
+const UNSCHEDULABLE_GRACE: Duration = Duration::from_secs(20);
 /// How long the log may take to end after the container has.
 const LOG_DRAIN: Duration = Duration::from_secs(30);
 
@@ -740,7 +740,7 @@ impl LogState<'_> {
                 if !handle.is_finished() {
                     stop.stop();
                 }
-                handle.join().unwrap_or_else(|_| Collector::new(0, 0))
+                handle.join().unwrap_or_else(|_| lost_reading())
             }
             LogState::Ended(collector) => *collector,
         }
@@ -751,12 +751,23 @@ impl LogState<'_> {
         match std::mem::replace(self, LogState::NotStarted) {
             LogState::Following((handle, stop)) => {
                 stop.stop();
-                handle.join().unwrap_or_else(|_| Collector::new(0, 0))
+                handle.join().unwrap_or_else(|_| lost_reading())
             }
             other => other.join(&CancelToken::new()),
         }
     }
 }
+
+/// What a log reader that panicked leaves: nothing read, and a note that
+/// says so, never an empty output passed off as the command's. The panic
+/// itself is logged and counted by the panic hook.
+fn lost_reading() -> Collector {
+    let mut collector = Collector::new(0, 0);
+    collector.problems.push(LOST_READING_NOTE.to_string());
+    collector
+}
+
+const LOST_READING_NOTE: &str = "the server's reader of the log failed (an internal error, in the server's log); the output and files shown may be incomplete: run the command again";
 
 /// Stops the log follower from the decision thread: closes the stream that
 /// is open now and keeps any later one from opening.
@@ -996,6 +1007,19 @@ fn cancelled(run_id: &str, wording: &Wording, collector: Collector) -> RunOutcom
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_reader_that_panicked_leaves_a_note_not_an_empty_output() {
+        let collector = std::thread::scope(|scope| {
+            let handle = scope.spawn(|| -> Collector { panic!("a reader's bug") });
+            while !handle.is_finished() {
+                std::thread::yield_now();
+            }
+            LogState::Following((handle, StreamStop::default())).join(&CancelToken::new())
+        });
+        assert_eq!(collector.problems, [LOST_READING_NOTE]);
+        assert!(collector.result.is_none());
+    }
 
     #[test]
     fn the_runner_stops_starting_commands_a_fifth_of_the_start_timeout_early_from_1_to_3_s() {

@@ -89,7 +89,7 @@ pub fn outcome_of(run_id: &str, recorded: &Recorded) -> RunOutcome {
 
 /// The verdict of `ended` at `ended_at`, its message cut to what a record
 /// keeps (pure).
-pub fn recorded_of(ended: &Ended, ended_at: SystemTime) -> Recorded {
+fn recorded_of(ended: &Ended, ended_at: SystemTime) -> Recorded {
     let outcome = &ended.outcome;
     let mut message = outcome.message.clone();
     if let Some((cut, _)) = message.char_indices().nth(MESSAGE_CHARS) {

@@ -674,8 +674,8 @@ fn busy_in_runner() -> String {
 }
 
 /// The call's frames read again from the sandbox's log, from the call's
-/// start; what the broken stream had read stays if this one gets no
-/// further.
+/// start; what the broken stream had read stays if this one gets less
+/// far (`reread_got_as_far`).
 fn reread_from_log(
     ctx: &Ctx,
     store: &dyn SandboxStore,
@@ -696,11 +696,21 @@ fn reread_from_log(
     fresh.problems.extend(broken.problems.iter().cloned());
     fresh.problems.push("the call's output stream broke; its output was read again from the sandbox's log".to_string());
     let mut read = read_call(reading, output, fresh, on_progress);
-    if read.result.is_some() {
+    if reread_got_as_far(&broken, &read) {
         return read;
     }
     broken.spool = read.spool.take();
     broken
+}
+
+/// Whether the log, read again, got at least as far as the broken stream:
+/// it has the result, or as much live output. The log holds the call from
+/// its start, so it usually does; a stream that broke before the command
+/// wrote anything, then a sandbox deleted while the log was read, leaves
+/// the output only the log brought.
+fn reread_got_as_far(broken: &Collector, reread: &Collector) -> bool {
+    let live = |collector: &Collector| collector.live_stdout.len() + collector.live_stderr.len();
+    reread.result.is_some() || (broken.result.is_none() && live(reread) >= live(broken))
 }
 
 fn busy(now: u64, started_ms: u64, until_ms: u64) -> Refusal {
@@ -895,6 +905,29 @@ fn unseen(passed: usize, at: usize, len: usize) -> std::ops::Range<usize> {
 mod tests {
     use super::*;
     use crate::sandbox::frame::Stream;
+
+    #[test]
+    fn the_log_read_again_is_kept_when_it_got_as_far_as_the_broken_stream() {
+        let collector = |stdout: &str, result: bool| {
+            let mut collector = Collector::new(1 << 20, 1 << 20);
+            collector.live_stdout = stdout.as_bytes().to_vec();
+            collector.result = result.then(|| crate::sandbox::frame::RunResult::started(1));
+            collector
+        };
+        // (the broken stream's, the log's) → the log's is kept
+        let cases = [
+            // The stream broke before any output; the log brought it, then
+            // the sandbox was deleted: the log's output stays.
+            (collector("", false), collector("started\n", false), true),
+            (collector("started\n", false), collector("started\nmore\n", false), true),
+            (collector("started\n", false), collector("started\n", false), true),
+            (collector("started\nmore\n", false), collector("started\n", false), false),
+            (collector("started\nmore\n", false), collector("", true), true),
+        ];
+        for (broken, reread, kept) in cases {
+            assert_eq!(reread_got_as_far(&broken, &reread), kept, "{:?} then {:?}", broken.live_stdout, reread.live_stdout);
+        }
+    }
 
     #[test]
     fn a_call_ended_by_a_deletion_says_the_sandbox_was_deleted() {

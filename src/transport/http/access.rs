@@ -119,7 +119,7 @@ pub fn preflight(access: &Access, head: &Head) -> Response {
 }
 
 /// `localhost`, `127.0.0.1` or `[::1]`, with any port.
-pub fn is_loopback_authority(authority: &str) -> bool {
+fn is_loopback_authority(authority: &str) -> bool {
     let authority = authority.trim().to_ascii_lowercase();
     let host = if authority.starts_with('[') {
         authority.split(']').next().map(|inside| format!("{inside}]")).unwrap_or_default()
@@ -131,7 +131,7 @@ pub fn is_loopback_authority(authority: &str) -> bool {
 
 /// Loopback origins (any port; scheme and host compared without case, as
 /// RFC 6454 does) plus the configured ones, exactly.
-pub fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
     if allowed.iter().any(|candidate| candidate.eq_ignore_ascii_case(origin)) {
         return true;
     }

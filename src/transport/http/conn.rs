@@ -95,6 +95,10 @@ pub enum Next {
 /// Bytes read per call while looking for the end of a head.
 const READ_CHUNK: usize = 4096;
 
+/// A body (or an event's data) up to this size is copied behind its head
+/// and written with it; a larger one is written on its own, never copied.
+pub(super) const COPIED_UP_TO: usize = 16 * 1024;
+
 /// Bodies up to this size take nothing from the shared budget.
 pub(super) const UNBUDGETED_BYTES: usize = 8 << 10;
 
@@ -267,8 +271,17 @@ impl Conn {
         self.reusable = keep_alive;
         // HEAD gets the headers GET would, without the body (RFC 9110 9.3.2).
         let with_body = !head.is_some_and(|head| head.method == Method::Head);
-        let bytes = response.encode(keep_alive, with_body);
-        let written = self.write_evictable(&bytes);
+        // A small body goes out with its head in one write; a large one
+        // after it, as it is, rather than copied next to it.
+        let body_apart = with_body && response.body.len() > COPIED_UP_TO;
+        let mut bytes = response.encode_head(keep_alive);
+        if with_body && !body_apart {
+            bytes.extend_from_slice(&response.body);
+        }
+        let mut written = self.write_evictable(&bytes);
+        if body_apart && written.is_ok() {
+            written = self.write_evictable(&response.body);
+        }
         if written.is_err() {
             // Part of an answer may have gone: nothing more can follow it.
             self.reusable = false;

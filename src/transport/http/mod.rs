@@ -6,7 +6,9 @@
 //! waits on a client: past `MCP_K8S_MAX_CONNECTIONS` a small reserve of
 //! connections serves only the probes (so liveness holds while every slot
 //! is taken), and beyond that a 503 is written without blocking and the
-//! connection closed.
+//! connection closed. With MCP_K8S_PROBE_ADDR the probes also get a
+//! listener of their own, with its own accept thread and backlog, which a
+//! flood on the MCP port cannot reach.
 //! A connection that only waits for a request head gives up its slot to a
 //! newcomer when all are taken (`waiting`; its client is sent a 503 to
 //! retry), so idle and slowloris floods cannot hold them; so does one
@@ -39,7 +41,7 @@ mod sse;
 mod waiting;
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -60,7 +62,7 @@ use waiting::{EvictAfter, Seat, Waiting};
 
 /// Connections kept beyond `MCP_K8S_MAX_CONNECTIONS` for the probes alone,
 /// one request each.
-pub const PROBE_RESERVE: usize = 16;
+const PROBE_RESERVE: usize = 16;
 
 /// How long a connection waits for its request head before a newcomer
 /// may take its slot: time for a client that has just connected to write
@@ -96,6 +98,12 @@ pub fn serve(server: Arc<Server>, config: &Config, stop: CancelToken) -> io::Res
     // (the client may have gone in between).
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr().map_or_else(|_| config.addr.to_string(), |addr| addr.to_string());
+    let state = Arc::new(HttpState::new(Arc::clone(&server), config, stop.clone()));
+    // Before `listening`, which says the server is up.
+    let probe_listener = match config.probe_addr {
+        Some(addr) => Some(start_probe_listener(&state, addr)?),
+        None => None,
+    };
     log::info(
         "listening",
         &[("addr", json!(bound)), ("endpoints", json!(["/mcp", "/sse", "/messages", "/healthz", "/readyz", "/metrics"]))],
@@ -106,7 +114,6 @@ pub fn serve(server: Arc<Server>, config: &Config, stop: CancelToken) -> io::Res
             &[("addr", json!(bound))],
         );
     }
-    let state = Arc::new(HttpState::new(Arc::clone(&server), config, stop.clone()));
     while !stop.is_cancelled() {
         match socket::wait(&listener, Readiness::Readable, Duration::from_millis(200)) {
             Ok(true) => accept_ready(&state, &listener),
@@ -117,8 +124,13 @@ pub fn serve(server: Arc<Server>, config: &Config, stop: CancelToken) -> io::Res
             }
         }
     }
-    // Dropping the listener closes the socket: no new connections.
+    // Dropping the listener closes the socket: no new connections. The
+    // probes' listener ends within its wait, answering "shutting down"
+    // until then.
     drop(listener);
+    if let Some(probe_listener) = probe_listener {
+        let _ = probe_listener.join();
+    }
     log::info("shutting down", &[("grace_s", json!(config.shutdown_grace_s))]);
     let still_running = server.shut_down(Duration::from_secs(config.shutdown_grace_s), Duration::from_secs(5));
     if still_running > 0 {
@@ -196,6 +208,70 @@ enum Lane {
     Regular,
     /// The probe reserve: probes only, a short head timeout, no keep-alive.
     Probes,
+    /// The probes' own listener (MCP_K8S_PROBE_ADDR): probes only, as the
+    /// reserve, and a 404 that points anything else at the MCP port.
+    ProbePort,
+}
+
+/// Connections the probes' own listener serves at once: the kubelet's two
+/// probes and a scrape, several times over.
+const PROBE_PORT_CONNECTIONS: usize = 16;
+
+/// MCP_K8S_PROBE_ADDR: binds the probes' listener (an error stops the
+/// start, as MCP_K8S_ADDR's does) and accepts on a thread of its own, so
+/// that a flood on the MCP port, its accept loop or its backlog never
+/// stands between the kubelet and `/healthz`.
+fn start_probe_listener(state: &Arc<HttpState>, addr: SocketAddr) -> io::Result<thread::JoinHandle<()>> {
+    let listener = socket::listen(addr, LISTEN_BACKLOG)?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr().map_or_else(|_| addr.to_string(), |addr| addr.to_string());
+    log::info("listening for probes", &[("addr", json!(bound)), ("endpoints", json!(["/healthz", "/readyz", "/metrics"]))]);
+    let state = Arc::clone(state);
+    supervise::spawn(supervise::Kind::ProbeListener, move || {
+        let connections = Arc::new(Counter::default());
+        while !state.stop.is_cancelled() {
+            match socket::wait(&listener, Readiness::Readable, Duration::from_millis(200)) {
+                Ok(true) => accept_probes(&state, &listener, &connections),
+                Ok(false) => {}
+                Err(error) => {
+                    log::warn("waiting for probe connections failed", &[("error", json!(error.to_string()))]);
+                    thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    })
+}
+
+/// Accepts every probe connection waiting: a thread each up to
+/// `PROBE_PORT_CONNECTIONS`, beyond that an answer only to a head that has
+/// already arrived.
+fn accept_probes(state: &Arc<HttpState>, listener: &TcpListener, connections: &Arc<Counter>) {
+    loop {
+        let socket = match listener.accept() {
+            Ok((socket, _)) => socket,
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => {
+                log::warn("accepting a probe connection failed", &[("error", json!(error.to_string()))]);
+                thread::sleep(Duration::from_millis(50));
+                return;
+            }
+        };
+        if socket.set_nonblocking(false).is_err() {
+            continue;
+        }
+        let _ = socket.set_nodelay(true);
+        let Some(slot) = connections.try_take(PROBE_PORT_CONNECTIONS) else {
+            refuse_without_blocking(state, socket);
+            continue;
+        };
+        let thread_state = Arc::clone(state);
+        let spawned =
+            supervise::spawn(supervise::Kind::HttpConnection, move || serve_connection(&thread_state, socket, Lane::ProbePort, slot));
+        if let Err(error) = spawned {
+            log::error("could not start a probe connection thread", &[("error", json!(error.to_string()))]);
+        }
+    }
 }
 
 /// Accepts every connection that is waiting, without blocking.
@@ -261,7 +337,7 @@ fn serve_connection(state: &Arc<HttpState>, socket: TcpStream, lane: Lane, slot:
     // client: the probe reserve is what remains when nothing can be.
     let (seat, _probe_slot) = match lane {
         Lane::Regular => (Some(Seat::new(&state.waiting, slot)), None),
-        Lane::Probes => {
+        Lane::Probes | Lane::ProbePort => {
             limits.head_timeout = limits.head_timeout.min(PROBE_HEAD_TIMEOUT);
             limits.keep_alive = false;
             // Held for the connection's life: the reserve counts it.
@@ -280,6 +356,7 @@ fn serve_connection(state: &Arc<HttpState>, socket: TcpStream, lane: Lane, slot:
         match lane {
             Lane::Regular => routes::route(state, &mut conn, &head),
             Lane::Probes => routes::route_probe_only(state, &mut conn, &head),
+            Lane::ProbePort => routes::route_probe_port(state, &mut conn, &head),
         }
     }
     conn.close();

@@ -41,6 +41,16 @@ impl Response {
     /// The bytes on the wire: status line, headers, `Content-Length`,
     /// `Connection: close` unless kept alive, and the body if wanted.
     pub fn encode(&self, keep_alive: bool, with_body: bool) -> Vec<u8> {
+        let mut bytes = self.encode_head(keep_alive);
+        if with_body {
+            bytes.extend_from_slice(&self.body);
+        }
+        bytes
+    }
+
+    /// The status line and headers alone, for a body written after them
+    /// as it is (a large answer is not copied behind its head).
+    pub fn encode_head(&self, keep_alive: bool) -> Vec<u8> {
         let mut text = format!("HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
         for (name, value) in &self.headers {
             text.push_str(&format!("{name}: {value}\r\n"));
@@ -52,11 +62,7 @@ impl Response {
             text.push_str("Connection: close\r\n");
         }
         text.push_str("\r\n");
-        let mut bytes = text.into_bytes();
-        if with_body {
-            bytes.extend_from_slice(&self.body);
-        }
-        bytes
+        text.into_bytes()
     }
 }
 

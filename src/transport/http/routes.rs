@@ -36,6 +36,15 @@ pub fn route_probe_only(state: &Arc<HttpState>, conn: &mut Conn, head: &Head) {
     answer(conn, head, response);
 }
 
+/// Answers one request on the probes' own listener (MCP_K8S_PROBE_ADDR).
+pub fn route_probe_port(state: &Arc<HttpState>, conn: &mut Conn, head: &Head) {
+    let response = match head.path() {
+        "/healthz" | "/readyz" | "/metrics" => probe(state, head),
+        _ => error_response(404, "not found; this port answers /healthz, /readyz and /metrics only; MCP is served on MCP_K8S_ADDR"),
+    };
+    answer(conn, head, response);
+}
+
 /// The probe's answer, or the 503 of a full server for any other request.
 pub fn probe_only(state: &HttpState, head: &Head) -> Response {
     match head.path() {

@@ -130,14 +130,19 @@ impl<'a> SseStream<'a> {
     /// Queues one event; `data` is one line (our JSON never contains
     /// newlines). One event larger than the cap still goes out alone.
     pub fn queue_event(&mut self, event: Option<&str>, data: &str) -> Result<(), End> {
-        let mut text = String::with_capacity(data.len() + 32);
+        self.queue_event_owned(event, data.to_string())
+    }
+
+    /// `queue_event` for a message the stream may keep: its bytes are
+    /// queued as they are, between the event's head and tail, so a large
+    /// answer is held once, not copied into the frame.
+    fn queue_event_owned(&mut self, event: Option<&str>, data: String) -> Result<(), End> {
+        let mut head = String::new();
         if let Some(event) = event {
-            text.push_str(&format!("event: {event}\n"));
+            head.push_str(&format!("event: {event}\n"));
         }
-        text.push_str("data: ");
-        text.push_str(data);
-        text.push_str("\n\n");
-        self.queue_chunk(text.as_bytes())
+        head.push_str("data: ");
+        self.queue_frame(head.into_bytes(), data.into_bytes(), b"\n\n")
     }
 
     /// Forwards `outgoing` to the client as `event` events until the
@@ -185,8 +190,8 @@ impl<'a> SseStream<'a> {
     /// Queues a message; true when it was a response.
     fn queue_message(&mut self, message: Outgoing, event: Option<&str>) -> Result<bool, End> {
         match message {
-            Outgoing::Notification(text) => self.queue_event(event, &text).map(|()| false),
-            Outgoing::Response { text, .. } => self.queue_event(event, &text).map(|()| true),
+            Outgoing::Notification(text) => self.queue_event_owned(event, text).map(|()| false),
+            Outgoing::Response { text, .. } => self.queue_event_owned(event, text).map(|()| true),
         }
     }
 
@@ -202,23 +207,37 @@ impl<'a> SseStream<'a> {
     }
 
     fn queue_chunk(&mut self, bytes: &[u8]) -> Result<(), End> {
-        let framed = if self.chunked {
-            let mut framed = format!("{:x}\r\n", bytes.len()).into_bytes();
-            framed.extend_from_slice(bytes);
-            framed.extend_from_slice(b"\r\n");
-            framed
-        } else {
-            bytes.to_vec()
-        };
-        self.push(framed)
+        self.queue_frame(Vec::new(), bytes.to_vec(), b"")
     }
 
-    fn push(&mut self, framed: Vec<u8>) -> Result<(), End> {
-        if !self.queue.is_empty() && self.queued_bytes + framed.len() > self.max_queued_bytes {
+    /// Queues `head`, `data` and `tail` as one frame (one chunk when the
+    /// stream is chunked). Small data is copied between them, for one
+    /// write; large data is queued as it is, never copied.
+    fn queue_frame(&mut self, head: Vec<u8>, data: Vec<u8>, tail: &[u8]) -> Result<(), End> {
+        let (mut first, last) = match self.chunked {
+            true => {
+                let size = head.len() + data.len() + tail.len();
+                (format!("{size:x}\r\n").into_bytes(), [tail, b"\r\n"].concat())
+            }
+            false => (Vec::new(), tail.to_vec()),
+        };
+        first.extend_from_slice(&head);
+        if data.len() <= conn::COPIED_UP_TO {
+            first.extend_from_slice(&data);
+            first.extend_from_slice(&last);
+            return self.push(vec![first]);
+        }
+        self.push(vec![first, data, last])
+    }
+
+    /// Queues the pieces of one frame, all or none.
+    fn push(&mut self, pieces: Vec<Vec<u8>>) -> Result<(), End> {
+        let size: usize = pieces.iter().map(Vec::len).sum();
+        if !self.queue.is_empty() && self.queued_bytes + size > self.max_queued_bytes {
             return Err(End::Overflow);
         }
-        self.queued_bytes += framed.len();
-        self.queue.push_back(framed);
+        self.queued_bytes += size;
+        self.queue.extend(pieces.into_iter().filter(|piece| !piece.is_empty()));
         Ok(())
     }
 
@@ -345,6 +364,44 @@ mod tests {
         std::io::Read::read_to_string(&mut client, &mut text).unwrap();
         assert!(text.contains("data: {\"n\":1}\n\n") && text.contains("data: {\"r\":1}\n\n"), "{text}");
         assert!(text.ends_with("0\r\n\r\n"), "the last chunk ends the stream: {text}");
+    }
+
+    /// The body of a chunked stream, each chunk checked against its size.
+    fn dechunk(mut wire: &str) -> String {
+        let mut body = String::new();
+        loop {
+            let (size, rest) = wire.split_once("\r\n").expect("a chunk size line");
+            let size = usize::from_str_radix(size, 16).expect("a hex chunk size");
+            if size == 0 {
+                return body;
+            }
+            body.push_str(&rest[..size]);
+            wire = rest[size..].strip_prefix("\r\n").expect("a chunk ends in CRLF");
+        }
+    }
+
+    #[test]
+    fn small_and_large_events_are_framed_alike() {
+        // The answer is its `size` x's and 8 bytes of JSON: 16 KiB exactly goes
+        // as one piece, a byte more as three.
+        for size in [10, conn::COPIED_UP_TO - 8, conn::COPIED_UP_TO - 7, 3 << 20] {
+            let (mut conn, mut client, head) = connection();
+            let (outbox, outgoing) = mpsc::channel();
+            let response = format!("{{\"r\":\"{}\"}}", "x".repeat(size));
+            outbox.send(Outgoing::Notification("{\"n\":1}".into())).unwrap();
+            outbox.send(Outgoing::Response { text: response.clone(), error: None }).unwrap();
+            let stream = SseStream::start(&mut conn, &head, &Vec::new(), 8 << 20, SESSION_KEEPALIVE).unwrap();
+            let reader = std::thread::spawn(move || {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut client, &mut text).unwrap();
+                text
+            });
+            assert_eq!(stream.pump(&outgoing, Some("message"), true), End::Finished);
+            drop(conn);
+            let text = reader.join().unwrap();
+            let body = dechunk(&text[text.find("\r\n\r\n").unwrap() + 4..]);
+            assert_eq!(body, format!("event: message\ndata: {{\"n\":1}}\n\nevent: message\ndata: {response}\n\n"), "{size}");
+        }
     }
 
     #[test]

@@ -74,6 +74,8 @@ The server's settings, shared by its Deployment and the doctor test pod
   value: http
 - name: MCP_K8S_ADDR
   value: ":8080"
+- name: MCP_K8S_PROBE_ADDR
+  value: ":8081"
 - name: MCP_K8S_NAMESPACE
   value: {{ .Values.namespaces.jobs }}
 - name: MCP_K8S_AUTH_TOKEN

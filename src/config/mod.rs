@@ -17,233 +17,17 @@ use crate::log::{Level, Redacted};
 use crate::network::{self, NetworkMode};
 use crate::pools::{self, Pool};
 use crate::quantity::{Quantity, Resource};
+use crate::settings_file;
 use crate::supervise;
 
-/// The runner image when MCP_K8S_RUNNER_IMAGE is unset: this release's
-/// image under its plain name, which operators mirror and usually override.
-pub const DEFAULT_RUNNER_IMAGE: &str = concat!("mcp-k8s-ephemeral-job:", env!("CARGO_PKG_VERSION"));
+mod settings;
+mod site;
 
-/// One setting: its environment variable, its flag (if it may be given on
-/// the command line), its default as text and a line of help. The table
-/// drives environment reading, flag parsing and `--help`.
-pub struct Setting {
-    pub env: &'static str,
-    /// Flag name without the leading `--`; `None` for secrets, which must not
-    /// appear in a process listing.
-    pub flag: Option<&'static str>,
-    pub default: &'static str,
-    pub help: &'static str,
-    field: fn(&mut RawConfig) -> &mut Option<String>,
-}
-
-impl Setting {
-    /// Where this setting's raw value lives.
-    pub fn slot<'a>(&self, raw: &'a mut RawConfig) -> &'a mut Option<String> {
-        (self.field)(raw)
-    }
-}
-
-/// Every setting the server reads, in `--help` order.
-// One setting per line reads as a table; rustfmt would spread each over six.
-#[rustfmt::skip]
-pub const SETTINGS: &[Setting] = &[
-    setting("MCP_K8S_TRANSPORT", Some("transport"), "stdio", "stdio, http or sse (sse is the same server as http)", |r| &mut r.transport),
-    setting("MCP_K8S_ADDR", Some("addr"), ":8080", "HTTP listen address, host:port; an empty host means all interfaces", |r| &mut r.addr),
-    setting("MCP_K8S_AUTH_TOKEN", None, "", "token HTTP clients must send as X-MCP-AUTH or Authorization: Bearer (environment only)", |r| &mut r.auth_token),
-    setting("MCP_K8S_AUTH_TOKENS_FILE", Some("auth-tokens-file"), "", "JSON file of HTTP callers: each a name, the SHA-256 of its token and its limits (concurrent runs, CPU-seconds per hour, sites, images, tools); a caller sees only its own runs (see the README)", |r| &mut r.auth_tokens_file),
-    setting("MCP_K8S_NAMESPACE", Some("namespace"), "mcp-ephemeral", "namespace the Jobs run in", |r| &mut r.namespace),
-    setting("MCP_K8S_KUBECONFIG", Some("kubeconfig"), "", "kubeconfig path; empty means in-cluster", |r| &mut r.kubeconfig),
-    setting("MCP_K8S_KUBE_CONTEXT", Some("kube-context"), "", "context of the kubeconfig to use; empty uses its current-context", |r| &mut r.kube_context),
-    setting("MCP_K8S_SITES", Some("sites"), "", "JSON file of named sites, each a Kubernetes context or a Docker engine, one of them the default; runs take an optional `site` (see the README)", |r| &mut r.sites),
-    setting("MCP_K8S_DEFAULT_TIMEOUT_S", Some("default-timeout-s"), "60", "timeout_s when a call gives none", |r| &mut r.default_timeout_s),
-    setting("MCP_K8S_MAX_TIMEOUT_S", Some("max-timeout-s"), "600", "largest timeout_s a call may ask for", |r| &mut r.max_timeout_s),
-    setting("MCP_K8S_MAX_OUTPUT_BYTES", Some("max-output-bytes"), "1048576", "cap on captured stdout and stderr", |r| &mut r.max_output_bytes),
-    setting("MCP_K8S_MAX_ARTIFACT_BYTES", Some("max-artifact-bytes"), "10485760", "cap on returned files", |r| &mut r.max_artifact_bytes),
-    setting("MCP_K8S_DEFAULT_CPU", Some("default-cpu"), "1", "CPU request when a call gives none (Kubernetes quantity)", |r| &mut r.default_cpu),
-    setting("MCP_K8S_DEFAULT_MEMORY", Some("default-memory"), "512Mi", "memory request when a call gives none (Kubernetes quantity)", |r| &mut r.default_memory),
-    setting("MCP_K8S_MAX_CONCURRENT", Some("max-concurrent"), "10", "jobs running at once", |r| &mut r.max_concurrent),
-    setting("MCP_K8S_MAX_SANDBOXES", Some("max-sandboxes"), "4", "open sandboxes (open_sandbox) at once, over every caller; each holds its CPU and memory requests for its life; 0 turns them off", |r| &mut r.max_sandboxes),
-    setting("MCP_K8S_SANDBOX_MAX_LIFETIME_S", Some("sandbox-max-lifetime-s"), "3600", "longest max_lifetime_s an open sandbox may ask for", |r| &mut r.sandbox_max_lifetime_s),
-    setting("MCP_K8S_ALLOWED_IMAGES", Some("allowed-images"), "", "comma-separated images calls may use; empty allows none", |r| &mut r.allowed_images),
-    setting("MCP_K8S_SIDECAR_IMAGE", Some("sidecar-image"), "busybox:1.36", "accepted for compatibility with the original and unused: the in-pod runner replaced the sidecar", |r| &mut r.sidecar_image),
-    setting("MCP_K8S_CLONE_IMAGE", Some("clone-image"), "", "image that clones repositories (with MCP_K8S_CLONE_SECRET)", |r| &mut r.clone_image),
-    setting("MCP_K8S_CLONE_SECRET", Some("clone-secret"), "", "Secret with one git token per host, key `host` or `host_port` (with MCP_K8S_CLONE_IMAGE)", |r| &mut r.clone_secret),
-    setting("MCP_K8S_CACHE_PVC", Some("cache-pvc"), "", "PersistentVolumeClaim mounted as a cache (with MCP_K8S_CACHE_MOUNT_PATH)", |r| &mut r.cache_pvc),
-    setting("MCP_K8S_CACHE_MOUNT_PATH", Some("cache-mount-path"), "", "where the cache is mounted (with MCP_K8S_CACHE_PVC)", |r| &mut r.cache_mount_path),
-    setting("MCP_K8S_JOB_EXTRA_ENV", None, "", "JSON object of environment variables every job gets (environment only)", |r| &mut r.job_extra_env),
-    setting("MCP_K8S_RUNNER_IMAGE", Some("runner-image"), "mcp-k8s-ephemeral-job:0.1.0", "image holding this binary; its `prepare` container copies the in-pod runner (set it to your mirror)", |r| &mut r.runner_image),
-    setting("MCP_K8S_RUNNER_BINARY_PATH", Some("runner-binary-path"), "/mcp-k8s-ephemeral-job", "path of this binary inside MCP_K8S_RUNNER_IMAGE", |r| &mut r.runner_binary_path),
-    setting("MCP_K8S_RUN_AS_USER", Some("run-as-user"), "65532", "numeric UID (and GID) job containers run as; never 0", |r| &mut r.run_as_user),
-    setting("MCP_K8S_START_TIMEOUT_S", Some("start-timeout-s"), "120", "time a pod may take to be scheduled, pull its image and start, apart from timeout_s", |r| &mut r.start_timeout_s),
-    setting("MCP_K8S_MAX_QUEUED", Some("max-queued"), "100", "jobs that may wait for a free slot when MCP_K8S_MAX_CONCURRENT are running; more are refused", |r| &mut r.max_queued),
-    setting("MCP_K8S_RESULT_TTL_S", Some("result-ttl-s"), "3600", "how long background job results are kept for fetch_job", |r| &mut r.result_ttl_s),
-    setting("MCP_K8S_WORKDIR_SIZE", Some("workdir-size"), "1Gi", "what a job may write to its workdir and /tmp together (Kubernetes quantity, 1Mi to 1Ti)", |r| &mut r.workdir_size),
-    setting("MCP_K8S_RUNTIME_CLASS", Some("runtime-class"), "", "RuntimeClass for job pods (e.g. gvisor); empty uses the cluster default", |r| &mut r.runtime_class),
-    setting("MCP_K8S_AWAIT_NETWORK_POLICY", Some("await-network-policy"), "auto", "which runs hold their command until their pod's network policy is in force (a connection to the API server's Service is refused), for network plugins that fence a pod only after it starts (kube-router): auto (none and restricted), 1 (every mode; needs open to refuse the API server, as deploy/ does) or 0 (none)", |r| &mut r.await_network_policy),
-    setting("MCP_K8S_NETWORK_POLICY_WAIT_S", Some("network-policy-wait-s"), "10", "how long a run waits for its fence (MCP_K8S_AWAIT_NETWORK_POLICY) before it ends NetworkPolicyNotEnforced without starting the command", |r| &mut r.network_policy_wait_s),
-    setting("MCP_K8S_POD_TEMPLATE", Some("pod-template"), "", "YAML or JSON file with the operator's parts of every job pod: nodeSelector, tolerations, affinity, imagePullSecrets, labels... (see the README)", |r| &mut r.pod_template),
-    setting("MCP_K8S_MAX_MESSAGE_BYTES", Some("max-message-bytes"), "4194304", "cap on one incoming MCP message (stdio line or HTTP body)", |r| &mut r.max_message_bytes),
-    setting("MCP_K8S_MAX_INFLIGHT_BYTES", Some("max-inflight-bytes"), "16777216", "bytes of tools/call messages (as parsed values) whose calls are still running; more calls are refused until some finish", |r| &mut r.max_inflight_bytes),
-    setting("MCP_K8S_MAX_REPLY_QUEUE_BYTES", Some("max-reply-queue-bytes"), "8388608", "bytes of replies waiting for one client that does not read: on stdio, stdin is then not read and notifications are dropped; an SSE client is disconnected and its calls cancelled", |r| &mut r.max_reply_queue_bytes),
-    setting("MCP_K8S_SESSION_TTL_S", Some("session-ttl-s"), "3600", "idle time after which an HTTP session ends", |r| &mut r.session_ttl_s),
-    setting("MCP_K8S_MAX_SESSIONS", Some("max-sessions"), "1000", "HTTP sessions kept at once; when full, the least recently used one without a running call ends", |r| &mut r.max_sessions),
-    setting("MCP_K8S_MAX_CONNECTIONS", Some("max-connections"), "512", "HTTP connections served at once (a thread each); when full, the one waiting longest for a request is closed, else a small reserve serves /healthz, /readyz and /metrics and the rest get 503", |r| &mut r.max_connections),
-    setting("MCP_K8S_MAX_HEADER_BYTES", Some("max-header-bytes"), "16384", "cap on an HTTP request line and its headers together; more is refused with 431", |r| &mut r.max_header_bytes),
-    setting("MCP_K8S_MAX_HEADERS", Some("max-headers"), "100", "headers one HTTP request may carry; more is refused with 431", |r| &mut r.max_headers),
-    setting("MCP_K8S_BODY_BUDGET_BYTES", Some("body-budget-bytes"), "33554432", "bytes of HTTP request bodies (and their parsed values) held at once over all connections; at least MCP_K8S_MAX_MESSAGE_BYTES", |r| &mut r.body_budget_bytes),
-    setting("MCP_K8S_HEAD_TIMEOUT_S", Some("head-timeout-s"), "10", "time an HTTP client has to send a request line and headers", |r| &mut r.head_timeout_s),
-    setting("MCP_K8S_BODY_TIMEOUT_S", Some("body-timeout-s"), "30", "time an HTTP client has to send a request body", |r| &mut r.body_timeout_s),
-    setting("MCP_K8S_IDLE_TIMEOUT_S", Some("idle-timeout-s"), "30", "how long a kept-alive HTTP connection may wait for its next request", |r| &mut r.idle_timeout_s),
-    setting("MCP_K8S_WRITE_TIMEOUT_S", Some("write-timeout-s"), "30", "how long an HTTP client may leave an answer or event stream unread before it is dropped", |r| &mut r.write_timeout_s),
-    setting("MCP_K8S_ALLOWED_ORIGINS", Some("allowed-origins"), "", "comma-separated browser origins allowed besides localhost", |r| &mut r.allowed_origins),
-    setting("MCP_K8S_SHUTDOWN_GRACE_S", Some("shutdown-grace-s"), "30", "how long in-flight calls may finish after SIGTERM before they are cancelled", |r| &mut r.shutdown_grace_s),
-    setting("MCP_K8S_LANGUAGES", Some("languages"), "", "JSON file of execute_code language profiles that override or add to the built-in ones (python, javascript, go, bash)", |r| &mut r.languages),
-    setting("MCP_K8S_WARM_POOLS", Some("warm-pools"), "", "JSON file of warm pools: sandboxes kept running ahead for runs of one image, limits and network mode (see the README)", |r| &mut r.warm_pools),
-    setting("MCP_K8S_SNIPPETS_DIR", Some("snippets-dir"), "", "folder of named snippets for execute_code's snippet_name, also served as MCP resources; empty means none", |r| &mut r.snippets_dir),
-    setting("MCP_K8S_OUTPUTS_DIR", Some("outputs-dir"), "", "folder where a run's whole stdout, stderr and files past the inline caps are kept until MCP_K8S_RESULT_TTL_S ends, read back in ranges through resource links (job://...); every replica must see the same folder (a ReadWriteMany volume); empty keeps none", |r| &mut r.outputs_dir),
-    setting("MCP_K8S_OUTPUTS_MAX_RUN_BYTES", Some("outputs-max-run-bytes"), "268435456", "bytes one run may keep in MCP_K8S_OUTPUTS_DIR, streams and files together; past it a link says its content is incomplete", |r| &mut r.outputs_max_run_bytes),
-    setting("MCP_K8S_OUTPUTS_MAX_BYTES", Some("outputs-max-bytes"), "10737418240", "bytes all runs may keep in MCP_K8S_OUTPUTS_DIR together; a run that finds it full keeps less (its links say so)", |r| &mut r.outputs_max_bytes),
-    setting("MCP_K8S_OTLP_ENDPOINT", Some("otlp-endpoint"), "", "OpenTelemetry traces: the OTLP/HTTP receiver spans are sent to, in JSON (http://host:4318; /v1/traces is added); empty sends none", |r| &mut r.otlp_endpoint),
-    setting("MCP_K8S_AUDIT_LOG", Some("audit-log"), "", "where the audit trail goes, one JSON line per run (who, which tool, image, network, outcome; never arguments): stderr, or an absolute file path appended to; empty keeps none", |r| &mut r.audit_log),
-    setting("MCP_K8S_LOG_LEVEL", Some("log-level"), "info", "lowest level written to stderr: debug, info, notice, warning, error", |r| &mut r.log_level),
-    setting("MCP_K8S_BACKEND", Some("backend"), "auto", "where jobs run: kubernetes, docker, or auto (cluster credentials found: kubernetes; else a Docker daemon that answers: docker)", |r| &mut r.backend),
-    setting("MCP_K8S_DOCKER_HOST", Some("docker-host"), "", "the Docker daemon's socket, unix:///path; empty uses DOCKER_HOST, else unix:///var/run/docker.sock", |r| &mut r.docker_host),
-    setting("MCP_K8S_NETWORK_MODES", Some("network-modes"), "none,restricted,open", "comma-separated network modes a call may ask for with `network`: none (no network), restricted (the operator's egress allowlist), open (egress anywhere); every mode has no ingress", |r| &mut r.network_modes),
-    setting("MCP_K8S_NETWORK_DEFAULT", Some("network-default"), "open", "network mode of run_job and submit_job when a call names none (execute_code: none when allowed, else this); one of MCP_K8S_NETWORK_MODES", |r| &mut r.network_default),
-    setting("MCP_K8S_DOCKER_NETWORK", Some("docker-network"), "", "the restricted network on the Docker backend: the operator's Docker network whose egress rules `restricted` runs get; empty means `restricted` is not available there", |r| &mut r.docker_network),
-    setting("MCP_K8S_DOCKER_PULL", Some("docker-pull"), "never", "whether the Docker backend pulls a missing image: never or missing", |r| &mut r.docker_pull),
-    setting("MCP_K8S_RUNNER_BINARY", Some("runner-binary"), "", "host path of the static runner binary the Docker backend mounts into jobs; empty means this server's own executable", |r| &mut r.runner_binary),
-    setting("MCP_K8S_LAZY_BACKEND", Some("lazy-backend"), "0", "1 serves even when no site can run a job at start (no credentials, no daemon, the API refusing), /readyz failing until one can; 0 stops the start (exit 2) naming what is missing", |r| &mut r.lazy_backend),
-    setting("MCP_K8S_TEST_TOOLS", None, "", "1 registers diagnostic tools for tests; test builds only (environment only)", |r| &mut r.test_tools),
-    setting("MCP_K8S_CONFORMANCE_FIXTURES", None, "", "1 serves the MCP conformance suite's fixture tools, prompts, resources and completions beside the real tools; only with MCP_K8S_TEST_TOOLS=1, never with a token, a tokens file or sites; test builds only (environment only)", |r| &mut r.conformance_fixtures),
-    setting("MCP_K8S_TEST_PANIC_THREAD", None, "", "test hook: the first thread of this kind (reaper, pool, http-connection...) panics as it starts, to test what a panic does; test builds only (environment only)", |r| &mut r.test_panic_thread),
-];
-
-/// What the environment and the command line said, unchecked. An empty
-/// environment value counts as unset, as in the original server.
-#[derive(Clone, Debug, Default)]
-pub struct RawConfig {
-    pub transport: Option<String>,
-    pub addr: Option<String>,
-    pub auth_token: Option<String>,
-    pub auth_tokens_file: Option<String>,
-    pub namespace: Option<String>,
-    pub kubeconfig: Option<String>,
-    pub kube_context: Option<String>,
-    pub sites: Option<String>,
-    pub default_timeout_s: Option<String>,
-    pub max_timeout_s: Option<String>,
-    pub max_output_bytes: Option<String>,
-    pub max_artifact_bytes: Option<String>,
-    pub default_cpu: Option<String>,
-    pub default_memory: Option<String>,
-    pub max_concurrent: Option<String>,
-    pub max_sandboxes: Option<String>,
-    pub sandbox_max_lifetime_s: Option<String>,
-    pub allowed_images: Option<String>,
-    pub sidecar_image: Option<String>,
-    pub clone_image: Option<String>,
-    pub clone_secret: Option<String>,
-    pub cache_pvc: Option<String>,
-    pub cache_mount_path: Option<String>,
-    pub job_extra_env: Option<String>,
-    pub runner_image: Option<String>,
-    pub runner_binary_path: Option<String>,
-    pub run_as_user: Option<String>,
-    pub start_timeout_s: Option<String>,
-    pub max_queued: Option<String>,
-    pub result_ttl_s: Option<String>,
-    pub workdir_size: Option<String>,
-    pub runtime_class: Option<String>,
-    pub await_network_policy: Option<String>,
-    pub network_policy_wait_s: Option<String>,
-    pub pod_template: Option<String>,
-    pub max_message_bytes: Option<String>,
-    pub max_inflight_bytes: Option<String>,
-    pub max_reply_queue_bytes: Option<String>,
-    pub session_ttl_s: Option<String>,
-    pub max_sessions: Option<String>,
-    pub max_connections: Option<String>,
-    pub max_header_bytes: Option<String>,
-    pub max_headers: Option<String>,
-    pub body_budget_bytes: Option<String>,
-    pub head_timeout_s: Option<String>,
-    pub body_timeout_s: Option<String>,
-    pub idle_timeout_s: Option<String>,
-    pub write_timeout_s: Option<String>,
-    pub allowed_origins: Option<String>,
-    pub shutdown_grace_s: Option<String>,
-    pub languages: Option<String>,
-    pub warm_pools: Option<String>,
-    pub snippets_dir: Option<String>,
-    pub outputs_dir: Option<String>,
-    pub outputs_max_run_bytes: Option<String>,
-    pub outputs_max_bytes: Option<String>,
-    pub audit_log: Option<String>,
-    pub otlp_endpoint: Option<String>,
-    pub log_level: Option<String>,
-    pub lazy_backend: Option<String>,
-    pub test_tools: Option<String>,
-    pub conformance_fixtures: Option<String>,
-    pub test_panic_thread: Option<String>,
-    pub backend: Option<String>,
-    pub docker_host: Option<String>,
-    pub docker_network: Option<String>,
-    pub network_modes: Option<String>,
-    pub network_default: Option<String>,
-    pub docker_pull: Option<String>,
-    pub runner_binary: Option<String>,
-}
-
-impl RawConfig {
-    /// Reads every `MCP_K8S_*` setting from `lookup` (the process
-    /// environment in `main`, a table in tests).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> RawConfig {
-        let mut raw = RawConfig::default();
-        for setting in SETTINGS {
-            *setting.slot(&mut raw) = lookup(setting.env).filter(|value| !value.is_empty());
-        }
-        raw
-    }
-
-    pub fn from_env() -> RawConfig {
-        RawConfig::from_lookup(|name| std::env::var(name).ok())
-    }
-}
-
-/// The `MCP_K8S_*` names among `names` that are no setting, each with the
-/// nearest setting's name when one is close enough to be a typo: such a
-/// variable is silently without effect otherwise.
-pub fn unknown_settings<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<(String, Option<&'static str>)> {
-    names
-        .into_iter()
-        .filter(|name| name.starts_with("MCP_K8S_") && !SETTINGS.iter().any(|setting| setting.env == *name))
-        .map(|name| {
-            let nearest = SETTINGS
-                .iter()
-                .map(|setting| (edit_distance(name, setting.env), setting.env))
-                .min()
-                .filter(|(distance, _)| *distance <= 3.max(name.len() / 8))
-                .map(|(_, env)| env);
-            (name.to_string(), nearest)
-        })
-        .collect()
-}
-
-/// Levenshtein distance over bytes (the names are ASCII).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, byte_a) in a.iter().enumerate() {
-        let mut current = vec![i + 1; b.len() + 1];
-        for (j, byte_b) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(byte_a != byte_b);
-            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
-        }
-        previous = current;
-    }
-    previous[b.len()]
-}
+// Re-exported so that the rest of the crate keeps naming them
+// `config::SETTINGS`, `config::Site` and so on, whichever file they live in.
+pub use settings::{DEFAULT_RUNNER_IMAGE, RawConfig, SETTINGS, Setting, unknown_settings};
+pub use site::{DEFAULT_SITE, MAX_SITE_NAME_CHARS, Site, site_names};
+use site::{check_pool_sites, parse_sites};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
@@ -274,6 +58,10 @@ pub struct CacheConfig {
 pub struct Config {
     pub transport: Transport,
     pub addr: SocketAddr,
+    /// MCP_K8S_PROBE_ADDR: a second listener that answers the probes and
+    /// `/metrics` only, so that a flood of MCP clients on `addr` cannot
+    /// delay the kubelet's probes. HTTP only; `None` when unset.
+    pub probe_addr: Option<SocketAddr>,
     pub auth_token: Option<Redacted<String>>,
     /// MCP_K8S_AUTH_TOKENS_FILE, checked; `None` when unset (one caller).
     pub callers: Option<crate::callers::Callers>,
@@ -415,14 +203,6 @@ pub struct HttpLimits {
     pub write_timeout_s: u64,
 }
 
-/// A named site: where runs go (a Kubernetes context, a Docker engine),
-/// as the whole configuration a run there sees.
-#[derive(Clone, Debug)]
-pub struct Site {
-    pub name: String,
-    pub config: Config,
-}
-
 /// A setting that could not be accepted. Every variant names the variable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
@@ -437,16 +217,16 @@ pub enum Error {
     Unpaired { set: &'static str, missing: &'static str },
     /// The MCP_K8S_LANGUAGES file is unreadable or wrong; the error names
     /// the file, the profile and the field.
-    Languages(crate::languages::Error),
+    Languages(settings_file::Error),
     /// The MCP_K8S_WARM_POOLS file is unreadable or wrong; the error names
     /// the file, the pool and the field.
-    WarmPools(pools::Error),
-    /// The MCP_K8S_SITES file is unreadable or wrong; the message names
+    WarmPools(settings_file::Error),
+    /// The MCP_K8S_SITES file is unreadable or wrong; the error names
     /// the file, the site and the field or setting.
-    Sites(String),
+    Sites(settings_file::Error),
     /// The MCP_K8S_AUTH_TOKENS_FILE file is unreadable or wrong; the error
     /// names the file, the caller and the field.
-    Callers(crate::callers::Error),
+    Callers(settings_file::Error),
     /// Two settings that cannot be used together; `why` says what to do.
     Conflict { variable: &'static str, other: &'static str, why: &'static str },
     /// A test server's setting in a build without the test server's code
@@ -471,7 +251,7 @@ impl fmt::Display for Error {
             }
             Error::Languages(error) => write!(formatter, "{error}"),
             Error::Callers(error) => write!(formatter, "{error}"),
-            Error::Sites(message) => write!(formatter, "{message}"),
+            Error::Sites(error) => write!(formatter, "{error}"),
             Error::WarmPools(error) => write!(formatter, "{error}"),
             Error::Conflict { variable, other, why } => write!(formatter, "{variable} cannot be used with {other}: {why}"),
             Error::NotInThisBuild { variable } => write!(
@@ -490,8 +270,8 @@ impl Config {
         // First: a release binary asked for test hooks says so before
         // anything else about its settings.
         check_test_settings_built(raw, cfg!(feature = "testing"))?;
-        let default_timeout_s = number(&raw.default_timeout_s, "MCP_K8S_DEFAULT_TIMEOUT_S", 60, 1, 86_400)?;
-        let max_timeout_s = number(&raw.max_timeout_s, "MCP_K8S_MAX_TIMEOUT_S", 600, 1, 86_400)?;
+        let default_timeout_s = number(&raw.default_timeout_s, "MCP_K8S_DEFAULT_TIMEOUT_S", 1, 86_400)?;
+        let max_timeout_s = number(&raw.max_timeout_s, "MCP_K8S_MAX_TIMEOUT_S", 1, 86_400)?;
         if default_timeout_s > max_timeout_s {
             return Err(Error::DefaultAboveMax {
                 default_variable: "MCP_K8S_DEFAULT_TIMEOUT_S",
@@ -505,7 +285,7 @@ impl Config {
         // (~1 MiB) plus at most 1 MiB of argv and env; more only costs
         // memory. 64 MiB is the ceiling an operator
         // may raise it to.
-        let max_message_bytes = number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 4 << 20, 4096, 64 << 20)?;
+        let max_message_bytes = number(&raw.max_message_bytes, "MCP_K8S_MAX_MESSAGE_BYTES", 4096, 64 << 20)?;
         let http_limits = parse_http_limits(raw)?;
         // stdio has no body budget; only the HTTP server needs one message
         // of the largest size to fit in it.
@@ -530,7 +310,7 @@ impl Config {
         let allowed_images = allowlist(raw.allowed_images.as_deref(), &languages.operator_images)?;
         // Unused (the runner replaced the sidecar), but a value no image
         // could have is still a mistake to stop on.
-        image(raw.sidecar_image.as_deref().unwrap_or("busybox:1.36"), "MCP_K8S_SIDECAR_IMAGE")?;
+        image(text(&raw.sidecar_image, "MCP_K8S_SIDECAR_IMAGE"), "MCP_K8S_SIDECAR_IMAGE")?;
         languages.keep_allowed(&allowed_images);
         let cache = parse_cache(raw)?;
         let warm_pools = parse_warm_pools(raw.warm_pools.as_deref(), &allowed_images, &languages, &network_modes, cache.as_ref())?;
@@ -541,48 +321,45 @@ impl Config {
         check_pool_sites(&warm_pools, &sites, raw.warm_pools.as_deref())?;
         Ok(Config {
             transport,
-            addr: parse_addr(raw.addr.as_deref().unwrap_or(":8080"))?,
+            addr: parse_addr(text(&raw.addr, "MCP_K8S_ADDR"))?,
+            probe_addr: parse_probe_addr(raw, transport)?,
             auth_token: raw.auth_token.clone().map(Redacted),
             callers: parse_callers(raw, transport, &sites)?,
-            namespace: parse_namespace(raw.namespace.as_deref().unwrap_or("mcp-ephemeral"))?,
+            namespace: parse_namespace(text(&raw.namespace, "MCP_K8S_NAMESPACE"))?,
             kubeconfig: raw.kubeconfig.as_ref().map(PathBuf::from),
             kube_context: raw.kube_context.clone(),
             sites,
             default_timeout_s,
             max_timeout_s,
-            max_output_bytes: number(&raw.max_output_bytes, "MCP_K8S_MAX_OUTPUT_BYTES", 1 << 20, 1024, 1 << 30)?,
-            max_artifact_bytes: number(&raw.max_artifact_bytes, "MCP_K8S_MAX_ARTIFACT_BYTES", 10 << 20, 0, 1 << 30)?,
-            default_cpu: request(&raw.default_cpu, "MCP_K8S_DEFAULT_CPU", "1", Resource::Cpu)?,
-            default_memory: request(&raw.default_memory, "MCP_K8S_DEFAULT_MEMORY", "512Mi", Resource::Memory)?,
-            max_concurrent: number(&raw.max_concurrent, "MCP_K8S_MAX_CONCURRENT", 10, 1, 1000)? as u32,
-            max_sandboxes: number(&raw.max_sandboxes, "MCP_K8S_MAX_SANDBOXES", 4, 0, 1000)? as usize,
-            sandbox_max_lifetime_s: number(&raw.sandbox_max_lifetime_s, "MCP_K8S_SANDBOX_MAX_LIFETIME_S", 3600, 60, 7 * 24 * 3600)?,
+            max_output_bytes: number(&raw.max_output_bytes, "MCP_K8S_MAX_OUTPUT_BYTES", 1024, 1 << 30)?,
+            max_artifact_bytes: number(&raw.max_artifact_bytes, "MCP_K8S_MAX_ARTIFACT_BYTES", 0, 1 << 30)?,
+            default_cpu: request(&raw.default_cpu, "MCP_K8S_DEFAULT_CPU", Resource::Cpu)?,
+            default_memory: request(&raw.default_memory, "MCP_K8S_DEFAULT_MEMORY", Resource::Memory)?,
+            max_concurrent: number(&raw.max_concurrent, "MCP_K8S_MAX_CONCURRENT", 1, 1000)? as u32,
+            max_sandboxes: number(&raw.max_sandboxes, "MCP_K8S_MAX_SANDBOXES", 0, 1000)? as usize,
+            sandbox_max_lifetime_s: number(&raw.sandbox_max_lifetime_s, "MCP_K8S_SANDBOX_MAX_LIFETIME_S", 60, 7 * 24 * 3600)?,
             allowed_images,
             clone: parse_clone(raw)?,
             cache,
             job_extra_env: parse_extra_env(raw.job_extra_env.as_deref())?,
-            runner_image: image(raw.runner_image.as_deref().unwrap_or(DEFAULT_RUNNER_IMAGE), "MCP_K8S_RUNNER_IMAGE")?,
-            runner_binary_path: absolute_path(
-                raw.runner_binary_path.as_deref().unwrap_or("/mcp-k8s-ephemeral-job"),
-                "MCP_K8S_RUNNER_BINARY_PATH",
-            )?,
-            run_as_user: number(&raw.run_as_user, "MCP_K8S_RUN_AS_USER", 65532, 1, u64::from(u32::MAX))? as u32,
-            start_timeout_s: number(&raw.start_timeout_s, "MCP_K8S_START_TIMEOUT_S", 120, 5, 3600)?,
-            max_queued: number(&raw.max_queued, "MCP_K8S_MAX_QUEUED", 100, 0, 100_000)? as u32,
-            result_ttl_s: number(&raw.result_ttl_s, "MCP_K8S_RESULT_TTL_S", 3600, 60, 7 * 86_400)?,
+            runner_image: image(text(&raw.runner_image, "MCP_K8S_RUNNER_IMAGE"), "MCP_K8S_RUNNER_IMAGE")?,
+            runner_binary_path: absolute_path(text(&raw.runner_binary_path, "MCP_K8S_RUNNER_BINARY_PATH"), "MCP_K8S_RUNNER_BINARY_PATH")?,
+            run_as_user: number(&raw.run_as_user, "MCP_K8S_RUN_AS_USER", 1, u64::from(u32::MAX))? as u32,
+            start_timeout_s: number(&raw.start_timeout_s, "MCP_K8S_START_TIMEOUT_S", 5, 3600)?,
+            max_queued: number(&raw.max_queued, "MCP_K8S_MAX_QUEUED", 0, 100_000)? as u32,
+            result_ttl_s: number(&raw.result_ttl_s, "MCP_K8S_RESULT_TTL_S", 60, 7 * 86_400)?,
             workdir_size: workdir_size(&raw.workdir_size)?,
             runtime_class: raw.runtime_class.as_deref().map(|name| object_name(name, "MCP_K8S_RUNTIME_CLASS")).transpose()?,
             await_network_policy: parse_fence_modes(raw.await_network_policy.as_deref())?,
-            network_policy_wait_s: number(&raw.network_policy_wait_s, "MCP_K8S_NETWORK_POLICY_WAIT_S", 10, 1, 3600)?,
+            network_policy_wait_s: number(&raw.network_policy_wait_s, "MCP_K8S_NETWORK_POLICY_WAIT_S", 1, 3600)?,
             pod_template: raw.pod_template.as_ref().map(PathBuf::from),
             max_message_bytes: max_message_bytes as usize,
-            max_inflight_bytes: number(&raw.max_inflight_bytes, "MCP_K8S_MAX_INFLIGHT_BYTES", 16 << 20, 64 << 10, 1 << 32)? as usize,
-            max_reply_queue_bytes: number(&raw.max_reply_queue_bytes, "MCP_K8S_MAX_REPLY_QUEUE_BYTES", 8 << 20, 64 << 10, 1 << 30)?
-                as usize,
-            session_ttl_s: number(&raw.session_ttl_s, "MCP_K8S_SESSION_TTL_S", 3600, 1, 7 * 86_400)?,
+            max_inflight_bytes: number(&raw.max_inflight_bytes, "MCP_K8S_MAX_INFLIGHT_BYTES", 64 << 10, 1 << 32)? as usize,
+            max_reply_queue_bytes: number(&raw.max_reply_queue_bytes, "MCP_K8S_MAX_REPLY_QUEUE_BYTES", 64 << 10, 1 << 30)? as usize,
+            session_ttl_s: number(&raw.session_ttl_s, "MCP_K8S_SESSION_TTL_S", 1, 7 * 86_400)?,
             http_limits,
             allowed_origins: parse_origins(raw.allowed_origins.as_deref())?,
-            shutdown_grace_s: number(&raw.shutdown_grace_s, "MCP_K8S_SHUTDOWN_GRACE_S", 30, 0, 3600)?,
+            shutdown_grace_s: number(&raw.shutdown_grace_s, "MCP_K8S_SHUTDOWN_GRACE_S", 0, 3600)?,
             languages,
             warm_pools,
             snippets_dir: raw.snippets_dir.as_deref().map(parse_snippets_dir).transpose()?,
@@ -634,23 +411,19 @@ pub fn is_env_name(name: &str) -> bool {
     chars.next().is_some_and(|first| first.is_ascii_alphabetic() || first == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-const fn setting(
-    env: &'static str,
-    flag: Option<&'static str>,
-    default: &'static str,
-    help: &'static str,
-    field: fn(&mut RawConfig) -> &mut Option<String>,
-) -> Setting {
-    Setting { env, flag, default, help, field }
+/// The setting's text: what was given, else the table's default.
+fn text<'a>(value: &'a Option<String>, variable: &'static str) -> &'a str {
+    value.as_deref().unwrap_or_else(|| settings::default_of(variable))
 }
 
 fn invalid(variable: &'static str, value: &str, expected: &str) -> Error {
     Error::Invalid { variable, value: value.to_string(), expected: expected.to_string() }
 }
 
-fn number(value: &Option<String>, variable: &'static str, default: u64, min: u64, max: u64) -> Result<u64, Error> {
+/// A whole number from `min` to `max`; unset, the table's default.
+fn number(value: &Option<String>, variable: &'static str, min: u64, max: u64) -> Result<u64, Error> {
     let Some(text) = value else {
-        return Ok(default);
+        return Ok(settings::default_number(variable));
     };
     let parsed: u64 = text.trim().parse().map_err(|_| invalid(variable, text, &format!("a whole number from {min} to {max}")))?;
     if parsed < min || parsed > max {
@@ -660,23 +433,23 @@ fn number(value: &Option<String>, variable: &'static str, default: u64, min: u64
 }
 
 fn parse_http_limits(raw: &RawConfig) -> Result<HttpLimits, Error> {
-    let size = |value: &Option<String>, variable, default, min, max| number(value, variable, default, min, max).map(|n| n as usize);
-    let seconds = |value: &Option<String>, variable, default| number(value, variable, default, 1, 3600);
+    let size = |value: &Option<String>, variable, min, max| number(value, variable, min, max).map(|n| n as usize);
+    let seconds = |value: &Option<String>, variable| number(value, variable, 1, 3600);
     Ok(HttpLimits {
-        max_sessions: size(&raw.max_sessions, "MCP_K8S_MAX_SESSIONS", 1000, 1, 1_000_000)?,
-        max_connections: size(&raw.max_connections, "MCP_K8S_MAX_CONNECTIONS", 512, 1, 10_000)?,
-        max_header_bytes: size(&raw.max_header_bytes, "MCP_K8S_MAX_HEADER_BYTES", 16 << 10, 1024, 1 << 20)?,
-        max_headers: size(&raw.max_headers, "MCP_K8S_MAX_HEADERS", 100, 8, 10_000)?,
-        body_budget_bytes: size(&raw.body_budget_bytes, "MCP_K8S_BODY_BUDGET_BYTES", 32 << 20, 4096, 1 << 32)?,
-        head_timeout_s: seconds(&raw.head_timeout_s, "MCP_K8S_HEAD_TIMEOUT_S", 10)?,
-        body_timeout_s: seconds(&raw.body_timeout_s, "MCP_K8S_BODY_TIMEOUT_S", 30)?,
-        idle_timeout_s: seconds(&raw.idle_timeout_s, "MCP_K8S_IDLE_TIMEOUT_S", 30)?,
-        write_timeout_s: seconds(&raw.write_timeout_s, "MCP_K8S_WRITE_TIMEOUT_S", 30)?,
+        max_sessions: size(&raw.max_sessions, "MCP_K8S_MAX_SESSIONS", 1, 1_000_000)?,
+        max_connections: size(&raw.max_connections, "MCP_K8S_MAX_CONNECTIONS", 1, 10_000)?,
+        max_header_bytes: size(&raw.max_header_bytes, "MCP_K8S_MAX_HEADER_BYTES", 1024, 1 << 20)?,
+        max_headers: size(&raw.max_headers, "MCP_K8S_MAX_HEADERS", 8, 10_000)?,
+        body_budget_bytes: size(&raw.body_budget_bytes, "MCP_K8S_BODY_BUDGET_BYTES", 4096, 1 << 32)?,
+        head_timeout_s: seconds(&raw.head_timeout_s, "MCP_K8S_HEAD_TIMEOUT_S")?,
+        body_timeout_s: seconds(&raw.body_timeout_s, "MCP_K8S_BODY_TIMEOUT_S")?,
+        idle_timeout_s: seconds(&raw.idle_timeout_s, "MCP_K8S_IDLE_TIMEOUT_S")?,
+        write_timeout_s: seconds(&raw.write_timeout_s, "MCP_K8S_WRITE_TIMEOUT_S")?,
     })
 }
 
 fn parse_backend(value: Option<&str>) -> Result<BackendChoice, Error> {
-    match value.unwrap_or("auto") {
+    match value.unwrap_or(settings::default_of("MCP_K8S_BACKEND")) {
         "auto" => Ok(BackendChoice::Auto),
         "kubernetes" => Ok(BackendChoice::Kubernetes),
         "docker" => Ok(BackendChoice::Docker),
@@ -692,7 +465,7 @@ fn parse_thread_kind(value: &str) -> Result<supervise::Kind, Error> {
 }
 
 fn parse_docker_pull(value: Option<&str>) -> Result<DockerPull, Error> {
-    match value.unwrap_or("never") {
+    match value.unwrap_or(settings::default_of("MCP_K8S_DOCKER_PULL")) {
         "never" => Ok(DockerPull::Never),
         "missing" => Ok(DockerPull::Missing),
         other => Err(invalid("MCP_K8S_DOCKER_PULL", other, "one of never, missing")),
@@ -719,146 +492,9 @@ fn parse_callers(raw: &RawConfig, transport: Transport, sites: &[Site]) -> Resul
         });
     }
     let names = site_names(sites);
-    let text = read_settings_file(path, crate::callers::MAX_FILE_BYTES)
-        .map_err(|message| Error::Callers(crate::callers::Error::Read { path: path.to_string(), message }))?;
+    let text = settings_file::read_settings(&crate::callers::FILE, std::path::Path::new(path), crate::callers::MAX_FILE_BYTES)
+        .map_err(Error::Callers)?;
     crate::callers::Callers::parse(std::path::Path::new(path), &text, &names).map(Some).map_err(Error::Callers)
-}
-
-/// The one site of a server without MCP_K8S_SITES.
-pub const DEFAULT_SITE: &str = "default";
-
-/// The names of `sites`, the default first; `default` alone without
-/// MCP_K8S_SITES.
-pub fn site_names(sites: &[Site]) -> Vec<&str> {
-    match sites {
-        [] => vec![DEFAULT_SITE],
-        sites => sites.iter().map(|site| site.name.as_str()).collect(),
-    }
-}
-/// The sites file is configuration: 64 KiB hold hundreds of sites.
-const MAX_SITES_FILE_BYTES: u64 = 64 << 10;
-/// A site's name goes into job tokens: short, a DNS label.
-pub const MAX_SITE_NAME_CHARS: usize = 32;
-/// What a site may set, as the fields of its entry and the settings they
-/// stand for; everything else is the server's, shared by every site.
-const SITE_FIELDS: &[(&str, &str)] = &[
-    ("backend", "MCP_K8S_BACKEND"),
-    ("kubeconfig", "MCP_K8S_KUBECONFIG"),
-    ("context", "MCP_K8S_KUBE_CONTEXT"),
-    ("namespace", "MCP_K8S_NAMESPACE"),
-    ("runner_image", "MCP_K8S_RUNNER_IMAGE"),
-    ("docker_host", "MCP_K8S_DOCKER_HOST"),
-    ("runner_binary", "MCP_K8S_RUNNER_BINARY"),
-    ("docker_network", "MCP_K8S_DOCKER_NETWORK"),
-];
-
-/// MCP_K8S_SITES: a JSON list of sites, each a name, `default` on at most
-/// one (else the first is), and settings of its own (`SITE_FIELDS`) on top
-/// of the server's. Each site's settings are checked as the server's are,
-/// so an error names the site and the variable. Warm pools stay with the
-/// default site.
-fn parse_sites(raw: &RawConfig, pools: &[Pool]) -> Result<Vec<Site>, Error> {
-    let Some(path) = raw.sites.as_deref() else { return Ok(Vec::new()) };
-    let problem = |message: String| Error::Sites(format!("MCP_K8S_SITES: `{path}`: {message}"));
-    let text = read_settings_file(path, MAX_SITES_FILE_BYTES)
-        .map_err(|message| Error::Sites(format!("MCP_K8S_SITES: cannot read `{path}`: {message}")))?;
-    let parsed = crate::json::parse_settings(&text).map_err(|error| problem(error.to_string()))?;
-    let Some(items) = parsed.as_array().filter(|items| !items.is_empty()) else {
-        return Err(problem(
-            "must be a JSON list of sites, such as [{\"name\": \"eu\", \"backend\": \"kubernetes\", \"context\": \"eu\"}]".into(),
-        ));
-    };
-    let mut sites: Vec<(bool, Site)> = Vec::new();
-    for (index, item) in items.iter().enumerate() {
-        let (default, mut site) = parse_site(raw, index, item).map_err(problem)?;
-        site.config.warm_pools = pools.to_vec();
-        if sites.iter().any(|(_, other)| other.name == site.name) {
-            return Err(problem(format!("site `{}`: the name is used by an earlier site; give each its own", site.name)));
-        }
-        if default && sites.iter().any(|(other_default, _)| *other_default) {
-            return Err(problem(format!("site `{}`: another site is already the default; mark one only", site.name)));
-        }
-        sites.push((default, site));
-    }
-    // The default first: the one a run without `site` goes to.
-    let default_at = sites.iter().position(|(default, _)| *default).unwrap_or(0);
-    let default = sites.remove(default_at);
-    let mut ordered = vec![default.1];
-    ordered.extend(sites.into_iter().map(|(_, site)| site));
-    // Each site keeps the pools that name it; a pool naming none is the
-    // default site's.
-    let default_name = ordered[0].name.clone();
-    for site in &mut ordered {
-        site.config.warm_pools.retain(|pool| pool.site.as_deref().unwrap_or(&default_name) == site.name);
-    }
-    Ok(ordered)
-}
-
-/// Every pool names a site there is (`default` without MCP_K8S_SITES).
-fn check_pool_sites(pools: &[Pool], sites: &[Site], path: Option<&str>) -> Result<(), Error> {
-    let names = site_names(sites);
-    let Some(pool) = pools.iter().find(|pool| pool.site.as_deref().is_some_and(|site| !names.contains(&site))) else { return Ok(()) };
-    Err(Error::WarmPools(pools::Error::Field {
-        path: path.unwrap_or_default().to_string(),
-        pool: pool.name.clone(),
-        field: "site".into(),
-        message: format!(
-            "`{}` is not a site here; sites: {}",
-            crate::echo::shorten(pool.site.as_deref().unwrap_or_default()),
-            names.join(", ")
-        ),
-    }))
-}
-
-fn parse_site(raw: &RawConfig, index: usize, item: &serde_json::Value) -> Result<(bool, Site), String> {
-    let Some(fields) = item.as_object() else { return Err(format!("site #{index} must be an object of fields")) };
-    let name = match fields.get("name").and_then(serde_json::Value::as_str) {
-        Some(name) if is_site_name(name) => name.to_string(),
-        Some(name) => {
-            return Err(format!(
-                "site #{index}: name `{}` must be 1 to {MAX_SITE_NAME_CHARS} lowercase letters, digits or '-', starting and ending with a letter or digit",
-                crate::echo::shorten(name)
-            ));
-        }
-        None => return Err(format!("site #{index}: `name` is required, a string")),
-    };
-    let default = match fields.get("default") {
-        None => false,
-        Some(serde_json::Value::Bool(default)) => *default,
-        Some(_) => return Err(format!("site `{name}`: `default` must be true or false")),
-    };
-    let mut site_raw = raw.clone();
-    // The files that are the server's, not a site's, are read once.
-    site_raw.sites = None;
-    site_raw.auth_tokens_file = None;
-    site_raw.warm_pools = None;
-    for (key, value) in fields.iter().filter(|(key, _)| !matches!(key.as_str(), "name" | "default")) {
-        let Some((_, variable)) = SITE_FIELDS.iter().find(|(field, _)| field == key) else {
-            let accepted: Vec<&str> = SITE_FIELDS.iter().map(|(field, _)| *field).collect();
-            return Err(format!(
-                "site `{name}`: unknown field `{}`; accepted: name, default, {}",
-                crate::echo::shorten(key),
-                accepted.join(", ")
-            ));
-        };
-        let Some(text) = value.as_str() else { return Err(format!("site `{name}`: `{key}` must be a string")) };
-        let Some(setting) = SETTINGS.iter().find(|setting| setting.env == *variable) else { continue };
-        *setting.slot(&mut site_raw) = Some(text.to_string()).filter(|text| !text.is_empty());
-    }
-    let config = Config::from_raw(&site_raw).map_err(|error| format!("site `{name}`: {error}"))?;
-    Ok((default, Site { name, config }))
-}
-
-fn is_site_name(name: &str) -> bool {
-    let valid_chars = name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    let valid_ends = name.starts_with(|c: char| c.is_ascii_alphanumeric()) && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    !name.is_empty() && name.len() <= MAX_SITE_NAME_CHARS && valid_chars && valid_ends
-}
-
-/// A settings file of at most `max` bytes, as text (`settings_file`: a
-/// FIFO or device is refused, not waited on).
-fn read_settings_file(path: &str, max: u64) -> Result<String, String> {
-    crate::settings_file::read_text(std::path::Path::new(path), max).map_err(|error| error.to_string())
 }
 
 /// MCP_K8S_WARM_POOLS: read and checked against the allowlist, the
@@ -888,7 +524,7 @@ fn parse_warm_pools(
 /// `NetworkMode::ALL` order so lists read the same whatever the setting's.
 fn parse_network_modes(value: Option<&str>) -> Result<Vec<NetworkMode>, Error> {
     const EXPECTED: &str = "a comma-separated list of none, restricted, open";
-    let Some(text) = value else { return Ok(NetworkMode::ALL.to_vec()) };
+    let text = value.unwrap_or(settings::default_of("MCP_K8S_NETWORK_MODES"));
     let mut modes = Vec::new();
     for item in csv(Some(text)) {
         let mode = NetworkMode::from_name(&item).ok_or_else(|| invalid("MCP_K8S_NETWORK_MODES", &item, EXPECTED))?;
@@ -903,7 +539,7 @@ fn parse_network_modes(value: Option<&str>) -> Result<Vec<NetworkMode>, Error> {
 }
 
 fn parse_network_default(value: Option<&str>, allowed: &[NetworkMode]) -> Result<NetworkMode, Error> {
-    let text = value.unwrap_or("open");
+    let text = value.unwrap_or(settings::default_of("MCP_K8S_NETWORK_DEFAULT"));
     let mode = NetworkMode::from_name(text).ok_or_else(|| invalid("MCP_K8S_NETWORK_DEFAULT", text, "one of none, restricted, open"))?;
     if !allowed.contains(&mode) {
         return Err(invalid(
@@ -948,7 +584,7 @@ fn parse_docker_host(value: &str) -> Result<String, Error> {
 }
 
 fn parse_transport(value: Option<&str>) -> Result<Transport, Error> {
-    match value.unwrap_or("stdio") {
+    match value.unwrap_or(settings::default_of("MCP_K8S_TRANSPORT")) {
         "stdio" => Ok(Transport::Stdio),
         "http" | "sse" => Ok(Transport::Http),
         other => Err(invalid("MCP_K8S_TRANSPORT", other, "one of stdio, http, sse")),
@@ -960,18 +596,46 @@ fn parse_transport(value: Option<&str>) -> Result<Transport, Error> {
 /// Names other than localhost are refused rather than resolved, so the
 /// address is known before anything listens.
 fn parse_addr(text: &str) -> Result<SocketAddr, Error> {
+    parse_addr_of("MCP_K8S_ADDR", text)
+}
+
+fn parse_addr_of(variable: &'static str, text: &str) -> Result<SocketAddr, Error> {
     let expected = "host:port such as :8080, 127.0.0.1:8080 or [::1]:8080";
-    let (host, port) = text.rsplit_once(':').ok_or_else(|| invalid("MCP_K8S_ADDR", text, expected))?;
-    let port: u16 = port.parse().map_err(|_| invalid("MCP_K8S_ADDR", text, expected))?;
+    let (host, port) = text.rsplit_once(':').ok_or_else(|| invalid(variable, text, expected))?;
+    let port: u16 = port.parse().map_err(|_| invalid(variable, text, expected))?;
     let ip = match host {
         "" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
         bracketed if bracketed.starts_with('[') && bracketed.ends_with(']') => {
-            bracketed[1..bracketed.len() - 1].parse().map_err(|_| invalid("MCP_K8S_ADDR", text, expected))?
+            bracketed[1..bracketed.len() - 1].parse().map_err(|_| invalid(variable, text, expected))?
         }
-        plain => plain.parse().map_err(|_| invalid("MCP_K8S_ADDR", text, expected))?,
+        plain => plain.parse().map_err(|_| invalid(variable, text, expected))?,
     };
     Ok(SocketAddr::new(ip, port))
+}
+
+/// MCP_K8S_PROBE_ADDR: the probes' own listener. Over stdio there is no
+/// HTTP at all, and on MCP_K8S_ADDR's own port (unless that is 0, any
+/// free port) it could never bind: both refused at start.
+fn parse_probe_addr(raw: &RawConfig, transport: Transport) -> Result<Option<SocketAddr>, Error> {
+    let Some(given) = raw.probe_addr.as_deref() else { return Ok(None) };
+    let probe_addr = parse_addr_of("MCP_K8S_PROBE_ADDR", given)?;
+    if transport == Transport::Stdio {
+        return Err(Error::Conflict {
+            variable: "MCP_K8S_PROBE_ADDR",
+            other: "MCP_K8S_TRANSPORT",
+            why: "over stdio nothing listens for HTTP; use MCP_K8S_TRANSPORT=http or unset MCP_K8S_PROBE_ADDR",
+        });
+    }
+    let addr = parse_addr(text(&raw.addr, "MCP_K8S_ADDR"))?;
+    if probe_addr.port() != 0 && probe_addr.port() == addr.port() {
+        return Err(Error::Conflict {
+            variable: "MCP_K8S_PROBE_ADDR",
+            other: "the same port as MCP_K8S_ADDR",
+            why: "the probes' listener needs a port of its own, such as :8081",
+        });
+    }
+    Ok(Some(probe_addr))
 }
 
 /// RFC 1123 label, what Kubernetes accepts as a namespace name.
@@ -990,8 +654,8 @@ fn parse_namespace(text: &str) -> Result<String, Error> {
 
 /// Syntax check of a Kubernetes quantity: a decimal number with an optional
 /// binary (Ki..Ei), decimal (n, u, m, k, M..E) or exponent suffix.
-fn quantity(value: &Option<String>, variable: &'static str, default: &str) -> Result<Quantity, Error> {
-    let text = value.as_deref().unwrap_or(default);
+fn quantity(value: &Option<String>, variable: &'static str) -> Result<Quantity, Error> {
+    let text = text(value, variable);
     match Quantity::parse(text) {
         Ok(quantity) if !quantity.is_zero() => Ok(quantity),
         _ => Err(invalid(variable, text, "a Kubernetes quantity above zero such as 500m, 1, 2.5, 512Mi or 1G")),
@@ -1009,7 +673,7 @@ const MAX_WORKDIR_BYTES: i128 = 1 << 40;
 /// MCP_K8S_WORKDIR_SIZE: a quantity from 1Mi to 1Ti.
 fn workdir_size(value: &Option<String>) -> Result<Quantity, Error> {
     const VARIABLE: &str = "MCP_K8S_WORKDIR_SIZE";
-    let quantity = quantity(value, VARIABLE, "1Gi")?;
+    let quantity = quantity(value, VARIABLE)?;
     let bytes = quantity.nanos() / 1_000_000_000;
     if (MIN_WORKDIR_BYTES..=MAX_WORKDIR_BYTES).contains(&bytes) {
         return Ok(quantity);
@@ -1019,8 +683,8 @@ fn workdir_size(value: &Option<String>) -> Result<Quantity, Error> {
 
 /// A default request, held to the range a caller's `limits` are held to:
 /// a default of `64` (bytes) would make every run fail at container start.
-fn request(value: &Option<String>, variable: &'static str, default: &str, resource: Resource) -> Result<Quantity, Error> {
-    let quantity = quantity(value, variable, default)?;
+fn request(value: &Option<String>, variable: &'static str, resource: Resource) -> Result<Quantity, Error> {
+    let quantity = quantity(value, variable)?;
     match quantity.check_limit(resource) {
         Ok(()) => Ok(quantity),
         Err(why) => Err(invalid(variable, quantity.as_str(), &format!("a {} quantity a run can use: this one {why}", resource.name()))),
@@ -1048,8 +712,8 @@ pub struct OutputsSettings {
 }
 
 fn parse_outputs(raw: &RawConfig) -> Result<Option<OutputsSettings>, Error> {
-    let max_run_bytes = number(&raw.outputs_max_run_bytes, "MCP_K8S_OUTPUTS_MAX_RUN_BYTES", 256 << 20, 1 << 20, 64 << 30)?;
-    let max_bytes = number(&raw.outputs_max_bytes, "MCP_K8S_OUTPUTS_MAX_BYTES", 10 << 30, 1 << 20, 1 << 50)?;
+    let max_run_bytes = number(&raw.outputs_max_run_bytes, "MCP_K8S_OUTPUTS_MAX_RUN_BYTES", 1 << 20, 64 << 30)?;
+    let max_bytes = number(&raw.outputs_max_bytes, "MCP_K8S_OUTPUTS_MAX_BYTES", 1 << 20, 1 << 50)?;
     let Some(dir) = raw.outputs_dir.as_deref() else { return Ok(None) };
     let dir = absolute_path(dir, "MCP_K8S_OUTPUTS_DIR")?;
     if max_run_bytes > max_bytes {
@@ -1186,18 +850,18 @@ fn parse_origins(value: Option<&str>) -> Result<Vec<String>, Error> {
 }
 
 fn parse_log_level(value: Option<&str>) -> Result<Level, Error> {
-    let text = value.unwrap_or("info");
+    let text = value.unwrap_or(settings::default_of("MCP_K8S_LOG_LEVEL"));
     Level::parse(text)
         .ok_or_else(|| invalid("MCP_K8S_LOG_LEVEL", text, "one of debug, info, notice, warning, error, critical, alert, emergency"))
 }
 
 fn parse_fence_modes(value: Option<&str>) -> Result<crate::network::FenceModes, Error> {
     use crate::network::FenceModes;
-    match value {
-        None | Some("auto") => Ok(FenceModes::Closed),
-        Some("0") | Some("false") => Ok(FenceModes::Never),
-        Some("1") | Some("true") => Ok(FenceModes::All),
-        Some(other) => Err(invalid("MCP_K8S_AWAIT_NETWORK_POLICY", other, "auto, 1 or 0")),
+    match value.unwrap_or(settings::default_of("MCP_K8S_AWAIT_NETWORK_POLICY")) {
+        "auto" => Ok(FenceModes::Closed),
+        "0" | "false" => Ok(FenceModes::Never),
+        "1" | "true" => Ok(FenceModes::All),
+        other => Err(invalid("MCP_K8S_AWAIT_NETWORK_POLICY", other, "auto, 1 or 0")),
     }
 }
 
@@ -1220,7 +884,7 @@ fn parse_conformance_fixtures(raw: &RawConfig, transport: Transport) -> Result<b
     }
     // Over HTTP, only this machine may reach them (a bad address is
     // MCP_K8S_ADDR's own error, reported where it is parsed).
-    let addr = parse_addr(raw.addr.as_deref().unwrap_or(":8080"));
+    let addr = parse_addr(text(&raw.addr, "MCP_K8S_ADDR"));
     if transport == Transport::Http && addr.is_ok_and(|addr| !addr.ip().is_loopback()) {
         return Err(Error::Conflict {
             variable: VARIABLE,
@@ -1261,37 +925,16 @@ fn check_test_settings_built(raw: &RawConfig, built: bool) -> Result<(), Error> 
 /// A test hook's switch: `1` or `0` only, as its error says (an earlier
 /// version also took `true` and `false` while asking for 1 or 0).
 fn parse_flag(value: Option<&str>, variable: &'static str) -> Result<bool, Error> {
-    match value {
-        None | Some("0") => Ok(false),
-        Some("1") => Ok(true),
-        Some(other) => Err(invalid(variable, other, "1 or 0")),
+    // An empty default (the test hooks') is unset, as an empty value is.
+    match value.unwrap_or(settings::default_of(variable)) {
+        "" | "0" => Ok(false),
+        "1" => Ok(true),
+        other => Err(invalid(variable, other, "1 or 0")),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn an_unknown_variable_is_named_with_the_setting_it_may_mean() {
-        let names = [
-            "MCP_K8S_ALLOWED_IMAGE",
-            "MCP_K8S_NAMSPACE",
-            "MCP_K8S_MAX_TIMEOUT_S",
-            "MCP_K8S_SOMETHING_ELSE_ENTIRELY",
-            "PATH",
-            "MCP_K8S_ALOWED_IMGES",
-        ];
-        assert_eq!(
-            unknown_settings(names),
-            [
-                ("MCP_K8S_ALLOWED_IMAGE".to_string(), Some("MCP_K8S_ALLOWED_IMAGES")),
-                ("MCP_K8S_NAMSPACE".to_string(), Some("MCP_K8S_NAMESPACE")),
-                ("MCP_K8S_SOMETHING_ELSE_ENTIRELY".to_string(), None),
-                ("MCP_K8S_ALOWED_IMGES".to_string(), Some("MCP_K8S_ALLOWED_IMAGES")),
-            ]
-        );
-        assert_eq!((edit_distance("", "ab"), edit_distance("kitten", "sitting"), edit_distance("same", "same")), (2, 3, 0));
-    }
-
     use super::*;
 
     fn raw(pairs: &[(&str, &str)]) -> RawConfig {
@@ -1303,6 +946,21 @@ mod tests {
         match Config::from_raw(&raw(pairs)) {
             Ok(_) => panic!("{pairs:?} was accepted"),
             Err(error) => error.to_string(),
+        }
+    }
+
+    /// Each setting given its documented default (`SETTINGS`, which
+    /// `--help` prints and the README's table is held to) makes the same
+    /// configuration as leaving it unset: the default a user reads is the
+    /// one the parse uses.
+    #[test]
+    fn every_documented_default_is_the_one_the_parse_uses() {
+        let unset = format!("{:?}", Config::from_raw(&RawConfig::default()).unwrap());
+        for setting in SETTINGS.iter().filter(|setting| !setting.default.is_empty()) {
+            let mut given = RawConfig::default();
+            *setting.slot(&mut given) = Some(setting.default.to_string());
+            let config = Config::from_raw(&given).unwrap_or_else(|error| panic!("{}={}: {error}", setting.env, setting.default));
+            assert_eq!(format!("{config:?}"), unset, "{} given its default `{}`", setting.env, setting.default);
         }
     }
 
@@ -1402,6 +1060,18 @@ mod tests {
         let cases: &[(&[(&str, &str)], &str)] = &[
             (&[("MCP_K8S_TRANSPORT", "grpc")], "MCP_K8S_TRANSPORT: `grpc` is not accepted; expected one of stdio, http, sse"),
             (&[("MCP_K8S_ADDR", "8080")], "MCP_K8S_ADDR: `8080` is not accepted; expected host:port"),
+            (
+                &[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_PROBE_ADDR", "8081")],
+                "MCP_K8S_PROBE_ADDR: `8081` is not accepted; expected host:port",
+            ),
+            (
+                &[("MCP_K8S_PROBE_ADDR", ":8081")],
+                "MCP_K8S_PROBE_ADDR cannot be used with MCP_K8S_TRANSPORT: over stdio nothing listens for HTTP",
+            ),
+            (
+                &[("MCP_K8S_TRANSPORT", "http"), ("MCP_K8S_ADDR", "127.0.0.1:8080"), ("MCP_K8S_PROBE_ADDR", ":8080")],
+                "MCP_K8S_PROBE_ADDR cannot be used with the same port as MCP_K8S_ADDR: the probes' listener needs a port of its own",
+            ),
             (&[("MCP_K8S_ADDR", "example.com:80")], "MCP_K8S_ADDR: `example.com:80` is not accepted"),
             (&[("MCP_K8S_ADDR", ":99999")], "MCP_K8S_ADDR: `:99999` is not accepted"),
             (&[("MCP_K8S_NAMESPACE", "Prod")], "MCP_K8S_NAMESPACE: `Prod` is not accepted; expected a namespace name"),

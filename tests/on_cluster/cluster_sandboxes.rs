@@ -50,7 +50,9 @@ fn a_call_whose_sandbox_pod_is_deleted_says_the_pod_was_deleted() {
     let params = json!({"name": "run_job", "arguments": arguments, "_meta": {"progressToken": "p"}});
     let mut deleted = false;
     let ended = request(&mut server, 2, params, &mut |progress| {
-        if progress.contains("started") && !deleted {
+        // The command's own output, not the "the command started" notice that
+        // comes before the echo: deleting then would rightly leave no stdout.
+        if progress.contains("[stdout] started") && !deleted {
             let client = cluster::admin_client();
             let selector = kube::ListParams { label_selector: Some(format!("mcp-k8s-ephemeral-job/sandbox={name}")), field_selector: None };
             for pod in client.list(kube::Resource::PODS, NAMESPACE, &selector).unwrap().items {

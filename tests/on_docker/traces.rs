@@ -26,22 +26,6 @@ struct Jaeger {
     _dir: TempDir,
 }
 
-/// A loopback port free a moment ago, below the kernel's ephemeral range
-/// (32768 and up by default), where every `bind(:0)` of the other tests
-/// running at once takes its ports: one picked there could be taken
-/// between this check and Jaeger's own bind.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let start = 20_000 + (std::process::id() % 5_000) as u16;
-    loop {
-        let port = start + NEXT.fetch_add(1, Ordering::Relaxed) % 10_000;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
 /// How often Jaeger is started again on new ports when one of its ports
 /// was taken before it bound it.
 const START_ATTEMPTS: usize = 5;
@@ -62,7 +46,7 @@ impl Jaeger {
     fn try_start() -> Result<Jaeger, String> {
         let binary = crate::support::cluster::cache_dir().join("bin/jaeger");
         assert!(binary.exists(), "{} is missing: run `tests/build-jaeger`", binary.display());
-        let (otlp, query, query_grpc) = (free_port(), free_port(), free_port());
+        let (otlp, query, query_grpc) = (crate::support::free_port(), crate::support::free_port(), crate::support::free_port());
         let dir = TempDir::new("jaeger");
         let config = dir.path.join("config.yaml");
         let mut file = std::fs::File::create(&config).unwrap();

@@ -8,8 +8,11 @@
 //! - `faults`: MCP calls and cleanup for the real-cluster fault suites;
 //! - `monitoring`: the queries of `deploy/monitoring/` and the metric names
 //!   the server exports;
-//! - here: temporary directories, kubeconfig fixtures with placeholders, and
-//!   fast client options for the kube client tests.
+//! - `registry`: a container registry both the test Docker engine and the
+//!   test cluster's node reach;
+//! - here: a free loopback port, temporary directories, kubeconfig
+//!   fixtures with placeholders, and fast client options for the kube
+//!   client tests.
 //!
 //! It holds no tests; the tiers decide what runs where.
 
@@ -22,6 +25,7 @@ pub mod fake_api;
 pub mod faults;
 pub mod monitoring;
 pub mod pki;
+pub mod registry;
 pub mod server;
 
 use std::path::{Path, PathBuf};
@@ -71,6 +75,22 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A loopback port free a moment ago, below the kernel's ephemeral range
+/// (32768 and up by default), where every `bind(:0)` of the other tests
+/// running at once takes its ports: one picked there could be taken
+/// between this check and the bind of the process it was picked for.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = 20_000 + (std::process::id() % 5_000) as u16;
+    loop {
+        let port = start + NEXT.fetch_add(1, Ordering::Relaxed) % 10_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
     }
 }
 

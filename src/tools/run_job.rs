@@ -227,13 +227,15 @@ fn run_now(call: &Call<'_>, spec: &engine::port::spec::RunSpec, on: On<'_>) -> R
             None => engine::run::run(engine, spec, &run_id, call.cancel, &on_progress),
         };
         drop(finished);
+        // The outcome's id, which the answer names: a warm hit runs under
+        // its pool sandbox's id, not the one made for the call.
         super::audit_call(
             call.caller,
             on.site,
             audit::Event::Run,
             on.tool.name(),
             spec,
-            &run_id,
+            &outcome.run_id,
             Some(super::Ended { outcome: &outcome, elapsed: arrived.elapsed() }),
         );
         outcome

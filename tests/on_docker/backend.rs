@@ -505,3 +505,29 @@ fn a_server_that_exits_right_after_the_answer_has_removed_the_run() {
     }
     assert!(names.is_empty(), "containers left at the exit: {names:?}");
 }
+
+/// A sandbox needs an engine that keeps a container's stdin open from one
+/// attach to the next. On dockerd `open_sandbox` opens one (the contract's
+/// sandbox cases use it at length); on Podman, which ends stdin with the
+/// first attach, it is refused with the reason and what to use instead,
+/// and no container is made (`tests/podman/run` runs this against Podman).
+#[test]
+fn open_sandbox_opens_only_on_an_engine_that_keeps_stdin_across_attaches() {
+    let podman = client().version().is_podman();
+    let mut server = server(&[]);
+    let (result, _) = call(&mut server, "open_sandbox", json!({"image": BUSYBOX}));
+    let opened = &result["structuredContent"];
+    if podman {
+        assert_eq!(opened["status"], "error", "{result}");
+        assert_eq!(opened["reason"], "Rejected", "{result}");
+        let message = opened["message"].as_str().unwrap_or_default();
+        assert!(message.contains("Podman") && message.contains("run_job"), "{result}");
+        let filters = docker::Filters { labels: vec![mcp_k8s_ephemeral_job::backend::docker::spec::LABEL_SANDBOX.to_string()] };
+        let made = client().container_list(&filters).expect("list the sandbox containers");
+        assert!(made.is_empty(), "a refused sandbox makes no container: {made:?}");
+    } else {
+        let id = opened["sandbox"].as_str().unwrap_or_else(|| panic!("dockerd opens the sandbox: {result}"));
+        assert_eq!(opened["state"], "idle", "{result}");
+        ok(&mut server, "close_sandbox", json!({"sandbox": id}));
+    }
+}

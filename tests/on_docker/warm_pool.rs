@@ -169,7 +169,9 @@ fn pools_and_backend(name: &str) -> (std::sync::Arc<pool::Pools>, Docker, RunSpe
         runner_binary: crate::backend::runner_binary(),
         restricted_network: None,
         pull: spec::Pull::Never,
-        owned_tmpfs: true,
+        // As the server sets them from the engine's /version (Podman: neither).
+        owned_tmpfs: !crate::client().version().is_podman(),
+        stdin_across_attaches: !crate::client().version().is_podman(),
     };
     let workdir = mcp_k8s_ephemeral_job::sandbox::WORKDIR.to_string();
     let shape =

@@ -20,6 +20,9 @@ export DOCKER_HOST="unix://$SOCK"
 # cgroupfs: no systemd in this VM. The events log is a file under $RUN; the
 # network config dir is ours, so nothing lands in /etc/cni or
 # /etc/containers/networks (the backend only uses network `none`).
+# runc, not crun: Debian's podman brings crun when runc is not installed
+# yet, and Podman prefers it, but crun 1.8 refuses this VM's cgroups
+# ("cgroups in hybrid mode not supported"); `up` installs runc.
 # Our own containers.conf (written by `up`): with CONTAINERS_CONF set, Podman
 # reads that file and no system one.
 export CONTAINERS_CONF="$STATE/containers.conf"
@@ -32,6 +35,7 @@ PODMAN_FLAGS=(
   --cgroup-manager cgroupfs
   --events-backend file
   --storage-driver overlay
+  --runtime runc
 )
 
 pm() { # podman on our storage

@@ -59,6 +59,7 @@ pub fn connect(config: &Config, policy: Policy, warm: WarmPools, why: &str) -> R
             DockerPull::Missing => spec::Pull::Missing,
         },
         owned_tmpfs: !client.version().is_podman(),
+        stdin_across_attaches: !client.version().is_podman(),
     };
     log::info(
         "backend: docker",

@@ -117,8 +117,18 @@ impl Docker {
     }
 }
 
+/// Why `open_sandbox` is refused on an engine that ends a container's stdin
+/// with its first attach (`spec::Options::stdin_across_attaches`).
+pub const NO_SANDBOXES_ON_THIS_ENGINE: &str = "open sandboxes are not available on this server's engine (Podman): it ends a container's \
+     stdin with the first attach, and a sandbox takes each call on its stdin, so it would answer one call and end. \
+     Use run_job, submit_job or execute_code here (each call is a fresh container), or ask the operator for a site on \
+     dockerd or Kubernetes";
+
 impl SandboxStore for Docker {
     fn open_sandbox(&self, name: &str, spec: &RunSpec, record: &Record) -> Result<(), Refused> {
+        if !self.options.stdin_across_attaches {
+            return Err(Refused { reason: RunReason::Rejected, message: NO_SANDBOXES_ON_THIS_ENGINE.to_string() });
+        }
         let container = spec::container_name(name);
         self.ensure_image(&spec.image)?;
         self.ensure_network(spec.network, &spec.image)?;

@@ -84,6 +84,12 @@ pub struct Options {
     /// refuses them): only then do runs without input files get a tmpfs
     /// workdir, else the volume as runs with files.
     pub owned_tmpfs: bool,
+    /// The engine keeps a container's stdin open from one attach to the
+    /// next (dockerd). A sandbox takes each call on its stdin, one attach
+    /// per call; Podman 4.3 ends stdin with the first attach (it has no
+    /// `StdinOnce`), so there a sandbox would answer one call and exit, and
+    /// `open_sandbox` is refused instead.
+    pub stdin_across_attaches: bool,
 }
 
 /// Whether a missing image may be pulled.
@@ -496,6 +502,7 @@ mod tests {
             restricted_network: None,
             pull: Pull::Never,
             owned_tmpfs: true,
+            stdin_across_attaches: true,
         }
     }
 

@@ -287,6 +287,47 @@ fn a_container_killed_before_its_result_is_result_lost_with_live_output() {
     assert_eq!(outcome.exit_code, Some(137));
 }
 
+/// The pod ends while its log is followed, and that reading ends before
+/// the runner's result (an engine that ends a followed log early): the
+/// run waits for the reading's end and reads the log again, rather than
+/// judge the result lost.
+#[test]
+fn a_reading_that_ends_before_the_result_after_the_pod_ended_is_read_again() {
+    let fake = FakeApi::start();
+    let (run_id, handle, _temp) = start_run(&fake);
+    // The log `start_pod_printing_hi` and `end_pod_printing_hi` write; the
+    // first follow stops 20 bytes before its end, in the result's line.
+    let hi = || frame::to_base64(b"hi\n");
+    let log = [
+        frame_line(Frame::Started(Started { started_at_ms: 1 })),
+        frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: hi() })),
+        frame_line(Frame::Captured(Output { stream: Stream::Stdout, data_b64: hi() })),
+        frame_line(result_frame(b"hi\n")),
+    ]
+    .concat();
+    let name = pod_name(&run_id);
+    let followed = format!("/pods/{name}/log?container=main&follow=true");
+    fake.inject(&followed, Fault::EndLogAfter(log.len() - 20), 1);
+    // The log is there before the pod, so the first request for it follows
+    // it (and takes the fault) rather than hear that the container waits.
+    wait_for("the Job", || fake.object(JOBS, &format!("mcpk8s-{run_id}")).is_some());
+    fake.set_log(NAMESPACE, &name, &frame_line(Frame::Started(Started { started_at_ms: 1 })), false);
+    fake.append_log(NAMESPACE, &name, &frame_line(Frame::Output(Output { stream: Stream::Stdout, data_b64: hi() })));
+    fake.insert(PODS, pod(&run_id, json!({"running": {"startedAt": "2026-01-01T00:00:01Z"}})));
+    wait_for("the log follower to have the output so far", || fake.log_followed(NAMESPACE, &name));
+    // The pod's end reaches the run before the rest of its log does.
+    fake.update(PODS, &name, |pod| {
+        pod["status"]["phase"] = "Succeeded".into();
+        pod["status"]["containerStatuses"][0]["state"] =
+            json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": "2026-01-01T00:00:01Z", "finishedAt": "2026-01-01T00:00:02Z"}});
+    });
+    wait_for("the pod's end to reach the run's watch", || fake.watch_delivered_all(PODS));
+    end_pod_printing_hi(&fake, &name);
+    let outcome = handle.join().unwrap();
+    fake.assert_fired(&followed);
+    assert_succeeded_and_cleaned(&fake, &run_id, &outcome);
+}
+
 /// Plays a running pod whose runner reports a SIGTERM (what it does for a
 /// cancel, an eviction and a `kubectl delete pod` alike), then ends it with
 /// the pod status `change` writes.

@@ -223,8 +223,8 @@ curl -fsS -X POST -H "Authorization: Bearer $MCP_K8S_AUTH_TOKEN" -H 'Content-Typ
     rule(
         "docs/docker.md",
         "tests/podman/up ",
-        Check::Static,
-        "installs podman as root and runs the on_docker tier a second time: an opt-in tier, not part of tests/run-all, three of whose tests of stored outputs fail on Podman (docs/docker.md says why)",
+        Check::RunBy { lines: &[("tests/run-all", "tests/podman/run --test-threads 2"), ("tests/run-all", "tests/podman/down")] },
+        "tests/run-all runs the on_docker tier against Podman (tests/podman/run starts the service with tests/podman/up), then stops it",
     ),
     rule("docs/large-outputs.md", "\"links\": [", Check::JsonMembers, "one member of a result"),
     rule("docs/large-outputs.md", "$MCP_K8S_OUTPUTS_DIR/", Check::Text, "a directory tree"),

@@ -44,6 +44,10 @@ pub enum Fault {
     /// forbidden: User "<user>" cannot <verb> resource ...`, with the verb
     /// and resource of the request.
     RbacForbidden { user: String },
+    /// A followed pod log: send at most this many bytes of it, then end the
+    /// stream as a finished one (what an engine that ends a followed log
+    /// before its end sends: Podman 4.3, for an exited container).
+    EndLogAfter(usize),
 }
 
 /// Which credentials the server accepts.
@@ -573,7 +577,7 @@ fn handle(shared: &Shared, request: &Request, client_cert: Option<Vec<u8>>, stre
     match (request.method.as_str(), segments.as_slice()) {
         ("GET", ["version"]) => write_json(stream, 200, &version_json(), None),
         ("POST", ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"]) => access_review(shared, request, stream),
-        ("GET", [.., "namespaces", namespace, "pods", pod, "log"]) => pod_log(shared, request, namespace, pod, stream),
+        ("GET", [.., "namespaces", namespace, "pods", pod, "log"]) => pod_log(shared, request, (namespace, pod), fault, stream),
         _ => match resource_route(&segments) {
             Some(route) => resource(shared, request, &route, fault, stream),
             None => {
@@ -837,8 +841,12 @@ fn watch(shared: &Shared, request: &Request, route: &Route, fault: Option<Fault>
     }
 }
 
-fn pod_log(shared: &Shared, request: &Request, namespace: &str, pod: &str, stream: &mut TlsStream) -> bool {
+fn pod_log(shared: &Shared, request: &Request, (namespace, pod): (&str, &str), fault: Option<Fault>, stream: &mut TlsStream) -> bool {
     let key = format!("{namespace}/{pod}");
+    let end_after = match fault {
+        Some(Fault::EndLogAfter(bytes)) => bytes,
+        _ => usize::MAX,
+    };
     let follow = request.query("follow") == Some("true");
     let container = request.query("container").unwrap_or("main").to_string();
     let (text, waiting, exists) = {
@@ -881,7 +889,10 @@ fn pod_log(shared: &Shared, request: &Request, namespace: &str, pod: &str, strea
                 return false;
             }
             let log = state.logs.get(&key);
-            (log.map(|log| log.text.clone()).unwrap_or_default(), log.is_none_or(|log| log.finished))
+            let mut text = log.map(|log| log.text.clone()).unwrap_or_default();
+            let cut = text.len() >= end_after;
+            text.truncate(end_after.min(text.len()));
+            (text, cut || log.is_none_or(|log| log.finished))
         };
         if text.len() > sent {
             if write_chunk(stream, &text[sent..]).is_err() {

@@ -54,6 +54,9 @@ pub struct Collector {
     /// The runner holds what it sent whole in the sandbox, to be fetched
     /// (`sandbox::held`); taken by the reader that fetches it.
     pub held: Option<Held>,
+    /// How far into the log this reading got, in bytes: a log read again
+    /// from its start that gets further was still being written.
+    pub log_bytes: u64,
 }
 
 impl Collector {
@@ -75,6 +78,7 @@ impl Collector {
             others_are_calls: false,
             spool: None,
             held: None,
+            log_bytes: 0,
         }
     }
 
@@ -205,6 +209,7 @@ impl Collector {
             if read == 0 {
                 return Ok(());
             }
+            self.log_bytes += read as u64;
             if !complete {
                 self.note_problem(format!("skipped a log line longer than {MAX_LINE_BYTES} bytes"));
                 continue;

@@ -40,6 +40,18 @@ const LOG_RESTART: Duration = Duration::from_secs(1);
 /// from outside kills and then removes, and a look between the two would
 /// otherwise report a plain kill (`ResultLost`) instead of the removal.
 const REMOVAL_WAIT: Duration = Duration::from_secs(1);
+/// The log of a finished sandbox is read again while it lacks the
+/// runner's result: once at once, since a followed log can end early (the
+/// kubelet ends it when it rotates the file); then again, a pause after
+/// the last reading ended, while each reading gets further than the one
+/// before, since an engine may still be writing the log when it says the
+/// container exited (Podman 4.3, with megabytes of frames in conmon's
+/// pipe: measured, a reading cut mid-line at 49 KB, the next at 57 KB, the
+/// third whole). At most this many readings after the end.
+const READS_AFTER_END: u8 = 8;
+const READ_AFTER_END_PAUSE: Duration = Duration::from_millis(500);
+/// How long the log may take to end after the sandbox has.
+pub const LOG_DRAIN: Duration = Duration::from_secs(30);
 
 /// The deadlines a run is held to.
 #[derive(Clone, Copy, Debug)]
@@ -64,6 +76,8 @@ pub struct LogEnd {
     pub stop_asked_here: bool,
     /// Live output bytes already reported to the caller.
     pub reported: usize,
+    /// How far into the log the reading got, in bytes.
+    pub read_bytes: u64,
 }
 
 /// What happened.
@@ -197,11 +211,17 @@ pub struct RunState {
     /// nobody watches holds no stream while its command runs.
     on_demand: bool,
     output_wanted: bool,
-    /// The log was read once more after the sandbox ended, because the
-    /// reading before ended without the result: a followed log can end
-    /// early (the kubelet ends it when it rotates the file) while the
-    /// finished container's file still holds the result.
-    read_after_end: bool,
+    /// How often the log was read again after the sandbox ended, because
+    /// the reading before ended without the result (`READS_AFTER_END`).
+    reads_after_end: u8,
+    /// When the last reading of the log ended, how far it got, and how
+    /// far the one before it got.
+    log_ended_at: Instant,
+    last_read_bytes: Option<u64>,
+    previous_read_bytes: Option<u64>,
+    /// Until when a reading that follows the log of a finished sandbox is
+    /// waited for (`LOG_DRAIN`).
+    log_drain_until: Option<Instant>,
 }
 
 impl RunState {
@@ -219,7 +239,11 @@ impl RunState {
             started_reported: false,
             outage: None,
             next_log_restart: now,
-            read_after_end: false,
+            reads_after_end: 0,
+            log_ended_at: now,
+            last_read_bytes: None,
+            previous_read_bytes: None,
+            log_drain_until: None,
             evidence_deadline: None,
             removal_deadline: None,
             on_demand: false,
@@ -342,6 +366,8 @@ impl RunState {
     /// SIGTERM" and nobody here asked: then the sandbox's status must say
     /// who did.
     fn log_ended(&mut self, end: LogEnd, now: Instant) -> Option<Verdict> {
+        self.log_ended_at = now;
+        self.previous_read_bytes = self.last_read_bytes.replace(end.read_bytes);
         let explained = self.facts();
         let unexplained_stop = end.terminated_by_request && !end.stop_asked_here && explained.is_none();
         if end.has_result && !unexplained_stop {
@@ -394,12 +420,32 @@ impl RunState {
                     self.log = Log::Following;
                     steps.push(Step::FollowOutput { reported: 0 });
                 }
+                // The reading ends on its own now that the sandbox has: its
+                // word (`LogEnded`) says whether it got the result, and one
+                // that did not is read again below. Judged without that
+                // word only past `LOG_DRAIN` (the reading is then stopped).
+                if self.log == Log::Following && !self.gone {
+                    let until = *self.log_drain_until.get_or_insert(now + LOG_DRAIN);
+                    if now < until {
+                        return None;
+                    }
+                }
+                let got_further = match (self.previous_read_bytes, self.last_read_bytes) {
+                    (Some(before), Some(last)) => last > before,
+                    _ => true,
+                };
                 if let Log::Ended { has_result: false, reported } = self.log
                     && ran
                     && !self.gone
-                    && !self.read_after_end
+                    && self.reads_after_end < READS_AFTER_END
+                    && (self.reads_after_end == 0 || got_further)
                 {
-                    self.read_after_end = true;
+                    // The first at once; each later one a pause after the
+                    // reading before it ended.
+                    if self.reads_after_end > 0 && now < self.log_ended_at + READ_AFTER_END_PAUSE {
+                        return None;
+                    }
+                    self.reads_after_end += 1;
                     self.log = Log::Following;
                     steps.push(Step::FollowOutput { reported });
                     return None;
@@ -533,8 +579,10 @@ mod tests {
         Finished { deleted: true, ..Finished::default() }
     }
 
+    /// A reading's end; it got `reported` bytes into the log (the tests
+    /// use one number for both).
     fn log_end(has_result: bool, terminated_by_request: bool, stop_asked_here: bool, reported: usize) -> Event {
-        Event::LogEnded(LogEnd { has_result, terminated_by_request, stop_asked_here, reported })
+        Event::LogEnded(LogEnd { has_result, terminated_by_request, stop_asked_here, reported, read_bytes: reported as u64 })
     }
 
     fn result() -> Event {
@@ -547,6 +595,27 @@ mod tests {
 
     fn sigterm(asked_here: bool) -> Event {
         log_end(true, true, asked_here, 0)
+    }
+
+    /// A log cut twice, the pod finished, the reading after its end cut
+    /// further on, and, half a second later, the second reading after the
+    /// end begun.
+    fn read_again_after_the_end() -> Vec<(Duration, Event)> {
+        vec![
+            (secs(0), running()),
+            (secs(5), cut(42)),
+            (ms(5500), cut(50)),
+            (ms(5800), finished(&exited(0))),
+            (secs(6), cut(60)),
+            (ms(6500), Event::Tick),
+        ]
+    }
+
+    /// From `start`: a finished sandbox's reading ends without the result,
+    /// and the reading after it gets no further (it ends 0.1 s after
+    /// `start`).
+    fn read_out_without_result(start: Duration) -> Vec<(Duration, Event)> {
+        vec![(start, cut(0)), (start + ms(100), cut(0))]
     }
 
     fn judge(finished: Option<Finished>) -> Vec<Step> {
@@ -746,9 +815,27 @@ mod tests {
                 vec![Step::FollowOutput { reported: 50 }],
             ),
             (
-                "a log that ended without a result and a finished pod are judged from the pod's facts",
+                "a finished pod whose log is being read waits for the reading's end",
                 sync,
                 vec![(secs(0), running()), (secs(5), cut(42)), (secs(6), finished(&exited(3)))],
+                vec![],
+            ),
+            (
+                "a finished pod's reading that ended without the result is read again at once",
+                sync,
+                vec![(secs(0), running()), (secs(5), cut(42)), (secs(6), finished(&exited(3))), (ms(6100), cut(42))],
+                vec![Step::FollowOutput { reported: 42 }],
+            ),
+            (
+                "a reading after the end that got no further: judged from the pod's facts",
+                sync,
+                vec![(secs(0), running()), (secs(5), cut(42)), (secs(6), finished(&exited(3))), (ms(6100), cut(42)), (ms(6200), cut(42))],
+                judge(Some(exited(3))),
+            ),
+            (
+                "a finished pod's reading that does not end is judged past the log's drain time",
+                sync,
+                vec![(secs(0), running()), (secs(5), finished(&exited(3))), (secs(35), Event::Tick)],
                 judge(Some(exited(3))),
             ),
             (
@@ -758,16 +845,51 @@ mod tests {
                 vec![Step::FollowOutput { reported: 50 }],
             ),
             (
-                "that last reading ends the run, with its result or without",
+                "a finished pod's log that ended again without the result is read again after half a second",
                 sync,
                 vec![(secs(0), running()), (secs(5), cut(42)), (ms(5500), cut(50)), (ms(5800), finished(&exited(0))), (secs(6), cut(60))],
+                vec![],
+            ),
+            (
+                "the second reading after the end comes half a second after the first ended",
+                sync,
+                read_again_after_the_end(),
+                vec![Step::FollowOutput { reported: 60 }],
+            ),
+            (
+                "readings after the end go on while each gets further (the log is still being written)",
+                sync,
+                [read_again_after_the_end(), vec![(ms(6600), cut(70)), (ms(7100), Event::Tick)]].concat(),
+                vec![Step::FollowOutput { reported: 70 }],
+            ),
+            (
+                "a reading after the end that got no further ends the run, with its result or without",
+                sync,
+                [read_again_after_the_end(), vec![(ms(6600), cut(60))]].concat(),
                 judge(Some(exited(0))),
             ),
             (
-                "a pod found finished is followed from the start before it is judged",
+                "at most eight readings after the end, however far each gets",
+                sync,
+                [
+                    vec![(secs(0), running()), (secs(5), finished(&exited(0))), (ms(5100), cut(10))],
+                    (1..8u64).flat_map(|n| [(ms(5100 + n * 600), cut(10 + n as usize)), (ms(5100 + n * 600 + 550), Event::Tick)]).collect(),
+                    vec![(ms(10_000), cut(100))],
+                ]
+                .concat(),
+                judge(Some(exited(0))),
+            ),
+            (
+                "a pod found finished is followed from the start",
                 sync,
                 vec![(secs(0), finished(&exited(0)))],
-                vec![Step::FollowOutput { reported: 0 }, Step::Done(Verdict::Judge { finished: Some(exited(0)) })],
+                vec![Step::FollowOutput { reported: 0 }],
+            ),
+            (
+                "and judged once that reading brought the result",
+                sync,
+                vec![(secs(0), finished(&exited(0))), (ms(500), result())],
+                judge(Some(exited(0))),
             ),
             (
                 "a command the runtime never started has no output to wait for",
@@ -843,23 +965,34 @@ mod tests {
             (
                 "a sandbox killed without its result is watched a moment for its removal",
                 sync,
-                vec![(secs(0), running()), (secs(5), finished(&exited(137))), (ms(5500), Event::Tick)],
+                [
+                    vec![(secs(0), running()), (secs(5), finished(&exited(137)))],
+                    read_out_without_result(ms(5100)),
+                    vec![(ms(5700), Event::Tick)],
+                ]
+                .concat(),
                 vec![],
             ),
             (
                 "a sandbox killed and then removed is judged as removed (`docker rm -f`: kill, then remove)",
                 sync,
-                vec![
-                    (secs(0), running()),
-                    (secs(5), finished(&exited(137))),
-                    (ms(5300), Event::Gone(View { ended: Some(exited(137)), ..view(SandboxState::Running) })),
-                ],
+                [
+                    vec![(secs(0), running()), (secs(5), finished(&exited(137)))],
+                    read_out_without_result(ms(5100)),
+                    vec![(ms(5500), Event::Gone(View { ended: Some(exited(137)), ..view(SandboxState::Running) }))],
+                ]
+                .concat(),
                 judge(Some(Finished { deleted: true, ..exited(137) })),
             ),
             (
                 "a sandbox killed and still there after the wait is judged as killed",
                 sync,
-                vec![(secs(0), running()), (secs(5), finished(&exited(137))), (secs(6), Event::Tick)],
+                [
+                    vec![(secs(0), running()), (secs(5), finished(&exited(137)))],
+                    read_out_without_result(ms(5100)),
+                    vec![(ms(6300), Event::Tick)],
+                ]
+                .concat(),
                 judge(Some(exited(137))),
             ),
             (
@@ -869,9 +1002,9 @@ mod tests {
                 judge(Some(exited(137))),
             ),
             (
-                "an OOM kill and a plain exit are judged at once",
+                "an OOM kill and a plain exit are judged once the log is read out, without the removal wait",
                 sync,
-                vec![(secs(0), running()), (secs(5), finished(&oom()))],
+                [vec![(secs(0), running()), (secs(5), finished(&oom()))], read_out_without_result(ms(5100))].concat(),
                 judge(Some(oom())),
             ),
             (
@@ -904,15 +1037,22 @@ mod tests {
         }
     }
 
-    /// What a judgement over the pod's facts makes of them, with no result.
+    /// What a judgement over the pod's facts makes of them, with no result:
+    /// every reading of the log ends without it.
     fn judged(facts: Finished) -> crate::engine::port::spec::RunOutcome {
         // A kill is watched a moment for its removal (REMOVAL_WAIT) first.
         let t0 = Instant::now();
         let mut machine = RunState::new(sync(t0), t0);
         machine.on(running(), t0);
-        let mut steps = machine.on(finished(&facts), t0 + secs(5));
-        if !steps.iter().any(|step| matches!(step, Step::Done(_))) {
-            steps = machine.on(Event::Tick, t0 + secs(7));
+        let mut at = secs(5);
+        let mut steps = machine.on(finished(&facts), t0 + at);
+        for _ in 0..20 {
+            if steps.iter().any(|step| matches!(step, Step::Done(_))) {
+                break;
+            }
+            at += ms(600);
+            let reading = steps.iter().any(|step| matches!(step, Step::FollowOutput { .. })) || machine.log == Log::Following;
+            steps = machine.on(if reading { cut(0) } else { Event::Tick }, t0 + at);
         }
         let steps: Vec<Step> = steps.into_iter().filter(|step| matches!(step, Step::Done(_))).collect();
         let [Step::Done(Verdict::Judge { finished })] = steps.as_slice() else { panic!("not judged: {steps:?}") };
@@ -967,16 +1107,10 @@ mod tests {
                 vec![running(), being_deleted],
                 vec![Step::FollowOutput { reported: 0 }],
             ),
-            (
-                "it ended unread: read to the end, then judged",
-                vec![running(), finished(&exited(3))],
-                vec![Step::FollowOutput { reported: 0 }, Step::Done(Verdict::Judge { finished: Some(exited(3)) })],
-            ),
-            (
-                "it ended before any look: read to the end, then judged",
-                vec![finished(&exited(0))],
-                vec![Step::FollowOutput { reported: 0 }, Step::Done(Verdict::Judge { finished: Some(exited(0)) })],
-            ),
+            ("it ended unread: read to the end", vec![running(), finished(&exited(3))], vec![Step::FollowOutput { reported: 0 }]),
+            ("then judged", vec![running(), finished(&exited(3)), result()], judge(Some(exited(3)))),
+            ("it ended before any look: read to the end", vec![finished(&exited(0))], vec![Step::FollowOutput { reported: 0 }]),
+            ("then judged too", vec![finished(&exited(0)), result()], judge(Some(exited(0)))),
         ];
         for (rule, events, expected) in rows {
             let t0 = Instant::now();

@@ -30,7 +30,7 @@ use crate::engine::port::jobs::Lookup;
 use crate::engine::port::spec::{Policy, RunOutcome, RunReason, RunSpec, RunStatus, run_deadline};
 use crate::engine::port::{Abort, Backend, Created, Keep, NewRun, OutputError, Sighting, Watch, Watched};
 use crate::engine::run::collect::{Collector, LiveChunk};
-use crate::engine::run::decide::{Away, Deadlines, Event, LogEnd, RunState, ServerEnd, Step, Verdict};
+use crate::engine::run::decide::{Away, Deadlines, Event, LOG_DRAIN, LogEnd, RunState, ServerEnd, Step, Verdict};
 use crate::engine::run::outcome::Judged;
 use crate::engine::run::slots::{Gate, SlotError, Slots};
 use crate::engine::run::verdict::Ended;
@@ -68,8 +68,6 @@ pub enum Progress {
 /// enough for a finishing pod to free its resources, short enough that a
 /// request no node can ever satisfy fails fast.
 const UNSCHEDULABLE_GRACE: Duration = Duration::from_secs(20);
-/// How long the log may take to end after the container has.
-const LOG_DRAIN: Duration = Duration::from_secs(30);
 
 /// A fresh run id: 128 random bits as 32 hex digits, unguessable, so it can
 /// double as a job token.
@@ -432,6 +430,7 @@ impl<'scope> Shell<'scope, '_> {
                 terminated_by_request: collector.result.as_ref().is_some_and(|result| result.terminated_by_request),
                 stop_asked_here: cancel_requested(self.ctx, self.run_id, self.cancel),
                 reported: collector.live_stdout.len() + collector.live_stderr.len(),
+                read_bytes: collector.log_bytes,
             };
             self.log = LogState::Ended(Box::new(collector));
             events.push(Event::LogEnded(end));

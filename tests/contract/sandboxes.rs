@@ -31,7 +31,12 @@ fn server(extra: &[(&str, &str)]) -> Server {
     let dir = std::env::temp_dir().join(format!("mcp-sandboxes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let languages = dir.join("languages.json");
-    std::fs::write(&languages, json!({"python": {"image": PYTHON, "cpu": "250m", "memory": "128Mi"}}).to_string()).unwrap();
+    // Written aside, then renamed: servers of tests running at once read
+    // this file while another test writes it, and must never see it empty.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let aside = dir.join(format!("languages.json.{:?}-{nanos}", std::thread::current().id()));
+    std::fs::write(&aside, json!({"python": {"image": PYTHON, "cpu": "250m", "memory": "128Mi"}}).to_string()).unwrap();
+    std::fs::rename(&aside, &languages).unwrap();
     let languages = languages.display().to_string();
     let mut env = vec![("MCP_K8S_LANGUAGES", languages.as_str())];
     env.extend_from_slice(extra);

@@ -223,8 +223,8 @@ curl -fsS -X POST -H "Authorization: Bearer $MCP_K8S_AUTH_TOKEN" -H 'Content-Typ
     rule(
         "docs/docker.md",
         "tests/podman/up ",
-        Check::RunBy { lines: &[("tests/run-all", "tests/podman/run --test-threads 2"), ("tests/run-all", "tests/podman/down")] },
-        "tests/run-all runs the on_docker tier against Podman (tests/podman/run starts the service with tests/podman/up), then stops it",
+        Check::Static,
+        "installs podman as root and runs the on_docker tier a second time (about 4 min): it passes by hand (112 tests, twice) and is not a tier of tests/run-all until a whole .ci/run has run it",
     ),
     rule("docs/large-outputs.md", "\"links\": [", Check::JsonMembers, "one member of a result"),
     rule("docs/large-outputs.md", "$MCP_K8S_OUTPUTS_DIR/", Check::Text, "a directory tree"),

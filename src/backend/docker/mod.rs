@@ -505,15 +505,19 @@ impl Backend for Docker {
     /// A warm run's output comes back on the attach that delivered it,
     /// once; the log is read after that (a stream that broke, another
     /// process).
+    ///
     /// The log of a container that has ended is read to its end without
     /// `follow`: Podman 4.3 ends a followed log of an exited container at
     /// a point of its own (measured: mid-line, megabytes before the end,
     /// in 5 of 11 runs with ~10 MB of frames) and reads the whole log
-    /// without it (11 of 11). dockerd reads the same either way.
+    /// without it (11 of 11). dockerd reads the same either way. Only a
+    /// log read looks at the container: a warm run's attach needs no look.
     fn output(&self, sandbox: &str) -> Result<Output, OutputError> {
-        let ended = matches!(self.client.container_inspect(sandbox), Ok(inspect) if !inspect.state.running);
-        let params = docker::LogParams { follow: !ended, idle_timeout: None };
-        match self.take_attached(sandbox).map(Ok).unwrap_or_else(|| self.client.container_logs(sandbox, &params)) {
+        let read_log = || {
+            let ended = matches!(self.client.container_inspect(sandbox), Ok(inspect) if !inspect.state.running);
+            self.client.container_logs(sandbox, &docker::LogParams { follow: !ended, idle_timeout: None })
+        };
+        match self.take_attached(sandbox).map(Ok).unwrap_or_else(read_log) {
             Ok(stream) => {
                 let handle = stream.abort_handle();
                 Ok(Output { reader: Box::new(stream), abort: Abort::new(move || handle.abort()) })
